@@ -1,0 +1,271 @@
+#include "app.h"
+
+#include <stdarg.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "error.h"
+#include "log.h"
+#include "metrics.h"
+
+enum { ALLOW_GET = 1, ALLOW_POST = 2 };
+
+typedef void (*handler_fn)(pt_app *app, pt_req *req, pt_resp *resp);
+
+/* Text error (or informational) response allocated from the request arena. */
+static void reply_text(pt_req *req, pt_resp *resp, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void reply_text(pt_req *req, pt_resp *resp, int status, const char *fmt, ...)
+{
+    static const char oom[] = "out of memory\n";
+    char *buf = pt_arena_alloc(req->arena, PT_MSG_MAX + 2);
+    resp->status = status;
+    resp->content_type = "text/plain; charset=utf-8";
+    if (!buf) {
+        resp->body = (const uint8_t *)oom;
+        resp->body_len = sizeof(oom) - 1;
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, PT_MSG_MAX, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        n = 0;
+    if (n >= PT_MSG_MAX)
+        n = PT_MSG_MAX - 1;
+    buf[n++] = '\n';
+    resp->body = (const uint8_t *)buf;
+    resp->body_len = (size_t)n;
+}
+
+static void reply_error(pt_req *req, pt_resp *resp, int rv, const char *msg)
+{
+    reply_text(req, resp, pt_error_http_status(rv), "%s", msg && msg[0] ? msg : pt_strerror(rv));
+}
+
+static const char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t'))
+        *--e = '\0';
+    return s;
+}
+
+/* Remote write 1.0 unless the Content-Type names another message: 1, 2, or 0 (415). */
+static int write_version(pt_arena *a, const char *ct, char *msg, size_t msglen)
+{
+    char *copy = pt_arena_strndup(a, ct, strlen(ct));
+    if (!copy)
+        return 0;
+    char *save = NULL;
+    char *part = strtok_r(copy, ";", &save);
+    if (!part || !*trim(part))
+        return 1; /* no Content-Type: remote write 1.0 */
+    if (strcasecmp(trim(part), "application/x-protobuf") != 0) {
+        snprintf(msg, msglen, "unsupported Content-Type \"%.100s\"; remote write sends "
+                              "application/x-protobuf", ct);
+        return 0;
+    }
+    int version = 1;
+    while ((part = strtok_r(NULL, ";", &save)) != NULL) {
+        const char *p = trim(part);
+        if (strncasecmp(p, "proto=", 6) != 0)
+            continue;
+        const char *v = trim((char *)p + 6);
+        if (strcmp(v, "prometheus.WriteRequest") == 0) {
+            version = 1;
+        } else if (strcmp(v, "io.prometheus.write.v2.Request") == 0) {
+            snprintf(msg, msglen, "remote write 2.0 (io.prometheus.write.v2.Request) is not "
+                                  "supported yet; use protobuf_message: prometheus.WriteRequest");
+            return 0;
+        } else {
+            snprintf(msg, msglen, "unsupported remote write message \"%.100s\"", v);
+            return 0;
+        }
+    }
+    return version;
+}
+
+static void handle_write(pt_app *app, pt_req *req, pt_resp *resp)
+{
+    char msg[PT_MSG_MAX];
+    msg[0] = '\0';
+    const char *enc = req->content_encoding;
+    if (enc[0] && strcasecmp(enc, "snappy") != 0) {
+        reply_text(req, resp, 415, "unsupported Content-Encoding \"%.100s\"; remote write "
+                                   "bodies are snappy block compressed", enc);
+        return;
+    }
+    if (write_version(req->arena, req->content_type, msg, sizeof(msg)) == 0) {
+        reply_text(req, resp, 415, "%s", msg);
+        return;
+    }
+    Prometheus__WriteRequest *wr;
+    int rv = pt_decode_write(req->body, req->body_len, &app->lim, req->arena, &wr, msg,
+                             sizeof(msg));
+    if (rv != 0) {
+        reply_error(req, resp, rv, msg);
+        return;
+    }
+    pt_write_result res;
+    rv = pt_store_write(&app->store, wr, req->arena, &res);
+    if (rv != 0) {
+        if (rv == PT_ENOMEM && req->arena->exhausted) {
+            reply_text(req, resp, 413, "request needs more than web.max_request_memory "
+                                       "(%zu bytes) to process; send smaller batches",
+                       app->cfg->max_request_memory);
+            return;
+        }
+        char q[256];
+        pt_log(PT_LOG_WARN, "write failed", "err=%s samples=%zu",
+               pt_log_quote(q, sizeof(q), pt_strerror(rv), strlen(pt_strerror(rv))),
+               res.samples_written);
+        reply_text(req, resp, pt_error_http_status(rv), "%s; nothing was acknowledged, retry",
+                   pt_strerror(rv));
+        return;
+    }
+    if (res.samples_rejected) {
+        reply_text(req, resp, 400, "%s (stored %zu samples, rejected %zu)", res.msg,
+                   res.samples_written, res.samples_rejected);
+        return;
+    }
+    resp->status = 204;
+}
+
+static void handle_read(pt_app *app, pt_req *req, pt_resp *resp)
+{
+    char msg[PT_MSG_MAX];
+    msg[0] = '\0';
+    Prometheus__ReadRequest *rr;
+    int rv = pt_decode_read(req->body, req->body_len, &app->lim, req->arena, &rr, msg,
+                            sizeof(msg));
+    if (rv != 0) {
+        reply_error(req, resp, rv, msg);
+        return;
+    }
+    int samples_ok = rr->n_accepted_response_types == 0;
+    for (size_t i = 0; i < rr->n_accepted_response_types; i++)
+        if (rr->accepted_response_types[i] == PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__SAMPLES)
+            samples_ok = 1;
+    if (!samples_ok) {
+        reply_text(req, resp, 400, "none of the requested response types is supported "
+                                   "(promtable answers SAMPLES)");
+        return;
+    }
+    Prometheus__ReadResponse out;
+    rv = pt_store_read(&app->store, rr, req->arena, &out, msg, sizeof(msg));
+    if (rv != 0) {
+        if (rv == PT_ENOMEM && req->arena->exhausted)
+            reply_text(req, resp, 413, "the answer needs more than web.max_request_memory "
+                                       "(%zu bytes); narrow the query",
+                       app->cfg->max_request_memory);
+        else
+            reply_error(req, resp, rv, msg);
+        return;
+    }
+    size_t n = protobuf_c_message_get_packed_size(&out.base);
+    uint8_t *raw = pt_arena_alloc(req->arena, n ? n : 1);
+    pt_slice z;
+    if (!raw || (protobuf_c_message_pack(&out.base, raw), pt_snappy_encode(raw, n, req->arena, &z)) != 0) {
+        reply_text(req, resp, 413, "the answer needs more than web.max_request_memory "
+                                   "(%zu bytes); narrow the query", app->cfg->max_request_memory);
+        return;
+    }
+    resp->status = 200;
+    resp->content_type = "application/x-protobuf";
+    resp->content_encoding = "snappy";
+    resp->body = z.p;
+    resp->body_len = z.n;
+}
+
+static void handle_metrics(pt_app *app, pt_req *req, pt_resp *resp)
+{
+    pt_metrics_gauges g = {0};
+    g.connections = app->srv ? pt_server_connections(app->srv) : 0;
+    g.index_cache_entries = (long)pt_index_cache_size(app->store.cache);
+    g.index_cache_capacity = (long)pt_index_cache_capacity(app->store.cache);
+    char *text;
+    long n = pt_metrics_render(req->arena, &g, &text);
+    if (n < 0) {
+        reply_error(req, resp, (int)n, NULL);
+        return;
+    }
+    resp->status = 200;
+    resp->content_type = "text/plain; version=0.0.4; charset=utf-8";
+    resp->body = (const uint8_t *)text;
+    resp->body_len = (size_t)n;
+}
+
+static void handle_healthy(pt_app *app, pt_req *req, pt_resp *resp)
+{
+    (void)app;
+    reply_text(req, resp, 200, "promtable is healthy.");
+}
+
+static void handle_ready(pt_app *app, pt_req *req, pt_resp *resp)
+{
+    if (atomic_load(&app->ready))
+        reply_text(req, resp, 200, "promtable is ready.");
+    else
+        reply_text(req, resp, 503, "promtable is not ready.");
+}
+
+static const struct route {
+    const char *path;
+    int id;
+    int allow;
+    handler_fn fn;
+} routes[] = {
+    {"/api/v1/write", PT_ROUTE_WRITE, ALLOW_POST, handle_write},
+    {"/api/v1/read", PT_ROUTE_READ, ALLOW_POST, handle_read},
+    {"/metrics", PT_ROUTE_METRICS, ALLOW_GET, handle_metrics},
+    {"/-/healthy", PT_ROUTE_HEALTHY, ALLOW_GET, handle_healthy},
+    {"/-/ready", PT_ROUTE_READY, ALLOW_GET, handle_ready},
+};
+
+void pt_app_dispatch(void *ud, pt_req *req, pt_resp *resp)
+{
+    pt_app *app = ud;
+    uint64_t t0 = pt_now_ns();
+    if (app->cfg && (req->arena->max == 0 || req->arena->max > app->cfg->max_request_memory))
+        req->arena->max = app->cfg->max_request_memory;
+    resp->status = 200;
+    int id = PT_ROUTE_OTHER;
+    const struct route *r = NULL;
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
+        if (strcmp(req->path, routes[i].path) == 0)
+            r = &routes[i];
+    if (!r) {
+        reply_text(req, resp, 404, "not found: %.200s", req->path);
+    } else {
+        id = r->id;
+        int m = req->method == PT_M_GET || req->method == PT_M_HEAD ? ALLOW_GET
+                : req->method == PT_M_POST                           ? ALLOW_POST
+                                                                     : 0;
+        if (!(m & r->allow)) {
+            reply_text(req, resp, 405, "method %s not allowed on %s; use %s", req->method_name,
+                       r->path, r->allow == ALLOW_POST ? "POST" : "GET");
+            resp->headers[resp->nheaders++] =
+                (pt_resp_header){"Allow", r->allow == ALLOW_POST ? "POST" : "GET, HEAD"};
+        } else {
+            r->fn(app, req, resp);
+        }
+    }
+    if (resp->status >= 400 && resp->status != 404 && pt_log_enabled(PT_LOG_INFO) &&
+        id != PT_ROUTE_READY) {
+        char q[600];
+        size_t bl = resp->body_len && resp->body[resp->body_len - 1] == '\n' ? resp->body_len - 1
+                                                                            : resp->body_len;
+        pt_log(resp->status >= 500 ? PT_LOG_WARN : PT_LOG_INFO, "request failed",
+               "route=%s code=%d proto=%d err=%s", pt_route_name(id), resp->status, req->proto,
+               pt_log_quote(q, sizeof(q), (const char *)resp->body, bl > 400 ? 400 : bl));
+    }
+    pt_metrics_request(id, resp->status, req->proto);
+    pt_metrics_observe(&pt_m.request_duration[id], pt_now_ns() - t0);
+}

@@ -1,0 +1,31 @@
+/*
+ * Per-request arena: bump allocation out of chained blocks, everything freed at once.
+ * Not thread-safe; a request's arena is used by one thread at a time.
+ * Every arena has a ceiling: an allocation that would take the arena past `max` bytes
+ * fails (NULL) instead of growing without bound.
+ */
+#ifndef PT_ARENA_H
+#define PT_ARENA_H
+
+#include <stddef.h>
+
+typedef struct pt_arena_block pt_arena_block;
+
+typedef struct pt_arena {
+    pt_arena_block *head;
+    size_t used_total; /* bytes handed out by blocks, including slack */
+    size_t max;        /* ceiling on used_total; 0 = no ceiling */
+    size_t block_size;
+    int exhausted;     /* set once an allocation failed */
+} pt_arena;
+
+void pt_arena_init(pt_arena *a, size_t block_size, size_t max);
+/* 16-byte aligned; NULL when the ceiling is hit or malloc fails. */
+void *pt_arena_alloc(pt_arena *a, size_t n);
+void *pt_arena_calloc(pt_arena *a, size_t n);
+char *pt_arena_strndup(pt_arena *a, const char *s, size_t n);
+/* Frees every block; the arena can be reused afterwards (keeps its first block). */
+void pt_arena_reset(pt_arena *a);
+void pt_arena_free(pt_arena *a);
+
+#endif

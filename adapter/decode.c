@@ -1,0 +1,102 @@
+#include "decode.h"
+
+#include <snappy-c.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "error.h"
+
+static const uint8_t framed_magic[] = {0xff, 0x06, 0x00, 0x00, 's', 'N', 'a', 'P', 'p', 'Y'};
+
+int pt_snappy_decode(const uint8_t *in, size_t n, size_t max_decoded, pt_arena *a,
+                     pt_slice *out, char *msg, size_t msglen)
+{
+    size_t declared;
+    if (n >= sizeof(framed_magic) && memcmp(in, framed_magic, sizeof(framed_magic)) == 0) {
+        snprintf(msg, msglen, "body is framed snappy; remote write/read use the snappy block format");
+        return PT_ESNAPPY;
+    }
+    if (snappy_uncompressed_length((const char *)in, n, &declared) != SNAPPY_OK) {
+        snprintf(msg, msglen, "body is not a snappy block: bad length header");
+        return PT_ESNAPPY;
+    }
+    if (declared > max_decoded) {
+        snprintf(msg, msglen, "snappy block declares %zu decoded bytes, over the limit of %zu",
+                 declared, max_decoded);
+        return PT_ETOOLARGE;
+    }
+    char *buf = pt_arena_alloc(a, declared ? declared : 1);
+    if (!buf) {
+        snprintf(msg, msglen, "request needs more memory than the per-request limit");
+        return PT_ETOOLARGE;
+    }
+    size_t got = declared;
+    if (snappy_uncompress((const char *)in, n, buf, &got) != SNAPPY_OK || got != declared) {
+        snprintf(msg, msglen, "body is not a valid snappy block");
+        return PT_ESNAPPY;
+    }
+    *out = (pt_slice){(const uint8_t *)buf, got};
+    return 0;
+}
+
+int pt_snappy_encode(const uint8_t *in, size_t n, pt_arena *a, pt_slice *out)
+{
+    size_t cap = snappy_max_compressed_length(n);
+    char *buf = pt_arena_alloc(a, cap);
+    if (!buf)
+        return PT_ENOMEM;
+    if (snappy_compress((const char *)in, n, buf, &cap) != SNAPPY_OK)
+        return PT_EINTERNAL;
+    *out = (pt_slice){(const uint8_t *)buf, cap};
+    return 0;
+}
+
+static void *arena_alloc_cb(void *ud, size_t n) { return pt_arena_alloc(ud, n); }
+static void arena_free_cb(void *ud, void *p) { (void)ud; (void)p; }
+
+void pt_pb_allocator(pt_arena *a, ProtobufCAllocator *alloc)
+{
+    alloc->alloc = arena_alloc_cb;
+    alloc->free = arena_free_cb;
+    alloc->allocator_data = a;
+}
+
+/* Shared by both request kinds: snappy, then unpack with the arena allocator. */
+static int decode_body(const uint8_t *buf, size_t len, const pt_decode_limits *lim,
+                       pt_arena *a, const ProtobufCMessageDescriptor *desc,
+                       ProtobufCMessage **out, char *msg, size_t msglen)
+{
+    pt_slice raw;
+    int rv = pt_snappy_decode(buf, len, lim->max_decoded, a, &raw, msg, msglen);
+    if (rv != 0)
+        return rv;
+    ProtobufCAllocator alloc;
+    pt_pb_allocator(a, &alloc);
+    ProtobufCMessage *m = protobuf_c_message_unpack(desc, &alloc, raw.n, raw.p);
+    if (!m) {
+        /* protobuf-c reports an exhausted allocator and a malformed message alike. */
+        if (a->exhausted) {
+            snprintf(msg, msglen, "decoding the %s needs more memory than the per-request limit",
+                     desc->short_name);
+            return PT_ETOOLARGE;
+        }
+        snprintf(msg, msglen, "body is not a valid protobuf %s", desc->name);
+        return PT_EPROTO;
+    }
+    *out = m;
+    return 0;
+}
+
+int pt_decode_write(const uint8_t *buf, size_t len, const pt_decode_limits *lim, pt_arena *a,
+                    Prometheus__WriteRequest **out, char *msg, size_t msglen)
+{
+    return decode_body(buf, len, lim, a, &prometheus__write_request__descriptor,
+                       (ProtobufCMessage **)out, msg, msglen);
+}
+
+int pt_decode_read(const uint8_t *buf, size_t len, const pt_decode_limits *lim, pt_arena *a,
+                   Prometheus__ReadRequest **out, char *msg, size_t msglen)
+{
+    return decode_body(buf, len, lim, a, &prometheus__read_request__descriptor,
+                       (ProtobufCMessage **)out, msg, msglen);
+}

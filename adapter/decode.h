@@ -1,0 +1,40 @@
+/*
+ * Decoders for request bodies: snappy block format, then protobuf-c into the request
+ * arena. No I/O; every size the peer controls is checked against a limit before memory
+ * is committed to it.
+ */
+#ifndef PT_DECODE_H
+#define PT_DECODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "arena.h"
+#include "remote.pb-c.h"
+#include "slice.h"
+
+typedef struct pt_decode_limits {
+    size_t max_decoded; /* declared uncompressed length ceiling (413 above) */
+} pt_decode_limits;
+
+/* Decompresses a snappy block into arena memory. Returns 0, PT_ETOOLARGE when the
+ * declared length is over the limit, PT_ESNAPPY for anything malformed (including the
+ * framed snappy format), PT_ENOMEM when the arena ceiling is hit. msg gets a reason. */
+int pt_snappy_decode(const uint8_t *in, size_t n, size_t max_decoded, pt_arena *a,
+                     pt_slice *out, char *msg, size_t msglen);
+
+/* Compresses into arena memory. */
+int pt_snappy_encode(const uint8_t *in, size_t n, pt_arena *a, pt_slice *out);
+
+/* A protobuf-c allocator backed by the arena (free is a no-op). */
+void pt_pb_allocator(pt_arena *a, ProtobufCAllocator *alloc);
+
+/* snappy(protobuf(WriteRequest)) → *out, allocated from the arena. */
+int pt_decode_write(const uint8_t *buf, size_t len, const pt_decode_limits *lim, pt_arena *a,
+                    Prometheus__WriteRequest **out, char *msg, size_t msglen);
+
+/* snappy(protobuf(ReadRequest)) → *out, allocated from the arena. */
+int pt_decode_read(const uint8_t *buf, size_t len, const pt_decode_limits *lim, pt_arena *a,
+                   Prometheus__ReadRequest **out, char *msg, size_t msglen);
+
+#endif

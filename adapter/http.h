@@ -1,0 +1,90 @@
+/*
+ * The meeting point of HTTP/1.1 and HTTP/2: one request struct, one response struct, one
+ * dispatch callback. Handlers never learn which protocol (or TLS) carried the request.
+ *
+ * Threading: the server's event loop parses requests; a complete request (headers + whole
+ * body) is handed to a worker thread which calls the dispatch callback; the response goes
+ * back to the loop through a queue and a wakeup fd. Handlers may block (storage calls).
+ */
+#ifndef PT_HTTP_H
+#define PT_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "arena.h"
+
+enum pt_method { PT_M_OTHER = 0, PT_M_GET, PT_M_HEAD, PT_M_POST, PT_M_PUT, PT_M_DELETE };
+
+enum pt_proto { PT_PROTO_HTTP1 = 1, PT_PROTO_HTTP2 = 2 };
+
+#define PT_MAX_RESP_HEADERS 8
+
+typedef struct pt_req {
+    int method;           /* enum pt_method */
+    const char *method_name; /* NUL-terminated, as received */
+    const char *path;     /* NUL-terminated, without the query string */
+    const char *query;    /* NUL-terminated text after '?', "" when none */
+    /* Selected request headers (NUL-terminated, "" when absent). */
+    const char *content_type;
+    const char *content_encoding;
+    const char *authorization;
+    const char *user_agent;
+    const char *remote_write_version; /* X-Prometheus-Remote-Write-Version */
+    const uint8_t *body;  /* the whole body; valid until the response has been sent */
+    size_t body_len;
+    int proto;            /* enum pt_proto: for logs and metrics only */
+    int tls;              /* 1 when carried over TLS */
+    /* Arena for the handler's allocations; freed after the response is sent. */
+    pt_arena *arena;
+} pt_req;
+
+typedef struct pt_resp_header {
+    const char *name;
+    const char *value;
+} pt_resp_header;
+
+typedef struct pt_resp {
+    int status;                   /* defaults to 200 */
+    const char *content_type;     /* NULL: none sent */
+    const char *content_encoding; /* NULL: none sent */
+    pt_resp_header headers[PT_MAX_RESP_HEADERS];
+    int nheaders;
+    /* Body: must stay valid until the response has been sent; allocate it from
+     * req->arena (or point at static data). */
+    const uint8_t *body;
+    size_t body_len;
+} pt_resp;
+
+/* Called on a worker thread for every complete request. */
+typedef void (*pt_dispatch_fn)(void *ud, pt_req *req, pt_resp *resp);
+
+typedef struct pt_server_opts {
+    const char *listen_address; /* "host:port", ":port", "[::1]:port" */
+    int workers;                /* worker threads running dispatch; >= 1 */
+    size_t max_body;            /* larger bodies get 413 without reaching dispatch */
+    size_t max_header_bytes;    /* total request header bytes; over it: 431 / stream reset */
+    int idle_timeout_ms;        /* close idle keep-alive connections; 0 = never */
+    int max_connections;        /* over it new connections are closed at once */
+    const char *tls_cert_file;  /* both set: TLS with ALPN h2, http/1.1 */
+    const char *tls_key_file;
+} pt_server_opts;
+
+typedef struct pt_server pt_server;
+
+/* Binds and listens. NULL on failure with a message in err. */
+pt_server *pt_server_new(const pt_server_opts *opts, pt_dispatch_fn fn, void *ud,
+                         char *err, size_t errlen);
+/* The bound port (useful with port 0). */
+int pt_server_port(const pt_server *s);
+/* Runs the event loop until pt_server_stop(); then stops accepting, finishes in-flight
+ * requests (bounded wait), and returns 0. */
+int pt_server_run(pt_server *s);
+/* Async-signal-safe. */
+void pt_server_stop(pt_server *s);
+void pt_server_free(pt_server *s);
+
+/* Gauge of open connections, for /metrics. */
+long pt_server_connections(const pt_server *s);
+
+#endif

@@ -1,0 +1,382 @@
+/*
+ * HTTP/2 on a connection: an nghttp2 server session fed from memory (mem_recv/mem_send),
+ * for h2c with prior knowledge and h2 chosen by ALPN.
+ *
+ * Every stream gets its own task at its first HEADERS; the body accumulates in the task up
+ * to max_body; END_STREAM hands it to a worker, so many streams of one connection run in
+ * parallel. The stream's user data is the task. A request over a limit is answered early
+ * (413/431) without dispatch; once that answer is out, the rest of a large upload is cut
+ * with RST_STREAM(NO_ERROR).
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "error.h"
+#include "server_int.h"
+
+#define MAX_CONCURRENT_STREAMS 100
+#define STREAM_WINDOW (1 << 20)
+#define CONN_WINDOW (16 << 20)
+#define OUT_BATCH (64 * 1024) /* frames gathered before one write */
+#define DISCARD_MAX (1u << 20) /* upload bytes read and dropped after an early answer */
+
+static pt_task *stream_task(nghttp2_session *ss, int32_t sid)
+{
+    return nghttp2_session_get_stream_user_data(ss, sid);
+}
+
+static nghttp2_nv make_nv(const char *name, size_t nlen, const char *value, size_t vlen)
+{
+    /* nghttp2 copies names and values (no NO_COPY flags), so const can be cast away. */
+    nghttp2_nv nv = {(uint8_t *)(uintptr_t)name, (uint8_t *)(uintptr_t)value, nlen, vlen,
+                     NGHTTP2_NV_FLAG_NONE};
+    return nv;
+}
+
+static ssize_t read_body(nghttp2_session *ss, int32_t sid, uint8_t *buf, size_t len,
+                         uint32_t *flags, nghttp2_data_source *src, void *ud)
+{
+    (void)ss;
+    (void)sid;
+    (void)ud;
+    pt_task *t = src->ptr;
+    size_t left = t->resp.body_len - t->sent;
+    size_t n = left < len ? left : len;
+    if (n)
+        memcpy(buf, t->resp.body + t->sent, n);
+    t->sent += n;
+    if (t->sent == t->resp.body_len)
+        *flags |= NGHTTP2_DATA_FLAG_EOF;
+    return (ssize_t)n;
+}
+
+static int submit(pt_conn *c, pt_task *t)
+{
+    pt_server *s = c->srv;
+    const pt_resp *r = &t->resp;
+    nghttp2_nv nv[5 + PT_MAX_RESP_HEADERS];
+    size_t n = 0;
+    char status[8], clen[24];
+    int no_body = r->status < 200 || r->status == 204 || r->status == 304;
+
+    snprintf(status, sizeof(status), "%03d", r->status);
+    nv[n++] = make_nv(":status", 7, status, strlen(status));
+    if (s->date_len > 8)
+        nv[n++] = make_nv("date", 4, s->date_line + 6, s->date_len - 8);
+    if (r->content_type && pt_server_header_ok("content-type", r->content_type))
+        nv[n++] = make_nv("content-type", 12, r->content_type, strlen(r->content_type));
+    if (r->content_encoding && pt_server_header_ok("content-encoding", r->content_encoding))
+        nv[n++] = make_nv("content-encoding", 16, r->content_encoding,
+                          strlen(r->content_encoding));
+    for (int i = 0; i < r->nheaders; i++) {
+        const pt_resp_header *h = &r->headers[i];
+        if (!pt_server_header_ok(h->name, h->value))
+            continue;
+        /* HTTP/2 field names are lowercase (RFC 9113 8.2.1). */
+        size_t len = strlen(h->name);
+        char *lower = pt_arena_alloc(&t->arena, len);
+        if (!lower)
+            continue;
+        for (size_t j = 0; j < len; j++)
+            lower[j] = (char)tolower((unsigned char)h->name[j]);
+        nv[n++] = make_nv(lower, len, h->value, strlen(h->value));
+    }
+    if (!no_body) {
+        snprintf(clen, sizeof(clen), "%zu", r->body_len);
+        nv[n++] = make_nv("content-length", 14, clen, strlen(clen));
+    }
+    t->sent = 0;
+    nghttp2_data_provider dp = {.source.ptr = t, .read_callback = read_body};
+    int body = !no_body && t->req.method != PT_M_HEAD && r->body_len > 0;
+    return nghttp2_submit_response(c->h2, t->stream_id, nv, n, body ? &dp : NULL);
+}
+
+/* Answers a stream that broke a limit, without dispatching it. */
+static void reject(pt_conn *c, pt_task *t)
+{
+    static const char too_large[] = "request body too large\n";
+    static const char hdr_large[] = "request header fields too large\n";
+    static const char internal[] = "out of memory\n";
+    const char *msg = t->early_status == 413   ? too_large
+                      : t->early_status == 431 ? hdr_large
+                                               : internal;
+    t->rejected = 1;
+    t->state = PT_TASK_SEND;
+    t->resp.status = t->early_status;
+    t->resp.content_type = "text/plain; charset=utf-8";
+    t->resp.content_encoding = NULL;
+    t->resp.nheaders = 0;
+    t->resp.body = (const uint8_t *)msg;
+    t->resp.body_len = strlen(msg);
+    if (submit(c, t) != 0)
+        nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, t->stream_id,
+                                  NGHTTP2_INTERNAL_ERROR);
+}
+
+/* -------------------------------------------------------------------- nghttp2 callbacks */
+
+static int on_begin_headers(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
+{
+    pt_conn *c = ud;
+    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0;
+    pt_task *t = pt_server_task_new(c, PT_PROTO_HTTP2);
+    if (!t)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* resets just this stream */
+    t->stream_id = f->hd.stream_id;
+    if (nghttp2_session_set_stream_user_data(ss, t->stream_id, t) != 0) {
+        pt_server_task_free(t);
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    }
+    return 0;
+}
+
+static int parse_length(const uint8_t *v, size_t n, uint64_t *out)
+{
+    uint64_t x = 0;
+    if (n == 0 || n > 19)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return -1;
+        x = x * 10 + (uint64_t)(v[i] - '0');
+    }
+    *out = x;
+    return 0;
+}
+
+static int on_header(nghttp2_session *ss, const nghttp2_frame *f, const uint8_t *name,
+                     size_t nlen, const uint8_t *value, size_t vlen, uint8_t flags, void *ud)
+{
+    pt_conn *c = ud;
+    (void)flags;
+    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0; /* trailers carry nothing the handlers read */
+    pt_task *t = stream_task(ss, f->hd.stream_id);
+    if (!t || t->early_status)
+        return 0;
+    /* RFC 9113 counts 32 bytes of overhead per field toward the header list size. */
+    t->hdr_bytes += nlen + vlen + 32;
+    if (t->hdr_bytes > c->srv->opts.max_header_bytes) {
+        t->early_status = 431;
+        return 0;
+    }
+    const char *n = (const char *)name, *v = (const char *)value;
+    if (nlen && n[0] == ':') {
+        if (nlen == 7 && memcmp(n, ":method", 7) == 0) {
+            t->req.method = pt_server_method(v, vlen);
+            char *m = pt_arena_strndup(&t->arena, v, vlen);
+            if (!m)
+                t->early_status = 500;
+            else
+                t->req.method_name = m;
+        } else if (nlen == 5 && memcmp(n, ":path", 5) == 0) {
+            if (pt_server_req_target(t, v, vlen) < 0)
+                t->early_status = 500;
+        }
+        return 0;
+    }
+    if (nlen == 14 && memcmp(n, "content-length", 14) == 0) {
+        uint64_t len;
+        if (parse_length(value, vlen, &len) == 0) {
+            t->declared_len = len;
+            if (len > c->srv->opts.max_body)
+                t->early_status = 413; /* refused before a byte of body is read */
+            else
+                pt_server_body_reserve(t, len);
+        }
+        return 0;
+    }
+    if (pt_server_req_header(t, n, nlen, v, vlen) < 0)
+        t->early_status = 500;
+    return 0;
+}
+
+static int on_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t sid, const uint8_t *data,
+                         size_t len, void *ud)
+{
+    (void)flags;
+    (void)ud;
+    pt_task *t = stream_task(ss, sid);
+    if (!t || t->early_status || t->state != PT_TASK_RECV)
+        return 0; /* discarded; nghttp2 still credits the flow-control window */
+    int rv = pt_server_body_append(t, data, len);
+    if (rv == PT_ETOOLARGE)
+        t->early_status = 413;
+    else if (rv < 0)
+        t->early_status = 500;
+    return 0;
+}
+
+static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
+{
+    pt_conn *c = ud;
+    if (f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA)
+        return 0;
+    pt_task *t = stream_task(ss, f->hd.stream_id);
+    if (!t || t->state != PT_TASK_RECV)
+        return 0;
+    if (t->early_status) {
+        reject(c, t);
+        return 0;
+    }
+    if (f->hd.flags & NGHTTP2_FLAG_END_STREAM)
+        pt_server_dispatch(t);
+    return 0;
+}
+
+static int on_frame_send(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
+{
+    (void)ud;
+    if ((f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA) ||
+        !(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
+        return 0;
+    pt_task *t = stream_task(ss, f->hd.stream_id);
+    if (!t || !t->rejected || nghttp2_session_get_stream_remote_close(ss, f->hd.stream_id))
+        return 0;
+    /* The early answer is out. A modest rest of the upload is read and dropped, because
+     * some clients (curl 7.x) report RST_STREAM(NO_ERROR) as a failure; anything bigger or
+     * of unknown size is cut, as RFC 9113 8.1 allows. */
+    uint64_t tolerated = (uint64_t)t->srv->opts.max_body + DISCARD_MAX;
+    if (t->declared_len == UINT64_MAX || t->declared_len > tolerated)
+        nghttp2_submit_rst_stream(ss, NGHTTP2_FLAG_NONE, f->hd.stream_id, NGHTTP2_NO_ERROR);
+    return 0;
+}
+
+static int on_stream_close(nghttp2_session *ss, int32_t sid, uint32_t error_code, void *ud)
+{
+    (void)error_code;
+    (void)ud;
+    pt_task *t = stream_task(ss, sid);
+    if (!t)
+        return 0;
+    nghttp2_session_set_stream_user_data(ss, sid, NULL);
+    if (t->state == PT_TASK_QUEUED)
+        pt_server_task_detach(t); /* the worker's answer will be dropped */
+    else
+        pt_server_task_free(t);
+    return 0;
+}
+
+int pt_http2_callbacks(nghttp2_session_callbacks **out)
+{
+    nghttp2_session_callbacks *cb;
+    if (nghttp2_session_callbacks_new(&cb) != 0)
+        return -1;
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
+    *out = cb;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- protocol ops */
+
+static int h2_start(pt_conn *c)
+{
+    pt_server *s = c->srv;
+    if (nghttp2_session_server_new(&c->h2, s->h2cb, c) != 0) {
+        c->h2 = NULL;
+        return -1;
+    }
+    uint32_t hdr_max = s->opts.max_header_bytes > UINT32_MAX ? UINT32_MAX
+                                                             : (uint32_t)s->opts.max_header_bytes;
+    nghttp2_settings_entry iv[] = {
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, MAX_CONCURRENT_STREAMS},
+        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, STREAM_WINDOW},
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, hdr_max},
+    };
+    if (nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, sizeof(iv) / sizeof(iv[0])) != 0)
+        return -1;
+    /* A large connection window so uploads on many streams are not throttled by it. */
+    if (nghttp2_session_set_local_window_size(c->h2, NGHTTP2_FLAG_NONE, 0, CONN_WINDOW) != 0)
+        return -1;
+    return 0;
+}
+
+static ssize_t h2_input(pt_conn *c, const uint8_t *p, size_t n)
+{
+    ssize_t rv = nghttp2_session_mem_recv(c->h2, p, n);
+    if (rv < 0) {
+        /* Fatal for the session (bad preface, flood, protocol error): nghttp2 has queued
+         * a GOAWAY where it can; send it, then close. */
+        c->want_close = 1;
+        return (ssize_t)n;
+    }
+    return rv;
+}
+
+static int h2_want_read(const pt_conn *c)
+{
+    return nghttp2_session_want_read(c->h2);
+}
+
+static int h2_produce(pt_conn *c)
+{
+    while (c->out_len < OUT_BATCH) {
+        const uint8_t *data;
+        ssize_t n = nghttp2_session_mem_send(c->h2, &data);
+        if (n < 0)
+            return -1;
+        if (n == 0)
+            break;
+        if (pt_server_out_append(c, data, (size_t)n) < 0)
+            return -1;
+    }
+    if (!nghttp2_session_want_read(c->h2) && !nghttp2_session_want_write(c->h2))
+        c->want_close = 1;
+    return 0;
+}
+
+static void h2_complete(pt_conn *c, pt_task *t)
+{
+    t->state = PT_TASK_SEND;
+    if (submit(c, t) != 0)
+        nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, t->stream_id,
+                                  NGHTTP2_INTERNAL_ERROR);
+    /* freed in on_stream_close once the response is out (or the stream is reset) */
+}
+
+static void h2_eof(pt_conn *c)
+{
+    pt_server_conn_close(c);
+}
+
+static void h2_shutdown(pt_conn *c)
+{
+    if (c->stopping)
+        return;
+    c->stopping = 1;
+    /* Streams already started are finished; the session ends when they are done. */
+    nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(c->h2),
+                          NGHTTP2_NO_ERROR, NULL, 0);
+}
+
+static int h2_idle(const pt_conn *c)
+{
+    return c->ntasks == 0;
+}
+
+static void h2_free(pt_conn *c)
+{
+    /* Does not call on_stream_close; the server frees or detaches the tasks after this. */
+    nghttp2_session_del(c->h2);
+    c->h2 = NULL;
+}
+
+const pt_proto_ops pt_http2_ops = {
+    .name = "h2",
+    .start = h2_start,
+    .input = h2_input,
+    .want_read = h2_want_read,
+    .produce = h2_produce,
+    .complete = h2_complete,
+    .eof = h2_eof,
+    .shutdown = h2_shutdown,
+    .idle = h2_idle,
+    .free = h2_free,
+};

@@ -1,0 +1,126 @@
+#include "index.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <xxhash.h>
+
+typedef struct gen {
+    pt_index_key *slots;
+    size_t n;
+} gen;
+
+struct pt_index_cache {
+    pthread_mutex_t lock;
+    gen g[2]; /* g[cur] takes inserts */
+    int cur;
+    size_t slots;   /* per generation, power of two */
+    size_t gen_max; /* entries per generation before it rolls over */
+};
+
+static int key_empty(pt_index_key k) { return k.lo == 0 && k.hi == 0; }
+
+pt_index_key pt_index_key_of(pt_slice sid, int64_t bucket)
+{
+    XXH128_hash_t h = XXH3_128bits_withSeed(sid.p, sid.n, (XXH64_hash_t)bucket);
+    pt_index_key k = {h.low64, h.high64};
+    if (key_empty(k))
+        k.lo = 1; /* zero marks an empty slot */
+    return k;
+}
+
+pt_index_cache *pt_index_cache_new(size_t capacity)
+{
+    pt_index_cache *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    size_t gen_max = capacity / 2 ? capacity / 2 : 1;
+    size_t slots = 16;
+    while (slots < gen_max + gen_max / 3 + 1)
+        slots <<= 1;
+    c->slots = slots;
+    c->gen_max = gen_max;
+    for (int i = 0; i < 2; i++) {
+        c->g[i].slots = calloc(slots, sizeof(pt_index_key));
+        if (!c->g[i].slots) {
+            free(c->g[0].slots);
+            free(c);
+            return NULL;
+        }
+    }
+    pthread_mutex_init(&c->lock, NULL);
+    return c;
+}
+
+void pt_index_cache_free(pt_index_cache *c)
+{
+    if (!c)
+        return;
+    free(c->g[0].slots);
+    free(c->g[1].slots);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+/* Returns the slot holding k, or the empty slot where it would go. */
+static pt_index_key *probe(pt_index_key *slots, size_t mask, pt_index_key k)
+{
+    size_t i = (size_t)k.lo & mask;
+    for (;;) {
+        pt_index_key *s = &slots[i];
+        if (key_empty(*s) || (s->lo == k.lo && s->hi == k.hi))
+            return s;
+        i = (i + 1) & mask;
+    }
+}
+
+int pt_index_cache_has(pt_index_cache *c, pt_index_key k)
+{
+    pthread_mutex_lock(&c->lock);
+    int found = 0;
+    for (int i = 0; i < 2 && !found; i++)
+        found = !key_empty(*probe(c->g[i].slots, c->slots - 1, k));
+    pthread_mutex_unlock(&c->lock);
+    return found;
+}
+
+void pt_index_cache_add(pt_index_cache *c, const pt_index_key *keys, size_t n)
+{
+    pthread_mutex_lock(&c->lock);
+    for (size_t j = 0; j < n; j++) {
+        gen *g = &c->g[c->cur];
+        if (g->n >= c->gen_max) {
+            /* Roll over: forget the old generation, start a fresh current one. */
+            c->cur ^= 1;
+            g = &c->g[c->cur];
+            for (size_t i = 0; i < c->slots; i++)
+                g->slots[i] = (pt_index_key){0, 0};
+            g->n = 0;
+        }
+        pt_index_key *s = probe(g->slots, c->slots - 1, keys[j]);
+        if (key_empty(*s)) {
+            *s = keys[j];
+            g->n++;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+size_t pt_index_cache_size(pt_index_cache *c)
+{
+    pthread_mutex_lock(&c->lock);
+    size_t n = c->g[0].n + c->g[1].n;
+    pthread_mutex_unlock(&c->lock);
+    return n;
+}
+
+size_t pt_index_cache_capacity(pt_index_cache *c) { return c->gen_max * 2; }
+
+int pt_keyset_add(pt_keyset *s, pt_index_key k)
+{
+    pt_index_key *slot = probe(s->slots, s->mask, k);
+    if (!key_empty(*slot))
+        return 0;
+    *slot = k;
+    s->n++;
+    return 1;
+}

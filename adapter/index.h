@@ -1,0 +1,45 @@
+/*
+ * The in-process index cache: which (series, index bucket) pairs are known to have their
+ * index rows stored, so steady-state ingest writes no index cells.
+ *
+ * Memory is bounded: two generations of fixed-size hash sets of 128-bit keys. Lookups
+ * check both; inserts go to the current one; when it is full the old generation is dropped
+ * and the current one becomes old. A dropped entry only costs a rewrite of index rows that
+ * are already there (index writes are idempotent).
+ */
+#ifndef PT_INDEX_H
+#define PT_INDEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "slice.h"
+
+typedef struct pt_index_key {
+    uint64_t lo, hi;
+} pt_index_key;
+
+typedef struct pt_index_cache pt_index_cache;
+
+/* capacity: total entries kept (both generations). NULL on allocation failure. */
+pt_index_cache *pt_index_cache_new(size_t capacity);
+void pt_index_cache_free(pt_index_cache *c);
+
+pt_index_key pt_index_key_of(pt_slice sid, int64_t bucket);
+int pt_index_cache_has(pt_index_cache *c, pt_index_key k);
+/* Adds keys after the backend acknowledged their index rows. */
+void pt_index_cache_add(pt_index_cache *c, const pt_index_key *keys, size_t n);
+size_t pt_index_cache_size(pt_index_cache *c);
+size_t pt_index_cache_capacity(pt_index_cache *c);
+
+/* A small set for deduplicating keys inside one request (arena-free: caller gives slots). */
+typedef struct pt_keyset {
+    pt_index_key *slots;
+    size_t mask;
+    size_t n;
+} pt_keyset;
+
+/* slots must hold a power of two >= 2 * max entries, zeroed. Returns 1 if newly added. */
+int pt_keyset_add(pt_keyset *s, pt_index_key k);
+
+#endif

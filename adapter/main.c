@@ -1,0 +1,176 @@
+/* promtable: flags and configuration, backend, HTTP server, signals. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "app.h"
+#include "backend.h"
+#include "config.h"
+#include "error.h"
+#include "log.h"
+
+static pt_server *volatile the_server;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    if (the_server)
+        pt_server_stop(the_server);
+}
+
+/* Applies --config.file first, then every other flag over it. */
+static int parse_args(int argc, char **argv, pt_config *cfg, int *init_cmd)
+{
+    char err[512];
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 1; i < argc; i++) {
+            const char *a = argv[i];
+            if (strcmp(a, "init") == 0) {
+                *init_cmd = 1;
+                continue;
+            }
+            if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+                pt_config_usage(stdout, argv[0]);
+                exit(0);
+            }
+            if (strcmp(a, "--version") == 0) {
+                printf("promtable %s\n", PT_VERSION);
+                exit(0);
+            }
+            if (strncmp(a, "--", 2) != 0) {
+                fprintf(stderr, "promtable: unexpected argument \"%s\" (see --help)\n", a);
+                return -1;
+            }
+            char name[256];
+            const char *eq = strchr(a + 2, '='), *value;
+            size_t nl = eq ? (size_t)(eq - (a + 2)) : strlen(a + 2);
+            if (nl >= sizeof(name)) {
+                fprintf(stderr, "promtable: flag too long\n");
+                return -1;
+            }
+            memcpy(name, a + 2, nl);
+            name[nl] = '\0';
+            if (eq) {
+                value = eq + 1;
+            } else if (i + 1 < argc) {
+                value = argv[++i];
+            } else {
+                fprintf(stderr, "promtable: flag --%s needs a value\n", name);
+                return -1;
+            }
+            int is_file = strcmp(name, "config.file") == 0;
+            if (pass == 0 && is_file) {
+                if (pt_config_load_file(cfg, value, err, sizeof(err)) != 0) {
+                    fprintf(stderr, "promtable: %s\n", err);
+                    return -1;
+                }
+            } else if (pass == 1 && !is_file) {
+                if (pt_config_set_flag(cfg, name, value, err, sizeof(err)) != 0) {
+                    fprintf(stderr, "promtable: %s\n", err);
+                    return -1;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    pt_config cfg;
+    int init_cmd = 0, status = 1;
+    char err[512] = "";
+    pt_backend be = {0};
+    pt_index_cache *cache = NULL;
+    pt_server *srv = NULL;
+
+    pt_config_defaults(&cfg);
+    if (parse_args(argc, argv, &cfg, &init_cmd) != 0)
+        goto fail_config;
+    if (pt_log_set_level(cfg.log_level) != 0) {
+        fprintf(stderr, "promtable: unknown log.level \"%s\"\n", cfg.log_level);
+        goto fail_config;
+    }
+
+    const pt_backend_ops *ops = pt_backend_find(cfg.backend);
+    if (!ops || strcmp(cfg.backend, "faulty") == 0) {
+        fprintf(stderr, "promtable: unknown storage.backend \"%s\"\n", cfg.backend);
+        goto fail_config;
+    }
+    pt_backend_config bc = {
+        .path = cfg.storage_path,
+        .sync = cfg.storage_sync,
+    };
+    int rv = pt_backend_open(&be, ops, &bc, err, sizeof(err));
+    if (rv != 0) {
+        pt_log(PT_LOG_ERROR, "cannot open storage", "backend=%s err=\"%s\"", cfg.backend, err);
+        goto fail_config;
+    }
+    if (init_cmd) {
+        if (ops->init && ops->init(be.state, err, sizeof(err)) != 0) {
+            pt_log(PT_LOG_ERROR, "init failed", "backend=%s err=\"%s\"", cfg.backend, err);
+            goto fail_backend;
+        }
+        pt_log(PT_LOG_INFO, "storage initialised", "backend=%s", cfg.backend);
+        status = 0;
+        goto fail_backend;
+    }
+
+    cache = pt_index_cache_new((size_t)cfg.index_cache_entries);
+    if (!cache) {
+        pt_log_msg(PT_LOG_ERROR, "out of memory for the index cache");
+        goto fail_backend;
+    }
+    static pt_app app;
+    app.cfg = &cfg;
+    app.store = (pt_store){.be = &be, .cache = cache, .index_bucket_ms = cfg.index_bucket_ms,
+                           .max_series = (size_t)cfg.read_max_series,
+                           .max_samples = (size_t)cfg.read_max_samples};
+    app.lim.max_decoded = cfg.max_decoded_bytes;
+
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    pt_server_opts so = {
+        .listen_address = cfg.listen_address,
+        .workers = cfg.workers ? (int)cfg.workers : (int)(ncpu > 0 ? 2 * ncpu : 4),
+        .max_body = cfg.max_body_bytes,
+        .max_header_bytes = 64 * 1024,
+        .idle_timeout_ms = (int)cfg.idle_timeout_ms,
+        .max_connections = (int)cfg.max_connections,
+        .tls_cert_file = cfg.tls_cert_file[0] ? cfg.tls_cert_file : NULL,
+        .tls_key_file = cfg.tls_key_file[0] ? cfg.tls_key_file : NULL,
+    };
+    srv = pt_server_new(&so, pt_app_dispatch, &app, err, sizeof(err));
+    if (!srv) {
+        pt_log(PT_LOG_ERROR, "cannot start the HTTP server", "address=%s err=\"%s\"",
+               cfg.listen_address, err);
+        goto fail_cache;
+    }
+    app.srv = srv;
+    the_server = srv;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    atomic_store(&app.ready, 1);
+    pt_log(PT_LOG_INFO, "promtable started", "version=%s address=%s port=%d backend=%s tls=%s",
+           PT_VERSION, cfg.listen_address, pt_server_port(srv), cfg.backend,
+           so.tls_cert_file ? "true" : "false");
+    status = pt_server_run(srv) == 0 ? 0 : 1;
+    atomic_store(&app.ready, 0);
+    pt_log_msg(PT_LOG_INFO, "promtable stopping: requests finished, closing storage");
+
+    the_server = NULL;
+    pt_server_free(srv);
+fail_cache:
+    pt_index_cache_free(cache);
+fail_backend:
+    pt_backend_close(&be);
+fail_config:
+    pt_config_free(&cfg);
+    return status;
+}

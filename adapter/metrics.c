@@ -1,0 +1,217 @@
+#include "metrics.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "error.h"
+
+pt_metrics pt_m;
+
+/* Upper bounds in seconds; the last bucket is +Inf. */
+static const double bounds[PT_HIST_BUCKETS - 1] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                    0.05,   0.1,   0.25,   0.5,   1,    2.5, 10};
+
+static const char *const route_names[PT_ROUTE_COUNT] = {
+    "/api/v1/write", "/api/v1/read", "/metrics", "/-/healthy", "/-/ready", "other"};
+
+static const char *const reject_names[PT_REJECT_COUNT] = {"labels", "timestamp", "histogram",
+                                                         "exemplar"};
+
+const char *pt_route_name(int route)
+{
+    return route >= 0 && route < PT_ROUTE_COUNT ? route_names[route] : "other";
+}
+
+uint64_t pt_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void pt_metrics_observe(pt_histogram *h, uint64_t ns)
+{
+    double s = (double)ns / 1e9;
+    int i = 0;
+    while (i < PT_HIST_BUCKETS - 1 && s > bounds[i])
+        i++;
+    atomic_fetch_add_explicit(&h->buckets[i], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->sum_ns, ns, memory_order_relaxed);
+}
+
+/* Requests by (route, code, proto): a fixed table; codes seen are few. */
+#define REQ_SLOTS 64
+static struct {
+    int route, code, proto;
+    _Atomic uint64_t n;
+} req_slots[REQ_SLOTS];
+static _Atomic int req_nslots;
+static pthread_mutex_t req_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void pt_metrics_request(int route, int code, int proto)
+{
+    int n = atomic_load_explicit(&req_nslots, memory_order_acquire);
+    for (int i = 0; i < n; i++) {
+        if (req_slots[i].route == route && req_slots[i].code == code &&
+            req_slots[i].proto == proto) {
+            atomic_fetch_add_explicit(&req_slots[i].n, 1, memory_order_relaxed);
+            return;
+        }
+    }
+    pthread_mutex_lock(&req_lock);
+    n = atomic_load_explicit(&req_nslots, memory_order_relaxed);
+    int i;
+    for (i = 0; i < n; i++)
+        if (req_slots[i].route == route && req_slots[i].code == code &&
+            req_slots[i].proto == proto)
+            break;
+    if (i == n && n < REQ_SLOTS) {
+        req_slots[i].route = route;
+        req_slots[i].code = code;
+        req_slots[i].proto = proto;
+        atomic_store_explicit(&req_nslots, n + 1, memory_order_release);
+    }
+    if (i < REQ_SLOTS)
+        atomic_fetch_add_explicit(&req_slots[i].n, 1, memory_order_relaxed);
+    pthread_mutex_unlock(&req_lock);
+}
+
+typedef struct out {
+    pt_arena *a;
+    char *buf;
+    size_t len, cap;
+    int failed;
+} out;
+
+static void put(out *o, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            o->failed = 1;
+            return;
+        }
+        if ((size_t)n < o->cap - o->len) {
+            o->len += (size_t)n;
+            return;
+        }
+        size_t ncap = (o->cap + (size_t)n) * 2;
+        char *nb = pt_arena_alloc(o->a, ncap);
+        if (!nb) {
+            o->failed = 1;
+            return;
+        }
+        memcpy(nb, o->buf, o->len);
+        o->buf = nb;
+        o->cap = ncap;
+    }
+}
+
+#define LOAD(x) ((unsigned long long)atomic_load_explicit(&(x), memory_order_relaxed))
+
+static void counter(out *o, const char *name, const char *help, unsigned long long v)
+{
+    put(o, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name, v);
+}
+
+static void gauge(out *o, const char *name, const char *help, long v)
+{
+    put(o, "# HELP %s %s\n# TYPE %s gauge\n%s %ld\n", name, help, name, name, v);
+}
+
+static void hist_series(out *o, const char *name, const char *labels, pt_histogram *h)
+{
+    unsigned long long cum = 0;
+    const char *sep = labels[0] ? "," : "";
+    for (int i = 0; i < PT_HIST_BUCKETS; i++) {
+        cum += LOAD(h->buckets[i]);
+        if (i < PT_HIST_BUCKETS - 1)
+            put(o, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep, bounds[i], cum);
+        else
+            put(o, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep, cum);
+    }
+    put(o, "%s_sum%s%s%s %.9f\n", name, labels[0] ? "{" : "", labels, labels[0] ? "}" : "",
+        (double)LOAD(h->sum_ns) / 1e9);
+    put(o, "%s_count%s%s%s %llu\n", name, labels[0] ? "{" : "", labels, labels[0] ? "}" : "",
+        LOAD(h->count));
+}
+
+static void histogram(out *o, const char *name, const char *help, pt_histogram *h)
+{
+    put(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    hist_series(o, name, "", h);
+}
+
+long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
+{
+    out o = {a, NULL, 0, 0, 0};
+    o.cap = 16384;
+    o.buf = pt_arena_alloc(a, o.cap);
+    if (!o.buf)
+        return PT_ENOMEM;
+
+    put(&o, "# HELP promtable_build_info Build information.\n# TYPE promtable_build_info gauge\n"
+            "promtable_build_info{version=\"%s\"} 1\n", PT_VERSION);
+    counter(&o, "promtable_samples_received_total",
+            "Samples received by remote write and stored.", LOAD(pt_m.samples_received));
+    counter(&o, "promtable_series_received_total",
+            "TimeSeries entries received by remote write.", LOAD(pt_m.series_received));
+    counter(&o, "promtable_metadata_received_total",
+            "Metric metadata entries received by remote write (acknowledged, not stored).",
+            LOAD(pt_m.metadata_received));
+    put(&o, "# HELP promtable_samples_rejected_total Samples, histograms and exemplars "
+            "rejected with 400, by reason.\n# TYPE promtable_samples_rejected_total counter\n");
+    for (int i = 0; i < PT_REJECT_COUNT; i++)
+        put(&o, "promtable_samples_rejected_total{reason=\"%s\"} %llu\n", reject_names[i],
+            LOAD(pt_m.samples_rejected[i]));
+    counter(&o, "promtable_index_rows_written_total", "Series index rows written.",
+            LOAD(pt_m.index_rows_written));
+    counter(&o, "promtable_read_queries_total", "Remote read queries answered.",
+            LOAD(pt_m.read_queries));
+    counter(&o, "promtable_read_series_total", "Series returned by remote read.",
+            LOAD(pt_m.read_series));
+    counter(&o, "promtable_read_samples_total", "Samples returned by remote read.",
+            LOAD(pt_m.read_samples));
+    put(&o, "# HELP promtable_backend_errors_total Backend calls that failed, by operation.\n"
+            "# TYPE promtable_backend_errors_total counter\n"
+            "promtable_backend_errors_total{op=\"write\"} %llu\n"
+            "promtable_backend_errors_total{op=\"read\"} %llu\n",
+        LOAD(pt_m.backend_write_errors), LOAD(pt_m.backend_read_errors));
+    histogram(&o, "promtable_backend_write_duration_seconds",
+              "Duration of backend batch writes.", &pt_m.backend_write_duration);
+    histogram(&o, "promtable_backend_read_duration_seconds",
+              "Duration of backend scans for one remote read query.",
+              &pt_m.backend_read_duration);
+
+    put(&o, "# HELP promtable_http_requests_total HTTP requests by route, status code and "
+            "protocol (1 = HTTP/1.1, 2 = HTTP/2).\n# TYPE promtable_http_requests_total counter\n");
+    int n = atomic_load_explicit(&req_nslots, memory_order_acquire);
+    for (int i = 0; i < n; i++)
+        put(&o, "promtable_http_requests_total{route=\"%s\",code=\"%d\",proto=\"%d\"} %llu\n",
+            pt_route_name(req_slots[i].route), req_slots[i].code, req_slots[i].proto,
+            LOAD(req_slots[i].n));
+    put(&o, "# HELP promtable_http_request_duration_seconds Time from a complete request to "
+            "its response, by route.\n# TYPE promtable_http_request_duration_seconds histogram\n");
+    for (int r = 0; r < PT_ROUTE_COUNT; r++) {
+        char lab[64];
+        snprintf(lab, sizeof(lab), "route=\"%s\"", route_names[r]);
+        hist_series(&o, "promtable_http_request_duration_seconds", lab,
+                    &pt_m.request_duration[r]);
+    }
+    gauge(&o, "promtable_http_connections", "Open client connections.", g->connections);
+    gauge(&o, "promtable_index_cache_entries", "(series, day) pairs known to be indexed.",
+          g->index_cache_entries);
+    gauge(&o, "promtable_index_cache_capacity", "Capacity of the index cache.",
+          g->index_cache_capacity);
+    if (o.failed)
+        return PT_ENOMEM;
+    *res = o.buf;
+    return (long)o.len;
+}

@@ -1,0 +1,67 @@
+/*
+ * promtable's own metrics, exposed on /metrics in the Prometheus text format.
+ * Counters are lock-free atomics; the (route, code, proto) request counters live in a
+ * small fixed table.
+ */
+#ifndef PT_METRICS_H
+#define PT_METRICS_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "arena.h"
+
+#define PT_HIST_BUCKETS 14
+
+typedef struct pt_histogram {
+    _Atomic uint64_t buckets[PT_HIST_BUCKETS]; /* cumulative only when rendered */
+    _Atomic uint64_t count;
+    _Atomic uint64_t sum_ns;
+} pt_histogram;
+
+enum pt_route_id {
+    PT_ROUTE_WRITE, PT_ROUTE_READ, PT_ROUTE_METRICS, PT_ROUTE_HEALTHY, PT_ROUTE_READY,
+    PT_ROUTE_OTHER, PT_ROUTE_COUNT
+};
+
+enum pt_reject_reason {
+    PT_REJECT_LABELS, PT_REJECT_TIMESTAMP, PT_REJECT_HISTOGRAM, PT_REJECT_EXEMPLAR,
+    PT_REJECT_COUNT
+};
+
+typedef struct pt_metrics {
+    _Atomic uint64_t samples_received;
+    _Atomic uint64_t series_received;       /* TimeSeries entries */
+    _Atomic uint64_t samples_rejected[PT_REJECT_COUNT];
+    _Atomic uint64_t metadata_received;
+    _Atomic uint64_t index_rows_written;
+    _Atomic uint64_t read_queries;
+    _Atomic uint64_t read_series;
+    _Atomic uint64_t read_samples;
+    _Atomic uint64_t backend_write_errors;
+    _Atomic uint64_t backend_read_errors;
+    pt_histogram request_duration[PT_ROUTE_COUNT];
+    pt_histogram backend_write_duration;
+    pt_histogram backend_read_duration;
+} pt_metrics;
+
+extern pt_metrics pt_m;
+
+void pt_metrics_observe(pt_histogram *h, uint64_t ns);
+void pt_metrics_request(int route, int code, int proto);
+uint64_t pt_now_ns(void);
+
+/* Gauges gathered at render time. */
+typedef struct pt_metrics_gauges {
+    long connections;
+    long index_cache_entries;
+    long index_cache_capacity;
+} pt_metrics_gauges;
+
+/* Renders everything into arena memory; returns the text length or a negative error. */
+long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **out);
+
+const char *pt_route_name(int route);
+
+#endif

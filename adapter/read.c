@@ -1,0 +1,478 @@
+/* The read path: matchers → series through the index → cells merged in time order. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "error.h"
+#include "matcher.h"
+#include "metrics.h"
+#include "store.h"
+
+typedef struct series {
+    pt_slice sid;
+    pt_label *labels;
+    size_t nlabels;
+    uint64_t hash;
+} series;
+
+/* Candidate series of one query, deduplicated by sid. */
+typedef struct cands {
+    pt_arena *a;
+    series *v;
+    size_t n, cap;
+    uint32_t *slots; /* index + 1 into v; 0 = empty */
+    size_t mask;
+    size_t limit;    /* max series, 0 = none */
+    int err;
+} cands;
+
+static int cands_grow(cands *c)
+{
+    size_t ncap = c->cap ? c->cap * 2 : 256;
+    series *nv = pt_arena_alloc(c->a, ncap * sizeof(*nv));
+    uint32_t *ns = pt_arena_calloc(c->a, ncap * 2 * sizeof(*ns));
+    if (!nv || !ns)
+        return PT_ENOMEM;
+    if (c->n)
+        memcpy(nv, c->v, c->n * sizeof(*nv));
+    c->v = nv;
+    c->cap = ncap;
+    c->slots = ns;
+    c->mask = ncap * 2 - 1;
+    for (size_t i = 0; i < c->n; i++) {
+        size_t j = c->v[i].hash & c->mask;
+        while (c->slots[j])
+            j = (j + 1) & c->mask;
+        c->slots[j] = (uint32_t)(i + 1);
+    }
+    return 0;
+}
+
+/* Adds the series named by an index row (sid after the prefix, labels in value or sid). */
+static int cands_add(cands *c, pt_slice sid, pt_slice value)
+{
+    uint64_t h = XXH3_64bits(sid.p, sid.n);
+    if (c->cap) {
+        size_t j = h & c->mask;
+        while (c->slots[j]) {
+            series *s = &c->v[c->slots[j] - 1];
+            if (s->hash == h && pt_slice_eq(s->sid, sid))
+                return 0;
+            j = (j + 1) & c->mask;
+        }
+    }
+    if (c->limit && c->n >= c->limit * 4 + 1024) /* unfiltered candidates: generous bound */
+        return PT_ELIMIT;
+    if (c->n == c->cap) {
+        int rv = cands_grow(c);
+        if (rv)
+            return rv;
+    }
+    series *s = &c->v[c->n];
+    uint8_t *copy = pt_arena_alloc(c->a, sid.n);
+    if (!copy)
+        return PT_ENOMEM;
+    memcpy(copy, sid.p, sid.n);
+    s->sid = (pt_slice){copy, sid.n};
+    s->hash = h;
+    long nl;
+    if (value.n) {
+        uint8_t *vc = pt_arena_alloc(c->a, value.n);
+        if (!vc)
+            return PT_ENOMEM;
+        memcpy(vc, value.p, value.n);
+        nl = pt_labels_decode(c->a, (pt_slice){vc, value.n}, &s->labels);
+    } else {
+        nl = pt_series_id_parse(c->a, s->sid, &s->labels);
+        if (nl > 0) {
+            /* The sid keeps __name__ first; the stored order is by name. */
+            pt_label name = s->labels[0];
+            size_t i = 1;
+            while (i < (size_t)nl && pt_slice_cmp(s->labels[i].name, name.name) < 0) {
+                s->labels[i - 1] = s->labels[i];
+                i++;
+            }
+            s->labels[i - 1] = name;
+        }
+    }
+    if (nl < 0)
+        return nl == PT_ENOMEM ? PT_ENOMEM : PT_EINTERNAL;
+    s->nlabels = (size_t)nl;
+    size_t j = h & c->mask;
+    while (c->slots[j])
+        j = (j + 1) & c->mask;
+    c->slots[j] = (uint32_t)(c->n + 1);
+    c->n++;
+    return 0;
+}
+
+typedef struct qctx {
+    pt_store *st;
+    pt_arena *a;
+    pt_matcher *ms;
+    size_t nms;
+    int64_t day_first, day_last;
+    cands c;
+} qctx;
+
+/* Scans the index rows in [first, last): one range covers every day of the query because
+ * the day is fixed-width inside the key. */
+static int scan_days(qctx *q, pt_slice first, pt_slice last, pt_cell_fn fn, void *ud)
+{
+    pt_row_range r = {first, last};
+    pt_scan s = {PT_TABLE_INDEX, &r, 1, {0}, {0}, 0};
+    return pt_backend_scan(q->st->be, &s, fn, ud);
+}
+
+typedef struct rowcb {
+    qctx *q;
+    size_t prefix_len;
+    pt_matcher *filter; /* values rows: keep values this matcher accepts */
+    pt_slice *vals;     /* collected values (unescaped) */
+    size_t nvals, capvals;
+} rowcb;
+
+static int on_series_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    (void)qual;
+    rowcb *r = ud;
+    if (row.n < r->prefix_len)
+        return PT_EINTERNAL;
+    return cands_add(&r->q->c, (pt_slice){row.p + r->prefix_len, row.n - r->prefix_len}, value);
+}
+
+static int on_value_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    (void)qual;
+    (void)value;
+    rowcb *r = ud;
+    pt_slice esc = {row.p + r->prefix_len, row.n - r->prefix_len};
+    uint8_t *v = pt_arena_alloc(r->q->a, esc.n ? esc.n : 1);
+    if (!v)
+        return PT_ENOMEM;
+    long n = pt_unescape(v, esc);
+    if (n < 0)
+        return PT_EINTERNAL;
+    pt_slice val = {v, (size_t)n};
+    if (r->filter && !pt_matcher_match(r->filter, val))
+        return 0;
+    for (size_t i = 0; i < r->nvals; i++) /* the same value on several days */
+        if (pt_slice_eq(r->vals[i], val))
+            return 0;
+    if (r->nvals == r->capvals) {
+        size_t ncap = r->capvals ? r->capvals * 2 : 64;
+        pt_slice *nv = pt_arena_alloc(r->q->a, ncap * sizeof(*nv));
+        if (!nv)
+            return PT_ENOMEM;
+        if (r->nvals)
+            memcpy(nv, r->vals, r->nvals * sizeof(*nv));
+        r->vals = nv;
+        r->capvals = ncap;
+    }
+    r->vals[r->nvals++] = val;
+    return 0;
+}
+
+/* Values of label `name` over the query's days, kept when `filter` accepts them. */
+static int list_values(qctx *q, pt_slice name, pt_matcher *filter, rowcb *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->q = q;
+    r->filter = filter;
+    size_t cap = PT_INDEX_PREFIX_MAX(name.n, 0);
+    uint8_t *b0 = pt_arena_alloc(q->a, cap), *b1 = pt_arena_alloc(q->a, cap);
+    if (!b0 || !b1)
+        return PT_ENOMEM;
+    uint8_t *e0 = pt_index_values_prefix(b0, name, q->day_first);
+    uint8_t *e1 = pt_index_values_prefix(b1, name, q->day_last + q->st->index_bucket_ms);
+    r->prefix_len = (size_t)(e0 - b0);
+    return scan_days(q, (pt_slice){b0, r->prefix_len}, (pt_slice){b1, (size_t)(e1 - b1)},
+                     on_value_row, r);
+}
+
+/* Series of the metric (name == NULL) or of the posting name=value, over all days. */
+static int collect(qctx *q, const pt_slice *name, pt_slice value)
+{
+    size_t cap = PT_INDEX_PREFIX_MAX(name ? name->n : 0, value.n);
+    uint8_t *b0 = pt_arena_alloc(q->a, cap), *b1 = pt_arena_alloc(q->a, cap);
+    if (!b0 || !b1)
+        return PT_ENOMEM;
+    int64_t after = q->day_last + q->st->index_bucket_ms;
+    uint8_t *e0 = name ? pt_index_posting_prefix(b0, *name, value, q->day_first)
+                       : pt_index_metric_prefix(b0, value, q->day_first);
+    uint8_t *e1 = name ? pt_index_posting_prefix(b1, *name, value, after)
+                       : pt_index_metric_prefix(b1, value, after);
+    rowcb r = {.q = q, .prefix_len = (size_t)(e0 - b0)};
+    return scan_days(q, (pt_slice){b0, r.prefix_len}, (pt_slice){b1, (size_t)(e1 - b1)},
+                     on_series_row, &r);
+}
+
+static int is_metric_name(pt_slice s) { return pt_slice_eq(s, PT_SLICE_LIT("__name__")); }
+
+/* Picks the cheapest way to list candidates, then collects them. */
+static int resolve(qctx *q)
+{
+    pt_matcher *name_eq = NULL, *name_re = NULL, *label_eq = NULL, *label_any = NULL;
+    for (size_t i = 0; i < q->nms; i++) {
+        pt_matcher *m = &q->ms[i];
+        if (m->matches_empty)
+            continue;
+        if (is_metric_name(m->name)) {
+            if (m->type == PT_MATCH_EQ)
+                name_eq = m;
+            else if (!name_re)
+                name_re = m;
+        } else if (m->type == PT_MATCH_EQ && !label_eq) {
+            label_eq = m;
+        } else if (!label_any) {
+            label_any = m;
+        }
+    }
+    if (name_eq)
+        return collect(q, NULL, name_eq->value);
+    if (label_eq)
+        return collect(q, &label_eq->name, label_eq->value);
+    rowcb r;
+    int rv;
+    if (name_re || !label_any) {
+        /* A name regex, or nothing selective at all: list metric names. */
+        if ((rv = list_values(q, PT_SLICE_LIT("__name__"), name_re, &r)) != 0)
+            return rv;
+        for (size_t i = 0; i < r.nvals; i++)
+            if ((rv = collect(q, NULL, r.vals[i])) != 0)
+                return rv;
+        return 0;
+    }
+    if ((rv = list_values(q, label_any->name, label_any, &r)) != 0)
+        return rv;
+    for (size_t i = 0; i < r.nvals; i++)
+        if ((rv = collect(q, &label_any->name, r.vals[i])) != 0)
+            return rv;
+    return 0;
+}
+
+static pt_slice label_value(const series *s, pt_slice name)
+{
+    for (size_t i = 0; i < s->nlabels; i++)
+        if (pt_slice_eq(s->labels[i].name, name))
+            return s->labels[i].value;
+    return (pt_slice){(const uint8_t *)"", 0};
+}
+
+static int series_cmp(const void *x, const void *y)
+{
+    const series *a = x, *b = y;
+    return pt_labels_cmp(a->labels, a->nlabels, b->labels, b->nlabels);
+}
+
+typedef struct samples {
+    pt_arena *a;
+    int64_t base;
+    Prometheus__Sample **v;
+    Prometheus__Sample *pool;
+    size_t n, cap;
+    size_t *total;
+    size_t limit;
+} samples;
+
+static int on_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    (void)row;
+    samples *s = ud;
+    if (s->limit && *s->total >= s->limit)
+        return PT_ELIMIT;
+    if (s->n == s->cap) {
+        size_t ncap = s->cap ? s->cap * 2 : 64;
+        Prometheus__Sample **nv = pt_arena_alloc(s->a, ncap * sizeof(*nv));
+        Prometheus__Sample *np = pt_arena_alloc(s->a, (ncap - s->cap) * sizeof(*np));
+        if (!nv || !np)
+            return PT_ENOMEM;
+        if (s->n)
+            memcpy(nv, s->v, s->n * sizeof(*nv));
+        for (size_t i = s->cap; i < ncap; i++)
+            nv[i] = &np[i - s->cap];
+        s->v = nv;
+        s->cap = ncap;
+    }
+    Prometheus__Sample *out = s->v[s->n];
+    prometheus__sample__init(out);
+    if (pt_cell_decode(s->base, qual, value, &out->timestamp, &out->value) != 0)
+        return PT_EINTERNAL;
+    s->n++;
+    (*s->total)++;
+    return 0;
+}
+
+static void put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+/* Reads the cells of one series in [start, end], bucket by bucket (time order). */
+static int read_series(qctx *q, const series *se, int64_t start, int64_t end, samples *s)
+{
+    size_t keylen = PT_ROW_KEY_LEN(se->sid.n);
+    uint8_t *key = pt_arena_alloc(q->a, keylen + 1);
+    uint8_t *qb = pt_arena_alloc(q->a, 8);
+    if (!key || !qb)
+        return PT_ENOMEM;
+    for (int64_t base = pt_bucket_base(start); base <= end; base += PT_BUCKET_MS) {
+        pt_row_key(key, se->sid, base);
+        key[keylen] = 0;
+        pt_row_range r = {{key, keylen}, {key, keylen + 1}};
+        pt_scan sc = {PT_TABLE_POINTS, &r, 1, {0}, {0}, 0};
+        if (start > base) {
+            put_be32(qb, (uint32_t)(start - base));
+            sc.qual_start = (pt_slice){qb, 4};
+        }
+        if (end - base + 1 < PT_BUCKET_MS) {
+            put_be32(qb + 4, (uint32_t)(end - base + 1));
+            sc.qual_end = (pt_slice){qb + 4, 4};
+        }
+        s->base = base;
+        int rv = pt_backend_scan(q->st->be, &sc, on_cell, s);
+        if (rv)
+            return rv;
+    }
+    return 0;
+}
+
+static int run_query(pt_store *st, const Prometheus__Query *pq, pt_arena *a,
+                     Prometheus__QueryResult *qr, char *msg, size_t msglen)
+{
+    int rv = 0;
+    qctx q = {.st = st, .a = a};
+    q.c.a = a;
+    q.c.limit = st->max_series;
+    q.nms = pq->n_matchers;
+    q.ms = pt_arena_calloc(a, (q.nms ? q.nms : 1) * sizeof(*q.ms));
+    if (!q.ms)
+        return PT_ENOMEM;
+    size_t inited = 0;
+    for (; inited < q.nms; inited++) {
+        const Prometheus__LabelMatcher *lm = pq->matchers[inited];
+        rv = pt_matcher_init(&q.ms[inited], (int)lm->type,
+                             (pt_slice){lm->name.data, lm->name.len},
+                             (pt_slice){lm->value.data, lm->value.len}, msg, msglen);
+        if (rv)
+            goto out;
+    }
+    int64_t start = pq->start_timestamp_ms < 0 ? 0 : pq->start_timestamp_ms;
+    int64_t end = pq->end_timestamp_ms;
+    if (end > PT_MAX_TIME_MS)
+        end = PT_MAX_TIME_MS; /* 13 decimal digits of base; keeps the bucket loop finite */
+    if (end < start)
+        goto out;
+    q.day_first = start - start % st->index_bucket_ms;
+    q.day_last = end - end % st->index_bucket_ms;
+
+    uint64_t t0 = pt_now_ns();
+    rv = resolve(&q);
+    if (rv)
+        goto fail_backend;
+
+    /* Keep the candidates every matcher accepts. */
+    size_t k = 0;
+    for (size_t i = 0; i < q.c.n; i++) {
+        series *se = &q.c.v[i];
+        size_t j = 0;
+        while (j < q.nms && pt_matcher_match(&q.ms[j], label_value(se, q.ms[j].name)))
+            j++;
+        if (j == q.nms)
+            q.c.v[k++] = *se;
+    }
+    if (st->max_series && k > st->max_series) {
+        rv = PT_ELIMIT;
+        snprintf(msg, msglen, "query selects %zu series, over the limit of %zu (read.max_series)",
+                 k, st->max_series);
+        goto out;
+    }
+    if (k > 1)
+        qsort(q.c.v, k, sizeof(series), series_cmp);
+
+    qr->timeseries = pt_arena_alloc(a, (k ? k : 1) * sizeof(*qr->timeseries));
+    if (!qr->timeseries) {
+        rv = PT_ENOMEM;
+        goto out;
+    }
+    size_t total = 0, nts = 0;
+    for (size_t i = 0; i < k; i++) {
+        series *se = &q.c.v[i];
+        samples s = {.a = a, .total = &total, .limit = st->max_samples};
+        rv = read_series(&q, se, start, end, &s);
+        if (rv == PT_ELIMIT) {
+            snprintf(msg, msglen, "query returns more than %zu samples, over the limit "
+                                  "(read.max_samples)", st->max_samples);
+            goto out;
+        }
+        if (rv)
+            goto fail_backend;
+        if (s.n == 0)
+            continue;
+        Prometheus__TimeSeries *ts = pt_arena_alloc(a, sizeof(*ts));
+        Prometheus__Label **lp = pt_arena_alloc(a, se->nlabels * sizeof(*lp));
+        Prometheus__Label *lv = pt_arena_alloc(a, se->nlabels * sizeof(*lv));
+        if (!ts || !lp || !lv) {
+            rv = PT_ENOMEM;
+            goto out;
+        }
+        prometheus__time_series__init(ts);
+        for (size_t j = 0; j < se->nlabels; j++) {
+            prometheus__label__init(&lv[j]);
+            lv[j].name = (ProtobufCBinaryData){se->labels[j].name.n, (uint8_t *)se->labels[j].name.p};
+            lv[j].value = (ProtobufCBinaryData){se->labels[j].value.n,
+                                                (uint8_t *)se->labels[j].value.p};
+            lp[j] = &lv[j];
+        }
+        ts->labels = lp;
+        ts->n_labels = se->nlabels;
+        ts->samples = s.v;
+        ts->n_samples = s.n;
+        qr->timeseries[nts++] = ts;
+    }
+    qr->n_timeseries = nts;
+    pt_metrics_observe(&pt_m.backend_read_duration, pt_now_ns() - t0);
+    pt_m.read_series += nts;
+    pt_m.read_samples += total;
+    goto out;
+
+fail_backend:
+    if (rv == PT_ELIMIT) {
+        snprintf(msg, msglen, "query touches too many series (limit read.max_series = %zu)",
+                 st->max_series);
+    } else {
+        pt_m.backend_read_errors++;
+        snprintf(msg, msglen, "storage read failed: %s", pt_strerror(rv));
+    }
+out:
+    for (size_t i = 0; i < inited; i++)
+        pt_matcher_free(&q.ms[i]);
+    return rv;
+}
+
+int pt_store_read(pt_store *st, const Prometheus__ReadRequest *rr, pt_arena *a,
+                  Prometheus__ReadResponse *resp, char *msg, size_t msglen)
+{
+    prometheus__read_response__init(resp);
+    resp->n_results = rr->n_queries;
+    resp->results = pt_arena_alloc(a, (rr->n_queries ? rr->n_queries : 1) * sizeof(*resp->results));
+    if (!resp->results)
+        return PT_ENOMEM;
+    for (size_t i = 0; i < rr->n_queries; i++) {
+        Prometheus__QueryResult *qr = pt_arena_alloc(a, sizeof(*qr));
+        if (!qr)
+            return PT_ENOMEM;
+        prometheus__query_result__init(qr);
+        int rv = run_query(st, rr->queries[i], a, qr, msg, msglen);
+        if (rv)
+            return rv;
+        resp->results[i] = qr;
+        pt_m.read_queries++;
+    }
+    return 0;
+}

@@ -1,0 +1,421 @@
+#include "rowkey.h"
+
+#include <openssl/evp.h>
+#include <string.h>
+
+#include "error.h"
+
+static const char hexdig[] = "0123456789abcdef";
+
+static int needs_escape(uint8_t c)
+{
+    return c < 0x20 || c == '\\' || c == ',' || c == '=' || c == '@';
+}
+
+size_t pt_escaped_len(pt_slice s)
+{
+    size_t n = s.n;
+    for (size_t i = 0; i < s.n; i++) {
+        if (s.p[i] < 0x20)
+            n += 3;
+        else if (needs_escape(s.p[i]))
+            n += 1;
+    }
+    return n;
+}
+
+uint8_t *pt_escape(uint8_t *dst, pt_slice s)
+{
+    for (size_t i = 0; i < s.n; i++) {
+        uint8_t c = s.p[i];
+        if (c < 0x20) {
+            *dst++ = '\\';
+            *dst++ = 'x';
+            *dst++ = (uint8_t)hexdig[c >> 4];
+            *dst++ = (uint8_t)hexdig[c & 15];
+        } else if (needs_escape(c)) {
+            *dst++ = '\\';
+            *dst++ = c;
+        } else {
+            *dst++ = c;
+        }
+    }
+    return dst;
+}
+
+static int hexval(uint8_t c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+long pt_unescape(uint8_t *dst, pt_slice src)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < src.n; i++) {
+        uint8_t c = src.p[i];
+        if (c != '\\') {
+            dst[o++] = c;
+            continue;
+        }
+        if (++i >= src.n)
+            return -1;
+        c = src.p[i];
+        if (c == 'x') {
+            if (i + 2 >= src.n)
+                return -1;
+            int h = hexval(src.p[i + 1]), l = hexval(src.p[i + 2]);
+            if (h < 0 || l < 0 || (h << 4 | l) >= 0x20)
+                return -1;
+            dst[o++] = (uint8_t)(h << 4 | l);
+            i += 2;
+        } else if (c == '\\' || c == ',' || c == '=' || c == '@') {
+            dst[o++] = c;
+        } else {
+            return -1;
+        }
+    }
+    return (long)o;
+}
+
+static pt_slice metric_of(const pt_label *labels, size_t n, size_t *name_idx)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (labels[i].name.n == 8 && memcmp(labels[i].name.p, "__name__", 8) == 0) {
+            *name_idx = i;
+            return labels[i].value;
+        }
+    }
+    *name_idx = n;
+    return (pt_slice){(const uint8_t *)"", 0};
+}
+
+int pt_series_id(pt_arena *a, const pt_label *labels, size_t n, pt_slice *sid)
+{
+    size_t ni;
+    pt_slice metric = metric_of(labels, n, &ni);
+    size_t len = pt_escaped_len(metric);
+    for (size_t i = 0; i < n; i++) {
+        if (i == ni)
+            continue;
+        len += 2 + pt_escaped_len(labels[i].name) + pt_escaped_len(labels[i].value);
+    }
+    uint8_t *buf = pt_arena_alloc(a, len);
+    if (!buf)
+        return PT_ENOMEM;
+    uint8_t *p = pt_escape(buf, metric);
+    size_t metric_len = (size_t)(p - buf);
+    for (size_t i = 0; i < n; i++) {
+        if (i == ni)
+            continue;
+        *p++ = ',';
+        p = pt_escape(p, labels[i].name);
+        *p++ = '=';
+        p = pt_escape(p, labels[i].value);
+    }
+    if (PT_ROW_KEY_LEN(len) <= PT_MAX_ROW_KEY) {
+        *sid = (pt_slice){buf, len};
+        return 0;
+    }
+
+    /* Too long for a row key: keep the metric (when short) and a digest of the whole sid. */
+    uint8_t md[32];
+    unsigned mdlen = 0;
+    if (!EVP_Digest(buf, len, md, &mdlen, EVP_sha256(), NULL) || mdlen != 32)
+        return PT_EINTERNAL;
+    size_t keep = metric_len <= PT_HASHED_METRIC_MAX ? metric_len : 0;
+    uint8_t *h = pt_arena_alloc(a, keep + 3 + 64);
+    if (!h)
+        return PT_ENOMEM;
+    memcpy(h, buf, keep);
+    p = h + keep;
+    if (keep)
+        *p++ = ',';
+    *p++ = '\\';
+    *p++ = '#';
+    for (int i = 0; i < 32; i++) {
+        *p++ = (uint8_t)hexdig[md[i] >> 4];
+        *p++ = (uint8_t)hexdig[md[i] & 15];
+    }
+    *sid = (pt_slice){h, (size_t)(p - h)};
+    return 0;
+}
+
+/* Length of the escaped token starting at s[i], ending before an unescaped ',' or '='. */
+static size_t token_end(pt_slice s, size_t i)
+{
+    while (i < s.n) {
+        if (s.p[i] == '\\') {
+            if (i + 1 < s.n && s.p[i + 1] == 'x')
+                i += 4;
+            else
+                i += 2;
+            continue;
+        }
+        if (s.p[i] == ',' || s.p[i] == '=')
+            break;
+        i++;
+    }
+    return i > s.n ? s.n : i;
+}
+
+static int unescape_into(pt_arena *a, pt_slice esc, pt_slice *out)
+{
+    uint8_t *d = pt_arena_alloc(a, esc.n ? esc.n : 1);
+    if (!d)
+        return PT_ENOMEM;
+    long n = pt_unescape(d, esc);
+    if (n < 0)
+        return PT_EINTERNAL;
+    *out = (pt_slice){d, (size_t)n};
+    return 0;
+}
+
+long pt_series_id_parse(pt_arena *a, pt_slice sid, pt_label **labels)
+{
+    size_t count = 1;
+    for (size_t i = 0; i < sid.n; i++) {
+        if (sid.p[i] == '\\') {
+            if (i + 1 < sid.n && sid.p[i + 1] == '#')
+                return PT_EINTERNAL; /* hashed: labels live in the index */
+            i++;
+        } else if (sid.p[i] == ',') {
+            count++;
+        }
+    }
+    pt_label *ls = pt_arena_alloc(a, count * sizeof(*ls));
+    if (!ls)
+        return PT_ENOMEM;
+    size_t e = token_end(sid, 0);
+    if (e < sid.n && sid.p[e] != ',')
+        return PT_EINTERNAL;
+    ls[0].name = PT_SLICE_LIT("__name__");
+    if (unescape_into(a, (pt_slice){sid.p, e}, &ls[0].value) != 0)
+        return PT_EINTERNAL;
+    size_t k = 1, i = e;
+    while (i < sid.n) {
+        size_t ns = i + 1, ne = token_end(sid, ns);
+        if (ne >= sid.n || sid.p[ne] != '=')
+            return PT_EINTERNAL;
+        size_t vs = ne + 1, ve = token_end(sid, vs);
+        if (ve < sid.n && sid.p[ve] != ',')
+            return PT_EINTERNAL;
+        if (k >= count)
+            return PT_EINTERNAL;
+        if (unescape_into(a, (pt_slice){sid.p + ns, ne - ns}, &ls[k].name) != 0 ||
+            unescape_into(a, (pt_slice){sid.p + vs, ve - vs}, &ls[k].value) != 0)
+            return PT_EINTERNAL;
+        k++;
+        i = ve;
+    }
+    *labels = ls;
+    return (long)k;
+}
+
+static uint8_t *put_digits13(uint8_t *dst, int64_t v)
+{
+    for (int i = PT_BASE_DIGITS - 1; i >= 0; i--) {
+        dst[i] = (uint8_t)('0' + v % 10);
+        v /= 10;
+    }
+    return dst + PT_BASE_DIGITS;
+}
+
+uint8_t *pt_row_key(uint8_t *dst, pt_slice sid, int64_t base)
+{
+    memcpy(dst, sid.p, sid.n);
+    dst += sid.n;
+    *dst++ = ',';
+    *dst++ = '@';
+    return put_digits13(dst, base);
+}
+
+int64_t pt_row_key_base(pt_slice row)
+{
+    if (row.n < 2 + PT_BASE_DIGITS)
+        return -1;
+    const uint8_t *d = row.p + row.n - PT_BASE_DIGITS;
+    if (d[-2] != ',' || d[-1] != '@')
+        return -1;
+    int64_t v = 0;
+    for (int i = 0; i < PT_BASE_DIGITS; i++) {
+        if (d[i] < '0' || d[i] > '9')
+            return -1;
+        v = v * 10 + (d[i] - '0');
+    }
+    return v;
+}
+
+void pt_cell_encode(int64_t t, double v, uint8_t qual[PT_QUAL_LEN], uint8_t val[PT_VALUE_LEN])
+{
+    uint32_t off = (uint32_t)(t - pt_bucket_base(t));
+    qual[0] = (uint8_t)(off >> 24);
+    qual[1] = (uint8_t)(off >> 16);
+    qual[2] = (uint8_t)(off >> 8);
+    qual[3] = (uint8_t)off;
+    uint64_t bits;
+    memcpy(&bits, &v, 8);
+    for (int i = 7; i >= 0; i--) {
+        val[i] = (uint8_t)bits;
+        bits >>= 8;
+    }
+}
+
+int pt_cell_decode(int64_t base, pt_slice qual, pt_slice val, int64_t *t, double *v)
+{
+    if (qual.n != PT_QUAL_LEN || val.n != PT_VALUE_LEN)
+        return PT_EINTERNAL;
+    uint32_t off = (uint32_t)qual.p[0] << 24 | (uint32_t)qual.p[1] << 16 |
+                   (uint32_t)qual.p[2] << 8 | qual.p[3];
+    uint64_t bits = 0;
+    for (int i = 0; i < 8; i++)
+        bits = bits << 8 | val.p[i];
+    *t = base + off;
+    memcpy(v, &bits, 8);
+    return 0;
+}
+
+static uint8_t *day_tail(uint8_t *p, int64_t day)
+{
+    *p++ = ',';
+    *p++ = '@';
+    p = put_digits13(p, day);
+    *p++ = ',';
+    return p;
+}
+
+uint8_t *pt_index_metric_prefix(uint8_t *dst, pt_slice metric, int64_t day)
+{
+    return day_tail(pt_escape(dst, metric), day);
+}
+
+uint8_t *pt_index_posting_prefix(uint8_t *dst, pt_slice name, pt_slice value, int64_t day)
+{
+    *dst++ = '~';
+    dst = pt_escape(dst, name);
+    *dst++ = '=';
+    dst = pt_escape(dst, value);
+    return day_tail(dst, day);
+}
+
+uint8_t *pt_index_values_prefix(uint8_t *dst, pt_slice name, int64_t day)
+{
+    *dst++ = '=';
+    return day_tail(pt_escape(dst, name), day);
+}
+
+void pt_prefix_end(uint8_t *dst, pt_slice prefix, pt_slice *end)
+{
+    size_t n = prefix.n;
+    memcpy(dst, prefix.p, n);
+    while (n > 0 && dst[n - 1] == 0xff)
+        n--;
+    if (n == 0) {
+        *end = (pt_slice){dst, 0};
+        return;
+    }
+    dst[n - 1]++;
+    *end = (pt_slice){dst, n};
+}
+
+static size_t uvarint_len(size_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static uint8_t *put_uvarint(uint8_t *p, size_t v)
+{
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+static int get_uvarint(pt_slice b, size_t *i, size_t *v)
+{
+    size_t r = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (*i >= b.n)
+            return -1;
+        uint8_t c = b.p[(*i)++];
+        r |= (size_t)(c & 0x7f) << shift;
+        if (!(c & 0x80)) {
+            *v = r;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+size_t pt_labels_encoded_len(const pt_label *labels, size_t n)
+{
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++)
+        len += uvarint_len(labels[i].name.n) + labels[i].name.n +
+               uvarint_len(labels[i].value.n) + labels[i].value.n;
+    return len;
+}
+
+uint8_t *pt_labels_encode(uint8_t *dst, const pt_label *labels, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        dst = put_uvarint(dst, labels[i].name.n);
+        memcpy(dst, labels[i].name.p, labels[i].name.n);
+        dst += labels[i].name.n;
+        dst = put_uvarint(dst, labels[i].value.n);
+        memcpy(dst, labels[i].value.p, labels[i].value.n);
+        dst += labels[i].value.n;
+    }
+    return dst;
+}
+
+long pt_labels_decode(pt_arena *a, pt_slice buf, pt_label **labels)
+{
+    size_t count = 0, i = 0, len;
+    while (i < buf.n) {
+        for (int k = 0; k < 2; k++) {
+            if (get_uvarint(buf, &i, &len) != 0 || len > buf.n - i)
+                return PT_EINTERNAL;
+            i += len;
+        }
+        count++;
+    }
+    pt_label *ls = pt_arena_alloc(a, (count ? count : 1) * sizeof(*ls));
+    if (!ls)
+        return PT_ENOMEM;
+    i = 0;
+    for (size_t k = 0; k < count; k++) {
+        get_uvarint(buf, &i, &len);
+        ls[k].name = (pt_slice){buf.p + i, len};
+        i += len;
+        get_uvarint(buf, &i, &len);
+        ls[k].value = (pt_slice){buf.p + i, len};
+        i += len;
+    }
+    *labels = ls;
+    return (long)count;
+}
+
+int pt_labels_cmp(const pt_label *a, size_t na, const pt_label *b, size_t nb)
+{
+    size_t n = na < nb ? na : nb;
+    for (size_t i = 0; i < n; i++) {
+        int c = pt_slice_cmp(a[i].name, b[i].name);
+        if (c)
+            return c;
+        c = pt_slice_cmp(a[i].value, b[i].value);
+        if (c)
+            return c;
+    }
+    return (na > nb) - (na < nb);
+}

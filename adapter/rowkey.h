@@ -1,0 +1,97 @@
+/*
+ * The storage schema of DESIGN §3: label sets → series ids → row keys, samples → cells,
+ * and the index row keys. Everything here is pure computation; nothing allocates except
+ * through a caller's arena.
+ *
+ * Series id (sid): the escaped metric name, then for every other label in byte order of
+ * name ",name=value" (escaped). In names and values the bytes \ , = @ are written as
+ * '\' + byte and bytes < 0x20 as "\xHH", so a sid never contains an unescaped ",@" and never
+ * the byte 0x00. A data row key is sid ",@" base, base being 13 zero-padded decimal digits.
+ *
+ * Long series: when sid ",@" base would exceed PT_MAX_ROW_KEY bytes (Bigtable's cap is 4 KiB)
+ * the sid is replaced by a hashed sid: escaped metric ",\#" + 64 hex digits of SHA-256 over
+ * the full sid (or just "\#" + hex when the metric alone is too long). "\#" never occurs in
+ * an escaped string, so hashed and plain sids cannot collide or prefix each other. The full
+ * label set of every series is stored in its index rows, so hashed series read back exactly.
+ */
+#ifndef PT_ROWKEY_H
+#define PT_ROWKEY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "arena.h"
+#include "slice.h"
+
+#define PT_MAX_ROW_KEY 4096
+#define PT_BASE_DIGITS 13
+#define PT_BUCKET_MS ((int64_t)1 << 32)
+#define PT_QUAL_LEN 4
+#define PT_VALUE_LEN 8
+/* Sample times must be in [0, PT_MAX_TIME_MS] so every base fits 13 decimal digits. */
+#define PT_MAX_TIME_MS ((int64_t)9999999999999 - PT_BUCKET_MS)
+/* The longest escaped metric kept in front of a hashed sid. */
+#define PT_HASHED_METRIC_MAX 1024
+
+typedef struct pt_label {
+    pt_slice name;
+    pt_slice value;
+} pt_label;
+
+/* Escaping of one name or value. */
+size_t pt_escaped_len(pt_slice s);
+uint8_t *pt_escape(uint8_t *dst, pt_slice s);
+/* Reverses pt_escape; returns the length written or -1 on a malformed escape. dst must hold
+ * src.n bytes. */
+long pt_unescape(uint8_t *dst, pt_slice src);
+
+/* Builds the sid of a validated label set (sorted by name, unique names, no empty values,
+ * containing __name__). The sid is allocated from the arena. Returns 0, or PT_ENOMEM. */
+int pt_series_id(pt_arena *a, const pt_label *labels, size_t n, pt_slice *sid);
+
+/* Splits a plain (not hashed) sid back into labels; labels are arena-allocated, __name__
+ * first as in the sid. Returns the count, or a negative error for a hashed or malformed
+ * sid. */
+long pt_series_id_parse(pt_arena *a, pt_slice sid, pt_label **labels);
+
+/* Bucket base of a sample time (t >= 0). */
+static inline int64_t pt_bucket_base(int64_t t) { return t & ~(PT_BUCKET_MS - 1); }
+
+/* Writes sid ",@" base13 into dst (sid.n + 2 + 13 bytes); returns the end. */
+uint8_t *pt_row_key(uint8_t *dst, pt_slice sid, int64_t base);
+#define PT_ROW_KEY_LEN(sid_n) ((sid_n) + 2 + PT_BASE_DIGITS)
+
+/* 4-byte big-endian offset qualifier and 8-byte big-endian IEEE-754 value. */
+void pt_cell_encode(int64_t t, double v, uint8_t qual[PT_QUAL_LEN], uint8_t val[PT_VALUE_LEN]);
+/* Decodes a data cell; returns 0 or PT_EINTERNAL when the cell is not a sample. */
+int pt_cell_decode(int64_t base, pt_slice qual, pt_slice val, int64_t *t, double *v);
+/* Parses the 13-digit base at the end of a row key; -1 when the key has none. */
+int64_t pt_row_key_base(pt_slice row);
+
+/* Index row keys (DESIGN §3, refined in the README):
+ *   series by metric:  <esc metric> ",@" day13 "," sid
+ *   postings:          "~" <esc name> "=" <esc value> ",@" day13 "," sid
+ *   label values:      "=" <esc name> ",@" day13 "," <esc value>
+ * The prefix functions write the part up to and including the last ',' before the sid or
+ * value; a scan of [prefix, pt_prefix_end(prefix)) lists one day. */
+uint8_t *pt_index_metric_prefix(uint8_t *dst, pt_slice metric, int64_t day);
+uint8_t *pt_index_posting_prefix(uint8_t *dst, pt_slice name, pt_slice value, int64_t day);
+uint8_t *pt_index_values_prefix(uint8_t *dst, pt_slice name, int64_t day);
+/* Upper bound on the bytes any of the prefix functions writes. */
+#define PT_INDEX_PREFIX_MAX(name_n, value_n) (4 * ((name_n) + (value_n)) + 4 + PT_BASE_DIGITS)
+
+/* Sets *end to the smallest key greater than every key starting with prefix; end.n == 0
+ * (unbounded) when the prefix is all 0xff. dst holds prefix.n bytes. */
+void pt_prefix_end(uint8_t *dst, pt_slice prefix, pt_slice *end);
+
+/* Label-set encoding stored in index cells: for each label uvarint(len) name uvarint(len)
+ * value. */
+size_t pt_labels_encoded_len(const pt_label *labels, size_t n);
+uint8_t *pt_labels_encode(uint8_t *dst, const pt_label *labels, size_t n);
+/* Labels point into buf (valid while buf is); returns the count or PT_EINTERNAL. */
+long pt_labels_decode(pt_arena *a, pt_slice buf, pt_label **labels);
+
+/* labels.Compare of Prometheus: pairwise names then values, shorter set first. */
+int pt_labels_cmp(const pt_label *a, size_t na, const pt_label *b, size_t nb);
+
+#endif

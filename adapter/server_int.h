@@ -1,0 +1,246 @@
+/*
+ * Internals of the HTTP front end, shared by server.c (loop, connections, workers),
+ * http1.c, http2.c and tls.c. Nothing here is part of the public contract (http.h).
+ *
+ * Threads: one loop thread owns every socket, TLS object, nghttp2 session, connection and
+ * the task lists. Workers see a task only between pt_server_dispatch() and the moment they
+ * post it back; during that time they touch only task->req, task->resp, task->arena and the
+ * body, and the loop touches only the task's list links (distinct memory, no race).
+ */
+#ifndef PT_SERVER_INT_H
+#define PT_SERVER_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include <http_parser.h>
+#include <nghttp2/nghttp2.h>
+#include <openssl/ssl.h>
+
+#include "arena.h"
+#include "http.h"
+
+typedef struct pt_task pt_task;
+typedef struct pt_conn pt_conn;
+typedef struct pt_proto_ops pt_proto_ops;
+
+/* Return codes of the internal I/O helpers (not the daemon's error space). */
+enum { PT_IO_AGAIN = -1, PT_IO_ERR = -2 };
+
+enum pt_task_state {
+    PT_TASK_RECV = 0, /* headers and body arriving */
+    PT_TASK_QUEUED,   /* owned by the workers until posted back */
+    PT_TASK_SEND,     /* response being written */
+};
+
+/* One request and its response. */
+struct pt_task {
+    pt_server *srv;
+    pt_task *qnext;         /* work queue / completion queue / cache link */
+    pt_conn *conn;          /* NULL once detached from its connection (loop thread only) */
+    pt_task *prev, *next;   /* the connection's task list (loop thread only) */
+    uint32_t slot, gen;     /* which connection, checked when a worker posts the task back */
+    int32_t stream_id;      /* HTTP/2 stream; 0 for HTTP/1 */
+    int state;              /* enum pt_task_state; loop thread only */
+    int early_status;       /* answer this without calling dispatch (413, 431) */
+    int rejected;           /* HTTP/2: the early answer has been submitted */
+    size_t hdr_bytes;       /* request header bytes seen, against max_header_bytes */
+    uint64_t declared_len;  /* HTTP/2: content-length of the request, UINT64_MAX if none */
+    uint8_t *body;          /* malloc'd, kept with the cached task for reuse */
+    size_t body_len, body_cap;
+    size_t sent;            /* HTTP/2: response body bytes handed to nghttp2 */
+    pt_arena arena;
+    pt_req req;
+    pt_resp resp;
+};
+
+/*
+ * A protocol spoken on a connection. The server's drive loop calls these; none of them does
+ * socket I/O itself — they consume bytes handed in and append to the connection's output.
+ */
+struct pt_proto_ops {
+    const char *name;
+    int (*start)(pt_conn *c);
+    /* Consumes input; returns the bytes used (fewer than n when the protocol pauses, e.g.
+     * HTTP/1 after a complete request) or < 0 to drop the connection at once. */
+    ssize_t (*input)(pt_conn *c, const uint8_t *p, size_t n);
+    /* Whether more input is wanted now (not while a request is in a worker for HTTP/1). */
+    int (*want_read)(const pt_conn *c);
+    /* Called whenever the output is empty: append more (HTTP/2 frames) or note that the
+     * last response has been fully written. < 0 drops the connection. */
+    int (*produce)(pt_conn *c);
+    /* A worker finished t, which belongs to c. */
+    void (*complete)(pt_conn *c, pt_task *t);
+    /* The peer closed its side. */
+    void (*eof)(pt_conn *c);
+    /* Stop taking requests: finish those in progress, then close (server stop, idle). */
+    void (*shutdown)(pt_conn *c);
+    /* No request is being processed or answered. */
+    int (*idle)(const pt_conn *c);
+    void (*free)(pt_conn *c);
+};
+
+extern const pt_proto_ops pt_http1_ops;
+extern const pt_proto_ops pt_http2_ops;
+
+typedef struct pt_h1_state {
+    http_parser parser;
+    pt_task *cur;           /* request being received, processed or answered */
+    int fresh;              /* parser must be (re)initialised before the next byte */
+    int in_message;         /* between message begin and message complete */
+    int busy;               /* a complete request is in a worker or being answered */
+    int sending;            /* its response has been queued for writing */
+    int dead;               /* a protocol error was answered; read nothing more */
+    int keep_alive;
+    int expect_continue;    /* "Expect: 100-continue" in the current request */
+    int error_status;       /* set by a callback: answer it and close */
+    /* Scratch for the URL and the current header value, which may arrive in pieces. */
+    char *sb;
+    size_t sb_len, sb_cap;
+    size_t url_len, val_start;
+    char name[40];          /* current header name; longer names are never ones we keep */
+    size_t name_len;
+    int in_value;
+    size_t hdr_bytes;
+} pt_h1_state;
+
+struct pt_conn {
+    pt_server *srv;
+    const pt_proto_ops *ops; /* NULL while the TLS handshake runs */
+    int fd;
+    uint32_t slot, gen;
+    SSL *ssl;
+    int handshaking;
+    int rd_ready;            /* readable edge seen and not yet drained (edge-triggered) */
+    int peer_hup;            /* the peer half-closed: read until EOF, no short-read shortcut */
+    int peer_eof;            /* read returned EOF */
+    int want_close;          /* close once the output has been flushed */
+    int linger;              /* ... after a half-close and draining unread input */
+    int lingering;
+    int closing;             /* on the close list; freed at the end of the loop iteration */
+    int stopping;            /* shutdown() was called */
+    int dirty;               /* on the list of connections to drive after completions */
+    int64_t created_ms, last_ms, linger_until_ms;
+    size_t linger_bytes;
+    /* Input the protocol did not consume yet (a paused HTTP/1 parser, an undecided
+     * preface). Fresh reads go to the server's shared buffer when this is empty. */
+    uint8_t *in;
+    size_t in_off, in_len, in_cap;
+    /* Output: out[out_off, out_len), then out_body (a response body, sent without a copy). */
+    uint8_t *out;
+    size_t out_off, out_len, out_cap;
+    const uint8_t *out_body;
+    size_t out_body_len;
+    pt_task *tasks;          /* requests of this connection not yet finished */
+    int ntasks;
+    pt_conn *prev, *next;    /* all connections */
+    pt_conn *cnext;          /* close list */
+    pt_conn *dnext;          /* list of connections to drive after completions */
+    pt_h1_state h1;
+    nghttp2_session *h2;
+};
+
+typedef struct pt_slot {
+    pt_conn *conn;
+    uint32_t gen;
+    uint32_t next_free;
+} pt_slot;
+
+struct pt_server {
+    pt_server_opts opts;     /* strings point into the copies below */
+    char *listen_copy, *cert_copy, *key_copy;
+    pt_dispatch_fn fn;
+    void *ud;
+    size_t arena_max;
+    int lfd, epfd, wake_fd;
+    int port;
+    int listening;           /* lfd registered with epoll */
+    int64_t accept_resume_ms;
+    SSL_CTX *ssl_ctx;
+    nghttp2_session_callbacks *h2cb;
+    nghttp2_option *h2opt;
+
+    pt_slot *slots;
+    uint32_t nslots, free_slot;
+    pt_conn *conns;
+    pt_conn *close_list, *dirty_list;
+    atomic_long nconns;
+
+    /* workers */
+    pthread_t *threads;
+    int nthreads;
+    pthread_mutex_t wmu;
+    pthread_cond_t wcv;
+    pt_task *whead, *wtail;
+    int wstop;
+
+    /* completions, posted by workers */
+    pthread_mutex_t cmu;
+    pt_task *chead, *ctail;
+    int csignaled;
+
+    atomic_int stop_req;
+
+    /* loop thread only */
+    uint8_t *rbuf;
+    size_t rbuf_cap;
+    int64_t now_ms;
+    time_t date_sec;
+    char date_line[48];      /* "Date: ...\r\n" */
+    size_t date_len;
+    pt_task *cache;
+    int ncache;
+    long inflight;           /* tasks handed to workers and not yet posted back */
+    int stopping;
+    int64_t stop_deadline_ms, next_sweep_ms;
+};
+
+/* server.c, for the protocol modules (loop thread only). */
+pt_task *pt_server_task_new(pt_conn *c, int proto);
+void pt_server_task_free(pt_task *t);
+/* Unlinks a queued task from its connection; its completion will be dropped. */
+void pt_server_task_detach(pt_task *t);
+void pt_server_dispatch(pt_task *t);
+/* Copies a request header the handlers care about into the arena; 0 when it is not one of
+ * them, 1 when kept, < 0 on arena exhaustion. */
+int pt_server_req_header(pt_task *t, const char *name, size_t nlen, const char *val,
+                         size_t vlen);
+/* Splits a request target into path and query, copied into the arena. */
+int pt_server_req_target(pt_task *t, const char *u, size_t n);
+int pt_server_method(const char *name, size_t n);
+/* PT_ETOOLARGE over max_body, PT_ENOMEM. */
+int pt_server_body_append(pt_task *t, const uint8_t *p, size_t n);
+/* Pre-sizes the body for a declared length (already checked against max_body). */
+void pt_server_body_reserve(pt_task *t, uint64_t n);
+/* Room for n more output bytes; NULL on allocation failure. Commit with out_len += n. */
+uint8_t *pt_server_out_reserve(pt_conn *c, size_t n);
+int pt_server_out_append(pt_conn *c, const void *p, size_t n);
+int pt_server_out_empty(const pt_conn *c);
+/* Schedules the connection to be freed at a safe point. */
+void pt_server_conn_close(pt_conn *c);
+/* Whether a handler-supplied header name or value may be sent (no CR, LF, NUL; names
+ * non-empty without ':' or spaces). */
+int pt_server_header_ok(const char *name, const char *value);
+
+/* http2.c: the callbacks every server session shares. */
+int pt_http2_callbacks(nghttp2_session_callbacks **out);
+
+/* tls.c */
+SSL_CTX *pt_tls_ctx_new(const char *cert_file, const char *key_file, char *err, size_t errlen);
+void pt_tls_ctx_free(SSL_CTX *ctx);
+SSL *pt_tls_new(SSL_CTX *ctx, int fd);
+/* 0 when done, PT_IO_AGAIN, PT_IO_ERR. */
+int pt_tls_handshake(SSL *ssl);
+/* > 0 bytes, 0 at EOF, PT_IO_AGAIN, PT_IO_ERR. */
+ssize_t pt_tls_read(SSL *ssl, void *buf, size_t n);
+/* > 0 bytes, PT_IO_AGAIN, PT_IO_ERR. Retry after PT_IO_AGAIN with the same bytes. */
+ssize_t pt_tls_write(SSL *ssl, const void *buf, size_t n);
+/* 1 for h2, 0 for http/1.1, -1 when the client offered no ALPN we know. */
+int pt_tls_alpn(SSL *ssl);
+/* Best-effort close_notify, then frees. */
+void pt_tls_free(SSL *ssl, int notify);
+
+#endif

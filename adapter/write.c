@@ -1,0 +1,354 @@
+/* The write path: WriteRequest → validated label sets → row keys, cells, index rows. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "error.h"
+#include "metrics.h"
+#include "store.h"
+
+/* Index cells: one qualifier, value = encoded labels for hashed series, else empty. */
+static const uint8_t index_qual[] = {'l'};
+
+int pt_utf8_valid(pt_slice s)
+{
+    size_t i = 0;
+    while (i < s.n) {
+        uint8_t c = s.p[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t len;
+        uint32_t cp, min;
+        if ((c & 0xe0) == 0xc0) {
+            len = 2, cp = c & 0x1f, min = 0x80;
+        } else if ((c & 0xf0) == 0xe0) {
+            len = 3, cp = c & 0x0f, min = 0x800;
+        } else if ((c & 0xf8) == 0xf0) {
+            len = 4, cp = c & 0x07, min = 0x10000;
+        } else {
+            return 0;
+        }
+        if (s.n - i < len)
+            return 0;
+        for (size_t k = 1; k < len; k++) {
+            if ((s.p[i + k] & 0xc0) != 0x80)
+                return 0;
+            cp = cp << 6 | (s.p[i + k] & 0x3f);
+        }
+        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
+/* Appends `name{a="b",...}` for messages, cut at a readable length. */
+static void describe(char *buf, size_t cap, Prometheus__Label *const *ls, size_t n)
+{
+    size_t o = 0;
+    const char *metric = NULL;
+    int metric_len = 0;
+    for (size_t i = 0; i < n; i++)
+        if (ls[i]->name.len == 8 && memcmp(ls[i]->name.data, "__name__", 8) == 0) {
+            metric = (const char *)ls[i]->value.data;
+            metric_len = (int)(ls[i]->value.len > 100 ? 100 : ls[i]->value.len);
+        }
+    o += (size_t)snprintf(buf + o, cap - o, "%.*s{", metric_len, metric ? metric : "");
+    int first = 1;
+    for (size_t i = 0; i < n && o < cap; i++) {
+        if (ls[i]->name.len == 8 && memcmp(ls[i]->name.data, "__name__", 8) == 0)
+            continue;
+        int nl = (int)(ls[i]->name.len > 60 ? 60 : ls[i]->name.len);
+        int vl = (int)(ls[i]->value.len > 60 ? 60 : ls[i]->value.len);
+        o += (size_t)snprintf(buf + o, cap - o, "%s%.*s=\"%.*s%s\"", first ? "" : ", ", nl,
+                              (const char *)ls[i]->name.data, vl,
+                              (const char *)ls[i]->value.data, ls[i]->value.len > 60 ? "..." : "");
+        first = 0;
+        if (o > 300) {
+            snprintf(buf + (o < cap ? o : cap - 1), cap - (o < cap ? o : cap - 1), ", ...");
+            o = cap;
+        }
+    }
+    if (o < cap)
+        snprintf(buf + o, cap - o, "}");
+}
+
+static long label_error(char *msg, size_t msglen, Prometheus__Label *const *in, size_t n,
+                        const char *fmt, ...)
+{
+    char what[256], series[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    describe(series, sizeof(series), in, n);
+    snprintf(msg, msglen, "invalid label set %s: %s", series, what);
+    return PT_ELABELS;
+}
+
+static pt_slice bin(ProtobufCBinaryData b) { return (pt_slice){b.data, b.len}; }
+
+long pt_labels_validate(Prometheus__Label *const *in, size_t n, pt_arena *a, pt_label **out,
+                        char *msg, size_t msglen)
+{
+    pt_label *ls = pt_arena_alloc(a, (n ? n : 1) * sizeof(*ls));
+    if (!ls)
+        return PT_ENOMEM;
+    size_t k = 0;
+    int has_name = 0;
+    for (size_t i = 0; i < n; i++) {
+        pt_slice name = bin(in[i]->name), value = bin(in[i]->value);
+        if (name.n == 0)
+            return label_error(msg, msglen, in, n, "label %zu has an empty name", i);
+        if (!pt_utf8_valid(name))
+            return label_error(msg, msglen, in, n, "label name %zu is not valid UTF-8", i);
+        if (!pt_utf8_valid(value))
+            return label_error(msg, msglen, in, n, "value of label \"%.*s\" is not valid UTF-8",
+                               (int)(name.n > 60 ? 60 : name.n), (const char *)name.p);
+        if (i > 0) {
+            int c = pt_slice_cmp(bin(in[i - 1]->name), name);
+            if (c == 0)
+                return label_error(msg, msglen, in, n, "duplicate label name \"%.*s\"",
+                                   (int)(name.n > 60 ? 60 : name.n), (const char *)name.p);
+            if (c > 0)
+                return label_error(msg, msglen, in, n,
+                                   "label names not sorted: \"%.*s\" comes after \"%.*s\"",
+                                   (int)(name.n > 60 ? 60 : name.n), (const char *)name.p,
+                                   (int)(in[i - 1]->name.len > 60 ? 60 : in[i - 1]->name.len),
+                                   (const char *)in[i - 1]->name.data);
+        }
+        if (value.n == 0)
+            continue; /* an empty value is the same as no label */
+        if (name.n == 8 && memcmp(name.p, "__name__", 8) == 0)
+            has_name = 1;
+        ls[k].name = name;
+        ls[k].value = value;
+        k++;
+    }
+    if (!has_name)
+        return label_error(msg, msglen, in, n, "no metric name (label __name__)");
+    *out = ls;
+    return (long)k;
+}
+
+/* Growable mutation list with a fixed upper bound computed before the loop. */
+typedef struct batch {
+    pt_mutation *m;
+    size_t n, cap;
+} batch;
+
+static int push(batch *b, pt_arena *a, uint8_t table, pt_slice row, pt_slice qual,
+                pt_slice value, int64_t version_us)
+{
+    if (b->n == b->cap) {
+        size_t ncap = b->cap ? b->cap * 2 : 1024;
+        pt_mutation *nm = pt_arena_alloc(a, ncap * sizeof(*nm));
+        if (!nm)
+            return PT_ENOMEM;
+        if (b->n)
+            memcpy(nm, b->m, b->n * sizeof(*nm));
+        b->m = nm;
+        b->cap = ncap;
+    }
+    b->m[b->n++] = (pt_mutation){table, row, qual, value, version_us};
+    return 0;
+}
+
+static int is_name_label(const pt_label *l)
+{
+    return l->name.n == 8 && memcmp(l->name.p, "__name__", 8) == 0;
+}
+
+static int sid_is_hashed(pt_slice sid)
+{
+    for (size_t i = 0; i + 1 < sid.n; i++) {
+        if (sid.p[i] == '\\') {
+            if (sid.p[i + 1] == '#')
+                return 1;
+            i++;
+        }
+    }
+    return 0;
+}
+
+/* Index rows of one series in one index bucket (README: "Index rows"). */
+static int add_index_rows(batch *b, pt_arena *a, const pt_label *ls, size_t n, pt_slice sid,
+                          int64_t day, size_t *rows)
+{
+    pt_slice value = {(const uint8_t *)"", 0};
+    if (sid_is_hashed(sid)) {
+        size_t len = pt_labels_encoded_len(ls, n);
+        uint8_t *v = pt_arena_alloc(a, len);
+        if (!v)
+            return PT_ENOMEM;
+        pt_labels_encode(v, ls, n);
+        value = (pt_slice){v, len};
+    }
+    int64_t ver = day * 1000;
+    pt_slice qual = {index_qual, sizeof(index_qual)};
+    int rv;
+    for (size_t i = 0; i < n; i++) {
+        const pt_label *l = &ls[i];
+        /* Every label: its value listed under the name ("=" rows). */
+        uint8_t *k = pt_arena_alloc(a, PT_INDEX_PREFIX_MAX(l->name.n, l->value.n));
+        if (!k)
+            return PT_ENOMEM;
+        uint8_t *e = pt_index_values_prefix(k, l->name, day);
+        e = pt_escape(e, l->value);
+        if ((rv = push(b, a, PT_TABLE_INDEX, (pt_slice){k, (size_t)(e - k)}, qual,
+                       (pt_slice){(const uint8_t *)"", 0}, ver)) != 0)
+            return rv;
+        /* The series under its metric, or under each of its other labels (postings). */
+        k = pt_arena_alloc(a, PT_INDEX_PREFIX_MAX(l->name.n, l->value.n) + sid.n);
+        if (!k)
+            return PT_ENOMEM;
+        e = is_name_label(l) ? pt_index_metric_prefix(k, l->value, day)
+                             : pt_index_posting_prefix(k, l->name, l->value, day);
+        memcpy(e, sid.p, sid.n);
+        e += sid.n;
+        if ((rv = push(b, a, PT_TABLE_INDEX, (pt_slice){k, (size_t)(e - k)}, qual, value, ver)) !=
+            0)
+            return rv;
+        *rows += 2;
+    }
+    return 0;
+}
+
+static void note(pt_write_result *res, const char *fmt, ...)
+{
+    if (res->msg[0])
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(res->msg, sizeof(res->msg), fmt, ap);
+    va_end(ap);
+}
+
+int pt_store_write(pt_store *st, const Prometheus__WriteRequest *wr, pt_arena *a,
+                   pt_write_result *res)
+{
+    memset(res, 0, sizeof(*res));
+    res->series = wr->n_timeseries;
+    size_t nsamples = 0;
+    for (size_t i = 0; i < wr->n_timeseries; i++)
+        nsamples += wr->timeseries[i]->n_samples;
+
+    batch b = {0};
+    b.cap = nsamples + 16;
+    b.m = pt_arena_alloc(a, b.cap * sizeof(*b.m));
+    /* Keys of (series, day) pairs this request indexes; at most one per sample. */
+    pt_keyset seen = {0};
+    size_t slots = 16;
+    while (slots < 2 * nsamples + 2)
+        slots <<= 1;
+    seen.slots = pt_arena_calloc(a, slots * sizeof(pt_index_key));
+    seen.mask = slots - 1;
+    if (!b.m || !seen.slots)
+        return PT_ENOMEM;
+
+    for (size_t i = 0; i < wr->n_timeseries; i++) {
+        const Prometheus__TimeSeries *ts = wr->timeseries[i];
+        if (ts->n_histograms) {
+            res->samples_rejected += ts->n_histograms;
+            pt_m.samples_rejected[PT_REJECT_HISTOGRAM] += ts->n_histograms;
+            note(res, "native histograms are not supported yet (%zu rejected); send classic "
+                      "histograms or disable send_native_histograms", ts->n_histograms);
+        }
+        if (ts->n_exemplars) {
+            res->samples_rejected += ts->n_exemplars;
+            pt_m.samples_rejected[PT_REJECT_EXEMPLAR] += ts->n_exemplars;
+            note(res, "exemplars are not supported yet (%zu rejected); disable send_exemplars",
+                 ts->n_exemplars);
+        }
+        if (ts->n_samples == 0)
+            continue;
+        pt_label *ls;
+        char lmsg[PT_MSG_MAX];
+        long nl = pt_labels_validate(ts->labels, ts->n_labels, a, &ls, lmsg, sizeof(lmsg));
+        if (nl == PT_ENOMEM)
+            return PT_ENOMEM;
+        if (nl < 0) {
+            res->entries_rejected++;
+            res->samples_rejected += ts->n_samples;
+            pt_m.samples_rejected[PT_REJECT_LABELS] += ts->n_samples;
+            note(res, "%s", lmsg);
+            continue;
+        }
+        pt_slice sid;
+        int rv = pt_series_id(a, ls, (size_t)nl, &sid);
+        if (rv != 0)
+            return rv;
+
+        uint8_t *row = NULL;
+        int64_t row_base = -1, day_done = -1;
+        for (size_t j = 0; j < ts->n_samples; j++) {
+            const Prometheus__Sample *s = ts->samples[j];
+            int64_t t = s->timestamp;
+            if (t < 0 || t > PT_MAX_TIME_MS) {
+                res->samples_rejected++;
+                pt_m.samples_rejected[PT_REJECT_TIMESTAMP]++;
+                note(res, "%s timestamp %" PRId64 " for series %.*s",
+                     t < 0 ? "negative" : "out-of-range (after year 2286)", t,
+                     (int)(sid.n > 200 ? 200 : sid.n), (const char *)sid.p);
+                continue;
+            }
+            int64_t base = pt_bucket_base(t);
+            if (base != row_base) {
+                row = pt_arena_alloc(a, PT_ROW_KEY_LEN(sid.n));
+                if (!row)
+                    return PT_ENOMEM;
+                pt_row_key(row, sid, base);
+                row_base = base;
+            }
+            uint8_t *cell = pt_arena_alloc(a, PT_QUAL_LEN + PT_VALUE_LEN);
+            if (!cell)
+                return PT_ENOMEM;
+            pt_cell_encode(t, s->value, cell, cell + PT_QUAL_LEN);
+            if ((rv = push(&b, a, PT_TABLE_POINTS, (pt_slice){row, PT_ROW_KEY_LEN(sid.n)},
+                           (pt_slice){cell, PT_QUAL_LEN},
+                           (pt_slice){cell + PT_QUAL_LEN, PT_VALUE_LEN}, t * 1000)) != 0)
+                return rv;
+            res->samples_written++;
+
+            int64_t day = t - t % st->index_bucket_ms;
+            if (day == day_done)
+                continue;
+            day_done = day;
+            pt_index_key key = pt_index_key_of(sid, day);
+            if (pt_index_cache_has(st->cache, key) || !pt_keyset_add(&seen, key))
+                continue;
+            if ((rv = add_index_rows(&b, a, ls, (size_t)nl, sid, day, &res->index_rows)) != 0)
+                return rv;
+        }
+    }
+
+    if (b.n > 0) {
+        uint64_t t0 = pt_now_ns();
+        int rv = pt_backend_write(st->be, b.m, b.n);
+        pt_metrics_observe(&pt_m.backend_write_duration, pt_now_ns() - t0);
+        if (rv != 0) {
+            pt_m.backend_write_errors++;
+            res->samples_written = 0;
+            return rv;
+        }
+    }
+    /* Only now are the index rows durable: remember them. */
+    if (seen.n) {
+        pt_index_key *keys = pt_arena_alloc(a, seen.n * sizeof(*keys));
+        if (!keys)
+            return PT_ENOMEM;
+        size_t k = 0;
+        for (size_t i = 0; i <= seen.mask; i++)
+            if (seen.slots[i].lo || seen.slots[i].hi)
+                keys[k++] = seen.slots[i];
+        pt_index_cache_add(st->cache, keys, k);
+    }
+    pt_m.samples_received += res->samples_written;
+    pt_m.series_received += res->series;
+    pt_m.metadata_received += wr->n_metadata;
+    pt_m.index_rows_written += res->index_rows;
+    return 0;
+}

@@ -1,0 +1,115 @@
+/*
+ * The backend interface: a wide-column store seen as rows of cells.
+ *
+ * A backend is one `const pt_backend_ops` table (see registry.c). The core allocates
+ * `state_size` zeroed bytes for each open backend and passes them to every method; the
+ * backend never sees HTTP or protobuf, only row keys, qualifiers and values.
+ *
+ * Tables: every backend holds the two tables of DESIGN §3, addressed by enum pt_table.
+ * Row keys never contain the byte 0x00 (the key encoding escapes control bytes); a backend
+ * may rely on that and must reject such keys with PT_EBADREQ.
+ *
+ * Thread safety: write and scan may be called from several threads at once.
+ * Errors: pt error codes (adapter/error.h). An outage or timeout must be PT_EUNAVAIL or
+ * PT_ETIMEOUT so that the HTTP layer answers 503 and the client retries.
+ */
+#ifndef PT_BACKEND_H
+#define PT_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../adapter/slice.h"
+
+typedef enum pt_table { PT_TABLE_POINTS = 0, PT_TABLE_INDEX = 1, PT_TABLE_COUNT = 2 } pt_table;
+
+/* One SetCell: the cell (row, qualifier) gets value; max versions is 1, so a rewrite with
+ * the same version replaces the cell (idempotent retries), a newer version wins. */
+typedef struct pt_mutation {
+    uint8_t table;       /* pt_table */
+    pt_slice row;
+    pt_slice qual;
+    pt_slice value;
+    int64_t version_us;  /* cell timestamp in microseconds */
+} pt_mutation;
+
+/* Row range [start, end): end.n == 0 means unbounded. Single row r: start = r and
+ * end = r followed by 0x00 (the caller provides that byte after r). An empty range list
+ * selects nothing. */
+typedef struct pt_row_range {
+    pt_slice start;
+    pt_slice end;
+} pt_row_range;
+
+typedef struct pt_scan {
+    pt_table table;
+    const pt_row_range *ranges; /* sorted by start, non-overlapping */
+    size_t nranges;
+    /* Qualifier range [qual_start, qual_end) applied to every row; n == 0 = unbounded. */
+    pt_slice qual_start;
+    pt_slice qual_end;
+    /* Stop after this many distinct rows (0 = no limit). */
+    size_t row_limit;
+} pt_scan;
+
+/* Called for each cell in (row, qualifier) order. The slices are valid only during the
+ * call. Return 0 to go on, 1 to stop the scan early (scan returns 0), or a negative pt
+ * error code to abort (scan returns it). */
+typedef int (*pt_cell_fn)(void *ud, pt_slice row, pt_slice qual, pt_slice value);
+
+typedef struct pt_backend_config {
+    const char *path;        /* embedded: data directory */
+    int sync;                /* embedded: 1 = fsync the WAL on every batch */
+    const char *table_prefix;
+    /* bigtable */
+    const char *project;
+    const char *instance;
+    const char *endpoint;    /* host:port of the emulator; NULL = Cloud Bigtable */
+    long retention_seconds;  /* 0 = keep forever */
+    void *inner;             /* wrapper backends: the backend they wrap (pt_backend *) */
+} pt_backend_config;
+
+enum { PT_BACKEND_CAP_ADMIN = 1u << 0 };
+
+typedef struct pt_backend_ops {
+    const char *name;
+    unsigned caps;
+    size_t state_size;
+    int (*open)(void *state, const pt_backend_config *cfg, char *err, size_t errlen);
+    void (*close)(void *state);
+    /* Applies every mutation or returns an error; on success they are durable per the
+     * backend's sync setting. Partial application is allowed only because mutations are
+     * idempotent: the caller retries the whole batch. */
+    int (*write)(void *state, const pt_mutation *m, size_t n);
+    int (*scan)(void *state, const pt_scan *scan, pt_cell_fn fn, void *ud);
+    /* Optional: create tables (idempotent). NULL when the backend needs no setup. */
+    int (*init)(void *state, char *err, size_t errlen);
+} pt_backend_ops;
+
+/* An open backend: the ops table and its state. */
+typedef struct pt_backend {
+    const pt_backend_ops *ops;
+    void *state;
+} pt_backend;
+
+/* Registry (registry.c). NULL when no backend has that name. */
+const pt_backend_ops *pt_backend_find(const char *name);
+/* Names of all registered backends, NULL-terminated. */
+const char *const *pt_backend_names(void);
+
+/* Allocates the state, opens; on failure frees and returns the error with err set. */
+int pt_backend_open(pt_backend *b, const pt_backend_ops *ops, const pt_backend_config *cfg,
+                    char *err, size_t errlen);
+void pt_backend_close(pt_backend *b);
+
+static inline int pt_backend_write(pt_backend *b, const pt_mutation *m, size_t n)
+{
+    return b->ops->write(b->state, m, n);
+}
+
+static inline int pt_backend_scan(pt_backend *b, const pt_scan *s, pt_cell_fn fn, void *ud)
+{
+    return b->ops->scan(b->state, s, fn, ud);
+}
+
+#endif

@@ -1,0 +1,57 @@
+/* The one list of backends. Adding a backend = one line here and one file. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "../adapter/error.h"
+
+extern const pt_backend_ops pt_backend_embedded;
+extern const pt_backend_ops pt_backend_faulty;
+
+static const pt_backend_ops *const registry[] = {
+    &pt_backend_embedded,
+    &pt_backend_faulty,
+};
+
+#define NBACKENDS (sizeof(registry) / sizeof(registry[0]))
+
+const pt_backend_ops *pt_backend_find(const char *name)
+{
+    for (size_t i = 0; i < NBACKENDS; i++)
+        if (strcmp(registry[i]->name, name) == 0)
+            return registry[i];
+    return NULL;
+}
+
+const char *const *pt_backend_names(void)
+{
+    static const char *names[NBACKENDS + 1];
+    for (size_t i = 0; i < NBACKENDS; i++)
+        names[i] = registry[i]->name;
+    names[NBACKENDS] = NULL;
+    return names;
+}
+
+int pt_backend_open(pt_backend *b, const pt_backend_ops *ops, const pt_backend_config *cfg,
+                    char *err, size_t errlen)
+{
+    b->ops = ops;
+    b->state = calloc(1, ops->state_size ? ops->state_size : 1);
+    if (!b->state)
+        return PT_ENOMEM;
+    int rv = ops->open(b->state, cfg, err, errlen);
+    if (rv != 0) {
+        free(b->state);
+        b->state = NULL;
+    }
+    return rv;
+}
+
+void pt_backend_close(pt_backend *b)
+{
+    if (!b->state)
+        return;
+    b->ops->close(b->state);
+    free(b->state);
+    b->state = NULL;
+}

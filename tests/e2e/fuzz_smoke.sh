@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang (ASan + UBSan) and runs each one briefly over the
+# golden payloads, so the targets stay buildable and the decoders survive a few hundred
+# thousand mutated inputs on every run. Longer campaigns: see README "Fuzzing".
+set -u
+here=$(cd "$(dirname "$0")/../.." && pwd)
+. "$here/tests/e2e/lib.sh"
+
+if [ -n "${PT_SANITIZED:-}" ]; then
+    tap_skip_all "the fuzz build already runs under the sanitizers in the first pass"
+    exit 0
+fi
+if ! command -v clang >/dev/null; then
+    tap_skip_all "clang is not installed"
+    exit 0
+fi
+bdir="${PT_BUILD_DIR:-$here/build}-fuzz"
+targets="fuzz_write fuzz_read fuzz_config fuzz_labels"
+echo "1..5"
+if CC=clang cmake -S "$here" -B "$bdir" -DPT_FUZZ=ON -DPT_SANITIZE=address,undefined \
+        -DCMAKE_BUILD_TYPE=Debug >"$bdir.log" 2>&1 &&
+   cmake --build "$bdir" -j2 --target $targets >>"$bdir.log" 2>&1; then
+    echo "ok 1 - fuzz targets build with clang"
+else
+    echo "not ok 1 - fuzz targets build with clang"
+    sed 's/^/# /' "$bdir.log" | tail -30
+    exit 1
+fi
+pt_mktemp corpus fuzz
+n=2
+for t in $targets; do
+    mkdir -p "$corpus/$t"
+    case $t in
+    fuzz_write) cp "$here"/tests/data/prom-2.42-write.bin "$here"/tests/data/prom-2.42-metadata.bin "$corpus/$t/" ;;
+    fuzz_read) cp "$here"/tests/data/prom-2.42-read*.bin "$corpus/$t/" ;;
+    fuzz_config) cp "$here"/configs/promtable*.yml "$corpus/$t/" ;;
+    esac
+    if "$bdir/fuzz/$t" -max_total_time="${PT_FUZZ_SECONDS:-10}" -rss_limit_mb=2048 \
+            "$corpus/$t" >"$corpus/$t.log" 2>&1; then
+        echo "ok $n - $t: $(grep -E '^Done' "$corpus/$t.log")"
+    else
+        echo "not ok $n - $t found a crash"
+        sed 's/^/# /' "$corpus/$t.log" | tail -40
+    fi
+    n=$((n + 1))
+done

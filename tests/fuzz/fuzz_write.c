@@ -1,0 +1,41 @@
+/* libFuzzer: a remote write body through snappy, protobuf, label validation and row keys. */
+#include <stdint.h>
+#include <string.h>
+
+#include "decode.h"
+#include "error.h"
+#include "rowkey.h"
+#include "store.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    pt_arena a;
+    pt_arena_init(&a, 4096, 64u << 20);
+    pt_decode_limits lim = {8u << 20};
+    char msg[PT_MSG_MAX];
+    Prometheus__WriteRequest *wr;
+    if (pt_decode_write(data, size, &lim, &a, &wr, msg, sizeof(msg)) == 0) {
+        for (size_t i = 0; i < wr->n_timeseries; i++) {
+            pt_label *ls;
+            long n = pt_labels_validate(wr->timeseries[i]->labels, wr->timeseries[i]->n_labels, &a,
+                                        &ls, msg, sizeof(msg));
+            if (n < 0)
+                continue;
+            pt_slice sid;
+            if (pt_series_id(&a, ls, (size_t)n, &sid) != 0)
+                break;
+            /* A plain id must parse back to the labels it came from. */
+            pt_label *back;
+            long nb = pt_series_id_parse(&a, sid, &back);
+            if (nb >= 0 && nb != n)
+                __builtin_trap();
+            uint8_t *row = pt_arena_alloc(&a, PT_ROW_KEY_LEN(sid.n));
+            if (row)
+                pt_row_key(row, sid, 0);
+        }
+    }
+    pt_arena_free(&a);
+    return 0;
+}

@@ -1,0 +1,126 @@
+/* Snappy and protobuf decoding, on golden payloads captured from Prometheus 2.42. */
+#include <snappy-c.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "decode.h"
+#include "error.h"
+#include "tap.h"
+
+static uint8_t *slurp(const char *name, size_t *n)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", PT_TESTDATA, name);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    uint8_t *buf = malloc(1 << 20);
+    *n = fread(buf, 1, 1 << 20, f);
+    fclose(f);
+    return buf;
+}
+
+int main(void)
+{
+    pt_decode_limits lim = {32 << 20};
+    char msg[512];
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    size_t n;
+
+    uint8_t *w = slurp("prom-2.42-write.bin", &n);
+    ok(w != NULL, "golden write payload present");
+    Prometheus__WriteRequest *wr = NULL;
+    int rv = pt_decode_write(w, n, &lim, &a, &wr, msg, sizeof(msg));
+    ok(rv == 0 && wr->n_timeseries == 377, "Prometheus 2.42 write request decodes (377 series)");
+    int sorted = 1, one = 1, replica = 1;
+    for (size_t i = 0; rv == 0 && i < wr->n_timeseries; i++) {
+        Prometheus__TimeSeries *ts = wr->timeseries[i];
+        one &= ts->n_samples == 1 && ts->n_histograms == 0 && ts->n_exemplars == 0;
+        for (size_t j = 1; j < ts->n_labels; j++) {
+            size_t l = ts->labels[j - 1]->name.len < ts->labels[j]->name.len
+                           ? ts->labels[j - 1]->name.len
+                           : ts->labels[j]->name.len;
+            int c = memcmp(ts->labels[j - 1]->name.data, ts->labels[j]->name.data, l);
+            sorted &= c < 0 || (c == 0 && ts->labels[j - 1]->name.len < ts->labels[j]->name.len);
+        }
+        int has = 0;
+        for (size_t j = 0; j < ts->n_labels; j++)
+            has |= ts->labels[j]->name.len == 7 && memcmp(ts->labels[j]->name.data, "replica", 7) == 0;
+        replica &= has;
+    }
+    ok(one, "one sample per TimeSeries entry, as Prometheus sends");
+    ok(sorted, "labels arrive sorted by name");
+    ok(replica, "external label replica is on every series");
+
+    uint8_t *md = slurp("prom-2.42-metadata.bin", &n);
+    rv = pt_decode_write(md, n, &lim, &a, &wr, msg, sizeof(msg));
+    ok(rv == 0 && wr->n_timeseries == 0 && wr->n_metadata == 205,
+       "metadata-only request decodes (205 entries, no series)");
+
+    size_t rn;
+    uint8_t *r = slurp("prom-2.42-read-regex.bin", &rn);
+    Prometheus__ReadRequest *rr;
+    rv = pt_decode_read(r, rn, &lim, &a, &rr, msg, sizeof(msg));
+    ok(rv == 0 && rr->n_queries == 1 && rr->n_accepted_response_types == 0 &&
+           rr->queries[0]->n_matchers == 4,
+       "read request decodes: one query, no response types (SAMPLES), 4 matchers");
+    ok(rv == 0 && rr->queries[0]->matchers[0]->type == PROMETHEUS__LABEL_MATCHER__TYPE__RE &&
+           rr->queries[0]->matchers[1]->type == PROMETHEUS__LABEL_MATCHER__TYPE__NEQ,
+       "matcher types as sent");
+
+    /* Snappy errors. */
+    static const uint8_t framed[] = {0xff, 0x06, 0x00, 0x00, 's', 'N', 'a', 'P', 'p', 'Y', 0, 0};
+    rv = pt_decode_write(framed, sizeof(framed), &lim, &a, &wr, msg, sizeof(msg));
+    ok(rv == PT_ESNAPPY && strstr(msg, "framed"), "framed snappy is refused by name");
+    static const uint8_t bomb[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x00};
+    rv = pt_decode_write(bomb, sizeof(bomb), &lim, &a, &wr, msg, sizeof(msg));
+    ok(rv == PT_ETOOLARGE && strstr(msg, "limit"),
+       "a declared length over the limit is refused before allocating (413)");
+    rv = pt_decode_write(w, n / 2, &lim, &a, &wr, msg, sizeof(msg));
+    ok(rv == PT_ESNAPPY, "a truncated snappy block is refused");
+    rv = pt_decode_write((const uint8_t *)"", 0, &lim, &a, &wr, msg, sizeof(msg));
+    ok(rv == PT_ESNAPPY, "an empty body is not a snappy block");
+    static const uint8_t empty_msg[] = {0x00};
+    rv = pt_decode_write(empty_msg, 1, &lim, &a, &wr, msg, sizeof(msg));
+    ok(rv == 0 && wr->n_timeseries == 0, "an empty WriteRequest (0x00) decodes");
+
+    /* Valid snappy, invalid protobuf. */
+    const char junk[] = "\x0a\xff\xff\xff\xff\x0f garbage";
+    char z[64];
+    size_t zl = sizeof(z);
+    snappy_compress(junk, sizeof(junk) - 1, z, &zl);
+    rv = pt_decode_write((const uint8_t *)z, zl, &lim, &a, &wr, msg, sizeof(msg));
+    ok(rv == PT_EPROTO && strstr(msg, "prometheus.WriteRequest"), "bad protobuf is named");
+
+    /* failmalloc: every arena ceiling either decodes or fails cleanly with 413. */
+    int clean = 1, succeeded = 0;
+    size_t wn;
+    w = slurp("prom-2.42-write.bin", &wn);
+    for (size_t cap = 1024; cap < (1 << 20); cap += cap / 8) {
+        pt_arena b;
+        pt_arena_init(&b, 4096, cap);
+        rv = pt_decode_write(w, wn, &lim, &b, &wr, msg, sizeof(msg));
+        if (rv == 0)
+            succeeded = 1;
+        else if (rv != PT_ETOOLARGE)
+            clean = 0;
+        pt_arena_free(&b);
+    }
+    ok(clean, "with a constrained arena, decoding fails only with PT_ETOOLARGE");
+    ok(succeeded, "and succeeds once the ceiling is large enough");
+    free(w);
+    free(md);
+    free(r);
+
+    /* Encoder round trip. */
+    pt_slice zz, back;
+    rv = pt_snappy_encode((const uint8_t *)"hello hello hello", 17, &a, &zz);
+    ok(rv == 0 && pt_snappy_decode(zz.p, zz.n, 100, &a, &back, msg, sizeof(msg)) == 0 &&
+           back.n == 17 && memcmp(back.p, "hello hello hello", 17) == 0,
+       "snappy encode/decode round trip");
+
+    pt_arena_free(&a);
+    return done_testing();
+}

@@ -1,0 +1,203 @@
+/* Row keys, cells and index keys (DESIGN §3). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rowkey.h"
+#include "tap.h"
+
+static pt_slice S(const char *s) { return pt_slice_str(s); }
+
+static int sid_of(pt_arena *a, const char *const *kv, size_t n, pt_slice *sid)
+{
+    pt_label ls[16];
+    for (size_t i = 0; i < n; i++) {
+        ls[i].name = S(kv[2 * i]);
+        ls[i].value = S(kv[2 * i + 1]);
+    }
+    return pt_series_id(a, ls, n, sid);
+}
+
+static int has_prefix(pt_slice s, pt_slice p) { return s.n >= p.n && memcmp(s.p, p.p, p.n) == 0; }
+
+/* Random label values drawn from the bytes that matter to the escaping. */
+static void random_value(char *buf, size_t max, unsigned *seed)
+{
+    static const char *const parts[] = {",", "=", "@", "\\", ",@", "\\,", "a", "b", "\x01",
+                                        "\x1f", "\xc3\xbc", "\xf0\x9f\x98\x80", "@1", " ", ""};
+    size_t n = (size_t)(rand_r(seed) % 6), o = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *p = parts[rand_r(seed) % (sizeof(parts) / sizeof(parts[0]))];
+        size_t l = strlen(p);
+        if (o + l + 1 >= max)
+            break;
+        memcpy(buf + o, p, l);
+        o += l;
+    }
+    buf[o] = '\0';
+}
+
+int main(void)
+{
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+
+    /* The example of DESIGN §3. */
+    const char *kv[] = {"__name__", "node_cpu_seconds_total", "cpu", "0", "instance", "a:9100",
+                        "mode", "idle"};
+    pt_slice sid;
+    ok(sid_of(&a, kv, 4, &sid) == 0, "series id builds");
+    uint8_t row[256];
+    uint8_t *e = pt_row_key(row, sid, pt_bucket_base(1297080123392 + 5));
+    is_str(pt_arena_strndup(&a, (const char *)row, (size_t)(e - row)),
+           "node_cpu_seconds_total,cpu=0,instance=a:9100,mode=idle,@1297080123392",
+           "row key matches the DESIGN example");
+    is(pt_row_key_base((pt_slice){row, (size_t)(e - row)}), 1297080123392, "base parses back");
+
+    /* __name__ is not necessarily first in sorted order: "A" < "_". */
+    const char *kv2[] = {"Zone", "z", "__name__", "m", "job", "j"};
+    ok(sid_of(&a, kv2, 3, &sid) == 0 && pt_slice_eq(sid, S("m,Zone=z,job=j")),
+       "metric first, then the other labels in name order");
+
+    /* Escaping. */
+    const char *nasty[] = {"__name__", "m\\,=@", "a", "x,@1297080123392", "b", "\x01\n\x1f"};
+    ok(sid_of(&a, nasty, 3, &sid) == 0 &&
+           pt_slice_eq(sid, S("m\\\\\\,\\=\\@,a=x\\,\\@1297080123392,b=\\x01\\x0a\\x1f")),
+       "\\ , = @ and control bytes are escaped");
+    ok(memchr(sid.p, 0, sid.n) == NULL, "no 0x00 byte in a series id");
+    pt_label *back;
+    long nb = pt_series_id_parse(&a, sid, &back);
+    ok(nb == 3 && pt_slice_eq(back[0].value, S("m\\,=@")) &&
+           pt_slice_eq(back[1].value, S("x,@1297080123392")) &&
+           pt_slice_eq(back[2].value, S("\x01\n\x1f")),
+       "series id parses back to the same labels");
+
+    /* Bases and offsets. */
+    int64_t t = 1700000000123;
+    int64_t base = pt_bucket_base(t);
+    ok(base % PT_BUCKET_MS == 0 && t - base < PT_BUCKET_MS, "base is a multiple of 2^32 ms");
+    is(pt_bucket_base(0), 0, "base of t=0");
+    is(pt_bucket_base(PT_BUCKET_MS), PT_BUCKET_MS, "base at a bucket boundary");
+    is(pt_bucket_base(PT_BUCKET_MS - 1), 0, "base just before a boundary");
+
+    /* Cells: bit-exact values, the staleness marker above all. */
+    const uint64_t bits[] = {0x7ff0000000000002ULL, 0x7ff8000000000001ULL, 0x8000000000000000ULL,
+                             0x0000000000000001ULL, 0x7ff0000000000000ULL, 0xfff0000000000000ULL,
+                             0x3ff0000000000000ULL};
+    int exact = 1;
+    for (size_t i = 0; i < sizeof(bits) / sizeof(bits[0]); i++) {
+        double v, got;
+        memcpy(&v, &bits[i], 8);
+        uint8_t q[4], val[8];
+        int64_t tt;
+        pt_cell_encode(t, v, q, val);
+        pt_cell_decode(base, (pt_slice){q, 4}, (pt_slice){val, 8}, &tt, &got);
+        uint64_t gb;
+        memcpy(&gb, &got, 8);
+        exact &= gb == bits[i] && tt == t;
+    }
+    ok(exact, "values round-trip bit-exactly (StaleNaN 0x7ff0000000000002, -0, denormals, inf)");
+    {
+        double v;
+        uint64_t stale = 0x7ff0000000000002ULL;
+        memcpy(&v, &stale, 8);
+        uint8_t q[4], val[8];
+        pt_cell_encode(PT_BUCKET_MS + 0x01020304, v, q, val);
+        ok(memcmp(q, "\x01\x02\x03\x04", 4) == 0, "qualifier is the 4-byte big-endian offset");
+        ok(memcmp(val, "\x7f\xf0\x00\x00\x00\x00\x00\x02", 8) == 0,
+           "value is the 8-byte big-endian IEEE-754 pattern");
+    }
+
+    /* Long series: hashed ids stay under the Bigtable cap, distinct and prefix-free. */
+    char *big = malloc(5000);
+    memset(big, 'v', 4999);
+    big[4999] = '\0';
+    const char *longkv[] = {"__name__", "long_metric", "big", big};
+    pt_slice h1, h2;
+    ok(sid_of(&a, longkv, 2, &h1) == 0 && PT_ROW_KEY_LEN(h1.n) <= PT_MAX_ROW_KEY,
+       "a 5000-byte label value gives a row key under 4 KiB");
+    ok(has_prefix(h1, S("long_metric,\\#")), "hashed id keeps the metric name");
+    big[0] = 'w';
+    ok(sid_of(&a, longkv, 2, &h2) == 0 && !pt_slice_eq(h1, h2), "different long series differ");
+    ok(pt_series_id_parse(&a, h1, &back) < 0, "a hashed id does not parse as labels");
+    memset(big, 'n', 4999);
+    const char *longname[] = {"__name__", big};
+    ok(sid_of(&a, longname, 1, &h2) == 0 && has_prefix(h2, S("\\#")) &&
+           PT_ROW_KEY_LEN(h2.n) <= PT_MAX_ROW_KEY,
+       "a 5000-byte metric name is hashed whole");
+    free(big);
+
+    /* Property: the rows of one series form one contiguous range that no other series
+     * interleaves, and series ids with their ",@" are prefix-free. */
+    unsigned seed = 42;
+    enum { NSER = 300 };
+    static char vals[NSER][2][64];
+    static pt_slice sids[NSER];
+    for (int i = 0; i < NSER; i++) {
+        random_value(vals[i][0], 64, &seed);
+        random_value(vals[i][1], 64, &seed);
+        const char *k[] = {"__name__", vals[i][0][0] ? vals[i][0] : "m", "a", vals[i][1]};
+        pt_label ls[2] = {{S(k[0]), S(k[1])}, {S(k[2]), S(k[3])}};
+        pt_series_id(&a, ls, vals[i][1][0] ? 2 : 1, &sids[i]);
+    }
+    int interleave = 0, prefix = 0, roundtrip = 1;
+    for (int i = 0; i < NSER; i++) {
+        uint8_t *pi = pt_arena_alloc(&a, sids[i].n + 2);
+        memcpy(pi, sids[i].p, sids[i].n);
+        memcpy(pi + sids[i].n, ",@", 2);
+        pt_slice si = {pi, sids[i].n + 2};
+        pt_label *ls;
+        long nl = pt_series_id_parse(&a, sids[i], &ls);
+        roundtrip &= nl >= 1 && pt_slice_eq(ls[0].value, S(vals[i][0][0] ? vals[i][0] : "m"));
+        if (nl == 2)
+            roundtrip &= pt_slice_eq(ls[1].value, S(vals[i][1]));
+        for (int j = 0; j < NSER; j++) {
+            if (pt_slice_eq(sids[i], sids[j]))
+                continue;
+            uint8_t lo[128], hi[128];
+            /* Rows of j at the lowest and highest bases must not fall inside i's range. */
+            pt_slice lj = {lo, (size_t)(pt_row_key(lo, sids[j], 0) - lo)};
+            pt_slice hj = {hi, (size_t)(pt_row_key(hi, sids[j], PT_MAX_TIME_MS) - hi)};
+            prefix |= has_prefix(lj, si);
+            interleave |= has_prefix(hj, si);
+        }
+    }
+    ok(roundtrip, "random nasty label values round-trip through the series id");
+    ok(!prefix && !interleave, "no series' rows fall inside another series' key range");
+
+    /* Label-set encoding used in index cells. */
+    pt_label ls[3] = {{S("__name__"), S("m")}, {S("a"), S("")}, {S("b"), S("\x00x")}};
+    ls[2].value.n = 2;
+    uint8_t enc[64];
+    size_t el = (size_t)(pt_labels_encode(enc, ls, 3) - enc);
+    is(el, pt_labels_encoded_len(ls, 3), "encoded length is predicted");
+    pt_label *dec;
+    long nd = pt_labels_decode(&a, (pt_slice){enc, el}, &dec);
+    ok(nd == 3 && pt_labels_cmp(dec, 3, ls, 3) == 0, "label sets round-trip (NUL inside)");
+    ok(pt_labels_decode(&a, (pt_slice){enc, el - 1}, &dec) < 0, "truncated encoding is refused");
+
+    /* labels.Compare order. */
+    pt_label x[2] = {{S("__name__"), S("a")}, {S("b"), S("1")}};
+    pt_label y[1] = {{S("__name__"), S("a")}};
+    ok(pt_labels_cmp(y, 1, x, 2) < 0, "a prefix label set sorts first");
+    ok(pt_labels_cmp(x, 2, x, 2) == 0, "equal sets compare equal");
+
+    /* Prefix successor. */
+    uint8_t pe[8];
+    pt_slice end;
+    pt_prefix_end(pe, S("ab\xff"), &end);
+    ok(end.n == 2 && memcmp(end.p, "ac", 2) == 0, "prefix end skips trailing 0xff");
+
+    /* Index keys: a metric scan never sees postings or value rows. */
+    uint8_t k1[128], k2[128];
+    size_t l1 = (size_t)(pt_index_metric_prefix(k1, S("~a"), 0) - k1);
+    size_t l2 = (size_t)(pt_index_posting_prefix(k2, S("a"), S("b"), 0) - k2);
+    ok(!has_prefix((pt_slice){k2, l2}, (pt_slice){k1, l1}) &&
+           !has_prefix((pt_slice){k1, l1}, (pt_slice){k2, l2}),
+       "metric \"~a\" rows and postings of a=b do not share a prefix");
+    l2 = (size_t)(pt_index_values_prefix(k2, S("a"), 0) - k2);
+    ok(k2[0] == '=' && l2 == 1 + 1 + 2 + 13 + 1, "label values key layout");
+
+    pt_arena_free(&a);
+    return done_testing();
+}

@@ -1,0 +1,256 @@
+/* The write and read paths over the embedded store (through the faulty wrapper). */
+#include <math.h>
+
+#include "faulty.h"
+#include "store_helpers.h"
+#include "tap.h"
+
+static const int64_t T0 = 1700000000000; /* 2023-11-14 */
+
+static Prometheus__ReadResponse *query(tstore *s, pt_arena *a, int64_t start, int64_t end,
+                                       const tmatch *ms, size_t n, int *rv, char *msg)
+{
+    Prometheus__ReadResponse *resp = pt_arena_alloc(a, sizeof(*resp));
+    *rv = pt_store_read(&s->st, mk_read(a, start, end, ms, n), a, resp, msg, 512);
+    return resp;
+}
+
+/* Number of series a selector returns (or -1 on error). */
+static long count(tstore *s, const tmatch *ms, size_t n)
+{
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    int rv;
+    char msg[512];
+    Prometheus__ReadResponse *r = query(s, &a, T0 - 3600000, T0 + 3600000, ms, n, &rv, msg);
+    long c = rv ? -1 : (long)r->results[0]->n_timeseries;
+    if (rv)
+        diag("read failed: %s", msg);
+    pt_arena_free(&a);
+    return c;
+}
+
+static const char *label(const Prometheus__TimeSeries *ts, const char *name)
+{
+    static char buf[8192];
+    for (size_t i = 0; i < ts->n_labels; i++)
+        if (ts->labels[i]->name.len == strlen(name) &&
+            memcmp(ts->labels[i]->name.data, name, strlen(name)) == 0) {
+            memcpy(buf, ts->labels[i]->value.data, ts->labels[i]->value.len);
+            buf[ts->labels[i]->value.len] = '\0';
+            return buf;
+        }
+    return NULL;
+}
+
+int main(void)
+{
+    tstore s;
+    if (tstore_open(&s) != 0) {
+        printf("Bail out! cannot open the embedded store\n");
+        return 1;
+    }
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    pt_write_result res;
+
+    static char big[5001];
+    memset(big, 'x', 5000);
+    double stale;
+    uint64_t stale_bits = 0x7ff0000000000002ULL;
+    memcpy(&stale, &stale_bits, 8);
+
+    tseries data[] = {
+        {{"__name__", "up", "instance", "a:9100", "job", "node", NULL}, {T0, T0 + 15000}, {1, 0}, 2},
+        {{"__name__", "up", "instance", "b:9100", "job", "node", NULL}, {T0}, {1}, 1},
+        {{"__name__", "up", "instance", "c:9090", "job", "prom", NULL}, {T0}, {1}, 1},
+        {{"__name__", "http_requests_total", "code", "200", "job", "prom", NULL}, {T0}, {5}, 1},
+        {{"__name__", "http_requests_total", "code", "500", "job", "prom", "path", ",=@\\ \xc3\xbc", NULL},
+         {T0}, {7}, 1},
+        {{"__name__", "weird", "big", big, NULL}, {T0, T0 + 1}, {3, stale}, 2},
+        {{"Zone", "eu", "__name__", "zoned", NULL}, {T0}, {1}, 1},
+    };
+    int rv = pt_store_write(&s.st, mk_write(&a, data, 7), &a, &res);
+    ok(rv == 0 && res.samples_rejected == 0, "a valid request is stored");
+    is(res.samples_written, 9, "every sample written");
+    ok(res.index_rows > 0, "first write creates index rows");
+
+    rv = pt_store_write(&s.st, mk_write(&a, data, 7), &a, &res);
+    ok(rv == 0 && res.index_rows == 0, "a repeated write writes no index rows (cache)");
+
+    /* Matchers. */
+    const tmatch up[] = {{0, "__name__", "up"}};
+    is(count(&s, up, 1), 3, "EQ on __name__");
+    const tmatch up_node[] = {{0, "__name__", "up"}, {0, "job", "node"}};
+    is(count(&s, up_node, 2), 2, "EQ on name and label");
+    const tmatch neq[] = {{0, "__name__", "up"}, {1, "job", "node"}};
+    is(count(&s, neq, 2), 1, "NEQ");
+    const tmatch re[] = {{0, "__name__", "up"}, {2, "instance", "[ab]:.*"}};
+    is(count(&s, re, 2), 2, "RE");
+    const tmatch re_anch[] = {{0, "__name__", "up"}, {2, "instance", "a"}};
+    is(count(&s, re_anch, 2), 0, "regexes are fully anchored");
+    const tmatch nre[] = {{0, "__name__", "up"}, {3, "instance", "a.*"}};
+    is(count(&s, nre, 2), 2, "NRE");
+    const tmatch noname[] = {{0, "job", "prom"}};
+    is(count(&s, noname, 1), 3, "selector without __name__ (postings)");
+    const tmatch namere[] = {{2, "__name__", "up|http_.*"}};
+    is(count(&s, namere, 1), 5, "__name__ regex");
+    const tmatch missing[] = {{0, "__name__", "http_requests_total"}, {0, "path", ""}};
+    is(count(&s, missing, 2), 1, "label=\"\" selects series without the label");
+    const tmatch has[] = {{0, "__name__", "http_requests_total"}, {1, "path", ""}};
+    is(count(&s, has, 2), 1, "label!=\"\" selects series with the label");
+    const tmatch nre_missing[] = {{0, "__name__", "http_requests_total"}, {3, "path", "x"}};
+    is(count(&s, nre_missing, 2), 2, "!~ includes series lacking the label");
+    const tmatch re_only[] = {{2, "instance", ".+:9100"}};
+    is(count(&s, re_only, 1), 2, "regex-only selector without __name__");
+    const tmatch all[] = {{2, "__name__", ".+"}};
+    is(count(&s, all, 1), 7, "every series");
+    const tmatch empty_all[] = {{2, "job", ".*"}};
+    is(count(&s, empty_all, 1), 7, "only empty-matching matchers select all series");
+    const tmatch upper[] = {{0, "Zone", "eu"}};
+    is(count(&s, upper, 1), 1, "label name sorting before __name__");
+
+    /* Bad regex → 4xx error code. */
+    {
+        pt_arena b;
+        pt_arena_init(&b, 0, 0);
+        char msg[512] = "";
+        const tmatch bad[] = {{2, "job", "(unclosed"}};
+        query(&s, &b, T0, T0, bad, 1, &rv, msg);
+        ok(rv == PT_EREGEX && strstr(msg, "(unclosed"), "invalid regex is a 400 naming it");
+        const tmatch esc[] = {{2, "job", "x)|(.*"}};
+        query(&s, &b, T0, T0, esc, 1, &rv, msg);
+        ok(rv == PT_EREGEX, "a regex cannot escape its anchoring group");
+        pt_arena_free(&b);
+    }
+
+    /* Contents: sorted series, sorted samples, exact values and labels. */
+    {
+        pt_arena b;
+        pt_arena_init(&b, 0, 0);
+        char msg[512];
+        Prometheus__ReadResponse *r = query(&s, &b, T0 - 1000, T0 + 60000, up, 1, &rv, msg);
+        Prometheus__QueryResult *qr = r->results[0];
+        ok(rv == 0 && qr->n_timeseries == 3, "read up");
+        ok(strcmp(label(qr->timeseries[0], "instance"), "a:9100") == 0 &&
+               strcmp(label(qr->timeseries[2], "instance"), "c:9090") == 0,
+           "series sorted by labels");
+        ok(qr->timeseries[0]->n_samples == 2 && qr->timeseries[0]->samples[0]->timestamp == T0 &&
+               qr->timeseries[0]->samples[1]->timestamp == T0 + 15000 &&
+               qr->timeseries[0]->samples[1]->value == 0,
+           "samples in time order with their values");
+        ok(qr->timeseries[0]->n_labels == 3 &&
+               memcmp(qr->timeseries[0]->labels[0]->name.data, "__name__", 8) == 0,
+           "labels sorted by name");
+
+        r = query(&s, &b, T0 + 1, T0 + 15000, up, 1, &rv, msg);
+        ok(rv == 0 && r->results[0]->n_timeseries == 1 &&
+               r->results[0]->timeseries[0]->n_samples == 1,
+           "time range is inclusive and excludes earlier samples; empty series are omitted");
+
+        const tmatch w[] = {{0, "__name__", "weird"}};
+        r = query(&s, &b, T0, T0 + 1, w, 1, &rv, msg);
+        const Prometheus__TimeSeries *ts = r->results[0]->timeseries[0];
+        uint64_t bits;
+        memcpy(&bits, &ts->samples[1]->value, 8);
+        ok(rv == 0 && bits == 0x7ff0000000000002ULL, "staleness marker read back bit-exact");
+        ok(strlen(label(ts, "big")) == 5000, "5000-byte label value read back whole");
+
+        const tmatch p[] = {{0, "path", ",=@\\ \xc3\xbc"}};
+        r = query(&s, &b, T0, T0, p, 1, &rv, msg);
+        ok(rv == 0 && r->results[0]->n_timeseries == 1 &&
+               strcmp(label(r->results[0]->timeseries[0], "path"), ",=@\\ \xc3\xbc") == 0,
+           "escaped characters and UTF-8 round-trip");
+        pt_arena_free(&b);
+    }
+
+    /* Same timestamp, new value: last write wins; old samples (backfill) accepted. */
+    {
+        tseries upd[] = {{{"__name__", "up", "instance", "a:9100", "job", "node", NULL},
+                          {T0, T0 - 86400000LL * 60}, {42, 9}, 2}};
+        rv = pt_store_write(&s.st, mk_write(&a, upd, 1), &a, &res);
+        ok(rv == 0 && res.samples_rejected == 0, "backfill 60 days back is accepted");
+        pt_arena b;
+        pt_arena_init(&b, 0, 0);
+        char msg[512];
+        Prometheus__ReadResponse *r = query(&s, &b, T0, T0, up_node, 2, &rv, msg);
+        ok(rv == 0 && r->results[0]->timeseries[0]->samples[0]->value == 42,
+           "same timestamp, new value: last write wins");
+        r = query(&s, &b, T0 - 86400000LL * 61, T0 - 86400000LL * 59, up_node, 2, &rv, msg);
+        ok(rv == 0 && r->results[0]->n_timeseries == 1 &&
+               r->results[0]->timeseries[0]->samples[0]->value == 9,
+           "backfilled sample is found through its own day's index");
+        /* A query spanning several buckets merges them in order. */
+        r = query(&s, &b, T0 - 86400000LL * 61, T0 + 60000, up_node, 2, &rv, msg);
+        ok(rv == 0 && r->results[0]->timeseries[0]->n_samples == 3 &&
+               r->results[0]->timeseries[0]->samples[0]->value == 9,
+           "a query across buckets returns every sample in time order");
+        pt_arena_free(&b);
+    }
+
+    /* Validation: precise messages, partial ingestion. */
+    {
+        tseries bad[] = {
+            {{"job", "x", "__name__", "m", NULL}, {T0}, {1}, 1},
+            {{"__name__", "m", "a", "1", "a", "2", NULL}, {T0}, {1}, 1},
+            {{"__name__", "m", "", "1", NULL}, {T0}, {1}, 1},
+            {{"__name__", "m", "a", "\xff", NULL}, {T0}, {1}, 1},
+            {{"job", "x", NULL}, {T0}, {1}, 1},
+            {{"__name__", "m", NULL}, {-5}, {1}, 1},
+            {{"__name__", "good", NULL}, {T0}, {1}, 1},
+        };
+        const char *want[] = {"not sorted", "duplicate label name \"a\"", "empty name",
+                              "not valid UTF-8", "no metric name", "negative timestamp"};
+        for (int i = 0; i < 6; i++) {
+            rv = pt_store_write(&s.st, mk_write(&a, &bad[i], 1), &a, &res);
+            ok(rv == 0 && res.samples_rejected == 1 && strstr(res.msg, want[i]),
+               "rejected with \"%s\"", want[i]);
+            if (!strstr(res.msg, want[i]))
+                diag("message: %s", res.msg);
+        }
+        rv = pt_store_write(&s.st, mk_write(&a, bad, 7), &a, &res);
+        ok(rv == 0 && res.samples_written == 1 && res.samples_rejected == 6,
+           "the valid part of a mixed request is stored");
+        tseries empty_val[] = {{{"__name__", "ev", "a", "", "b", "1", NULL}, {T0}, {1}, 1}};
+        rv = pt_store_write(&s.st, mk_write(&a, empty_val, 1), &a, &res);
+        const tmatch ev[] = {{0, "__name__", "ev"}, {0, "a", ""}};
+        ok(rv == 0 && res.samples_rejected == 0 && count(&s, ev, 2) == 1,
+           "an empty label value is the same as no label");
+    }
+
+    /* Outages: the error is retryable, the index cache is not poisoned, a retry succeeds. */
+    {
+        tseries fresh[] = {{{"__name__", "outage", "k", "v", NULL}, {T0}, {1}, 1}};
+        pt_faulty_plan plan = {0};
+        plan.write.fail_next = 1;
+        plan.write.partial = 1;
+        pt_faulty_set(&s.faulty, &plan);
+        rv = pt_store_write(&s.st, mk_write(&a, fresh, 1), &a, &res);
+        ok(PT_IS_RETRYABLE(rv), "a backend outage is a retryable error (503)");
+        pt_faulty_set(&s.faulty, NULL);
+        rv = pt_store_write(&s.st, mk_write(&a, fresh, 1), &a, &res);
+        ok(rv == 0 && res.index_rows > 0, "the retry writes the index rows again");
+        const tmatch o[] = {{0, "k", "v"}};
+        is(count(&s, o, 1), 1, "after the retry the series is readable");
+
+        plan = (pt_faulty_plan){0};
+        plan.scan.fail_next = 1;
+        pt_faulty_set(&s.faulty, &plan);
+        is(count(&s, o, 1), -1, "a failing scan fails the read");
+        pt_faulty_set(&s.faulty, NULL);
+    }
+
+    /* Limits. */
+    {
+        s.st.max_series = 2;
+        is(count(&s, up, 1), -1, "series limit exceeded is an error");
+        s.st.max_series = 1000;
+        s.st.max_samples = 3;
+        is(count(&s, up, 1), -1, "sample limit exceeded is an error");
+        s.st.max_samples = 100000;
+    }
+
+    pt_arena_free(&a);
+    tstore_close(&s);
+    return done_testing();
+}
