@@ -233,8 +233,8 @@ void pt_app_dispatch(void *ud, pt_req *req, pt_resp *resp)
 {
     pt_app *app = ud;
     uint64_t t0 = pt_now_ns();
-    if (app->cfg && (req->arena->max == 0 || req->arena->max > app->cfg->max_request_memory))
-        req->arena->max = app->cfg->max_request_memory;
+    if (app->cfg)
+        req->arena->max = app->cfg->max_request_memory; /* the server's default is a guess */
     resp->status = 200;
     int id = PT_ROUTE_OTHER;
     const struct route *r = NULL;

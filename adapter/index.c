@@ -76,9 +76,17 @@ static pt_index_key *probe(pt_index_key *slots, size_t mask, pt_index_key k)
 int pt_index_cache_has(pt_index_cache *c, pt_index_key k)
 {
     pthread_mutex_lock(&c->lock);
-    int found = 0;
-    for (int i = 0; i < 2 && !found; i++)
-        found = !key_empty(*probe(c->g[i].slots, c->slots - 1, k));
+    /* The current generation first: series that keep writing are found there with one
+     * probe, since a hit in the old generation moves the key forward. */
+    int found = !key_empty(*probe(c->g[c->cur].slots, c->slots - 1, k));
+    if (!found && !key_empty(*probe(c->g[c->cur ^ 1].slots, c->slots - 1, k))) {
+        found = 1;
+        gen *g = &c->g[c->cur];
+        if (g->n < c->gen_max) {
+            *probe(g->slots, c->slots - 1, k) = k;
+            g->n++;
+        }
+    }
     pthread_mutex_unlock(&c->lock);
     return found;
 }

@@ -97,6 +97,7 @@ pt_task *pt_server_task_new(pt_conn *c, int proto)
     t->qnext = NULL;
     t->stream_id = 0;
     t->state = PT_TASK_RECV;
+    atomic_store_explicit(&t->cancelled, 0, memory_order_relaxed);
     t->early_status = 0;
     t->rejected = 0;
     t->hdr_bytes = 0;
@@ -145,6 +146,10 @@ void pt_server_task_detach(pt_task *t)
     t->prev = t->next = NULL;
     t->conn = NULL;
     c->ntasks--;
+    /* A queued request whose client is gone is not worth running (a client that did not
+     * get its answer retries). */
+    if (t->state == PT_TASK_QUEUED)
+        atomic_store_explicit(&t->cancelled, 1, memory_order_relaxed);
     if (c->h1.cur == t)
         c->h1.cur = NULL;
 }
@@ -253,25 +258,16 @@ int pt_server_req_target(pt_task *t, const char *u, size_t n)
 
 int pt_server_method(const char *m, size_t n)
 {
-    switch (n) {
-    case 3:
-        if (memcmp(m, "GET", 3) == 0)
-            return PT_M_GET;
-        if (memcmp(m, "PUT", 3) == 0)
-            return PT_M_PUT;
-        break;
-    case 4:
-        if (memcmp(m, "POST", 4) == 0)
-            return PT_M_POST;
-        if (memcmp(m, "HEAD", 4) == 0)
-            return PT_M_HEAD;
-        break;
-    case 6:
-        if (memcmp(m, "DELETE", 6) == 0)
-            return PT_M_DELETE;
-        break;
-    }
-    return PT_M_OTHER;
+    static const struct {
+        const char *name;
+        size_t len;
+        int method;
+    } methods[] = {{"GET", 3, PT_M_GET},   {"POST", 4, PT_M_POST}, {"HEAD", 4, PT_M_HEAD},
+                   {"PUT", 3, PT_M_PUT},   {"DELETE", 6, PT_M_DELETE}};
+    for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++)
+        if (n == methods[i].len && memcmp(m, methods[i].name, n) == 0)
+            return methods[i].method;
+    return PT_M_OTHER; /* method names are case-sensitive */
 }
 
 int pt_server_body_append(pt_task *t, const uint8_t *p, size_t n)
@@ -893,8 +889,10 @@ static void *worker_main(void *arg)
         if (!s->whead)
             s->wtail = NULL;
         pthread_mutex_unlock(&s->wmu);
-        s->fn(s->ud, &t->req, &t->resp);
-        fix_resp(&t->resp);
+        if (!atomic_load_explicit(&t->cancelled, memory_order_relaxed)) {
+            s->fn(s->ud, &t->req, &t->resp);
+            fix_resp(&t->resp);
+        }
         post_completion(s, t);
         pthread_mutex_lock(&s->wmu);
     }
@@ -1227,8 +1225,8 @@ static void begin_stop(pt_server *s)
     for (pt_conn *c = s->conns; c; c = c->next) {
         if (c->closing)
             continue;
-        if (!c->ops) {
-            pt_server_conn_close(c); /* still in the TLS handshake */
+        if (!c->ops || c->lingering) {
+            pt_server_conn_close(c); /* in the TLS handshake, or only draining input */
             continue;
         }
         c->ops->shutdown(c);
@@ -1239,7 +1237,11 @@ static void begin_stop(pt_server *s)
 
 static void sweep(pt_server *s)
 {
-    s->next_sweep_ms = s->now_ms + SWEEP_MS;
+    /* Often enough that a short idle timeout is honoured within about a quarter of it. */
+    int64_t every = SWEEP_MS;
+    if (s->opts.idle_timeout_ms > 0 && s->opts.idle_timeout_ms / 4 < every)
+        every = s->opts.idle_timeout_ms / 4 > 10 ? s->opts.idle_timeout_ms / 4 : 10;
+    s->next_sweep_ms = s->now_ms + every;
     if (!s->listening && !s->stopping && s->now_ms >= s->accept_resume_ms)
         listener_enable(s, 1);
     int64_t idle = s->opts.idle_timeout_ms;
@@ -1272,6 +1274,7 @@ static void sweep(pt_server *s)
 int pt_server_run(pt_server *s)
 {
     struct epoll_event evs[128];
+    int rv = 0;
     if (start_workers(s) != 0)
         return PT_EINTERNAL;
     s->now_ms = mono_ms();
@@ -1281,8 +1284,10 @@ int pt_server_run(pt_server *s)
         if (timeout < 0)
             timeout = 0;
         int n = epoll_wait(s->epfd, evs, (int)(sizeof(evs) / sizeof(evs[0])), timeout);
-        if (n < 0 && errno != EINTR)
+        if (n < 0 && errno != EINTR) {
+            rv = PT_EINTERNAL;
             break;
+        }
         s->now_ms = mono_ms();
         update_date(s);
         for (int i = 0; i < n; i++) {
@@ -1319,7 +1324,7 @@ int pt_server_run(pt_server *s)
     process_close_list(s);
     stop_workers(s);
     process_close_list(s);
-    return 0;
+    return rv;
 }
 
 void pt_server_free(pt_server *s)

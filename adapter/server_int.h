@@ -5,7 +5,7 @@
  * Threads: one loop thread owns every socket, TLS object, nghttp2 session, connection and
  * the task lists. Workers see a task only between pt_server_dispatch() and the moment they
  * post it back; during that time they touch only task->req, task->resp, task->arena and the
- * body, and the loop touches only the task's list links (distinct memory, no race).
+ * body, and the loop touches only the task's list links and its atomic cancelled flag.
  */
 #ifndef PT_SERVER_INT_H
 #define PT_SERVER_INT_H
@@ -45,6 +45,7 @@ struct pt_task {
     uint32_t slot, gen;     /* which connection, checked when a worker posts the task back */
     int32_t stream_id;      /* HTTP/2 stream; 0 for HTTP/1 */
     int state;              /* enum pt_task_state; loop thread only */
+    atomic_int cancelled;   /* set by the loop when nobody waits for the answer any more */
     int early_status;       /* answer this without calling dispatch (413, 431) */
     int rejected;           /* HTTP/2: the early answer has been submitted */
     size_t hdr_bytes;       /* request header bytes seen, against max_header_bytes */

@@ -1,7 +1,10 @@
+#!/usr/bin/env bash
 # Shared helpers for promtable's shell tests (bash). Source it, do not run it:
 #
 #   . "$(dirname "$0")/lib.sh"
 #
+# It lives next to the tests, so `prove --exec '' tests/e2e/*.sh` runs it too: run as a
+# program it only reports itself skipped.
 # TAP output          tap_plan N | tap_ok DESC | tap_not_ok DESC | tap_check DESC CMD...
 #                     tap_is GOT WANT DESC | tap_skip DESC REASON | tap_diag MSG...
 #                     tap_diag_file FILE [MAXLINES] | tap_skip_all REASON | tap_bail REASON
@@ -9,6 +12,7 @@
 # processes           pt_spawn LOG CMD...   (sets PT_PID; killed on exit)
 #                     pt_stop PID [SECONDS] (TERM, then KILL; returns the exit status)
 #                     pt_alive PID
+#                     pt_sleep SECONDS      (a sleep that INT/TERM interrupt at once)
 # ports, readiness    pt_free_port VAR      (stores a free loopback TCP port in VAR)
 #                     pt_wait_http URL SECONDS [PID] [CURL ARGS...]
 # temp dirs, cleanup  pt_mktemp VAR [NAME]  (new dir under ${TMPDIR:-/tmp} into VAR; removed
@@ -19,6 +23,11 @@
 # The library installs its own EXIT/INT/TERM traps; a test that needs extra cleanup uses
 # pt_on_exit instead of setting another trap (which would replace the library's).
 # Nothing here uses `set -e`: a failing check must print `not ok`, not abort the file.
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+    echo "1..0 # SKIP library for the shell tests, not a test"
+    exit 0
+fi
 
 # ---------------------------------------------------------------------------------- TAP
 
@@ -141,6 +150,15 @@ pt_stop() {
     return "$rc"
 }
 
+# Bash runs a trap only after the foreground command returns, so a plain `sleep 30` would hold
+# off Ctrl-C and the cleanup for 30 s; `wait` returns as soon as a signal arrives.
+pt_sleep() {
+    sleep "$1" &
+    PT_SLEEP_PID=$!
+    wait "$PT_SLEEP_PID"
+    PT_SLEEP_PID=
+}
+
 pt_on_exit() {
     PT_EXIT_CMDS+=("$1")
 }
@@ -149,6 +167,7 @@ pt__cleanup() {
     local rc=$? c p d i
     trap - EXIT INT TERM
     for c in "${PT_EXIT_CMDS[@]}"; do eval "$c"; done
+    [ -n "${PT_SLEEP_PID:-}" ] && kill "$PT_SLEEP_PID" 2>/dev/null
     for p in "${PT_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
     # Give everyone a moment together, then force.
     for ((i = 0; i < 50; i++)); do

@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# End-to-end test of the HTTP front end (adapter/server.c, http1.c, http2.c, tls.c) through
+# tests/tools/httpecho, with real clients: curl, nghttp, h2load (Debian nghttp2-client) and
+# bash's /dev/tcp for hand-written bytes.
+#
+# Servers: a plain one (HTTP/1.1 and h2c), one with a 1000-byte body limit, one with TLS (a
+# self-signed certificate made here) and one with a short idle timeout. Each is stopped
+# with SIGTERM at the end and must exit 0.
+#
+# Environment: PT_BUILD_DIR (build tree with tests/httpecho; default ../../build).
+set -u -o pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$HERE/lib.sh"
+ROOT=$(cd "$HERE/../.." && pwd)
+BUILD=${PT_BUILD_DIR:-$ROOT/build}
+ECHO=$BUILD/tests/httpecho
+
+pt_require curl nghttp h2load openssl timeout
+[ -x "$ECHO" ] || tap_bail "$ECHO not built"
+
+pt_mktemp T httpsrv
+
+# start_echo NAME ARGS... : starts httpecho, sets NAME_PID and NAME_PORT.
+start_echo() {
+    local name=$1 log i port=
+    shift
+    log=$T/$name.log
+    pt_spawn "$log" "$ECHO" "$@"
+    for ((i = 0; i < 100; i++)); do
+        port=$(head -n 1 "$log" 2>/dev/null)
+        [[ $port =~ ^[0-9]+$ ]] && break
+        port=
+        pt_alive "$PT_PID" || break
+        sleep 0.05
+    done
+    if [ -z "$port" ]; then
+        tap_diag_file "$log"
+        tap_bail "httpecho $name did not start"
+    fi
+    printf -v "${name}_PID" '%s' "$PT_PID"
+    printf -v "${name}_PORT" '%s' "$port"
+}
+
+# raw PORT BYTES : sends BYTES (printf format) on a fresh connection, prints the answer.
+raw() {
+    timeout 5 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"; printf "$2" >&3; cat <&3' _ "$1" "$2" 2>/dev/null
+}
+
+# stops_cleanly NAME : SIGTERM, then the exit status must be 0.
+stops_cleanly() {
+    local pid_var=${1}_PID rc
+    pt_stop "${!pid_var}" 15
+    rc=$?
+    tap_is "$rc" 0 "$1 server exits 0 on SIGTERM"
+}
+
+head -c 200000 /dev/urandom >"$T/200k.bin"
+head -c 900 /dev/urandom >"$T/900.bin"
+head -c 5000 /dev/urandom >"$T/5k.bin"
+
+# ------------------------------------------------------------------------ plain server
+start_echo PLAIN --workers 8
+U=http://127.0.0.1:$PLAIN_PORT
+tap_ok "httpecho listens on $PLAIN_PORT"
+
+tap_is "$(curl -sS "$U/hello")" "hello" "HTTP/1.1 GET /hello"
+tap_is "$(curl -sS -o /dev/null -w '%{http_code}' "$U/nope")" 404 "unknown path is 404"
+
+curl -sS --data-binary @"$T/200k.bin" -H 'Content-Type: application/x-test' \
+    "$U/echo" -o "$T/echo.out"
+tap_check "HTTP/1.1 POST /echo returns the 200 KB body" cmp -s "$T/echo.out" "$T/200k.bin"
+
+info=$(curl -sS -H 'Content-Type: a/b' -H 'Content-Encoding: snappy' -H 'Authorization: Bearer x' \
+    -H 'X-Prometheus-Remote-Write-Version: 0.1.0' "$U/info?a=1&b=2")
+tap_check "request fields reach the handler" \
+    grep -qz 'path=/info.query=a=1&b=2.content_type=a/b.content_encoding=snappy.authorization=Bearer x.user_agent=curl/[^\n]*.rw_version=0.1.0' <<<"$info"
+
+out=$(curl -sS -v "$U/hello" "$U/hello" 2>&1)
+tap_check "keep-alive: the second request re-uses the connection" \
+    grep -q "Re-using existing connection" <<<"$out"
+
+curl -sS -H 'Transfer-Encoding: chunked' --data-binary @"$T/200k.bin" "$U/echo" -o "$T/chunked.out"
+tap_check "chunked request body is reassembled" cmp -s "$T/chunked.out" "$T/200k.bin"
+
+out=$(curl -sS -I "$U/hello")
+tap_check "HEAD has Content-Length and no body" grep -qi '^content-length: 6' <<<"$out"
+
+out=$(raw "$PLAIN_PORT" 'GET /hello HTTP/1.1\r\nHost: x\r\n\r\nGET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')
+n200=$(grep -c '^HTTP/1.1 200' <<<"$out")
+n404=$(grep -c '^HTTP/1.1 404' <<<"$out")
+tap_is "$n200/$n404" "1/1" "two pipelined requests get two answers, in order"
+tap_check "pipelined answers are in request order" \
+    bash -c '[ "$(grep -o "^HTTP/1.1 [0-9]*" <<<"$1" | tr "\n" " ")" = "HTTP/1.1 200 HTTP/1.1 404 " ]' _ "$out"
+
+out=$(raw "$PLAIN_PORT" 'GET /hello HTTP/1.0\r\n\r\n')
+tap_check "HTTP/1.0 request is answered with Connection: close" \
+    grep -qi '^Connection: close' <<<"$out"
+
+out=$(raw "$PLAIN_PORT" 'POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\nConnection: close\r\n\r\nhello')
+tap_check "Expect: 100-continue gets 100 Continue, then the answer" \
+    bash -c 'grep -q "^HTTP/1.1 100 Continue" <<<"$1" && grep -q "^HTTP/1.1 200" <<<"$1"' _ "$out"
+
+out=$(raw "$PLAIN_PORT" 'garbage\r\n\r\n')
+tap_check "a garbage request gets 400" grep -q '^HTTP/1.1 400' <<<"$out"
+
+big=$(head -c 20000 /dev/zero | tr '\0' a)
+tap_is "$(curl -sS -o /dev/null -w '%{http_code}' -H "X-Big: $big" "$U/hello")" 431 \
+    "oversized request headers get 431"
+
+out=$(curl -sS -v --http2-prior-knowledge "$U/info" 2>&1)
+tap_check "h2c with prior knowledge answers over HTTP/2" grep -q '^< HTTP/2 200' <<<"$out"
+tap_check "h2c request is seen as proto 2" grep -q '^proto=2' <<<"$out"
+
+curl -sS --http2-prior-knowledge --data-binary @"$T/200k.bin" "$U/echo" -o "$T/h2echo.out"
+tap_check "h2c POST /echo returns the body" cmp -s "$T/h2echo.out" "$T/200k.bin"
+
+out=$(h2load -n 200 -c 4 -m 10 "$U/hello" 2>&1)
+tap_check "h2load: 200 requests on 4 h2c connections x 10 streams all succeed" \
+    grep -q '200 succeeded, 0 failed, 0 errored' <<<"$out" || tap_diag "$out"
+
+out=$(h2load -n 200 -c 4 -m 10 -d "$T/5k.bin" "$U/echo" 2>&1)
+tap_check "h2load: 200 concurrent h2c uploads all succeed" \
+    grep -q '200 succeeded, 0 failed, 0 errored' <<<"$out" || tap_diag "$out"
+
+out=$(h2load -n 200 -c 4 --h1 "$U/hello" 2>&1)
+tap_check "h2load --h1: 200 keep-alive HTTP/1.1 requests all succeed" \
+    grep -q '200 succeeded, 0 failed, 0 errored' <<<"$out" || tap_diag "$out"
+
+# 16 requests of 200 ms on ONE connection with 8 workers: ~0.4 s when streams run in
+# parallel, 3.2 s if they were serialised.
+start=$(date +%s%N)
+out=$(h2load -n 16 -c 1 -m 16 "$U/slow" 2>&1)
+ms=$((($(date +%s%N) - start) / 1000000))
+tap_check "16 slow h2 streams on one connection all succeed" \
+    grep -q '16 succeeded, 0 failed' <<<"$out" || tap_diag "$out"
+tap_check "... and run in parallel (${ms} ms < 2500 ms)" test "$ms" -lt 2500
+
+# Graceful stop: a request in flight when SIGTERM arrives is still answered.
+curl -sS -o "$T/slow.out" -w '%{http_code}' "$U/slow" >"$T/slow.code" 2>&1 &
+cpid=$!
+sleep 0.1
+kill -TERM "$PLAIN_PID"
+wait "$cpid"
+tap_is "$(cat "$T/slow.code")" 200 "request in flight at SIGTERM is answered"
+stops_cleanly PLAIN
+
+# ------------------------------------------------------------------ small body limit
+start_echo SMALL --max-body 1000
+U=http://127.0.0.1:$SMALL_PORT
+tap_is "$(curl -sS -o /dev/null -w '%{http_code}' --data-binary @"$T/900.bin" "$U/echo")" 200 \
+    "a body under the limit passes"
+tap_is "$(curl -sS -o /dev/null -w '%{http_code}' --data-binary @"$T/5k.bin" "$U/echo")" 413 \
+    "Content-Length over --max-body gets 413"
+tap_is "$(curl -sS -o /dev/null -w '%{http_code}' -H 'Expect:' --data-binary @"$T/200k.bin" "$U/echo")" 413 \
+    "413 also reaches a client that sends the whole body without Expect"
+tap_is "$(curl -sS -o /dev/null -w '%{http_code}' -H 'Transfer-Encoding: chunked' \
+    --data-binary @"$T/5k.bin" "$U/echo")" 413 "chunked body over --max-body gets 413"
+out=$(nghttp -v -d "$T/5k.bin" "$U/echo" 2>&1)
+tap_check "h2c body over --max-body gets 413 on the stream" grep -q ':status: 413' <<<"$out"
+tap_is "$(curl -sS --http2-prior-knowledge "$U/hello")" "hello" \
+    "the server keeps serving after refusing bodies"
+stops_cleanly SMALL
+
+# ------------------------------------------------------------------------------- TLS
+openssl req -x509 -newkey rsa:2048 -nodes -keyout "$T/key.pem" -out "$T/cert.pem" \
+    -days 2 -subj /CN=localhost >/dev/null 2>&1 || tap_bail "openssl cannot make a certificate"
+start_echo TLS --tls-cert "$T/cert.pem" --tls-key "$T/key.pem"
+U=https://127.0.0.1:$TLS_PORT
+
+out=$(curl -sS -v -k --http2 "$U/info" 2>&1)
+tap_check "TLS: ALPN selects h2" grep -q 'ALPN: server accepted h2' <<<"$out"
+tap_check "TLS + h2: answered over HTTP/2 with tls=1" \
+    bash -c 'grep -q "^< HTTP/2 200" <<<"$1" && grep -q "^tls=1" <<<"$1"' _ "$out"
+
+out=$(curl -sS -v -k --http1.1 "$U/info" 2>&1)
+tap_check "TLS: ALPN selects http/1.1 when asked" grep -q 'ALPN: server accepted http/1.1' <<<"$out"
+tap_check "TLS + HTTP/1.1: answered with tls=1" \
+    bash -c 'grep -q "^< HTTP/1.1 200" <<<"$1" && grep -q "^tls=1" <<<"$1"' _ "$out"
+
+curl -sS -k --http2 --data-binary @"$T/200k.bin" "$U/echo" -o "$T/tls2.out"
+tap_check "TLS + h2 POST /echo returns the body" cmp -s "$T/tls2.out" "$T/200k.bin"
+curl -sS -k --http1.1 --data-binary @"$T/200k.bin" "$U/echo" -o "$T/tls1.out"
+tap_check "TLS + HTTP/1.1 POST /echo returns the body" cmp -s "$T/tls1.out" "$T/200k.bin"
+
+out=$(h2load -n 200 -c 4 -m 10 "$U/hello" 2>&1)
+tap_check "h2load over TLS: 200 requests all succeed" \
+    grep -q '200 succeeded, 0 failed, 0 errored' <<<"$out" || tap_diag "$out"
+
+tap_isnt_200=$(curl -sS -o /dev/null -w '%{http_code}' "http://127.0.0.1:$TLS_PORT/hello" 2>/dev/null)
+tap_check "the TLS port does not answer plain HTTP" test "$tap_isnt_200" != 200
+tap_is "$(curl -sS -k "$U/hello")" "hello" "TLS port still serves after a plain-text client"
+stops_cleanly TLS
+
+# ---------------------------------------------------------------------- idle timeout
+start_echo IDLE --idle-timeout 300
+start=$(date +%s%N)
+timeout 10 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"; cat <&3 >/dev/null' _ "$IDLE_PORT"
+rc=$?
+ms=$((($(date +%s%N) - start) / 1000000))
+tap_check "an idle connection is closed by the server (after ${ms} ms)" \
+    test "$rc" -eq 0 -a "$ms" -ge 250 -a "$ms" -lt 5000
+stops_cleanly IDLE
+
+tap_done

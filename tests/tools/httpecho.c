@@ -1,0 +1,137 @@
+/*
+ * httpecho: pt_server with a toy dispatch, for tests/e2e/http_server.sh.
+ *
+ *   httpecho [--listen HOST:PORT] [--port N] [--max-body N] [--max-header N]
+ *            [--workers N] [--idle-timeout MS] [--max-connections N]
+ *            [--tls-cert FILE --tls-key FILE]
+ *
+ * Prints the bound port on stdout, then serves until SIGTERM/SIGINT (exit 0).
+ *   POST /echo  -> 200, the body back, application/octet-stream
+ *   GET  /hello -> 200 "hello\n"
+ *   GET  /info  -> 200, what the handler saw (method, path, query, headers, proto, tls)
+ *   any  /slow  -> 200 "slow\n" after 200 ms in the worker
+ *   else        -> 404
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "http.h"
+
+static pt_server *volatile the_server;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    if (the_server)
+        pt_server_stop(the_server);
+}
+
+static void text(pt_resp *resp, int status, const char *s)
+{
+    resp->status = status;
+    resp->content_type = "text/plain; charset=utf-8";
+    resp->body = (const uint8_t *)s;
+    resp->body_len = strlen(s);
+}
+
+static void dispatch(void *ud, pt_req *req, pt_resp *resp)
+{
+    (void)ud;
+    resp->headers[resp->nheaders++] =
+        (pt_resp_header){"X-Proto", req->proto == PT_PROTO_HTTP2 ? "h2" : "http/1.1"};
+    if (strcmp(req->path, "/echo") == 0 && req->method == PT_M_POST) {
+        resp->content_type = "application/octet-stream";
+        resp->body = req->body;
+        resp->body_len = req->body_len;
+    } else if (strcmp(req->path, "/hello") == 0 &&
+               (req->method == PT_M_GET || req->method == PT_M_HEAD)) {
+        text(resp, 200, "hello\n");
+    } else if (strcmp(req->path, "/info") == 0) {
+        char *buf = pt_arena_alloc(req->arena, 4096);
+        if (!buf) {
+            text(resp, 500, "arena\n");
+            return;
+        }
+        snprintf(buf, 4096,
+                 "method=%s\npath=%s\nquery=%s\ncontent_type=%s\ncontent_encoding=%s\n"
+                 "authorization=%s\nuser_agent=%s\nrw_version=%s\nbody_len=%zu\nproto=%d\n"
+                 "tls=%d\n",
+                 req->method_name, req->path, req->query, req->content_type,
+                 req->content_encoding, req->authorization, req->user_agent,
+                 req->remote_write_version, req->body_len, req->proto, req->tls);
+        text(resp, 200, buf);
+    } else if (strcmp(req->path, "/slow") == 0) {
+        struct timespec ts = {0, 200 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        text(resp, 200, "slow\n");
+    } else {
+        text(resp, 404, "not found\n");
+    }
+}
+
+static int usage(const char *argv0)
+{
+    fprintf(stderr,
+            "usage: %s [--listen HOST:PORT] [--port N] [--max-body N] [--max-header N]\n"
+            "       [--workers N] [--idle-timeout MS] [--max-connections N]\n"
+            "       [--tls-cert FILE --tls-key FILE]\n",
+            argv0);
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    char listen[300] = "127.0.0.1:0";
+    pt_server_opts o = {.workers = 4, .max_body = 1 << 20, .max_header_bytes = 16384};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v)
+            return usage(argv[0]);
+        if (strcmp(a, "--listen") == 0)
+            snprintf(listen, sizeof(listen), "%s", v);
+        else if (strcmp(a, "--port") == 0)
+            snprintf(listen, sizeof(listen), "127.0.0.1:%s", v);
+        else if (strcmp(a, "--max-body") == 0)
+            o.max_body = strtoull(v, NULL, 10);
+        else if (strcmp(a, "--max-header") == 0)
+            o.max_header_bytes = strtoull(v, NULL, 10);
+        else if (strcmp(a, "--workers") == 0)
+            o.workers = atoi(v);
+        else if (strcmp(a, "--idle-timeout") == 0)
+            o.idle_timeout_ms = atoi(v);
+        else if (strcmp(a, "--max-connections") == 0)
+            o.max_connections = atoi(v);
+        else if (strcmp(a, "--tls-cert") == 0)
+            o.tls_cert_file = v;
+        else if (strcmp(a, "--tls-key") == 0)
+            o.tls_key_file = v;
+        else
+            return usage(argv[0]);
+        i++;
+    }
+    o.listen_address = listen;
+
+    char err[512];
+    pt_server *s = pt_server_new(&o, dispatch, NULL, err, sizeof(err));
+    if (!s) {
+        fprintf(stderr, "httpecho: %s\n", err);
+        return 1;
+    }
+    the_server = s;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+
+    printf("%d\n", pt_server_port(s));
+    fflush(stdout);
+    int rv = pt_server_run(s);
+    the_server = NULL;
+    pt_server_free(s);
+    return rv == 0 ? 0 : 1;
+}
