@@ -7,38 +7,44 @@
 
 static const char hexdig[] = "0123456789abcdef";
 
-static int needs_escape(uint8_t c)
-{
-    return c < 0x20 || c == '\\' || c == ',' || c == '=' || c == '@';
-}
+/* Extra bytes each input byte takes when escaped: 3 for control bytes ("\xHH"), 1 for
+ * \ , = @, 0 otherwise. */
+static const uint8_t extra[256] = {
+    3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3,
+    3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3,
+    [','] = 1, ['='] = 1, ['@'] = 1, ['\\'] = 1,
+};
 
 size_t pt_escaped_len(pt_slice s)
 {
     size_t n = s.n;
-    for (size_t i = 0; i < s.n; i++) {
-        if (s.p[i] < 0x20)
-            n += 3;
-        else if (needs_escape(s.p[i]))
-            n += 1;
-    }
+    for (size_t i = 0; i < s.n; i++)
+        n += extra[s.p[i]];
     return n;
 }
 
 uint8_t *pt_escape(uint8_t *dst, pt_slice s)
 {
-    for (size_t i = 0; i < s.n; i++) {
-        uint8_t c = s.p[i];
+    size_t i = 0;
+    while (i < s.n) {
+        /* Copy the run that needs no escaping in one go. */
+        size_t j = i;
+        while (j < s.n && !extra[s.p[j]])
+            j++;
+        memcpy(dst, s.p + i, j - i);
+        dst += j - i;
+        if (j == s.n)
+            break;
+        uint8_t c = s.p[j];
+        *dst++ = '\\';
         if (c < 0x20) {
-            *dst++ = '\\';
             *dst++ = 'x';
             *dst++ = (uint8_t)hexdig[c >> 4];
             *dst++ = (uint8_t)hexdig[c & 15];
-        } else if (needs_escape(c)) {
-            *dst++ = '\\';
-            *dst++ = c;
         } else {
             *dst++ = c;
         }
+        i = j + 1;
     }
     return dst;
 }

@@ -1,0 +1,80 @@
+/* ingest_cpu: CPU cost of promtable's own ingest work per sample — snappy, protobuf,
+ * label validation, row keys, cells, index-cache lookups, batch sort — with a backend that
+ * accepts every batch and stores nothing. Storage and HTTP are measured by bench/run.sh.
+ *
+ * usage: ingest_cpu [FILE [SECONDS]]   (FILE: a snappy remote write body; default: the
+ * golden payload from tests/data) */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "decode.h"
+#include "store.h"
+
+static int null_open(void *s, const pt_backend_config *c, char *e, size_t el)
+{
+    (void)s, (void)c, (void)e, (void)el;
+    return 0;
+}
+static void null_close(void *s) { (void)s; }
+static int null_write(void *s, const pt_mutation *m, size_t n)
+{
+    (void)s, (void)m, (void)n;
+    return 0;
+}
+static int null_scan(void *s, const pt_scan *sc, pt_cell_fn fn, void *ud)
+{
+    (void)s, (void)sc, (void)fn, (void)ud;
+    return 0;
+}
+static const pt_backend_ops null_ops = {"null", 0, 1, null_open, null_close, null_write,
+                                        null_scan, NULL};
+
+static double cpu_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int main(int argc, char **argv)
+{
+    const char *path = argc > 1 ? argv[1] : PT_BENCH_DATA "/prom-2.42-write.bin";
+    double seconds = argc > 2 ? atof(argv[2]) : 3;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        perror(path);
+        return 1;
+    }
+    static uint8_t body[64 << 20];
+    size_t n = fread(body, 1, sizeof(body), f);
+    fclose(f);
+
+    pt_backend be = {&null_ops, NULL};
+    pt_store st = {.be = &be, .cache = pt_index_cache_new(1 << 20), .index_bucket_ms = 86400000};
+    pt_decode_limits lim = {256u << 20};
+    pt_arena a;
+    pt_arena_init(&a, 1 << 20, 0);
+    char msg[512];
+    size_t samples = 0, requests = 0;
+    double t0 = cpu_seconds(), t;
+    do {
+        Prometheus__WriteRequest *wr;
+        pt_write_result res;
+        if (pt_decode_write(body, n, &lim, &a, &wr, msg, sizeof(msg)) != 0 ||
+            pt_store_write(&st, wr, &a, &res) != 0) {
+            fprintf(stderr, "ingest failed: %s\n", msg);
+            return 1;
+        }
+        samples += res.samples_written;
+        requests++;
+        pt_arena_reset(&a);
+        t = cpu_seconds() - t0;
+    } while (t < seconds);
+    printf("ingest_cpu: %zu requests, %zu samples in %.2f CPU s: %.0f ns/sample, %.0f samples/CPU-s\n",
+           requests, samples, t, t * 1e9 / (double)samples, (double)samples / t);
+    pt_arena_free(&a);
+    pt_index_cache_free(st.cache);
+    return 0;
+}
