@@ -1,0 +1,306 @@
+#!/usr/bin/env bash
+# Ingest benchmark: promtable on its embedded store vs VictoriaMetrics (single node), both
+# fed the same Prometheus remote_write load by build/bench/loadgen.
+#
+# Each server runs alone on CPU $SERVER_CPU, the load generator on CPU $LOADGEN_CPU, on a
+# fresh data directory and a free loopback port. The load generator pre-builds its request
+# bodies, warms up (at least one pass over every series, so series creation is not in the
+# figure), then runs the timed phase. Afterwards the script checks the samples were really
+# stored, so the figure cannot come from fast rejects.
+#
+# Usage: bench/run.sh            (environment variables below change the load)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD_DIR=${BUILD_DIR:-$ROOT/build-bench}
+SKIP_BUILD=${SKIP_BUILD:-0}                  # 1: use the binaries already in $BUILD_DIR
+TARGETS=${TARGETS:-"promtable victoriametrics"}
+SERIES=${SERIES:-100000}
+CONNECTIONS=${CONNECTIONS:-8}
+DURATION=${DURATION:-30}                     # seconds, timed phase
+WARMUP=${WARMUP:-10}                         # seconds, at least one pass over all series
+SAMPLES_PER_REQUEST=${SAMPLES_PER_REQUEST:-2000}
+SAMPLES_PER_SERIES=${SAMPLES_PER_SERIES:-1}  # samples per TimeSeries entry (Prometheus: 1)
+LABELS=${LABELS:-10}
+POOL_MB=${POOL_MB:-1024}
+SERVER_CPU=${SERVER_CPU:-0}
+LOADGEN_CPU=${LOADGEN_CPU:-1}
+VM_BIN=${VM_BIN:-$(command -v victoria-metrics || echo /usr/bin/victoria-metrics)}
+PROMTABLE_ARGS=${PROMTABLE_ARGS:-}           # extra flags for promtable
+VM_ARGS=${VM_ARGS:-}                         # extra flags for VictoriaMetrics
+KEEP=${KEEP:-0}                              # 1: keep the work directory (logs, data)
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/promtable-bench.XXXXXX")
+SERVER_PID=
+# shellcheck disable=SC2317  # invoked by the EXIT trap
+cleanup() {
+    if [[ -n $SERVER_PID ]]; then stop_server; fi
+    if [[ $KEEP == 1 ]]; then echo "work directory kept: $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+log() { printf '%s\n' "$*" >&2; }
+
+# A free loopback port: bash's /dev/tcp fails to connect when nothing listens.
+free_port() {
+    local p
+    for _ in $(seq 100); do
+        p=$((20000 + RANDOM % 30000))
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+            echo "$p"
+            return 0
+        fi
+    done
+    log "no free port found"
+    return 1
+}
+
+# start_server NAME URL-TO-POLL CMD... ; sets SERVER_PID, returns 1 if it never got ready.
+start_server() {
+    local name=$1 ready=$2
+    shift 2
+    SRV[$name]="taskset -c $SERVER_CPU $*"
+    log "+ ${SRV[$name]}"
+    taskset -c "$SERVER_CPU" "$@" >"$WORK/$name.log" 2>&1 &
+    SERVER_PID=$!
+    for _ in $(seq 300); do
+        if [[ $(curl -s -o /dev/null -w '%{http_code}' "$ready" 2>/dev/null) == 200 ]]; then
+            return 0
+        fi
+        if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+            log "$name exited before it was ready; its log:"
+            tail -n 20 "$WORK/$name.log" >&2 || true
+            wait "$SERVER_PID" 2>/dev/null || true
+            SERVER_PID=
+            return 1
+        fi
+        sleep 0.1
+    done
+    log "$name not ready after 30 s ($ready)"
+    return 1
+}
+
+# Graceful stop (SIGTERM: both servers flush), then SIGKILL after 60 s.
+stop_server() {
+    local pid=$SERVER_PID
+    SERVER_PID=
+    kill -TERM "$pid" 2>/dev/null || return 0
+    for _ in $(seq 600); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+}
+
+# field NAME LINE: the value of NAME=... in a loadgen result line.
+field() { sed -n "s/.*[ :]$1=\([^ ]*\).*/\1/p" <<<"$2"; }
+
+# ---------------------------------------------------------------------------------------
+if [[ $SKIP_BUILD != 1 ]]; then
+    log "+ cmake -S $ROOT -B $BUILD_DIR -DCMAKE_BUILD_TYPE=Release"
+    cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >"$WORK/cmake.log" 2>&1 || {
+        tail -n 30 "$WORK/cmake.log" >&2
+        exit 1
+    }
+    log "+ cmake --build $BUILD_DIR -j2 --target loadgen"
+    cmake --build "$BUILD_DIR" -j2 --target loadgen >"$WORK/build.log" 2>&1 || {
+        tail -n 30 "$WORK/build.log" >&2
+        exit 1
+    }
+    if [[ " $TARGETS " == *" promtable "* ]]; then
+        log "+ cmake --build $BUILD_DIR -j2 --target promtable"
+        cmake --build "$BUILD_DIR" -j2 --target promtable >>"$WORK/build.log" 2>&1 || {
+            tail -n 30 "$WORK/build.log" >&2
+            exit 1
+        }
+    fi
+fi
+LOADGEN=$BUILD_DIR/bench/loadgen
+PROMTABLE=$BUILD_DIR/promtable
+[[ -x $LOADGEN ]] || { log "missing $LOADGEN"; exit 1; }
+
+if [[ $(nproc) -lt 2 ]]; then
+    log "warning: fewer than 2 CPUs; server and load generator share a core"
+fi
+
+LOADGEN_ARGS=(--series "$SERIES" --connections "$CONNECTIONS" --duration "$DURATION"
+    --warmup "$WARMUP" --samples-per-request "$SAMPLES_PER_REQUEST"
+    --samples-per-series "$SAMPLES_PER_SERIES" --labels "$LABELS" --pool-mb "$POOL_MB")
+
+declare -A RATE P99 ERRS PERCPU UTIL OTHER DISK CHECK CMD SRV
+FAILED=0
+
+# run_load NAME URL: runs the load generator; sets RESULT to its result line.
+run_load() {
+    local name=$1 url=$2 rc
+    local args=(--url "$url" "${LOADGEN_ARGS[@]}" --server-pid "$SERVER_PID")
+    CMD[$name]="taskset -c $LOADGEN_CPU $LOADGEN ${args[*]}"
+    log "+ ${CMD[$name]}"
+    # stdout (the result line) to a file, progress to the terminal and a log.
+    set +e
+    taskset -c "$LOADGEN_CPU" "$LOADGEN" "${args[@]}" 2>&1 >"$WORK/$name.result" |
+        tee "$WORK/$name.loadgen.log" >&2
+    rc=${PIPESTATUS[0]}
+    set -e
+    RESULT=$(grep '^result:' "$WORK/$name.result" || true)
+    if [[ -z $RESULT ]]; then
+        log "$name: the load generator failed (exit $rc)"
+        return 1
+    fi
+    RATE[$name]=$(field samples_per_sec "$RESULT")
+    P99[$name]=$(field p99_ms "$RESULT")
+    ERRS[$name]=$(field errors "$RESULT")
+    PERCPU[$name]=$(field samples_per_server_cpu_s "$RESULT")
+    UTIL[$name]=$(field server_cpu_util "$RESULT")
+    OTHER[$name]=$(field other_cpu_util "$RESULT")
+    return 0
+}
+
+bench_promtable() {
+    local port dir base
+    if [[ ! -x $PROMTABLE ]]; then
+        CHECK[promtable]="not built ($PROMTABLE)"
+        return 1
+    fi
+    port=$(free_port)
+    dir=$WORK/promtable-data
+    mkdir -p "$dir"
+    base=http://127.0.0.1:$port
+    # shellcheck disable=SC2086  # PROMTABLE_ARGS is a list of flags
+    start_server promtable "$base/-/ready" "$PROMTABLE" --web.listen-address="127.0.0.1:$port" \
+        --storage.path="$dir" $PROMTABLE_ARGS || { CHECK[promtable]="did not start"; return 1; }
+    run_load promtable "$base/api/v1/write" ||
+        { stop_server; CHECK[promtable]="no result"; return 1; }
+
+    # promtable answers 2xx only after the store acknowledged the batch, so zero errors
+    # means every sample was stored; its own counter, when it has one, must agree.
+    local sent got
+    sent=$(field total_ok_samples "$RESULT")
+    got=$(curl -s "$base/metrics" |
+        awk '/^promtable_samples_received_total[ {]/ {s += $NF; n++} END {if (n) printf "%.0f", s}')
+    if [[ ${ERRS[promtable]} != 0 ]]; then
+        CHECK[promtable]="FAILED: ${ERRS[promtable]} request errors"
+    elif [[ -z $got ]]; then
+        CHECK[promtable]="ok: 0 errors ($sent samples acknowledged; no samples counter)"
+    elif [[ $got -ge $sent ]]; then
+        CHECK[promtable]="ok: promtable_samples_received_total=$got, sent $sent"
+    else
+        CHECK[promtable]="FAILED: promtable_samples_received_total=$got < sent $sent"
+    fi
+    stop_server
+    DISK[promtable]=$(du -sm "$dir" | cut -f1)
+    [[ ${CHECK[promtable]} == ok* ]]
+}
+
+bench_victoriametrics() {
+    local port dir base
+    if [[ ! -x $VM_BIN ]]; then
+        CHECK[victoriametrics]="not installed ($VM_BIN)"
+        return 1
+    fi
+    port=$(free_port)
+    dir=$WORK/vm-data
+    base=http://127.0.0.1:$port
+    # Query limits are raised only so the check below can count every series; ingest
+    # flags stay at their defaults.
+    # shellcheck disable=SC2086  # VM_ARGS is a list of flags
+    start_server victoriametrics "$base/health" "$VM_BIN" -httpListenAddr="127.0.0.1:$port" \
+        -storageDataPath="$dir" -search.maxUniqueTimeseries=$((SERIES * 2 + 1000)) \
+        $VM_ARGS || { CHECK[victoriametrics]="did not start"; return 1; }
+    run_load victoriametrics "$base/api/v1/write" ||
+        { stop_server; CHECK[victoriametrics]="no result"; return 1; }
+
+    # Make the freshly written samples searchable, then count what a query sees.
+    local sent series samples ignored
+    sent=$(field total_ok_samples "$RESULT")
+    curl -s -o /dev/null "$base/internal/force_flush"
+    series=$(curl -s "$base/api/v1/series/count" | sed -n 's/.*"data":\[\([0-9]*\)\].*/\1/p')
+    samples=$(curl -s "$base/api/v1/query" --data-urlencode "time=$(date +%s)" \
+        --data-urlencode 'query=sum(count_over_time({__name__=~".+"}[3d]))' |
+        sed -n 's/.*"value":\[[0-9.]*,"\([0-9]*\)"\].*/\1/p')
+    ignored=$(curl -s "$base/metrics" |
+        awk '/^vm_rows_ignored_total/ {s += $NF} END {printf "%.0f", s}')
+    local passes want_series
+    passes=$(field pool_passes "$RESULT")
+    # Every series was sent at least once unless the run was shorter than one pass.
+    want_series=$((sent / SAMPLES_PER_SERIES < SERIES ? sent / SAMPLES_PER_SERIES : SERIES))
+    if [[ ${ERRS[victoriametrics]} != 0 ]]; then
+        CHECK[victoriametrics]="FAILED: ${ERRS[victoriametrics]} request errors"
+    elif [[ -z $series || -z $samples ]]; then
+        CHECK[victoriametrics]="FAILED: could not count stored data"
+    elif [[ $series -ne $want_series || $ignored -ne 0 ]]; then
+        CHECK[victoriametrics]="FAILED: $series series stored (want $want_series)"
+        CHECK[victoriametrics]+=", $ignored rows ignored"
+    elif awk -v p="$passes" 'BEGIN {exit !(p <= 1)}' && [[ $samples -ne $sent ]]; then
+        CHECK[victoriametrics]="FAILED: $samples samples queryable, sent $sent"
+    else
+        # A run longer than the pool re-sends identical samples; VictoriaMetrics may
+        # keep or drop those duplicates, so only a single pass is checked exactly.
+        CHECK[victoriametrics]="ok: $series series, $samples samples queryable, sent $sent"
+    fi
+    stop_server
+    DISK[victoriametrics]=$(du -sm "$dir" | cut -f1)
+    [[ ${CHECK[victoriametrics]} == ok* ]]
+}
+
+# ---------------------------------------------------------------------------------------
+log "work directory: $WORK"
+for t in $TARGETS; do
+    log ""
+    log "=== $t"
+    case $t in
+    promtable) bench_promtable || FAILED=1 ;;
+    victoriametrics) bench_victoriametrics || FAILED=1 ;;
+    *) log "unknown target $t"; FAILED=1 ;;
+    esac
+done
+
+# The Debian build prints an empty -version; the package version says it.
+VM_VERSION=$("$VM_BIN" -version 2>/dev/null | head -n 1 || true)
+if [[ -z $VM_VERSION ]]; then
+    VM_VERSION=$(dpkg-query -W -f '${Version}' victoria-metrics 2>/dev/null || echo unknown)
+fi
+PT_VERSION=$("$PROMTABLE" --version 2>/dev/null || echo "promtable (not built)")
+COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo none)
+CPU_MODEL=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+echo
+echo "ingest benchmark: $SERIES series, $LABELS labels/series, $SAMPLES_PER_REQUEST" \
+    "samples/request, $CONNECTIONS connections, ${WARMUP}s warm-up + ${DURATION}s timed"
+echo "$PT_VERSION (commit $COMMIT), VictoriaMetrics $VM_VERSION"
+echo "host: $(nproc) CPUs ($CPU_MODEL), $(uname -sr); server on CPU $SERVER_CPU," \
+    "load generator on CPU $LOADGEN_CPU"
+echo
+# samples/CPU-s: samples per second of server CPU time (all its threads) in the timed
+# phase; srv CPU: server cores busy; other CPU: cores busy with neither server nor loadgen.
+FMT='%-16s %11s %8s %6s %13s %7s %9s %8s  %s\n'
+# shellcheck disable=SC2059  # the format is a variable on purpose
+printf "$FMT" target samples/s "p99 ms" errors samples/CPU-s "srv CPU" "other CPU" "disk MiB" \
+    check
+for t in $TARGETS; do
+    # shellcheck disable=SC2059
+    printf "$FMT" "$t" "${RATE[$t]:--}" "${P99[$t]:--}" "${ERRS[$t]:--}" "${PERCPU[$t]:--}" \
+        "${UTIL[$t]:--}" "${OTHER[$t]:--}" "${DISK[$t]:--}" "${CHECK[$t]:-}"
+done
+if [[ -n ${RATE[promtable]:-} && -n ${RATE[victoriametrics]:-} ]]; then
+    awk -v a="${RATE[promtable]}" -v b="${RATE[victoriametrics]}" \
+        -v c="${PERCPU[promtable]:-0}" -v d="${PERCPU[victoriametrics]:-0}" 'BEGIN {
+        if (b > 0) printf "\nratio promtable/VictoriaMetrics: %.2f (samples/s)", a / b
+        if (c > 0 && d > 0) printf ", %.2f (samples per server CPU-second)", c / d
+        print ""
+    }'
+fi
+for t in $TARGETS; do
+    if awk -v o="${OTHER[$t]:-0}" 'BEGIN {exit !(o > 0.1)}'; then
+        echo "warning: other processes kept ${OTHER[$t]} CPUs busy during the $t run;" \
+            "its samples/s is disturbed (samples/CPU-s less so)"
+    fi
+done
+echo
+echo "commands:"
+for t in $TARGETS; do
+    if [[ -n ${SRV[$t]:-} ]]; then echo "  $t server: ${SRV[$t]}"; fi
+    if [[ -n ${CMD[$t]:-} ]]; then echo "  $t load:   ${CMD[$t]}"; fi
+done
+exit "$FAILED"
