@@ -9,6 +9,7 @@
 #include "error.h"
 #include "log.h"
 #include "metrics.h"
+#include "xor.h"
 
 enum { ALLOW_GET = 1, ALLOW_POST = 2 };
 
@@ -149,13 +150,17 @@ static void handle_read(pt_app *app, pt_req *req, pt_resp *resp)
         reply_error(req, resp, rv, msg);
         return;
     }
-    int samples_ok = rr->n_accepted_response_types == 0;
-    for (size_t i = 0; i < rr->n_accepted_response_types; i++)
-        if (rr->accepted_response_types[i] == PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__SAMPLES)
-            samples_ok = 1;
-    if (!samples_ok) {
+    /* The first type in the client's list that we implement; none listed = SAMPLES. */
+    int type = rr->n_accepted_response_types ? -1 : PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__SAMPLES;
+    for (size_t i = 0; i < rr->n_accepted_response_types && type < 0; i++) {
+        int t = (int)rr->accepted_response_types[i];
+        if (t == PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__SAMPLES ||
+            t == PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__STREAMED_XOR_CHUNKS)
+            type = t;
+    }
+    if (type < 0) {
         reply_text(req, resp, 400, "none of the requested response types is supported "
-                                   "(promtable answers SAMPLES)");
+                                   "(promtable answers SAMPLES and STREAMED_XOR_CHUNKS)");
         return;
     }
     Prometheus__ReadResponse out;
@@ -167,6 +172,20 @@ static void handle_read(pt_app *app, pt_req *req, pt_resp *resp)
                        app->cfg->max_request_memory);
         else
             reply_error(req, resp, rv, msg);
+        return;
+    }
+    if (type == PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__STREAMED_XOR_CHUNKS) {
+        pt_slice body;
+        if (pt_stream_frames(&out, req->arena, &body) != 0) {
+            reply_text(req, resp, 413, "the answer needs more than web.max_request_memory "
+                                       "(%zu bytes); narrow the query",
+                       app->cfg->max_request_memory);
+            return;
+        }
+        resp->status = 200;
+        resp->content_type = "application/x-streamed-protobuf; proto=prometheus.ChunkedReadResponse";
+        resp->body = body.p;
+        resp->body_len = body.n;
         return;
     }
     size_t n = protobuf_c_message_get_packed_size(&out.base);

@@ -53,4 +53,9 @@ int pt_utf8_valid(pt_slice s);
 int pt_store_read(pt_store *st, const Prometheus__ReadRequest *rr, pt_arena *a,
                   Prometheus__ReadResponse *resp, char *msg, size_t msglen);
 
+/* Re-encodes a SAMPLES answer as the STREAMED_XOR_CHUNKS body: one frame per series
+ * (split only past 1 MiB of chunks), XOR chunks of at most 120 samples, query_index set.
+ * The body is arena-allocated. */
+int pt_stream_frames(const Prometheus__ReadResponse *r, pt_arena *a, pt_slice *body);
+
 #endif

@@ -108,6 +108,35 @@ int main(void)
     is(post(&c, "/api/v1/read", file("prom-2.42-read-regex.bin")), 200, "regex read: 200");
     pt_arena_free(&c.arena);
 
+    /* Response types: the first one the client lists that promtable implements. */
+    {
+        pt_arena b;
+        pt_arena_init(&b, 0, 0);
+        const tmatch up[] = {{0, "__name__", "up"}};
+        Prometheus__ReadRequest *rr = mk_read(&b, 0, INT64_MAX / 2, up, 1);
+        Prometheus__ReadRequest__ResponseType types[2] = {
+            PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__STREAMED_XOR_CHUNKS,
+            PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__SAMPLES};
+        rr->accepted_response_types = types;
+        rr->n_accepted_response_types = 2;
+        is(post(&c, "/api/v1/read", mk_body(&b, &rr->base)), 200, "[STREAMED, SAMPLES]: 200");
+        ok(c.resp.content_type && strcmp(c.resp.content_type, "application/x-streamed-protobuf; "
+                                                             "proto=prometheus.ChunkedReadResponse") == 0 &&
+               c.resp.content_encoding == NULL && c.resp.body_len > 10,
+           "answered with streamed XOR chunks, no Content-Encoding");
+        pt_arena_free(&c.arena);
+        rr->accepted_response_types = types + 1;
+        rr->n_accepted_response_types = 1;
+        is(post(&c, "/api/v1/read", mk_body(&b, &rr->base)), 200, "[SAMPLES]: 200");
+        ok(strcmp(c.resp.content_type, "application/x-protobuf") == 0, "answered with SAMPLES");
+        pt_arena_free(&c.arena);
+        Prometheus__ReadRequest__ResponseType unknown = 7;
+        rr->accepted_response_types = &unknown;
+        is(post(&c, "/api/v1/read", mk_body(&b, &rr->base)), 400, "only unknown types: 400");
+        pt_arena_free(&c.arena);
+        pt_arena_free(&b);
+    }
+
     /* Media types. */
     is(run(&c, PT_M_POST, "/api/v1/write", "application/x-protobuf", "gzip", w.p, w.n), 415,
        "Content-Encoding gzip: 415");

@@ -1,0 +1,116 @@
+/* STREAMED_XOR_CHUNKS answers: the series of a SAMPLES answer re-cut into XOR chunks and
+ * framed, one series per frame as Prometheus' own server does. */
+#include <string.h>
+
+#include "error.h"
+#include "store.h"
+#include "xor.h"
+
+/* A frame's payload budget; a longer series continues in the next frame (full labels). */
+#define FRAME_BUDGET (1u << 20)
+
+typedef struct out {
+    pt_arena *a;
+    uint8_t *p;
+    size_t n, cap;
+} out;
+
+static int reserve(out *o, size_t more)
+{
+    if (o->cap - o->n >= more)
+        return 0;
+    size_t ncap = (o->cap + more) * 2;
+    uint8_t *np = pt_arena_alloc(o->a, ncap);
+    if (!np)
+        return PT_ENOMEM;
+    if (o->n)
+        memcpy(np, o->p, o->n);
+    o->p = np;
+    o->cap = ncap;
+    return 0;
+}
+
+static int frame(out *o, Prometheus__ChunkedReadResponse *m)
+{
+    size_t len = protobuf_c_message_get_packed_size(&m->base);
+    if (reserve(o, len + 14))
+        return PT_ENOMEM;
+    size_t v = len;
+    while (v >= 0x80) {
+        o->p[o->n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    o->p[o->n++] = (uint8_t)v;
+    uint8_t *crc = o->p + o->n;
+    o->n += 4;
+    protobuf_c_message_pack(&m->base, o->p + o->n);
+    uint32_t c = pt_crc32c(o->p + o->n, len);
+    crc[0] = (uint8_t)(c >> 24);
+    crc[1] = (uint8_t)(c >> 16);
+    crc[2] = (uint8_t)(c >> 8);
+    crc[3] = (uint8_t)c;
+    o->n += len;
+    return 0;
+}
+
+int pt_stream_frames(const Prometheus__ReadResponse *r, pt_arena *a, pt_slice *body)
+{
+    out o = {a, NULL, 0, 0};
+    if (reserve(&o, 4096))
+        return PT_ENOMEM;
+    for (size_t q = 0; q < r->n_results; q++) {
+        const Prometheus__QueryResult *qr = r->results[q];
+        for (size_t s = 0; s < qr->n_timeseries; s++) {
+            const Prometheus__TimeSeries *ts = qr->timeseries[s];
+            size_t nchunks = (ts->n_samples + PT_XOR_MAX_SAMPLES - 1) / PT_XOR_MAX_SAMPLES;
+            Prometheus__Chunk *chunks = pt_arena_alloc(a, nchunks * sizeof(*chunks));
+            Prometheus__Chunk **cp = pt_arena_alloc(a, nchunks * sizeof(*cp));
+            int64_t *t = pt_arena_alloc(a, PT_XOR_MAX_SAMPLES * sizeof(*t));
+            double *v = pt_arena_alloc(a, PT_XOR_MAX_SAMPLES * sizeof(*v));
+            if (!chunks || !cp || !t || !v)
+                return PT_ENOMEM;
+            for (size_t c = 0; c < nchunks; c++) {
+                size_t first = c * PT_XOR_MAX_SAMPLES, n = ts->n_samples - first;
+                if (n > PT_XOR_MAX_SAMPLES)
+                    n = PT_XOR_MAX_SAMPLES;
+                for (size_t i = 0; i < n; i++) {
+                    t[i] = ts->samples[first + i]->timestamp;
+                    v[i] = ts->samples[first + i]->value;
+                }
+                pt_slice data;
+                if (pt_xor_encode(a, t, v, n, &data))
+                    return PT_ENOMEM;
+                prometheus__chunk__init(&chunks[c]);
+                chunks[c].min_time_ms = t[0];
+                chunks[c].max_time_ms = t[n - 1];
+                chunks[c].type = PROMETHEUS__CHUNK__ENCODING__XOR;
+                chunks[c].data = (ProtobufCBinaryData){data.n, (uint8_t *)data.p};
+                cp[c] = &chunks[c];
+            }
+            /* Consecutive frames of at most FRAME_BUDGET bytes of chunk data each. */
+            size_t c = 0;
+            while (c < nchunks) {
+                size_t end = c, bytes = 0;
+                while (end < nchunks && (end == c || bytes + cp[end]->data.len <= FRAME_BUDGET))
+                    bytes += cp[end++]->data.len;
+                Prometheus__ChunkedSeries cs;
+                Prometheus__ChunkedSeries *csp = &cs;
+                prometheus__chunked_series__init(&cs);
+                cs.n_labels = ts->n_labels;
+                cs.labels = ts->labels;
+                cs.n_chunks = end - c;
+                cs.chunks = cp + c;
+                Prometheus__ChunkedReadResponse m;
+                prometheus__chunked_read_response__init(&m);
+                m.n_chunked_series = 1;
+                m.chunked_series = &csp;
+                m.query_index = (int64_t)q;
+                if (frame(&o, &m))
+                    return PT_ENOMEM;
+                c = end;
+            }
+        }
+    }
+    *body = (pt_slice){o.p, o.n};
+    return 0;
+}
