@@ -1,0 +1,284 @@
+/*
+ * exporter: a tiny Prometheus exporter for the end-to-end tests.
+ *
+ *   exporter PORT [VANISH_AFTER]
+ *
+ * Listens on 127.0.0.1:PORT and answers GET /metrics in the Prometheus text exposition
+ * format (0.0.4); GET /ready answers 200 so a test can wait for it without counting as a
+ * scrape. Every /metrics request is one "scrape" n = 1, 2, ...; all values are pure
+ * functions of n, so what the writer Prometheus stored can be recomputed if ever needed.
+ *
+ * The series are chosen to break a remote storage that is not exact:
+ *   test_gauge              gauge, one series without the `kind` label (absent == ""),
+ *                           one with an upper-case label name that sorts before __name__
+ *   test_counter_total      counters; kind="reset" drops back at scrape 13 (counter reset)
+ *   test_latency_seconds    classic histogram (_bucket with le, _sum, _count)
+ *   test_vanishing          present for the first VANISH_AFTER scrapes (default 10), then
+ *                           gone: the writer appends a staleness marker
+ *   test_tricky             label values with , = @ \ " newline tab, unicode, an empty
+ *                           value (Prometheus drops the label), 5000 bytes, and a pair of
+ *                           series whose naive "name=value," keys would collide
+ *   test_special            NaN (an ordinary NaN, not the stale marker), +-Inf, the
+ *                           smallest subnormal, the largest double. Not -0: Prometheus'
+ *                           own remote-write encoder (proto3, gogo) omits a value that
+ *                           compares equal to 0, so -0 arrives as +0 at any receiver.
+ *   test_ns:colon_gauge     a metric name with a colon
+ *
+ * It prints nothing; errors go to stderr and exit non-zero. A test tool, so it is
+ * single-threaded, serves one connection at a time and closes every connection.
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#define LONG_VALUE_LEN 5000
+#define HIST_BUCKETS 5
+
+/* The body is a few KiB; a fixed ceiling keeps the tool trivially bounded. */
+typedef struct {
+    char buf[64 * 1024];
+    size_t len;
+} body;
+
+static void put(body *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void put(body *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->buf + b->len, sizeof b->buf - b->len, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof b->buf - b->len) {
+        fprintf(stderr, "exporter: body buffer too small\n");
+        abort();
+    }
+    b->len += (size_t)n;
+}
+
+/* State that accumulates across scrapes. */
+static unsigned long scrapes;
+static unsigned long vanish_after = 10;
+static double counter_a;
+static const double hist_le[HIST_BUCKETS - 1] = {0.05, 0.1, 0.25, 1.0};
+static unsigned long hist_counts[HIST_BUCKETS]; /* non-cumulative; last is > 1.0 */
+static double hist_sum;
+static unsigned long hist_count;
+
+/* 5000 bytes with commas and equals signs sprinkled in, so escaping matters in long keys. */
+static const char *long_value(void)
+{
+    static char v[LONG_VALUE_LEN + 1];
+    if (!v[0]) {
+        for (size_t i = 0; i < LONG_VALUE_LEN; i++) {
+            if (i % 97 == 50)
+                v[i] = ',';
+            else if (i % 89 == 3)
+                v[i] = '=';
+            else
+                v[i] = (char)('a' + i % 26);
+        }
+        v[LONG_VALUE_LEN] = '\0';
+    }
+    return v;
+}
+
+static void observe(unsigned long n)
+{
+    for (unsigned long i = 0; i < 5; i++) {
+        /* Deterministic spread over 0 .. 1.2 s. */
+        double x = (double)((n * 7 + i * 13) % 100) / 100.0 * 1.2;
+        size_t k = 0;
+        while (k < HIST_BUCKETS - 1 && x > hist_le[k])
+            k++;
+        hist_counts[k]++;
+        hist_sum += x;
+        hist_count++;
+    }
+}
+
+static void render(body *b, unsigned long n)
+{
+    b->len = 0;
+
+    put(b, "# HELP test_gauge A gauge that moves every scrape. Unicode in help: \xc3\xbc.\n");
+    put(b, "# TYPE test_gauge gauge\n");
+    put(b, "test_gauge{kind=\"a\"} %.17g\n", (double)n * 1.5);
+    put(b, "test_gauge{kind=\"b\"} %.17g\n", (double)(n % 7) - 3.0);
+    /* 0.1 * n is rarely exact: %.17g writes the exact double back. */
+    put(b, "test_gauge{kind=\"c\",Zone=\"z1\"} %.17g\n", (double)n * 0.1);
+    put(b, "test_gauge 42\n");
+
+    counter_a += (double)(n % 3 + 1);
+    put(b, "# HELP test_counter_total A counter that grows every scrape.\n");
+    put(b, "# TYPE test_counter_total counter\n");
+    put(b, "test_counter_total{kind=\"a\"} %.17g\n", counter_a);
+    put(b, "test_counter_total{kind=\"b\"} %.17g\n", (double)n * (double)n * 0.5);
+    put(b, "test_counter_total{kind=\"reset\"} %.17g\n",
+        n <= 12 ? (double)n * 10.0 : (double)(n - 12) * 3.0);
+
+    observe(n);
+    put(b, "# HELP test_latency_seconds A classic histogram.\n");
+    put(b, "# TYPE test_latency_seconds histogram\n");
+    unsigned long cum = 0;
+    for (size_t k = 0; k < HIST_BUCKETS - 1; k++) {
+        cum += hist_counts[k];
+        put(b, "test_latency_seconds_bucket{le=\"%g\"} %lu\n", hist_le[k], cum);
+    }
+    cum += hist_counts[HIST_BUCKETS - 1];
+    put(b, "test_latency_seconds_bucket{le=\"+Inf\"} %lu\n", cum);
+    put(b, "test_latency_seconds_sum %.17g\n", hist_sum);
+    put(b, "test_latency_seconds_count %lu\n", hist_count);
+
+    if (n <= vanish_after) {
+        put(b, "# HELP test_vanishing Disappears after a few scrapes (staleness marker).\n");
+        put(b, "# TYPE test_vanishing gauge\n");
+        put(b, "test_vanishing{kind=\"v\"} %lu\n", n);
+    }
+
+    /* Exposition escapes: \\ is a backslash, \" a quote, \n a newline; the tab is raw. */
+    put(b, "# HELP test_tricky Label values that need escaping in keys: \\\\ and \\n.\n");
+    put(b, "# TYPE test_tricky gauge\n");
+    put(b, "test_tricky{case=\"comma\",v=\"a,b\"} 1\n");
+    put(b, "test_tricky{case=\"equals\",v=\"a=b\"} 2\n");
+    put(b, "test_tricky{case=\"at\",v=\"a@b,@1297080123392\"} 3\n");
+    put(b, "test_tricky{case=\"backslash\",v=\"C:\\\\dir\\\\\"} 4\n");
+    put(b, "test_tricky{case=\"quote\",v=\"say \\\"hi\\\"\"} 5\n");
+    put(b, "test_tricky{case=\"newline\",v=\"line1\\nline2\"} 6\n");
+    put(b, "test_tricky{case=\"tab\",v=\"a\tb\"} 7\n");
+    put(b, "test_tricky{case=\"unicode\",v=\"\xc3\xbc\xf0\x9f\x98\x80\"} 8\n");
+    put(b, "test_tricky{case=\"empty\",v=\"\"} 9\n");
+    put(b, "test_tricky{case=\"long\",v=\"%s\"} 10\n", long_value());
+    /* Written naively as name=value pairs these two would be the same key. */
+    put(b, "test_tricky{case=\"inject\",v=\"a,w=c\"} 11\n");
+    put(b, "test_tricky{case=\"inject\",v=\"a\",w=\"c\"} 12\n");
+
+    put(b, "# TYPE test_special gauge\n");
+    put(b, "test_special{v=\"nan\"} NaN\n");
+    put(b, "test_special{v=\"inf\"} +Inf\n");
+    put(b, "test_special{v=\"neginf\"} -Inf\n");
+    put(b, "test_special{v=\"subnormal\"} 5e-324\n");
+    put(b, "test_special{v=\"max\"} 1.7976931348623157e+308\n");
+
+    put(b, "# TYPE test_ns:colon_gauge gauge\n");
+    put(b, "test_ns:colon_gauge %lu\n", n % 5);
+}
+
+static int write_all(int fd, const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static void respond(int fd, const char *status, const char *ctype, const char *data, size_t len)
+{
+    char head[256];
+    int n = snprintf(head, sizeof head,
+                     "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+                     "Connection: close\r\n\r\n",
+                     status, ctype, len);
+    if (write_all(fd, head, (size_t)n) == 0)
+        (void)write_all(fd, data, len);
+}
+
+static void serve(int fd)
+{
+    static body b;
+    char req[8192];
+    size_t len = 0;
+
+    /* Read the request head; a request body, if any, is ignored. */
+    while (len < sizeof req - 1) {
+        ssize_t r = read(fd, req + len, sizeof req - 1 - len);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return;
+        len += (size_t)r;
+        req[len] = '\0';
+        if (strstr(req, "\r\n\r\n"))
+            break;
+    }
+    req[len] = '\0';
+
+    if (strncmp(req, "GET /metrics ", 13) == 0 || strncmp(req, "GET /metrics?", 13) == 0) {
+        render(&b, ++scrapes);
+        respond(fd, "200 OK", "text/plain; version=0.0.4; charset=utf-8", b.buf, b.len);
+    } else if (strncmp(req, "GET /ready ", 11) == 0) {
+        respond(fd, "200 OK", "text/plain", "ok\n", 3);
+    } else {
+        respond(fd, "404 Not Found", "text/plain", "not found\n", 10);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || argc > 3) {
+        fprintf(stderr, "usage: exporter PORT [VANISH_AFTER]\n");
+        return 2;
+    }
+    char *end;
+    unsigned long port = strtoul(argv[1], &end, 10);
+    if (*end || port == 0 || port > 65535) {
+        fprintf(stderr, "exporter: bad port '%s'\n", argv[1]);
+        return 2;
+    }
+    if (argc == 3) {
+        vanish_after = strtoul(argv[2], &end, 10);
+        if (*end) {
+            fprintf(stderr, "exporter: bad VANISH_AFTER '%s'\n", argv[2]);
+            return 2;
+        }
+    }
+    signal(SIGPIPE, SIG_IGN);
+
+    int ls = socket(AF_INET, SOCK_STREAM, 0);
+    if (ls < 0) {
+        perror("exporter: socket");
+        return 1;
+    }
+    int one = 1;
+    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((unsigned short)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(ls, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(ls, 16) < 0) {
+        perror("exporter: bind/listen");
+        close(ls);
+        return 1;
+    }
+
+    for (;;) {
+        int fd = accept(ls, NULL, NULL);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            perror("exporter: accept");
+            close(ls);
+            return 1;
+        }
+        /* A stuck client must not block the next scrape for long. */
+        struct timeval tv = {.tv_sec = 2, .tv_usec = 0};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        serve(fd);
+        close(fd);
+    }
+}
