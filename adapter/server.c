@@ -378,6 +378,8 @@ static void out_consume(pt_conn *c, size_t n)
     }
     c->out_off = c->out_len = 0;
     n -= a;
+    if (n == 0)
+        return; /* no body in flight: out_body may be NULL */
     c->out_body += n;
     c->out_body_len -= n;
     if (!c->out_body_len)

@@ -1,0 +1,81 @@
+/* libFuzzer: raw bytes on a connection to the real server (HTTP/1.1 parser, h2c through
+ * nghttp2 when the input starts with the HTTP/2 preface). Each input is one connection:
+ * send, half-close, read until the server closes. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "http.h"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static pt_server *srv;
+static int port;
+
+static void echo(void *ud, pt_req *req, pt_resp *resp)
+{
+    (void)ud;
+    resp->status = req->method == PT_M_POST ? 200 : 404;
+    resp->content_type = "application/octet-stream";
+    resp->body = req->body;
+    resp->body_len = req->body_len;
+}
+
+static void *run(void *arg)
+{
+    pt_server_run(arg);
+    return NULL;
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc, (void)argv;
+    char err[256];
+    pt_server_opts o = {.listen_address = "127.0.0.1:0", .workers = 2, .max_body = 1 << 16,
+                        .max_header_bytes = 8192, .idle_timeout_ms = 2000, .max_connections = 64};
+    srv = pt_server_new(&o, echo, NULL, err, sizeof(err));
+    if (!srv) {
+        fprintf(stderr, "fuzz_http: %s\n", err);
+        abort();
+    }
+    port = pt_server_port(srv);
+    pthread_t th;
+    pthread_create(&th, NULL, run, srv);
+    pthread_detach(th);
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return 0;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    struct timeval tv = {3, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+        size_t off = 0;
+        while (off < size) {
+            ssize_t n = send(fd, data + off, size - off, MSG_NOSIGNAL);
+            if (n <= 0)
+                break;
+            off += (size_t)n;
+        }
+        shutdown(fd, SHUT_WR);
+        char buf[65536];
+        while (recv(fd, buf, sizeof(buf), 0) > 0)
+            ;
+    }
+    close(fd);
+    return 0;
+}
