@@ -48,6 +48,14 @@ static void reply_error(pt_req *req, pt_resp *resp, int rv, const char *msg)
     reply_text(req, resp, pt_error_http_status(rv), "%s", msg && msg[0] ? msg : pt_strerror(rv));
 }
 
+/* 413 for a request whose decoding or answer hit the per-request memory ceiling. */
+static void reply_memory(pt_app *app, pt_req *req, pt_resp *resp, int answer)
+{
+    reply_text(req, resp, 413, "%s needs more than web.max_request_memory (%zu bytes); %s",
+               answer ? "the answer" : "the request", app->cfg->max_request_memory,
+               answer ? "narrow the query" : "send smaller batches");
+}
+
 static const char *trim(char *s)
 {
     while (*s == ' ' || *s == '\t')
@@ -118,9 +126,7 @@ static void handle_write(pt_app *app, pt_req *req, pt_resp *resp)
     rv = pt_store_write(&app->store, wr, req->arena, &res);
     if (rv != 0) {
         if (rv == PT_ENOMEM && req->arena->exhausted) {
-            reply_text(req, resp, 413, "request needs more than web.max_request_memory "
-                                       "(%zu bytes) to process; send smaller batches",
-                       app->cfg->max_request_memory);
+            reply_memory(app, req, resp, 0);
             return;
         }
         char q[256];
@@ -167,9 +173,7 @@ static void handle_read(pt_app *app, pt_req *req, pt_resp *resp)
     rv = pt_store_read(&app->store, rr, req->arena, &out, msg, sizeof(msg));
     if (rv != 0) {
         if (rv == PT_ENOMEM && req->arena->exhausted)
-            reply_text(req, resp, 413, "the answer needs more than web.max_request_memory "
-                                       "(%zu bytes); narrow the query",
-                       app->cfg->max_request_memory);
+            reply_memory(app, req, resp, 1);
         else
             reply_error(req, resp, rv, msg);
         return;
@@ -177,9 +181,7 @@ static void handle_read(pt_app *app, pt_req *req, pt_resp *resp)
     if (type == PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__STREAMED_XOR_CHUNKS) {
         pt_slice body;
         if (pt_stream_frames(&out, req->arena, &body) != 0) {
-            reply_text(req, resp, 413, "the answer needs more than web.max_request_memory "
-                                       "(%zu bytes); narrow the query",
-                       app->cfg->max_request_memory);
+            reply_memory(app, req, resp, 1);
             return;
         }
         resp->status = 200;
@@ -192,8 +194,7 @@ static void handle_read(pt_app *app, pt_req *req, pt_resp *resp)
     uint8_t *raw = pt_arena_alloc(req->arena, n ? n : 1);
     pt_slice z;
     if (!raw || (protobuf_c_message_pack(&out.base, raw), pt_snappy_encode(raw, n, req->arena, &z)) != 0) {
-        reply_text(req, resp, 413, "the answer needs more than web.max_request_memory "
-                                   "(%zu bytes); narrow the query", app->cfg->max_request_memory);
+        reply_memory(app, req, resp, 1);
         return;
     }
     resp->status = 200;
