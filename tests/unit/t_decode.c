@@ -97,6 +97,7 @@ int main(void)
     /* failmalloc: every arena ceiling either decodes or fails cleanly with 413. */
     int clean = 1, succeeded = 0;
     size_t wn;
+    free(w);
     w = slurp("prom-2.42-write.bin", &wn);
     for (size_t cap = 1024; cap < (1 << 20); cap += cap / 8) {
         pt_arena b;
