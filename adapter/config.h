@@ -23,6 +23,11 @@ typedef struct pt_config {
     char *backend;
     char *storage_path;
     int storage_sync;
+    char *table_prefix;
+    char *bt_project;
+    char *bt_instance;
+    char *bt_endpoint;
+    long retention_ms;
 
     long index_bucket_ms;
     long index_cache_entries;

@@ -102,6 +102,11 @@ int main(int argc, char **argv)
     pt_backend_config bc = {
         .path = cfg.storage_path,
         .sync = cfg.storage_sync,
+        .table_prefix = cfg.table_prefix,
+        .project = cfg.bt_project,
+        .instance = cfg.bt_instance,
+        .endpoint = cfg.bt_endpoint[0] ? cfg.bt_endpoint : NULL,
+        .retention_seconds = (cfg.retention_ms + 999) / 1000,
     };
     int rv = pt_backend_open(&be, ops, &bc, err, sizeof(err));
     if (rv != 0) {

@@ -53,6 +53,22 @@ static int cands_grow(cands *c)
 /* Adds the series named by an index row (sid after the prefix, labels in value or sid). */
 static int cands_add(cands *c, pt_slice sid, pt_slice value)
 {
+    pt_label *cell_labels = NULL;
+    long cell_n = 0;
+    if (value.n) {
+        /* The row names the series by digest or hashed sid; its labels are in the cell and
+         * the real sid follows from them. */
+        uint8_t *vc = pt_arena_alloc(c->a, value.n);
+        if (!vc)
+            return PT_ENOMEM;
+        memcpy(vc, value.p, value.n);
+        cell_n = pt_labels_decode(c->a, (pt_slice){vc, value.n}, &cell_labels);
+        if (cell_n < 0)
+            return cell_n == PT_ENOMEM ? PT_ENOMEM : PT_EINTERNAL;
+        int rv = pt_series_id(c->a, cell_labels, (size_t)cell_n, &sid);
+        if (rv)
+            return rv;
+    }
     uint64_t h = XXH3_64bits(sid.p, sid.n);
     if (c->cap) {
         size_t j = h & c->mask;
@@ -79,11 +95,8 @@ static int cands_add(cands *c, pt_slice sid, pt_slice value)
     s->hash = h;
     long nl;
     if (value.n) {
-        uint8_t *vc = pt_arena_alloc(c->a, value.n);
-        if (!vc)
-            return PT_ENOMEM;
-        memcpy(vc, value.p, value.n);
-        nl = pt_labels_decode(c->a, (pt_slice){vc, value.n}, &s->labels);
+        s->labels = cell_labels;
+        nl = cell_n;
     } else {
         nl = pt_series_id_parse(c->a, s->sid, &s->labels);
         if (nl > 0) {
@@ -146,16 +159,25 @@ static int on_series_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 static int on_value_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 {
     (void)qual;
-    (void)value;
     rowcb *r = ud;
     pt_slice esc = {row.p + r->prefix_len, row.n - r->prefix_len};
-    uint8_t *v = pt_arena_alloc(r->q->a, esc.n ? esc.n : 1);
-    if (!v)
-        return PT_ENOMEM;
-    long n = pt_unescape(v, esc);
-    if (n < 0)
-        return PT_EINTERNAL;
-    pt_slice val = {v, (size_t)n};
+    pt_slice val;
+    if (pt_index_is_digest(esc)) {
+        /* A long value: the key holds its digest, the cell the value. */
+        uint8_t *v = pt_arena_alloc(r->q->a, value.n ? value.n : 1);
+        if (!v)
+            return PT_ENOMEM;
+        memcpy(v, value.p, value.n);
+        val = (pt_slice){v, value.n};
+    } else {
+        uint8_t *v = pt_arena_alloc(r->q->a, esc.n ? esc.n : 1);
+        if (!v)
+            return PT_ENOMEM;
+        long n = pt_unescape(v, esc);
+        if (n < 0)
+            return PT_EINTERNAL;
+        val = (pt_slice){v, (size_t)n};
+    }
     if (r->filter && !pt_matcher_match(r->filter, val))
         return 0;
     for (size_t i = 0; i < r->nvals; i++) /* the same value on several days */

@@ -49,6 +49,22 @@ uint8_t *pt_escape(uint8_t *dst, pt_slice s)
     return dst;
 }
 
+/* Writes "\#" and the 64 hex digits of SHA-256(data); returns the end or NULL. */
+static uint8_t *put_digest(uint8_t *dst, const uint8_t *data, size_t n)
+{
+    uint8_t md[32];
+    unsigned mdlen = 0;
+    if (!EVP_Digest(data, n, md, &mdlen, EVP_sha256(), NULL) || mdlen != 32)
+        return NULL;
+    *dst++ = '\\';
+    *dst++ = '#';
+    for (int i = 0; i < 32; i++) {
+        *dst++ = (uint8_t)hexdig[md[i] >> 4];
+        *dst++ = (uint8_t)hexdig[md[i] & 15];
+    }
+    return dst;
+}
+
 static int hexval(uint8_t c)
 {
     if (c >= '0' && c <= '9')
@@ -128,24 +144,17 @@ int pt_series_id(pt_arena *a, const pt_label *labels, size_t n, pt_slice *sid)
     }
 
     /* Too long for a row key: keep the metric (when short) and a digest of the whole sid. */
-    uint8_t md[32];
-    unsigned mdlen = 0;
-    if (!EVP_Digest(buf, len, md, &mdlen, EVP_sha256(), NULL) || mdlen != 32)
-        return PT_EINTERNAL;
     size_t keep = metric_len <= PT_HASHED_METRIC_MAX ? metric_len : 0;
-    uint8_t *h = pt_arena_alloc(a, keep + 3 + 64);
+    uint8_t *h = pt_arena_alloc(a, keep + 1 + PT_DIGEST_LEN);
     if (!h)
         return PT_ENOMEM;
     memcpy(h, buf, keep);
     p = h + keep;
     if (keep)
         *p++ = ',';
-    *p++ = '\\';
-    *p++ = '#';
-    for (int i = 0; i < 32; i++) {
-        *p++ = (uint8_t)hexdig[md[i] >> 4];
-        *p++ = (uint8_t)hexdig[md[i] & 15];
-    }
+    p = put_digest(p, buf, len);
+    if (!p)
+        return PT_EINTERNAL;
     *sid = (pt_slice){h, (size_t)(p - h)};
     return 0;
 }
@@ -293,24 +302,48 @@ static uint8_t *day_tail(uint8_t *p, int64_t day)
     return p;
 }
 
+uint8_t *pt_index_part(uint8_t *dst, pt_slice s)
+{
+    size_t n = pt_escaped_len(s);
+    if (n <= PT_INDEX_PART_MAX)
+        return pt_escape(dst, s);
+    uint8_t *e = put_digest(dst, s.p, s.n);
+    return e ? e : pt_escape(dst, s); /* digest failure cannot happen with OpenSSL's sha256 */
+}
+
 uint8_t *pt_index_metric_prefix(uint8_t *dst, pt_slice metric, int64_t day)
 {
-    return day_tail(pt_escape(dst, metric), day);
+    return day_tail(pt_index_part(dst, metric), day);
 }
 
 uint8_t *pt_index_posting_prefix(uint8_t *dst, pt_slice name, pt_slice value, int64_t day)
 {
     *dst++ = '~';
-    dst = pt_escape(dst, name);
+    dst = pt_index_part(dst, name);
     *dst++ = '=';
-    dst = pt_escape(dst, value);
+    dst = pt_index_part(dst, value);
     return day_tail(dst, day);
 }
 
 uint8_t *pt_index_values_prefix(uint8_t *dst, pt_slice name, int64_t day)
 {
     *dst++ = '=';
-    return day_tail(pt_escape(dst, name), day);
+    return day_tail(pt_index_part(dst, name), day);
+}
+
+uint8_t *pt_index_ref(uint8_t *dst, size_t prefix_len, pt_slice sid)
+{
+    if (prefix_len + sid.n <= PT_MAX_ROW_KEY) {
+        memcpy(dst, sid.p, sid.n);
+        return dst + sid.n;
+    }
+    uint8_t *e = put_digest(dst, sid.p, sid.n);
+    return e ? e : dst;
+}
+
+int pt_index_is_digest(pt_slice s)
+{
+    return s.n == PT_DIGEST_LEN && s.p[0] == '\\' && s.p[1] == '#';
 }
 
 void pt_prefix_end(uint8_t *dst, pt_slice prefix, pt_slice *end)

@@ -69,16 +69,27 @@ int pt_cell_decode(int64_t base, pt_slice qual, pt_slice val, int64_t *t, double
 int64_t pt_row_key_base(pt_slice row);
 
 /* Index row keys (DESIGN §3, refined in the README):
- *   series by metric:  <esc metric> ",@" day13 "," sid
- *   postings:          "~" <esc name> "=" <esc value> ",@" day13 "," sid
- *   label values:      "=" <esc name> ",@" day13 "," <esc value>
- * The prefix functions write the part up to and including the last ',' before the sid or
+ *   series by metric:  <metric> ",@" day13 "," ref
+ *   postings:          "~" <name> "=" <value> ",@" day13 "," ref
+ *   label values:      "=" <name> ",@" day13 "," <value>
+ * Every name, value or metric is a "part": escaped as in row keys, or, when the escaped
+ * form is over PT_INDEX_PART_MAX bytes, "\#" + 64 hex digits of its SHA-256 (the index cell
+ * then holds what was hashed). ref is the sid, or "\#" + SHA-256(sid) when the key would be
+ * over PT_MAX_ROW_KEY. So no index key exceeds Bigtable's 4 KiB whatever the labels are.
+ * The prefix functions write the part up to and including the last ',' before the ref or
  * value; a scan of [prefix, pt_prefix_end(prefix)) lists one day. */
+#define PT_INDEX_PART_MAX 1024
+#define PT_DIGEST_LEN 66 /* "\#" + 64 hex digits */
+uint8_t *pt_index_part(uint8_t *dst, pt_slice s);
+/* Writes the series reference after a prefix of prefix_len bytes. */
+uint8_t *pt_index_ref(uint8_t *dst, size_t prefix_len, pt_slice sid);
+/* 1 when a part or ref is a digest (its original is in the index cell). */
+int pt_index_is_digest(pt_slice s);
 uint8_t *pt_index_metric_prefix(uint8_t *dst, pt_slice metric, int64_t day);
 uint8_t *pt_index_posting_prefix(uint8_t *dst, pt_slice name, pt_slice value, int64_t day);
 uint8_t *pt_index_values_prefix(uint8_t *dst, pt_slice name, int64_t day);
 /* Upper bound on the bytes any of the prefix functions writes. */
-#define PT_INDEX_PREFIX_MAX(name_n, value_n) (4 * ((name_n) + (value_n)) + 4 + PT_BASE_DIGITS)
+#define PT_INDEX_PREFIX_MAX(name_n, value_n) (4 * ((name_n) + (value_n)) + 6 + PT_BASE_DIGITS)
 
 /* Sets *end to the smallest key greater than every key starting with prefix; end.n == 0
  * (unbounded) when the prefix is all 0xff. dst holds prefix.n bytes. */

@@ -154,6 +154,8 @@ typedef struct batch {
 static int push(batch *b, pt_arena *a, uint8_t table, pt_slice row, pt_slice qual,
                 pt_slice value, int64_t version_us)
 {
+    if (row.n > PT_MAX_ROW_KEY)
+        return PT_EINTERNAL; /* the key encodings guarantee this never happens */
     if (b->n == b->cap) {
         size_t ncap = b->cap ? b->cap * 2 : 1024;
         pt_mutation *nm = pt_arena_alloc(a, ncap * sizeof(*nm));
@@ -189,39 +191,42 @@ static int sid_is_hashed(pt_slice sid)
 static int add_index_rows(batch *b, pt_arena *a, const pt_label *ls, size_t n, pt_slice sid,
                           int64_t day, size_t *rows)
 {
-    pt_slice value = {(const uint8_t *)"", 0};
-    if (sid_is_hashed(sid)) {
-        size_t len = pt_labels_encoded_len(ls, n);
-        uint8_t *v = pt_arena_alloc(a, len);
-        if (!v)
-            return PT_ENOMEM;
-        pt_labels_encode(v, ls, n);
-        value = (pt_slice){v, len};
-    }
+    /* The label set goes into a cell whenever a key cannot name the series by its plain
+     * sid: the sid is hashed, or the key had to reference it by digest. */
+    pt_slice labels = {(const uint8_t *)"", 0};
+    size_t len = pt_labels_encoded_len(ls, n);
+    uint8_t *enc = pt_arena_alloc(a, len ? len : 1);
+    if (!enc)
+        return PT_ENOMEM;
+    pt_labels_encode(enc, ls, n);
     int64_t ver = day * 1000;
     pt_slice qual = {index_qual, sizeof(index_qual)};
+    const pt_slice none = {(const uint8_t *)"", 0};
     int rv;
     for (size_t i = 0; i < n; i++) {
         const pt_label *l = &ls[i];
-        /* Every label: its value listed under the name ("=" rows). */
+        /* Every label: its value listed under the name ("=" rows). A digested value keeps
+         * the value itself in the cell. */
         uint8_t *k = pt_arena_alloc(a, PT_INDEX_PREFIX_MAX(l->name.n, l->value.n));
         if (!k)
             return PT_ENOMEM;
-        uint8_t *e = pt_index_values_prefix(k, l->name, day);
-        e = pt_escape(e, l->value);
-        if ((rv = push(b, a, PT_TABLE_INDEX, (pt_slice){k, (size_t)(e - k)}, qual,
-                       (pt_slice){(const uint8_t *)"", 0}, ver)) != 0)
+        uint8_t *vs = pt_index_values_prefix(k, l->name, day);
+        uint8_t *e = pt_index_part(vs, l->value);
+        pt_slice cell = pt_index_is_digest((pt_slice){vs, (size_t)(e - vs)}) ? l->value : none;
+        if ((rv = push(b, a, PT_TABLE_INDEX, (pt_slice){k, (size_t)(e - k)}, qual, cell, ver)) != 0)
             return rv;
         /* The series under its metric, or under each of its other labels (postings). */
-        k = pt_arena_alloc(a, PT_INDEX_PREFIX_MAX(l->name.n, l->value.n) + sid.n);
+        k = pt_arena_alloc(a, PT_INDEX_PREFIX_MAX(l->name.n, l->value.n) + sid.n + PT_DIGEST_LEN);
         if (!k)
             return PT_ENOMEM;
         e = is_name_label(l) ? pt_index_metric_prefix(k, l->value, day)
                              : pt_index_posting_prefix(k, l->name, l->value, day);
-        memcpy(e, sid.p, sid.n);
-        e += sid.n;
-        if ((rv = push(b, a, PT_TABLE_INDEX, (pt_slice){k, (size_t)(e - k)}, qual, value, ver)) !=
-            0)
+        uint8_t *re = pt_index_ref(e, (size_t)(e - k), sid);
+        labels = sid_is_hashed(sid) || pt_index_is_digest((pt_slice){e, (size_t)(re - e)})
+                     ? (pt_slice){enc, len}
+                     : none;
+        if ((rv = push(b, a, PT_TABLE_INDEX, (pt_slice){k, (size_t)(re - k)}, qual, labels,
+                       ver)) != 0)
             return rv;
         *rows += 2;
     }

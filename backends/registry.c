@@ -7,10 +7,12 @@
 
 extern const pt_backend_ops pt_backend_embedded;
 extern const pt_backend_ops pt_backend_faulty;
+extern const pt_backend_ops pt_backend_bigtable;
 
 static const pt_backend_ops *const registry[] = {
     &pt_backend_embedded,
     &pt_backend_faulty,
+    &pt_backend_bigtable,
 };
 
 #define NBACKENDS (sizeof(registry) / sizeof(registry[0]))

@@ -95,7 +95,8 @@ int main(void)
     pt_config_free(&c);
 
     /* Every example configuration in configs/ loads. */
-    static const char *const examples[] = {"promtable.yml", "promtable-tls.yml"};
+    static const char *const examples[] = {"promtable.yml", "promtable-tls.yml",
+                                           "promtable-compose.yml"};
     for (size_t i = 0; i < sizeof(examples) / sizeof(examples[0]); i++) {
         char path[512];
         snprintf(path, sizeof(path), "%s/../../configs/%s", PT_TESTDATA, examples[i]);

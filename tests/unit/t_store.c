@@ -43,6 +43,15 @@ static const char *label(const Prometheus__TimeSeries *ts, const char *name)
     return NULL;
 }
 
+static int longest_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    (void)qual, (void)value;
+    size_t *l = ud;
+    if (row.n > *l)
+        *l = row.n;
+    return 0;
+}
+
 int main(void)
 {
     tstore s;
@@ -162,6 +171,45 @@ int main(void)
                strcmp(label(r->results[0]->timeseries[0], "path"), ",=@\\ \xc3\xbc") == 0,
            "escaped characters and UTF-8 round-trip");
         pt_arena_free(&b);
+    }
+
+    /* Long names and values: every index key stays within Bigtable's 4 KiB, and every
+     * lookup path still finds the series. */
+    {
+        static char bigname[5001], bigmetric[5001], mid[3901];
+        memset(mid, 'y', 3900); /* plain sid near 4 KiB: postings must reference it by digest */
+        memset(bigname, 'n', 5000);
+        memset(bigmetric, 'm', 5000);
+        tseries longs[] = {
+            {{"__name__", bigmetric, "k2", "v", NULL}, {T0}, {1}, 1},
+            {{"__name__", "nearly", "y", mid, NULL}, {T0}, {4}, 1},
+            {{"__name__", "longname", bigname, "v", NULL}, {T0}, {2}, 1},
+            {{"__name__", "weird2", "big", big, "z", big, NULL}, {T0}, {3}, 1},
+        };
+        rv = pt_store_write(&s.st, mk_write(&a, longs, 4), &a, &res);
+        ok(rv == 0 && res.samples_rejected == 0, "series with 5000-byte metric, name and values stored");
+        pt_row_range everything = {{(const uint8_t *)"\x01", 1}, {0}};
+        pt_scan sc = {PT_TABLE_INDEX, &everything, 1, {0}, {0}, 0};
+        size_t longest = 0;
+        int scan_rv = pt_backend_scan(&s.faulty, &sc, longest_row, &longest);
+        ok(scan_rv == 0 && longest > 3900 && longest <= 4096,
+           "every index row key is at most 4096 bytes (longest %zu)", longest);
+        const tmatch m1[] = {{0, "__name__", bigmetric}};
+        is(count(&s, m1, 1), 1, "EQ on a 5000-byte metric name");
+        const tmatch m2[] = {{0, bigname, "v"}};
+        is(count(&s, m2, 1), 1, "EQ on a label with a 5000-byte name (postings)");
+        const tmatch m3[] = {{0, "big", big}, {0, "__name__", "weird2"}};
+        is(count(&s, m3, 2), 1, "EQ on a 5000-byte value");
+        const tmatch m4[] = {{0, "z", big}};
+        is(count(&s, m4, 1), 1, "EQ on a 5000-byte value without __name__ (digest posting)");
+        const tmatch m5[] = {{2, "z", "x+"}};
+        is(count(&s, m5, 1), 1, "regex over 5000-byte values (values listed from their cells)");
+        const tmatch m6[] = {{2, "__name__", "m+"}};
+        is(count(&s, m6, 1), 1, "regex on a 5000-byte metric name");
+        const tmatch m7[] = {{0, "y", mid}};
+        is(count(&s, m7, 1), 1, "posting that references a near-4 KiB sid by digest");
+        const tmatch m8[] = {{0, "__name__", "nearly"}};
+        is(count(&s, m8, 1), 1, "and the metric row of that series");
     }
 
     /* Same timestamp, new value: last write wins; old samples (backfill) accepted. */

@@ -1,0 +1,640 @@
+/*
+ * The bigtable backend against Google's Bigtable emulator (cbtemulator), started here on
+ * a free loopback port and always killed at exit:
+ *   - init (CreateTable, idempotent) and the GC rules it sets;
+ *   - the backend conformance suite (conformance.h);
+ *   - what only Bigtable shows: 4 KiB row keys, large batches split into requests,
+ *     BIGTABLE_EMULATOR_HOST, tables missing before init;
+ *   - broken ReadRows streams resumed after the last delivered row, through a TCP proxy
+ *     that cuts the connection after a given number of bytes;
+ *   - outages: a hung emulator (SIGSTOP) gives PT_ETIMEOUT, a killed one PT_EUNAVAIL,
+ *     both within a bounded time, and a new emulator brings writes and scans back.
+ * Without the emulator binary the test is skipped.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tap.h"
+#include "conformance.h"
+#include "bigtable_int.h"
+#include "log.h"
+
+extern const pt_backend_ops pt_backend_bigtable;
+
+#define DEFAULT_EMULATOR "/usr/lib/google-cloud-sdk/platform/bigtable-emulator/cbtemulator"
+
+/* ---- the emulator process ---- */
+
+static const char *emu_path;
+static volatile sig_atomic_t emu_pid; /* 0 = not running */
+static int emu_port;
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+static void emu_stop(void)
+{
+    pid_t pid = (pid_t)emu_pid;
+    if (pid <= 0)
+        return;
+    emu_pid = 0;
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+/* Async-signal-safe: kill the emulator, then die of the same signal. */
+static void on_fatal_signal(int sig)
+{
+    pid_t pid = (pid_t)emu_pid;
+    if (pid > 0)
+        kill(pid, SIGKILL);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sa);
+    int port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+        port = ntohs(sa.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+static int connect_port(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd < 0)
+        return -1;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Starts the emulator on port and waits until it accepts connections. */
+static int emu_start(int port)
+{
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        /* Die with the test, even if it is killed with SIGKILL. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127);
+        int null = open("/dev/null", O_RDWR);
+        if (null >= 0) {
+            dup2(null, 0);
+            dup2(null, 1);
+            dup2(null, 2);
+        }
+        char p[16];
+        snprintf(p, sizeof(p), "%d", port);
+        execl(emu_path, "cbtemulator", "-host", "127.0.0.1", "-port", p, (char *)NULL);
+        _exit(127);
+    }
+    emu_pid = pid;
+    for (double t0 = now_ms(); now_ms() - t0 < 20000;) {
+        int fd = connect_port(port);
+        if (fd >= 0) {
+            close(fd);
+            return 0;
+        }
+        if (waitpid(pid, NULL, WNOHANG) == pid) {
+            emu_pid = 0;
+            return -1;
+        }
+        sleep_ms(50);
+    }
+    emu_stop();
+    return -1;
+}
+
+/* ---- a TCP proxy that can cut connections after N bytes from the server ---- */
+
+typedef struct proxy {
+    int lfd, port, upstream;
+    pthread_t acceptor;
+    atomic_int active; /* pump threads running (detached; each closes its sockets) */
+    atomic_int stop;
+    atomic_long budget; /* server bytes still allowed before the next cut (when armed) */
+    long every;         /* the budget again after each cut */
+    atomic_int cuts;    /* cuts still to make; -1 = cut forever */
+    atomic_int made;    /* cuts made */
+} proxy;
+
+typedef struct pump_arg {
+    proxy *px;
+    int client, server;
+} pump_arg;
+
+static void *pump_main(void *arg)
+{
+    pump_arg a = *(pump_arg *)arg;
+    free(arg);
+    char buf[16384];
+    while (!atomic_load(&a.px->stop)) {
+        struct pollfd p[2] = {{a.client, POLLIN, 0}, {a.server, POLLIN, 0}};
+        if (poll(p, 2, 100) <= 0)
+            continue;
+        if (p[0].revents) {
+            ssize_t n = read(a.client, buf, sizeof(buf));
+            if (n <= 0 || send(a.server, buf, (size_t)n, MSG_NOSIGNAL) != n)
+                break;
+        }
+        if (p[1].revents) {
+            ssize_t n = read(a.server, buf, sizeof(buf));
+            if (n <= 0)
+                break;
+            int cuts = atomic_load(&a.px->cuts);
+            if (cuts != 0 && atomic_fetch_sub(&a.px->budget, n) - n < 0) {
+                if (cuts > 0)
+                    atomic_fetch_sub(&a.px->cuts, 1);
+                atomic_fetch_add(&a.px->made, 1);
+                atomic_store(&a.px->budget, a.px->every);
+                break; /* drop this piece and the connection: the stream breaks */
+            }
+            if (send(a.client, buf, (size_t)n, MSG_NOSIGNAL) != n)
+                break;
+        }
+    }
+    close(a.client);
+    close(a.server);
+    atomic_fetch_sub(&a.px->active, 1);
+    return NULL;
+}
+
+static void *accept_main(void *arg)
+{
+    proxy *px = arg;
+    while (!atomic_load(&px->stop)) {
+        struct pollfd p = {px->lfd, POLLIN, 0};
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        int c = accept(px->lfd, NULL, NULL);
+        if (c < 0)
+            continue;
+        int s = connect_port(px->upstream);
+        pump_arg *pa = malloc(sizeof(*pa));
+        pthread_t th;
+        atomic_fetch_add(&px->active, 1);
+        if (s >= 0 && pa) {
+            *pa = (pump_arg){px, c, s};
+            if (pthread_create(&th, NULL, pump_main, pa) == 0) {
+                pthread_detach(th);
+                continue;
+            }
+        }
+        atomic_fetch_sub(&px->active, 1);
+        close(c);
+        if (s >= 0)
+            close(s);
+        free(pa);
+    }
+    return NULL;
+}
+
+static int proxy_start(proxy *px, int upstream)
+{
+    memset(px, 0, sizeof(*px));
+    px->upstream = upstream;
+    px->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sa);
+    if (px->lfd < 0 || bind(px->lfd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+        listen(px->lfd, 16) != 0 || getsockname(px->lfd, (struct sockaddr *)&sa, &len) != 0)
+        return -1;
+    px->port = ntohs(sa.sin_port);
+    return pthread_create(&px->acceptor, NULL, accept_main, px) == 0 ? 0 : -1;
+}
+
+/* From now on, cut `cuts` connections (-1 = all) once `after` server bytes went through. */
+static void proxy_arm(proxy *px, long after, int cuts)
+{
+    px->every = after;
+    atomic_store(&px->budget, after);
+    atomic_store(&px->made, 0);
+    atomic_store(&px->cuts, cuts);
+}
+
+static void proxy_stop(proxy *px)
+{
+    atomic_store(&px->stop, 1);
+    pthread_join(px->acceptor, NULL);
+    while (atomic_load(&px->active) > 0)
+        sleep_ms(10);
+    close(px->lfd);
+}
+
+/* ---- helpers ---- */
+
+static int open_bt(pt_backend *b, const char *endpoint, const char *prefix, long retention,
+                   char *err, size_t errlen)
+{
+    pt_backend_config cfg = {.table_prefix = prefix,
+                             .project = "proj",
+                             .instance = "inst",
+                             .endpoint = endpoint,
+                             .retention_seconds = retention};
+    return pt_backend_open(b, &pt_backend_bigtable, &cfg, err, errlen);
+}
+
+static int init_bt(pt_backend *b, char *err, size_t errlen)
+{
+    return b->ops->init(b->state, err, errlen);
+}
+
+static const char *describe(pt_backend *b, int table)
+{
+    static char out[256];
+    int rv = pt_bt_describe_table(b->state, table, out, sizeof(out));
+    if (rv != 0)
+        snprintf(out + strlen(out), sizeof(out) - strlen(out), " (error %d)", rv);
+    return out;
+}
+
+static int write1(pt_backend *b, pt_table t, const char *row, uint32_t q, const char *value)
+{
+    ct_batch bt = {0};
+    ct_add(&bt, t, row, q, value);
+    return ct_write(b, &bt);
+}
+
+/* ---- cases ---- */
+
+static void test_open_errors(void)
+{
+    pt_backend b;
+    char err[256] = "";
+    pt_backend_config cfg = {.endpoint = "127.0.0.1:1", .instance = "i"};
+    ok(pt_backend_open(&b, &pt_backend_bigtable, &cfg, err, sizeof(err)) < 0 && err[0],
+       "open without a project fails with a message");
+    diag("open: %s", err);
+    ok(pt_backend_find("bigtable") == &pt_backend_bigtable, "registry: bigtable");
+}
+
+static void test_before_init(const char *endpoint)
+{
+    pt_backend b;
+    char err[256] = "";
+    if (open_bt(&b, endpoint, "noinit_", 0, err, sizeof(err)) != 0) {
+        ok(0, "open: %s", err);
+        return;
+    }
+    double t0 = now_ms();
+    is(write1(&b, PT_TABLE_POINTS, "r", 1, "v"), PT_EIO,
+       "a write before init (no table) fails as fatal, not retryable");
+    ok(now_ms() - t0 < 2000, "...at once (%.0f ms)", now_ms() - t0);
+    pt_row_range r[] = {CT_RANGE("a", "b")};
+    is_str(ct_show(&b, PT_TABLE_POINTS, r, 1), "ERROR -202", "a scan before init fails too");
+    pt_backend_close(&b);
+}
+
+static void test_init(pt_backend *b, const char *endpoint)
+{
+    char err[256] = "";
+    is(init_bt(b, err, sizeof(err)), 0, "init creates the tables");
+    if (err[0])
+        diag("init: %s", err);
+    is(init_bt(b, err, sizeof(err)), 0, "init again (ALREADY_EXISTS) succeeds");
+    is_str(describe(b, PT_TABLE_POINTS), "p: versions>1", "points: family p, max versions 1");
+    is_str(describe(b, PT_TABLE_INDEX), "p: versions>1", "index: family p, max versions 1");
+
+    pt_backend r;
+    if (open_bt(&r, endpoint, "ret_", 30 * 86400L, err, sizeof(err)) != 0) {
+        ok(0, "open with retention: %s", err);
+        return;
+    }
+    is(init_bt(&r, err, sizeof(err)), 0, "init with a retention");
+    is_str(describe(&r, PT_TABLE_POINTS), "p: (versions>1 || age>2592000s)",
+           "retention: max versions 1 OR older than 30 days");
+    pt_backend_close(&r);
+}
+
+static void test_bigtable_only(pt_backend *b)
+{
+    /* Row keys up to Bigtable's 4 KiB limit. */
+    static char key[4098];
+    memset(key, 'k', sizeof(key) - 1);
+    memcpy(key, "big/", 4);
+    key[4096] = '\0';
+    is(write1(b, PT_TABLE_POINTS, key, 1, "v"), 0, "a 4096-byte row key is stored");
+    char end[4098];
+    memcpy(end, key, 4096);
+    end[4096] = '\0';
+    pt_row_range one = {{(const uint8_t *)key, 4096}, {(const uint8_t *)end, 4097}};
+    ct_sink sink;
+    ct_sink_init(&sink);
+    is(ct_scan(b, PT_TABLE_POINTS, &one, 1, CT_NONE, CT_NONE, 0, &sink), 0, "scan it");
+    ok(sink.calls == 1 && sink.prev_row_n == 4096 && memcmp(sink.prev_row, key, 4096) == 0,
+       "the 4096-byte row key reads back exactly");
+    ct_sink_free(&sink);
+    key[4096] = 'k';
+    is(write1(b, PT_TABLE_POINTS, key, 1, "v"), PT_EBADREQ, "a 4097-byte row key is rejected");
+
+    ct_batch bt = {0};
+    ct_add(&bt, PT_TABLE_POINTS, "big/ms", 1, "v");
+    bt.m[0].version_us = 1500;
+    is(ct_write(b, &bt), PT_EBADREQ, "a version that is not whole milliseconds is rejected");
+
+    /* More mutations than one MutateRows request may hold (100 cells in each of 1200
+     * rows: the emulator is slow with very wide rows). */
+    enum { N = 120000, PER_ROW = 100 };
+    pt_mutation *m = calloc(N, sizeof(*m));
+    uint8_t(*q)[4] = calloc(N, 4);
+    char(*rows)[16] = calloc(N / PER_ROW, 16);
+    for (size_t i = 0; i < N; i++) {
+        size_t r = i / PER_ROW;
+        snprintf(rows[r], 16, "many/%05zu", r);
+        ct_be32(q[i], (uint32_t)i);
+        m[i] = (pt_mutation){.table = PT_TABLE_POINTS,
+                             .row = pt_slice_str(rows[r]),
+                             .qual = {q[i], 4},
+                             .value = PT_SLICE_LIT("12345678"),
+                             .version_us = 1000 * (int64_t)(i + 1)};
+    }
+    is(pt_backend_write(b, m, N), 0, "a batch of 120000 mutations (split into 2 requests)");
+    pt_row_range all[] = {CT_RANGE("many/", "many0")};
+    ct_sink_init(&sink);
+    sink.render_values = 0;
+    is(ct_scan(b, PT_TABLE_POINTS, all, 1, CT_NONE, CT_NONE, 0, &sink), 0, "scan them");
+    is(sink.calls, N, "every cell is there");
+    ok(sink.ordered, "in order");
+    ct_sink_free(&sink);
+    free(m);
+    free(q);
+    free(rows);
+}
+
+static void test_env_endpoint(const char *endpoint)
+{
+    pt_backend b;
+    char err[256] = "";
+    setenv("BIGTABLE_EMULATOR_HOST", endpoint, 1);
+    int rv = open_bt(&b, NULL, "", 0, err, sizeof(err));
+    unsetenv("BIGTABLE_EMULATOR_HOST");
+    is(rv, 0, "open with BIGTABLE_EMULATOR_HOST and no endpoint");
+    if (rv != 0)
+        return;
+    pt_row_range r[] = {CT_RANGE("c01/", "c01/\xff")};
+    is_str(ct_show(&b, PT_TABLE_POINTS, r, 1), "c01/r:00000001=P;",
+           "it reaches the same emulator and tables");
+    pt_backend_close(&b);
+}
+
+/* ---- resuming broken streams ---- */
+
+#define RES_ROWS 40
+#define RES_VALUE (256 * 1024)
+
+typedef struct res_sink {
+    size_t cells;
+    int bad;
+    int last; /* index of the last row seen */
+    int stop_at;
+} res_sink;
+
+static void res_value(uint8_t *v, int row)
+{
+    for (size_t i = 0; i < RES_VALUE; i++)
+        v[i] = (uint8_t)(i * 7 + (size_t)row * 13);
+}
+
+static int res_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    res_sink *s = ud;
+    static uint8_t want[RES_VALUE];
+    (void)qual;
+    int idx = -1;
+    if (row.n == 7 && sscanf((const char *)row.p, "res/%03d", &idx) != 1)
+        idx = -1;
+    res_value(want, idx);
+    if (idx != s->last + 1 || value.n != RES_VALUE || memcmp(value.p, want, RES_VALUE) != 0)
+        s->bad++;
+    s->last = idx;
+    s->cells++;
+    return s->stop_at && (int)s->cells == s->stop_at ? 1 : 0;
+}
+
+static int res_scan(pt_backend *b, res_sink *s, size_t row_limit)
+{
+    pt_row_range r[] = {CT_RANGE("res/", "res0")};
+    pt_scan sc = {.table = PT_TABLE_POINTS, .ranges = r, .nranges = 1, .row_limit = row_limit};
+    s->cells = 0;
+    s->bad = 0;
+    s->last = -1;
+    return pt_backend_scan(b, &sc, res_cell, s);
+}
+
+static unsigned long resumes(pt_backend *b)
+{
+    unsigned long w, r;
+    pt_bt_get_stats(b->state, &w, &r);
+    return r;
+}
+
+static void test_resume(int emulator_port)
+{
+    proxy px;
+    if (proxy_start(&px, emulator_port) != 0) {
+        ok(0, "start the proxy");
+        return;
+    }
+    char endpoint[64], err[256] = "";
+    snprintf(endpoint, sizeof(endpoint), "127.0.0.1:%d", px.port);
+    pt_backend b;
+    if (open_bt(&b, endpoint, "", 0, err, sizeof(err)) != 0) {
+        ok(0, "open through the proxy: %s", err);
+        proxy_stop(&px);
+        return;
+    }
+    pt_bt_set_timeouts(b.state, 10000, 3000);
+
+    static uint8_t values[RES_ROWS][RES_VALUE];
+    char rows[RES_ROWS][16];
+    pt_mutation m[RES_ROWS];
+    static const uint8_t q[4] = {0, 0, 0, 1};
+    for (int i = 0; i < RES_ROWS; i++) {
+        snprintf(rows[i], sizeof(rows[i]), "res/%03d", i);
+        res_value(values[i], i);
+        m[i] = (pt_mutation){.table = PT_TABLE_POINTS,
+                             .row = pt_slice_str(rows[i]),
+                             .qual = {q, 4},
+                             .value = {values[i], RES_VALUE},
+                             .version_us = 1000};
+    }
+    is(pt_backend_write(&b, m, RES_ROWS), 0, "write %d rows of 256 KiB through the proxy",
+       RES_ROWS);
+
+    res_sink s = {0};
+    unsigned long r0 = resumes(&b);
+    is(res_scan(&b, &s, 0), 0, "an unbroken scan");
+    ok(s.cells == RES_ROWS && !s.bad, "...sees every row once, in order (%zu)", s.cells);
+    is(resumes(&b) - r0, 0, "...without resuming");
+
+    proxy_arm(&px, 3 << 20, 1);
+    r0 = resumes(&b);
+    is(res_scan(&b, &s, 0), 0, "a scan whose stream breaks after 3 MiB succeeds");
+    ok(s.cells == RES_ROWS && !s.bad, "...every row once, in order (%zu cells, %d bad)", s.cells,
+       s.bad);
+    is(atomic_load(&px.made), 1, "...the proxy did cut the stream");
+    is(resumes(&b) - r0, 1, "...and the scan resumed once");
+
+    proxy_arm(&px, 2 << 20, -1);
+    r0 = resumes(&b);
+    is(res_scan(&b, &s, 0), 0, "a scan broken every 2 MiB makes progress and succeeds");
+    ok(s.cells == RES_ROWS && !s.bad, "...every row once, in order (%zu cells, %d bad)", s.cells,
+       s.bad);
+    ok(resumes(&b) - r0 >= 4, "...after %lu resumes", resumes(&b) - r0);
+
+    proxy_arm(&px, 3 << 20, -1);
+    is(res_scan(&b, &s, 15), 0, "a row limit across resumes");
+    ok(s.cells == 15 && !s.bad, "...returns exactly 15 rows (%zu)", s.cells);
+
+    proxy_arm(&px, 1, -1);
+    double t0 = now_ms();
+    int rv = res_scan(&b, &s, 0);
+    ok(rv == PT_EUNAVAIL || rv == PT_ETIMEOUT, "a stream broken before any row gives up: %d", rv);
+    ok(now_ms() - t0 < 8000, "...within the retry budget (%.0f ms)", now_ms() - t0);
+    is(s.cells, 0, "...having delivered nothing");
+
+    proxy_arm(&px, 0, 0);
+    s.stop_at = 3;
+    is(res_scan(&b, &s, 0), 0, "the callback stops a big scan");
+    is(s.cells, 3, "...after 3 cells");
+    pt_backend_close(&b);
+    proxy_stop(&px);
+}
+
+/* ---- outages ---- */
+
+static void test_outages(pt_backend *b, const char *endpoint)
+{
+    pt_bt_set_timeouts(b->state, 1000, 1500);
+    pt_row_range r[] = {CT_RANGE("c03/", "c03/\xff")};
+
+    /* A hung server: calls run into their deadline. */
+    /* The signal takes effect asynchronously; wait until the emulator is stopped. */
+    kill((pid_t)emu_pid, SIGSTOP);
+    int wst;
+    ok(waitpid((pid_t)emu_pid, &wst, WUNTRACED) == (pid_t)emu_pid && WIFSTOPPED(wst),
+       "the emulator is stopped");
+    double t0 = now_ms();
+    int rv = write1(b, PT_TABLE_POINTS, "out/hang", 1, "v");
+    double dt = now_ms() - t0;
+    ok(rv == PT_ETIMEOUT, "a write to a hung emulator times out: %d", rv);
+    ok(dt < 6000, "...within a bounded time (%.0f ms)", dt);
+    t0 = now_ms();
+    const char *got = ct_show(b, PT_TABLE_POINTS, r, 1);
+    dt = now_ms() - t0;
+    is_str(got, "ERROR -101", "a scan of a hung emulator times out");
+    ok(dt < 6000, "...within a bounded time (%.0f ms)", dt);
+    kill((pid_t)emu_pid, SIGCONT);
+    is(write1(b, PT_TABLE_POINTS, "out/hang", 1, "v"), 0, "after SIGCONT writes work again");
+
+    /* A dead server: connections are refused. */
+    emu_stop();
+    t0 = now_ms();
+    rv = write1(b, PT_TABLE_POINTS, "out/dead", 1, "v");
+    dt = now_ms() - t0;
+    is(rv, PT_EUNAVAIL, "a write to a killed emulator is PT_EUNAVAIL (retryable)");
+    ok(dt < 6000, "...within a bounded time (%.0f ms)", dt);
+    t0 = now_ms();
+    got = ct_show(b, PT_TABLE_POINTS, r, 1);
+    dt = now_ms() - t0;
+    is_str(got, "ERROR -100", "a scan of a killed emulator is PT_EUNAVAIL");
+    ok(dt < 6000, "...within a bounded time (%.0f ms)", dt);
+
+    /* A new emulator on the same address (empty: it keeps data in memory). */
+    if (emu_start(emu_port) != 0) {
+        ok(0, "restart the emulator");
+        return;
+    }
+    char err[256] = "";
+    t0 = now_ms();
+    while ((rv = init_bt(b, err, sizeof(err))) != 0 && now_ms() - t0 < 20000)
+        sleep_ms(200);
+    is(rv, 0, "init on the new emulator (after %.0f ms)", now_ms() - t0);
+    is(write1(b, PT_TABLE_POINTS, "c03/r", 1, "back"), 0, "writes recover");
+    is_str(ct_show(b, PT_TABLE_POINTS, r, 1), "c03/r:00000001=back;", "scans recover");
+    (void)endpoint;
+}
+
+int main(void)
+{
+    emu_path = getenv("PT_CBTEMULATOR") ? getenv("PT_CBTEMULATOR") : DEFAULT_EMULATOR;
+    if (access(emu_path, X_OK) != 0) {
+        printf("1..0 # SKIP cbtemulator not installed\n");
+        return 0;
+    }
+    atexit(emu_stop);
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGABRT, SIGSEGV, SIGALRM};
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+        signal(sigs[i], on_fatal_signal);
+    alarm(600); /* a watchdog: a hang fails the test instead of the CI job */
+    /* The outage cases log warnings by design; PT_LOG_LEVEL=warn shows them. */
+    pt_log_set_level(getenv("PT_LOG_LEVEL") ? getenv("PT_LOG_LEVEL") : "error");
+
+    test_open_errors();
+    emu_port = free_port();
+    if (emu_port < 0 || emu_start(emu_port) != 0) {
+        ok(0, "start %s", emu_path);
+        return done_testing();
+    }
+    char endpoint[64], err[256] = "";
+    snprintf(endpoint, sizeof(endpoint), "127.0.0.1:%d", emu_port);
+    diag("cbtemulator on %s", endpoint);
+
+    test_before_init(endpoint);
+    pt_backend b;
+    is(open_bt(&b, endpoint, "", 0, err, sizeof(err)), 0, "open on the emulator");
+    if (!b.state) {
+        diag("open: %s", err);
+        return done_testing();
+    }
+    test_init(&b, endpoint);
+    pt_conformance_run(&b, "bigtable(emulator)");
+    test_bigtable_only(&b);
+    test_env_endpoint(endpoint);
+    test_resume(emu_port);
+    test_outages(&b, endpoint);
+    pt_backend_close(&b);
+    emu_stop();
+    return done_testing();
+}
