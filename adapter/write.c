@@ -233,6 +233,16 @@ static int add_index_rows(batch *b, pt_arena *a, const pt_label *ls, size_t n, p
     return 0;
 }
 
+/* Adds the index rows of (series, bucket) unless the cache or this request has them. */
+static int index_once(batch *b, pt_arena *a, pt_store *st, pt_keyset *seen, pt_index_key key,
+                      const pt_label *ls, size_t n, pt_slice sid, int64_t day,
+                      pt_write_result *res)
+{
+    if (pt_index_cache_has(st->cache, key) || !pt_keyset_add(seen, key))
+        return 0;
+    return add_index_rows(b, a, ls, n, sid, day, &res->index_rows);
+}
+
 static void note(pt_write_result *res, const char *fmt, ...)
 {
     if (res->msg[0])
@@ -264,10 +274,10 @@ int pt_store_write(pt_store *st, const Prometheus__WriteRequest *wr, pt_arena *a
     batch b = {0};
     b.cap = nsamples + 16;
     b.m = pt_arena_alloc(a, b.cap * sizeof(*b.m));
-    /* Keys of (series, day) pairs this request indexes; at most one per sample. */
+    /* Keys of (series, day) pairs this request indexes; at most two per sample. */
     pt_keyset seen = {0};
     size_t slots = 16;
-    while (slots < 2 * nsamples + 2)
+    while (slots < 4 * nsamples + 2)
         slots <<= 1;
     seen.slots = pt_arena_calloc(a, slots * sizeof(pt_index_key));
     seen.mask = slots - 1;
@@ -338,14 +348,20 @@ int pt_store_write(pt_store *st, const Prometheus__WriteRequest *wr, pt_arena *a
                 return rv;
             res->samples_written++;
 
-            int64_t day = t - t % st->index_bucket_ms;
+            int64_t bucket = st->index_bucket_ms, day = t - t % bucket;
             if (day == day_done)
                 continue;
             day_done = day;
             pt_index_key key = pt_index_key_of(sid, day);
-            if (pt_index_cache_has(st->cache, key) || !pt_keyset_add(&seen, key))
-                continue;
-            if ((rv = add_index_rows(&b, a, ls, (size_t)nl, sid, day, &res->index_rows)) != 0)
+            if ((rv = index_once(&b, a, st, &seen, key, ls, (size_t)nl, sid, day, res)) != 0)
+                return rv;
+            /* In the last 24th of a bucket, index the next one too, from a moment that
+             * depends on the series: the rows a new bucket needs are then written over that
+             * stretch instead of all at the first scrape after it starts. */
+            int64_t spread = bucket / 24, into = t - day;
+            if (spread > 0 && into >= bucket - spread + (int64_t)(key.hi % (uint64_t)spread) &&
+                (rv = index_once(&b, a, st, &seen, pt_index_key_of(sid, day + bucket), ls,
+                                 (size_t)nl, sid, day + bucket, res)) != 0)
                 return rv;
         }
     }

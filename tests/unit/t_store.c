@@ -236,6 +236,21 @@ int main(void)
         pt_arena_free(&b);
     }
 
+    /* Near the end of an index bucket the next one is indexed ahead, so the first scrape
+     * of a new day writes no index rows. */
+    {
+        int64_t day_end = (T0 / 86400000 + 3) * 86400000;
+        tseries late[] = {{{"__name__", "late", NULL}, {day_end - 1}, {1}, 1}};
+        rv = pt_store_write(&s.st, mk_write(&a, late, 1), &a, &res);
+        ok(rv == 0 && res.index_rows == 4, "last ms of a day: this day and the next indexed");
+        tseries next[] = {{{"__name__", "late", NULL}, {day_end + 15000}, {2}, 1}};
+        rv = pt_store_write(&s.st, mk_write(&a, next, 1), &a, &res);
+        ok(rv == 0 && res.index_rows == 0, "first scrape of the new day writes no index rows");
+        tseries early[] = {{{"__name__", "late", NULL}, {day_end + 60000}, {3}, 1}};
+        rv = pt_store_write(&s.st, mk_write(&a, early, 1), &a, &res);
+        ok(rv == 0 && res.index_rows == 0, "early in a day nothing is indexed ahead");
+    }
+
     /* Validation: precise messages, partial ingestion. */
     {
         tseries bad[] = {
