@@ -1,6 +1,10 @@
 #include "app.h"
 
+#include <errno.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,7 +15,7 @@
 #include "metrics.h"
 #include "xor.h"
 
-enum { ALLOW_GET = 1, ALLOW_POST = 2 };
+enum { ALLOW_GET = 1, ALLOW_POST = 2, NEEDS_AUTH = 4 };
 
 typedef void (*handler_fn)(pt_app *app, pt_req *req, pt_resp *resp);
 
@@ -236,14 +240,105 @@ static void handle_ready(pt_app *app, pt_req *req, pt_resp *resp)
         reply_text(req, resp, 503, "promtable is not ready.");
 }
 
+/* A secret from a file, without the trailing newline editors add. */
+static char *read_secret(const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = calloc(1, 4097);
+    size_t n = buf ? fread(buf, 1, 4096, f) : 0;
+    fclose(f);
+    if (!buf)
+        return NULL;
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+        buf[--n] = '\0';
+    if (n == 0 || strlen(buf) != n) {
+        snprintf(err, errlen, "%s: empty, too long (4 KiB at most) or holds a NUL byte", path);
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+int pt_app_load_auth(pt_app *app, const pt_config *cfg, char *err, size_t errlen)
+{
+    if (cfg->bearer_token_file[0]) {
+        char *t = read_secret(cfg->bearer_token_file, err, errlen);
+        if (!t)
+            return -1;
+        app->bearer_token = t;
+    }
+    if (cfg->basic_auth_username[0] || cfg->basic_auth_password_file[0]) {
+        if (!cfg->basic_auth_username[0] || !cfg->basic_auth_password_file[0]) {
+            snprintf(err, errlen, "basic auth needs both web.basic_auth_username and "
+                                  "web.basic_auth_password_file");
+            return -1;
+        }
+        char *pw = read_secret(cfg->basic_auth_password_file, err, errlen);
+        if (!pw)
+            return -1;
+        size_t n = strlen(cfg->basic_auth_username) + 1 + strlen(pw) + 1;
+        char *cred = malloc(n);
+        if (cred)
+            snprintf(cred, n, "%s:%s", cfg->basic_auth_username, pw);
+        free(pw);
+        if (!cred)
+            return -1;
+        app->basic_credentials = cred;
+    }
+    return 0;
+}
+
+void pt_app_free_auth(pt_app *app)
+{
+    free((char *)app->bearer_token);
+    free((char *)app->basic_credentials);
+    app->bearer_token = app->basic_credentials = NULL;
+}
+
+/* Constant-time comparison of what the client sent with what we expect. */
+static int secret_eq(const uint8_t *got, size_t n, const char *want)
+{
+    size_t wn = strlen(want);
+    return n == wn && CRYPTO_memcmp(got, want, n) == 0;
+}
+
+static int authorized(const pt_app *app, const pt_req *req)
+{
+    const char *h = req->authorization;
+    if (app->bearer_token && strncasecmp(h, "Bearer ", 7) == 0 &&
+        secret_eq((const uint8_t *)h + 7, strlen(h + 7), app->bearer_token))
+        return 1;
+    if (app->basic_credentials && strncasecmp(h, "Basic ", 6) == 0) {
+        const char *b64 = h + 6;
+        size_t n = strlen(b64);
+        if (n == 0 || n % 4 || n > 8192)
+            return 0;
+        uint8_t dec[6145];
+        int dn = EVP_DecodeBlock(dec, (const uint8_t *)b64, (int)n);
+        if (dn < 0)
+            return 0;
+        /* EVP_DecodeBlock counts the padding as zero bytes. */
+        if (b64[n - 1] == '=')
+            dn--;
+        if (b64[n - 2] == '=')
+            dn--;
+        return secret_eq(dec, (size_t)dn, app->basic_credentials);
+    }
+    return 0;
+}
+
 static const struct route {
     const char *path;
     int id;
     int allow;
     handler_fn fn;
 } routes[] = {
-    {"/api/v1/write", PT_ROUTE_WRITE, ALLOW_POST, handle_write},
-    {"/api/v1/read", PT_ROUTE_READ, ALLOW_POST, handle_read},
+    {"/api/v1/write", PT_ROUTE_WRITE, ALLOW_POST | NEEDS_AUTH, handle_write},
+    {"/api/v1/read", PT_ROUTE_READ, ALLOW_POST | NEEDS_AUTH, handle_read},
     {"/metrics", PT_ROUTE_METRICS, ALLOW_GET, handle_metrics},
     {"/-/healthy", PT_ROUTE_HEALTHY, ALLOW_GET, handle_healthy},
     {"/-/ready", PT_ROUTE_READY, ALLOW_GET, handle_ready},
@@ -268,11 +363,17 @@ void pt_app_dispatch(void *ud, pt_req *req, pt_resp *resp)
         int m = req->method == PT_M_GET || req->method == PT_M_HEAD ? ALLOW_GET
                 : req->method == PT_M_POST                           ? ALLOW_POST
                                                                      : 0;
+        int post = (r->allow & ALLOW_POST) != 0;
         if (!(m & r->allow)) {
             reply_text(req, resp, 405, "method %s not allowed on %s; use %s", req->method_name,
-                       r->path, r->allow == ALLOW_POST ? "POST" : "GET");
-            resp->headers[resp->nheaders++] =
-                (pt_resp_header){"Allow", r->allow == ALLOW_POST ? "POST" : "GET, HEAD"};
+                       r->path, post ? "POST" : "GET");
+            resp->headers[resp->nheaders++] = (pt_resp_header){"Allow", post ? "POST" : "GET, HEAD"};
+        } else if ((r->allow & NEEDS_AUTH) && (app->bearer_token || app->basic_credentials) &&
+                   !authorized(app, req)) {
+            reply_text(req, resp, 401, "missing or wrong credentials (%s)",
+                       app->bearer_token ? "bearer token" : "basic auth");
+            resp->headers[resp->nheaders++] = (pt_resp_header){
+                "WWW-Authenticate", app->bearer_token ? "Bearer" : "Basic realm=\"promtable\""};
         } else {
             r->fn(app, req, resp);
         }

@@ -14,8 +14,17 @@ typedef struct pt_app {
     pt_store store;
     pt_server *srv;  /* for the connection gauge; may be NULL in tests */
     pt_decode_limits lim;
+    /* Credentials the write and read routes demand (NULL: none). Either a bearer token, or
+     * the expected "user:password" of basic auth. */
+    const char *bearer_token;
+    const char *basic_credentials;
     _Atomic int ready;
 } pt_app;
+
+/* Reads the credential files named in cfg into app (malloc'd; freed by pt_app_free_auth).
+ * Returns 0, or -1 with err set. */
+int pt_app_load_auth(pt_app *app, const pt_config *cfg, char *err, size_t errlen);
+void pt_app_free_auth(pt_app *app);
 
 /* The pt_dispatch_fn of the daemon (ud = pt_app *). */
 void pt_app_dispatch(void *ud, pt_req *req, pt_resp *resp);

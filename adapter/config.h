@@ -13,6 +13,9 @@ typedef struct pt_config {
     char *listen_address;
     char *tls_cert_file;
     char *tls_key_file;
+    char *bearer_token_file;
+    char *basic_auth_username;
+    char *basic_auth_password_file;
     long workers;
     long max_connections;
     long idle_timeout_ms;

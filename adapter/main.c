@@ -134,6 +134,10 @@ int main(int argc, char **argv)
                            .max_series = (size_t)cfg.read_max_series,
                            .max_samples = (size_t)cfg.read_max_samples};
     app.lim.max_decoded = cfg.max_decoded_bytes;
+    if (pt_app_load_auth(&app, &cfg, err, sizeof(err)) != 0) {
+        pt_log(PT_LOG_ERROR, "cannot load credentials", "err=\"%s\"", err);
+        goto fail_cache;
+    }
 
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     pt_server_opts so = {
@@ -172,6 +176,7 @@ int main(int argc, char **argv)
     the_server = NULL;
     pt_server_free(srv);
 fail_cache:
+    pt_app_free_auth(&app);
     pt_index_cache_free(cache);
 fail_backend:
     pt_backend_close(&be);

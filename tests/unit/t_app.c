@@ -200,6 +200,45 @@ int main(void)
     pt_arena_free(&c.arena);
     cfg.max_request_memory = 512u << 20;
 
+    /* Authentication on write and read, not on health and metrics. */
+    {
+        app.bearer_token = "s3cret";
+        is(post(&c, "/api/v1/write", w), 401, "bearer token configured, none sent: 401");
+        ok(c.resp.nheaders == 1 && strcmp(c.resp.headers[0].name, "WWW-Authenticate") == 0,
+           "with WWW-Authenticate");
+        pt_arena_free(&c.arena);
+        c.req.authorization = "Bearer s3cret";
+        memset(&c.resp, 0, sizeof(c.resp));
+        pt_arena_init(&c.arena, 0, 0);
+        c.req.arena = &c.arena;
+        pt_app_dispatch(&app, &c.req, &c.resp);
+        is(c.resp.status, 204, "the right bearer token: 204");
+        pt_arena_free(&c.arena);
+        c.req.authorization = "Bearer s3cre";
+        memset(&c.resp, 0, sizeof(c.resp));
+        pt_arena_init(&c.arena, 0, 0);
+        pt_app_dispatch(&app, &c.req, &c.resp);
+        is(c.resp.status, 401, "a wrong token: 401");
+        pt_arena_free(&c.arena);
+        app.bearer_token = NULL;
+        app.basic_credentials = "user:pw";
+        c.req.authorization = "Basic dXNlcjpwdw==";
+        memset(&c.resp, 0, sizeof(c.resp));
+        pt_arena_init(&c.arena, 0, 0);
+        pt_app_dispatch(&app, &c.req, &c.resp);
+        is(c.resp.status, 204, "basic auth user:pw: 204");
+        pt_arena_free(&c.arena);
+        c.req.authorization = "Basic dXNlcjpwdg==";
+        memset(&c.resp, 0, sizeof(c.resp));
+        pt_arena_init(&c.arena, 0, 0);
+        pt_app_dispatch(&app, &c.req, &c.resp);
+        is(c.resp.status, 401, "basic auth with a wrong password: 401");
+        pt_arena_free(&c.arena);
+        is(run(&c, PT_M_GET, "/-/healthy", "", "", NULL, 0), 200, "health needs no credentials");
+        pt_arena_free(&c.arena);
+        app.basic_credentials = NULL;
+    }
+
     /* Routes and methods. */
     is(run(&c, PT_M_GET, "/nope", "", "", NULL, 0), 404, "unknown path: 404");
     pt_arena_free(&c.arena);
@@ -219,7 +258,7 @@ int main(void)
     is(run(&c, PT_M_GET, "/metrics", "", "", NULL, 0), 200, "metrics: 200");
     {
         char *text = pt_arena_strndup(&c.arena, (const char *)c.resp.body, c.resp.body_len);
-        ok(strstr(text, "promtable_samples_received_total 1132"), "samples received counted");
+        ok(strstr(text, "promtable_samples_received_total 1886"), "samples received counted");
         ok(strstr(text, "promtable_http_requests_total{route=\"/api/v1/write\",code=\"204\",proto=\"1\"}"),
            "requests by route, code and protocol");
         ok(strstr(text, "promtable_samples_rejected_total{reason=\"labels\"} 1"),
