@@ -1,27 +1,31 @@
 /*
  * The embedded backend: RocksDB in a local directory, the default store.
  *
- * Layout (DESIGN §3): one column family per table ("points", "index"); a cell is the
- * RocksDB entry
+ * Two column families, one per table:
  *
- *     key   = row || 0x00 || qualifier
- *     value = cell value bytes
+ * - "index": one RocksDB entry per cell, key = row || 0x00 || qualifier, value = the cell
+ *   value. Row keys never contain 0x00 (backend.h), so the first 0x00 splits a key into row
+ *   and qualifier, and RocksDB's bytewise order is Bigtable's (row, qualifier) order.
+ *   Writes go through RocksDB's WAL (fsync'ed when cfg->sync).
+ * - "points.v2": the points table, written through an in-memory head and its own log and
+ *   stored as chunks of cells per row; see embedded_head.c for the layout. ("points", the
+ *   one-entry-per-cell layout of the first version, is refused at open.)
  *
- * Row keys never contain 0x00 (backend.h), so the first 0x00 of a key splits it into row
- * and qualifier, and RocksDB's bytewise key order is exactly Bigtable's (row, qualifier)
- * order: a row sorts before every row it is a proper prefix of because 0x00 is the
- * smallest byte. Data can therefore be copied cell by cell between backends.
+ * Both hold exactly the cells of DESIGN §3 as scans see them, so data can be copied cell
+ * by cell between backends.
  *
- * Versions: pt_mutation.version_us is accepted but not stored; a put replaces the cell,
+ * Versions: pt_mutation.version_us is accepted but not stored; a write replaces the cell,
  * so only the latest write is kept. That is Bigtable's max-versions=1 for our writes,
  * which are idempotent (a retry rewrites the same value at the same version); the one
  * difference is that a late write with an *older* version still wins here, which the
  * write path never produces for a given cell except as a same-timestamp rewrite.
  *
- * Durability: every batch goes through the WAL; cfg->sync = 1 fsyncs it before write()
- * returns, sync = 0 survives a process crash but not a power loss.
+ * Durability: write() returns after every cell is in a log (RocksDB's for the index, the
+ * head's for points), fdatasync'ed when cfg->sync = 1; with sync = 0 it survives a process
+ * crash but not a power loss.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,24 +34,10 @@
 #include <rocksdb/c.h>
 
 #include "backend.h"
+#include "embedded_int.h"
 #include "../adapter/error.h"
 
-enum { CF_DEFAULT, CF_POINTS, CF_INDEX, NCF };
-
-static const char *const cf_names[NCF] = {"default", "points", "index"};
-
-typedef struct embedded {
-    rocksdb_t *db;
-    rocksdb_column_family_handle_t *cf[NCF];
-    rocksdb_writeoptions_t *wopts;
-} embedded;
-
-/* A growable key buffer for seek targets and the last row seen by a scan. Its size is
- * bounded by the row keys and qualifiers the caller passes in. */
-typedef struct keybuf {
-    char *p;
-    size_t n, cap;
-} keybuf;
+static const char *const cf_names[NCF] = {"default", "points.v2", "index"};
 
 /* ---- errors ---- */
 
@@ -58,7 +48,7 @@ static int starts_with(const char *s, const char *prefix)
 
 /* Maps a RocksDB status string to a pt code and frees it. RocksDB's C API reports only
  * Status::ToString(), whose prefix names the status code. */
-static int rocks_error(char *msg)
+int pt_emb_rocks_error(char *msg)
 {
     int rv = PT_EIO;
     if (starts_with(msg, "Operation timed out"))
@@ -181,6 +171,7 @@ static rocksdb_options_t *make_options(rocksdb_cache_t *cache)
 static void embedded_close(void *state)
 {
     embedded *e = state;
+    pt_emb_head_close(e);
     for (int i = 0; i < NCF; i++) {
         if (e->cf[i])
             rocksdb_column_family_handle_destroy(e->cf[i]);
@@ -192,11 +183,36 @@ static void embedded_close(void *state)
     if (e->wopts)
         rocksdb_writeoptions_destroy(e->wopts);
     e->wopts = NULL;
+    if (e->flush_wopts)
+        rocksdb_writeoptions_destroy(e->flush_wopts);
+    e->flush_wopts = NULL;
+}
+
+/* A store written by the first version kept points one entry per cell in "points". Its
+ * data would be misread as chunks, so it is refused with a clear message. */
+static int old_layout(const char *path)
+{
+    rocksdb_options_t *o = rocksdb_options_create();
+    size_t n = 0;
+    char *msg = NULL;
+    char **names = rocksdb_list_column_families(o, path, &n, &msg);
+    rocksdb_options_destroy(o);
+    int old = 0;
+    if (msg) {
+        rocksdb_free(msg); /* no store yet */
+        n = 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        old |= strcmp(names[i], "points") == 0;
+    if (names) /* allocated even when listing fails */
+        rocksdb_list_column_families_destroy(names, n);
+    return old;
 }
 
 static int embedded_open(void *state, const pt_backend_config *cfg, char *err, size_t errlen)
 {
     embedded *e = state;
+    e->h.wal_fd = -1;
     if (!cfg->path || !*cfg->path) {
         snprintf(err, errlen, "embedded: no data directory configured");
         return PT_EINTERNAL;
@@ -204,6 +220,12 @@ static int embedded_open(void *state, const pt_backend_config *cfg, char *err, s
     int rv = mkdir_p(cfg->path, err, errlen);
     if (rv != 0)
         return rv;
+    if (old_layout(cfg->path)) {
+        snprintf(err, errlen, "embedded: %s holds the old one-key-per-sample layout (column "
+                              "family \"points\"); copy its data out with the old version",
+                 cfg->path);
+        return PT_EINTERNAL;
+    }
 
     /* Options and the cache are reference-counted inside RocksDB once the DB holds
      * them, so our handles are released right after open. */
@@ -216,12 +238,16 @@ static int embedded_open(void *state, const pt_backend_config *cfg, char *err, s
     rocksdb_cache_destroy(cache);
     if (msg) {
         snprintf(err, errlen, "embedded: open %s: %s", cfg->path, msg);
-        rv = rocks_error(msg);
+        rv = pt_emb_rocks_error(msg);
         goto fail;
     }
     e->wopts = rocksdb_writeoptions_create();
     rocksdb_writeoptions_set_sync(e->wopts, cfg->sync ? 1 : 0);
     rocksdb_writeoptions_set_memtable_insert_hint_per_batch(e->wopts, 1);
+    e->flush_wopts = rocksdb_writeoptions_create();
+    rocksdb_writeoptions_disable_WAL(e->flush_wopts, 1);
+    if ((rv = pt_emb_head_open(e, cfg, err, errlen)) != 0)
+        goto fail;
     return 0;
 
 fail:
@@ -255,28 +281,43 @@ static int embedded_write(void *state, const pt_mutation *m, size_t n)
 {
     embedded *e = state;
     /* Validate everything first so that a bad batch changes nothing. */
+    size_t nindex = 0;
     for (size_t i = 0; i < n; i++) {
         if (!table_cf(e, m[i].table))
             return PT_EINTERNAL;
         if (!row_ok(m[i].row))
             return PT_EBADREQ;
+        /* The points schema has 4-byte qualifiers (DESIGN §3); chunks rely on it. */
+        if (m[i].table == PT_TABLE_POINTS && m[i].qual.n != 4)
+            return PT_EBADREQ;
+        if (m[i].value.n > UINT32_MAX / 2)
+            return PT_EBADREQ;
+        nindex += m[i].table == PT_TABLE_INDEX;
     }
     if (n == 0)
         return 0;
 
-    static const char sep = '\0';
-    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-    for (size_t i = 0; i < n; i++) {
-        const char *kp[3] = {bytes(m[i].row), &sep, bytes(m[i].qual)};
-        size_t kn[3] = {m[i].row.n, 1, m[i].qual.n};
-        const char *vp = bytes(m[i].value);
-        size_t vn = m[i].value.n;
-        rocksdb_writebatch_putv_cf(wb, table_cf(e, m[i].table), 3, kp, kn, 1, &vp, &vn);
+    /* Index first: a points cell whose series is not indexed yet is harmless, and the
+     * caller retries the whole batch on any error. */
+    if (nindex) {
+        static const char sep = '\0';
+        rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+        for (size_t i = 0; i < n; i++) {
+            if (m[i].table != PT_TABLE_INDEX)
+                continue;
+            const char *kp[3] = {bytes(m[i].row), &sep, bytes(m[i].qual)};
+            size_t kn[3] = {m[i].row.n, 1, m[i].qual.n};
+            const char *vp = bytes(m[i].value);
+            size_t vn = m[i].value.n;
+            rocksdb_writebatch_putv_cf(wb, e->cf[CF_INDEX], 3, kp, kn, 1, &vp, &vn);
+        }
+        char *msg = NULL;
+        rocksdb_write(e->db, e->wopts, wb, &msg);
+        rocksdb_writebatch_destroy(wb);
+        if (msg)
+            return pt_emb_rocks_error(msg);
     }
-    char *msg = NULL;
-    rocksdb_write(e->db, e->wopts, wb, &msg);
-    rocksdb_writebatch_destroy(wb);
-    return msg ? rocks_error(msg) : 0;
+    return pt_emb_head_write(e, m, n);
 }
 
 /* ---- scan ---- */
@@ -297,7 +338,7 @@ static int kb_reserve(keybuf *kb, size_t n)
 }
 
 /* kb = a || sep || b, where sep < 0 means no separator byte. */
-static int kb_set(keybuf *kb, const void *a, size_t an, int sep, const void *b, size_t bn)
+int pt_emb_kb_set(keybuf *kb, const void *a, size_t an, int sep, const void *b, size_t bn)
 {
     size_t n = an + (sep >= 0) + bn;
     if (kb_reserve(kb, n) != 0)
@@ -317,17 +358,17 @@ static int kb_set(keybuf *kb, const void *a, size_t an, int sep, const void *b, 
  * is <= b[0..i), so the bound is b[0..i) || 0x01: it sorts after all cells of that row
  * (including qualifiers that start with 0x00) and before the rows extending it. The
  * single-row end r || 0x00 thus becomes r || 0x01. */
-static int kb_row_bound(keybuf *kb, pt_slice b)
+int pt_emb_kb_row_bound(keybuf *kb, pt_slice b)
 {
     const uint8_t *z = b.n ? memchr(b.p, 0, b.n) : NULL;
     if (z)
-        return kb_set(kb, b.p, (size_t)(z - b.p), 1, NULL, 0);
-    return kb_set(kb, b.p, b.n, 0, NULL, 0);
+        return pt_emb_kb_set(kb, b.p, (size_t)(z - b.p), 1, NULL, 0);
+    return pt_emb_kb_set(kb, b.p, b.n, 0, NULL, 0);
 }
 
 /* A range covers exactly one row when it is [r, r || 0x00 ...) with r free of 0x00;
  * such a range can use the bloom filter. */
-static int single_row(const pt_row_range *r)
+int pt_emb_single_row(const pt_row_range *r)
 {
     pt_slice s = r->start, e = r->end;
     return s.n > 0 && e.n > s.n && e.p[s.n] == 0 && memcmp(s.p, e.p, s.n) == 0 &&
@@ -380,13 +421,13 @@ static void seek_to(rocksdb_iterator_t *it, const keybuf *kb)
 static int scan_range(scanner *sc, const pt_row_range *r)
 {
     const pt_scan *s = sc->s;
-    int one_row = single_row(r);
+    int one_row = pt_emb_single_row(r);
     int bounded = r->end.n > 0;
     int rv;
 
-    if (bounded && (rv = kb_row_bound(&sc->upper, r->end)) != 0)
+    if (bounded && (rv = pt_emb_kb_row_bound(&sc->upper, r->end)) != 0)
         return rv;
-    if ((rv = kb_row_bound(&sc->seek, r->start)) != 0)
+    if ((rv = pt_emb_kb_row_bound(&sc->seek, r->start)) != 0)
         return rv;
     if (bounded && key_cmp(sc->seek.p, sc->seek.n, sc->upper.p, sc->upper.n) >= 0)
         return 0;
@@ -406,7 +447,7 @@ static int scan_range(scanner *sc, const pt_row_range *r)
 
         /* Skip to the qualifier range rather than step through cells outside it. */
         if (s->qual_start.n && pt_slice_cmp(qual, s->qual_start) < 0) {
-            if ((rv = kb_set(&sc->seek, row.p, row.n, 0, s->qual_start.p, s->qual_start.n)))
+            if ((rv = pt_emb_kb_set(&sc->seek, row.p, row.n, 0, s->qual_start.p, s->qual_start.n)))
                 return rv;
             seek_to(it, &sc->seek);
             continue;
@@ -414,7 +455,7 @@ static int scan_range(scanner *sc, const pt_row_range *r)
         if (s->qual_end.n && pt_slice_cmp(qual, s->qual_end) >= 0) {
             if (one_row)
                 break;
-            if ((rv = kb_set(&sc->seek, row.p, row.n, 1, NULL, 0)))
+            if ((rv = pt_emb_kb_set(&sc->seek, row.p, row.n, 1, NULL, 0)))
                 return rv;
             seek_to(it, &sc->seek);
             continue;
@@ -426,7 +467,7 @@ static int scan_range(scanner *sc, const pt_row_range *r)
                 sc->done = 1;
                 return 0;
             }
-            if ((rv = kb_set(&sc->last_row, row.p, row.n, -1, NULL, 0)))
+            if ((rv = pt_emb_kb_set(&sc->last_row, row.p, row.n, -1, NULL, 0)))
                 return rv;
             sc->have_row = 1;
             sc->rows++;
@@ -443,12 +484,14 @@ static int scan_range(scanner *sc, const pt_row_range *r)
     }
     char *msg = NULL;
     rocksdb_iter_get_error(it, &msg);
-    return msg ? rocks_error(msg) : 0;
+    return msg ? pt_emb_rocks_error(msg) : 0;
 }
 
 static int embedded_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
 {
     embedded *e = state;
+    if (s->table == PT_TABLE_POINTS)
+        return pt_emb_points_scan(e, s, fn, ud);
     scanner sc = {.e = e, .s = s, .fn = fn, .ud = ud, .cf = table_cf(e, s->table)};
     if (!sc.cf)
         return PT_EINTERNAL;
@@ -456,7 +499,7 @@ static int embedded_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
     /* Ranges of both kinds need two iterators; a snapshot keeps them consistent. */
     size_t ones = 0;
     for (size_t i = 0; i < s->nranges; i++)
-        ones += single_row(&s->ranges[i]);
+        ones += pt_emb_single_row(&s->ranges[i]);
     if (ones > 0 && ones < s->nranges)
         sc.snap = rocksdb_create_snapshot(e->db);
 

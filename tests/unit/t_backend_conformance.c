@@ -4,15 +4,19 @@
  * errors, and the wrapper's injected faults (verbatim codes, partial batches repaired by
  * a retry, failing scans).
  */
+#include <fcntl.h>
 #include <ftw.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "tap.h"
 #include "conformance.h"
+#include "embedded.h"
 #include "faulty.h"
 
 extern const pt_backend_ops pt_backend_embedded;
@@ -131,6 +135,329 @@ static void test_embedded(const char *tmp)
     pt_backend_config none = {.path = NULL};
     ok(pt_backend_open(&b, &pt_backend_embedded, &none, err, sizeof(err)) < 0,
        "embedded: open without a path fails");
+}
+
+/* ---- the embedded head: flushes, chunk merges, crash recovery ---- */
+
+/* The whole suite with a budget so small that every write flushes the head first: the
+ * cells then live in RocksDB chunks, and rewrites go through the chunk merge. */
+static void test_embedded_flushing(const char *tmp, size_t budget, uint64_t min_flushes,
+                                   const char *label)
+{
+    char path[512], err[256] = "";
+    snprintf(path, sizeof(path), "%s/%s", tmp, label);
+    pt_backend b;
+    is(open_embedded(&b, path, err, sizeof(err)), 0, "%s: open", label);
+    if (!b.state)
+        return;
+    pt_embedded_set_budget(&b, budget);
+    pt_conformance_run(&b, label);
+    pt_embedded_stats st;
+    pt_embedded_get_stats(&b, &st);
+    ok(st.flushes >= min_flushes, "%s: the head was flushed %llu times", label,
+       (unsigned long long)st.flushes);
+    digest pts = table_digest(&b, PT_TABLE_POINTS);
+    pt_backend_close(&b);
+    is(open_embedded(&b, path, err, sizeof(err)), 0, "%s: reopen", label);
+    if (!b.state)
+        return;
+    digest pts2 = table_digest(&b, PT_TABLE_POINTS);
+    ok(pts.cells > 4000 && pts2.cells == pts.cells && pts2.h == pts.h,
+       "%s: the same %zu cells after reopen", label, pts.cells);
+    pt_backend_close(&b);
+}
+
+/* A model of a few rows, checked against the store after random writes, rewrites,
+ * backfills, flushes and reopens. */
+enum { M_ROWS = 3, M_QUALS = 6000 };
+
+typedef struct model {
+    char val[M_ROWS][M_QUALS][12]; /* "" = no cell */
+} model;
+
+static uint64_t rnd_state = 88172645463325252ull;
+
+static uint32_t rnd(uint32_t n)
+{
+    rnd_state ^= rnd_state << 13;
+    rnd_state ^= rnd_state >> 7;
+    rnd_state ^= rnd_state << 17;
+    return (uint32_t)(rnd_state % n);
+}
+
+typedef struct mcheck {
+    const model *m;
+    int row;
+    uint32_t next_q; /* every model cell below it was seen */
+    uint32_t qe;
+    int bad;
+    size_t cells;
+} mcheck;
+
+static int mcheck_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    mcheck *c = ud;
+    (void)row;
+    if (qual.n != 4) {
+        c->bad = 1;
+        return 1;
+    }
+    uint32_t q = (uint32_t)qual.p[0] << 24 | (uint32_t)qual.p[1] << 16 |
+                 (uint32_t)qual.p[2] << 8 | qual.p[3];
+    if (q < c->next_q || q >= c->qe) {
+        c->bad = 1;
+        return 1;
+    }
+    for (uint32_t k = c->next_q; k < q; k++)
+        if (c->m->val[c->row][k][0]) {
+            diag("row %d: cell %u missing", c->row, k);
+            c->bad = 1;
+            return 1;
+        }
+    const char *want = c->m->val[c->row][q];
+    if (!want[0] || value.n != strlen(want) || memcmp(value.p, want, value.n) != 0) {
+        diag("row %d: cell %u is \"%.*s\", want \"%s\"", c->row, q, (int)value.n,
+             (const char *)value.p, want);
+        c->bad = 1;
+        return 1;
+    }
+    c->next_q = q + 1;
+    c->cells++;
+    return 0;
+}
+
+static const char *const m_rows[M_ROWS] = {"m/a", "m/a,b", "m/b"};
+
+/* Scans row r over [qs, qe) and compares with the model; returns 1 when they agree. */
+static int model_agrees(pt_backend *b, const model *m, int r, uint32_t qs, uint32_t qe)
+{
+    pt_row_range rr[1];
+    char end[16];
+    snprintf(end, sizeof(end), "%s", m_rows[r]);
+    size_t n = strlen(end);
+    rr[0].start = (pt_slice){(const uint8_t *)m_rows[r], n};
+    rr[0].end = (pt_slice){(const uint8_t *)end, n + 1}; /* includes the NUL: row || 0x00 */
+    uint8_t a[4], z[4];
+    ct_be32(a, qs);
+    ct_be32(z, qe);
+    mcheck c = {.m = m, .row = r, .next_q = qs, .qe = qe};
+    pt_scan s = {.table = PT_TABLE_POINTS, .ranges = rr, .nranges = 1,
+                 .qual_start = qs ? (pt_slice){a, 4} : (pt_slice){0},
+                 .qual_end = qe < M_QUALS ? (pt_slice){z, 4} : (pt_slice){0}};
+    if (pt_backend_scan(b, &s, mcheck_cell, &c) != 0 || c.bad)
+        return 0;
+    for (uint32_t k = c.next_q; k < qe && k < M_QUALS; k++)
+        if (m->val[r][k][0]) {
+            diag("row %d: cell %u missing at the end", r, k);
+            return 0;
+        }
+    return 1;
+}
+
+static void test_embedded_model(const char *tmp)
+{
+    char path[512], err[256] = "";
+    snprintf(path, sizeof(path), "%s/model", tmp);
+    pt_backend b;
+    is(open_embedded(&b, path, err, sizeof(err)), 0, "model: open");
+    if (!b.state)
+        return;
+    model *m = calloc(1, sizeof(*m));
+    if (!m)
+        abort();
+    uint32_t next[M_ROWS] = {0};
+    int failures = 0, scans = 0, flushes = 0, reopens = 0;
+    static char vals[CT_BATCH_MAX][12];
+    for (int round = 0; round < 600 && b.state; round++) {
+        ct_batch bt = {0};
+        size_t n = 1 + rnd(CT_BATCH_MAX);
+        for (size_t i = 0; i < n; i++) {
+            int r = (int)rnd(M_ROWS);
+            uint32_t q;
+            int kind = (int)rnd(10);
+            if (kind < 7 && next[r] < M_QUALS) /* in order, the common case */
+                q = next[r]++;
+            else /* a rewrite or a backfill */
+                q = rnd(M_QUALS);
+            /* 8-byte values mostly (the fixed chunk format), others now and then. */
+            if (rnd(8))
+                snprintf(vals[i], sizeof(vals[i]), "%08x", (unsigned)rnd(1u << 31));
+            else
+                snprintf(vals[i], sizeof(vals[i]), "v%u", (unsigned)rnd(1000));
+            ct_add(&bt, PT_TABLE_POINTS, m_rows[r], q, vals[i]);
+            memcpy(m->val[r][q], vals[i], sizeof(vals[i]));
+        }
+        if (ct_write(&b, &bt) != 0)
+            failures++;
+        int what = (int)rnd(20);
+        if (what < 3) {
+            failures += pt_embedded_flush(&b) != 0;
+            flushes++;
+        } else if (what == 3) {
+            pt_backend_close(&b);
+            if (open_embedded(&b, path, err, sizeof(err)) != 0) {
+                failures++;
+                break;
+            }
+            reopens++;
+        }
+        int r = (int)rnd(M_ROWS);
+        uint32_t qs = rnd(M_QUALS), qe = qs + 1 + rnd(M_QUALS - qs);
+        if (rnd(4) == 0)
+            qs = 0, qe = M_QUALS;
+        if (!model_agrees(&b, m, r, qs, qe)) {
+            diag("round %d: row %d [%u, %u) differs", round, r, qs, qe);
+            failures++;
+        }
+        scans++;
+    }
+    is(failures, 0, "model: %d scans after random writes, %d flushes, %d reopens agree", scans,
+       flushes, reopens);
+    if (b.state) {
+        pt_embedded_flush(&b);
+        int all = 1;
+        for (int r = 0; r < M_ROWS; r++)
+            all &= model_agrees(&b, m, r, 0, M_QUALS);
+        ok(all, "model: every row agrees after a final flush");
+        pt_backend_close(&b);
+    }
+    free(m);
+}
+
+/* The child of the crash test: writes batch after batch and prints the number of each one
+ * acknowledged, until it is killed. */
+static int crash_child(const char *path, size_t budget)
+{
+    pt_backend b;
+    char err[256];
+    pt_backend_config cfg = {.path = path, .sync = 0};
+    if (pt_backend_open(&b, &pt_backend_embedded, &cfg, err, sizeof(err)) != 0) {
+        fprintf(stderr, "crash child: %s\n", err);
+        return 1;
+    }
+    if (budget)
+        pt_embedded_set_budget(&b, budget);
+    static char vals[CT_BATCH_MAX][16];
+    for (uint32_t i = 0; i < 1000000; i++) {
+        ct_batch bt = {0};
+        char rows[8][16];
+        for (int r = 0; r < 8; r++)
+            snprintf(rows[r], sizeof(rows[r]), "k/r%d", r);
+        for (uint32_t j = 0; j < 16; j++) {
+            snprintf(vals[j], sizeof(vals[j]), "%u.%u", i, j);
+            ct_add(&bt, PT_TABLE_POINTS, rows[(i + j) % 8], i * 16 + j, vals[j]);
+        }
+        if (ct_write(&b, &bt) != 0)
+            return 1;
+        char line[32];
+        int len = snprintf(line, sizeof(line), "%u\n", i);
+        if (write(1, line, (size_t)len) != len)
+            return 1;
+    }
+    return 0;
+}
+
+typedef struct crash_check {
+    uint32_t acked;  /* batches 0..acked-1 were acknowledged */
+    size_t found, bad;
+} crash_check;
+
+static int crash_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    crash_check *c = ud;
+    (void)row;
+    uint32_t q = (uint32_t)qual.p[0] << 24 | (uint32_t)qual.p[1] << 16 |
+                 (uint32_t)qual.p[2] << 8 | qual.p[3];
+    char want[32];
+    snprintf(want, sizeof(want), "%u.%u", q / 16, q % 16);
+    if (value.n != strlen(want) || memcmp(value.p, want, value.n) != 0)
+        c->bad++;
+    if (q / 16 < c->acked)
+        c->found++;
+    return 0;
+}
+
+static void test_crash(const char *self, const char *tmp, size_t budget, const char *label,
+                       int garbage)
+{
+    char path[512], err[256] = "";
+    snprintf(path, sizeof(path), "%s/%s", tmp, label);
+    int fds[2];
+    if (pipe(fds) != 0) {
+        ok(0, "%s: pipe", label);
+        return;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        close(fds[0]);
+        close(fds[1]);
+        char bud[32];
+        snprintf(bud, sizeof(bud), "%zu", budget);
+        execl(self, self, "--crash-child", path, bud, (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    /* Read acknowledgements until enough came, then kill without warning. */
+    uint32_t acked = 0;
+    char buf[4096], line[32];
+    size_t ln = 0;
+    ssize_t got;
+    while (acked < 3000 && (got = read(fds[0], buf, sizeof(buf))) > 0) {
+        for (ssize_t i = 0; i < got; i++) {
+            if (buf[i] == '\n') {
+                line[ln] = '\0';
+                acked = (uint32_t)strtoul(line, NULL, 10) + 1;
+                ln = 0;
+            } else if (ln + 1 < sizeof(line)) {
+                line[ln++] = buf[i];
+            }
+        }
+    }
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    close(fds[0]);
+    ok(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && acked >= 3000,
+       "%s: child killed with SIGKILL after %u acknowledged batches", label, acked);
+
+    if (garbage) {
+        /* A torn record at the end of the log, as a crash in the middle of write(). */
+        char wal[600];
+        snprintf(wal, sizeof(wal), "%s/points.wal", path);
+        int fd = open(wal, O_WRONLY | O_APPEND);
+        static const char junk[] = "PTW1\x05\0\0\0\xff\xff\0\0torn";
+        ok(fd >= 0 && write(fd, junk, sizeof(junk)) == (ssize_t)sizeof(junk),
+           "%s: append a torn record to the log", label);
+        if (fd >= 0)
+            close(fd);
+    }
+
+    pt_backend b;
+    is(open_embedded(&b, path, err, sizeof(err)), 0, "%s: reopen after the crash", label);
+    if (!b.state) {
+        diag("%s", err);
+        return;
+    }
+    crash_check c = {.acked = acked};
+    pt_row_range all[] = {CT_RANGE("k/", "k/\xff")};
+    pt_scan s = {.table = PT_TABLE_POINTS, .ranges = all, .nranges = 1};
+    is(pt_backend_scan(&b, &s, crash_cell, &c), 0, "%s: scan", label);
+    is(c.found, (size_t)acked * 16, "%s: every acknowledged cell is there (%zu)", label,
+       c.found);
+    is(c.bad, 0, "%s: with its value", label);
+    /* The store takes writes again after recovery, and keeps them. */
+    ct_batch bt = {0};
+    ct_add(&bt, PT_TABLE_POINTS, "k/after", 1, "x");
+    is(ct_write(&b, &bt), 0, "%s: write after recovery", label);
+    pt_backend_close(&b);
+    is(open_embedded(&b, path, err, sizeof(err)), 0, "%s: reopen again", label);
+    if (!b.state)
+        return;
+    pt_row_range one[] = {CT_RANGE("k/after", "k/after\0")};
+    is_str(ct_show(&b, PT_TABLE_POINTS, one, 1), "k/after:00000001=x;",
+           "%s: the write after recovery persisted", label);
+    pt_backend_close(&b);
 }
 
 /* ---- faulty-only cases ---- */
@@ -379,8 +706,10 @@ static void test_faulty(const char *tmp)
     pt_backend_close(&inner);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc == 4 && strcmp(argv[1], "--crash-child") == 0)
+        return crash_child(argv[2], (size_t)strtoull(argv[3], NULL, 10));
     ok(pt_backend_find("embedded") == &pt_backend_embedded, "registry: embedded");
     ok(pt_backend_find("faulty") == &pt_backend_faulty, "registry: faulty");
 
@@ -390,7 +719,14 @@ int main(void)
         ok(0, "mkdtemp");
         return done_testing();
     }
+    /* The crash children first: a fork after RocksDB started its threads is not safe,
+     * and they exec this program afresh anyway. */
+    test_crash(argv[0], t1, 0, "crash(log only)", 1);
+    test_crash(argv[0], t1, 16 << 10, "crash(flushing)", 0);
     test_embedded(t1);
+    test_embedded_flushing(t1, 1, 100, "embedded(flush every write)");
+    test_embedded_flushing(t1, 64 << 10, 2, "embedded(64 KiB head)");
+    test_embedded_model(t1);
     test_faulty(t2);
     rm_rf(t1);
     rm_rf(t2);

@@ -1,0 +1,30 @@
+/*
+ * Knobs and counters of the embedded backend that the generic interface does not carry.
+ * Every function takes a backend opened with pt_backend_embedded (not a wrapper).
+ */
+#ifndef PT_EMBEDDED_H
+#define PT_EMBEDDED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+extern const pt_backend_ops pt_backend_embedded;
+
+typedef struct pt_embedded_stats {
+    uint64_t flushes;    /* head flushes into RocksDB since open */
+    size_t head_rows;    /* rows the head tracks (with or without cells) */
+    size_t head_cells;   /* cells waiting in the head, rewrites included */
+    size_t head_bytes;   /* memory the head holds, counted against the budget */
+    uint64_t wal_bytes;  /* size of the head's write-ahead log */
+} pt_embedded_stats;
+
+/* Memory the head may hold before it is flushed into RocksDB (default 256 MiB; 0 = the
+ * default). Takes effect at the next write. */
+void pt_embedded_set_budget(pt_backend *b, size_t bytes);
+void pt_embedded_get_stats(pt_backend *b, pt_embedded_stats *out);
+/* Flushes the head into RocksDB now and empties the WAL. */
+int pt_embedded_flush(pt_backend *b);
+
+#endif
