@@ -15,10 +15,21 @@
 #                     pt_sleep SECONDS      (a sleep that INT/TERM interrupt at once)
 # ports, readiness    pt_free_port VAR      (stores a free loopback TCP port in VAR)
 #                     pt_wait_http URL SECONDS [PID] [CURL ARGS...]
+# metrics             pt_metric_sum FILE NAME [SUBSTRING...] (sum of a metric in text format)
+#                     pt_wait_remote_sent PORT T SECONDS (a Prometheus on PORT has remote-
+#                                            written every sample up to time T; sets
+#                                            PT_SENT_TS)
 # temp dirs, cleanup  pt_mktemp VAR [NAME]  (new dir under ${TMPDIR:-/tmp} into VAR; removed
 #                                            on exit unless PT_KEEP_TMP=1)
 #                     pt_on_exit CMD        (runs CMD, via eval, at exit before the kills)
 #                     pt_require CMD...     (skips the whole file when a command is missing)
+# Bigtable emulator   pt_cbtemulator_found  (0 when $PT_CBTEMULATOR, default the gcloud SDK's
+#                                            cbtemulator, is executable)
+#                     pt_start_cbtemulator VAR LOG [PORT]
+#                                           (starts it on PORT, or on a free port stored in
+#                                            VAR; sets PT_EMU_PID; killed on exit; pinned
+#                                            to the CPUs in $PT_EMU_CPUS when set)
+#                     pt_kill_cbtemulator   (SIGKILL: the emulator keeps data in memory only)
 #
 # The library installs its own EXIT/INT/TERM traps; a test that needs extra cleanup uses
 # pt_on_exit instead of setting another trap (which would replace the library's).
@@ -257,4 +268,102 @@ pt_wait_http() {
         sleep 0.2
     done
     return 1
+}
+
+# ------------------------------------------------------------------- Bigtable emulator
+
+PT_CBTEMULATOR=${PT_CBTEMULATOR:-/usr/lib/google-cloud-sdk/platform/bigtable-emulator/cbtemulator}
+PT_EMU_PID=
+
+pt_cbtemulator_found() {
+    [ -x "$PT_CBTEMULATOR" ]
+}
+
+# pt__port_open PORT : something accepts TCP connections on 127.0.0.1:PORT.
+pt__port_open() {
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# pt_start_cbtemulator VAR LOG [PORT] : starts the Bigtable emulator on 127.0.0.1:PORT, or on
+# a free port that is stored in VAR, and waits (up to 15 s) until it accepts connections.
+# Giving PORT restarts it where clients already point (after pt_kill_cbtemulator); the
+# emulator's Go listener sets SO_REUSEADDR, so the port is free again at once. Sets
+# PT_EMU_PID (also registered with pt_spawn, so it is killed on exit). Returns 1 when the
+# binary is missing or it does not come up; LOG then says why.
+pt_start_cbtemulator() {
+    local var=$1 log=$2 port=${3:-} i
+    pt_cbtemulator_found || { echo "$PT_CBTEMULATOR not found" >"$log"; return 1; }
+    if [ -z "$port" ]; then
+        pt_free_port "$var"
+        port=${!var}
+    else
+        printf -v "$var" '%s' "$port"
+    fi
+    local pin=()
+    [ -n "${PT_EMU_CPUS:-}" ] && pin=(taskset -c "$PT_EMU_CPUS")
+    pt_spawn "$log" "${pin[@]}" "$PT_CBTEMULATOR" -host 127.0.0.1 -port "$port"
+    PT_EMU_PID=$PT_PID
+    for ((i = 0; i < 150; i++)); do
+        pt_alive "$PT_EMU_PID" || { PT_EMU_PID=; return 1; }
+        # The log line comes after the listener is bound; the connect proves it.
+        grep -q 'emulator running' "$log" 2>/dev/null && pt__port_open "$port" && return 0
+        sleep 0.1
+    done
+    pt_stop "$PT_EMU_PID" 2
+    PT_EMU_PID=
+    return 1
+}
+
+# pt_kill_cbtemulator : SIGKILL the emulator started last (an outage: every table and cell
+# it held is gone, it keeps nothing on disk) and reap it.
+pt_kill_cbtemulator() {
+    [ -n "$PT_EMU_PID" ] || return 0
+    # With stderr closed, bash's "Killed" job notice does not land in the TAP stream.
+    {
+        kill -KILL "$PT_EMU_PID"
+        pt_stop "$PT_EMU_PID" 1
+    } 2>/dev/null
+    PT_EMU_PID=
+    return 0
+}
+
+# --------------------------------------------------------------------------------- metrics
+
+# pt_metric_sum FILE NAME [SUBSTRING...] : sum of the samples of metric NAME in FILE
+# (Prometheus text format) whose line contains every SUBSTRING (e.g. 'code="204"'); prints 0
+# when there is none.
+pt_metric_sum() {
+    local file=$1 name=$2
+    shift 2
+    awk -v name="$name" -v filters="$(printf '%s\n' "$@")" '
+        BEGIN { nf = split(filters, f, "\n"); sum = 0 }
+        /^#/ { next }
+        {
+            n = $1; sub(/\{.*/, "", n)
+            if (n != name) next
+            for (i = 1; i <= nf; i++) if (f[i] != "" && index($0, f[i]) == 0) next
+            sum += $NF
+        }
+        END { printf "%.17g\n", sum }' "$file"
+}
+
+# pt_wait_remote_sent PORT T SECONDS : waits up to SECONDS until the Prometheus on
+# 127.0.0.1:PORT has remote-written everything up to unix time T. It sends in WAL order, so
+# once a sample 2 s younger than T has gone out (and the caller lets one more batch deadline
+# pass), every sample up to T is in the remote storage. Sets PT_SENT_TS to the highest sent
+# timestamp seen; returns 1 on timeout.
+pt_wait_remote_sent() {
+    local port=$1 t=$2 deadline=$((SECONDS + $3)) m
+    m=$(mktemp "${TMPDIR:-/tmp}/pt-metrics.XXXXXX") || return 1
+    PT_SENT_TS=0
+    while :; do
+        curl -sS --max-time 5 -o "$m" "http://127.0.0.1:$port/metrics" 2>/dev/null
+        PT_SENT_TS=$(pt_metric_sum "$m" \
+            prometheus_remote_storage_queue_highest_sent_timestamp_seconds)
+        awk -v s="$PT_SENT_TS" -v t="$t" 'BEGIN { exit !(s >= t + 2) }' && break
+        [ "$SECONDS" -lt "$deadline" ] || { rm -f "$m"; return 1; }
+        sleep 0.5
+    done
+    rm -f "$m"
+    return 0
 }

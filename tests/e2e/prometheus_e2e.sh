@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # End-to-end test with the real Prometheus server (Debian package `prometheus`, 2.42).
 #
-# Per scheme (http:// = HTTP/1.1, then https:// = HTTP/2 via ALPN):
-#   1. start promtable on a free loopback port with an empty store;
+# Per backend (the embedded store, then Cloud Bigtable as the emulator) and per scheme
+# (http:// = HTTP/1.1, then https:// = HTTP/2 via ALPN):
+#   1. start promtable on a free loopback port with an empty store (bigtable: start
+#      cbtemulator on a free loopback port and create the tables with `promtable init`);
 #   2. start the test exporter and a *writer* Prometheus that scrapes it and itself every
 #      second and remote-writes to promtable (configs/prometheus-e2e-writer.yml);
 #   3. let it run RUN_SECONDS (test_vanishing disappears on the way), stop the exporter
@@ -25,7 +27,13 @@
 #
 # Environment:
 #   PT_BUILD_DIR         build tree with promtable and tests/exporter (default ../../build)
-#   PT_E2E_SCHEMES       which runs, default "http https"
+#   PT_E2E_BACKENDS      which backends, default "embedded bigtable"; the bigtable runs are
+#                        reported skipped when the emulator ($PT_CBTEMULATOR, default the
+#                        gcloud SDK's cbtemulator) is not installed
+#   PT_E2E_SCHEMES       which schemes, default "http https"
+#   PT_E2E_BIGTABLE_SCHEMES  schemes for the bigtable backend, default "http https". The
+#                        transport code is the same for every backend; bigtable with both
+#                        schemes keeps the whole file under ~4 min on 2 cores.
 #   PT_E2E_RUN_SECONDS   how long the writer scrapes before the exporter stops (default 24)
 #   PT_E2E_TARGET        "promtable" (default) or "prometheus": a third Prometheus with
 #                        --web.enable-remote-write-receiver plays the remote storage. That is
@@ -40,6 +48,16 @@ ROOT=$(cd "$HERE/../.." && pwd)
 BUILD=${PT_BUILD_DIR:-$ROOT/build}
 TARGET=${PT_E2E_TARGET:-promtable}
 SCHEMES=${PT_E2E_SCHEMES:-http https}
+BACKENDS=${PT_E2E_BACKENDS:-embedded bigtable}
+BT_SCHEMES=${PT_E2E_BIGTABLE_SCHEMES:-$SCHEMES}
+# Prometheus as the store has no backends: one pass per scheme.
+[ "$TARGET" = prometheus ] && BACKENDS=embedded
+for b in $BACKENDS; do
+    case $b in
+    embedded | bigtable) ;;
+    *) tap_bail "PT_E2E_BACKENDS: unknown backend '$b' (embedded, bigtable)" ;;
+    esac
+done
 RUN_SECONDS=${PT_E2E_RUN_SECONDS:-24}
 VANISH_AFTER=10 # exporter scrapes before test_vanishing disappears
 # The staleness checks need test_vanishing gone well before the exporter stops.
@@ -81,23 +99,6 @@ render() {
     done
     sed -e "/^[[:space:]]*#/!{$script}" "$tpl" >"$out"
     ! grep -v '^[[:space:]]*#' "$out" | grep -q '@[A-Z_]*@'
-}
-
-# metric_sum FILE NAME [SUBSTRING...] : sum of the samples of metric NAME (text format) whose
-# line contains every SUBSTRING (e.g. 'code="204"'); prints 0 when there is none.
-metric_sum() {
-    local file=$1 name=$2
-    shift 2
-    awk -v name="$name" -v filters="$(printf '%s\n' "$@")" '
-        BEGIN { nf = split(filters, f, "\n"); sum = 0 }
-        /^#/ { next }
-        {
-            n = $1; sub(/\{.*/, "", n)
-            if (n != name) next
-            for (i = 1; i <= nf; i++) if (f[i] != "" && index($0, f[i]) == 0) next
-            sum += $NF
-        }
-        END { printf "%.17g\n", sum }' "$file"
 }
 
 # Reduce a query API answer to what must match: status, warnings, result type and the
@@ -174,10 +175,10 @@ compare() {
         bad="writer returned no data in any of $n evaluations: the comparison proves nothing"
     fi
     if [ -z "$bad" ]; then
-        tap_ok "$SCHEME: $desc: $expr ($n evaluations)"
+        tap_ok "$NAME: $desc: $expr ($n evaluations)"
         return 0
     fi
-    tap_not_ok "$SCHEME: $desc: $expr"
+    tap_not_ok "$NAME: $desc: $expr"
     tap_diag "$bad"
     if [ "${bad%% *}" = differ ]; then
         tap_diag "diff writer reader (first 40 lines, clipped):"
@@ -196,10 +197,12 @@ writer_range_last() {
 
 # Progress notes with the elapsed time, so a slow phase is visible in the TAP output.
 phase() {
-    tap_diag "$SCHEME: $* (+$((SECONDS - STARTED)) s)"
+    tap_diag "$NAME: $* (+$((SECONDS - STARTED)) s)"
 }
 
 show_logs() {
+    [ -f "$DIR/emulator.log" ] && tap_diag_file "$DIR/emulator.log" 10
+    [ -f "$DIR/init.log" ] && tap_diag_file "$DIR/init.log" 10
     tap_diag_file "$DIR/store.log" 100
     tap_diag_file "$DIR/writer.log" 25
     [ -f "$DIR/reader.log" ] && tap_diag_file "$DIR/reader.log" 25
@@ -209,19 +212,22 @@ show_logs() {
 # Stop whatever this scenario still runs (after an early failure), clients first.
 stop_all() {
     local p
-    for p in "$R_PID" "$W_PID" "$EXP_PID" "$STORE_PID"; do
+    for p in "$R_PID" "$W_PID" "$EXP_PID" "$STORE_PID" "$EMU_PID"; do
         [ -n "$p" ] && pt_stop "$p" 10
     done
-    R_PID='' W_PID='' EXP_PID='' STORE_PID=''
+    R_PID='' W_PID='' EXP_PID='' STORE_PID='' EMU_PID=''
 }
 
 # -------------------------------------------------------------------------- one scenario
 
 scenario() {
-    SCHEME=$1
-    R_PID='' W_PID='' EXP_PID='' STORE_PID=''
+    BACKEND=$1
+    SCHEME=$2
+    NAME=$SCHEME
+    [ "$TARGET" = promtable ] && NAME="$BACKEND/$SCHEME"
+    R_PID='' W_PID='' EXP_PID='' STORE_PID='' EMU_PID=''
     local fails_before=$TAP_FAILED curl_tls=() t_ready t_kill v
-    pt_mktemp DIR "promtable-e2e-$SCHEME"
+    pt_mktemp DIR "promtable-e2e-$BACKEND-$SCHEME"
     [ "$SCHEME" = https ] && curl_tls=(--cacert "$CERT")
     pt_free_port PT_PORT
     pt_free_port EXP_PORT
@@ -231,10 +237,29 @@ scenario() {
 
     # 1. remote storage
     if [ "$TARGET" = promtable ]; then
-        local tls=()
+        local tls=() storage=(--storage.path="$DIR/store")
         [ "$SCHEME" = https ] && tls=(--web.tls-cert-file="$CERT" --web.tls-key-file="$KEY")
+        if [ "$BACKEND" = bigtable ]; then
+            if ! pt_start_cbtemulator EMU_PORT "$DIR/emulator.log"; then
+                tap_not_ok "$NAME: Bigtable emulator starts"
+                show_logs
+                stop_all
+                return
+            fi
+            EMU_PID=$PT_EMU_PID
+            # A table prefix, so promtable must use the tables init made, not defaults.
+            storage=(--storage.backend=bigtable --storage.bigtable.project=e2e
+                --storage.bigtable.instance=e2e "--storage.bigtable.endpoint=127.0.0.1:$EMU_PORT"
+                --storage.table-prefix=e2e_)
+            if ! "$BUILD/promtable" init "${storage[@]}" >"$DIR/init.log" 2>&1; then
+                tap_not_ok "$NAME: promtable init creates the tables on the emulator"
+                show_logs
+                stop_all
+                return
+            fi
+        fi
         pt_spawn "$DIR/store.log" "$BUILD/promtable" --web.listen-address="127.0.0.1:$PT_PORT" \
-            --storage.path="$DIR/store" "${tls[@]}"
+            "${storage[@]}" "${tls[@]}"
     else
         printf 'global:\n  scrape_interval: 1m\n' >"$DIR/store.yml"
         local web=()
@@ -249,12 +274,12 @@ scenario() {
     fi
     STORE_PID=$PT_PID
     if ! pt_wait_http "$base/-/ready" 30 "$STORE_PID" "${curl_tls[@]}"; then
-        tap_not_ok "$SCHEME: $TARGET answers $base/-/ready"
+        tap_not_ok "$NAME: $TARGET answers $base/-/ready"
         show_logs
         stop_all
         return
     fi
-    tap_ok "$SCHEME: $TARGET answers $base/-/ready"
+    tap_ok "$NAME: $TARGET answers $base/-/ready"
 
     # 2. exporter and writer
     pt_spawn "$DIR/exporter.log" "$EXPORTER" "$EXP_PORT" "$VANISH_AFTER"
@@ -267,7 +292,7 @@ scenario() {
         REMOTE_READ_URL="$base/api/v1/read" CA_FILE="$CERT" ||
         tap_bail "could not render the reader config"
     if ! pt_wait_http "http://127.0.0.1:$EXP_PORT/ready" 10 "$EXP_PID"; then
-        tap_not_ok "$SCHEME: exporter starts"
+        tap_not_ok "$NAME: exporter starts"
         show_logs
         stop_all
         return
@@ -276,13 +301,13 @@ scenario() {
         --storage.tsdb.path="$DIR/writer-data" --web.listen-address="127.0.0.1:$W_PORT"
     W_PID=$PT_PID
     if ! pt_wait_http "http://127.0.0.1:$W_PORT/-/ready" 30 "$W_PID"; then
-        tap_not_ok "$SCHEME: writer Prometheus starts"
+        tap_not_ok "$NAME: writer Prometheus starts"
         show_logs
         stop_all
         return
     fi
     t_ready=$(date +%s)
-    tap_ok "$SCHEME: writer Prometheus starts, remote-writing to $base/api/v1/write"
+    tap_ok "$NAME: writer Prometheus starts, remote-writing to $base/api/v1/write"
 
     # 3. run, then make every exporter series go stale and let the queue drain
     phase "writing for $RUN_SECONDS s"
@@ -293,21 +318,11 @@ scenario() {
     pt_sleep 3
     T0=$((t_ready + 3))
     TEND=$((t_kill + 3))
-    # The writer sends in WAL order; once a sample 2 s younger than TEND has gone out and
-    # one more batch deadline has passed, everything up to TEND is in the remote storage.
-    local deadline=$((SECONDS + 30)) sent=0
-    while [ "$SECONDS" -lt "$deadline" ]; do
-        curl -sS --max-time 5 -o "$DIR/writer.metrics" "http://127.0.0.1:$W_PORT/metrics"
-        sent=$(metric_sum "$DIR/writer.metrics" \
-            prometheus_remote_storage_queue_highest_sent_timestamp_seconds)
-        awk -v s="$sent" -v t="$TEND" 'BEGIN { exit !(s >= t + 2) }' && break
-        sleep 0.5
-    done
-    if awk -v s="$sent" -v t="$TEND" 'BEGIN { exit !(s >= t + 2) }'; then
-        tap_ok "$SCHEME: writer has sent everything up to the end of the test range"
+    if pt_wait_remote_sent "$W_PORT" "$TEND" 30; then
+        tap_ok "$NAME: writer has sent everything up to the end of the test range"
     else
-        tap_not_ok "$SCHEME: writer has sent everything up to the end of the test range"
-        tap_diag "highest sent timestamp $sent, need >= $((TEND + 2))"
+        tap_not_ok "$NAME: writer has sent everything up to the end of the test range"
+        tap_diag "highest sent timestamp $PT_SENT_TS, need >= $((TEND + 2))"
     fi
     pt_sleep 1.5
 
@@ -317,7 +332,7 @@ scenario() {
         --storage.tsdb.path="$DIR/reader-data" --web.listen-address="127.0.0.1:$R_PORT"
     R_PID=$PT_PID
     if ! pt_wait_http "http://127.0.0.1:$R_PORT/-/ready" 30 "$R_PID"; then
-        tap_not_ok "$SCHEME: reader Prometheus starts"
+        tap_not_ok "$NAME: reader Prometheus starts"
         show_logs
         stop_all
         return
@@ -368,42 +383,42 @@ scenario() {
     # The staleness lines above prove nothing if the writer itself shows 5 m of lookback.
     v=$(writer_range_last 'test_vanishing')
     if awk -v v="$v" -v t="$t_kill" 'BEGIN { exit !(v > 0 && v < t - 5) }'; then
-        tap_ok "$SCHEME: writer: test_vanishing ends (stale marker) long before the range end"
+        tap_ok "$NAME: writer: test_vanishing ends (stale marker) long before the range end"
     else
-        tap_not_ok "$SCHEME: writer: test_vanishing ends (stale marker) long before the range end"
+        tap_not_ok "$NAME: writer: test_vanishing ends (stale marker) long before the range end"
         tap_diag "last sample at $v, exporter stopped at $t_kill"
     fi
     v=$(writer_range_last 'test_gauge{kind="a"}')
     if awk -v v="$v" -v t="$t_kill" -v e="$TEND" 'BEGIN { exit !(v > t - 3 && v < e) }'; then
-        tap_ok "$SCHEME: writer: exporter series end when the exporter stops"
+        tap_ok "$NAME: writer: exporter series end when the exporter stops"
     else
-        tap_not_ok "$SCHEME: writer: exporter series end when the exporter stops"
+        tap_not_ok "$NAME: writer: exporter series end when the exporter stops"
         tap_diag "last sample at $v, exporter stopped at $t_kill, range end $TEND"
     fi
     # Labels survive byte for byte: check the long one explicitly, not only as "same".
     api "$R_PORT" query "$DIR/long.raw" 'query=test_tricky{case="long"}' "time=$((T0 + 6))"
     v=$(jq -r '.data.result[0].metric.v | length' "$DIR/long.raw" 2>/dev/null)
-    tap_is "$v" 5000 "$SCHEME: reader: the long label value has 5000 characters"
+    tap_is "$v" 5000 "$NAME: reader: the long label value has 5000 characters"
 
     # 6. the writer's remote-write counters
     curl -sS --max-time 5 -o "$DIR/writer.metrics" "http://127.0.0.1:$W_PORT/metrics"
     local m rn='remote_name="promtable"'
-    v=$(metric_sum "$DIR/writer.metrics" prometheus_remote_storage_samples_total "$rn")
+    v=$(pt_metric_sum "$DIR/writer.metrics" prometheus_remote_storage_samples_total "$rn")
     if awk -v v="$v" 'BEGIN { exit !(v > 0) }'; then
-        tap_ok "$SCHEME: writer sent samples ($v)"
+        tap_ok "$NAME: writer sent samples ($v)"
     else
-        tap_not_ok "$SCHEME: writer sent samples ($v)"
+        tap_not_ok "$NAME: writer sent samples ($v)"
     fi
-    v=$(metric_sum "$DIR/writer.metrics" prometheus_remote_storage_metadata_total "$rn")
+    v=$(pt_metric_sum "$DIR/writer.metrics" prometheus_remote_storage_metadata_total "$rn")
     if awk -v v="$v" 'BEGIN { exit !(v > 0) }'; then
-        tap_ok "$SCHEME: writer sent metadata ($v)"
+        tap_ok "$NAME: writer sent metadata ($v)"
     else
-        tap_not_ok "$SCHEME: writer sent metadata ($v)"
+        tap_not_ok "$NAME: writer sent metadata ($v)"
     fi
     for m in samples_failed_total samples_retried_total samples_dropped_total \
         metadata_failed_total metadata_retried_total; do
-        v=$(metric_sum "$DIR/writer.metrics" "prometheus_remote_storage_$m" "$rn")
-        tap_is "$v" 0 "$SCHEME: writer prometheus_remote_storage_$m"
+        v=$(pt_metric_sum "$DIR/writer.metrics" "prometheus_remote_storage_$m" "$rn")
+        tap_is "$v" 0 "$NAME: writer prometheus_remote_storage_$m"
     done
 
     # promtable's own view: which HTTP version carried the requests, and only 2xx answers.
@@ -411,30 +426,30 @@ scenario() {
         local proto=1
         [ "$SCHEME" = https ] && proto=2
         curl -sS --max-time 5 "${curl_tls[@]}" -o "$DIR/store.metrics" "$base/metrics"
-        v=$(metric_sum "$DIR/store.metrics" promtable_http_requests_total \
+        v=$(pt_metric_sum "$DIR/store.metrics" promtable_http_requests_total \
             'route="/api/v1/write"' 'code="204"' "proto=\"$proto\"")
         if awk -v v="$v" 'BEGIN { exit !(v > 0) }'; then
-            tap_ok "$SCHEME: promtable served writes over HTTP/$proto ($v)"
+            tap_ok "$NAME: promtable served writes over HTTP/$proto ($v)"
         else
-            tap_not_ok "$SCHEME: promtable served writes over HTTP/$proto ($v)"
+            tap_not_ok "$NAME: promtable served writes over HTTP/$proto ($v)"
             tap_diag "$(grep '^promtable_http_requests_total' "$DIR/store.metrics")"
         fi
-        v=$(metric_sum "$DIR/store.metrics" promtable_http_requests_total \
+        v=$(pt_metric_sum "$DIR/store.metrics" promtable_http_requests_total \
             'route="/api/v1/read"' 'code="200"' "proto=\"$proto\"")
         if awk -v v="$v" 'BEGIN { exit !(v > 0) }'; then
-            tap_ok "$SCHEME: promtable served reads over HTTP/$proto ($v)"
+            tap_ok "$NAME: promtable served reads over HTTP/$proto ($v)"
         else
-            tap_not_ok "$SCHEME: promtable served reads over HTTP/$proto ($v)"
+            tap_not_ok "$NAME: promtable served reads over HTTP/$proto ($v)"
             tap_diag "$(grep '^promtable_http_requests_total' "$DIR/store.metrics")"
         fi
         v=$(grep '^promtable_http_requests_total{' "$DIR/store.metrics" |
             grep -E 'route="/api/v1/(write|read)"' | grep -v 'code="2[0-9][0-9]"' |
             awk '{ s += $NF } END { printf "%.17g\n", s }')
-        tap_is "$v" 0 "$SCHEME: promtable answered every write and read with 2xx"
+        tap_is "$v" 0 "$NAME: promtable answered every write and read with 2xx"
     else
-        tap_skip "$SCHEME: promtable served writes over the right HTTP version" "target is $TARGET"
-        tap_skip "$SCHEME: promtable served reads over the right HTTP version" "target is $TARGET"
-        tap_skip "$SCHEME: promtable answered every write and read with 2xx" "target is $TARGET"
+        tap_skip "$NAME: promtable served writes over the right HTTP version" "target is $TARGET"
+        tap_skip "$NAME: promtable served reads over the right HTTP version" "target is $TARGET"
+        tap_skip "$NAME: promtable answered every write and read with 2xx" "target is $TARGET"
     fi
 
     # Stop the clients first so no request is in flight, then the storage gracefully.
@@ -443,7 +458,11 @@ scenario() {
     pt_stop "$STORE_PID" 20
     v=$?
     R_PID='' W_PID='' STORE_PID=''
-    tap_is "$v" 0 "$SCHEME: $TARGET exits with status 0 on SIGTERM"
+    tap_is "$v" 0 "$NAME: $TARGET exits with status 0 on SIGTERM"
+    if [ -n "$EMU_PID" ]; then
+        pt_stop "$EMU_PID" 5
+        EMU_PID=''
+    fi
 
     if [ "$TAP_FAILED" -gt "$fails_before" ]; then
         show_logs
@@ -451,8 +470,17 @@ scenario() {
 }
 
 STARTED=$SECONDS
-for s in $SCHEMES; do
-    scenario "$s"
+for b in $BACKENDS; do
+    schemes=$SCHEMES
+    [ "$b" = bigtable ] && schemes=$BT_SCHEMES
+    for s in $schemes; do
+        if [ "$b" = bigtable ] && ! pt_cbtemulator_found; then
+            tap_skip "bigtable/$s: end-to-end scenario" \
+                "Bigtable emulator not installed ($PT_CBTEMULATOR)"
+            continue
+        fi
+        scenario "$b" "$s"
+    done
 done
 tap_diag "runtime $((SECONDS - STARTED)) s"
 tap_done

@@ -1,0 +1,288 @@
+#!/usr/bin/env bash
+# Bigtable benchmark: promtable on the Bigtable emulator next to promtable on its embedded
+# store, for two figures:
+#
+#   (a) ingest: promtable's own CPU time per sample while remote-write load goes into the
+#       store. promtable runs alone on CPU $PROMTABLE_CPU; the emulator and the load
+#       generator share CPU $OTHER_CPU, so the emulator's CPU is not in the figure (it is
+#       reported apart). build/bench/loadgen reads promtable's CPU time from /proc/PID/stat
+#       (--server-pid) over the timed phase only. samples/s on the emulator is the
+#       emulator's limit, not promtable's: it is an in-memory Go test server.
+#   (b) remote_read latency: $READ_SERIES series with a sample every 15 s over 1 h (240
+#       samples each) written with loadgen into a fresh store, then build/bench/readbench
+#       sends the same ReadRequest ({__name__=~".+"} over that hour: every series)
+#       $READ_REQUESTS times, one at a time on one keep-alive connection, and reports
+#       p50/p99 and the series and samples of every answer (each must be complete), for
+#       SAMPLES and STREAMED_XOR_CHUNKS answers.
+#
+# Usage: bench/bigtable.sh        (environment variables below change the load)
+#
+# Processes, ports and the emulator come from tests/e2e/lib.sh (everything it starts is
+# stopped on exit). No `set -e`: those helpers report failure by status, checked here.
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source-path=SCRIPTDIR source=../tests/e2e/lib.sh
+. "$ROOT/tests/e2e/lib.sh"
+BUILD_DIR=${BUILD_DIR:-$ROOT/build-bench}
+SKIP_BUILD=${SKIP_BUILD:-0}              # 1: use the binaries already in $BUILD_DIR
+BACKENDS=${BACKENDS:-"embedded bigtable"}
+PROMTABLE_CPU=${PROMTABLE_CPU:-0}
+OTHER_CPU=${OTHER_CPU:-1}
+# (a) ingest
+SERIES=${SERIES:-20000}
+CONNECTIONS=${CONNECTIONS:-8}
+DURATION=${DURATION:-20}                 # seconds, timed phase
+WARMUP=${WARMUP:-5}                      # seconds, at least one pass over all series
+SAMPLES_PER_REQUEST=${SAMPLES_PER_REQUEST:-2000}
+LABELS=${LABELS:-10}
+# (b) read
+READ_SERIES=${READ_SERIES:-1000}
+READ_REQUESTS=${READ_REQUESTS:-30}
+READ_WARMUP=${READ_WARMUP:-3}
+# Read by lib.sh: keep the work directory (logs, data); pin the emulator.
+# shellcheck disable=SC2034
+{
+    [[ ${KEEP:-0} == 1 ]] && PT_KEEP_TMP=1
+    PT_EMU_CPUS=$OTHER_CPU
+}
+
+pt_mktemp WORK promtable-btbench
+SRV_PID=''
+EMU_PID=''
+
+log() { printf '%s\n' "$*" >&2; }
+
+stop_all() {
+    if [[ -n $SRV_PID ]]; then pt_stop "$SRV_PID" 30; fi
+    if [[ -n $EMU_PID ]]; then pt_stop "$EMU_PID" 5; fi
+    SRV_PID=''
+    EMU_PID=''
+}
+
+# cpu_s PID: utime + stime in seconds (fields after the last ')' of /proc/PID/stat).
+cpu_s() {
+    awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); printf "%.2f", ($12 + $13) / hz }' \
+        "/proc/$1/stat"
+}
+
+# field NAME LINE: the value of NAME=... in a result line.
+field() { sed -n "s/.*[ :]$1=\([^ ]*\).*/\1/p" <<<"$2"; }
+
+# start NAME BACKEND: starts promtable (and for bigtable a fresh emulator + init) on a new
+# store; sets SRV_PID, EMU_PID, URL.
+start() {
+    local name=$1 backend=$2 port eport store=()
+    pt_free_port port
+    URL=http://127.0.0.1:$port
+    if [[ $backend == bigtable ]]; then
+        if ! pt_start_cbtemulator eport "$WORK/$name.emulator.log"; then
+            log "the emulator did not start: $(tail -n 3 "$WORK/$name.emulator.log")"
+            return 1
+        fi
+        EMU_PID=$PT_EMU_PID
+        CMDS+=("$name emulator: taskset -c $OTHER_CPU $PT_CBTEMULATOR -host 127.0.0.1 -port $eport")
+        store=(--storage.backend=bigtable --storage.bigtable.project=bench
+            --storage.bigtable.instance=bench "--storage.bigtable.endpoint=127.0.0.1:$eport")
+        CMDS+=("$name init: $PROMTABLE init ${store[*]}")
+        "$PROMTABLE" init "${store[@]}" >"$WORK/$name.init.log" 2>&1 || {
+            log "promtable init failed:"
+            cat "$WORK/$name.init.log" >&2
+            return 1
+        }
+    else
+        mkdir -p "$WORK/$name.data"
+        store=(--storage.path="$WORK/$name.data")
+    fi
+    CMDS+=("$name server: taskset -c $PROMTABLE_CPU $PROMTABLE --web.listen-address=127.0.0.1:$port ${store[*]}")
+    pt_spawn "$WORK/$name.log" taskset -c "$PROMTABLE_CPU" "$PROMTABLE" \
+        --web.listen-address="127.0.0.1:$port" "${store[@]}"
+    SRV_PID=$PT_PID
+    pt_wait_http "$URL/-/ready" 30 "$SRV_PID" && return 0
+    log "promtable did not start:"
+    tail -n 20 "$WORK/$name.log" >&2
+    return 1
+}
+
+samples_received() {
+    curl -s "$URL/metrics" |
+        awk '/^promtable_samples_received_total[ {]/ { s += $NF } END { printf "%.0f", s }'
+}
+
+# ---------------------------------------------------------------------------------------
+if [[ $SKIP_BUILD != 1 ]]; then
+    log "+ cmake -S $ROOT -B $BUILD_DIR -DCMAKE_BUILD_TYPE=Release"
+    cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >"$WORK/cmake.log" 2>&1 || {
+        tail -n 30 "$WORK/cmake.log" >&2
+        exit 1
+    }
+    log "+ cmake --build $BUILD_DIR -j2 --target promtable loadgen readbench"
+    cmake --build "$BUILD_DIR" -j2 --target promtable loadgen readbench >"$WORK/build.log" 2>&1 || {
+        tail -n 30 "$WORK/build.log" >&2
+        exit 1
+    }
+fi
+PROMTABLE=$BUILD_DIR/promtable
+LOADGEN=$BUILD_DIR/bench/loadgen
+READBENCH=$BUILD_DIR/bench/readbench
+for b in "$PROMTABLE" "$LOADGEN" "$READBENCH"; do
+    [[ -x $b ]] || { log "missing $b"; exit 1; }
+done
+if [[ " $BACKENDS " == *" bigtable "* ]] && ! pt_cbtemulator_found; then
+    log "the Bigtable emulator is not installed ($PT_CBTEMULATOR): bigtable left out"
+    BACKENDS=${BACKENDS//bigtable/}
+fi
+[[ $(nproc) -ge 2 ]] || log "warning: fewer than 2 CPUs; everything shares one core"
+
+declare -A RATE PERCPU NSPS P99 ERRS EMUCPU CHECK
+declare -A RD_P50 RD_P99 RD_MEAN RD_SERIES RD_SAMPLES RD_CPU RD_BYTES RD_EMU
+CMDS=()
+FAILED=0
+
+# (a) ---------------------------------------------------------------------------------
+ingest() {
+    local b=$1 name="ingest-$1" args result emu0=0 emu1=0
+    start "$name" "$b" || return 1
+    args=(--url "$URL/api/v1/write" --series "$SERIES" --connections "$CONNECTIONS"
+        --duration "$DURATION" --warmup "$WARMUP" --samples-per-request "$SAMPLES_PER_REQUEST"
+        --labels "$LABELS" --server-pid "$SRV_PID")
+    CMDS+=("$name load: taskset -c $OTHER_CPU $LOADGEN ${args[*]}")
+    log "+ taskset -c $OTHER_CPU $LOADGEN ${args[*]}"
+    [[ -n $EMU_PID ]] && emu0=$(cpu_s "$EMU_PID")
+    taskset -c "$OTHER_CPU" "$LOADGEN" "${args[@]}" >"$WORK/$name.result" 2>"$WORK/$name.loadgen.log" || true
+    [[ -n $EMU_PID ]] && emu1=$(cpu_s "$EMU_PID")
+    result=$(grep '^result:' "$WORK/$name.result" || true)
+    if [[ -z $result ]]; then
+        tail -n 20 "$WORK/$name.loadgen.log" >&2
+        CHECK[$b]="loadgen failed"
+        stop_all
+        return 1
+    fi
+    RATE[$b]=$(field samples_per_sec "$result")
+    PERCPU[$b]=$(field samples_per_server_cpu_s "$result")
+    NSPS[$b]=$(awk -v r="${PERCPU[$b]}" 'BEGIN { if (r > 0) printf "%.0f", 1e9 / r }')
+    P99[$b]=$(field p99_ms "$result")
+    ERRS[$b]=$(field errors "$result")
+    # Emulator CPU over warm-up + timed phase, per sample sent in both.
+    if [[ -n $EMU_PID ]]; then
+        EMUCPU[$b]=$(awk -v a="$emu0" -v b="$emu1" 'BEGIN { printf "%.1f", b - a }')
+    fi
+    local sent got
+    sent=$(field total_ok_samples "$result")
+    got=$(samples_received)
+    if [[ ${ERRS[$b]} != 0 ]]; then
+        CHECK[$b]="FAILED: ${ERRS[$b]} request errors"
+    elif [[ -n $got && $got -ge $sent ]]; then
+        CHECK[$b]="ok: $got samples stored, $sent acknowledged"
+    else
+        CHECK[$b]="FAILED: promtable_samples_received_total=$got < $sent acknowledged"
+    fi
+    stop_all
+    [[ ${CHECK[$b]} == ok* ]]
+}
+
+# (b) ---------------------------------------------------------------------------------
+read_latency() {
+    local b=$1 name="read-$1" start_ms args result type
+    start "$name" "$b" || return 1
+    # 240 scrapes of every series, 15 s apart, ending in the past: [start, start + 1 h).
+    start_ms=$((($(date +%s) - 3600 - 300) * 1000))
+    args=(--url "$URL/api/v1/write" --series "$READ_SERIES" --labels "$LABELS"
+        --samples-per-request 2000 --connections 2 --warmup 0 --start-ms "$start_ms"
+        --requests $((READ_SERIES * 240 / 2000)))
+    CMDS+=("$name load: $LOADGEN ${args[*]}")
+    log "+ $LOADGEN ${args[*]}"
+    "$LOADGEN" "${args[@]}" >"$WORK/$name.load.result" 2>"$WORK/$name.load.log" || {
+        tail -n 20 "$WORK/$name.load.log" >&2
+        stop_all
+        return 1
+    }
+    for type in samples streamed; do
+        args=(--url "$URL/api/v1/read" --start-ms "$start_ms"
+            --end-ms $((start_ms + 3600000 - 1)) --requests "$READ_REQUESTS"
+            --warmup "$READ_WARMUP" --server-pid "$SRV_PID")
+        [[ $type == streamed ]] && args+=(--streamed)
+        args+=('__name__=~.+')
+        CMDS+=("$name $type: taskset -c $OTHER_CPU $READBENCH ${args[*]}")
+        log "+ taskset -c $OTHER_CPU $READBENCH ${args[*]}"
+        local emu0=0 emu1=0
+        [[ -n $EMU_PID ]] && emu0=$(cpu_s "$EMU_PID")
+        result=$(taskset -c "$OTHER_CPU" "$READBENCH" "${args[@]}" 2>"$WORK/$name.$type.log" |
+            grep '^result:' || true)
+        [[ -n $EMU_PID ]] && emu1=$(cpu_s "$EMU_PID")
+        # Warm-up requests included: the emulator's CPU over all of them, per request.
+        [[ -n $EMU_PID ]] && RD_EMU[$b.$type]=$(awk -v a="$emu0" -v b="$emu1" \
+            -v n=$((READ_REQUESTS + READ_WARMUP)) 'BEGIN { printf "%.0f", (b - a) * 1000 / n }')
+        if [[ -z $result ]]; then
+            tail -n 5 "$WORK/$name.$type.log" >&2
+            stop_all
+            return 1
+        fi
+        RD_P50[$b.$type]=$(field p50_ms "$result")
+        RD_P99[$b.$type]=$(field p99_ms "$result")
+        RD_MEAN[$b.$type]=$(field mean_ms "$result")
+        RD_SERIES[$b.$type]=$(field series "$result")
+        RD_SAMPLES[$b.$type]=$(field samples "$result")
+        RD_BYTES[$b.$type]=$(field answer_bytes "$result")
+        RD_CPU[$b.$type]=$(field server_cpu_ms_per_request "$result")
+    done
+    stop_all
+    local want=$((READ_SERIES * 240))
+    for type in samples streamed; do
+        if [[ ${RD_SERIES[$b.$type]} != "$READ_SERIES" || ${RD_SAMPLES[$b.$type]} != "$want" ]]; then
+            log "$b $type: answers hold ${RD_SERIES[$b.$type]} series, ${RD_SAMPLES[$b.$type]}" \
+                "samples; expected $READ_SERIES, $want"
+            return 1
+        fi
+    done
+}
+
+log "work directory: $WORK"
+for b in $BACKENDS; do
+    log ""
+    log "=== $b: ingest"
+    ingest "$b" || FAILED=1
+    log "=== $b: read"
+    read_latency "$b" || FAILED=1
+done
+
+PT_VERSION=$("$PROMTABLE" --version 2>/dev/null || echo "promtable ?")
+COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo none)
+DIRTY=
+if git -C "$ROOT" status --porcelain 2>/dev/null | grep -q .; then DIRTY=+changes; fi
+CPU_MODEL=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+echo
+echo "$PT_VERSION (commit $COMMIT$DIRTY), build $BUILD_DIR"
+echo "host: $(nproc) CPUs ($CPU_MODEL), $(uname -sr); promtable on CPU $PROMTABLE_CPU," \
+    "emulator and clients on CPU $OTHER_CPU"
+echo
+echo "(a) ingest: $SERIES series, $LABELS labels, $SAMPLES_PER_REQUEST samples/request," \
+    "$CONNECTIONS connections, ${WARMUP}s warm-up + ${DURATION}s timed"
+FMT='%-10s %11s %14s %15s %8s %6s %13s  %s\n'
+# shellcheck disable=SC2059
+printf "$FMT" backend samples/s "samples/CPU-s" "promtable ns/sample" "p99 ms" errors \
+    "emulator CPU-s" check
+for b in $BACKENDS; do
+    # shellcheck disable=SC2059
+    printf "$FMT" "$b" "${RATE[$b]:--}" "${PERCPU[$b]:--}" "${NSPS[$b]:--}" "${P99[$b]:--}" \
+        "${ERRS[$b]:--}" "${EMUCPU[$b]:--}" "${CHECK[$b]:-}"
+done
+echo
+echo "(b) remote_read: {__name__=~\".+\"} over 1 h = $READ_SERIES series x 240 samples," \
+    "$READ_REQUESTS requests after $READ_WARMUP warm-up, one at a time, keep-alive HTTP/1.1"
+FMT='%-10s %-9s %9s %9s %9s %8s %9s %12s %17s %16s\n'
+# shellcheck disable=SC2059
+printf "$FMT" backend answer "p50 ms" "p99 ms" "mean ms" series samples "answer bytes" \
+    "promtable CPU ms" "emulator CPU ms"
+for b in $BACKENDS; do
+    for type in samples streamed; do
+        # shellcheck disable=SC2059
+        printf "$FMT" "$b" "$type" "${RD_P50[$b.$type]:--}" "${RD_P99[$b.$type]:--}" \
+            "${RD_MEAN[$b.$type]:--}" "${RD_SERIES[$b.$type]:--}" "${RD_SAMPLES[$b.$type]:--}" \
+            "${RD_BYTES[$b.$type]:--}" "${RD_CPU[$b.$type]:--}" "${RD_EMU[$b.$type]:--}"
+    done
+done
+echo
+echo "commands:"
+for c in "${CMDS[@]}"; do echo "  $c"; done
+exit "$FAILED"
