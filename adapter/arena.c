@@ -4,12 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct pt_arena_block {
-    pt_arena_block *next;
-    size_t size;
-    size_t off;
-    _Alignas(16) unsigned char data[];
-};
 
 void pt_arena_init(pt_arena *a, size_t block_size, size_t max)
 {
@@ -41,7 +35,7 @@ static pt_arena_block *new_block(pt_arena *a, size_t need)
     return b;
 }
 
-void *pt_arena_alloc(pt_arena *a, size_t n)
+void *pt_arena_alloc_slow(pt_arena *a, size_t n)
 {
     if (n == 0)
         n = 1;

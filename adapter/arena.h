@@ -9,7 +9,12 @@
 
 #include <stddef.h>
 
-typedef struct pt_arena_block pt_arena_block;
+typedef struct pt_arena_block {
+    struct pt_arena_block *next;
+    size_t size;
+    size_t off;
+    _Alignas(16) unsigned char data[];
+} pt_arena_block;
 
 typedef struct pt_arena {
     pt_arena_block *head;
@@ -21,7 +26,19 @@ typedef struct pt_arena {
 
 void pt_arena_init(pt_arena *a, size_t block_size, size_t max);
 /* 16-byte aligned; NULL when the ceiling is hit or malloc fails. */
-void *pt_arena_alloc(pt_arena *a, size_t n);
+void *pt_arena_alloc_slow(pt_arena *a, size_t n);
+static inline void *pt_arena_alloc(pt_arena *a, size_t n)
+{
+    /* The common case inline: the request fits the current block. */
+    pt_arena_block *b = a->head;
+    size_t r = (n + 15) & ~(size_t)15;
+    if (b && n - 1 < (size_t)-16 && b->size - b->off >= r) {
+        void *p = b->data + b->off;
+        b->off += r;
+        return p;
+    }
+    return pt_arena_alloc_slow(a, n);
+}
 void *pt_arena_calloc(pt_arena *a, size_t n);
 char *pt_arena_strndup(pt_arena *a, const char *s, size_t n);
 /* Frees every block; the arena can be reused afterwards (keeps its first block). */

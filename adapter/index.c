@@ -73,22 +73,48 @@ static pt_index_key *probe(pt_index_key *slots, size_t mask, pt_index_key k)
     }
 }
 
-int pt_index_cache_has(pt_index_cache *c, pt_index_key k)
+/* Looks k up in both generations; a hit in the old one moves it into the current one.
+ * Called with the lock held. */
+static int has_locked(pt_index_cache *c, pt_index_key k)
 {
-    pthread_mutex_lock(&c->lock);
     /* The current generation first: series that keep writing are found there with one
      * probe, since a hit in the old generation moves the key forward. */
-    int found = !key_empty(*probe(c->g[c->cur].slots, c->slots - 1, k));
-    if (!found && !key_empty(*probe(c->g[c->cur ^ 1].slots, c->slots - 1, k))) {
-        found = 1;
-        gen *g = &c->g[c->cur];
-        if (g->n < c->gen_max) {
-            *probe(g->slots, c->slots - 1, k) = k;
-            g->n++;
-        }
+    if (!key_empty(*probe(c->g[c->cur].slots, c->slots - 1, k)))
+        return 1;
+    if (key_empty(*probe(c->g[c->cur ^ 1].slots, c->slots - 1, k)))
+        return 0;
+    gen *g = &c->g[c->cur];
+    if (g->n < c->gen_max) {
+        *probe(g->slots, c->slots - 1, k) = k;
+        g->n++;
+    }
+    return 1;
+}
+
+int pt_index_cache_has(pt_index_cache *c, pt_index_key k)
+{
+    uint8_t found;
+    pt_index_cache_lookup(c, &k, 1, &found);
+    return found;
+}
+
+void pt_index_cache_lookup(pt_index_cache *c, const pt_index_key *keys, size_t n,
+                           uint8_t *found)
+{
+    /* Every probe of a large table is a cache miss: start the loads a few keys ahead so
+     * they overlap instead of queueing, and take the lock once for the batch. */
+    enum { AHEAD = 8 };
+    size_t mask = c->slots - 1;
+    pthread_mutex_lock(&c->lock);
+    const pt_index_key *cur = c->g[c->cur].slots;
+    for (size_t i = 0; i < n && i < AHEAD; i++)
+        __builtin_prefetch(&cur[(size_t)keys[i].lo & mask]);
+    for (size_t i = 0; i < n; i++) {
+        if (i + AHEAD < n)
+            __builtin_prefetch(&cur[(size_t)keys[i + AHEAD].lo & mask]);
+        found[i] = (uint8_t)has_locked(c, keys[i]);
     }
     pthread_mutex_unlock(&c->lock);
-    return found;
 }
 
 void pt_index_cache_add(pt_index_cache *c, const pt_index_key *keys, size_t n)

@@ -27,6 +27,9 @@ void pt_index_cache_free(pt_index_cache *c);
 
 pt_index_key pt_index_key_of(pt_slice sid, int64_t bucket);
 int pt_index_cache_has(pt_index_cache *c, pt_index_key k);
+/* found[i] = pt_index_cache_has(c, keys[i]) for the whole batch, under one lock. */
+void pt_index_cache_lookup(pt_index_cache *c, const pt_index_key *keys, size_t n,
+                           uint8_t *found);
 /* Adds keys after the backend acknowledged their index rows. */
 void pt_index_cache_add(pt_index_cache *c, const pt_index_key *keys, size_t n);
 size_t pt_index_cache_size(pt_index_cache *c);

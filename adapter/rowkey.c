@@ -15,10 +15,44 @@ static const uint8_t extra[256] = {
     [','] = 1, ['='] = 1, ['@'] = 1, ['\\'] = 1,
 };
 
+/* Eight bytes at a time: nonzero when one of them is a control byte or one of \ , = @.
+ * (v - 0x01..) & ~v & 0x80.. is nonzero exactly when a byte of v is zero, and
+ * (w - 0x20..) & ~w & 0x80.. exactly when a byte of w is below 0x20.) */
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+static inline uint64_t has_zero(uint64_t v) { return (v - ONES) & ~v & HIGHS; }
+
+static inline uint64_t load8(const uint8_t *p)
+{
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return w;
+}
+
+static inline uint64_t needs_escape8(const uint8_t *p)
+{
+    uint64_t w = load8(p);
+    return ((w - ONES * 0x20) & ~w & HIGHS) | has_zero(w ^ (ONES * ',')) |
+           has_zero(w ^ (ONES * '=')) | has_zero(w ^ (ONES * '@')) |
+           has_zero(w ^ (ONES * '\\'));
+}
+
+/* Length of the prefix of s[from..) that needs no escaping, plus from. */
+static size_t plain_run(pt_slice s, size_t from)
+{
+    size_t j = from;
+    while (s.n - j >= 8 && !needs_escape8(s.p + j))
+        j += 8;
+    while (j < s.n && !extra[s.p[j]])
+        j++;
+    return j;
+}
+
 size_t pt_escaped_len(pt_slice s)
 {
     size_t n = s.n;
-    for (size_t i = 0; i < s.n; i++)
+    for (size_t i = plain_run(s, 0); i < s.n; i++)
         n += extra[s.p[i]];
     return n;
 }
@@ -28,9 +62,7 @@ uint8_t *pt_escape(uint8_t *dst, pt_slice s)
     size_t i = 0;
     while (i < s.n) {
         /* Copy the run that needs no escaping in one go. */
-        size_t j = i;
-        while (j < s.n && !extra[s.p[j]])
-            j++;
+        size_t j = plain_run(s, i);
         memcpy(dst, s.p + i, j - i);
         dst += j - i;
         if (j == s.n)
@@ -115,21 +147,43 @@ static pt_slice metric_of(const pt_label *labels, size_t n, size_t *name_idx)
     return (pt_slice){(const uint8_t *)"", 0};
 }
 
-int pt_series_id(pt_arena *a, const pt_label *labels, size_t n, pt_slice *sid)
+unsigned pt_text_flags(pt_slice s)
 {
-    size_t ni;
-    pt_slice metric = metric_of(labels, n, &ni);
-    size_t len = pt_escaped_len(metric);
-    for (size_t i = 0; i < n; i++) {
-        if (i == ni)
-            continue;
-        len += 2 + pt_escaped_len(labels[i].name) + pt_escaped_len(labels[i].value);
+    uint64_t high = 0, esc = 0;
+    if (s.n < 8) {
+        for (size_t i = 0; i < s.n; i++) {
+            high |= s.p[i] & 0x80;
+            esc |= extra[s.p[i]];
+        }
+    } else {
+        /* Whole words, then the last eight bytes (overlapping) instead of a byte loop. */
+        for (size_t i = 0; i + 8 <= s.n; i += 8) {
+            high |= load8(s.p + i);
+            esc |= needs_escape8(s.p + i);
+        }
+        high |= load8(s.p + s.n - 8);
+        esc |= needs_escape8(s.p + s.n - 8);
+        high &= HIGHS;
     }
-    uint8_t *buf = pt_arena_alloc(a, len);
-    if (!buf)
-        return PT_ENOMEM;
-    uint8_t *p = pt_escape(buf, metric);
-    size_t metric_len = (size_t)(p - buf);
+    return (high ? PT_TEXT_NONASCII : 0) | (esc ? PT_TEXT_ESCAPE : 0);
+}
+
+/* Copies s to dst and returns the end when no byte of s needs escaping; NULL otherwise. */
+static uint8_t *copy_plain(uint8_t *dst, pt_slice s, int check)
+{
+    if (check && (pt_text_flags(s) & PT_TEXT_ESCAPE))
+        return NULL;
+    memcpy(dst, s.p, s.n);
+    return dst + s.n;
+}
+
+/* Writes the escaped series id of labels (metric = labels[ni].value) to dst, which holds
+ * its escaped length; returns the end of the metric part in *metric_end. */
+static uint8_t *put_sid(uint8_t *dst, const pt_label *labels, size_t n, size_t ni,
+                        pt_slice metric, uint8_t **metric_end)
+{
+    uint8_t *p = pt_escape(dst, metric);
+    *metric_end = p;
     for (size_t i = 0; i < n; i++) {
         if (i == ni)
             continue;
@@ -138,6 +192,48 @@ int pt_series_id(pt_arena *a, const pt_label *labels, size_t n, pt_slice *sid)
         *p++ = '=';
         p = pt_escape(p, labels[i].value);
     }
+    return p;
+}
+
+int pt_series_id(pt_arena *a, const pt_label *labels, size_t n, pt_slice *sid)
+{
+    return pt_series_id_checked(a, labels, n, 1, sid);
+}
+
+int pt_series_id_checked(pt_arena *a, const pt_label *labels, size_t n, int check,
+                         pt_slice *sid)
+{
+    size_t ni;
+    pt_slice metric = metric_of(labels, n, &ni);
+    /* Labels almost never need escaping: copy them in one pass into a buffer of the raw
+     * length, and only when a byte needs escaping measure and escape them after all. */
+    size_t len = metric.n;
+    for (size_t i = 0; i < n; i++)
+        if (i != ni)
+            len += 2 + labels[i].name.n + labels[i].value.n;
+    uint8_t *buf = pt_arena_alloc(a, len);
+    if (!buf)
+        return PT_ENOMEM;
+    uint8_t *p = copy_plain(buf, metric, check), *metric_end = p;
+    for (size_t i = 0; i < n && p; i++) {
+        if (i == ni)
+            continue;
+        *p++ = ',';
+        if ((p = copy_plain(p, labels[i].name, check)) == NULL)
+            break;
+        *p++ = '=';
+        p = copy_plain(p, labels[i].value, check);
+    }
+    if (!p) {
+        len = pt_escaped_len(metric);
+        for (size_t i = 0; i < n; i++)
+            if (i != ni)
+                len += 2 + pt_escaped_len(labels[i].name) + pt_escaped_len(labels[i].value);
+        if ((buf = pt_arena_alloc(a, len)) == NULL)
+            return PT_ENOMEM;
+        put_sid(buf, labels, n, ni, metric, &metric_end);
+    }
+    size_t metric_len = (size_t)(metric_end - buf);
     if (PT_ROW_KEY_LEN(len) <= PT_MAX_ROW_KEY) {
         *sid = (pt_slice){buf, len};
         return 0;

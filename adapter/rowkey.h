@@ -48,6 +48,15 @@ long pt_unescape(uint8_t *dst, pt_slice src);
 /* Builds the sid of a validated label set (sorted by name, unique names, no empty values,
  * containing __name__). The sid is allocated from the arena. Returns 0, or PT_ENOMEM. */
 int pt_series_id(pt_arena *a, const pt_label *labels, size_t n, pt_slice *sid);
+/* The same; check = 0 promises that no name or value needs escaping (pt_text_flags said
+ * so for each), which skips looking at their bytes again. */
+int pt_series_id_checked(pt_arena *a, const pt_label *labels, size_t n, int check,
+                         pt_slice *sid);
+
+/* What a name or value holds, found in one pass: PT_TEXT_NONASCII when a byte is >= 0x80
+ * (so it must be checked as UTF-8), PT_TEXT_ESCAPE when a byte needs escaping. */
+enum { PT_TEXT_NONASCII = 1, PT_TEXT_ESCAPE = 2 };
+unsigned pt_text_flags(pt_slice s);
 
 /* Splits a plain (not hashed) sid back into labels; labels are arena-allocated, __name__
  * first as in the sid. Returns the count, or a negative error for a hashed or malformed

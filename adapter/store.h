@@ -40,10 +40,11 @@ typedef struct pt_write_result {
 int pt_store_write(pt_store *st, const Prometheus__WriteRequest *wr, pt_arena *a,
                    pt_write_result *res);
 
-/* Validates one label set and copies it to out (arena), dropping empty values.
+/* Validates one label set and copies it to out (arena), dropping empty values; *plain
+ * (when not NULL) tells whether no name or value needs escaping in keys.
  * Returns the label count or PT_ELABELS with msg set. */
 long pt_labels_validate(Prometheus__Label *const *in, size_t n, pt_arena *a, pt_label **out,
-                        char *msg, size_t msglen);
+                        int *plain, char *msg, size_t msglen);
 
 /* Returns 1 if s is valid UTF-8. */
 int pt_utf8_valid(pt_slice s);

@@ -103,8 +103,9 @@ static long label_error(char *msg, size_t msglen, Prometheus__Label *const *in, 
 static pt_slice bin(ProtobufCBinaryData b) { return (pt_slice){b.data, b.len}; }
 
 long pt_labels_validate(Prometheus__Label *const *in, size_t n, pt_arena *a, pt_label **out,
-                        char *msg, size_t msglen)
+                        int *plain, char *msg, size_t msglen)
 {
+    unsigned text = 0;
     pt_label *ls = pt_arena_alloc(a, (n ? n : 1) * sizeof(*ls));
     if (!ls)
         return PT_ENOMEM;
@@ -114,9 +115,12 @@ long pt_labels_validate(Prometheus__Label *const *in, size_t n, pt_arena *a, pt_
         pt_slice name = bin(in[i]->name), value = bin(in[i]->value);
         if (name.n == 0)
             return label_error(msg, msglen, in, n, "label %zu has an empty name", i);
-        if (!pt_utf8_valid(name))
+        unsigned f = pt_text_flags(name) | pt_text_flags(value);
+        text |= f;
+        int ascii = !(f & PT_TEXT_NONASCII);
+        if (!ascii && !pt_utf8_valid(name))
             return label_error(msg, msglen, in, n, "label name %zu is not valid UTF-8", i);
-        if (!pt_utf8_valid(value))
+        if (!ascii && !pt_utf8_valid(value))
             return label_error(msg, msglen, in, n, "value of label \"%.*s\" is not valid UTF-8",
                                (int)(name.n > 60 ? 60 : name.n), (const char *)name.p);
         if (i > 0) {
@@ -142,6 +146,8 @@ long pt_labels_validate(Prometheus__Label *const *in, size_t n, pt_arena *a, pt_
     if (!has_name)
         return label_error(msg, msglen, in, n, "no metric name (label __name__)");
     *out = ls;
+    if (plain)
+        *plain = !(text & PT_TEXT_ESCAPE);
     return (long)k;
 }
 
@@ -233,14 +239,60 @@ static int add_index_rows(batch *b, pt_arena *a, const pt_label *ls, size_t n, p
     return 0;
 }
 
-/* Adds the index rows of (series, bucket) unless the cache or this request has them. */
-static int index_once(batch *b, pt_arena *a, pt_store *st, pt_keyset *seen, pt_index_key key,
-                      const pt_label *ls, size_t n, pt_slice sid, int64_t day,
-                      pt_write_result *res)
+/* A (series, index bucket) pair whose index rows the request writes unless the cache
+ * already has them. */
+typedef struct pending {
+    const pt_label *ls;
+    size_t nl;
+    pt_slice sid;
+    int64_t day;
+} pending;
+
+typedef struct pendings {
+    pt_index_key *keys;
+    pending *p;
+    size_t n;
+} pendings;
+
+/* Adds the index rows of every pending pair that neither the cache nor an earlier pair of
+ * this request has; seen collects the keys written. */
+static int index_pending(batch *b, pt_arena *a, pt_store *st, const pendings *pd,
+                         pt_keyset *seen, pt_write_result *res)
 {
-    if (pt_index_cache_has(st->cache, key) || !pt_keyset_add(seen, key))
+    if (pd->n == 0)
         return 0;
-    return add_index_rows(b, a, ls, n, sid, day, &res->index_rows);
+    uint8_t *found = pt_arena_alloc(a, pd->n);
+    if (!found)
+        return PT_ENOMEM;
+    pt_index_cache_lookup(st->cache, pd->keys, pd->n, found);
+    size_t miss = 0;
+    for (size_t i = 0; i < pd->n; i++)
+        miss += !found[i];
+    if (miss == 0)
+        return 0;
+    size_t slots = 16;
+    while (slots < 2 * miss)
+        slots <<= 1;
+    seen->slots = pt_arena_calloc(a, slots * sizeof(pt_index_key));
+    seen->mask = slots - 1;
+    if (!seen->slots)
+        return PT_ENOMEM;
+    for (size_t i = 0; i < pd->n; i++) {
+        if (found[i] || !pt_keyset_add(seen, pd->keys[i]))
+            continue;
+        const pending *p = &pd->p[i];
+        int rv = add_index_rows(b, a, p->ls, p->nl, p->sid, p->day, &res->index_rows);
+        if (rv != 0)
+            return rv;
+    }
+    return 0;
+}
+
+static void pend(pendings *pd, pt_index_key key, const pt_label *ls, size_t nl, pt_slice sid,
+                 int64_t day)
+{
+    pd->keys[pd->n] = key;
+    pd->p[pd->n++] = (pending){ls, nl, sid, day};
 }
 
 static void note(pt_write_result *res, const char *fmt, ...)
@@ -251,15 +303,6 @@ static void note(pt_write_result *res, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(res->msg, sizeof(res->msg), fmt, ap);
     va_end(ap);
-}
-
-static int mutation_cmp(const void *x, const void *y)
-{
-    const pt_mutation *a = x, *b = y;
-    if (a->table != b->table)
-        return a->table - b->table;
-    int c = pt_slice_cmp(a->row, b->row);
-    return c ? c : pt_slice_cmp(a->qual, b->qual);
 }
 
 int pt_store_write(pt_store *st, const Prometheus__WriteRequest *wr, pt_arena *a,
@@ -274,14 +317,13 @@ int pt_store_write(pt_store *st, const Prometheus__WriteRequest *wr, pt_arena *a
     batch b = {0};
     b.cap = nsamples + 16;
     b.m = pt_arena_alloc(a, b.cap * sizeof(*b.m));
-    /* Keys of (series, day) pairs this request indexes; at most two per sample. */
+    /* (series, day) pairs to index, at most two per sample; the ones this request writes
+     * end up in seen. */
+    pendings pd = {0};
+    pd.keys = pt_arena_alloc(a, (2 * nsamples + 1) * sizeof(*pd.keys));
+    pd.p = pt_arena_alloc(a, (2 * nsamples + 1) * sizeof(*pd.p));
     pt_keyset seen = {0};
-    size_t slots = 16;
-    while (slots < 4 * nsamples + 2)
-        slots <<= 1;
-    seen.slots = pt_arena_calloc(a, slots * sizeof(pt_index_key));
-    seen.mask = slots - 1;
-    if (!b.m || !seen.slots)
+    if (!b.m || !pd.keys || !pd.p)
         return PT_ENOMEM;
 
     for (size_t i = 0; i < wr->n_timeseries; i++) {
@@ -302,7 +344,9 @@ int pt_store_write(pt_store *st, const Prometheus__WriteRequest *wr, pt_arena *a
             continue;
         pt_label *ls;
         char lmsg[PT_MSG_MAX];
-        long nl = pt_labels_validate(ts->labels, ts->n_labels, a, &ls, lmsg, sizeof(lmsg));
+        int plain;
+        long nl = pt_labels_validate(ts->labels, ts->n_labels, a, &ls, &plain, lmsg,
+                                     sizeof(lmsg));
         if (nl == PT_ENOMEM)
             return PT_ENOMEM;
         if (nl < 0) {
@@ -313,7 +357,7 @@ int pt_store_write(pt_store *st, const Prometheus__WriteRequest *wr, pt_arena *a
             continue;
         }
         pt_slice sid;
-        int rv = pt_series_id(a, ls, (size_t)nl, &sid);
+        int rv = pt_series_id_checked(a, ls, (size_t)nl, !plain, &sid);
         if (rv != 0)
             return rv;
 
@@ -353,25 +397,23 @@ int pt_store_write(pt_store *st, const Prometheus__WriteRequest *wr, pt_arena *a
                 continue;
             day_done = day;
             pt_index_key key = pt_index_key_of(sid, day);
-            if ((rv = index_once(&b, a, st, &seen, key, ls, (size_t)nl, sid, day, res)) != 0)
-                return rv;
+            pend(&pd, key, ls, (size_t)nl, sid, day);
             /* In the last 24th of a bucket, index the next one too, from a moment that
              * depends on the series: the rows a new bucket needs are then written over that
              * stretch instead of all at the first scrape after it starts. */
             int64_t spread = bucket / 24, into = t - day;
-            if (spread > 0 && into >= bucket - spread + (int64_t)(key.hi % (uint64_t)spread) &&
-                (rv = index_once(&b, a, st, &seen, pt_index_key_of(sid, day + bucket), ls,
-                                 (size_t)nl, sid, day + bucket, res)) != 0)
-                return rv;
+            if (spread > 0 && into >= bucket - spread + (int64_t)(key.hi % (uint64_t)spread))
+                pend(&pd, pt_index_key_of(sid, day + bucket), ls, (size_t)nl, sid, day + bucket);
         }
     }
+    int rv = index_pending(&b, a, st, &pd, &seen, res);
+    if (rv != 0)
+        return rv;
 
     if (b.n > 0) {
-        /* Key order: ordered inserts are far cheaper for sorted stores (a memtable insert
-         * starts from where the previous one ended) and group cells by row for Bigtable. */
-        qsort(b.m, b.n, sizeof(*b.m), mutation_cmp);
+        /* Unsorted: backends that want key order (Bigtable groups cells by row) sort. */
         uint64_t t0 = pt_now_ns();
-        int rv = pt_backend_write(st->be, b.m, b.n);
+        rv = pt_backend_write(st->be, b.m, b.n);
         pt_metrics_observe(&pt_m.backend_write_duration, pt_now_ns() - t0);
         if (rv != 0) {
             pt_m.backend_write_errors++;

@@ -19,13 +19,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (pt_decode_write(data, size, &lim, &a, &wr, msg, sizeof(msg)) == 0) {
         for (size_t i = 0; i < wr->n_timeseries; i++) {
             pt_label *ls;
+            int plain;
             long n = pt_labels_validate(wr->timeseries[i]->labels, wr->timeseries[i]->n_labels, &a,
-                                        &ls, msg, sizeof(msg));
+                                        &ls, &plain, msg, sizeof(msg));
             if (n < 0)
                 continue;
-            pt_slice sid;
+            pt_slice sid, fast;
             if (pt_series_id(&a, ls, (size_t)n, &sid) != 0)
                 break;
+            /* Where validation found nothing to escape, the unchecked path builds the same. */
+            if (plain) {
+                if (pt_series_id_checked(&a, ls, (size_t)n, 0, &fast) != 0)
+                    break;
+                if (!pt_slice_eq(fast, sid))
+                    __builtin_trap();
+            }
             /* A plain id must parse back to the labels it came from. */
             pt_label *back;
             long nb = pt_series_id_parse(&a, sid, &back);
