@@ -826,9 +826,10 @@ int pt_emb_head_write(embedded *e, const pt_mutation *m, size_t n)
         h->wrows_cap = k;
     }
 
-    /* The rows are scattered over memory: start loading their buckets, and below each
-     * row a few cells ahead, so the cache misses overlap instead of queueing. */
-    for (size_t i = 0; i < k; i++)
+    /* The rows are scattered over memory: load buckets 16 cells ahead and the rows they
+     * lead to (header and key) 8 ahead, so the cache misses overlap instead of queueing. */
+    enum { BUCKET_AHEAD = 16, ROW_AHEAD = 8 };
+    for (size_t i = 0; i < k && i < BUCKET_AHEAD; i++)
         __builtin_prefetch(&h->tab[hashes[i] & h->mask]);
 
     /* Encode the record; rows defined by it get an id of this generation. */
@@ -840,10 +841,15 @@ int pt_emb_head_write(embedded *e, const pt_mutation *m, size_t n)
         const pt_mutation *mu = &m[i];
         if (mu->table != PT_TABLE_POINTS)
             continue;
-        if (j + 8 < k) {
-            hrow *ahead = h->tab[hashes[j + 8] & h->mask];
-            if (ahead)
+        if (j + BUCKET_AHEAD < k)
+            __builtin_prefetch(&h->tab[hashes[j + BUCKET_AHEAD] & h->mask]);
+        if (j + ROW_AHEAD < k) {
+            const hrow *ahead = h->tab[hashes[j + ROW_AHEAD] & h->mask];
+            if (ahead) {
                 __builtin_prefetch(ahead);
+                __builtin_prefetch((const char *)ahead + 64);
+                __builtin_prefetch((const char *)ahead + 128);
+            }
         }
         hrow *r = prev;
         /* Batches come sorted by row: most cells share the previous cell's row. */
@@ -895,6 +901,11 @@ int pt_emb_head_write(embedded *e, const pt_mutation *m, size_t n)
     for (size_t i = 0; i < n; i++) {
         if (m[i].table != PT_TABLE_POINTS)
             continue;
+        /* Where the cell goes: the end of the row's cell array, another cold line. */
+        if (j + ROW_AHEAD < k && h->wrows[j + ROW_AHEAD]->cells) {
+            const hrow *ahead = h->wrows[j + ROW_AHEAD];
+            __builtin_prefetch(&ahead->cells[ahead->n], 1);
+        }
         /* Out of memory here leaves cells logged but not in the head; the error makes
          * the client retry the batch, which logs and applies it again. */
         if ((rv = row_append(h, h->wrows[j++], get_be32(m[i].qual.p), m[i].value)) != 0)

@@ -37,8 +37,40 @@ static void random_value(char *buf, size_t max, unsigned *seed)
     buf[o] = '\0';
 }
 
+/* pt_text_flags against a byte-by-byte reading, for every byte value at every position of
+ * names of 0..24 bytes (the word-at-a-time paths: under 8 bytes, whole words, tails). */
+static void test_text_flags(void)
+{
+    uint8_t buf[24];
+    int bad = 0;
+    for (size_t n = 0; n <= sizeof(buf) && !bad; n++) {
+        for (size_t pos = 0; pos < (n ? n : 1) && !bad; pos++) {
+            for (int b = 0; b < 256 && !bad; b++) {
+                memset(buf, 'a', sizeof(buf));
+                if (n)
+                    buf[pos] = (uint8_t)b;
+                unsigned want = 0;
+                for (size_t i = 0; i < n; i++) {
+                    if (buf[i] >= 0x80)
+                        want |= PT_TEXT_NONASCII;
+                    if (buf[i] < 0x20 || (buf[i] && strchr(",=@\\", buf[i])))
+                        want |= PT_TEXT_ESCAPE;
+                }
+                unsigned got = pt_text_flags((pt_slice){buf, n});
+                if (got != want) {
+                    diag("length %zu, byte 0x%02x at %zu: flags %u, want %u", n, b, pos, got,
+                         want);
+                    bad = 1;
+                }
+            }
+        }
+    }
+    ok(!bad, "pt_text_flags finds non-ASCII and escaped bytes at every position and length");
+}
+
 int main(void)
 {
+    test_text_flags();
     pt_arena a;
     pt_arena_init(&a, 0, 0);
 
