@@ -26,6 +26,7 @@ typedef struct pt_config {
     char *backend;
     char *storage_path;
     int storage_sync;
+    size_t head_memory;
     char *table_prefix;
     char *bt_project;
     char *bt_instance;

@@ -102,6 +102,7 @@ int main(int argc, char **argv)
     pt_backend_config bc = {
         .path = cfg.storage_path,
         .sync = cfg.storage_sync,
+        .head_memory = cfg.head_memory,
         .table_prefix = cfg.table_prefix,
         .project = cfg.bt_project,
         .instance = cfg.bt_instance,

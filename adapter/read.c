@@ -335,19 +335,63 @@ static void put_be32(uint8_t *p, uint32_t v)
     p[3] = (uint8_t)v;
 }
 
-/* Reads the cells of one series in [start, end], bucket by bucket (time order). */
-static int read_series(qctx *q, const series *se, int64_t start, int64_t end, samples *s)
+/* Series read with one scan: a backend turns them into one request (Bigtable: one
+ * ReadRows with a row set of this many rows). */
+enum { READ_GROUP = 1000 };
+
+/* A series' row in the bucket being read. */
+typedef struct rowref {
+    pt_slice row;
+    size_t idx; /* into the query's series and their samples */
+} rowref;
+
+static int rowref_cmp(const void *x, const void *y)
 {
-    size_t keylen = PT_ROW_KEY_LEN(se->sid.n);
-    uint8_t *key = pt_arena_alloc(q->a, keylen + 1);
+    return pt_slice_cmp(((const rowref *)x)->row, ((const rowref *)y)->row);
+}
+
+/* Routes the cells of one grouped scan to their series. Rows come in key order, the refs
+ * are sorted by key, so a cursor finds each row's series. */
+typedef struct routed {
+    const rowref *refs;
+    size_t n, cur;
+    samples *ss;
+} routed;
+
+static int on_routed_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    routed *r = ud;
+    while (r->cur < r->n && !pt_slice_eq(r->refs[r->cur].row, row))
+        r->cur++;
+    if (r->cur == r->n)
+        return PT_EINTERNAL; /* the backend returned a row outside the scan */
+    return on_cell(&r->ss[r->refs[r->cur].idx], row, qual, value);
+}
+
+/* Reads the cells of the k series in [start, end] into ss[0..k): bucket by bucket (so
+ * each series' samples come in time order), every bucket's rows in groups of READ_GROUP
+ * series per scan. */
+static int read_all(qctx *q, const series *v, size_t k, int64_t start, int64_t end,
+                    samples *ss)
+{
+    rowref *refs = pt_arena_alloc(q->a, (k ? k : 1) * sizeof(*refs));
+    pt_row_range *ranges = pt_arena_alloc(q->a, READ_GROUP * sizeof(*ranges));
     uint8_t *qb = pt_arena_alloc(q->a, 8);
-    if (!key || !qb)
+    if (!refs || !ranges || !qb)
         return PT_ENOMEM;
     for (int64_t base = pt_bucket_base(start); base <= end; base += PT_BUCKET_MS) {
-        pt_row_key(key, se->sid, base);
-        key[keylen] = 0;
-        pt_row_range r = {{key, keylen}, {key, keylen + 1}};
-        pt_scan sc = {PT_TABLE_POINTS, &r, 1, {0}, {0}, 0};
+        for (size_t i = 0; i < k; i++) {
+            size_t keylen = PT_ROW_KEY_LEN(v[i].sid.n);
+            uint8_t *key = pt_arena_alloc(q->a, keylen + 1);
+            if (!key)
+                return PT_ENOMEM;
+            pt_row_key(key, v[i].sid, base);
+            key[keylen] = 0; /* the end of the single-row range */
+            refs[i] = (rowref){{key, keylen}, i};
+            ss[i].base = base;
+        }
+        qsort(refs, k, sizeof(*refs), rowref_cmp);
+        pt_scan sc = {PT_TABLE_POINTS, ranges, 0, {0}, {0}, 0};
         if (start > base) {
             put_be32(qb, (uint32_t)(start - base));
             sc.qual_start = (pt_slice){qb, 4};
@@ -356,10 +400,17 @@ static int read_series(qctx *q, const series *se, int64_t start, int64_t end, sa
             put_be32(qb + 4, (uint32_t)(end - base + 1));
             sc.qual_end = (pt_slice){qb + 4, 4};
         }
-        s->base = base;
-        int rv = pt_backend_scan(q->st->be, &sc, on_cell, s);
-        if (rv)
-            return rv;
+        for (size_t g = 0; g < k; g += READ_GROUP) {
+            size_t n = k - g < READ_GROUP ? k - g : READ_GROUP;
+            for (size_t i = 0; i < n; i++)
+                ranges[i] = (pt_row_range){refs[g + i].row,
+                                           {refs[g + i].row.p, refs[g + i].row.n + 1}};
+            sc.nranges = n;
+            routed r = {refs + g, n, 0, ss};
+            int rv = pt_backend_scan(q->st->be, &sc, on_routed_cell, &r);
+            if (rv)
+                return rv;
+        }
     }
     return 0;
 }
@@ -423,17 +474,24 @@ static int run_query(pt_store *st, const Prometheus__Query *pq, pt_arena *a,
         goto out;
     }
     size_t total = 0, nts = 0;
+    samples *ss = pt_arena_calloc(a, (k ? k : 1) * sizeof(*ss));
+    if (!ss) {
+        rv = PT_ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < k; i++)
+        ss[i] = (samples){.a = a, .total = &total, .limit = st->max_samples};
+    rv = read_all(&q, q.c.v, k, start, end, ss);
+    if (rv == PT_ELIMIT) {
+        snprintf(msg, msglen, "query returns more than %zu samples, over the limit "
+                              "(read.max_samples)", st->max_samples);
+        goto out;
+    }
+    if (rv)
+        goto fail_backend;
     for (size_t i = 0; i < k; i++) {
         series *se = &q.c.v[i];
-        samples s = {.a = a, .total = &total, .limit = st->max_samples};
-        rv = read_series(&q, se, start, end, &s);
-        if (rv == PT_ELIMIT) {
-            snprintf(msg, msglen, "query returns more than %zu samples, over the limit "
-                                  "(read.max_samples)", st->max_samples);
-            goto out;
-        }
-        if (rv)
-            goto fail_backend;
+        const samples s = ss[i];
         if (s.n == 0)
             continue;
         Prometheus__TimeSeries *ts = pt_arena_alloc(a, sizeof(*ts));

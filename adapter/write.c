@@ -195,7 +195,7 @@ static int sid_is_hashed(pt_slice sid)
 
 /* Index rows of one series in one index bucket (README: "Index rows"). */
 static int add_index_rows(batch *b, pt_arena *a, const pt_label *ls, size_t n, pt_slice sid,
-                          int64_t day, size_t *rows)
+                          int64_t day, int64_t bucket_ms, size_t *rows)
 {
     /* The label set goes into a cell whenever a key cannot name the series by its plain
      * sid: the sid is hashed, or the key had to reference it by digest. */
@@ -205,7 +205,9 @@ static int add_index_rows(batch *b, pt_arena *a, const pt_label *ls, size_t n, p
     if (!enc)
         return PT_ENOMEM;
     pt_labels_encode(enc, ls, n);
-    int64_t ver = day * 1000;
+    /* Versioned at the bucket's last millisecond: a max-age GC rule (storage.retention)
+     * then keeps a bucket's index rows as long as its newest samples. */
+    int64_t ver = (day + bucket_ms - 1) * 1000;
     pt_slice qual = {index_qual, sizeof(index_qual)};
     const pt_slice none = {(const uint8_t *)"", 0};
     int rv;
@@ -281,7 +283,8 @@ static int index_pending(batch *b, pt_arena *a, pt_store *st, const pendings *pd
         if (found[i] || !pt_keyset_add(seen, pd->keys[i]))
             continue;
         const pending *p = &pd->p[i];
-        int rv = add_index_rows(b, a, p->ls, p->nl, p->sid, p->day, &res->index_rows);
+        int rv = add_index_rows(b, a, p->ls, p->nl, p->sid, p->day, st->index_bucket_ms,
+                                &res->index_rows);
         if (rv != 0)
             return rv;
     }

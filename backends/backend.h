@@ -60,6 +60,7 @@ typedef int (*pt_cell_fn)(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 typedef struct pt_backend_config {
     const char *path;        /* embedded: data directory */
     int sync;                /* embedded: 1 = fsync the WAL on every batch */
+    size_t head_memory;      /* embedded: bytes of samples held before a flush; 0 = default */
     const char *table_prefix;
     /* bigtable */
     const char *project;

@@ -486,8 +486,9 @@ static int status_error(grpc_status_code s)
     case GRPC_STATUS_ABORTED:
     case GRPC_STATUS_CANCELLED: return PT_EUNAVAIL;
     case GRPC_STATUS_RESOURCE_EXHAUSTED: return PT_EBUSY;
-    case GRPC_STATUS_INVALID_ARGUMENT:
-    case GRPC_STATUS_OUT_OF_RANGE: return PT_EBADREQ;
+    /* Requests are built from validated keys, so INVALID_ARGUMENT or OUT_OF_RANGE says
+     * something about the table or the server, not the client's data: answering 4xx
+     * would make Prometheus drop samples it could deliver later. */
     default: return PT_EIO; /* NOT_FOUND (no table: run init), permissions, INTERNAL... */
     }
 }

@@ -13,7 +13,7 @@
  * cfg->sync the fdatasync runs under the mutex: concurrent writers wait for each other's
  * sync; group commit would be the next step if sync = 1 matters for throughput.)
  *
- * Flush (when the head's memory passes the budget, on pt_embedded_flush and on close): the
+ * Flush (when the head's samples pass the budget, on pt_embedded_flush and on close): the
  * rows are sorted and written into RocksDB as chunks (layout below) with RocksDB's own WAL
  * off, the points column family is flushed to table files (synced), and only then the log
  * is truncated and its generation bumped. A crash anywhere in between replays the log into
@@ -317,19 +317,37 @@ static hrow *row_get(head *h, const uint8_t *key, size_t n)
     return row_get_hashed(h, key, n, XXH3_64bits(key, n));
 }
 
+/* Empties a flushed row. Its cell array stays for the next samples (no heap call per row
+ * and flush in steady state); one that was far too big this time is halved. */
 static void row_clear(head *h, hrow *r)
 {
     for (uint32_t i = 0; i < r->n; i++)
         if (r->cells[i].vlen > 8) {
             free(r->cells[i].v.p);
             h->bytes -= r->cells[i].vlen;
+            h->cell_bytes -= r->cells[i].vlen;
         }
     h->cells -= r->n;
+    h->cell_bytes -= (size_t)r->n * sizeof(cell);
+    if (r->cap > 16 && r->n < r->cap / 4) {
+        cell *c = realloc(r->cells, (size_t)(r->cap / 2) * sizeof(*c));
+        if (c) {
+            h->bytes -= (size_t)(r->cap - r->cap / 2) * sizeof(cell);
+            r->cells = c;
+            r->cap /= 2;
+        }
+    }
+    r->n = 0;
+    r->sorted = 1;
+}
+
+/* Gives an idle row's cell array back. */
+static void row_release(head *h, hrow *r)
+{
     h->bytes -= (size_t)r->cap * sizeof(cell);
     free(r->cells);
     r->cells = NULL;
-    r->n = r->cap = 0;
-    r->sorted = 1;
+    r->cap = 0;
 }
 
 static int row_append(head *h, hrow *r, uint32_t q, pt_slice v)
@@ -355,7 +373,9 @@ static int row_append(head *h, hrow *r, uint32_t q, pt_slice v)
             return PT_ENOMEM;
         memcpy(c->v.p, v.p, v.n);
         h->bytes += v.n;
+        h->cell_bytes += v.n;
     }
+    h->cell_bytes += sizeof(cell);
     if (r->n && r->cells[r->n - 1].q >= q)
         r->sorted = 0;
     r->n++;
@@ -397,12 +417,14 @@ static int row_normalize(head *h, hrow *r)
             if (r->cells[i].vlen > 8) {
                 free(r->cells[i].v.p);
                 h->bytes -= r->cells[i].vlen;
+                h->cell_bytes -= r->cells[i].vlen;
             }
             continue;
         }
         r->cells[k++] = r->cells[i];
     }
     h->cells -= r->n - k;
+    h->cell_bytes -= (size_t)(r->n - k) * sizeof(cell);
     r->n = k;
     r->sorted = 1;
     return 0;
@@ -680,12 +702,15 @@ static void evict_idle(head *h)
             hrow *r = *pp;
             if (r->n == 0 && r->idle) {
                 *pp = r->next;
+                row_release(h, r);
                 h->bytes -= sizeof(*r) + r->keylen;
                 h->nrows--;
                 free(r);
                 continue;
             }
             r->idle = r->n == 0;
+            if (r->idle)
+                row_release(h, r);
             pp = &r->next;
         }
     }
@@ -806,11 +831,13 @@ int pt_emb_head_write(embedded *e, const pt_mutation *m, size_t n)
 
     pthread_mutex_lock(&h->mu);
     int rv = 0;
-    if (h->bytes > h->budget) {
+    /* The budget counts samples, not the rows that stay between flushes: with more series
+     * than fit in it, counting rows would flush on every write. */
+    if (h->cell_bytes > h->budget) {
         rv = flush_locked(e);
         /* A failed flush keeps the head; accept writes up to twice the budget, then make
          * the client back off and retry. */
-        if (rv != 0 && h->bytes > 2 * h->budget)
+        if (rv != 0 && h->cell_bytes > 2 * h->budget)
             goto out;
         rv = 0;
     }
@@ -1022,7 +1049,7 @@ int pt_emb_head_open(embedded *e, const pt_backend_config *cfg, char *err, size_
     if (pthread_mutex_init(&h->mu, NULL) != 0)
         return PT_ENOMEM;
     h->mu_init = 1;
-    h->budget = EMB_DEFAULT_BUDGET;
+    h->budget = cfg->head_memory ? cfg->head_memory : EMB_DEFAULT_BUDGET;
     h->sync = cfg->sync;
     h->wal_gen = 1;
     h->mask = 1023;
@@ -1088,6 +1115,7 @@ int pt_emb_head_close(embedded *e)
             while (r) {
                 hrow *next = r->next;
                 row_clear(h, r);
+                row_release(h, r);
                 free(r);
                 r = next;
             }

@@ -34,7 +34,8 @@ typedef struct head {
     hrow **tab;          /* hash table, chained, 2^k buckets */
     size_t mask, nrows;
     size_t cells;        /* cells held, duplicates included */
-    size_t bytes;        /* memory held, counted against budget */
+    size_t bytes;        /* memory held: rows, cell arrays, values, the hash table */
+    size_t cell_bytes;   /* the samples held (16 bytes a cell, longer values), against budget */
     size_t budget;
     uint64_t epoch;      /* flushes completed; scans refresh their iterators when it moves */
     uint64_t flushes;

@@ -1,5 +1,6 @@
 /* Matcher semantics (Prometheus 2.x) and the configuration table. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
@@ -16,6 +17,55 @@ static int m(int type, const char *pattern, const char *value)
     int r = pt_matcher_match(&mt, pt_slice_str(value));
     pt_matcher_free(&mt);
     return r;
+}
+
+/* The end of the first "name:" at or after from that starts a YAML key, or NULL. */
+static const char *find_key(const char *from, const char *doc, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *h = strstr(from, name); h; h = strstr(h + 1, name))
+        if (h[n] == ':' && (h == doc || h[-1] == ' ' || h[-1] == '\n'))
+            return h + n;
+    return NULL;
+}
+
+/* configs/promtable.yml is the reference: every key of the configuration table (as
+ * --help prints them, "(YAML: a.b.c)") appears in it as "c:" after its sections. */
+static void test_reference_config(void)
+{
+    char path[512], *help = NULL, *yml = NULL;
+    size_t helplen = 0;
+    snprintf(path, sizeof(path), "%s/../../configs/promtable.yml", PT_TESTDATA);
+    FILE *f = open_memstream(&help, &helplen);
+    pt_config_usage(f, "promtable");
+    fclose(f);
+    FILE *y = fopen(path, "r");
+    size_t ylen = 0;
+    if (y) {
+        yml = calloc(1, 1 << 16);
+        ylen = fread(yml, 1, (1 << 16) - 1, y);
+        fclose(y);
+    }
+    ok(yml && ylen > 0, "configs/promtable.yml reads");
+    size_t keys = 0, missing = 0;
+    for (const char *p = help; yml && (p = strstr(p, "(YAML: ")) != NULL; keys++) {
+        p += 7;
+        const char *e = strchr(p, ')');
+        char key[128];
+        snprintf(key, sizeof(key), "%.*s", (int)(e - p), p);
+        /* Each section must appear, in order, before the leaf. */
+        const char *at = yml;
+        for (char *part = strtok(key, "."); part && at; part = strtok(NULL, "."))
+            at = find_key(at, yml, part);
+        if (!at) {
+            diag("configs/promtable.yml lacks %.*s", (int)(e - p), p);
+            missing++;
+        }
+        p = e;
+    }
+    ok(keys > 20 && missing == 0, "configs/promtable.yml lists all %zu keys of the table", keys);
+    free(help);
+    free(yml);
 }
 
 int main(void)
@@ -96,7 +146,7 @@ int main(void)
 
     /* Every example configuration in configs/ loads. */
     static const char *const examples[] = {"promtable.yml", "promtable-tls.yml",
-                                           "promtable-compose.yml"};
+                                           "promtable-compose.yml", "promtable-bigtable.yml"};
     for (size_t i = 0; i < sizeof(examples) / sizeof(examples[0]); i++) {
         char path[512];
         snprintf(path, sizeof(path), "%s/../../configs/%s", PT_TESTDATA, examples[i]);
@@ -107,5 +157,6 @@ int main(void)
             diag("%s", err);
         pt_config_free(&c);
     }
+    test_reference_config();
     return done_testing();
 }
