@@ -27,6 +27,9 @@ int pt_app_load_auth(pt_app *app, const pt_config *cfg, char *err, size_t errlen
 void pt_app_free_auth(pt_app *app);
 
 /* The pt_dispatch_fn of the daemon (ud = pt_app *). */
+/* pt_server_opts.on_loop: 1 for the routes answered without the store (health,
+ * readiness, metrics, 404/405). */
+int pt_app_on_loop(void *ud, const pt_req *req);
 void pt_app_dispatch(void *ud, pt_req *req, pt_resp *resp);
 
 #endif

@@ -37,6 +37,7 @@ typedef struct pt_req {
     int tls;              /* 1 when carried over TLS */
     /* Arena for the handler's allocations; freed after the response is sent. */
     pt_arena *arena;
+    uint64_t received_ns; /* pt_now_ns() when the request was complete */
 } pt_req;
 
 typedef struct pt_resp_header {
@@ -56,7 +57,8 @@ typedef struct pt_resp {
     size_t body_len;
 } pt_resp;
 
-/* Called on a worker thread for every complete request. */
+/* Called on a worker thread for every complete request (or on the event loop thread, when
+ * pt_server_opts.on_loop says so). */
 typedef void (*pt_dispatch_fn)(void *ud, pt_req *req, pt_resp *resp);
 
 typedef struct pt_server_opts {
@@ -68,6 +70,10 @@ typedef struct pt_server_opts {
     int max_connections;        /* over it new connections are closed at once */
     const char *tls_cert_file;  /* both set: TLS with ALPN h2, http/1.1 */
     const char *tls_key_file;
+    /* Optional: 1 when dispatch answers req at once without blocking, so it runs on the
+     * event loop: health checks and metrics stay answered while every worker waits on a
+     * slow store. */
+    int (*on_loop)(void *ud, const pt_req *req);
 } pt_server_opts;
 
 typedef struct pt_server pt_server;

@@ -150,6 +150,7 @@ int main(int argc, char **argv)
         .max_connections = (int)cfg.max_connections,
         .tls_cert_file = cfg.tls_cert_file[0] ? cfg.tls_cert_file : NULL,
         .tls_key_file = cfg.tls_key_file[0] ? cfg.tls_key_file : NULL,
+        .on_loop = pt_app_on_loop,
     };
     srv = pt_server_new(&so, pt_app_dispatch, &app, err, sizeof(err));
     if (!srv) {

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "metrics.h"
 #include "server_int.h"
 
 #define RBUF_CAP (128 * 1024)         /* shared read buffer of the loop */
@@ -175,14 +176,26 @@ void pt_server_task_free(pt_task *t)
     free(t);
 }
 
+static void post_completion(pt_server *s, pt_task *t);
+static void fix_resp(pt_resp *r);
+
 void pt_server_dispatch(pt_task *t)
 {
     pt_server *s = t->srv;
     t->state = PT_TASK_QUEUED;
     t->req.body = t->body ? t->body : (const uint8_t *)"";
     t->req.body_len = t->body_len;
+    t->req.received_ns = pt_now_ns();
     t->qnext = NULL;
     s->inflight++;
+    if (s->on_loop && s->on_loop(s->ud, &t->req)) {
+        /* Answered here; the response goes out through the completion queue like a
+         * worker's, never from inside the parser callback that got us here. */
+        s->fn(s->ud, &t->req, &t->resp);
+        fix_resp(&t->resp);
+        post_completion(s, t);
+        return;
+    }
     pthread_mutex_lock(&s->wmu);
     if (s->wtail)
         s->wtail->qnext = t;
@@ -1105,6 +1118,7 @@ pt_server *pt_server_new(const pt_server_opts *opts, pt_dispatch_fn fn, void *ud
     s->lfd = s->epfd = s->wake_fd = -1;
     s->opts = *opts;
     s->fn = fn;
+    s->on_loop = opts->on_loop;
     s->ud = ud;
     if (s->opts.workers < 1)
         s->opts.workers = 1;

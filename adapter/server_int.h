@@ -154,6 +154,7 @@ struct pt_server {
     pt_server_opts opts;     /* strings point into the copies below */
     char *listen_copy, *cert_copy, *key_copy;
     pt_dispatch_fn fn;
+    int (*on_loop)(void *ud, const pt_req *req);
     void *ud;
     size_t arena_max;
     int lfd, epfd, wake_fd;

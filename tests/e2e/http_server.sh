@@ -146,6 +146,26 @@ wait "$cpid"
 tap_is "$(cat "$T/slow.code")" 200 "request in flight at SIGTERM is answered"
 stops_cleanly PLAIN
 
+# ------------------------------------------------- routes answered on the event loop
+# One worker, busy with eight queued 200 ms requests (1.6 s of work): a route the dispatcher
+# marks on_loop (like promtable's health, readiness and metrics) is answered before the
+# queue has drained, not behind it.
+start_echo ONE --workers 1
+U=http://127.0.0.1:$ONE_PORT
+slow_pids=()
+for i in 1 2 3 4 5 6 7 8; do
+    { curl -sS -o /dev/null "$U/slow" && echo "slow" >>"$T/order"; } &
+    slow_pids+=($!)
+done
+sleep 0.3
+curl -sS "$U/loop" >>"$T/order.loop" && echo "loop" >>"$T/order"
+wait "${slow_pids[@]}"
+tap_is "$(cat "$T/order.loop")" "loop" "an on_loop route answers while the only worker is busy"
+before=$(sed -n '/^loop$/q;p' "$T/order" | wc -l)
+tap_check "... before the queued worker requests finished ($before of 8 done)" test "$before" -lt 8
+tap_is "$(grep -c -x slow "$T/order")" 8 "the queued worker requests are all answered"
+stops_cleanly ONE
+
 # ------------------------------------------------------------------ small body limit
 start_echo SMALL --max-body 1000
 U=http://127.0.0.1:$SMALL_PORT

@@ -10,6 +10,7 @@
  *   GET  /hello -> 200 "hello\n"
  *   GET  /info  -> 200, what the handler saw (method, path, query, headers, proto, tls)
  *   any  /slow  -> 200 "slow\n" after 200 ms in the worker
+ *   any  /loop  -> 200 "loop\n", answered on the event loop (pt_server_opts.on_loop)
  *   else        -> 404
  */
 #include <signal.h>
@@ -63,6 +64,8 @@ static void dispatch(void *ud, pt_req *req, pt_resp *resp)
                  req->content_encoding, req->authorization, req->user_agent,
                  req->remote_write_version, req->body_len, req->proto, req->tls);
         text(resp, 200, buf);
+    } else if (strcmp(req->path, "/loop") == 0) {
+        text(resp, 200, "loop\n");
     } else if (strcmp(req->path, "/slow") == 0) {
         struct timespec ts = {0, 200 * 1000 * 1000};
         nanosleep(&ts, NULL);
@@ -70,6 +73,12 @@ static void dispatch(void *ud, pt_req *req, pt_resp *resp)
     } else {
         text(resp, 404, "not found\n");
     }
+}
+
+static int on_loop(void *ud, const pt_req *req)
+{
+    (void)ud;
+    return strcmp(req->path, "/loop") == 0;
 }
 
 static int usage(const char *argv0)
@@ -85,7 +94,8 @@ static int usage(const char *argv0)
 int main(int argc, char **argv)
 {
     char listen[300] = "127.0.0.1:0";
-    pt_server_opts o = {.workers = 4, .max_body = 1 << 20, .max_header_bytes = 16384};
+    pt_server_opts o = {.workers = 4, .max_body = 1 << 20, .max_header_bytes = 16384,
+                        .on_loop = on_loop};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
