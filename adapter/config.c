@@ -43,6 +43,8 @@ static const entry table[] = {
      F(idle_timeout_ms), "Close keep-alive connections idle this long (0 = never)."},
     {"web.max_body_bytes", "web.max-body-bytes", T_BYTES, "32MiB", 1024, 1024 * MiB,
      F(max_body_bytes), "Largest compressed request body; larger gets 413."},
+    {"web.max_body_memory", "web.max-body-memory", T_BYTES, "1GiB", MiB, 1048576 * MiB,
+     F(max_body_memory), "Request bodies held at once, all connections; past it 503."},
     {"web.max_decoded_bytes", "web.max-decoded-bytes", T_BYTES, "64MiB", 1024, 4096 * MiB,
      F(max_decoded_bytes), "Largest declared snappy-decoded size; larger gets 413."},
     {"web.max_request_memory", "web.max-request-memory", T_BYTES, "512MiB", MiB, 65536 * MiB,

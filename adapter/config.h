@@ -20,6 +20,7 @@ typedef struct pt_config {
     long max_connections;
     long idle_timeout_ms;
     size_t max_body_bytes;
+    size_t max_body_memory;
     size_t max_decoded_bytes;
     size_t max_request_memory;
 

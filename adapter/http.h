@@ -65,6 +65,7 @@ typedef struct pt_server_opts {
     const char *listen_address; /* "host:port", ":port", "[::1]:port" */
     int workers;                /* worker threads running dispatch; >= 1 */
     size_t max_body;            /* larger bodies get 413 without reaching dispatch */
+    size_t max_body_total;      /* all bodies in memory at once; past it 503 (0 = 1 GiB) */
     size_t max_header_bytes;    /* total request header bytes; over it: 431 / stream reset */
     int idle_timeout_ms;        /* close idle keep-alive connections; 0 = never */
     int max_connections;        /* over it new connections are closed at once */

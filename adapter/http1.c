@@ -168,10 +168,8 @@ static int on_body(http_parser *p, const char *at, size_t n)
 {
     pt_h1_state *h = state_of(p);
     int rv = pt_server_body_append(h->cur, (const uint8_t *)at, n);
-    if (rv == PT_ETOOLARGE)
-        return fail_in_callback(h, 413);
     if (rv < 0)
-        return fail_in_callback(h, 500);
+        return fail_in_callback(h, pt_error_http_status(rv));
     return 0;
 }
 
@@ -287,10 +285,7 @@ static int write_response(pt_conn *c, const pt_resp *r, int head, int close)
 static void h1_fail(pt_conn *c, int status)
 {
     pt_h1_state *h = &c->h1;
-    const char *msg = status == 413   ? "request body too large\n"
-                      : status == 431 ? "request header fields too large\n"
-                      : status == 500 ? "out of memory\n"
-                                      : "bad request\n";
+    const char *msg = pt_server_status_text(status);
     pt_resp r = {.status = status,
                  .content_type = "text/plain; charset=utf-8",
                  .body = (const uint8_t *)msg,

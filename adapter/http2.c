@@ -95,12 +95,7 @@ static int submit(pt_conn *c, pt_task *t)
 /* Answers a stream that broke a limit, without dispatching it. */
 static void reject(pt_conn *c, pt_task *t)
 {
-    static const char too_large[] = "request body too large\n";
-    static const char hdr_large[] = "request header fields too large\n";
-    static const char internal[] = "out of memory\n";
-    const char *msg = t->early_status == 413   ? too_large
-                      : t->early_status == 431 ? hdr_large
-                                               : internal;
+    const char *msg = pt_server_status_text(t->early_status);
     t->rejected = 1;
     t->state = PT_TASK_SEND;
     t->resp.status = t->early_status;
@@ -202,10 +197,8 @@ static int on_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t sid, const 
     if (!t || t->early_status || t->state != PT_TASK_RECV)
         return 0; /* discarded; nghttp2 still credits the flow-control window */
     int rv = pt_server_body_append(t, data, len);
-    if (rv == PT_ETOOLARGE)
-        t->early_status = 413;
-    else if (rv < 0)
-        t->early_status = 500;
+    if (rv < 0)
+        t->early_status = pt_error_http_status(rv);
     return 0;
 }
 

@@ -145,6 +145,7 @@ int main(int argc, char **argv)
         .listen_address = cfg.listen_address,
         .workers = cfg.workers ? (int)cfg.workers : (int)(ncpu > 0 ? 2 * ncpu : 4),
         .max_body = cfg.max_body_bytes,
+        .max_body_total = cfg.max_body_memory,
         .max_header_bytes = 64 * 1024,
         .idle_timeout_ms = (int)cfg.idle_timeout_ms,
         .max_connections = (int)cfg.max_connections,

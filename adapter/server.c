@@ -45,6 +45,7 @@
 #define NO_SLOT UINT32_MAX
 
 #define DEFAULT_MAX_BODY (32u << 20)
+#define DEFAULT_MAX_BODY_TOTAL ((size_t)1 << 30)
 #define DEFAULT_MAX_HEADER (64u << 10)
 #define DEFAULT_MAX_CONNS 65536
 
@@ -155,16 +156,22 @@ void pt_server_task_detach(pt_task *t)
         c->h1.cur = NULL;
 }
 
+/* Frees a task's body buffer and takes it off the server's body memory. */
+static void body_release(pt_task *t)
+{
+    t->srv->body_bytes -= t->body_cap;
+    free(t->body);
+    t->body = NULL;
+    t->body_cap = 0;
+}
+
 void pt_server_task_free(pt_task *t)
 {
     pt_server *s = t->srv;
     pt_server_task_detach(t);
     pt_arena_reset(&t->arena);
-    if (t->body_cap > BODY_KEEP) {
-        free(t->body);
-        t->body = NULL;
-        t->body_cap = 0;
-    }
+    if (t->body_cap > BODY_KEEP)
+        body_release(t);
     if (s->ncache < TASK_CACHE_MAX) {
         t->qnext = s->cache;
         s->cache = t;
@@ -172,7 +179,7 @@ void pt_server_task_free(pt_task *t)
         return;
     }
     pt_arena_free(&t->arena);
-    free(t->body);
+    body_release(t);
     free(t);
 }
 
@@ -283,6 +290,18 @@ int pt_server_method(const char *m, size_t n)
     return PT_M_OTHER; /* method names are case-sensitive */
 }
 
+const char *pt_server_status_text(int status)
+{
+    switch (status) {
+    case 413: return "request body too large\n";
+    case 431: return "request header fields too large\n";
+    case 503: return "server busy: request bodies in memory are at web.max_body_memory; "
+                     "retry\n";
+    case 500: return "out of memory\n";
+    default: return "bad request\n";
+    }
+}
+
 int pt_server_body_append(pt_task *t, const uint8_t *p, size_t n)
 {
     size_t max = t->srv->opts.max_body;
@@ -295,9 +314,14 @@ int pt_server_body_append(pt_task *t, const uint8_t *p, size_t n)
             cap = cap > SIZE_MAX / 2 ? need : cap * 2;
         if (cap > max)
             cap = max;
+        /* All bodies together have a ceiling too: many connections each sending up to
+         * max_body must not take the process' memory. Over it the client retries. */
+        if (t->srv->body_bytes - t->body_cap + cap > t->srv->opts.max_body_total)
+            return PT_EBUSY;
         uint8_t *b = realloc(t->body, cap);
         if (!b)
             return PT_ENOMEM;
+        t->srv->body_bytes += cap - t->body_cap;
         t->body = b;
         t->body_cap = cap;
     }
@@ -311,10 +335,12 @@ void pt_server_body_reserve(pt_task *t, uint64_t n)
     /* Capped: a declared length costs memory only as the bytes actually arrive. */
     if (n > BODY_RESERVE_MAX)
         n = BODY_RESERVE_MAX;
-    if (n <= t->body_cap)
+    if (n <= t->body_cap ||
+        t->srv->body_bytes - t->body_cap + n > t->srv->opts.max_body_total)
         return;
     uint8_t *b = realloc(t->body, (size_t)n);
     if (b) {
+        t->srv->body_bytes += (size_t)n - t->body_cap;
         t->body = b;
         t->body_cap = (size_t)n;
     }
@@ -1124,6 +1150,10 @@ pt_server *pt_server_new(const pt_server_opts *opts, pt_dispatch_fn fn, void *ud
         s->opts.workers = 1;
     if (!s->opts.max_body)
         s->opts.max_body = DEFAULT_MAX_BODY;
+    if (!s->opts.max_body_total)
+        s->opts.max_body_total = DEFAULT_MAX_BODY_TOTAL;
+    if (s->opts.max_body_total < s->opts.max_body)
+        s->opts.max_body_total = s->opts.max_body;
     if (!s->opts.max_header_bytes)
         s->opts.max_header_bytes = DEFAULT_MAX_HEADER;
     if (s->opts.max_connections <= 0)
@@ -1356,7 +1386,7 @@ void pt_server_free(pt_server *s)
         pt_task *t = s->cache;
         s->cache = t->qnext;
         pt_arena_free(&t->arena);
-        free(t->body);
+        body_release(t);
         free(t);
     }
     if (s->lfd >= 0)

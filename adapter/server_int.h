@@ -155,6 +155,7 @@ struct pt_server {
     char *listen_copy, *cert_copy, *key_copy;
     pt_dispatch_fn fn;
     int (*on_loop)(void *ud, const pt_req *req);
+    size_t body_bytes; /* capacity of every task's body buffer (loop thread only) */
     void *ud;
     size_t arena_max;
     int lfd, epfd, wake_fd;
@@ -213,8 +214,10 @@ int pt_server_req_header(pt_task *t, const char *name, size_t nlen, const char *
 /* Splits a request target into path and query, copied into the arena. */
 int pt_server_req_target(pt_task *t, const char *u, size_t n);
 int pt_server_method(const char *name, size_t n);
-/* PT_ETOOLARGE over max_body, PT_ENOMEM. */
+/* PT_ETOOLARGE over max_body, PT_EBUSY over max_body_total (all bodies), PT_ENOMEM. */
 int pt_server_body_append(pt_task *t, const uint8_t *p, size_t n);
+/* The plain-text body of a response the server makes itself (413, 431, 500, 503, 400). */
+const char *pt_server_status_text(int status);
 /* Pre-sizes the body for a declared length (already checked against max_body). */
 void pt_server_body_reserve(pt_task *t, uint64_t n);
 /* Room for n more output bytes; NULL on allocation failure. Commit with out_len += n. */

@@ -183,6 +183,26 @@ tap_is "$(curl -sS --http2-prior-knowledge "$U/hello")" "hello" \
     "the server keeps serving after refusing bodies"
 stops_cleanly SMALL
 
+# --------------------------------------------------------- memory of all bodies at once
+# 100000 bytes for every body together: a half-sent 90000-byte body holds most of it, so a
+# second upload gets 503 (retryable), and once the first is answered there is room again.
+start_echo TOTAL --max-body 100000 --max-body-total 100000
+U=http://127.0.0.1:$TOTAL_PORT
+head -c 60000 /dev/zero >"$T/60k.bin"
+exec 3<>"/dev/tcp/127.0.0.1/$TOTAL_PORT"
+printf 'POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 90000\r\n\r\n' >&3
+head -c 60000 /dev/zero >&3
+sleep 0.3
+tap_is "$(curl -sS -o "$T/busy.out" -w '%{http_code}' --data-binary @"$T/60k.bin" "$U/echo")" 503 \
+    "a body past the memory of all bodies gets 503 ($(head -c 60 "$T/busy.out"))"
+head -c 30000 /dev/zero >&3
+timeout 5 head -n 1 <&3 | tr -d '\r' >"$T/first.status"
+exec 3<&-
+tap_is "$(cat "$T/first.status")" "HTTP/1.1 200 OK" "the body holding the memory completes"
+tap_is "$(curl -sS -o /dev/null -w '%{http_code}' --data-binary @"$T/60k.bin" "$U/echo")" 200 \
+    "then the next upload fits again"
+stops_cleanly TOTAL
+
 # ------------------------------------------------------------------------------- TLS
 openssl req -x509 -newkey rsa:2048 -nodes -keyout "$T/key.pem" -out "$T/cert.pem" \
     -days 2 -subj /CN=localhost >/dev/null 2>&1 || tap_bail "openssl cannot make a certificate"

@@ -1,7 +1,8 @@
 /*
  * httpecho: pt_server with a toy dispatch, for tests/e2e/http_server.sh.
  *
- *   httpecho [--listen HOST:PORT] [--port N] [--max-body N] [--max-header N]
+ *   httpecho [--listen HOST:PORT] [--port N] [--max-body N] [--max-body-total N]
+ *            [--max-header N]
  *            [--workers N] [--idle-timeout MS] [--max-connections N]
  *            [--tls-cert FILE --tls-key FILE]
  *
@@ -84,7 +85,8 @@ static int on_loop(void *ud, const pt_req *req)
 static int usage(const char *argv0)
 {
     fprintf(stderr,
-            "usage: %s [--listen HOST:PORT] [--port N] [--max-body N] [--max-header N]\n"
+            "usage: %s [--listen HOST:PORT] [--port N] [--max-body N] [--max-body-total N]\n"
+            "       [--max-header N]\n"
             "       [--workers N] [--idle-timeout MS] [--max-connections N]\n"
             "       [--tls-cert FILE --tls-key FILE]\n",
             argv0);
@@ -107,6 +109,8 @@ int main(int argc, char **argv)
             snprintf(listen, sizeof(listen), "127.0.0.1:%s", v);
         else if (strcmp(a, "--max-body") == 0)
             o.max_body = strtoull(v, NULL, 10);
+        else if (strcmp(a, "--max-body-total") == 0)
+            o.max_body_total = strtoull(v, NULL, 10);
         else if (strcmp(a, "--max-header") == 0)
             o.max_header_bytes = strtoull(v, NULL, 10);
         else if (strcmp(a, "--workers") == 0)
