@@ -43,8 +43,9 @@ void pt_metrics_observe(pt_histogram *h, uint64_t ns)
     atomic_fetch_add_explicit(&h->sum_ns, ns, memory_order_relaxed);
 }
 
-/* Requests by (route, code, proto): a fixed table; codes seen are few. */
-#define REQ_SLOTS 64
+/* Requests by (route, code, proto): a fixed table, room for every route (6) x status the
+ * server can answer (under 20) x protocol (2). */
+#define REQ_SLOTS 256
 static struct {
     int route, code, proto;
     _Atomic uint64_t n;
