@@ -29,6 +29,8 @@ VM_BIN=${VM_BIN:-$(command -v victoria-metrics || echo /usr/bin/victoria-metrics
 PROMTABLE_ARGS=${PROMTABLE_ARGS:-}           # extra flags for promtable
 VM_ARGS=${VM_ARGS:-}                         # extra flags for VictoriaMetrics
 KEEP=${KEEP:-0}                              # 1: keep the work directory (logs, data)
+ROUNDS=${ROUNDS:-1}                          # runs of every target, alternating; medians
+                                             # are reported (other columns: last round)
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/promtable-bench.XXXXXX")
 SERVER_PID=
@@ -166,7 +168,7 @@ bench_promtable() {
     fi
     port=$(free_port)
     dir=$WORK/promtable-data
-    mkdir -p "$dir"
+    rm -rf "$dir" && mkdir -p "$dir"
     base=http://127.0.0.1:$port
     # shellcheck disable=SC2086  # PROMTABLE_ARGS is a list of flags
     start_server promtable "$base/-/ready" "$PROMTABLE" --web.listen-address="127.0.0.1:$port" \
@@ -202,6 +204,7 @@ bench_victoriametrics() {
     fi
     port=$(free_port)
     dir=$WORK/vm-data
+    rm -rf "$dir"
     base=http://127.0.0.1:$port
     # Query limits are raised only so the check below can count every series; ingest
     # flags stay at their defaults.
@@ -246,16 +249,33 @@ bench_victoriametrics() {
 }
 
 # ---------------------------------------------------------------------------------------
+# median LIST: the median of whitespace-separated numbers (the lower middle for an even
+# count).
+median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+
+declare -A ALL_RATE ALL_PERCPU
 log "work directory: $WORK"
-for t in $TARGETS; do
-    log ""
-    log "=== $t"
-    case $t in
-    promtable) bench_promtable || FAILED=1 ;;
-    victoriametrics) bench_victoriametrics || FAILED=1 ;;
-    *) log "unknown target $t"; FAILED=1 ;;
-    esac
+for ((round = 1; round <= ROUNDS; round++)); do
+    for t in $TARGETS; do
+        log ""
+        log "=== $t (round $round of $ROUNDS)"
+        case $t in
+        promtable) bench_promtable || FAILED=1 ;;
+        victoriametrics) bench_victoriametrics || FAILED=1 ;;
+        *) log "unknown target $t"; FAILED=1 ;;
+        esac
+        ALL_RATE[$t]+=" ${RATE[$t]:-}"
+        ALL_PERCPU[$t]+=" ${PERCPU[$t]:-}"
+    done
 done
+# The figures below are the medians over the rounds; the rounds alternate the targets, so
+# a slow spell of the host hits both.
+if ((ROUNDS > 1)); then
+    for t in $TARGETS; do
+        RATE[$t]=$(median "${ALL_RATE[$t]}")
+        PERCPU[$t]=$(median "${ALL_PERCPU[$t]}")
+    done
+fi
 
 # The Debian build prints an empty -version; the package version says it.
 VM_VERSION=$("$VM_BIN" -version 2>/dev/null | head -n 1 || true)
@@ -267,7 +287,8 @@ COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo none)
 CPU_MODEL=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 echo
 echo "ingest benchmark: $SERIES series, $LABELS labels/series, $SAMPLES_PER_REQUEST" \
-    "samples/request, $CONNECTIONS connections, ${WARMUP}s warm-up + ${DURATION}s timed"
+    "samples/request, $CONNECTIONS connections, ${WARMUP}s warm-up + ${DURATION}s timed," \
+    "$ROUNDS round(s), medians"
 echo "$PT_VERSION (commit $COMMIT), VictoriaMetrics $VM_VERSION"
 echo "host: $(nproc) CPUs ($CPU_MODEL), $(uname -sr); server on CPU $SERVER_CPU," \
     "load generator on CPU $LOADGEN_CPU"
@@ -283,6 +304,11 @@ for t in $TARGETS; do
     printf "$FMT" "$t" "${RATE[$t]:--}" "${P99[$t]:--}" "${ERRS[$t]:--}" "${PERCPU[$t]:--}" \
         "${UTIL[$t]:--}" "${OTHER[$t]:--}" "${DISK[$t]:--}" "${CHECK[$t]:-}"
 done
+if ((ROUNDS > 1)); then
+    for t in $TARGETS; do
+        echo "$t samples/s by round:${ALL_RATE[$t]}"
+    done
+fi
 if [[ -n ${RATE[promtable]:-} && -n ${RATE[victoriametrics]:-} ]]; then
     awk -v a="${RATE[promtable]}" -v b="${RATE[victoriametrics]}" \
         -v c="${PERCPU[promtable]:-0}" -v d="${PERCPU[victoriametrics]:-0}" 'BEGIN {
