@@ -322,19 +322,27 @@ static int embedded_write(void *state, const pt_mutation *m, size_t n)
 
 /* ---- scan ---- */
 
+int pt_emb_reserve(void **p, size_t *cap, size_t n, size_t first)
+{
+    if (n <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : first;
+    while (c < n)
+        c *= 2;
+    void *q = realloc(*p, c);
+    if (!q)
+        return PT_ENOMEM;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
 static int kb_reserve(keybuf *kb, size_t n)
 {
-    if (n <= kb->cap)
-        return 0;
-    size_t cap = kb->cap ? kb->cap : 256;
-    while (cap < n)
-        cap *= 2;
-    char *p = realloc(kb->p, cap);
-    if (!p)
-        return PT_ENOMEM;
+    void *p = kb->p;
+    int rv = pt_emb_reserve(&p, &kb->cap, n, 256);
     kb->p = p;
-    kb->cap = cap;
-    return 0;
+    return rv;
 }
 
 /* kb = a || sep || b, where sep < 0 means no separator byte. */

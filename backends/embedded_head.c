@@ -206,17 +206,10 @@ typedef struct bytebuf {
 
 static int bb_reserve(bytebuf *b, size_t n)
 {
-    if (n <= b->cap)
-        return 0;
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < n)
-        cap *= 2;
-    uint8_t *p = realloc(b->p, cap);
-    if (!p)
-        return PT_ENOMEM;
+    void *p = b->p;
+    int rv = pt_emb_reserve(&p, &b->cap, n, 4096);
     b->p = p;
-    b->cap = cap;
-    return 0;
+    return rv;
 }
 
 static int chunk_encode(bytebuf *b, const vcell *c, size_t n)

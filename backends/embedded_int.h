@@ -66,6 +66,9 @@ typedef struct keybuf {
     size_t n, cap;
 } keybuf;
 
+/* Grows *p (capacity *cap, first allocation `first` bytes, then doubling) to hold n bytes;
+ * 0 or PT_ENOMEM, *p unchanged on failure. */
+int pt_emb_reserve(void **p, size_t *cap, size_t n, size_t first);
 int pt_emb_kb_set(keybuf *kb, const void *a, size_t an, int sep, const void *b, size_t bn);
 int pt_emb_kb_row_bound(keybuf *kb, pt_slice b);
 int pt_emb_single_row(const pt_row_range *r);
