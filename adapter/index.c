@@ -91,13 +91,6 @@ static int has_locked(pt_index_cache *c, pt_index_key k)
     return 1;
 }
 
-int pt_index_cache_has(pt_index_cache *c, pt_index_key k)
-{
-    uint8_t found;
-    pt_index_cache_lookup(c, &k, 1, &found);
-    return found;
-}
-
 void pt_index_cache_lookup(pt_index_cache *c, const pt_index_key *keys, size_t n,
                            uint8_t *found)
 {

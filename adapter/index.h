@@ -26,8 +26,8 @@ pt_index_cache *pt_index_cache_new(size_t capacity);
 void pt_index_cache_free(pt_index_cache *c);
 
 pt_index_key pt_index_key_of(pt_slice sid, int64_t bucket);
-int pt_index_cache_has(pt_index_cache *c, pt_index_key k);
-/* found[i] = pt_index_cache_has(c, keys[i]) for the whole batch, under one lock. */
+/* found[i] = 1 when keys[i] is known as indexed, for the whole batch under one lock; a key
+ * found in the old generation moves to the current one. */
 void pt_index_cache_lookup(pt_index_cache *c, const pt_index_key *keys, size_t n,
                            uint8_t *found);
 /* Adds keys after the backend acknowledged their index rows. */

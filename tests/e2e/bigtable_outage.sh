@@ -156,10 +156,10 @@ remote_read:
     read_recent: true
     remote_timeout: 30s
 EOF
-pt_spawn "$DIR/writer.log" prometheus --config.file="$DIR/writer.yml" \
-    --storage.tsdb.path="$DIR/writer-data" --web.listen-address="127.0.0.1:$W_PORT"
+pt_start_prometheus "$DIR" writer "$W_PORT"
+up=$?
 W_PID=$PT_PID
-pt_wait_http "http://127.0.0.1:$W_PORT/-/ready" 30 "$W_PID" || fatal "writer Prometheus starts"
+[ "$up" = 0 ] || fatal "writer Prometheus starts"
 tap_ok "writer Prometheus remote-writes to $BASE/api/v1/write"
 
 # ------------------------------------------------------------------------- 2. healthy
@@ -262,10 +262,10 @@ pt_sleep 1
 
 # ------------------------------------------------------------------- 5. nothing is lost
 phase "reading back through a reader Prometheus"
-pt_spawn "$DIR/reader.log" prometheus --config.file="$DIR/reader.yml" \
-    --storage.tsdb.path="$DIR/reader-data" --web.listen-address="127.0.0.1:$R_PORT"
+pt_start_prometheus "$DIR" reader "$R_PORT"
+up=$?
 R_PID=$PT_PID
-pt_wait_http "http://127.0.0.1:$R_PORT/-/ready" 30 "$R_PID" || fatal "reader Prometheus starts"
+[ "$up" = 0 ] || fatal "reader Prometheus starts"
 
 # A range selector returns raw samples: compare them exactly, per series, over
 # [T_KILL - 1, TEND] (the exporter started after T_KILL, so that is all of them).

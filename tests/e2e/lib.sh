@@ -23,6 +23,9 @@
 #                                            on exit unless PT_KEEP_TMP=1)
 #                     pt_on_exit CMD        (runs CMD, via eval, at exit before the kills)
 #                     pt_require CMD...     (skips the whole file when a command is missing)
+# Prometheus          pt_start_prometheus DIR NAME PORT (DIR/NAME.yml, data in DIR/NAME-data,
+#                                           log DIR/NAME.log; sets PT_PID; 1 if not ready
+#                                           within 30 s)
 # Bigtable emulator   pt_cbtemulator_found  (0 when $PT_CBTEMULATOR, default the gcloud SDK's
 #                                            cbtemulator, is executable)
 #                     pt_start_cbtemulator VAR LOG [PORT]
@@ -268,6 +271,15 @@ pt_wait_http() {
         sleep 0.2
     done
     return 1
+}
+
+# -------------------------------------------------------------------------- Prometheus
+
+pt_start_prometheus() {
+    local dir=$1 name=$2 port=$3
+    pt_spawn "$dir/$name.log" prometheus --config.file="$dir/$name.yml" \
+        --storage.tsdb.path="$dir/$name-data" --web.listen-address="127.0.0.1:$port"
+    pt_wait_http "http://127.0.0.1:$port/-/ready" 30 "$PT_PID"
 }
 
 # ------------------------------------------------------------------- Bigtable emulator

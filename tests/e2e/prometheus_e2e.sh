@@ -297,10 +297,10 @@ scenario() {
         stop_all
         return
     fi
-    pt_spawn "$DIR/writer.log" prometheus --config.file="$DIR/writer.yml" \
-        --storage.tsdb.path="$DIR/writer-data" --web.listen-address="127.0.0.1:$W_PORT"
+    pt_start_prometheus "$DIR" writer "$W_PORT"
+    local up=$?
     W_PID=$PT_PID
-    if ! pt_wait_http "http://127.0.0.1:$W_PORT/-/ready" 30 "$W_PID"; then
+    if [ "$up" != 0 ]; then
         tap_not_ok "$NAME: writer Prometheus starts"
         show_logs
         stop_all
@@ -328,10 +328,10 @@ scenario() {
 
     # 4. reader
     phase "starting the reader"
-    pt_spawn "$DIR/reader.log" prometheus --config.file="$DIR/reader.yml" \
-        --storage.tsdb.path="$DIR/reader-data" --web.listen-address="127.0.0.1:$R_PORT"
+    pt_start_prometheus "$DIR" reader "$R_PORT"
+    up=$?
     R_PID=$PT_PID
-    if ! pt_wait_http "http://127.0.0.1:$R_PORT/-/ready" 30 "$R_PID"; then
+    if [ "$up" != 0 ]; then
         tap_not_ok "$NAME: reader Prometheus starts"
         show_logs
         stop_all
