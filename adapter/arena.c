@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 void pt_arena_init(pt_arena *a, size_t block_size, size_t max)
 {
     a->head = NULL;

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "bytes.h"
 #include "error.h"
 #include "matcher.h"
 #include "metrics.h"
@@ -327,14 +328,6 @@ static int on_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     return 0;
 }
 
-static void put_be32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
-
 /* Series read with one scan: a backend turns them into one request (Bigtable: one
  * ReadRows with a row set of this many rows). */
 enum { READ_GROUP = 1000 };
@@ -393,11 +386,11 @@ static int read_all(qctx *q, const series *v, size_t k, int64_t start, int64_t e
         qsort(refs, k, sizeof(*refs), rowref_cmp);
         pt_scan sc = {PT_TABLE_POINTS, ranges, 0, {0}, {0}, 0};
         if (start > base) {
-            put_be32(qb, (uint32_t)(start - base));
+            pt_put_be32(qb, (uint32_t)(start - base));
             sc.qual_start = (pt_slice){qb, 4};
         }
         if (end - base + 1 < PT_BUCKET_MS) {
-            put_be32(qb + 4, (uint32_t)(end - base + 1));
+            pt_put_be32(qb + 4, (uint32_t)(end - base + 1));
             sc.qual_end = (pt_slice){qb + 4, 4};
         }
         for (size_t g = 0; g < k; g += READ_GROUP) {

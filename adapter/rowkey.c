@@ -3,6 +3,7 @@
 #include <openssl/evp.h>
 #include <string.h>
 
+#include "bytes.h"
 #include "error.h"
 
 static const char hexdig[] = "0123456789abcdef";
@@ -15,7 +16,8 @@ static const uint8_t extra[256] = {
     [','] = 1, ['='] = 1, ['@'] = 1, ['\\'] = 1,
 };
 
-/* Eight bytes at a time: nonzero when one of them is a control byte or one of \ , = @.
+/* pt_text_flags looks at eight bytes at a time (escaping itself is rare and goes byte by
+ * byte): nonzero when one of them is a control byte or one of \ , = @.
  * (v - 0x01..) & ~v & 0x80.. is nonzero exactly when a byte of v is zero, and
  * (w - 0x20..) & ~w & 0x80.. exactly when a byte of w is below 0x20.) */
 #define ONES 0x0101010101010101ULL
@@ -38,21 +40,10 @@ static inline uint64_t needs_escape8(const uint8_t *p)
            has_zero(w ^ (ONES * '\\'));
 }
 
-/* Length of the prefix of s[from..) that needs no escaping, plus from. */
-static size_t plain_run(pt_slice s, size_t from)
-{
-    size_t j = from;
-    while (s.n - j >= 8 && !needs_escape8(s.p + j))
-        j += 8;
-    while (j < s.n && !extra[s.p[j]])
-        j++;
-    return j;
-}
-
 size_t pt_escaped_len(pt_slice s)
 {
     size_t n = s.n;
-    for (size_t i = plain_run(s, 0); i < s.n; i++)
+    for (size_t i = 0; i < s.n; i++)
         n += extra[s.p[i]];
     return n;
 }
@@ -62,7 +53,9 @@ uint8_t *pt_escape(uint8_t *dst, pt_slice s)
     size_t i = 0;
     while (i < s.n) {
         /* Copy the run that needs no escaping in one go. */
-        size_t j = plain_run(s, i);
+        size_t j = i;
+        while (j < s.n && !extra[s.p[j]])
+            j++;
         memcpy(dst, s.p + i, j - i);
         dst += j - i;
         if (j == s.n)
@@ -362,29 +355,18 @@ int64_t pt_row_key_base(pt_slice row)
 
 void pt_cell_encode(int64_t t, double v, uint8_t qual[PT_QUAL_LEN], uint8_t val[PT_VALUE_LEN])
 {
-    uint32_t off = (uint32_t)(t - pt_bucket_base(t));
-    qual[0] = (uint8_t)(off >> 24);
-    qual[1] = (uint8_t)(off >> 16);
-    qual[2] = (uint8_t)(off >> 8);
-    qual[3] = (uint8_t)off;
+    pt_put_be32(qual, (uint32_t)(t - pt_bucket_base(t)));
     uint64_t bits;
     memcpy(&bits, &v, 8);
-    for (int i = 7; i >= 0; i--) {
-        val[i] = (uint8_t)bits;
-        bits >>= 8;
-    }
+    pt_put_be64(val, bits);
 }
 
 int pt_cell_decode(int64_t base, pt_slice qual, pt_slice val, int64_t *t, double *v)
 {
     if (qual.n != PT_QUAL_LEN || val.n != PT_VALUE_LEN)
         return PT_EINTERNAL;
-    uint32_t off = (uint32_t)qual.p[0] << 24 | (uint32_t)qual.p[1] << 16 |
-                   (uint32_t)qual.p[2] << 8 | qual.p[3];
-    uint64_t bits = 0;
-    for (int i = 0; i < 8; i++)
-        bits = bits << 8 | val.p[i];
-    *t = base + off;
+    uint64_t bits = pt_get_be64(val.p);
+    *t = base + pt_get_be32(qual.p);
     memcpy(v, &bits, 8);
     return 0;
 }

@@ -302,6 +302,23 @@ const char *pt_server_status_text(int status)
     }
 }
 
+/* Resizes a task's body buffer to cap bytes within the ceiling on all bodies together
+ * (many connections each sending up to max_body must not take the process' memory):
+ * 0, PT_EBUSY over that ceiling (the client retries), or PT_ENOMEM. */
+static int body_resize(pt_task *t, size_t cap)
+{
+    pt_server *s = t->srv;
+    if (s->body_bytes - t->body_cap + cap > s->opts.max_body_total)
+        return PT_EBUSY;
+    uint8_t *b = realloc(t->body, cap);
+    if (!b)
+        return PT_ENOMEM;
+    s->body_bytes += cap - t->body_cap;
+    t->body = b;
+    t->body_cap = cap;
+    return 0;
+}
+
 int pt_server_body_append(pt_task *t, const uint8_t *p, size_t n)
 {
     size_t max = t->srv->opts.max_body;
@@ -314,16 +331,9 @@ int pt_server_body_append(pt_task *t, const uint8_t *p, size_t n)
             cap = cap > SIZE_MAX / 2 ? need : cap * 2;
         if (cap > max)
             cap = max;
-        /* All bodies together have a ceiling too: many connections each sending up to
-         * max_body must not take the process' memory. Over it the client retries. */
-        if (t->srv->body_bytes - t->body_cap + cap > t->srv->opts.max_body_total)
-            return PT_EBUSY;
-        uint8_t *b = realloc(t->body, cap);
-        if (!b)
-            return PT_ENOMEM;
-        t->srv->body_bytes += cap - t->body_cap;
-        t->body = b;
-        t->body_cap = cap;
+        int rv = body_resize(t, cap);
+        if (rv != 0)
+            return rv;
     }
     memcpy(t->body + t->body_len, p, n);
     t->body_len = need;
@@ -335,15 +345,8 @@ void pt_server_body_reserve(pt_task *t, uint64_t n)
     /* Capped: a declared length costs memory only as the bytes actually arrive. */
     if (n > BODY_RESERVE_MAX)
         n = BODY_RESERVE_MAX;
-    if (n <= t->body_cap ||
-        t->srv->body_bytes - t->body_cap + n > t->srv->opts.max_body_total)
-        return;
-    uint8_t *b = realloc(t->body, (size_t)n);
-    if (b) {
-        t->srv->body_bytes += (size_t)n - t->body_cap;
-        t->body = b;
-        t->body_cap = (size_t)n;
-    }
+    if (n > t->body_cap)
+        body_resize(t, (size_t)n); /* on failure the body grows as bytes arrive */
 }
 
 int pt_server_header_ok(const char *name, const char *value)

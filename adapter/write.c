@@ -117,10 +117,9 @@ long pt_labels_validate(Prometheus__Label *const *in, size_t n, pt_arena *a, pt_
             return label_error(msg, msglen, in, n, "label %zu has an empty name", i);
         unsigned f = pt_text_flags(name) | pt_text_flags(value);
         text |= f;
-        int ascii = !(f & PT_TEXT_NONASCII);
-        if (!ascii && !pt_utf8_valid(name))
+        if ((f & PT_TEXT_NONASCII) && !pt_utf8_valid(name))
             return label_error(msg, msglen, in, n, "label name %zu is not valid UTF-8", i);
-        if (!ascii && !pt_utf8_valid(value))
+        if ((f & PT_TEXT_NONASCII) && !pt_utf8_valid(value))
             return label_error(msg, msglen, in, n, "value of label \"%.*s\" is not valid UTF-8",
                                (int)(name.n > 60 ? 60 : name.n), (const char *)name.p);
         if (i > 0) {

@@ -61,6 +61,7 @@
 #include <xxhash.h>
 
 #include "embedded.h"
+#include "../adapter/bytes.h"
 #include "embedded_int.h"
 #include "../adapter/error.h"
 
@@ -104,34 +105,6 @@ typedef struct vcells {
 static const uint8_t wal_magic[4] = {'P', 'T', 'W', '1'};
 enum { WAL_HDR = 20 };
 
-/* ---- byte helpers ---- */
-
-static void put_le32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
-}
-
-static uint32_t get_le32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static void put_be32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
-
-static uint32_t get_be32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
-}
-
 static const uint8_t *cell_val(const cell *c)
 {
     return c->vlen <= 8 ? c->v.in : c->v.p;
@@ -164,7 +137,7 @@ static int chunk_parse(const uint8_t *p, size_t n, chunk *c)
 {
     if (n < 5 || (p[0] != 1 && p[0] != 2))
         return PT_EINTERNAL;
-    c->count = get_be32(p + 1);
+    c->count = pt_get_be32(p + 1);
     c->fixed = p[0] == 1;
     if (c->count == 0)
         return PT_EINTERNAL;
@@ -177,7 +150,7 @@ static int chunk_parse(const uint8_t *p, size_t n, chunk *c)
     if (!c->fixed) {
         size_t total = need;
         for (uint32_t i = 0; i < c->count; i++)
-            total += get_be32(c->lens + 4 * (size_t)i);
+            total += pt_get_be32(c->lens + 4 * (size_t)i);
         if (total != n)
             return PT_EINTERNAL;
     } else if (need != n) {
@@ -191,8 +164,8 @@ static int chunk_cells(const chunk *c, vcells *vc)
 {
     const uint8_t *v = c->vals;
     for (uint32_t i = 0; i < c->count; i++) {
-        uint32_t len = c->fixed ? 8 : get_be32(c->lens + 4 * (size_t)i);
-        if (vc_push(vc, get_be32(c->quals + 4 * (size_t)i), len, v) != 0)
+        uint32_t len = c->fixed ? 8 : pt_get_be32(c->lens + 4 * (size_t)i);
+        if (vc_push(vc, pt_get_be32(c->quals + 4 * (size_t)i), len, v) != 0)
             return PT_ENOMEM;
         v += len;
     }
@@ -225,13 +198,13 @@ static int chunk_encode(bytebuf *b, const vcell *c, size_t n)
         return PT_ENOMEM;
     uint8_t *p = b->p;
     *p++ = fixed ? 1 : 2;
-    put_be32(p, (uint32_t)n);
+    pt_put_be32(p, (uint32_t)n);
     p += 4;
     for (size_t i = 0; i < n; i++, p += 4)
-        put_be32(p, c[i].q);
+        pt_put_be32(p, c[i].q);
     if (!fixed)
         for (size_t i = 0; i < n; i++, p += 4)
-            put_be32(p, c[i].vlen);
+            pt_put_be32(p, c[i].vlen);
     for (size_t i = 0; i < n; i++) {
         if (c[i].vlen)
             memcpy(p, c[i].v, c[i].vlen);
@@ -248,7 +221,7 @@ static int split_key(const char *k, size_t kn, pt_slice *row, uint32_t *first)
     if (!z || kn - (size_t)(z - k) != 5)
         return PT_EINTERNAL;
     *row = (pt_slice){(const uint8_t *)k, (size_t)(z - k)};
-    *first = get_be32((const uint8_t *)z + 1);
+    *first = pt_get_be32((const uint8_t *)z + 1);
     return 0;
 }
 
@@ -510,7 +483,7 @@ static int fl_commit(flusher *f)
 static int fl_put(flusher *f, const hrow *r, const vcell *c, size_t n)
 {
     uint8_t q[4];
-    put_be32(q, c[0].q);
+    pt_put_be32(q, c[0].q);
     int rv;
     if ((rv = pt_emb_kb_set(&f->key, r->key, r->keylen, 0, q, 4)) != 0 ||
         (rv = chunk_encode(&f->val, c, n)) != 0)
@@ -575,7 +548,7 @@ static int fl_learn_last(flusher *f, hrow *r)
         r->has_last = 1;
         r->last_first = first;
         r->last_n = c.count;
-        r->last_max = get_be32(c.quals + 4 * ((size_t)c.count - 1));
+        r->last_max = pt_get_be32(c.quals + 4 * ((size_t)c.count - 1));
     }
     char *msg = NULL;
     rocksdb_iter_get_error(f->it, &msg);
@@ -588,7 +561,7 @@ static int fl_merge_row(flusher *f, hrow *r)
 {
     uint32_t h_min = r->cells[0].q, h_max = r->cells[r->n - 1].q;
     uint8_t q[4];
-    put_be32(q, h_min);
+    pt_put_be32(q, h_min);
     int rv = pt_emb_kb_set(&f->key, r->key, r->keylen, 0, q, 4);
     if (rv != 0)
         return rv;
@@ -608,8 +581,8 @@ static int fl_merge_row(flusher *f, hrow *r)
         if ((rv = bb_reserve(&f->oldbytes, f->oldbytes.n + vn + 8)) != 0)
             return rv;
         uint8_t *dst = f->oldbytes.p + f->oldbytes.n;
-        put_le32(dst, (uint32_t)vn);
-        put_le32(dst + 4, first);
+        pt_put_le32(dst, (uint32_t)vn);
+        pt_put_le32(dst + 4, first);
         memcpy(dst + 8, v, vn);
         f->oldbytes.n += vn + 8;
         nchunks++;
@@ -623,14 +596,14 @@ static int fl_merge_row(flusher *f, hrow *r)
 
     f->old.n = 0;
     for (size_t off = 0, i = 0; i < nchunks; i++) {
-        uint32_t len = get_le32(f->oldbytes.p + off);
-        uint32_t cfirst = get_le32(f->oldbytes.p + off + 4);
+        uint32_t len = pt_get_le32(f->oldbytes.p + off);
+        uint32_t cfirst = pt_get_le32(f->oldbytes.p + off + 4);
         chunk c;
         if (chunk_parse(f->oldbytes.p + off + 8, len, &c) != 0)
             return PT_EINTERNAL;
         if ((rv = chunk_cells(&c, &f->old)) != 0)
             return rv;
-        put_be32(q, cfirst);
+        pt_put_be32(q, cfirst);
         if ((rv = pt_emb_kb_set(&f->key, r->key, r->keylen, 0, q, 4)) != 0)
             return rv;
         rocksdb_writebatch_delete_cf(f->wb, f->e->cf[CF_POINTS], f->key.p, f->key.n);
@@ -885,15 +858,15 @@ int pt_emb_head_write(embedded *e, const pt_mutation *m, size_t n)
             r->wal_gen = h->wal_gen;
             r->wal_id = h->wal_next_id++;
             *p++ = 'R';
-            put_le32(p, r->wal_id);
-            put_le32(p + 4, r->keylen);
+            pt_put_le32(p, r->wal_id);
+            pt_put_le32(p + 4, r->keylen);
             memcpy(p + 8, r->key, r->keylen);
             p += 8 + r->keylen;
         }
         *p++ = 'C';
-        put_le32(p, r->wal_id);
+        pt_put_le32(p, r->wal_id);
         memcpy(p + 4, mu->qual.p, 4);
-        put_le32(p + 8, (uint32_t)mu->value.n);
+        pt_put_le32(p + 8, (uint32_t)mu->value.n);
         if (mu->value.n)
             memcpy(p + 12, mu->value.p, mu->value.n);
         p += 12 + mu->value.n;
@@ -901,11 +874,11 @@ int pt_emb_head_write(embedded *e, const pt_mutation *m, size_t n)
     }
     size_t len = (size_t)(p - h->wbuf) - WAL_HDR;
     memcpy(h->wbuf, wal_magic, 4);
-    put_le32(h->wbuf + 4, h->wal_gen);
-    put_le32(h->wbuf + 8, (uint32_t)len);
+    pt_put_le32(h->wbuf + 4, h->wal_gen);
+    pt_put_le32(h->wbuf + 8, (uint32_t)len);
     uint64_t sum = XXH3_64bits_withSeed(h->wbuf + WAL_HDR, len, h->wal_gen);
-    put_le32(h->wbuf + 12, (uint32_t)sum);
-    put_le32(h->wbuf + 16, (uint32_t)(sum >> 32));
+    pt_put_le32(h->wbuf + 12, (uint32_t)sum);
+    pt_put_le32(h->wbuf + 16, (uint32_t)(sum >> 32));
     rv = write_all(h->wal_fd, h->wbuf, WAL_HDR + len);
     if (rv == 0 && h->sync && fdatasync(h->wal_fd) != 0)
         rv = PT_EIO;
@@ -928,7 +901,7 @@ int pt_emb_head_write(embedded *e, const pt_mutation *m, size_t n)
         }
         /* Out of memory here leaves cells logged but not in the head; the error makes
          * the client retry the batch, which logs and applies it again. */
-        if ((rv = row_append(h, h->wrows[j++], get_be32(m[i].qual.p), m[i].value)) != 0)
+        if ((rv = row_append(h, h->wrows[j++], pt_get_be32(m[i].qual.p), m[i].value)) != 0)
             goto out;
     }
     goto out;
@@ -958,17 +931,17 @@ static int replay(embedded *e, const uint8_t *buf, size_t size, size_t *good)
     int rv = 0;
     while (size - off >= WAL_HDR) {
         const uint8_t *r = buf + off;
-        uint32_t g = get_le32(r + 4), len = get_le32(r + 8);
+        uint32_t g = pt_get_le32(r + 4), len = pt_get_le32(r + 8);
         if (memcmp(r, wal_magic, 4) != 0 || (off > 0 && g != gen) || len > size - off - WAL_HDR)
             break;
-        uint64_t sum = (uint64_t)get_le32(r + 12) | (uint64_t)get_le32(r + 16) << 32;
+        uint64_t sum = (uint64_t)pt_get_le32(r + 12) | (uint64_t)pt_get_le32(r + 16) << 32;
         if (XXH3_64bits_withSeed(r + WAL_HDR, len, g) != sum)
             break;
         gen = g;
         const uint8_t *p = r + WAL_HDR, *end = p + len;
         while (p < end) {
             if (*p == 'R' && end - p >= 9) {
-                uint32_t id = get_le32(p + 1), kl = get_le32(p + 5);
+                uint32_t id = pt_get_le32(p + 1), kl = pt_get_le32(p + 5);
                 if (id != nids || kl == 0 || (size_t)(end - p - 9) < kl ||
                     memchr(p + 9, 0, kl)) {
                     rv = PT_EINTERNAL;
@@ -989,12 +962,12 @@ static int replay(embedded *e, const uint8_t *buf, size_t size, size_t *good)
                 }
                 p += 9 + kl;
             } else if (*p == 'C' && end - p >= 13) {
-                uint32_t id = get_le32(p + 1), vl = get_le32(p + 9);
+                uint32_t id = pt_get_le32(p + 1), vl = pt_get_le32(p + 9);
                 if (id >= nids || (size_t)(end - p - 13) < vl) {
                     rv = PT_EINTERNAL;
                     goto out;
                 }
-                rv = row_append(h, ids[id], get_be32(p + 5), (pt_slice){p + 13, vl});
+                rv = row_append(h, ids[id], pt_get_be32(p + 5), (pt_slice){p + 13, vl});
                 if (rv != 0)
                     goto out;
                 p += 13 + vl;
@@ -1202,7 +1175,7 @@ static int ps_iter_locked(pscan *sc, int one_row)
 static int in_quals(const pt_scan *s, uint32_t q)
 {
     uint8_t b[4];
-    put_be32(b, q);
+    pt_put_be32(b, q);
     pt_slice qs = {b, 4};
     if (s->qual_start.n && pt_slice_cmp(qs, s->qual_start) < 0)
         return 0;
@@ -1255,7 +1228,7 @@ static int ps_emit(pscan *sc, pt_slice row, int *row_started, uint32_t q, uint32
         *row_started = 1;
     }
     uint8_t qb[4];
-    put_be32(qb, q);
+    pt_put_be32(qb, q);
     int rv = sc->fn(sc->ud, row, (pt_slice){qb, 4}, (pt_slice){v ? v : qb, vlen});
     if (rv < 0)
         return rv;
@@ -1313,7 +1286,7 @@ static int ps_row(pscan *sc, pt_slice row_in, int one_row)
         if (!pt_slice_eq(kr, row))
             break;
         uint8_t fb[4];
-        put_be32(fb, first);
+        pt_put_be32(fb, first);
         if (s->qual_end.n && pt_slice_cmp((pt_slice){fb, 4}, s->qual_end) >= 0)
             break;
         const char *v = rocksdb_iter_value(it, &vn);
@@ -1322,8 +1295,8 @@ static int ps_row(pscan *sc, pt_slice row_in, int one_row)
             return PT_EINTERNAL;
         const uint8_t *vp = c.vals;
         for (uint32_t i = 0; i < c.count && !sc->done; i++) {
-            uint32_t q = get_be32(c.quals + 4 * (size_t)i);
-            uint32_t len = c.fixed ? 8 : get_be32(c.lens + 4 * (size_t)i);
+            uint32_t q = pt_get_be32(c.quals + 4 * (size_t)i);
+            uint32_t len = c.fixed ? 8 : pt_get_be32(c.lens + 4 * (size_t)i);
             const uint8_t *val = vp;
             vp += len;
             if (!in_quals(s, q))

@@ -16,6 +16,7 @@
 #include <xxhash.h>
 
 #include "backend.h"
+#include "bytes.h"
 
 extern const pt_backend_ops pt_backend_embedded;
 
@@ -27,12 +28,6 @@ static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
 {
     (void)st, (void)flag, (void)f;
     return remove(p);
-}
-
-static void put_le32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
 }
 
 typedef struct order {
@@ -48,8 +43,7 @@ static int on_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     (void)value;
     if (qual.n != 4)
         __builtin_trap();
-    uint32_t q = (uint32_t)qual.p[0] << 24 | (uint32_t)qual.p[1] << 16 |
-                 (uint32_t)qual.p[2] << 8 | qual.p[3];
+    uint32_t q = pt_get_be32(qual.p);
     if (row.n <= sizeof(o->row)) {
         int c = o->any ? pt_slice_cmp((pt_slice){o->row, o->rn}, row) : -1;
         if (c > 0 || (c == 0 && q <= o->q))
@@ -80,11 +74,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     uint8_t hdr[20];
     memcpy(hdr, "PTW1", 4);
-    put_le32(hdr + 4, 1);
-    put_le32(hdr + 8, (uint32_t)size);
+    pt_put_le32(hdr + 4, 1);
+    pt_put_le32(hdr + 8, (uint32_t)size);
     uint64_t sum = XXH3_64bits_withSeed(data, size, 1);
-    put_le32(hdr + 12, (uint32_t)sum);
-    put_le32(hdr + 16, (uint32_t)(sum >> 32));
+    pt_put_le32(hdr + 12, (uint32_t)sum);
+    pt_put_le32(hdr + 16, (uint32_t)(sum >> 32));
     char wal[320];
     snprintf(wal, sizeof(wal), "%s/points.wal", path);
     FILE *f = fopen(wal, "wb");

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "bytes.h"
 #include "error.h"
 #include "tap.h"
 
@@ -32,13 +33,6 @@ typedef struct ct_batch {
     size_t n;
 } ct_batch;
 
-static void ct_be32(uint8_t out[4], uint32_t v)
-{
-    out[0] = (uint8_t)(v >> 24);
-    out[1] = (uint8_t)(v >> 16);
-    out[2] = (uint8_t)(v >> 8);
-    out[3] = (uint8_t)v;
-}
 
 /* Adds a cell with a 4-byte big-endian qualifier; row and value must outlive the batch. */
 static void ct_add_raw(ct_batch *bt, pt_table t, pt_slice row, uint32_t q, pt_slice value)
@@ -48,7 +42,7 @@ static void ct_add_raw(ct_batch *bt, pt_table t, pt_slice row, uint32_t q, pt_sl
         return;
     }
     size_t i = bt->n++;
-    ct_be32(bt->q[i], q);
+    pt_put_be32(bt->q[i], q);
     bt->m[i] = (pt_mutation){.table = (uint8_t)t, .row = row, .qual = {bt->q[i], 4},
                              .value = value, .version_us = 1000 * ((int64_t)q + 1)};
 }
@@ -380,8 +374,8 @@ static void ct_single_rows(pt_backend *b, const char *L)
 #undef CT_ROW_A
     ct_expect(b, L, q, CT_N(q));
     uint8_t q1[4], q2[4];
-    ct_be32(q1, 1);
-    ct_be32(q2, 2);
+    pt_put_be32(q1, 1);
+    pt_put_be32(q2, 2);
     is_str(ct_show_q(b, PT_TABLE_POINTS, q[0].r, 1, (pt_slice){q1, 4}, (pt_slice){q2, 4}, 0),
            "c06/a:00000001=y;", "%s: single row with a qualifier range", L);
 }
@@ -418,8 +412,8 @@ static void ct_qual_ranges(pt_backend *b, const char *L)
     pt_row_range r[] = {CT_RANGE("c07/r", "c07/r\0")};
     for (size_t i = 0; i < CT_N(cases); i++) {
         uint8_t qs[4], qe[4];
-        ct_be32(qs, cases[i].start);
-        ct_be32(qe, cases[i].end);
+        pt_put_be32(qs, cases[i].start);
+        pt_put_be32(qe, cases[i].end);
         pt_slice s = cases[i].start == 0xdead ? CT_NONE : (pt_slice){qs, 4};
         pt_slice e = cases[i].end == 0xdead ? CT_NONE : (pt_slice){qe, 4};
         is_str(ct_show_q(b, PT_TABLE_POINTS, r, 1, s, e, 0), cases[i].want,
@@ -427,8 +421,8 @@ static void ct_qual_ranges(pt_backend *b, const char *L)
     }
 
     uint8_t qs[4], qe[4];
-    ct_be32(qs, 0x10);
-    ct_be32(qe, 0x21);
+    pt_put_be32(qs, 0x10);
+    pt_put_be32(qe, 0x21);
     pt_row_range all[] = {CT_RANGE("c07/", "c07/\xff")};
     is_str(ct_show_q(b, PT_TABLE_POINTS, all, 1, (pt_slice){qs, 4}, (pt_slice){qe, 4}, 0),
            "c07/s:00000010=s;c07/s:00000020=s;c07/u:00000018=u;",

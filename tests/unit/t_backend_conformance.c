@@ -202,8 +202,7 @@ static int mcheck_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
         c->bad = 1;
         return 1;
     }
-    uint32_t q = (uint32_t)qual.p[0] << 24 | (uint32_t)qual.p[1] << 16 |
-                 (uint32_t)qual.p[2] << 8 | qual.p[3];
+    uint32_t q = pt_get_be32(qual.p);
     if (q < c->next_q || q >= c->qe) {
         c->bad = 1;
         return 1;
@@ -238,8 +237,8 @@ static int model_agrees(pt_backend *b, const model *m, int r, uint32_t qs, uint3
     rr[0].start = (pt_slice){(const uint8_t *)m_rows[r], n};
     rr[0].end = (pt_slice){(const uint8_t *)end, n + 1}; /* includes the NUL: row || 0x00 */
     uint8_t a[4], z[4];
-    ct_be32(a, qs);
-    ct_be32(z, qe);
+    pt_put_be32(a, qs);
+    pt_put_be32(z, qe);
     mcheck c = {.m = m, .row = r, .next_q = qs, .qe = qe};
     pt_scan s = {.table = PT_TABLE_POINTS, .ranges = rr, .nranges = 1,
                  .qual_start = qs ? (pt_slice){a, 4} : (pt_slice){0},
@@ -366,8 +365,7 @@ static int crash_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 {
     crash_check *c = ud;
     (void)row;
-    uint32_t q = (uint32_t)qual.p[0] << 24 | (uint32_t)qual.p[1] << 16 |
-                 (uint32_t)qual.p[2] << 8 | qual.p[3];
+    uint32_t q = pt_get_be32(qual.p);
     char want[32];
     snprintf(want, sizeof(want), "%u.%u", q / 16, q % 16);
     if (value.n != strlen(want) || memcmp(value.p, want, value.n) != 0)

@@ -382,7 +382,7 @@ static void test_bigtable_only(pt_backend *b)
     for (size_t i = 0; i < N; i++) {
         size_t r = i / PER_ROW;
         snprintf(rows[r], 16, "many/%05zu", r);
-        ct_be32(q[i], (uint32_t)i);
+        pt_put_be32(q[i], (uint32_t)i);
         m[i] = (pt_mutation){.table = PT_TABLE_POINTS,
                              .row = pt_slice_str(rows[r]),
                              .qual = {q[i], 4},

@@ -1,0 +1,47 @@
+/*
+ * Fixed-width integers in byte order, for the formats promtable writes itself: qualifiers
+ * and values (big-endian, DESIGN §3) and the embedded store's log (little-endian).
+ */
+#ifndef PT_BYTES_H
+#define PT_BYTES_H
+
+#include <stdint.h>
+
+static inline void pt_put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+static inline uint32_t pt_get_be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+static inline void pt_put_be64(uint8_t *p, uint64_t v)
+{
+    pt_put_be32(p, (uint32_t)(v >> 32));
+    pt_put_be32(p + 4, (uint32_t)v);
+}
+
+static inline uint64_t pt_get_be64(const uint8_t *p)
+{
+    return (uint64_t)pt_get_be32(p) << 32 | pt_get_be32(p + 4);
+}
+
+static inline void pt_put_le32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+static inline uint32_t pt_get_le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+#endif
