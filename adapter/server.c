@@ -49,8 +49,21 @@
 #define DEFAULT_MAX_HEADER (64u << 10)
 #define DEFAULT_MAX_CONNS 65536
 
-/* epoll tags that cannot be confused with connection pointers */
-static char tag_listen, tag_wake;
+/*
+ * An epoll event names a connection by slot and generation, never by pointer: close()
+ * removes an fd from the epoll set only when the last reference to its open file goes
+ * (another thread inside a syscall on that fd, a fork, a /proc reader can hold one for a
+ * moment), so an event may still arrive for a connection already freed. Such an event
+ * finds a slot with a newer generation and is dropped. The listener and the wakeup fd use
+ * slots no connection can have.
+ */
+#define TAG_LISTEN UINT64_MAX
+#define TAG_WAKE (UINT64_MAX - 1)
+
+static uint64_t conn_tag(uint32_t slot, uint32_t gen)
+{
+    return (uint64_t)gen << 32 | slot;
+}
 
 static int64_t mono_ms(void)
 {
@@ -491,6 +504,8 @@ static void conn_free(pt_conn *c)
     }
     if (c->ssl)
         pt_tls_free(c->ssl, c->want_close && !c->linger);
+    /* Explicitly: close() alone leaves the registration while the file has other users. */
+    epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     pt_slot *e = &s->slots[c->slot];
     e->conn = NULL;
@@ -600,6 +615,8 @@ static void conn_new(pt_server *s, int fd)
     c->srv = s;
     c->fd = fd;
     c->created_ms = c->last_ms = s->now_ms;
+    c->slot = s->free_slot;
+    c->gen = s->slots[c->slot].gen;
     if (s->ssl_ctx) {
         c->ssl = pt_tls_new(s->ssl_ctx, fd);
         if (!c->ssl)
@@ -610,15 +627,13 @@ static void conn_new(pt_server *s, int fd)
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = c};
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+                             .data.u64 = conn_tag(c->slot, c->gen)};
     if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
         goto fail_ssl;
 
-    uint32_t slot = s->free_slot;
-    s->free_slot = s->slots[slot].next_free;
-    s->slots[slot].conn = c;
-    c->slot = slot;
-    c->gen = s->slots[slot].gen;
+    s->free_slot = s->slots[c->slot].next_free;
+    s->slots[c->slot].conn = c;
     c->next = s->conns;
     if (s->conns)
         s->conns->prev = c;
@@ -1096,7 +1111,7 @@ static void listener_enable(pt_server *s, int on)
 {
     if (s->lfd < 0 || s->listening == on)
         return;
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &tag_listen};
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_LISTEN};
     if (epoll_ctl(s->epfd, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, s->lfd, &ev) == 0)
         s->listening = on;
 }
@@ -1224,7 +1239,7 @@ pt_server *pt_server_new(const pt_server_opts *opts, pt_dispatch_fn fn, void *ud
         snprintf(err, errlen, "epoll/eventfd: %s", strerror(errno));
         goto fail;
     }
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &tag_wake};
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = TAG_WAKE};
     if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->wake_fd, &ev) != 0) {
         snprintf(err, errlen, "epoll_ctl: %s", strerror(errno));
         goto fail;
@@ -1320,53 +1335,69 @@ static void sweep(pt_server *s)
     drive_dirty(s);
 }
 
-int pt_server_run(pt_server *s)
+/* The connection an event names, or NULL when that connection is gone. */
+static pt_conn *event_conn(pt_server *s, uint64_t tag)
+{
+    uint32_t slot = (uint32_t)tag, gen = (uint32_t)(tag >> 32);
+    if (slot >= s->nslots || s->slots[slot].gen != gen)
+        return NULL;
+    return s->slots[slot].conn;
+}
+
+static void handle_event(pt_server *s, uint64_t tag, uint32_t e)
+{
+    if (tag == TAG_LISTEN) {
+        accept_some(s);
+        return;
+    }
+    if (tag == TAG_WAKE) {
+        drain_completions(s);
+        return;
+    }
+    pt_conn *c = event_conn(s, tag);
+    if (!c || c->closing)
+        return;
+    if (e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+        c->rd_ready = 1;
+    if (e & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+        c->peer_hup = 1;
+    conn_drive(c);
+}
+
+/* One turn of the loop: wait up to timeout_ms for events, handle them, free what closed.
+ * 1: keep going, 0: the stop has finished, < 0: epoll failed. */
+static int loop_once(pt_server *s, int timeout_ms)
 {
     struct epoll_event evs[128];
-    int rv = 0;
+    int n = epoll_wait(s->epfd, evs, (int)(sizeof(evs) / sizeof(evs[0])), timeout_ms);
+    if (n < 0 && errno != EINTR)
+        return PT_EINTERNAL;
+    s->now_ms = mono_ms();
+    update_date(s);
+    for (int i = 0; i < n; i++)
+        handle_event(s, evs[i].data.u64, evs[i].events);
+    process_close_list(s);
+    if (atomic_load(&s->stop_req) && !s->stopping)
+        begin_stop(s);
+    if (s->now_ms >= s->next_sweep_ms)
+        sweep(s);
+    process_close_list(s);
+    if (s->stopping && ((!s->conns && s->inflight == 0) || s->now_ms >= s->stop_deadline_ms))
+        return 0;
+    return 1;
+}
+
+int pt_server_run(pt_server *s)
+{
+    int rv;
     if (start_workers(s) != 0)
         return PT_EINTERNAL;
     s->now_ms = mono_ms();
     s->next_sweep_ms = s->now_ms + SWEEP_MS;
-    for (;;) {
+    do {
         int timeout = s->stopping ? 50 : (int)(s->next_sweep_ms - s->now_ms);
-        if (timeout < 0)
-            timeout = 0;
-        int n = epoll_wait(s->epfd, evs, (int)(sizeof(evs) / sizeof(evs[0])), timeout);
-        if (n < 0 && errno != EINTR) {
-            rv = PT_EINTERNAL;
-            break;
-        }
-        s->now_ms = mono_ms();
-        update_date(s);
-        for (int i = 0; i < n; i++) {
-            void *tag = evs[i].data.ptr;
-            if (tag == &tag_listen) {
-                accept_some(s);
-            } else if (tag == &tag_wake) {
-                drain_completions(s);
-            } else {
-                pt_conn *c = tag;
-                uint32_t e = evs[i].events;
-                if (c->closing)
-                    continue;
-                if (e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
-                    c->rd_ready = 1;
-                if (e & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
-                    c->peer_hup = 1;
-                conn_drive(c);
-            }
-        }
-        process_close_list(s);
-        if (atomic_load(&s->stop_req) && !s->stopping)
-            begin_stop(s);
-        if (s->now_ms >= s->next_sweep_ms)
-            sweep(s);
-        process_close_list(s);
-        if (s->stopping &&
-            ((!s->conns && s->inflight == 0) || s->now_ms >= s->stop_deadline_ms))
-            break;
-    }
+        rv = loop_once(s, timeout < 0 ? 0 : timeout);
+    } while (rv > 0);
     /* Past the grace period: drop whatever is left. */
     for (pt_conn *c = s->conns; c; c = c->next)
         pt_server_conn_close(c);
