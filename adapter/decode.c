@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "pb_alloc.h"
 
 static const uint8_t framed_magic[] = {0xff, 0x06, 0x00, 0x00, 's', 'N', 'a', 'P', 'p', 'Y'};
 
@@ -49,16 +50,6 @@ int pt_snappy_encode(const uint8_t *in, size_t n, pt_arena *a, pt_slice *out)
         return PT_EINTERNAL;
     *out = (pt_slice){(const uint8_t *)buf, cap};
     return 0;
-}
-
-static void *arena_alloc_cb(void *ud, size_t n) { return pt_arena_alloc(ud, n); }
-static void arena_free_cb(void *ud, void *p) { (void)ud; (void)p; }
-
-void pt_pb_allocator(pt_arena *a, ProtobufCAllocator *alloc)
-{
-    alloc->alloc = arena_alloc_cb;
-    alloc->free = arena_free_cb;
-    alloc->allocator_data = a;
 }
 
 /* Shared by both request kinds: snappy, then unpack with the arena allocator. */

@@ -26,9 +26,6 @@ int pt_snappy_decode(const uint8_t *in, size_t n, size_t max_decoded, pt_arena *
 /* Compresses into arena memory. */
 int pt_snappy_encode(const uint8_t *in, size_t n, pt_arena *a, pt_slice *out);
 
-/* A protobuf-c allocator backed by the arena (free is a no-op). */
-void pt_pb_allocator(pt_arena *a, ProtobufCAllocator *alloc);
-
 /* snappy(protobuf(WriteRequest)) → *out, allocated from the arena. */
 int pt_decode_write(const uint8_t *buf, size_t len, const pt_decode_limits *lim, pt_arena *a,
                     Prometheus__WriteRequest **out, char *msg, size_t msglen);

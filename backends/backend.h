@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../adapter/slice.h"
+#include "slice.h"
 
 typedef enum pt_table { PT_TABLE_POINTS = 0, PT_TABLE_INDEX = 1, PT_TABLE_COUNT = 2 } pt_table;
 

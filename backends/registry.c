@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "backend.h"
-#include "../adapter/error.h"
+#include "error.h"
 
 extern const pt_backend_ops pt_backend_embedded;
 extern const pt_backend_ops pt_backend_faulty;

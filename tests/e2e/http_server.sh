@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end test of the HTTP front end (adapter/server.c, http1.c, http2.c, tls.c) through
+# End-to-end test of the HTTP front end (adapter/http/) through
 # tests/tools/httpecho, with real clients: curl, nghttp, h2load (Debian nghttp2-client) and
 # bash's /dev/tcp for hand-written bytes.
 #

@@ -8,7 +8,7 @@
 #include "arena.h"
 #include "bigtable.pb-c.h"
 #include "bigtable_int.h"
-#include "decode.h"
+#include "pb_alloc.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

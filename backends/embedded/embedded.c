@@ -35,7 +35,7 @@
 
 #include "backend.h"
 #include "embedded_int.h"
-#include "../adapter/error.h"
+#include "error.h"
 
 static const char *const cf_names[NCF] = {"default", "points.v2", "index"};
 

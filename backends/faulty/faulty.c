@@ -6,7 +6,7 @@
 #include <time.h>
 
 #include "faulty.h"
-#include "../adapter/error.h"
+#include "error.h"
 
 typedef struct faulty {
     pt_backend *inner;

@@ -61,9 +61,9 @@
 #include <xxhash.h>
 
 #include "embedded.h"
-#include "../adapter/bytes.h"
+#include "bytes.h"
 #include "embedded_int.h"
-#include "../adapter/error.h"
+#include "error.h"
 
 /* A head cell: 16 bytes, the value inline when it has at most 8 bytes. */
 typedef struct cell {

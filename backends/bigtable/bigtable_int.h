@@ -14,7 +14,7 @@
 
 #include "backend.h"
 #include "bigtable.pb-c.h"
-#include "../adapter/slice.h"
+#include "slice.h"
 
 typedef struct pt_bt_cell {
     pt_slice family;

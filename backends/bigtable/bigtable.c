@@ -40,10 +40,10 @@
 
 #include "backend.h"
 #include "bigtable_int.h"
-#include "../adapter/arena.h"
-#include "../adapter/decode.h"
-#include "../adapter/error.h"
-#include "../adapter/log.h"
+#include "arena.h"
+#include "pb_alloc.h"
+#include "error.h"
+#include "log.h"
 
 #define DATA_HOST "bigtable.googleapis.com:443"
 #define ADMIN_HOST "bigtableadmin.googleapis.com:443"

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The layers of DESIGN §6 are enforced by the build: base <- backends <- adapter. A file of
+# a layer is compiled with that layer's include path, which holds nothing of the layers
+# above it. Here probe files are compiled with the real flags of a file in each layer (from
+# compile_commands.json): an include of a higher layer, of a Prometheus .pb-c.h from a
+# backend, or of another backend's internals must fail to compile; includes within the
+# layer must compile. And no source escapes its include path with a relative "../" include.
+set -u
+here=$(cd "$(dirname "$0")/../.." && pwd)
+. "$here/tests/e2e/lib.sh"
+pt_require jq
+bdir="${PT_BUILD_DIR:-$here/build}"
+db="$bdir/compile_commands.json"
+if [ ! -f "$db" ]; then
+    tap_skip_all "no $db (configure with CMake first)"
+    exit 0
+fi
+pt_mktemp tmp layers
+
+# flags_of FILE: the compile command of FILE without its output and input.
+flags_of() {
+    jq -r --arg f "$here/$1" '.[] | select(.file == $f) | .command' "$db" | head -n 1 |
+        sed -e 's/ -o [^ ]*//' -e 's/ -c [^ ]*$//'
+}
+
+# probe LAYER_FILE HEADER WANT: compiles '#include "HEADER"' with LAYER_FILE's flags;
+# WANT is "fails" or "compiles".
+probe() {
+    local flags out
+    flags=$(flags_of "$1")
+    if [ -z "$flags" ]; then
+        tap_not_ok "$1 is in compile_commands.json"
+        return
+    fi
+    printf '#include "%s"\nint pt_probe;\n' "$2" >"$tmp/probe.c"
+    if (cd "$bdir" && eval "$flags -fsyntax-only $tmp/probe.c") >"$tmp/out" 2>&1; then
+        out=compiles
+    else
+        out=fails
+    fi
+    tap_is "$out" "$3" "$(dirname "$1")/: #include \"$2\" $3"
+    [ "$out" = "$3" ] || tap_diag_file "$tmp/out" 5
+}
+
+for h in backend.h http.h app.h remote.pb-c.h bigtable.pb-c.h embedded_int.h; do
+    probe base/arena.c "$h" fails
+done
+probe base/arena.c buf.h compiles
+
+for h in app.h config.h store.h decode.h http.h remote.pb-c.h types.pb-c.h; do
+    probe backends/registry.c "$h" fails
+done
+probe backends/registry.c backend.h compiles
+probe backends/registry.c arena.h compiles
+
+# One backend cannot reach into another's internals.
+probe backends/embedded/embedded.c bigtable_int.h fails
+probe backends/embedded/embedded.c bigtable.pb-c.h fails
+probe backends/bigtable/bigtable.c embedded_int.h fails
+
+probe adapter/app.c backend.h compiles
+probe adapter/app.c remote.pb-c.h compiles
+
+rel=$(cd "$here" && grep -rnE '^#[[:space:]]*include[[:space:]]*"(\.\./|/)' base adapter backends)
+tap_is "$rel" "" "no source includes through a relative or absolute path"
+tap_done
