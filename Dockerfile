@@ -25,4 +25,4 @@ COPY configs /etc/promtable
 EXPOSE 9201
 VOLUME /data
 ENTRYPOINT ["/usr/local/bin/promtable"]
-CMD ["--config.file=/etc/promtable/promtable.yml", "--storage.path=/data"]
+CMD ["--config.file=/etc/promtable/promtable.yml", "--storage.embedded.path=/data"]

@@ -19,11 +19,8 @@ enum { ALLOW_GET = 1, ALLOW_POST = 2, NEEDS_AUTH = 4 };
 
 typedef void (*handler_fn)(pt_app *app, pt_req *req, pt_resp *resp);
 
-/* Text error (or informational) response allocated from the request arena. */
-static void reply_text(pt_req *req, pt_resp *resp, int status, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static void reply_text(pt_req *req, pt_resp *resp, int status, const char *fmt, ...)
+/* A text body allocated from the request arena. */
+static void vreply(pt_req *req, pt_resp *resp, int status, const char *fmt, va_list ap)
 {
     static const char oom[] = "out of memory\n";
     char *buf = pt_arena_alloc(req->arena, PT_MSG_MAX + 2);
@@ -34,10 +31,7 @@ static void reply_text(pt_req *req, pt_resp *resp, int status, const char *fmt, 
         resp->body_len = sizeof(oom) - 1;
         return;
     }
-    va_list ap;
-    va_start(ap, fmt);
     int n = vsnprintf(buf, PT_MSG_MAX, fmt, ap);
-    va_end(ap);
     if (n < 0)
         n = 0;
     if (n >= PT_MSG_MAX)
@@ -47,15 +41,40 @@ static void reply_text(pt_req *req, pt_resp *resp, int status, const char *fmt, 
     resp->body_len = (size_t)n;
 }
 
-static void reply_error(pt_req *req, pt_resp *resp, int rv, const char *msg)
+/* A success answer with a text body. */
+static void reply_ok(pt_req *req, pt_resp *resp, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void reply_ok(pt_req *req, pt_resp *resp, const char *fmt, ...)
 {
-    reply_text(req, resp, pt_error_http_status(rv), "%s", msg && msg[0] ? msg : pt_strerror(rv));
+    va_list ap;
+    va_start(ap, fmt);
+    vreply(req, resp, 200, fmt, ap);
+    va_end(ap);
 }
 
-/* 413 for a request whose decoding or answer hit the per-request memory ceiling. */
+/* An error answer: the status comes from the error code (pt_error_http_status), the body
+ * says what was wrong. */
+static void reply_fail(pt_req *req, pt_resp *resp, int rv, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void reply_fail(pt_req *req, pt_resp *resp, int rv, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vreply(req, resp, pt_error_http_status(rv), fmt, ap);
+    va_end(ap);
+}
+
+static void reply_error(pt_req *req, pt_resp *resp, int rv, const char *msg)
+{
+    reply_fail(req, resp, rv, "%s", msg && msg[0] ? msg : pt_strerror(rv));
+}
+
+/* A request whose decoding or answer hit the per-request memory ceiling. */
 static void reply_memory(pt_app *app, pt_req *req, pt_resp *resp, int answer)
 {
-    reply_text(req, resp, 413, "%s needs more than web.max_request_memory (%zu bytes); %s",
+    reply_fail(req, resp, PT_ETOOLARGE, "%s needs more than web.max_request_memory (%zu bytes); %s",
                answer ? "the answer" : "the request", app->cfg->max_request_memory,
                answer ? "narrow the query" : "send smaller batches");
 }
@@ -111,12 +130,12 @@ static void handle_write(pt_app *app, pt_req *req, pt_resp *resp)
     msg[0] = '\0';
     const char *enc = req->content_encoding;
     if (enc[0] && strcasecmp(enc, "snappy") != 0) {
-        reply_text(req, resp, 415, "unsupported Content-Encoding \"%.100s\"; remote write "
+        reply_fail(req, resp, PT_EMEDIATYPE, "unsupported Content-Encoding \"%.100s\"; remote write "
                                    "bodies are snappy block compressed", enc);
         return;
     }
     if (write_version(req->arena, req->content_type, msg, sizeof(msg)) == 0) {
-        reply_text(req, resp, 415, "%s", msg);
+        reply_fail(req, resp, PT_EMEDIATYPE, "%s", msg);
         return;
     }
     Prometheus__WriteRequest *wr;
@@ -137,12 +156,12 @@ static void handle_write(pt_app *app, pt_req *req, pt_resp *resp)
         pt_log(PT_LOG_WARN, "write failed", "err=%s samples=%zu",
                pt_log_quote(q, sizeof(q), pt_strerror(rv), strlen(pt_strerror(rv))),
                res.samples_written);
-        reply_text(req, resp, pt_error_http_status(rv), "%s; nothing was acknowledged, retry",
+        reply_fail(req, resp, rv, "%s; nothing was acknowledged, retry",
                    pt_strerror(rv));
         return;
     }
     if (res.samples_rejected) {
-        reply_text(req, resp, 400, "%s (stored %zu samples, rejected %zu)", res.msg,
+        reply_fail(req, resp, PT_EBADREQ, "%s (stored %zu samples, rejected %zu)", res.msg,
                    res.samples_written, res.samples_rejected);
         return;
     }
@@ -169,7 +188,7 @@ static void handle_read(pt_app *app, pt_req *req, pt_resp *resp)
             type = t;
     }
     if (type < 0) {
-        reply_text(req, resp, 400, "none of the requested response types is supported "
+        reply_fail(req, resp, PT_EUNSUPPORTED, "none of the requested response types is supported "
                                    "(promtable answers SAMPLES and STREAMED_XOR_CHUNKS)");
         return;
     }
@@ -229,15 +248,15 @@ static void handle_metrics(pt_app *app, pt_req *req, pt_resp *resp)
 static void handle_healthy(pt_app *app, pt_req *req, pt_resp *resp)
 {
     (void)app;
-    reply_text(req, resp, 200, "promtable is healthy.");
+    reply_ok(req, resp, "promtable is healthy.");
 }
 
 static void handle_ready(pt_app *app, pt_req *req, pt_resp *resp)
 {
     if (atomic_load(&app->ready))
-        reply_text(req, resp, 200, "promtable is ready.");
+        reply_ok(req, resp, "promtable is ready.");
     else
-        reply_text(req, resp, 503, "promtable is not ready.");
+        reply_fail(req, resp, PT_EUNAVAIL, "promtable is not ready.");
 }
 
 /* A secret from a file, without the trailing newline editors add. */
@@ -365,7 +384,7 @@ void pt_app_dispatch(void *ud, pt_req *req, pt_resp *resp)
         if (strcmp(req->path, routes[i].path) == 0)
             r = &routes[i];
     if (!r) {
-        reply_text(req, resp, 404, "not found: %.200s", req->path);
+        reply_fail(req, resp, PT_ENOTFOUND, "not found: %.200s", req->path);
     } else {
         id = r->id;
         int m = req->method == PT_M_GET || req->method == PT_M_HEAD ? ALLOW_GET
@@ -373,12 +392,12 @@ void pt_app_dispatch(void *ud, pt_req *req, pt_resp *resp)
                                                                      : 0;
         int post = (r->allow & ALLOW_POST) != 0;
         if (!(m & r->allow)) {
-            reply_text(req, resp, 405, "method %s not allowed on %s; use %s", req->method_name,
+            reply_fail(req, resp, PT_EMETHOD, "method %s not allowed on %s; use %s", req->method_name,
                        r->path, post ? "POST" : "GET");
             resp->headers[resp->nheaders++] = (pt_resp_header){"Allow", post ? "POST" : "GET, HEAD"};
         } else if ((r->allow & NEEDS_AUTH) && (app->bearer_token || app->basic_credentials) &&
                    !authorized(app, req)) {
-            reply_text(req, resp, 401, "missing or wrong credentials (%s)",
+            reply_fail(req, resp, PT_EUNAUTHORIZED, "missing or wrong credentials (%s)",
                        app->bearer_token ? "bearer token" : "basic auth");
             resp->headers[resp->nheaders++] = (pt_resp_header){
                 "WWW-Authenticate", app->bearer_token ? "Bearer" : "Basic realm=\"promtable\""};

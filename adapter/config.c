@@ -7,76 +7,51 @@
 #include <string.h>
 #include <yaml.h>
 
-enum type { T_STR, T_LONG, T_BYTES, T_BOOL, T_DURATION };
-
-typedef struct entry {
-    const char *key;  /* YAML path, dotted */
-    const char *flag; /* command-line flag without "--" */
-    enum type type;
-    const char *def;
-    long long min, max;
-    size_t off;
-    const char *help;
-} entry;
+#include "buf.h"
 
 #define F(field) offsetof(pt_config, field)
 #define MiB (1024LL * 1024)
 
-static const entry table[] = {
-    {"web.listen_address", "web.listen-address", T_STR, ":9201", 0, 0, F(listen_address),
+/* The daemon's own keys; each backend adds its fragment under storage.<backend>. */
+static const pt_conf_key table[] = {
+    {"web.listen_address", NULL, PT_CONF_STR, ":9201", 0, 0, F(listen_address),
      "Address to listen on for remote write/read, metrics and health."},
-    {"web.tls_cert_file", "web.tls-cert-file", T_STR, "", 0, 0, F(tls_cert_file),
+    {"web.tls_cert_file", NULL, PT_CONF_STR, "", 0, 0, F(tls_cert_file),
      "TLS certificate (PEM). With the key: TLS only, ALPN h2 and http/1.1."},
-    {"web.tls_key_file", "web.tls-key-file", T_STR, "", 0, 0, F(tls_key_file),
-     "TLS private key (PEM)."},
-    {"web.bearer_token_file", "web.bearer-token-file", T_STR, "", 0, 0, F(bearer_token_file),
+    {"web.tls_key_file", NULL, PT_CONF_STR, "", 0, 0, F(tls_key_file), "TLS private key (PEM)."},
+    {"web.bearer_token_file", NULL, PT_CONF_STR, "", 0, 0, F(bearer_token_file),
      "File holding a token: write and read then need \"Authorization: Bearer <token>\"."},
-    {"web.basic_auth_username", "web.basic-auth-username", T_STR, "", 0, 0,
-     F(basic_auth_username), "With the password file: write and read need this basic auth."},
-    {"web.basic_auth_password_file", "web.basic-auth-password-file", T_STR, "", 0, 0,
-     F(basic_auth_password_file), "File holding the basic auth password."},
-    {"web.workers", "web.workers", T_LONG, "0", 0, 256, F(workers),
+    {"web.basic_auth_username", NULL, PT_CONF_STR, "", 0, 0, F(basic_auth_username),
+     "With the password file: write and read need this basic auth."},
+    {"web.basic_auth_password_file", NULL, PT_CONF_STR, "", 0, 0, F(basic_auth_password_file),
+     "File holding the basic auth password."},
+    {"web.workers", NULL, PT_CONF_LONG, "0", 0, 256, F(workers),
      "Worker threads running requests (0 = 2 per CPU)."},
-    {"web.max_connections", "web.max-connections", T_LONG, "4096", 1, 1000000,
-     F(max_connections), "Open client connections at most."},
-    {"web.idle_timeout", "web.idle-timeout", T_DURATION, "5m", 0, 86400000LL,
-     F(idle_timeout_ms), "Close keep-alive connections idle this long (0 = never)."},
-    {"web.max_body_bytes", "web.max-body-bytes", T_BYTES, "32MiB", 1024, 1024 * MiB,
-     F(max_body_bytes), "Largest compressed request body; larger gets 413."},
-    {"web.max_body_memory", "web.max-body-memory", T_BYTES, "1GiB", MiB, 1048576 * MiB,
-     F(max_body_memory), "Request bodies held at once, all connections; past it 503."},
-    {"web.max_decoded_bytes", "web.max-decoded-bytes", T_BYTES, "64MiB", 1024, 4096 * MiB,
+    {"web.max_connections", NULL, PT_CONF_LONG, "4096", 1, 1000000, F(max_connections),
+     "Open client connections at most."},
+    {"web.idle_timeout", NULL, PT_CONF_DURATION, "5m", 0, 86400000LL, F(idle_timeout_ms),
+     "Close keep-alive connections idle this long (0 = never)."},
+    {"web.max_body_bytes", NULL, PT_CONF_BYTES, "32MiB", 1024, 1024 * MiB, F(max_body_bytes),
+     "Largest compressed request body; larger gets 413."},
+    {"web.max_body_memory", NULL, PT_CONF_BYTES, "1GiB", MiB, 1048576 * MiB, F(max_body_memory),
+     "Request bodies held at once, all connections; past it 503."},
+    {"web.max_decoded_bytes", NULL, PT_CONF_BYTES, "64MiB", 1024, 4096 * MiB,
      F(max_decoded_bytes), "Largest declared snappy-decoded size; larger gets 413."},
-    {"web.max_request_memory", "web.max-request-memory", T_BYTES, "512MiB", MiB, 65536 * MiB,
+    {"web.max_request_memory", NULL, PT_CONF_BYTES, "512MiB", MiB, 65536 * MiB,
      F(max_request_memory), "Memory one request may use to decode and answer; over it 413."},
-    {"storage.backend", "storage.backend", T_STR, "embedded", 0, 0, F(backend),
-     "Backend: embedded (RocksDB in storage.path) or bigtable."},
-    {"storage.path", "storage.path", T_STR, "./data", 0, 0, F(storage_path),
-     "Data directory of the embedded store."},
-    {"storage.sync", "storage.sync", T_BOOL, "false", 0, 1, F(storage_sync),
-     "fsync the embedded store's WAL before acknowledging each write."},
-    {"storage.head_memory", "storage.head-memory", T_BYTES, "256MiB", MiB, 1048576 * MiB,
-     F(head_memory), "Embedded store: samples held in memory (16 B each) before a flush."},
-    {"storage.table_prefix", "storage.table-prefix", T_STR, "", 0, 0, F(table_prefix),
-     "Bigtable: tables are <prefix>points and <prefix>index."},
-    {"storage.bigtable.project", "storage.bigtable.project", T_STR, "", 0, 0, F(bt_project),
-     "Bigtable: project ID."},
-    {"storage.bigtable.instance", "storage.bigtable.instance", T_STR, "", 0, 0, F(bt_instance),
-     "Bigtable: instance ID."},
-    {"storage.bigtable.endpoint", "storage.bigtable.endpoint", T_STR, "", 0, 0, F(bt_endpoint),
-     "Bigtable: emulator host:port (plaintext); empty = $BIGTABLE_EMULATOR_HOST, else Cloud "
-     "Bigtable with application default credentials."},
-    {"storage.retention", "storage.retention", T_DURATION, "0", 0, 100 * 31536000000LL,
-     F(retention_ms), "Bigtable: GC cells older than this, set by init (0 = keep forever)."},
-    {"index.bucket", "index.bucket", T_DURATION, "1d", 3600000LL, 49LL * 86400000LL,
+    {"storage.backend", NULL, PT_CONF_STR, "embedded", 0, 0, F(backend),
+     "Backend: embedded (RocksDB in storage.embedded.path) or bigtable."},
+    {"storage.retention", NULL, PT_CONF_DURATION, "0", 0, 100 * 31536000000LL, F(retention_ms),
+     "Bigtable: GC cells older than this, set by init (0 = keep forever)."},
+    {"index.bucket", NULL, PT_CONF_DURATION, "1d", 3600000LL, 49LL * 86400000LL,
      F(index_bucket_ms), "Index bucket length: series are listed per bucket."},
-    {"index.cache_entries", "index.cache-entries", T_LONG, "4000000", 1024, 1000000000LL,
+    {"index.cache_entries", NULL, PT_CONF_LONG, "4000000", 1024, 1000000000LL,
      F(index_cache_entries), "(series, bucket) pairs remembered as indexed (~32 B each)."},
-    {"read.max_series", "read.max-series", T_LONG, "500000", 0, LONG_MAX, F(read_max_series),
+    {"read.max_series", NULL, PT_CONF_LONG, "500000", 0, LONG_MAX, F(read_max_series),
      "Series one remote read query may return (0 = no limit)."},
-    {"read.max_samples", "read.max-samples", T_LONG, "50000000", 0, LONG_MAX,
-     F(read_max_samples), "Samples one remote read query may return (0 = no limit)."},
-    {"log.level", "log.level", T_STR, "info", 0, 0, F(log_level),
+    {"read.max_samples", NULL, PT_CONF_LONG, "50000000", 0, LONG_MAX, F(read_max_samples),
+     "Samples one remote read query may return (0 = no limit)."},
+    {"log.level", NULL, PT_CONF_STR, "info", 0, 0, F(log_level),
      "Log level: debug, info, warn, error."},
 };
 
@@ -153,12 +128,70 @@ int pt_parse_bytes(const char *s, size_t *out)
     return -1;
 }
 
-static int set_value(pt_config *c, const entry *e, const char *v, char *err, size_t errlen)
+/* A key of the configuration: its table entry, its full dotted name, and the struct it
+ * fills (the pt_config itself, or a backend's own settings). */
+typedef struct conf_ref {
+    const pt_conf_key *e;
+    char *base;
+    char key[192];
+} conf_ref;
+
+/* Calls fn for every key, the daemon's then each backend's, until fn returns non-zero.
+ * With c NULL, bases are NULL (for listing the keys). */
+static int each_backend_key(pt_config *c, int (*fn)(void *ud, conf_ref *r), void *ud)
 {
-    char *base = (char *)c;
+    conf_ref r;
+    size_t nb;
+    const pt_backend_ops *const *all = pt_backend_list(&nb);
+    for (size_t b = 0; b < nb && b < PT_MAX_BACKENDS; b++) {
+        for (size_t i = 0; i < all[b]->nconf; i++) {
+            r.e = &all[b]->conf[i];
+            r.base = c ? c->backend_conf[b] : NULL;
+            snprintf(r.key, sizeof(r.key), "storage.%s.%s", all[b]->name, r.e->key);
+            int rv = r.base || !c ? fn(ud, &r) : 0;
+            if (rv)
+                return rv;
+        }
+    }
+    return 0;
+}
+
+/* Calls fn for every key until fn returns non-zero: the daemon's, with the backends'
+ * fragments after its own storage.* keys. With c NULL, bases are NULL (for listing). */
+static int each_key(pt_config *c, int (*fn)(void *ud, conf_ref *r), void *ud)
+{
+    conf_ref r;
+    for (size_t i = 0; i < NENTRIES; i++) {
+        r.e = &table[i];
+        r.base = (char *)c;
+        snprintf(r.key, sizeof(r.key), "%s", table[i].key);
+        int rv = fn(ud, &r);
+        if (rv)
+            return rv;
+        int storage = strncmp(table[i].key, "storage.", 8) == 0;
+        if (storage && (i + 1 == NENTRIES || strncmp(table[i + 1].key, "storage.", 8) != 0) &&
+            (rv = each_backend_key(c, fn, ud)) != 0)
+            return rv;
+    }
+    return 0;
+}
+
+/* Whether flag (without "--") names key: the key with '_' written '-'. */
+static int flag_names(const char *flag, const char *key)
+{
+    for (; *flag && *key; flag++, key++)
+        if (*flag != (*key == '_' ? '-' : *key))
+            return 0;
+    return *flag == *key;
+}
+
+static int set_value(const conf_ref *r, const char *v, char *err, size_t errlen)
+{
+    const pt_conf_key *e = r->e;
+    char *base = r->base;
     long long n = 0;
     switch (e->type) {
-    case T_STR: {
+    case PT_CONF_STR: {
         char *dup = strdup(v);
         if (!dup)
             return -1;
@@ -167,7 +200,7 @@ static int set_value(pt_config *c, const entry *e, const char *v, char *err, siz
         *slot = dup;
         return 0;
     }
-    case T_BOOL:
+    case PT_CONF_BOOL:
         if (strcmp(v, "true") == 0 || strcmp(v, "1") == 0 || strcmp(v, "yes") == 0)
             *(int *)(base + e->off) = 1;
         else if (strcmp(v, "false") == 0 || strcmp(v, "0") == 0 || strcmp(v, "no") == 0)
@@ -175,7 +208,7 @@ static int set_value(pt_config *c, const entry *e, const char *v, char *err, siz
         else
             goto bad;
         return 0;
-    case T_LONG: {
+    case PT_CONF_LONG: {
         char *end;
         errno = 0;
         n = strtoll(v, &end, 10);
@@ -183,14 +216,14 @@ static int set_value(pt_config *c, const entry *e, const char *v, char *err, siz
             goto bad;
         break;
     }
-    case T_DURATION: {
+    case PT_CONF_DURATION: {
         long ms;
         if (pt_parse_duration_ms(v, &ms) != 0)
             goto bad;
         n = ms;
         break;
     }
-    case T_BYTES: {
+    case PT_CONF_BYTES: {
         size_t b;
         if (pt_parse_bytes(v, &b) != 0 || b > (size_t)LLONG_MAX)
             goto bad;
@@ -199,53 +232,108 @@ static int set_value(pt_config *c, const entry *e, const char *v, char *err, siz
     }
     }
     if (n < e->min || n > e->max) {
-        snprintf(err, errlen, "%s: %s is out of range [%lld, %lld]", e->key, v, e->min, e->max);
+        snprintf(err, errlen, "%s: %s is out of range [%lld, %lld]", r->key, v, e->min, e->max);
         return -1;
     }
-    if (e->type == T_BYTES)
+    if (e->type == PT_CONF_BYTES)
         *(size_t *)(base + e->off) = (size_t)n;
     else
         *(long *)(base + e->off) = (long)n;
     return 0;
 bad:
-    snprintf(err, errlen, "%s: cannot parse \"%s\"", e->key, v);
+    snprintf(err, errlen, "%s: cannot parse \"%s\"", r->key, v);
     return -1;
 }
 
-void pt_config_defaults(pt_config *c)
+static int set_default(void *ud, conf_ref *r)
 {
     char err[256];
+    (void)ud;
+    return set_value(r, r->e->def, err, sizeof(err)) != 0;
+}
+
+int pt_config_defaults(pt_config *c)
+{
     memset(c, 0, sizeof(*c));
-    for (size_t i = 0; i < NENTRIES; i++)
-        set_value(c, &table[i], table[i].def, err, sizeof(err));
+    size_t nb;
+    const pt_backend_ops *const *all = pt_backend_list(&nb);
+    for (size_t b = 0; b < nb && b < PT_MAX_BACKENDS; b++) {
+        if (!all[b]->conf_size)
+            continue;
+        c->backend_conf[b] = calloc(1, all[b]->conf_size);
+        if (!c->backend_conf[b])
+            return -1;
+    }
+    return each_key(c, set_default, NULL) ? -1 : 0;
+}
+
+static int free_string(void *ud, conf_ref *r)
+{
+    (void)ud;
+    if (r->e->type == PT_CONF_STR) {
+        char **slot = (char **)(r->base + r->e->off);
+        free(*slot);
+        *slot = NULL;
+    }
+    return 0;
 }
 
 void pt_config_free(pt_config *c)
 {
-    for (size_t i = 0; i < NENTRIES; i++) {
-        if (table[i].type == T_STR) {
-            char **slot = (char **)((char *)c + table[i].off);
-            free(*slot);
-            *slot = NULL;
-        }
+    each_key(c, free_string, NULL);
+    for (size_t b = 0; b < PT_MAX_BACKENDS; b++) {
+        free(c->backend_conf[b]);
+        c->backend_conf[b] = NULL;
     }
+}
+
+const void *pt_config_backend(const pt_config *c, const pt_backend_ops *ops)
+{
+    size_t nb;
+    const pt_backend_ops *const *all = pt_backend_list(&nb);
+    for (size_t b = 0; b < nb && b < PT_MAX_BACKENDS; b++)
+        if (all[b] == ops)
+            return c->backend_conf[b];
+    return NULL;
+}
+
+typedef struct setting {
+    const char *name; /* a key, or a flag without "--" */
+    int is_flag;
+    const char *value;
+    char *err;
+    size_t errlen;
+    int rv;
+} setting;
+
+static int apply(void *ud, conf_ref *r)
+{
+    setting *s = ud;
+    int hit = s->is_flag ? flag_names(s->name, r->key) ||
+                               (r->e->alias && flag_names(s->name, r->e->alias))
+                         : strcmp(s->name, r->key) == 0 ||
+                               (r->e->alias && strcmp(s->name, r->e->alias) == 0);
+    if (!hit)
+        return 0;
+    s->rv = set_value(r, s->value, s->err, s->errlen);
+    return 1;
 }
 
 int pt_config_set_flag(pt_config *c, const char *flag, const char *value, char *err,
                        size_t errlen)
 {
-    for (size_t i = 0; i < NENTRIES; i++)
-        if (strcmp(table[i].flag, flag) == 0)
-            return set_value(c, &table[i], value, err, errlen);
+    setting s = {flag, 1, value, err, errlen, 0};
+    if (each_key(c, apply, &s))
+        return s.rv;
     snprintf(err, errlen, "unknown flag --%s", flag);
     return -1;
 }
 
 static int set_key(pt_config *c, const char *key, const char *value, char *err, size_t errlen)
 {
-    for (size_t i = 0; i < NENTRIES; i++)
-        if (strcmp(table[i].key, key) == 0)
-            return set_value(c, &table[i], value, err, errlen);
+    setting s = {key, 0, value, err, errlen, 0};
+    if (each_key(c, apply, &s))
+        return s.rv;
     snprintf(err, errlen, "unknown configuration key \"%s\"", key);
     return -1;
 }
@@ -354,34 +442,40 @@ int pt_config_load_file(pt_config *c, const char *path, char *err, size_t errlen
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
     }
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
+    pt_buf buf = PT_BUF_INIT(16u << 20);
     int rv = -1;
     for (;;) {
-        if (len == cap) {
-            if (cap > 16 * 1024 * 1024) {
-                snprintf(err, errlen, "%s: file too large", path);
-                goto out;
-            }
-            cap = cap ? cap * 2 : 4096;
-            char *nb = realloc(buf, cap);
-            if (!nb)
-                goto out;
-            buf = nb;
+        uint8_t *room = pt_buf_room(&buf, 4096);
+        if (!room) {
+            snprintf(err, errlen, "%s: file too large (16 MiB at most)", path);
+            goto out;
         }
-        size_t n = fread(buf + len, 1, cap - len, f);
+        size_t n = fread(room, 1, 4096, f);
         if (n == 0)
             break;
-        len += n;
+        pt_buf_commit(&buf, n);
     }
     char inner[384];
-    rv = pt_config_load_yaml(c, buf ? buf : "", len, inner, sizeof(inner));
+    rv = pt_config_load_yaml(c, buf.p ? (const char *)buf.p : "", buf.len, inner, sizeof(inner));
     if (rv)
         snprintf(err, errlen, "%s: %s", path, inner);
 out:
-    free(buf);
+    pt_buf_free(&buf);
     fclose(f);
     return rv;
+}
+
+static int print_usage(void *ud, conf_ref *r)
+{
+    FILE *f = ud;
+    fputs("  --", f);
+    for (const char *k = r->key; *k; k++)
+        fputc(*k == '_' ? '-' : *k, f);
+    fprintf(f, "=%s\n      %s", r->e->def[0] ? r->e->def : "\"\"", r->e->help);
+    if (r->e->alias)
+        fprintf(f, " Formerly %s.", r->e->alias);
+    fprintf(f, " (YAML: %s)\n", r->key);
+    return 0;
 }
 
 void pt_config_usage(FILE *f, const char *argv0)
@@ -392,7 +486,5 @@ void pt_config_usage(FILE *f, const char *argv0)
                "  --version              Show the version.\n"
                "  --config.file=FILE     YAML configuration file (keys below, dotted = nested).\n",
             argv0, argv0);
-    for (size_t i = 0; i < NENTRIES; i++)
-        fprintf(f, "  --%s=%s\n      %s (YAML: %s)\n", table[i].flag,
-                table[i].def[0] ? table[i].def : "\"\"", table[i].help, table[i].key);
+    each_key(NULL, print_usage, f);
 }

@@ -1,13 +1,16 @@
 /*
- * Configuration is one table (config.c): YAML key, command-line flag, type, default,
- * bounds, help. The same table parses the YAML file, the flags, prints --help and is
- * checked against the example files in configs/ by the tests.
+ * Configuration is one table (config.c) of pt_conf_key entries (base/conf.h), plus the
+ * fragment each backend's ops table brings (keys storage.<backend>.*). The same tables
+ * parse the YAML file and the flags, print --help and are checked against the example
+ * files in configs/ by the tests.
  */
 #ifndef PT_CONFIG_H
 #define PT_CONFIG_H
 
 #include <stddef.h>
 #include <stdio.h>
+
+#include "backend.h"
 
 typedef struct pt_config {
     char *listen_address;
@@ -25,14 +28,9 @@ typedef struct pt_config {
     size_t max_request_memory;
 
     char *backend;
-    char *storage_path;
-    int storage_sync;
-    size_t head_memory;
-    char *table_prefix;
-    char *bt_project;
-    char *bt_instance;
-    char *bt_endpoint;
     long retention_ms;
+    /* Each registered backend's own settings (its ops->conf keys), by registry order. */
+    void *backend_conf[PT_MAX_BACKENDS];
 
     long index_bucket_ms;
     long index_cache_entries;
@@ -43,8 +41,11 @@ typedef struct pt_config {
     char *log_level;
 } pt_config;
 
-/* Fills every field with its default. */
-void pt_config_defaults(pt_config *c);
+/* Fills every field, and every backend's settings, with its default. 0, or -1 when out of
+ * memory (pt_config_free still applies). */
+int pt_config_defaults(pt_config *c);
+/* The settings of backend ops (the struct its ops->conf keys fill), NULL when it has none. */
+const void *pt_config_backend(const pt_config *c, const pt_backend_ops *ops);
 /* Applies a YAML file; unknown keys and out-of-range values are errors. 0 or -1 (err set). */
 int pt_config_load_file(pt_config *c, const char *path, char *err, size_t errlen);
 /* Same, from a buffer (tests, fuzzing). */

@@ -86,7 +86,10 @@ int main(int argc, char **argv)
     pt_index_cache *cache = NULL;
     pt_server *srv = NULL;
 
-    pt_config_defaults(&cfg);
+    if (pt_config_defaults(&cfg) != 0) {
+        fprintf(stderr, "promtable: out of memory\n");
+        goto fail_config;
+    }
     if (parse_args(argc, argv, &cfg, &init_cmd) != 0)
         goto fail_config;
     if (pt_log_set_level(cfg.log_level) != 0) {
@@ -95,18 +98,16 @@ int main(int argc, char **argv)
     }
 
     const pt_backend_ops *ops = pt_backend_find(cfg.backend);
-    if (!ops || strcmp(cfg.backend, "faulty") == 0) {
+    if (!ops) {
         fprintf(stderr, "promtable: unknown storage.backend \"%s\"\n", cfg.backend);
         goto fail_config;
     }
+    if (ops->caps & PT_BACKEND_CAP_TEST) {
+        fprintf(stderr, "promtable: storage.backend \"%s\" is for tests only\n", cfg.backend);
+        goto fail_config;
+    }
     pt_backend_config bc = {
-        .path = cfg.storage_path,
-        .sync = cfg.storage_sync,
-        .head_memory = cfg.head_memory,
-        .table_prefix = cfg.table_prefix,
-        .project = cfg.bt_project,
-        .instance = cfg.bt_instance,
-        .endpoint = cfg.bt_endpoint[0] ? cfg.bt_endpoint : NULL,
+        .own = pt_config_backend(&cfg, ops),
         .retention_seconds = (cfg.retention_ms + 999) / 1000,
     };
     int rv = pt_backend_open(&be, ops, &bc, err, sizeof(err));

@@ -10,7 +10,7 @@
  * may rely on that and must reject such keys with PT_EBADREQ.
  *
  * Thread safety: write and scan may be called from several threads at once.
- * Errors: pt error codes (adapter/error.h). An outage or timeout must be PT_EUNAVAIL or
+ * Errors: pt error codes (base/error.h). An outage or timeout must be PT_EUNAVAIL or
  * PT_ETIMEOUT so that the HTTP layer answers 503 and the client retries.
  */
 #ifndef PT_BACKEND_H
@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "conf.h"
 #include "slice.h"
 
 typedef enum pt_table { PT_TABLE_POINTS = 0, PT_TABLE_INDEX = 1, PT_TABLE_COUNT = 2 } pt_table;
@@ -58,24 +59,31 @@ typedef struct pt_scan {
 typedef int (*pt_cell_fn)(void *ud, pt_slice row, pt_slice qual, pt_slice value);
 
 typedef struct pt_backend_config {
-    const char *path;        /* embedded: data directory */
-    int sync;                /* embedded: 1 = fsync the WAL on every batch */
-    size_t head_memory;      /* embedded: bytes of samples held before a flush; 0 = default */
-    const char *table_prefix;
-    /* bigtable */
-    const char *project;
-    const char *instance;
-    const char *endpoint;    /* host:port of the emulator; NULL = Cloud Bigtable */
-    long retention_seconds;  /* 0 = keep forever */
+    /* The backend's own settings: a struct of ops->conf_size bytes filled from its keys
+     * (ops->conf, storage.<name>.*) with defaults applied; strings are never NULL. NULL
+     * for a backend without keys. Valid until close. */
+    const void *own;
+    long retention_seconds;  /* storage.retention: keep samples this long; 0 = forever */
     void *inner;             /* wrapper backends: the backend they wrap (pt_backend *) */
 } pt_backend_config;
 
-enum { PT_BACKEND_CAP_ADMIN = 1u << 0 };
+enum {
+    PT_BACKEND_CAP_ADMIN = 1u << 0, /* has init: tables to create before use */
+    PT_BACKEND_CAP_TEST = 1u << 1,  /* for tests only: the daemon refuses to run on it */
+};
+
+/* Most backends a registry holds (sizes the configuration's per-backend settings). */
+#define PT_MAX_BACKENDS 8
 
 typedef struct pt_backend_ops {
     const char *name;
-    unsigned caps;
+    unsigned caps;           /* PT_BACKEND_CAP_* */
     size_t state_size;
+    /* Configuration fragment: keys storage.<name>.<key> (pt_conf_key.key holds <key>)
+     * filling a conf_size-byte struct that open() gets as cfg->own. */
+    const pt_conf_key *conf;
+    size_t nconf;
+    size_t conf_size;
     int (*open)(void *state, const pt_backend_config *cfg, char *err, size_t errlen);
     void (*close)(void *state);
     /* Applies every mutation or returns an error; on success they are durable per the
@@ -95,8 +103,8 @@ typedef struct pt_backend {
 
 /* Registry (registry.c). NULL when no backend has that name. */
 const pt_backend_ops *pt_backend_find(const char *name);
-/* Names of all registered backends, NULL-terminated. */
-const char *const *pt_backend_names(void);
+/* Every registered backend, *n of them (at most PT_MAX_BACKENDS). */
+const pt_backend_ops *const *pt_backend_list(size_t *n);
 
 /* Allocates the state, opens; on failure frees and returns the error with err set. */
 int pt_backend_open(pt_backend *b, const pt_backend_ops *ops, const pt_backend_config *cfg,

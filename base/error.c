@@ -16,6 +16,7 @@ const char *pt_strerror(int rv)
     case PT_ELIMIT: return "query limit exceeded";
     case PT_EUNSUPPORTED: return "not supported";
     case PT_EUNAUTHORIZED: return "unauthorized";
+    case PT_EHEADERS: return "request header fields too large";
     case PT_EUNAVAIL: return "storage unavailable";
     case PT_ETIMEOUT: return "storage timed out";
     case PT_EBUSY: return "server busy";
@@ -38,6 +39,7 @@ int pt_error_http_status(int rv)
     case PT_ENOTFOUND: return 404;
     case PT_EMETHOD: return 405;
     case PT_EUNAUTHORIZED: return 401;
+    case PT_EHEADERS: return 431;
     default: break;
     }
     if (PT_IS_BAD_INPUT(rv))

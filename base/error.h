@@ -24,6 +24,7 @@ enum {
     PT_ELIMIT = -10,      /* a query exceeded a series/sample limit */
     PT_EUNSUPPORTED = -11, /* valid but not supported yet (histograms, exemplars) */
     PT_EUNAUTHORIZED = -12,
+    PT_EHEADERS = -13,    /* request header fields over the limit (431) */
 
     PT_EUNAVAIL = -100,   /* backend unavailable */
     PT_ETIMEOUT = -101,   /* backend timed out */

@@ -92,7 +92,7 @@ start() {
         }
     else
         mkdir -p "$WORK/$name.data"
-        store=(--storage.path="$WORK/$name.data")
+        store=(--storage.embedded.path="$WORK/$name.data")
     fi
     CMDS+=("$name server: taskset -c $PROMTABLE_CPU $PROMTABLE --web.listen-address=127.0.0.1:$port ${store[*]}")
     pt_spawn "$WORK/$name.log" taskset -c "$PROMTABLE_CPU" "$PROMTABLE" \

@@ -28,8 +28,12 @@ static int null_scan(void *s, const pt_scan *sc, pt_cell_fn fn, void *ud)
     (void)s, (void)sc, (void)fn, (void)ud;
     return 0;
 }
-static const pt_backend_ops null_ops = {"null", 0, 1, null_open, null_close, null_write,
-                                        null_scan, NULL};
+static const pt_backend_ops null_ops = {.name = "null",
+                                        .state_size = 1,
+                                        .open = null_open,
+                                        .close = null_close,
+                                        .write = null_write,
+                                        .scan = null_scan};
 
 static double cpu_seconds(void)
 {

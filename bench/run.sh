@@ -172,7 +172,7 @@ bench_promtable() {
     base=http://127.0.0.1:$port
     # shellcheck disable=SC2086  # PROMTABLE_ARGS is a list of flags
     start_server promtable "$base/-/ready" "$PROMTABLE" --web.listen-address="127.0.0.1:$port" \
-        --storage.path="$dir" $PROMTABLE_ARGS || { CHECK[promtable]="did not start"; return 1; }
+        --storage.embedded.path="$dir" $PROMTABLE_ARGS || { CHECK[promtable]="did not start"; return 1; }
     run_load promtable "$base/api/v1/write" ||
         { stop_server; CHECK[promtable]="no result"; return 1; }
 

@@ -39,6 +39,7 @@
 #include <grpc/support/time.h>
 
 #include "backend.h"
+#include "bigtable.h"
 #include "bigtable_int.h"
 #include "arena.h"
 #include "pb_alloc.h"
@@ -765,13 +766,15 @@ static int bt_open(void *state, const pt_backend_config *cfg, char *err, size_t 
 {
     static const char *const suffix[PT_TABLE_COUNT] = {"points", "index"};
     bigtable *bt = state;
-    const char *prefix = cfg->table_prefix ? cfg->table_prefix : "";
-    const char *endpoint = cfg->endpoint && *cfg->endpoint ? cfg->endpoint : NULL;
+    static const pt_bigtable_conf none = {"", "", "", ""};
+    const pt_bigtable_conf *bc = cfg->own ? cfg->own : &none;
+    const char *prefix = bc->table_prefix ? bc->table_prefix : "";
+    const char *endpoint = bc->endpoint && *bc->endpoint ? bc->endpoint : NULL;
     if (!endpoint) {
         const char *env = getenv("BIGTABLE_EMULATOR_HOST");
         endpoint = env && *env ? env : NULL;
     }
-    if (!cfg->project || !*cfg->project || !cfg->instance || !*cfg->instance) {
+    if (!bc->project || !*bc->project || !bc->instance || !*bc->instance) {
         snprintf(err, errlen,
                  "bigtable: storage.bigtable.project and storage.bigtable.instance "
                  "must be set");
@@ -782,7 +785,7 @@ static int bt_open(void *state, const pt_backend_config *cfg, char *err, size_t 
     bt->retry_ms = RETRY_BUDGET_MS;
     bt->retention_s = cfg->retention_seconds;
 
-    bt->parent = str_printf("projects/%s/instances/%s", cfg->project, cfg->instance);
+    bt->parent = str_printf("projects/%s/instances/%s", bc->project, bc->instance);
     bt->parent_params = bt->parent ? url_escaped("parent=", bt->parent) : NULL;
     if (!bt->parent_params)
         goto nomem;
@@ -1531,10 +1534,25 @@ static int bt_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
     return rv;
 }
 
+#define C(field) offsetof(pt_bigtable_conf, field)
+static const pt_conf_key conf_keys[] = {
+    {"project", NULL, PT_CONF_STR, "", 0, 0, C(project), "Bigtable project ID."},
+    {"instance", NULL, PT_CONF_STR, "", 0, 0, C(instance), "Bigtable instance ID."},
+    {"endpoint", NULL, PT_CONF_STR, "", 0, 0, C(endpoint),
+     "Emulator host:port (plaintext); empty = $BIGTABLE_EMULATOR_HOST, else Cloud Bigtable "
+     "with application default credentials."},
+    {"table_prefix", "storage.table_prefix", PT_CONF_STR, "", 0, 0, C(table_prefix),
+     "Tables are <prefix>points and <prefix>index."},
+};
+#undef C
+
 const pt_backend_ops pt_backend_bigtable = {
     .name = "bigtable",
     .caps = PT_BACKEND_CAP_ADMIN,
     .state_size = sizeof(bigtable),
+    .conf = conf_keys,
+    .nconf = sizeof(conf_keys) / sizeof(conf_keys[0]),
+    .conf_size = sizeof(pt_bigtable_conf),
     .open = bt_open,
     .close = bt_close,
     .write = bt_write,

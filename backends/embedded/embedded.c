@@ -212,18 +212,19 @@ static int old_layout(const char *path)
 static int embedded_open(void *state, const pt_backend_config *cfg, char *err, size_t errlen)
 {
     embedded *e = state;
+    const pt_embedded_conf *ec = cfg->own;
     e->h.wal_fd = -1;
-    if (!cfg->path || !*cfg->path) {
+    if (!ec || !ec->path || !*ec->path) {
         snprintf(err, errlen, "embedded: no data directory configured");
         return PT_EINTERNAL;
     }
-    int rv = mkdir_p(cfg->path, err, errlen);
+    int rv = mkdir_p(ec->path, err, errlen);
     if (rv != 0)
         return rv;
-    if (old_layout(cfg->path)) {
+    if (old_layout(ec->path)) {
         snprintf(err, errlen, "embedded: %s holds the old one-key-per-sample layout (column "
                               "family \"points\"); copy its data out with the old version",
-                 cfg->path);
+                 ec->path);
         return PT_EINTERNAL;
     }
 
@@ -233,20 +234,20 @@ static int embedded_open(void *state, const pt_backend_config *cfg, char *err, s
     rocksdb_options_t *opts = make_options(cache);
     const rocksdb_options_t *cfopts[NCF] = {opts, opts, opts};
     char *msg = NULL;
-    e->db = rocksdb_open_column_families(opts, cfg->path, NCF, cf_names, cfopts, e->cf, &msg);
+    e->db = rocksdb_open_column_families(opts, ec->path, NCF, cf_names, cfopts, e->cf, &msg);
     rocksdb_options_destroy(opts);
     rocksdb_cache_destroy(cache);
     if (msg) {
-        snprintf(err, errlen, "embedded: open %s: %s", cfg->path, msg);
+        snprintf(err, errlen, "embedded: open %s: %s", ec->path, msg);
         rv = pt_emb_rocks_error(msg);
         goto fail;
     }
     e->wopts = rocksdb_writeoptions_create();
-    rocksdb_writeoptions_set_sync(e->wopts, cfg->sync ? 1 : 0);
+    rocksdb_writeoptions_set_sync(e->wopts, ec->sync ? 1 : 0);
     rocksdb_writeoptions_set_memtable_insert_hint_per_batch(e->wopts, 1);
     e->flush_wopts = rocksdb_writeoptions_create();
     rocksdb_writeoptions_disable_WAL(e->flush_wopts, 1);
-    if ((rv = pt_emb_head_open(e, cfg, err, errlen)) != 0)
+    if ((rv = pt_emb_head_open(e, ec, err, errlen)) != 0)
         goto fail;
     return 0;
 
@@ -529,10 +530,24 @@ static int embedded_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
     return rv;
 }
 
+#define C(field) offsetof(pt_embedded_conf, field)
+static const pt_conf_key conf_keys[] = {
+    {"path", "storage.path", PT_CONF_STR, "./data", 0, 0, C(path),
+     "Data directory of the embedded store."},
+    {"sync", "storage.sync", PT_CONF_BOOL, "false", 0, 1, C(sync),
+     "fsync the embedded store's logs before acknowledging each write."},
+    {"head_memory", "storage.head_memory", PT_CONF_BYTES, "256MiB", 1LL << 20, 1LL << 40,
+     C(head_memory), "Samples held in memory (16 B each) before a flush into RocksDB."},
+};
+#undef C
+
 const pt_backend_ops pt_backend_embedded = {
     .name = "embedded",
     .caps = 0,
     .state_size = sizeof(embedded),
+    .conf = conf_keys,
+    .nconf = sizeof(conf_keys) / sizeof(conf_keys[0]),
+    .conf_size = sizeof(pt_embedded_conf),
     .open = embedded_open,
     .close = embedded_close,
     .write = embedded_write,

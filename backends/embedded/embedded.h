@@ -12,6 +12,13 @@
 
 extern const pt_backend_ops pt_backend_embedded;
 
+/* Its settings, keys storage.embedded.* (cfg->own at open). */
+typedef struct pt_embedded_conf {
+    char *path;          /* data directory */
+    int sync;            /* fdatasync the logs before acknowledging a write */
+    size_t head_memory;  /* bytes of samples held before a flush; 0 = the default */
+} pt_embedded_conf;
+
 typedef struct pt_embedded_stats {
     uint64_t flushes;    /* head flushes into RocksDB since open */
     size_t head_rows;    /* rows the head tracks (with or without cells) */

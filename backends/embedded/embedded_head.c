@@ -1008,7 +1008,7 @@ static int read_file(int fd, uint8_t **out, size_t *n)
     return 0;
 }
 
-int pt_emb_head_open(embedded *e, const pt_backend_config *cfg, char *err, size_t errlen)
+int pt_emb_head_open(embedded *e, const pt_embedded_conf *cfg, char *err, size_t errlen)
 {
     head *h = &e->h;
     h->wal_fd = -1;

@@ -13,6 +13,7 @@
 #include <rocksdb/c.h>
 
 #include "backend.h"
+#include "embedded.h"
 
 enum { CF_DEFAULT, CF_POINTS, CF_INDEX, NCF };
 
@@ -75,7 +76,7 @@ int pt_emb_single_row(const pt_row_range *r);
 int pt_emb_rocks_error(char *msg);
 
 /* embedded_head.c */
-int pt_emb_head_open(embedded *e, const pt_backend_config *cfg, char *err, size_t errlen);
+int pt_emb_head_open(embedded *e, const pt_embedded_conf *cfg, char *err, size_t errlen);
 /* Flushes what is left and releases the head; returns the flush result. */
 int pt_emb_head_close(embedded *e);
 int pt_emb_head_write(embedded *e, const pt_mutation *m, size_t n);

@@ -184,7 +184,7 @@ static int faulty_init(void *state, char *err, size_t errlen)
 
 const pt_backend_ops pt_backend_faulty = {
     .name = "faulty",
-    .caps = 0,
+    .caps = PT_BACKEND_CAP_TEST,
     .state_size = sizeof(faulty),
     .open = faulty_open,
     .close = faulty_close,

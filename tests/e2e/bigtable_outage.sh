@@ -108,7 +108,7 @@ gt0() {
 }
 
 BT=(--storage.backend=bigtable --storage.bigtable.project=outage
-    --storage.bigtable.instance=outage --storage.table-prefix=o_)
+    --storage.bigtable.instance=outage --storage.bigtable.table-prefix=o_)
 
 # ------------------------------------------------------------------- 1. start everything
 

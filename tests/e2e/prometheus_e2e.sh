@@ -237,7 +237,7 @@ scenario() {
 
     # 1. remote storage
     if [ "$TARGET" = promtable ]; then
-        local tls=() storage=(--storage.path="$DIR/store")
+        local tls=() storage=(--storage.embedded.path="$DIR/store")
         [ "$SCHEME" = https ] && tls=(--web.tls-cert-file="$CERT" --web.tls-key-file="$KEY")
         if [ "$BACKEND" = bigtable ]; then
             if ! pt_start_cbtemulator EMU_PORT "$DIR/emulator.log"; then
@@ -250,7 +250,7 @@ scenario() {
             # A table prefix, so promtable must use the tables init made, not defaults.
             storage=(--storage.backend=bigtable --storage.bigtable.project=e2e
                 --storage.bigtable.instance=e2e "--storage.bigtable.endpoint=127.0.0.1:$EMU_PORT"
-                --storage.table-prefix=e2e_)
+                --storage.bigtable.table-prefix=e2e_)
             if ! "$BUILD/promtable" init "${storage[@]}" >"$DIR/init.log" 2>&1; then
                 tap_not_ok "$NAME: promtable init creates the tables on the emulator"
                 show_logs

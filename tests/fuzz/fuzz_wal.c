@@ -15,6 +15,7 @@
 
 #include <xxhash.h>
 
+#include "embedded.h"
 #include "backend.h"
 #include "bytes.h"
 
@@ -69,7 +70,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* A new store whose directory holds just the log the fuzzer wrote. */
     pt_backend b;
     char err[256];
-    pt_backend_config cfg = {.path = path};
+    pt_embedded_conf ec = {.path = path};
+    pt_backend_config cfg = {.own = &ec};
     if ((mkdir(dir, 0700) != 0 && errno != EEXIST) || mkdir(path, 0700) != 0)
         abort();
     uint8_t hdr[20];

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "embedded.h"
 #include "app.h"
 #include "backend.h"
 #include "decode.h"
@@ -113,7 +114,8 @@ __attribute__((unused)) static int tstore_open(tstore *s)
     strcpy(s->dir, "/tmp/pt-test-XXXXXX");
     if (!mkdtemp(s->dir))
         return -1;
-    pt_backend_config c = {.path = s->dir};
+    pt_embedded_conf ec = {.path = s->dir};
+    pt_backend_config c = {.own = &ec};
     if (pt_backend_open(&s->emb, pt_backend_find("embedded"), &c, err, sizeof(err)) != 0) {
         fprintf(stderr, "open: %s\n", err);
         return -1;

@@ -39,7 +39,8 @@ static void rm_rf(const char *dir)
 
 static int open_embedded(pt_backend *b, const char *path, char *err, size_t errlen)
 {
-    pt_backend_config cfg = {.path = path, .sync = 0};
+    pt_embedded_conf ec = {.path = (char *)path};
+    pt_backend_config cfg = {.own = &ec};
     return pt_backend_open(b, &pt_backend_embedded, &cfg, err, errlen);
 }
 
@@ -132,7 +133,8 @@ static void test_embedded(const char *tmp)
     ok(open_embedded(&b, path, err, sizeof(err)) < 0 && strstr(err, "a-file"),
        "embedded: open under a regular file fails, naming the path");
     diag("open error: %s", err);
-    pt_backend_config none = {.path = NULL};
+    pt_embedded_conf nopath = {.path = NULL};
+    pt_backend_config none = {.own = &nopath};
     ok(pt_backend_open(&b, &pt_backend_embedded, &none, err, sizeof(err)) < 0,
        "embedded: open without a path fails");
 }
@@ -329,7 +331,8 @@ static int crash_child(const char *path, size_t budget)
 {
     pt_backend b;
     char err[256];
-    pt_backend_config cfg = {.path = path, .sync = 0};
+    pt_embedded_conf ec = {.path = (char *)path};
+    pt_backend_config cfg = {.own = &ec};
     if (pt_backend_open(&b, &pt_backend_embedded, &cfg, err, sizeof(err)) != 0) {
         fprintf(stderr, "crash child: %s\n", err);
         return 1;

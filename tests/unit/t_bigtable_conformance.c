@@ -30,6 +30,7 @@
 
 #include "tap.h"
 #include "conformance.h"
+#include "bigtable.h"
 #include "bigtable_int.h"
 #include "log.h"
 
@@ -267,11 +268,11 @@ static void proxy_stop(proxy *px)
 static int open_bt(pt_backend *b, const char *endpoint, const char *prefix, long retention,
                    char *err, size_t errlen)
 {
-    pt_backend_config cfg = {.table_prefix = prefix,
-                             .project = "proj",
-                             .instance = "inst",
-                             .endpoint = endpoint,
-                             .retention_seconds = retention};
+    pt_bigtable_conf bc = {.project = "proj",
+                           .instance = "inst",
+                           .endpoint = (char *)endpoint,
+                           .table_prefix = (char *)prefix};
+    pt_backend_config cfg = {.own = &bc, .retention_seconds = retention};
     return pt_backend_open(b, &pt_backend_bigtable, &cfg, err, errlen);
 }
 
@@ -302,7 +303,8 @@ static void test_open_errors(void)
 {
     pt_backend b;
     char err[256] = "";
-    pt_backend_config cfg = {.endpoint = "127.0.0.1:1", .instance = "i"};
+    pt_bigtable_conf bc = {.endpoint = "127.0.0.1:1", .instance = "i"};
+    pt_backend_config cfg = {.own = &bc};
     ok(pt_backend_open(&b, &pt_backend_bigtable, &cfg, err, sizeof(err)) < 0 && err[0],
        "open without a project fails with a message");
     diag("open: %s", err);

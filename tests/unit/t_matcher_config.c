@@ -4,6 +4,8 @@
 #include <string.h>
 
 #include "config.h"
+#include "bigtable.h"
+#include "embedded.h"
 #include "error.h"
 #include "matcher.h"
 #include "tap.h"
@@ -113,16 +115,33 @@ int main(void)
     /* The table: defaults, YAML, flags, errors. */
     pt_config c;
     char err[512];
-    pt_config_defaults(&c);
-    ok(strcmp(c.listen_address, ":9201") == 0 && strcmp(c.backend, "embedded") == 0 &&
-           strcmp(c.storage_path, "./data") == 0 && c.index_bucket_ms == 86400000,
-       "defaults");
-    const char *y = "web:\n  listen_address: 127.0.0.1:9999\nstorage:\n  path: /tmp/x\n"
-                    "  sync: true\nindex:\n  bucket: 2d\nread:\n  max_series: 10\n";
+    ok(pt_config_defaults(&c) == 0, "defaults allocate");
+    const pt_embedded_conf *ec = pt_config_backend(&c, &pt_backend_embedded);
+    const pt_bigtable_conf *bc = pt_config_backend(&c, &pt_backend_bigtable);
+    ok(strcmp(c.listen_address, ":9201") == 0 && strcmp(c.backend, "embedded") == 0 && ec &&
+           strcmp(ec->path, "./data") == 0 && ec->head_memory == 256u << 20 && bc &&
+           strcmp(bc->table_prefix, "") == 0 && c.index_bucket_ms == 86400000,
+       "defaults, the backends' too");
+    const char *y = "web:\n  listen_address: 127.0.0.1:9999\nstorage:\n  embedded:\n"
+                    "    path: /tmp/x\n    sync: true\n  bigtable:\n    project: p\n"
+                    "index:\n  bucket: 2d\nread:\n  max_series: 10\n";
     ok(pt_config_load_yaml(&c, y, strlen(y), err, sizeof(err)) == 0 &&
-           strcmp(c.listen_address, "127.0.0.1:9999") == 0 && strcmp(c.storage_path, "/tmp/x") == 0 &&
-           c.storage_sync == 1 && c.index_bucket_ms == 2 * 86400000L && c.read_max_series == 10,
-       "YAML sections map to dotted keys");
+           strcmp(c.listen_address, "127.0.0.1:9999") == 0 && strcmp(ec->path, "/tmp/x") == 0 &&
+           ec->sync == 1 && strcmp(bc->project, "p") == 0 && c.index_bucket_ms == 2 * 86400000L &&
+           c.read_max_series == 10,
+       "YAML sections map to dotted keys, backend fragments under storage.<backend>");
+    const char *old = "storage:\n  path: /tmp/old\n  head_memory: 64MiB\n  table_prefix: t_\n";
+    ok(pt_config_load_yaml(&c, old, strlen(old), err, sizeof(err)) == 0 &&
+           strcmp(ec->path, "/tmp/old") == 0 && ec->head_memory == 64u << 20 &&
+           strcmp(bc->table_prefix, "t_") == 0,
+       "the former keys storage.path, storage.head_memory, storage.table_prefix still work");
+    ok(pt_config_set_flag(&c, "storage.embedded.head-memory", "32MiB", err, sizeof(err)) == 0 &&
+           ec->head_memory == 32u << 20 &&
+           pt_config_set_flag(&c, "storage.sync", "false", err, sizeof(err)) == 0 && ec->sync == 0,
+       "backend flags, new and former");
+    ok(pt_config_set_flag(&c, "storage.embedded.head-memory", "1KiB", err, sizeof(err)) != 0 &&
+           strstr(err, "storage.embedded.head_memory"),
+       "a backend key's range is checked, naming the key");
     const char *unk = "web:\n  listen_adress: x\n";
     ok(pt_config_load_yaml(&c, unk, strlen(unk), err, sizeof(err)) != 0 &&
            strstr(err, "web.listen_adress"),

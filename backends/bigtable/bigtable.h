@@ -1,0 +1,16 @@
+/* The Bigtable backend's settings, keys storage.bigtable.* (cfg->own at open). */
+#ifndef PT_BIGTABLE_H
+#define PT_BIGTABLE_H
+
+#include "backend.h"
+
+extern const pt_backend_ops pt_backend_bigtable;
+
+typedef struct pt_bigtable_conf {
+    char *project;
+    char *instance;
+    char *endpoint;     /* emulator host:port; "" = $BIGTABLE_EMULATOR_HOST or Cloud Bigtable */
+    char *table_prefix; /* tables are <prefix>points and <prefix>index */
+} pt_bigtable_conf;
+
+#endif
