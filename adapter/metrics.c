@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "buf.h"
 #include "error.h"
 
 pt_metrics pt_m;
@@ -82,36 +83,32 @@ void pt_metrics_request(int route, int code, int proto)
 }
 
 typedef struct out {
-    pt_arena *a;
-    char *buf;
-    size_t len, cap;
+    pt_buf buf;
     int failed;
 } out;
 
 static void put(out *o, const char *fmt, ...)
 {
-    for (;;) {
+    for (size_t want = 256;;) {
+        char *p = (char *)pt_buf_room(&o->buf, want);
+        if (!p) {
+            o->failed = 1;
+            return;
+        }
+        size_t room = o->buf.cap - o->buf.len;
         va_list ap;
         va_start(ap, fmt);
-        int n = vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
+        int n = vsnprintf(p, room, fmt, ap);
         va_end(ap);
         if (n < 0) {
             o->failed = 1;
             return;
         }
-        if ((size_t)n < o->cap - o->len) {
-            o->len += (size_t)n;
+        if ((size_t)n < room) {
+            pt_buf_commit(&o->buf, (size_t)n);
             return;
         }
-        size_t ncap = (o->cap + (size_t)n) * 2;
-        char *nb = pt_arena_alloc(o->a, ncap);
-        if (!nb) {
-            o->failed = 1;
-            return;
-        }
-        memcpy(nb, o->buf, o->len);
-        o->buf = nb;
-        o->cap = ncap;
+        want = (size_t)n + 1;
     }
 }
 
@@ -152,10 +149,9 @@ static void histogram(out *o, const char *name, const char *help, pt_histogram *
 
 long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
 {
-    out o = {a, NULL, 0, 0, 0};
-    o.cap = 16384;
-    o.buf = pt_arena_alloc(a, o.cap);
-    if (!o.buf)
+    out o = {.failed = 0};
+    pt_buf_init_arena(&o.buf, a, 0);
+    if (pt_buf_reserve(&o.buf, 16384))
         return PT_ENOMEM;
 
     put(&o, "# HELP promtable_build_info Build information.\n# TYPE promtable_build_info gauge\n"
@@ -213,6 +209,6 @@ long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
           g->index_cache_capacity);
     if (o.failed)
         return PT_ENOMEM;
-    *res = o.buf;
-    return (long)o.len;
+    *res = (char *)o.buf.p;
+    return (long)o.buf.len;
 }

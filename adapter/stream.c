@@ -2,6 +2,8 @@
  * framed, one series per frame as Prometheus' own server does. */
 #include <string.h>
 
+#include "buf.h"
+#include "bytes.h"
 #include "error.h"
 #include "store.h"
 #include "xor.h"
@@ -9,54 +11,31 @@
 /* A frame's payload budget; a longer series continues in the next frame (full labels). */
 #define FRAME_BUDGET (1u << 20)
 
-typedef struct out {
-    pt_arena *a;
-    uint8_t *p;
-    size_t n, cap;
-} out;
-
-static int reserve(out *o, size_t more)
-{
-    if (o->cap - o->n >= more)
-        return 0;
-    size_t ncap = (o->cap + more) * 2;
-    uint8_t *np = pt_arena_alloc(o->a, ncap);
-    if (!np)
-        return PT_ENOMEM;
-    if (o->n)
-        memcpy(np, o->p, o->n);
-    o->p = np;
-    o->cap = ncap;
-    return 0;
-}
-
-static int frame(out *o, Prometheus__ChunkedReadResponse *m)
+/* Appends uvarint(len) ‖ CRC-32C(message) big-endian ‖ message. */
+static int frame(pt_buf *o, Prometheus__ChunkedReadResponse *m)
 {
     size_t len = protobuf_c_message_get_packed_size(&m->base);
-    if (reserve(o, len + 14))
+    uint8_t *p = pt_buf_room(o, len + 14);
+    if (!p)
         return PT_ENOMEM;
+    uint8_t *start = p;
     size_t v = len;
     while (v >= 0x80) {
-        o->p[o->n++] = (uint8_t)(v | 0x80);
+        *p++ = (uint8_t)(v | 0x80);
         v >>= 7;
     }
-    o->p[o->n++] = (uint8_t)v;
-    uint8_t *crc = o->p + o->n;
-    o->n += 4;
-    protobuf_c_message_pack(&m->base, o->p + o->n);
-    uint32_t c = pt_crc32c(o->p + o->n, len);
-    crc[0] = (uint8_t)(c >> 24);
-    crc[1] = (uint8_t)(c >> 16);
-    crc[2] = (uint8_t)(c >> 8);
-    crc[3] = (uint8_t)c;
-    o->n += len;
+    *p++ = (uint8_t)v;
+    protobuf_c_message_pack(&m->base, p + 4);
+    pt_put_be32(p, pt_crc32c(p + 4, len));
+    pt_buf_commit(o, (size_t)(p + 4 - start) + len);
     return 0;
 }
 
 int pt_stream_frames(const Prometheus__ReadResponse *r, pt_arena *a, pt_slice *body)
 {
-    out o = {a, NULL, 0, 0};
-    if (reserve(&o, 4096))
+    pt_buf o;
+    pt_buf_init_arena(&o, a, 0);
+    if (pt_buf_reserve(&o, 4096))
         return PT_ENOMEM;
     for (size_t q = 0; q < r->n_results; q++) {
         const Prometheus__QueryResult *qr = r->results[q];
@@ -111,6 +90,6 @@ int pt_stream_frames(const Prometheus__ReadResponse *r, pt_arena *a, pt_slice *b
             }
         }
     }
-    *body = (pt_slice){o.p, o.n};
+    *body = (pt_slice){o.p, o.len};
     return 0;
 }

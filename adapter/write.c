@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "error.h"
 #include "metrics.h"
 #include "store.h"
@@ -150,28 +151,24 @@ long pt_labels_validate(Prometheus__Label *const *in, size_t n, pt_arena *a, pt_
     return (long)k;
 }
 
-/* Growable mutation list with a fixed upper bound computed before the loop. */
+/* The mutations of one request, in arena memory; sized for the samples up front, so it
+ * grows only for index rows. */
 typedef struct batch {
-    pt_mutation *m;
-    size_t n, cap;
+    pt_buf buf;
+    size_t n;
 } batch;
 
-static int push(batch *b, pt_arena *a, uint8_t table, pt_slice row, pt_slice qual,
+static int push(batch *b, uint8_t table, pt_slice row, pt_slice qual,
                 pt_slice value, int64_t version_us)
 {
     if (row.n > PT_MAX_ROW_KEY)
         return PT_EINTERNAL; /* the key encodings guarantee this never happens */
-    if (b->n == b->cap) {
-        size_t ncap = b->cap ? b->cap * 2 : 1024;
-        pt_mutation *nm = pt_arena_alloc(a, ncap * sizeof(*nm));
-        if (!nm)
-            return PT_ENOMEM;
-        if (b->n)
-            memcpy(nm, b->m, b->n * sizeof(*nm));
-        b->m = nm;
-        b->cap = ncap;
-    }
-    b->m[b->n++] = (pt_mutation){table, row, qual, value, version_us};
+    pt_mutation *m = (pt_mutation *)(void *)pt_buf_room(&b->buf, sizeof(*m));
+    if (!m)
+        return PT_ENOMEM;
+    *m = (pt_mutation){table, row, qual, value, version_us};
+    pt_buf_commit(&b->buf, sizeof(*m));
+    b->n++;
     return 0;
 }
 
@@ -220,7 +217,7 @@ static int add_index_rows(batch *b, pt_arena *a, const pt_label *ls, size_t n, p
         uint8_t *vs = pt_index_values_prefix(k, l->name, day);
         uint8_t *e = pt_index_part(vs, l->value);
         pt_slice cell = pt_index_is_digest((pt_slice){vs, (size_t)(e - vs)}) ? l->value : none;
-        if ((rv = push(b, a, PT_TABLE_INDEX, (pt_slice){k, (size_t)(e - k)}, qual, cell, ver)) != 0)
+        if ((rv = push(b, PT_TABLE_INDEX, (pt_slice){k, (size_t)(e - k)}, qual, cell, ver)) != 0)
             return rv;
         /* The series under its metric, or under each of its other labels (postings). */
         k = pt_arena_alloc(a, PT_INDEX_PREFIX_MAX(l->name.n, l->value.n) + sid.n + PT_DIGEST_LEN);
@@ -232,7 +229,7 @@ static int add_index_rows(batch *b, pt_arena *a, const pt_label *ls, size_t n, p
         labels = sid_is_hashed(sid) || pt_index_is_digest((pt_slice){e, (size_t)(re - e)})
                      ? (pt_slice){enc, len}
                      : none;
-        if ((rv = push(b, a, PT_TABLE_INDEX, (pt_slice){k, (size_t)(re - k)}, qual, labels,
+        if ((rv = push(b, PT_TABLE_INDEX, (pt_slice){k, (size_t)(re - k)}, qual, labels,
                        ver)) != 0)
             return rv;
         *rows += 2;
@@ -317,15 +314,15 @@ int pt_store_write(pt_store *st, const Prometheus__WriteRequest *wr, pt_arena *a
         nsamples += wr->timeseries[i]->n_samples;
 
     batch b = {0};
-    b.cap = nsamples + 16;
-    b.m = pt_arena_alloc(a, b.cap * sizeof(*b.m));
+    pt_buf_init_arena(&b.buf, a, 0);
+    int brv = pt_buf_reserve(&b.buf, (nsamples + 16) * sizeof(pt_mutation));
     /* (series, day) pairs to index, at most two per sample; the ones this request writes
      * end up in seen. */
     pendings pd = {0};
     pd.keys = pt_arena_alloc(a, (2 * nsamples + 1) * sizeof(*pd.keys));
     pd.p = pt_arena_alloc(a, (2 * nsamples + 1) * sizeof(*pd.p));
     pt_keyset seen = {0};
-    if (!b.m || !pd.keys || !pd.p)
+    if (brv != 0 || !pd.keys || !pd.p)
         return PT_ENOMEM;
 
     for (size_t i = 0; i < wr->n_timeseries; i++) {
@@ -388,7 +385,7 @@ int pt_store_write(pt_store *st, const Prometheus__WriteRequest *wr, pt_arena *a
             if (!cell)
                 return PT_ENOMEM;
             pt_cell_encode(t, s->value, cell, cell + PT_QUAL_LEN);
-            if ((rv = push(&b, a, PT_TABLE_POINTS, (pt_slice){row, PT_ROW_KEY_LEN(sid.n)},
+            if ((rv = push(&b, PT_TABLE_POINTS, (pt_slice){row, PT_ROW_KEY_LEN(sid.n)},
                            (pt_slice){cell, PT_QUAL_LEN},
                            (pt_slice){cell + PT_QUAL_LEN, PT_VALUE_LEN}, t * 1000)) != 0)
                 return rv;
@@ -415,7 +412,7 @@ int pt_store_write(pt_store *st, const Prometheus__WriteRequest *wr, pt_arena *a
     if (b.n > 0) {
         /* Unsorted: backends that want key order (Bigtable groups cells by row) sort. */
         uint64_t t0 = pt_now_ns();
-        rv = pt_backend_write(st->be, b.m, b.n);
+        rv = pt_backend_write(st->be, (const pt_mutation *)(const void *)b.buf.p, b.n);
         pt_metrics_observe(&pt_m.backend_write_duration, pt_now_ns() - t0);
         if (rv != 0) {
             pt_m.backend_write_errors++;

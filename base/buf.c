@@ -16,7 +16,7 @@ static size_t grown(size_t cap, size_t need, size_t min, size_t max)
     return c < max ? c : max;
 }
 
-int pt_buf_reserve(pt_buf *b, size_t n)
+int pt_buf_grow(pt_buf *b, size_t n)
 {
     size_t max = b->max ? b->max : SIZE_MAX;
     if (b->cap - b->len >= n)
@@ -34,7 +34,14 @@ int pt_buf_reserve(pt_buf *b, size_t n)
     size_t cap = grown(b->cap, b->len + n, 256, max);
     if (!cap)
         return PT_ETOOLARGE;
-    uint8_t *p = realloc(b->p, cap);
+    uint8_t *p;
+    if (b->arena) {
+        p = pt_arena_alloc(b->arena, cap);
+        if (p && b->len)
+            memcpy(p, b->p, b->len);
+    } else {
+        p = realloc(b->p, cap);
+    }
     if (!p)
         return PT_ENOMEM;
     b->p = p;
@@ -62,7 +69,8 @@ void pt_buf_consume(pt_buf *b, size_t n)
 
 void pt_buf_free(pt_buf *b)
 {
-    free(b->p);
+    if (!b->arena)
+        free(b->p);
     b->p = NULL;
     b->off = b->len = b->cap = 0;
 }
