@@ -12,8 +12,10 @@ static int compile(pt_slice pattern, pcre2_code **out, char *msg, size_t msglen,
 {
     int ec;
     PCRE2_SIZE off;
-    pcre2_code *re = pcre2_compile(pattern.p, pattern.n, PCRE2_UTF | PCRE2_DOLLAR_ENDONLY, &ec,
-                                   &off, NULL);
+    /* An empty pattern may come as a NULL pointer; PCRE2 refuses NULL even with length 0. */
+    const uint8_t *p = pattern.n ? pattern.p : (const uint8_t *)"";
+    pcre2_code *re = pcre2_compile(p, pattern.n, PCRE2_UTF | PCRE2_DOLLAR_ENDONLY, &ec, &off,
+                                   NULL);
     if (!re) {
         PCRE2_UCHAR why[128];
         pcre2_get_error_message(ec, why, sizeof(why));
@@ -48,7 +50,8 @@ int pt_matcher_init(pt_matcher *m, int type, pt_slice name, pt_slice value, char
         if (!w)
             return PT_ENOMEM;
         memcpy(w, "^(?:", 4);
-        memcpy(w + 4, value.p, value.n);
+        if (value.n)
+            memcpy(w + 4, value.p, value.n);
         memcpy(w + 4 + value.n, ")$", 2);
         rv = compile((pt_slice){w, n}, &re, msg, msglen, value);
         free(w);

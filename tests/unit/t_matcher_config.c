@@ -90,6 +90,38 @@ int main(void)
     is(m(PT_MATCH_RE, "a)|(b", "b"), -1, "a regex cannot break out of the anchoring group");
     is(m(7, "a", "a"), -1, "unknown matcher type refused");
     {
+        /* Empty values as protobuf-c hands them over: length 0, possibly a NULL pointer. */
+        static const struct {
+            int type;
+            const char *value;
+            int empty, nonempty;
+        } cases[] = {
+            {PT_MATCH_EQ, "", 1, 0},   {PT_MATCH_NEQ, "", 0, 1},  {PT_MATCH_RE, "", 1, 0},
+            {PT_MATCH_NRE, "", 0, 1},  {PT_MATCH_RE, "a|", 1, 1}, {PT_MATCH_RE, "(a)?", 1, 1},
+            {PT_MATCH_NRE, "a|", 0, 0}, {PT_MATCH_RE, "x*", 1, 0},
+        };
+        static const char *const tname[] = {"=", "!=", "=~", "!~"};
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+            for (int null = 0; null < (cases[i].value[0] ? 1 : 2); null++) {
+                pt_matcher mt;
+                char msg[256] = "";
+                pt_slice v = pt_slice_str(cases[i].value);
+                if (null)
+                    v.p = NULL;
+                int rv = pt_matcher_init(&mt, cases[i].type, pt_slice_str("l"), v, msg,
+                                         sizeof(msg));
+                ok(rv == 0 && mt.matches_empty == cases[i].empty &&
+                       pt_matcher_match(&mt, pt_slice_str("a")) == cases[i].nonempty,
+                   "l%s\"%s\"%s: missing label %s, \"a\" %s", tname[cases[i].type],
+                   cases[i].value, null ? " (NULL pointer)" : "",
+                   cases[i].empty ? "matches" : "does not", cases[i].nonempty ? "matches" : "does not");
+                if (rv != 0)
+                    diag("init: %s", msg);
+                pt_matcher_free(&mt);
+            }
+        }
+    }
+    {
         pt_matcher mt;
         char msg[256];
         pt_matcher_init(&mt, PT_MATCH_NEQ, pt_slice_str("l"), pt_slice_str(""), msg, sizeof(msg));

@@ -116,6 +116,21 @@ int main(void)
     is(count(&s, all, 1), 7, "every series");
     const tmatch empty_all[] = {{2, "job", ".*"}};
     is(count(&s, empty_all, 1), 7, "only empty-matching matchers select all series");
+    /* Empty-value matchers, with and without __name__. */
+    const tmatch re_empty[] = {{0, "__name__", "http_requests_total"}, {2, "path", ""}};
+    is(count(&s, re_empty, 2), 1, "label=~\"\" selects series without the label");
+    const tmatch nre_empty[] = {{0, "__name__", "http_requests_total"}, {3, "path", ""}};
+    is(count(&s, nre_empty, 2), 1, "label!~\"\" selects series with the label");
+    const tmatch re_or_empty[] = {{0, "__name__", "up"}, {2, "instance", "a:9100|"}};
+    is(count(&s, re_or_empty, 2), 1, "a regex matching a value or empty");
+    const tmatch noname_re_empty[] = {{0, "job", "prom"}, {2, "path", ""}};
+    is(count(&s, noname_re_empty, 2), 2, "label=~\"\" without __name__");
+    const tmatch noname_nre_empty[] = {{0, "job", "prom"}, {3, "path", ""}};
+    is(count(&s, noname_nre_empty, 2), 1, "label!~\"\" without __name__");
+    const tmatch noname_eq_empty[] = {{0, "job", "prom"}, {0, "code", ""}};
+    is(count(&s, noname_eq_empty, 2), 1, "label=\"\" without __name__");
+    const tmatch only_nre_empty[] = {{3, "path", ""}};
+    is(count(&s, only_nre_empty, 1), 1, "a selector of just label!~\"\"");
     const tmatch upper[] = {{0, "Zone", "eu"}};
     is(count(&s, upper, 1), 1, "label name sorting before __name__");
 
