@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# Remote-read benchmark: promtable (embedded store) against Prometheus 2.42 answering
+# /api/v1/read from its own TSDB, on the same data.
+#
+# Both servers run on CPU $SERVER_CPU (one core each, the clients on $CLIENT_CPU). The same
+# load generator writes $SERIES series with a sample every 15 s for $SAMPLES scrapes (the
+# last $SAMPLES x 15 s up to now) into each through remote_write, one connection, so every
+# series gets its samples in time order (Prometheus refuses older ones). Then
+# build/bench/readbench sends each query of QUERIES $REQUESTS times, one at a time on one
+# keep-alive connection, to each server in turn for $ROUNDS rounds; every answer must hold
+# the same series and samples as the first, and both servers must return the same counts.
+# Reported: the median over the rounds of each round's p50 and p99, and the ratio.
+#
+# promtable is measured twice: with the data still in its in-memory head, and after a
+# graceful restart (the head flushed into RocksDB, the log empty).
+#
+# Usage: bench/read.sh          (environment variables below change the load)
+#        SERIES=500000 SAMPLES=61 bench/read.sh
+set -u
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source-path=SCRIPTDIR source=../tests/e2e/lib.sh
+. "$ROOT/tests/e2e/lib.sh"
+
+BUILD_DIR=${BUILD_DIR:-$ROOT/build-bench}
+SKIP_BUILD=${SKIP_BUILD:-0}
+SERIES=${SERIES:-50000}
+SAMPLES=${SAMPLES:-240}         # scrapes per series, 15 s apart
+REQUESTS=${REQUESTS:-20}        # timed requests per query, server and round
+ROUNDS=${ROUNDS:-3}
+SERVER_CPU=${SERVER_CPU:-0}
+CLIENT_CPU=${CLIENT_CPU:-1}
+PROMTABLE_ARGS=${PROMTABLE_ARGS:-}
+PROMETHEUS=${PROMETHEUS:-prometheus}
+STREAMED=${STREAMED:-0}         # 1: promtable also answers STREAMED_XOR_CHUNKS (column)
+export PT_KEEP_TMP=${KEEP:-0}
+
+# name;window;matchers (readbench syntax: name=value, name!=value, name=~re, name!~re,
+# separated by spaces). window: "1h" (the last hour), "all" (every sample), "instant" (the
+# last 5 minutes, the lookback Prometheus asks for at one instant).
+QUERIES=(
+    '20 series x 1 h;1h;__name__=node_cpu_seconds_total instance=10.1.0.2:9100 cpu=~[0-3] mode=~idle|user|system|iowait|irq'
+    'one node (166 series) x 1 h;1h;instance=10.1.0.2:9100 job=node-exporter'
+    'five nodes (815 series) x 1 h;1h;__name__=~node_.+ instance=~10\.1\.0\.[2-6]:9100'
+    '1 series, every sample;all;__name__=node_cpu_seconds_total instance=10.1.0.2:9100 cpu=0 mode=idle'
+    'every series at one instant;instant;__name__=~.+'
+    'job and regex, no __name__;1h;job=kubelet namespace=~shop|payments'
+)
+
+log() { printf '%s\n' "$*" >&2; }
+field() { sed -n "s/.*[ :]$1=\([^ ]*\).*/\1/p" <<<"$2"; }
+
+pt_mktemp WORK read-bench
+if [[ $SKIP_BUILD != 1 ]]; then
+    log "+ cmake -S $ROOT -B $BUILD_DIR -DCMAKE_BUILD_TYPE=Release && cmake --build ..."
+    { cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release &&
+        cmake --build "$BUILD_DIR" -j2 --target promtable loadgen readbench; } \
+        >"$WORK/build.log" 2>&1 || { tail -n 30 "$WORK/build.log" >&2; exit 1; }
+fi
+PROMTABLE=$BUILD_DIR/promtable
+LOADGEN=$BUILD_DIR/bench/loadgen
+READBENCH=$BUILD_DIR/bench/readbench
+command -v "$PROMETHEUS" >/dev/null || { log "no $PROMETHEUS (Debian package prometheus)"; exit 1; }
+
+INTERVAL=15000
+# loadgen only sends scrapes that ended a whole interval ago: start one interval earlier.
+END_MS=$(( $(date +%s) * 1000 / 60000 * 60000 ))
+START_MS=$((END_MS - (SAMPLES + 1) * INTERVAL))
+REQS=$(((SERIES * SAMPLES + 1999) / 2000))
+
+PT_PORT='' PROM_PORT='' PT_SRV='' PROM_SRV=''
+
+start_promtable() {
+    pt_free_port PT_PORT
+    # shellcheck disable=SC2086  # PROMTABLE_ARGS is a list of flags
+    pt_spawn "$WORK/promtable.log" taskset -c "$SERVER_CPU" "$PROMTABLE" \
+        --web.listen-address="127.0.0.1:$PT_PORT" --storage.embedded.path="$WORK/promtable.data" \
+        --read.max-samples=0 --read.max-series=0 $PROMTABLE_ARGS
+    PT_SRV=$PT_PID
+    pt_wait_http "http://127.0.0.1:$PT_PORT/-/ready" 60 "$PT_SRV" ||
+        { log "promtable did not start"; tail -n 20 "$WORK/promtable.log" >&2; exit 1; }
+}
+
+start_prometheus() {
+    pt_free_port PROM_PORT
+    printf 'global: {scrape_interval: 1h}\n' >"$WORK/prometheus.yml"
+    pt_spawn "$WORK/prometheus.log" taskset -c "$SERVER_CPU" "$PROMETHEUS" \
+        --config.file="$WORK/prometheus.yml" --storage.tsdb.path="$WORK/prometheus.data" \
+        --web.listen-address="127.0.0.1:$PROM_PORT" --web.enable-remote-write-receiver \
+        --storage.tsdb.retention.time=30d
+    PROM_SRV=$PT_PID
+    pt_wait_http "http://127.0.0.1:$PROM_PORT/-/ready" 60 "$PROM_SRV" ||
+        { log "prometheus did not start"; tail -n 20 "$WORK/prometheus.log" >&2; exit 1; }
+}
+
+# load URL NAME: the same series and samples into one server.
+load() {
+    local r
+    log "+ loadgen --url $1 --series $SERIES --requests $REQS --start-ms $START_MS"
+    r=$(taskset -c "$CLIENT_CPU" "$LOADGEN" --url "$1" --series "$SERIES" --connections 1 \
+        --requests "$REQS" --warmup 0 --start-ms "$START_MS" --interval-ms "$INTERVAL" \
+        --pool-mb 8192 2>"$WORK/$2.loadgen.log" | grep '^result:')
+    [[ $(field errors "$r") == 0 ]] ||
+        { log "loading $2 failed: $r"; tail -n 5 "$WORK/$2.loadgen.log" >&2; exit 1; }
+    log "$2: $(field total_ok_samples "$r") samples at $(field samples_per_sec "$r")/s"
+}
+
+# window NAME: readbench's time flags for a query window.
+window() {
+    case $1 in
+    1h) echo "--start-ms $((END_MS - 3600000)) --end-ms $END_MS" ;;
+    all) echo "--start-ms $START_MS --end-ms $END_MS" ;;
+    instant) echo "--start-ms $((END_MS - 300000)) --end-ms $END_MS" ;;
+    esac
+}
+
+declare -A P50 P99 COUNT
+# measure KEY PORT PID SELECTOR WINDOW [--streamed]: one round; appends to P50/P99[KEY].
+measure() {
+    local key=$1 port=$2 pid=$3 sel=$4 win=$5 r
+    shift 5
+    # shellcheck disable=SC2046,SC2086  # window flags; matchers are space-separated
+    r=$(taskset -c "$CLIENT_CPU" "$READBENCH" --url "http://127.0.0.1:$port/api/v1/read" \
+        $(window "$win") --requests "$REQUESTS" --warmup 2 --server-pid "$pid" "$@" $sel \
+        2>>"$WORK/readbench.log")
+    if [[ -z $r ]]; then
+        log "$key: readbench failed: $(tail -n 2 "$WORK/readbench.log")"
+        P50[$key]+="x "
+        return
+    fi
+    P50[$key]+="$(field p50_ms "$r") "
+    P99[$key]+="$(field p99_ms "$r") "
+    COUNT[$key]="$(field series "$r") series, $(field samples "$r") samples"
+}
+
+median() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+
+run_rounds() {
+    local phase=$1 q name sel win
+    for ((round = 1; round <= ROUNDS; round++)); do
+        for q in "${QUERIES[@]}"; do
+            IFS=';' read -r name win sel <<<"$q"
+            measure "$phase|promtable|$name" "$PT_PORT" "$PT_SRV" "$sel" "$win"
+            [[ $STREAMED == 1 ]] &&
+                measure "$phase|streamed|$name" "$PT_PORT" "$PT_SRV" "$sel" "$win" --streamed
+            [[ $phase == head ]] &&
+                measure "prometheus|$name" "$PROM_PORT" "$PROM_SRV" "$sel" "$win"
+        done
+    done
+}
+
+start_promtable
+start_prometheus
+load "http://127.0.0.1:$PT_PORT/api/v1/write" promtable
+load "http://127.0.0.1:$PROM_PORT/api/v1/write" prometheus
+log "rounds with promtable's data in its head"
+run_rounds head
+log "restarting promtable (graceful stop flushes the head into RocksDB)"
+pt_stop "$PT_SRV" 300
+start_promtable
+run_rounds flushed
+
+printf '\n%s series x %s samples (15 s apart), each server on CPU %s; p50 / p99 in ms, ' \
+    "$SERIES" "$SAMPLES" "$SERVER_CPU"
+printf 'median of %s rounds of %s requests\n\n' "$ROUNDS" "$REQUESTS"
+printf '| query | answer | promtable head | promtable flushed | Prometheus 2.42 | head / Prometheus (p50) |\n'
+printf '| --- | --- | --- | --- | --- | --- |\n'
+for q in "${QUERIES[@]}"; do
+    IFS=';' read -r name win sel <<<"$q"
+    h50=$(median "${P50[head|promtable|$name]:-}") h99=$(median "${P99[head|promtable|$name]:-}")
+    f50=$(median "${P50[flushed|promtable|$name]:-}") f99=$(median "${P99[flushed|promtable|$name]:-}")
+    p50=$(median "${P50[prometheus|$name]:-}") p99=$(median "${P99[prometheus|$name]:-}")
+    ratio=$(awk -v a="$h50" -v b="$p50" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
+    printf '| %s | %s | %s / %s | %s / %s | %s / %s | %s |\n' "$name" \
+        "${COUNT[head|promtable|$name]:-?}" "$h50" "$h99" "$f50" "$f99" "$p50" "$p99" "$ratio"
+    if [[ ${COUNT[head|promtable|$name]:-} != "${COUNT[prometheus|$name]:-}" ]]; then
+        printf '|   (Prometheus answered %s) | | | | | |\n' "${COUNT[prometheus|$name]:-?}"
+    fi
+done
+if [[ $STREAMED == 1 ]]; then
+    printf '\nSTREAMED_XOR_CHUNKS (promtable, head): '
+    for q in "${QUERIES[@]}"; do
+        IFS=';' read -r name win sel <<<"$q"
+        printf '%s: %s ms; ' "$name" "$(median "${P50[head|streamed|$name]:-}")"
+    done
+    printf '\n'
+fi
