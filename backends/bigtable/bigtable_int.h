@@ -1,20 +1,173 @@
 /*
- * Internals of the Bigtable backend (bigtable.c) shared with its tests: the ReadRows
- * chunk merger, and knobs that let a test shorten deadlines.
+ * Internals of the Bigtable backend, shared by its modules and its tests. Nothing outside
+ * backends/bigtable/ and the tests includes this.
  *
- * The merger turns the CellChunk stream of a ReadRows call back into rows, following the
- * rules of shared/reference/bigtable.md §5 (Google's conformance state machine). It does
- * no I/O: feed it responses or single chunks, and it calls back once per committed row.
+ * Modules, and whom each may call (the graph has no cycles; a module calls only those
+ * below it):
+ *
+ *   bigtable.c        ops table, open/close, test knobs    -> rpc
+ *                     (names admin and data in the ops table; never calls them)
+ *   bigtable_admin.c  init: CreateTable with the GC rule;  -> rpc
+ *                     GetTable for tests
+ *   bigtable_data.c   write: MutateRows; scan: ReadRows    -> rpc, merge
+ *   bigtable_rpc.c    channels, one call with a deadline,  -> gRPC
+ *                     status mapping, retry/backoff
+ *   bigtable_merge.c  ReadRows chunk merging and resume    -> base only (no I/O)
+ *                     ranges
+ *
+ * Protocol facts: shared/reference/bigtable.md. Schema: DESIGN §3.
  */
 #ifndef PT_BIGTABLE_INT_H
 #define PT_BIGTABLE_INT_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include <grpc/grpc.h>
+
+#include "arena.h"
 #include "backend.h"
 #include "bigtable.pb-c.h"
+#include "buf.h"
 #include "slice.h"
+
+/* The one column family of both tables. */
+#define PT_BT_FAMILY "p"
+
+/* The largest response accepted; a merged ReadRows row may span several. */
+enum { PT_BT_MAX_MESSAGE = 256 << 20 };
+
+/* ============================================================================
+ * bigtable.c: the state of an open backend
+ * ========================================================================== */
+
+/* Made by open, released by close. Between them every field but the counters is read
+ * only (pt_bt_set_timeouts excepted, which tests call with no call in flight), so write and
+ * scan may run on several threads at once; each call owns its completion queue. */
+typedef struct pt_bt {
+    grpc_channel *data;
+    grpc_channel *admin; /* == data for the emulator, which serves both services */
+    char *parent;        /* projects/P/instances/I */
+    char *table[PT_TABLE_COUNT];
+    const char *table_id[PT_TABLE_COUNT]; /* points into table[] */
+    char *params[PT_TABLE_COUNT];         /* x-goog-request-params for data calls */
+    char *parent_params;                  /* ... and for CreateTable */
+    long retention_s;
+    int write_ms, read_ms, retry_ms; /* deadline of one call; time spent retrying */
+    int grpc_ready;                  /* grpc_init was called: close must balance it */
+    atomic_ulong write_retries, scan_resumes;
+} pt_bt;
+
+/* Test knobs for an open bigtable backend (state is its pt_bt): per-call deadline and the
+ * total time spent retrying one write or scan. 0 keeps the current value. */
+void pt_bt_set_timeouts(void *state, int call_ms, int retry_budget_ms);
+
+/* How often writes retried entries and scans resumed a broken stream. */
+void pt_bt_get_stats(void *state, unsigned long *write_retries, unsigned long *scan_resumes);
+
+/* ============================================================================
+ * bigtable_admin.c
+ * ========================================================================== */
+
+/* The ops table's init: creates both tables (idempotent: ALREADY_EXISTS is success),
+ * retrying transient failures within the retry budget. */
+int pt_bt_admin_init(void *state, char *err, size_t errlen);
+
+/* Renders a table's schema as the server reports it (GetTable), e.g.
+ * "p: versions>1 || age>86400s", or the failure. For tests and diagnostics. 0 or a pt
+ * error code. */
+int pt_bt_describe_table(void *state, int table, char *out, size_t outlen);
+
+/* ============================================================================
+ * bigtable_data.c: the ops table's write and scan (contracts in backend.h). They block
+ * the calling worker thread for at most about the retry budget plus one call deadline.
+ * ========================================================================== */
+
+int pt_bt_data_write(void *state, const pt_mutation *m, size_t n);
+int pt_bt_data_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud);
+
+/* ============================================================================
+ * bigtable_rpc.c: gRPC calls, one completion queue per call, plucked by the calling
+ * thread. Everything here is safe on several threads at once for distinct calls.
+ * ========================================================================== */
+
+/* grpc_init, then the data and admin channels to endpoint (the emulator: plaintext, one
+ * channel for both services) or, with endpoint NULL, to Cloud Bigtable with application
+ * default credentials. 0, or a pt error code with err set; either way
+ * pt_bt_rpc_disconnect releases whatever was made. */
+int pt_bt_rpc_connect(pt_bt *bt, const char *endpoint, char *err, size_t errlen);
+void pt_bt_rpc_disconnect(pt_bt *bt);
+
+/* "field=" followed by value percent-encoded, as x-goog-request-params wants it.
+ * malloc'd (the caller frees it), NULL when out of memory. */
+char *pt_bt_rpc_params(const char *field, const char *value);
+
+/* One call in flight. Owned by the thread that started it; every field is private. */
+typedef struct pt_bt_rpc {
+    grpc_completion_queue *cq;
+    grpc_call *call;
+    gpr_timespec deadline;
+    grpc_metadata_array md_in;
+    int ended; /* no more messages will come: end of stream or a failed batch */
+} pt_bt_rpc;
+
+/* Starts a call that sends one request message (packed here: req may be freed on
+ * return) with the routing header params, which must outlive the call. A call that
+ * cannot be made or sent is reported by pt_bt_rpc_finish, which must follow. */
+void pt_bt_rpc_start(pt_bt_rpc *r, grpc_channel *ch, const char *method, const char *params,
+                     const ProtobufCMessage *req, int deadline_ms);
+
+/* Receives the next message into *out, allocated from a (valid until a is reset).
+ * 1 = a message, 0 = no more (end of stream or failure: pt_bt_rpc_finish tells),
+ * PT_EINTERNAL when the message does not parse (the call is cancelled), PT_ENOMEM. */
+int pt_bt_rpc_recv(pt_bt_rpc *r, pt_arena *a, const ProtobufCMessageDescriptor *desc,
+                   ProtobufCMessage **out);
+
+void pt_bt_rpc_cancel(pt_bt_rpc *r);
+
+/* Receives the final status, then frees everything the call holds. details gets the
+ * server's message (may be empty). */
+grpc_status_code pt_bt_rpc_finish(pt_bt_rpc *r, char *details, size_t dlen);
+
+/* One request, one response (the admin calls). *out is allocated from a; a call that
+ * ends OK without exactly one parsable message is reported as INTERNAL. */
+grpc_status_code pt_bt_rpc_unary(grpc_channel *ch, const char *method, const char *params,
+                                 const ProtobufCMessage *req, int deadline_ms, pt_arena *a,
+                                 const ProtobufCMessageDescriptor *desc, ProtobufCMessage **out,
+                                 char *details, size_t dlen);
+
+/* UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED, RESOURCE_EXHAUSTED: worth another attempt. */
+int pt_bt_rpc_retryable(grpc_status_code s);
+/* The pt code that reports a final status: 0 for OK, 5xx codes for the rest. */
+int pt_bt_rpc_error(grpc_status_code s);
+const char *pt_bt_rpc_status_name(grpc_status_code s);
+/* A warning in the log naming the call, the table and the status. */
+void pt_bt_rpc_log_failure(const char *what, const char *table, grpc_status_code st,
+                           const char *details);
+
+/* Jittered exponential backoff within a time budget, for one write, scan or init. */
+typedef struct pt_bt_retry {
+    grpc_channel *ch;
+    int64_t start;
+    int budget_ms;
+    int delay_ms;
+} pt_bt_retry;
+
+/* Starts (or, after progress, restarts) the budget now. */
+void pt_bt_retry_init(pt_bt_retry *r, grpc_channel *ch, int budget_ms);
+/* Waits before the next attempt: 1, or 0 (without waiting) when the wait would overrun
+ * the budget, which ends the retries. */
+int pt_bt_retry_wait(pt_bt_retry *r);
+
+/* ============================================================================
+ * bigtable_merge.c: the ReadRows stream without I/O
+ *
+ * The merger turns the CellChunk stream of a ReadRows call back into rows, following the
+ * rules of shared/reference/bigtable.md §5 (Google's conformance state machine): feed it
+ * responses or single chunks, and it calls back once per committed row. One merger per
+ * scan; it is not shared between threads.
+ * ========================================================================== */
 
 typedef struct pt_bt_cell {
     pt_slice family;
@@ -36,17 +189,15 @@ typedef struct pt_bt_cellpos {
 } pt_bt_cellpos;
 
 typedef struct pt_bt_merger {
-    int state; /* NEW_ROW, NEW_CELL or CELL_VALUE (bigtable.c) */
+    int state; /* NEW_ROW, NEW_CELL or CELL_VALUE (bigtable_merge.c) */
     pt_bt_row_fn fn;
     void *ud;
-    size_t max_row_bytes; /* ceiling on one buffered row; over it the merge fails */
 
-    uint8_t *last; /* key of the last committed row or last_scanned_row_key */
-    size_t last_n, last_cap;
+    pt_buf last; /* the resume point: key of the last committed row or last_scanned_row_key */
     int have_last;
 
-    uint8_t *buf;          /* current row: its key, then each cell's family, qualifier, */
-    size_t buf_n, buf_cap; /* label and value */
+    pt_buf row; /* current row: its key, then each cell's family, qualifier, label and
+                 * value; its ceiling is the largest row accepted */
     size_t key_n;
     pt_bt_cellpos *cells;
     size_t ncells, cells_cap;
@@ -60,6 +211,7 @@ typedef struct pt_bt_merger {
     char err[160]; /* why the last call failed */
 } pt_bt_merger;
 
+/* max_row_bytes (> 0) bounds one buffered row, and so what a server can make us hold. */
 void pt_bt_merger_init(pt_bt_merger *m, pt_bt_row_fn fn, void *ud, size_t max_row_bytes);
 void pt_bt_merger_free(pt_bt_merger *m);
 
@@ -72,6 +224,9 @@ int pt_bt_merger_chunk(pt_bt_merger *m, const Bigtable__ReadRowsResponse__CellCh
 int pt_bt_merger_end(pt_bt_merger *m);
 /* The stream broke: drops the partial row, keeps the resume point (last key). */
 void pt_bt_merger_abandon(pt_bt_merger *m);
+/* The resume point: 1 with *key set (valid until the merger is next fed or freed), or 0
+ * when no row was committed and no scan marker seen yet. */
+int pt_bt_merger_last(const pt_bt_merger *m, pt_slice *key);
 
 /* A row range as sent: [start, end) or (start, end) when start_open; end.n == 0 is +inf. */
 typedef struct pt_bt_range {
@@ -83,18 +238,7 @@ typedef struct pt_bt_range {
 /* The ranges a ReadRows must still cover: in[0..n) without empty ones and, when last is
  * given, without every row key <= *last (the resume point after a broken stream).
  * Writes at most n ranges to out and returns how many; 0 means nothing is left to read
- * (never send that: an empty row set reads the whole table). */
+ * (never send that: an empty row set reads the whole table). out points into in and last. */
 size_t pt_bt_clip_ranges(const pt_row_range *in, size_t n, const pt_slice *last, pt_bt_range *out);
-
-/* Test knobs for an open bigtable backend: per-call deadline and the total time spent
- * retrying one write or scan. 0 keeps the current value. */
-void pt_bt_set_timeouts(void *state, int call_ms, int retry_budget_ms);
-
-/* How often writes retried entries and scans resumed a broken stream. */
-void pt_bt_get_stats(void *state, unsigned long *write_retries, unsigned long *scan_resumes);
-
-/* Renders a table's schema as the server reports it (GetTable), e.g.
- * "p: versions>1 || age>86400s". For tests and diagnostics. 0 or a pt error code. */
-int pt_bt_describe_table(void *state, int table, char *out, size_t outlen);
 
 #endif

@@ -1,0 +1,489 @@
+/*
+ * The Bigtable backend's data path (google.bigtable.v2.Bigtable): write is MutateRows,
+ * scan is ReadRows through the chunk merger. Contracts in backend.h and bigtable_int.h.
+ *
+ * A pt_mutation is one SetCell; its version is the cell timestamp, which the write path
+ * always makes a multiple of 1000 µs as Bigtable's default MILLIS granularity requires.
+ *
+ * Failures: per-entry MutateRows failures and broken ReadRows streams with a retryable
+ * code are retried with jittered exponential backoff inside a time budget, then reported
+ * as PT_EUNAVAIL / PT_ETIMEOUT / PT_EBUSY so the client retries. A read resumes after the
+ * last row it delivered, so no row reaches the callback twice.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bigtable_int.h"
+#include "error.h"
+#include "log.h"
+
+#define M_READ_ROWS "/google.bigtable.v2.Bigtable/ReadRows"
+#define M_MUTATE_ROWS "/google.bigtable.v2.Bigtable/MutateRows"
+
+enum {
+    MAX_ROW_KEY = 4096,                            /* Bigtable rejects longer keys */
+    MAX_REQ_MUTATIONS = 100000,                    /* per MutateRows request, all entries */
+    MAX_REQ_BYTES = 32 << 20,                      /* well under the 256 MiB request cap */
+    MAX_ROW_BYTES = PT_BT_MAX_MESSAGE + (1 << 20), /* one merged row, across responses */
+    ENTRY_OVERHEAD = 16, /* tags and lengths around one SetCell, roughly */
+};
+
+static char family[] = PT_BT_FAMILY; /* protobuf-c wants a char *; never written */
+
+static ProtobufCBinaryData bin(pt_slice s)
+{
+    return (ProtobufCBinaryData){s.n, (uint8_t *)(uintptr_t)(s.n ? s.p : (const uint8_t *)"")};
+}
+
+/* ============================================================================
+ * write: MutateRows, one entry per row, per-entry retries
+ * ========================================================================== */
+
+/* One row's mutations in one request; a row with more than MAX_REQ_MUTATIONS cells
+ * spans several entries. */
+typedef struct entry {
+    const pt_mutation *const *m;
+    size_t n;
+    size_t bytes;
+    grpc_status_code st; /* last outcome; OK once applied */
+    int done;
+} entry;
+
+static int cmp_mutation(const void *pa, const void *pb)
+{
+    const pt_mutation *a = *(const pt_mutation *const *)pa, *b = *(const pt_mutation *const *)pb;
+    if (a->table != b->table)
+        return a->table < b->table ? -1 : 1;
+    int c = pt_slice_cmp(a->row, b->row);
+    if (c != 0)
+        return c;
+    /* Same row: keep the batch order, so a later SetCell of one cell wins. */
+    return (a > b) - (a < b);
+}
+
+static int valid_mutation(const pt_mutation *m)
+{
+    return m->table < PT_TABLE_COUNT && m->row.n > 0 && m->row.n <= MAX_ROW_KEY &&
+           memchr(m->row.p, 0, m->row.n) == NULL && m->version_us >= 0 && m->version_us % 1000 == 0;
+}
+
+/* The MutateRows request for the entries e[idx[0..n)], built in a. */
+static Bigtable__MutateRowsRequest *build_mutate(const pt_bt *bt, int t, const entry *e,
+                                                 const size_t *idx, size_t n, pt_arena *a)
+{
+    size_t nm = 0;
+    for (size_t i = 0; i < n; i++)
+        nm += e[idx[i]].n;
+    Bigtable__MutateRowsRequest *req = pt_arena_alloc(a, sizeof(*req));
+    Bigtable__MutateRowsRequest__Entry *ents = pt_arena_alloc(a, n * sizeof(*ents));
+    Bigtable__MutateRowsRequest__Entry **eptr = pt_arena_alloc(a, n * sizeof(*eptr));
+    Bigtable__Mutation *muts = pt_arena_alloc(a, nm * sizeof(*muts));
+    Bigtable__Mutation__SetCell *sets = pt_arena_alloc(a, nm * sizeof(*sets));
+    Bigtable__Mutation **mptr = pt_arena_alloc(a, nm * sizeof(*mptr));
+    if (!req || !ents || !eptr || !muts || !sets || !mptr)
+        return NULL;
+    bigtable__mutate_rows_request__init(req);
+    req->table_name = bt->table[t];
+    req->n_entries = n;
+    req->entries = eptr;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const entry *en = &e[idx[i]];
+        Bigtable__MutateRowsRequest__Entry *pe = &ents[i];
+        protobuf_c_message_init(&bigtable__mutate_rows_request__entry__descriptor, pe);
+        pe->row_key = bin(en->m[0]->row);
+        pe->n_mutations = en->n;
+        pe->mutations = &mptr[k];
+        for (size_t j = 0; j < en->n; j++, k++) {
+            const pt_mutation *m = en->m[j];
+            protobuf_c_message_init(&bigtable__mutation__set_cell__descriptor, &sets[k]);
+            sets[k].family_name = family;
+            sets[k].column_qualifier = bin(m->qual);
+            sets[k].timestamp_micros = m->version_us;
+            sets[k].value = bin(m->value);
+            protobuf_c_message_init(&bigtable__mutation__descriptor, &muts[k]);
+            muts[k].mutation_case = BIGTABLE__MUTATION__MUTATION_SET_CELL;
+            muts[k].set_cell = &sets[k];
+            mptr[k] = &muts[k];
+        }
+        eptr[i] = pe;
+    }
+    return req;
+}
+
+/* One MutateRows call for e[idx[0..n)]: sets each entry's st (and done when applied).
+ * Returns PT_ENOMEM or 0; outcomes are in the entries. */
+static int mutate_once(pt_bt *bt, int t, entry *e, const size_t *idx, size_t n, pt_arena *a)
+{
+    Bigtable__MutateRowsRequest *req = build_mutate(bt, t, e, idx, n, a);
+    if (!req)
+        return PT_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        e[idx[i]].st = GRPC_STATUS_UNKNOWN; /* not reported yet */
+    pt_bt_rpc r;
+    pt_bt_rpc_start(&r, bt->data, M_MUTATE_ROWS, bt->params[t], &req->base, bt->write_ms);
+    pt_arena_reset(a); /* the request is packed and sent; reuse the memory for answers */
+    int rv = 0;
+    for (;;) {
+        ProtobufCMessage *msg;
+        int got = pt_bt_rpc_recv(&r, a, &bigtable__mutate_rows_response__descriptor, &msg);
+        if (got <= 0) {
+            if (got < 0)
+                rv = got == PT_ENOMEM ? PT_ENOMEM : 0; /* malformed: entries stay unknown */
+            break;
+        }
+        const Bigtable__MutateRowsResponse *resp = (const Bigtable__MutateRowsResponse *)msg;
+        for (size_t i = 0; i < resp->n_entries; i++) {
+            const Bigtable__MutateRowsResponse__Entry *re = resp->entries[i];
+            if (re->index < 0 || (uint64_t)re->index >= n)
+                continue; /* not ours: ignore rather than trust */
+            entry *en = &e[idx[re->index]];
+            en->st = re->status ? (grpc_status_code)re->status->code : GRPC_STATUS_OK;
+            en->done = en->st == GRPC_STATUS_OK;
+        }
+        pt_arena_reset(a);
+    }
+    char details[256];
+    grpc_status_code st = pt_bt_rpc_finish(&r, details, sizeof(details));
+    for (size_t i = 0; i < n; i++) {
+        entry *en = &e[idx[i]];
+        if (en->st != GRPC_STATUS_UNKNOWN)
+            continue;
+        /* Never reported: the call's status decides; an OK stream that forgot an entry
+         * is treated as a transient failure (the write is idempotent). */
+        en->st = st != GRPC_STATUS_OK ? st : GRPC_STATUS_UNAVAILABLE;
+    }
+    if (st != GRPC_STATUS_OK && !pt_bt_rpc_retryable(st))
+        pt_bt_rpc_log_failure("MutateRows", bt->table[t], st, details);
+    return rv;
+}
+
+/* Sends e[0..n) (one request's worth) until applied, a fatal failure, or the budget. */
+static int mutate(pt_bt *bt, int t, entry *e, size_t n, pt_bt_retry *rt, pt_arena *a)
+{
+    size_t *idx = malloc(n * sizeof(*idx));
+    if (!idx)
+        return PT_ENOMEM;
+    size_t np = n;
+    for (size_t i = 0; i < n; i++)
+        idx[i] = i;
+    int rv;
+    for (;;) {
+        if ((rv = mutate_once(bt, t, e, idx, np, a)) != 0)
+            break;
+        size_t keep = 0;
+        grpc_status_code last = GRPC_STATUS_OK; /* the latest retryable code */
+        for (size_t i = 0; i < np; i++) {
+            entry *en = &e[idx[i]];
+            if (en->done)
+                continue;
+            if (!pt_bt_rpc_retryable(en->st)) {
+                rv = pt_bt_rpc_error(en->st);
+                if (en->st != GRPC_STATUS_UNKNOWN)
+                    pt_log(PT_LOG_WARN, "bigtable mutation rejected", "table=%s code=%s",
+                           bt->table[t], pt_bt_rpc_status_name(en->st));
+                goto out;
+            }
+            last = en->st;
+            idx[keep++] = idx[i];
+        }
+        np = keep;
+        if (np == 0)
+            break;
+        if (!pt_bt_retry_wait(rt)) {
+            rv = pt_bt_rpc_error(last);
+            pt_log(PT_LOG_WARN, "bigtable write gave up", "table=%s entries=%zu code=%s",
+                   bt->table[t], np, pt_bt_rpc_status_name(last));
+            break;
+        }
+        atomic_fetch_add(&bt->write_retries, 1);
+    }
+out:
+    free(idx);
+    return rv;
+}
+
+/* Writes the mutations v[0..n) of table t, sorted by row, in requests of bounded size. */
+static int write_table(pt_bt *bt, int t, const pt_mutation *const *v, size_t n, pt_bt_retry *rt)
+{
+    entry *e = calloc(n, sizeof(*e)); /* at most one entry per mutation */
+    if (!e)
+        return PT_ENOMEM;
+    size_t ne = 0;
+    for (size_t i = 0; i < n; ne++) {
+        size_t j = i, bytes = v[i]->row.n + ENTRY_OVERHEAD;
+        while (j < n && j - i < MAX_REQ_MUTATIONS && pt_slice_eq(v[j]->row, v[i]->row)) {
+            bytes += v[j]->qual.n + v[j]->value.n + ENTRY_OVERHEAD;
+            j++;
+        }
+        e[ne] = (entry){.m = v + i, .n = j - i, .bytes = bytes};
+        i = j;
+    }
+
+    pt_arena a;
+    pt_arena_init(&a, 64 << 10, 0);
+    int rv = 0;
+    for (size_t i = 0; i < ne && rv == 0;) {
+        /* One request: as many entries as fit both limits (at least one). */
+        size_t j = i, muts = 0, bytes = 0;
+        while (j < ne && (j == i || (muts + e[j].n <= MAX_REQ_MUTATIONS &&
+                                     bytes + e[j].bytes <= MAX_REQ_BYTES))) {
+            muts += e[j].n;
+            bytes += e[j].bytes;
+            j++;
+        }
+        rv = mutate(bt, t, e + i, j - i, rt, &a);
+        pt_arena_reset(&a);
+        i = j;
+    }
+    pt_arena_free(&a);
+    free(e);
+    return rv;
+}
+
+int pt_bt_data_write(void *state, const pt_mutation *m, size_t n)
+{
+    pt_bt *bt = state;
+    /* Validate everything first so that a bad batch changes nothing. */
+    for (size_t i = 0; i < n; i++) {
+        if (!valid_mutation(&m[i])) {
+            char q[96];
+            size_t shown = m[i].row.n < 40 ? m[i].row.n : 40;
+            pt_log(PT_LOG_WARN, "bigtable rejects a mutation",
+                   "table=%u row_bytes=%zu row=%s version_us=%" PRId64, m[i].table, m[i].row.n,
+                   pt_log_quote(q, sizeof(q), (const char *)m[i].row.p, shown), m[i].version_us);
+            return m[i].table < PT_TABLE_COUNT ? PT_EBADREQ : PT_EINTERNAL;
+        }
+    }
+    if (n == 0)
+        return 0;
+    const pt_mutation **v = malloc(n * sizeof(*v));
+    if (!v)
+        return PT_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        v[i] = &m[i];
+    qsort(v, n, sizeof(*v), cmp_mutation);
+
+    pt_bt_retry rt;
+    pt_bt_retry_init(&rt, bt->data, bt->retry_ms);
+    int rv = 0;
+    for (size_t i = 0; i < n && rv == 0;) {
+        size_t j = i;
+        while (j < n && v[j]->table == v[i]->table)
+            j++;
+        rv = write_table(bt, v[i]->table, v + i, j - i, &rt);
+        i = j;
+    }
+    free(v);
+    return rv;
+}
+
+/* ============================================================================
+ * scan: ReadRows, merged, resumed after the last delivered row
+ * ========================================================================== */
+
+static Bigtable__RowFilter *new_filter(pt_arena *a)
+{
+    Bigtable__RowFilter *f = pt_arena_alloc(a, sizeof(*f));
+    if (f)
+        protobuf_c_message_init(&bigtable__row_filter__descriptor, f);
+    return f;
+}
+
+/* chain(family "p", [qualifiers in [qs, qe)], latest cell per column). The emulator
+ * wants at least two filters in a chain, which this always has. */
+static Bigtable__RowFilter *build_filter(const pt_scan *s, pt_arena *a)
+{
+    Bigtable__RowFilter *chain = new_filter(a), *fam = new_filter(a), *lim = new_filter(a);
+    Bigtable__RowFilter__Chain *c = pt_arena_alloc(a, sizeof(*c));
+    Bigtable__RowFilter **list = pt_arena_alloc(a, 3 * sizeof(*list));
+    if (!chain || !fam || !lim || !c || !list)
+        return NULL;
+    protobuf_c_message_init(&bigtable__row_filter__chain__descriptor, c);
+    size_t n = 0;
+    fam->filter_case = BIGTABLE__ROW_FILTER__FILTER_FAMILY_NAME_REGEX_FILTER;
+    fam->family_name_regex_filter = family;
+    list[n++] = fam;
+    if (s->qual_start.n || s->qual_end.n) {
+        Bigtable__RowFilter *col = new_filter(a);
+        Bigtable__ColumnRange *cr = pt_arena_alloc(a, sizeof(*cr));
+        if (!col || !cr)
+            return NULL;
+        protobuf_c_message_init(&bigtable__column_range__descriptor, cr);
+        cr->family_name = family;
+        if (s->qual_start.n) {
+            cr->start_qualifier_case =
+                BIGTABLE__COLUMN_RANGE__START_QUALIFIER_START_QUALIFIER_CLOSED;
+            cr->start_qualifier_closed = bin(s->qual_start);
+        }
+        if (s->qual_end.n) {
+            cr->end_qualifier_case = BIGTABLE__COLUMN_RANGE__END_QUALIFIER_END_QUALIFIER_OPEN;
+            cr->end_qualifier_open = bin(s->qual_end);
+        }
+        col->filter_case = BIGTABLE__ROW_FILTER__FILTER_COLUMN_RANGE_FILTER;
+        col->column_range_filter = cr;
+        list[n++] = col;
+    }
+    lim->filter_case = BIGTABLE__ROW_FILTER__FILTER_CELLS_PER_COLUMN_LIMIT_FILTER;
+    lim->cells_per_column_limit_filter = 1;
+    list[n++] = lim;
+    c->n_filters = n;
+    c->filters = list;
+    chain->filter_case = BIGTABLE__ROW_FILTER__FILTER_CHAIN;
+    chain->chain = c;
+    return chain;
+}
+
+/* The request for ranges r[0..n) (n > 0: an empty row set would read the whole table). */
+static Bigtable__ReadRowsRequest *build_read(const pt_bt *bt, const pt_scan *s,
+                                             const pt_bt_range *r, size_t n, int64_t rows_limit,
+                                             pt_arena *a)
+{
+    Bigtable__ReadRowsRequest *req = pt_arena_alloc(a, sizeof(*req));
+    Bigtable__RowSet *set = pt_arena_alloc(a, sizeof(*set));
+    Bigtable__RowRange *rr = pt_arena_alloc(a, n * sizeof(*rr));
+    Bigtable__RowRange **rp = pt_arena_alloc(a, n * sizeof(*rp));
+    if (!req || !set || !rr || !rp)
+        return NULL;
+    bigtable__read_rows_request__init(req);
+    protobuf_c_message_init(&bigtable__row_set__descriptor, set);
+    for (size_t i = 0; i < n; i++) {
+        protobuf_c_message_init(&bigtable__row_range__descriptor, &rr[i]);
+        if (r[i].start_open) {
+            rr[i].start_key_case = BIGTABLE__ROW_RANGE__START_KEY_START_KEY_OPEN;
+            rr[i].start_key_open = bin(r[i].start);
+        } else if (r[i].start.n) {
+            rr[i].start_key_case = BIGTABLE__ROW_RANGE__START_KEY_START_KEY_CLOSED;
+            rr[i].start_key_closed = bin(r[i].start);
+        }
+        if (r[i].end.n) {
+            rr[i].end_key_case = BIGTABLE__ROW_RANGE__END_KEY_END_KEY_OPEN;
+            rr[i].end_key_open = bin(r[i].end);
+        }
+        rp[i] = &rr[i];
+    }
+    set->n_row_ranges = n;
+    set->row_ranges = rp;
+    req->table_name = bt->table[s->table];
+    req->rows = set;
+    req->rows_limit = rows_limit;
+    if (!(req->filter = build_filter(s, a)))
+        return NULL;
+    return req;
+}
+
+typedef struct scanner {
+    pt_cell_fn fn;
+    void *ud;
+    size_t row_limit;
+    size_t rows; /* rows delivered */
+} scanner;
+
+static int deliver_row(void *ud, pt_slice key, const pt_bt_cell *cells, size_t n)
+{
+    scanner *sc = ud;
+    pt_slice prev = {0};
+    size_t delivered = 0;
+    for (size_t i = 0; i < n; i++) {
+        /* The filter lets only family "p", newest version first, through; these checks
+         * keep the callback's contract even if a server ignored part of it. */
+        if (!pt_slice_eq(cells[i].family, PT_SLICE_LIT(PT_BT_FAMILY)))
+            continue;
+        if (delivered && pt_slice_eq(cells[i].qualifier, prev))
+            continue;
+        prev = cells[i].qualifier;
+        delivered++;
+        int rv = sc->fn(sc->ud, key, cells[i].qualifier, cells[i].value);
+        if (rv != 0)
+            return rv;
+    }
+    if (delivered && ++sc->rows == sc->row_limit)
+        return 1;
+    return 0;
+}
+
+int pt_bt_data_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
+{
+    pt_bt *bt = state;
+    if ((unsigned)s->table >= PT_TABLE_COUNT)
+        return PT_EINTERNAL;
+    if (s->qual_start.n && s->qual_end.n && pt_slice_cmp(s->qual_start, s->qual_end) >= 0)
+        return 0;
+    if (s->nranges == 0)
+        return 0;
+    pt_bt_range *ranges = malloc(s->nranges * sizeof(*ranges));
+    if (!ranges)
+        return PT_ENOMEM;
+
+    scanner sc = {.fn = fn, .ud = ud, .row_limit = s->row_limit};
+    pt_bt_merger m;
+    pt_bt_merger_init(&m, deliver_row, &sc, MAX_ROW_BYTES);
+    pt_arena a;
+    pt_arena_init(&a, 64 << 10, 0);
+    pt_bt_retry rt;
+    pt_bt_retry_init(&rt, bt->data, bt->retry_ms);
+    int rv = 0;
+    for (;;) {
+        pt_slice last;
+        int resume = pt_bt_merger_last(&m, &last);
+        size_t n = pt_bt_clip_ranges(s->ranges, s->nranges, resume ? &last : NULL, ranges);
+        if (n == 0)
+            break; /* everything delivered; never send an empty row set */
+        int64_t limit = s->row_limit ? (int64_t)(s->row_limit - sc.rows) : 0;
+        Bigtable__ReadRowsRequest *req = build_read(bt, s, ranges, n, limit, &a);
+        if (!req) {
+            rv = PT_ENOMEM;
+            break;
+        }
+        size_t rows_before = m.rows;
+        pt_bt_rpc r;
+        m.err[0] = '\0';
+        pt_bt_rpc_start(&r, bt->data, M_READ_ROWS, bt->params[s->table], &req->base, bt->read_ms);
+        pt_arena_reset(&a);
+        ProtobufCMessage *msg;
+        int got;
+        while ((got = pt_bt_rpc_recv(&r, &a, &bigtable__read_rows_response__descriptor, &msg)) ==
+               1) {
+            rv = pt_bt_merger_response(&m, (const Bigtable__ReadRowsResponse *)msg);
+            pt_arena_reset(&a);
+            if (rv != 0) {
+                pt_bt_rpc_cancel(&r);
+                break;
+            }
+        }
+        char details[256];
+        grpc_status_code st = pt_bt_rpc_finish(&r, details, sizeof(details));
+        if (got < 0 && rv == 0) {
+            rv = got;
+            snprintf(m.err, sizeof(m.err), "a ReadRowsResponse does not parse");
+        }
+        if (rv == 1) {
+            rv = 0; /* the callback (or the row limit) stopped the scan */
+            break;
+        }
+        if (rv == 0 && st == GRPC_STATUS_OK)
+            rv = pt_bt_merger_end(&m);
+        if (rv != 0 || st == GRPC_STATUS_OK) {
+            if (m.err[0]) /* the merger's own failure, not the callback's code */
+                pt_bt_rpc_log_failure("ReadRows", bt->table[s->table], GRPC_STATUS_INTERNAL, m.err);
+            break;
+        }
+        /* A broken stream: resume after the last row delivered. Progress renews the
+         * budget, so a long scan survives several breaks but a dead server does not. */
+        pt_bt_merger_abandon(&m);
+        if (m.rows > rows_before)
+            pt_bt_retry_init(&rt, bt->data, bt->retry_ms);
+        if (!pt_bt_rpc_retryable(st) || !pt_bt_retry_wait(&rt)) {
+            rv = pt_bt_rpc_error(st);
+            pt_bt_rpc_log_failure("ReadRows", bt->table[s->table], st, details);
+            break;
+        }
+        atomic_fetch_add(&bt->scan_resumes, 1);
+    }
+    pt_arena_free(&a);
+    pt_bt_merger_free(&m);
+    free(ranges);
+    return rv;
+}
