@@ -168,6 +168,45 @@ static void handle_write(pt_app *app, pt_req *req, pt_resp *resp)
     resp->status = 204;
 }
 
+/* Series read per group of a streamed answer: the group's samples and chunks are the
+ * only per-series memory a streamed read holds at once. */
+enum { STREAM_GROUP = 256 };
+
+/* A STREAMED_XOR_CHUNKS answer: frames appended group by group. */
+static void handle_read_streamed(pt_app *app, pt_req *req, pt_resp *resp,
+                                 const Prometheus__ReadRequest *rr)
+{
+    char msg[PT_MSG_MAX] = "";
+    pt_read *r = NULL;
+    pt_read_batch bt;
+    pt_buf body;
+    pt_arena group;
+    pt_buf_init_arena(&body, req->arena, 0);
+    pt_arena_init(&group, 64 << 10, req->arena->max);
+    int rv = pt_read_start(&app->store, rr, req->arena, &r);
+    while (rv == 0 && (rv = pt_read_next(r, &group, STREAM_GROUP, &bt, msg, sizeof(msg))) == 1) {
+        for (size_t i = 0; i < bt.n && rv == 1; i++)
+            if (pt_stream_series(&body, bt.query, bt.ts[i], &group) != 0)
+                rv = PT_ENOMEM;
+        pt_arena_reset(&group);
+        if (rv == 1)
+            rv = 0;
+    }
+    int exhausted = req->arena->exhausted || group.exhausted;
+    pt_read_free(r);
+    pt_arena_free(&group);
+    if (rv == PT_ENOMEM && exhausted) {
+        reply_memory(app, req, resp, 1);
+    } else if (rv != 0) {
+        reply_error(req, resp, rv, msg);
+    } else {
+        resp->status = 200;
+        resp->content_type = "application/x-streamed-protobuf; proto=prometheus.ChunkedReadResponse";
+        resp->body = body.p;
+        resp->body_len = body.len;
+    }
+}
+
 static void handle_read(pt_app *app, pt_req *req, pt_resp *resp)
 {
     char msg[PT_MSG_MAX];
@@ -192,6 +231,10 @@ static void handle_read(pt_app *app, pt_req *req, pt_resp *resp)
                                    "(promtable answers SAMPLES and STREAMED_XOR_CHUNKS)");
         return;
     }
+    if (type == PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__STREAMED_XOR_CHUNKS) {
+        handle_read_streamed(app, req, resp, rr);
+        return;
+    }
     Prometheus__ReadResponse out;
     rv = pt_store_read(&app->store, rr, req->arena, &out, msg, sizeof(msg));
     if (rv != 0) {
@@ -199,18 +242,6 @@ static void handle_read(pt_app *app, pt_req *req, pt_resp *resp)
             reply_memory(app, req, resp, 1);
         else
             reply_error(req, resp, rv, msg);
-        return;
-    }
-    if (type == PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__STREAMED_XOR_CHUNKS) {
-        pt_slice body;
-        if (pt_stream_frames(&out, req->arena, &body) != 0) {
-            reply_memory(app, req, resp, 1);
-            return;
-        }
-        resp->status = 200;
-        resp->content_type = "application/x-streamed-protobuf; proto=prometheus.ChunkedReadResponse";
-        resp->body = body.p;
-        resp->body_len = body.n;
         return;
     }
     size_t n = protobuf_c_message_get_packed_size(&out.base);

@@ -408,144 +408,254 @@ static int read_all(qctx *q, const series *v, size_t k, int64_t start, int64_t e
     return 0;
 }
 
-static int run_query(pt_store *st, const Prometheus__Query *pq, pt_arena *a,
-                     Prometheus__QueryResult *qr, char *msg, size_t msglen)
+/* ------------------------------------------------------------------ the read iterator */
+
+struct pt_read {
+    pt_store *st;
+    const Prometheus__ReadRequest *rr;
+    pt_arena *a;           /* the request's: matchers' slices, series list */
+    size_t qi;             /* query being answered */
+    int started;           /* q holds query qi's resolved series */
+    size_t inited;         /* matchers of q that need pt_matcher_free */
+    qctx q;
+    size_t k, next;        /* matching series of query qi; the next to read */
+    int64_t start, end;
+    size_t total;          /* samples read so far, against max_samples */
+    uint64_t t0;
+};
+
+static void query_end(pt_read *r)
 {
-    int rv = 0;
-    qctx q = {.st = st, .a = a};
-    q.c.a = a;
-    q.c.limit = st->max_series;
-    q.nms = pq->n_matchers;
-    q.ms = pt_arena_calloc(a, (q.nms ? q.nms : 1) * sizeof(*q.ms));
-    if (!q.ms)
+    for (size_t i = 0; i < r->inited; i++)
+        pt_matcher_free(&r->q.ms[i]);
+    r->inited = 0;
+    r->started = 0;
+}
+
+/* Compiles the matchers of query qi, resolves them to the sorted list of matching series. */
+static int query_begin(pt_read *r, char *msg, size_t msglen)
+{
+    const Prometheus__Query *pq = r->rr->queries[r->qi];
+    pt_store *st = r->st;
+    pt_arena *a = r->a;
+    int rv;
+    memset(&r->q, 0, sizeof(r->q));
+    r->q.st = st;
+    r->q.a = a;
+    r->q.c.a = a;
+    r->q.c.limit = st->max_series;
+    r->q.nms = pq->n_matchers;
+    r->q.ms = pt_arena_calloc(a, (r->q.nms ? r->q.nms : 1) * sizeof(*r->q.ms));
+    if (!r->q.ms)
         return PT_ENOMEM;
-    size_t inited = 0;
-    for (; inited < q.nms; inited++) {
-        const Prometheus__LabelMatcher *lm = pq->matchers[inited];
-        rv = pt_matcher_init(&q.ms[inited], (int)lm->type,
+    r->started = 1;
+    r->k = r->next = 0;
+    for (; r->inited < r->q.nms; r->inited++) {
+        const Prometheus__LabelMatcher *lm = pq->matchers[r->inited];
+        rv = pt_matcher_init(&r->q.ms[r->inited], (int)lm->type,
                              (pt_slice){lm->name.data, lm->name.len},
                              (pt_slice){lm->value.data, lm->value.len}, msg, msglen);
         if (rv)
-            goto out;
+            return rv;
     }
-    int64_t start = pq->start_timestamp_ms < 0 ? 0 : pq->start_timestamp_ms;
-    int64_t end = pq->end_timestamp_ms;
-    if (end > PT_MAX_TIME_MS)
-        end = PT_MAX_TIME_MS; /* 13 decimal digits of base; keeps the bucket loop finite */
-    if (end < start)
-        goto out;
-    q.day_first = start - start % st->index_bucket_ms;
-    q.day_last = end - end % st->index_bucket_ms;
+    r->start = pq->start_timestamp_ms < 0 ? 0 : pq->start_timestamp_ms;
+    r->end = pq->end_timestamp_ms;
+    if (r->end > PT_MAX_TIME_MS)
+        r->end = PT_MAX_TIME_MS; /* 13 decimal digits of base; keeps the bucket loop finite */
+    if (r->end < r->start)
+        return 0;
+    r->q.day_first = r->start - r->start % st->index_bucket_ms;
+    r->q.day_last = r->end - r->end % st->index_bucket_ms;
 
-    uint64_t t0 = pt_now_ns();
-    rv = resolve(&q);
-    if (rv)
-        goto fail_backend;
-
-    /* Keep the candidates every matcher accepts. */
-    size_t k = 0;
-    for (size_t i = 0; i < q.c.n; i++) {
-        series *se = &q.c.v[i];
-        size_t j = 0;
-        while (j < q.nms && pt_matcher_match(&q.ms[j], label_value(se, q.ms[j].name)))
-            j++;
-        if (j == q.nms)
-            q.c.v[k++] = *se;
-    }
-    if (st->max_series && k > st->max_series) {
-        rv = PT_ELIMIT;
-        snprintf(msg, msglen, "query selects %zu series, over the limit of %zu (read.max_series)",
-                 k, st->max_series);
-        goto out;
-    }
-    if (k > 1)
-        qsort(q.c.v, k, sizeof(series), series_cmp);
-
-    qr->timeseries = pt_arena_alloc(a, (k ? k : 1) * sizeof(*qr->timeseries));
-    if (!qr->timeseries) {
-        rv = PT_ENOMEM;
-        goto out;
-    }
-    size_t total = 0, nts = 0;
-    samples *ss = pt_arena_calloc(a, (k ? k : 1) * sizeof(*ss));
-    if (!ss) {
-        rv = PT_ENOMEM;
-        goto out;
-    }
-    for (size_t i = 0; i < k; i++)
-        ss[i] = (samples){.a = a, .total = &total, .limit = st->max_samples};
-    rv = read_all(&q, q.c.v, k, start, end, ss);
-    if (rv == PT_ELIMIT) {
-        snprintf(msg, msglen, "query returns more than %zu samples, over the limit "
-                              "(read.max_samples)", st->max_samples);
-        goto out;
-    }
-    if (rv)
-        goto fail_backend;
-    for (size_t i = 0; i < k; i++) {
-        series *se = &q.c.v[i];
-        const samples s = ss[i];
-        if (s.n == 0)
-            continue;
-        Prometheus__TimeSeries *ts = pt_arena_alloc(a, sizeof(*ts));
-        Prometheus__Label **lp = pt_arena_alloc(a, se->nlabels * sizeof(*lp));
-        Prometheus__Label *lv = pt_arena_alloc(a, se->nlabels * sizeof(*lv));
-        if (!ts || !lp || !lv) {
-            rv = PT_ENOMEM;
-            goto out;
-        }
-        prometheus__time_series__init(ts);
-        for (size_t j = 0; j < se->nlabels; j++) {
-            prometheus__label__init(&lv[j]);
-            lv[j].name = (ProtobufCBinaryData){se->labels[j].name.n, (uint8_t *)se->labels[j].name.p};
-            lv[j].value = (ProtobufCBinaryData){se->labels[j].value.n,
-                                                (uint8_t *)se->labels[j].value.p};
-            lp[j] = &lv[j];
-        }
-        ts->labels = lp;
-        ts->n_labels = se->nlabels;
-        ts->samples = s.v;
-        ts->n_samples = s.n;
-        qr->timeseries[nts++] = ts;
-    }
-    qr->n_timeseries = nts;
-    pt_metrics_observe(&pt_m.backend_read_duration, pt_now_ns() - t0);
-    pt_m.read_series += nts;
-    pt_m.read_samples += total;
-    goto out;
-
-fail_backend:
+    rv = resolve(&r->q);
     if (rv == PT_ELIMIT) {
         snprintf(msg, msglen, "query touches too many series (limit read.max_series = %zu)",
                  st->max_series);
-    } else {
+        return rv;
+    }
+    if (rv) {
         pt_m.backend_read_errors++;
         snprintf(msg, msglen, "storage read failed: %s", pt_strerror(rv));
+        return rv;
     }
-out:
-    for (size_t i = 0; i < inited; i++)
-        pt_matcher_free(&q.ms[i]);
-    return rv;
+    /* Keep the candidates every matcher accepts. */
+    size_t k = 0;
+    for (size_t i = 0; i < r->q.c.n; i++) {
+        series *se = &r->q.c.v[i];
+        size_t j = 0;
+        while (j < r->q.nms && pt_matcher_match(&r->q.ms[j], label_value(se, r->q.ms[j].name)))
+            j++;
+        if (j == r->q.nms)
+            r->q.c.v[k++] = *se;
+    }
+    if (st->max_series && k > st->max_series) {
+        snprintf(msg, msglen, "query selects %zu series, over the limit of %zu (read.max_series)",
+                 k, st->max_series);
+        return PT_ELIMIT;
+    }
+    if (k > 1)
+        qsort(r->q.c.v, k, sizeof(series), series_cmp);
+    r->k = k;
+    return 0;
+}
+
+int pt_read_start(pt_store *st, const Prometheus__ReadRequest *rr, pt_arena *a, pt_read **out)
+{
+    pt_read *r = pt_arena_calloc(a, sizeof(*r));
+    if (!r)
+        return PT_ENOMEM;
+    r->st = st;
+    r->rr = rr;
+    r->a = a;
+    r->t0 = pt_now_ns();
+    *out = r;
+    return 0;
+}
+
+void pt_read_free(pt_read *r)
+{
+    if (!r)
+        return;
+    query_end(r);
+    pt_metrics_observe(&pt_m.backend_read_duration, pt_now_ns() - r->t0);
+}
+
+/* The labels of series se as protobuf, in arena b. */
+static Prometheus__TimeSeries *series_message(const series *se, pt_arena *b)
+{
+    Prometheus__TimeSeries *ts = pt_arena_alloc(b, sizeof(*ts));
+    Prometheus__Label **lp = pt_arena_alloc(b, (se->nlabels ? se->nlabels : 1) * sizeof(*lp));
+    Prometheus__Label *lv = pt_arena_alloc(b, (se->nlabels ? se->nlabels : 1) * sizeof(*lv));
+    if (!ts || !lp || !lv)
+        return NULL;
+    prometheus__time_series__init(ts);
+    for (size_t j = 0; j < se->nlabels; j++) {
+        prometheus__label__init(&lv[j]);
+        lv[j].name = (ProtobufCBinaryData){se->labels[j].name.n, (uint8_t *)se->labels[j].name.p};
+        lv[j].value = (ProtobufCBinaryData){se->labels[j].value.n,
+                                            (uint8_t *)se->labels[j].value.p};
+        lp[j] = &lv[j];
+    }
+    ts->labels = lp;
+    ts->n_labels = se->nlabels;
+    return ts;
+}
+
+int pt_read_next(pt_read *r, pt_arena *b, size_t max_series, pt_read_batch *out, char *msg,
+                 size_t msglen)
+{
+    int rv;
+    memset(out, 0, sizeof(*out));
+    for (;;) {
+        if (r->qi >= r->rr->n_queries)
+            return 0;
+        if (!r->started) {
+            if ((rv = query_begin(r, msg, msglen)) != 0)
+                return rv;
+            pt_m.read_queries++;
+        }
+        if (r->next < r->k)
+            break;
+        /* This query is answered (an empty batch says so when it had no series). */
+        out->query = r->qi;
+        out->last_of_query = 1;
+        query_end(r);
+        r->qi++;
+        return 1;
+    }
+    size_t n = r->k - r->next;
+    if (max_series && n > max_series)
+        n = max_series;
+    const series *v = r->q.c.v + r->next;
+    samples *ss = pt_arena_calloc(b, n * sizeof(*ss));
+    out->ts = pt_arena_alloc(b, n * sizeof(*out->ts));
+    if (!ss || !out->ts)
+        return PT_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        ss[i] = (samples){.a = b, .total = &r->total, .limit = r->st->max_samples};
+    qctx q = r->q;
+    q.a = b; /* keys of this group only */
+    rv = read_all(&q, v, n, r->start, r->end, ss);
+    if (rv == PT_ELIMIT) {
+        snprintf(msg, msglen, "query returns more than %zu samples, over the limit "
+                              "(read.max_samples)", r->st->max_samples);
+        return rv;
+    }
+    if (rv) {
+        pt_m.backend_read_errors++;
+        snprintf(msg, msglen, "storage read failed: %s", pt_strerror(rv));
+        return rv;
+    }
+    size_t nts = 0, nsamples = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ss[i].n == 0)
+            continue;
+        Prometheus__TimeSeries *ts = series_message(&v[i], b);
+        if (!ts)
+            return PT_ENOMEM;
+        ts->samples = ss[i].v;
+        ts->n_samples = ss[i].n;
+        nsamples += ss[i].n;
+        out->ts[nts++] = ts;
+    }
+    r->next += n;
+    out->query = r->qi;
+    out->n = nts;
+    out->last_of_query = r->next == r->k;
+    pt_m.read_series += nts;
+    pt_m.read_samples += nsamples;
+    if (out->last_of_query) {
+        query_end(r);
+        r->qi++;
+    }
+    return 1;
 }
 
 int pt_store_read(pt_store *st, const Prometheus__ReadRequest *rr, pt_arena *a,
                   Prometheus__ReadResponse *resp, char *msg, size_t msglen)
 {
+    pt_read *r;
+    pt_read_batch bt;
+    int rv;
     prometheus__read_response__init(resp);
     resp->n_results = rr->n_queries;
     resp->results = pt_arena_alloc(a, (rr->n_queries ? rr->n_queries : 1) * sizeof(*resp->results));
-    if (!resp->results)
+    if (!resp->results || (rv = pt_read_start(st, rr, a, &r)) != 0)
         return PT_ENOMEM;
     for (size_t i = 0; i < rr->n_queries; i++) {
         Prometheus__QueryResult *qr = pt_arena_alloc(a, sizeof(*qr));
-        if (!qr)
-            return PT_ENOMEM;
+        if (!qr) {
+            rv = PT_ENOMEM;
+            goto out;
+        }
         prometheus__query_result__init(qr);
-        int rv = run_query(st, rr->queries[i], a, qr, msg, msglen);
-        if (rv)
-            return rv;
         resp->results[i] = qr;
-        pt_m.read_queries++;
     }
-    return 0;
+    /* Batches arrive in query order; a query's series list grows by doubling. */
+    size_t cap = 0;
+    while ((rv = pt_read_next(r, a, 0, &bt, msg, msglen)) == 1) {
+        Prometheus__QueryResult *qr = resp->results[bt.query];
+        if (qr->n_timeseries + bt.n > cap) {
+            size_t ncap = cap ? cap : 64;
+            while (ncap < qr->n_timeseries + bt.n)
+                ncap *= 2;
+            Prometheus__TimeSeries **nt = pt_arena_alloc(a, ncap * sizeof(*nt));
+            if (!nt) {
+                rv = PT_ENOMEM;
+                goto out;
+            }
+            if (qr->n_timeseries)
+                memcpy(nt, qr->timeseries, qr->n_timeseries * sizeof(*nt));
+            qr->timeseries = nt;
+            cap = ncap;
+        }
+        if (bt.n)
+            memcpy(qr->timeseries + qr->n_timeseries, bt.ts, bt.n * sizeof(*bt.ts));
+        qr->n_timeseries += bt.n;
+        if (bt.last_of_query)
+            cap = 0;
+    }
+out:
+    pt_read_free(r);
+    return rv;
 }

@@ -10,6 +10,7 @@
 
 #include "arena.h"
 #include "backend.h"
+#include "buf.h"
 #include "index.h"
 #include "remote.pb-c.h"
 #include "rowkey.h"
@@ -49,10 +50,40 @@ long pt_labels_validate(Prometheus__Label *const *in, size_t n, pt_arena *a, pt_
 /* Returns 1 if s is valid UTF-8. */
 int pt_utf8_valid(pt_slice s);
 
+/*
+ * A remote read, answered a group of series at a time so that an answer can be streamed:
+ * each query's matchers are resolved to its series (sorted by labels) when the read gets
+ * to it; pt_read_next then reads the samples of the next group of them.
+ */
+typedef struct pt_read pt_read;
+
+/* The series of one query that one pt_read_next produced, with their samples, in time
+ * order (series without samples in the window are left out). */
+typedef struct pt_read_batch {
+    size_t query;                 /* index into the request's queries */
+    Prometheus__TimeSeries **ts;  /* allocated from the batch arena */
+    size_t n;
+    int last_of_query;            /* no more series of this query follow */
+} pt_read_batch;
+
+/* Allocates the read from a (the request's arena, which must outlive it). 0 or PT_ENOMEM. */
+int pt_read_start(pt_store *st, const Prometheus__ReadRequest *rr, pt_arena *a, pt_read **out);
+/* Reads the next group of at most max_series series (0 = all of the query) into arena b
+ * (which may be reset between calls). 1 with *out set, 0 when every query is answered, or
+ * an error with msg set (bad matcher or limit: 4xx; storage: 503). */
+int pt_read_next(pt_read *r, pt_arena *b, size_t max_series, pt_read_batch *out, char *msg,
+                 size_t msglen);
+/* Releases the matchers; safe at any point, also after an error. */
+void pt_read_free(pt_read *r);
+
 /* Runs every query of a read request; fills resp (arena-allocated). Returns 0 or an
  * error with msg set (bad matcher/limit → 4xx, backend → 503). */
 int pt_store_read(pt_store *st, const Prometheus__ReadRequest *rr, pt_arena *a,
                   Prometheus__ReadResponse *resp, char *msg, size_t msglen);
+
+/* Appends the frames of one series of query `query` to o: XOR chunks of at most 120
+ * samples, one frame per series unless its chunks pass 1 MiB. Scratch from a. */
+int pt_stream_series(pt_buf *o, size_t query, const Prometheus__TimeSeries *ts, pt_arena *a);
 
 /* Re-encodes a SAMPLES answer as the STREAMED_XOR_CHUNKS body: one frame per series
  * (split only past 1 MiB of chunks), XOR chunks of at most 120 samples, query_index set.

@@ -4,6 +4,8 @@
 #include "metrics.h"
 #include "store_helpers.h"
 #include "tap.h"
+#include "bytes.h"
+#include "xor.h"
 
 static pt_app app;
 static pt_config cfg;
@@ -50,6 +52,70 @@ static pt_slice file(const char *name)
     size_t n = fread(b, 1, 1 << 20, f);
     fclose(f);
     return (pt_slice){b, n};
+}
+
+/* Decodes a STREAMED_XOR_CHUNKS body and checks it says exactly what the SAMPLES answer
+ * `want` says: the same series of each query in the same order, the same samples. */
+static int streamed_equals(pt_slice body, const Prometheus__ReadResponse *want, char *why,
+                           size_t whylen)
+{
+    size_t off = 0, q = 0, si = 0;
+    static int64_t t[PT_XOR_MAX_SAMPLES];
+    static double v[PT_XOR_MAX_SAMPLES];
+    while (off < body.n) {
+        uint64_t len = 0;
+        int shift = 0;
+        while (off < body.n && (body.p[off] & 0x80)) {
+            len |= (uint64_t)(body.p[off++] & 0x7f) << shift;
+            shift += 7;
+        }
+        if (off >= body.n)
+            return snprintf(why, whylen, "truncated length"), 0;
+        len |= (uint64_t)body.p[off++] << shift;
+        if (off + 4 + len > body.n)
+            return snprintf(why, whylen, "truncated frame"), 0;
+        uint32_t crc = pt_get_be32(body.p + off);
+        const uint8_t *msg = body.p + off + 4;
+        if (crc != pt_crc32c(msg, len))
+            return snprintf(why, whylen, "bad CRC at %zu", off), 0;
+        off += 4 + len;
+        Prometheus__ChunkedReadResponse *m =
+            prometheus__chunked_read_response__unpack(NULL, len, msg);
+        if (!m || m->n_chunked_series != 1)
+            return snprintf(why, whylen, "bad frame message"), 0;
+        const Prometheus__ChunkedSeries *cs = m->chunked_series[0];
+        while (q < want->n_results && si >= want->results[q]->n_timeseries) {
+            q++;
+            si = 0;
+        }
+        int good = q < want->n_results && (size_t)m->query_index == q;
+        const Prometheus__TimeSeries *ts = good ? want->results[q]->timeseries[si++] : NULL;
+        good = good && cs->n_labels == ts->n_labels;
+        for (size_t i = 0; good && i < cs->n_labels; i++)
+            good = cs->labels[i]->value.len == ts->labels[i]->value.len &&
+                   memcmp(cs->labels[i]->value.data, ts->labels[i]->value.data,
+                          ts->labels[i]->value.len) == 0;
+        size_t k = 0;
+        for (size_t c = 0; good && c < cs->n_chunks; c++) {
+            long n = pt_xor_decode((pt_slice){cs->chunks[c]->data.data, cs->chunks[c]->data.len},
+                                   t, v, PT_XOR_MAX_SAMPLES);
+            good = n > 0;
+            for (long i = 0; good && i < n; i++, k++)
+                good = k < ts->n_samples && ts->samples[k]->timestamp == t[i] &&
+                       memcmp(&ts->samples[k]->value, &v[i], 8) == 0;
+        }
+        good = good && k == ts->n_samples;
+        prometheus__chunked_read_response__free_unpacked(m, NULL);
+        if (!good)
+            return snprintf(why, whylen, "series %zu of query %zu differs", si, q), 0;
+    }
+    while (q < want->n_results && si >= want->results[q]->n_timeseries) {
+        q++;
+        si = 0;
+    }
+    if (q != want->n_results)
+        return snprintf(why, whylen, "frames end at series %zu of query %zu", si, q), 0;
+    return 1;
 }
 
 int main(void)
@@ -271,6 +337,49 @@ int main(void)
         ok(strstr(text, "promtable_index_cache_entries "), "index cache size");
     }
     pt_arena_free(&c.arena);
+
+    /* A streamed answer over several groups of series says what the SAMPLES answer says. */
+    {
+        pt_arena b;
+        pt_arena_init(&b, 0, 0);
+        enum { NS = 700 };
+        tseries *many = pt_arena_calloc(&b, NS * sizeof(*many));
+        for (int i = 0; i < NS; i++) {
+            char *inst = pt_arena_alloc(&b, 16);
+            snprintf(inst, 16, "i%04d", i);
+            many[i] = (tseries){{"__name__", i % 3 ? "many_a" : "many_b", "instance", inst, NULL},
+                                {1000 + i, 16000 + i, 31000 + 2 * i},
+                                {i, -0.0, i * 1e-300},
+                                i % 5 ? 3 : 1};
+        }
+        pt_write_result res;
+        ok(pt_store_write(&app.store, mk_write(&b, many, NS), &b, &res) == 0 &&
+               res.samples_rejected == 0,
+           "700 series written for the streamed read");
+        const tmatch ma[] = {{2, "__name__", "many_.*"}};
+        const tmatch mb[] = {{0, "__name__", "many_b"}};
+        Prometheus__ReadRequest *r1 = mk_read(&b, 0, 100000, ma, 1);
+        Prometheus__ReadRequest *r2 = mk_read(&b, 0, 20000, mb, 1);
+        Prometheus__ReadRequest rr = PROMETHEUS__READ_REQUEST__INIT;
+        Prometheus__Query *qs[2] = {r1->queries[0], r2->queries[0]};
+        rr.queries = qs;
+        rr.n_queries = 2;
+        Prometheus__ReadResponse want;
+        char msg[512];
+        ok(pt_store_read(&app.store, &rr, &b, &want, msg, sizeof(msg)) == 0 &&
+               want.results[0]->n_timeseries == NS && want.results[1]->n_timeseries > 200,
+           "SAMPLES answer for two queries");
+        Prometheus__ReadRequest__ResponseType st =
+            PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__STREAMED_XOR_CHUNKS;
+        rr.accepted_response_types = &st;
+        rr.n_accepted_response_types = 1;
+        is(post(&c, "/api/v1/read", mk_body(&b, &rr.base)), 200, "streamed read of 2 queries: 200");
+        char why[256] = "";
+        ok(streamed_equals((pt_slice){c.resp.body, c.resp.body_len}, &want, why, sizeof(why)),
+           "the streamed frames, decoded, are the SAMPLES answer (%s)", why[0] ? why : "same");
+        pt_arena_free(&c.arena);
+        pt_arena_free(&b);
+    }
 
     pt_config_free(&cfg);
     tstore_close(&s);
