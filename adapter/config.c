@@ -51,6 +51,8 @@ static const pt_conf_key table[] = {
      "Series one remote read query may return (0 = no limit)."},
     {"read.max_samples", NULL, PT_CONF_LONG, "50000000", 0, LONG_MAX, F(read_max_samples),
      "Samples one remote read query may return (0 = no limit)."},
+    {"read.timeout", NULL, PT_CONF_DURATION, "2m", 0, 86400000LL, F(read_timeout_ms),
+     "A remote read running longer ends with 503 (0 = no deadline)."},
     {"log.level", NULL, PT_CONF_STR, "info", 0, 0, F(log_level),
      "Log level: debug, info, warn, error."},
 };

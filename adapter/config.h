@@ -37,6 +37,7 @@ typedef struct pt_config {
 
     long read_max_series;
     long read_max_samples;
+    long read_timeout_ms;
 
     char *log_level;
 } pt_config;

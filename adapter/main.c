@@ -134,7 +134,8 @@ int main(int argc, char **argv)
     app.cfg = &cfg;
     app.store = (pt_store){.be = &be, .cache = cache, .index_bucket_ms = cfg.index_bucket_ms,
                            .max_series = (size_t)cfg.read_max_series,
-                           .max_samples = (size_t)cfg.read_max_samples};
+                           .max_samples = (size_t)cfg.read_max_samples,
+                           .read_timeout_ms = cfg.read_timeout_ms};
     app.lim.max_decoded = cfg.max_decoded_bytes;
     if (pt_app_load_auth(&app, &cfg, err, sizeof(err)) != 0) {
         pt_log(PT_LOG_ERROR, "cannot load credentials", "err=\"%s\"", err);

@@ -176,6 +176,11 @@ long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
             LOAD(pt_m.read_series));
     counter(&o, "promtable_read_samples_total", "Samples returned by remote read.",
             LOAD(pt_m.read_samples));
+    counter(&o, "promtable_read_timeouts_total", "Remote reads ended by read.timeout.",
+            LOAD(pt_m.read_timeouts));
+    counter(&o, "promtable_read_rows_scanned_total",
+            "Rows the storage visited to answer remote reads (index and data rows).",
+            LOAD(pt_m.read_rows_scanned));
     put(&o, "# HELP promtable_backend_errors_total Backend calls that failed, by operation.\n"
             "# TYPE promtable_backend_errors_total counter\n"
             "promtable_backend_errors_total{op=\"write\"} %llu\n"

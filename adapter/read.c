@@ -129,23 +129,95 @@ typedef struct qctx {
     size_t nms;
     int64_t day_first, day_last;
     cands c;
+    uint64_t deadline_ns; /* 0 = none */
+    size_t ticks;         /* rows and cells seen, for the deadline checks */
 } qctx;
+
+/* Every so many index rows or cells, a read checks its deadline. */
+#define DEADLINE_EVERY 1024
+
+static int deadline_passed(const qctx *q)
+{
+    return q->deadline_ns && pt_now_ns() > q->deadline_ns ? PT_ETIMEOUT : 0;
+}
+
+/* The same, looked at every DEADLINE_EVERY calls (from per-row and per-cell callbacks). */
+static int past_deadline(qctx *q)
+{
+    return ++q->ticks % DEADLINE_EVERY == 0 ? deadline_passed(q) : 0;
+}
 
 /* Scans the index rows in [first, last): one range covers every day of the query because
  * the day is fixed-width inside the key. */
 static int scan_days(qctx *q, pt_slice first, pt_slice last, pt_cell_fn fn, void *ud)
 {
+    int rv = deadline_passed(q);
+    if (rv)
+        return rv;
     pt_row_range r = {first, last};
     pt_scan s = {PT_TABLE_INDEX, &r, 1, {0}, {0}, 0};
     return pt_backend_scan(q->st->be, &s, fn, ud);
+}
+
+/* A set of label values (unescaped), in insertion order, with a hash index: a label can
+ * have hundreds of thousands of values over the days of a query. */
+typedef struct valset {
+    pt_arena *a;
+    pt_slice *v;
+    uint64_t *h;
+    size_t n, cap;
+    uint32_t *slots; /* index + 1 into v; 0 = empty; 2 * cap of them */
+} valset;
+
+/* Adds val unless present: 1 added, 0 present, PT_ENOMEM. */
+static int valset_add(valset *s, pt_slice val)
+{
+    uint64_t h = XXH3_64bits(val.p, val.n);
+    size_t mask = s->cap * 2 - 1;
+    if (s->cap) {
+        for (size_t j = h & mask; s->slots[j]; j = (j + 1) & mask) {
+            size_t i = s->slots[j] - 1;
+            if (s->h[i] == h && pt_slice_eq(s->v[i], val))
+                return 0;
+        }
+    }
+    if (s->n == s->cap) {
+        size_t ncap = s->cap ? s->cap * 2 : 64;
+        pt_slice *nv = pt_arena_alloc(s->a, ncap * sizeof(*nv));
+        uint64_t *nh = pt_arena_alloc(s->a, ncap * sizeof(*nh));
+        uint32_t *ns = pt_arena_calloc(s->a, ncap * 2 * sizeof(*ns));
+        if (!nv || !nh || !ns)
+            return PT_ENOMEM;
+        if (s->n) {
+            memcpy(nv, s->v, s->n * sizeof(*nv));
+            memcpy(nh, s->h, s->n * sizeof(*nh));
+        }
+        s->v = nv;
+        s->h = nh;
+        s->slots = ns;
+        s->cap = ncap;
+        mask = ncap * 2 - 1;
+        for (size_t i = 0; i < s->n; i++) {
+            size_t j = s->h[i] & mask;
+            while (s->slots[j])
+                j = (j + 1) & mask;
+            s->slots[j] = (uint32_t)(i + 1);
+        }
+    }
+    size_t j = h & mask;
+    while (s->slots[j])
+        j = (j + 1) & mask;
+    s->slots[j] = (uint32_t)(s->n + 1);
+    s->v[s->n] = val;
+    s->h[s->n++] = h;
+    return 1;
 }
 
 typedef struct rowcb {
     qctx *q;
     size_t prefix_len;
     pt_matcher *filter; /* values rows: keep values this matcher accepts */
-    pt_slice *vals;     /* collected values (unescaped) */
-    size_t nvals, capvals;
+    valset vals;        /* collected values */
 } rowcb;
 
 static int on_series_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
@@ -154,6 +226,9 @@ static int on_series_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     rowcb *r = ud;
     if (row.n < r->prefix_len)
         return PT_EINTERNAL;
+    int rv = past_deadline(r->q);
+    if (rv)
+        return rv;
     return cands_add(&r->q->c, (pt_slice){row.p + r->prefix_len, row.n - r->prefix_len}, value);
 }
 
@@ -161,6 +236,9 @@ static int on_value_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 {
     (void)qual;
     rowcb *r = ud;
+    int rv = past_deadline(r->q);
+    if (rv)
+        return rv;
     pt_slice esc = {row.p + r->prefix_len, row.n - r->prefix_len};
     pt_slice val;
     if (pt_index_is_digest(esc)) {
@@ -181,21 +259,8 @@ static int on_value_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     }
     if (r->filter && !pt_matcher_match(r->filter, val))
         return 0;
-    for (size_t i = 0; i < r->nvals; i++) /* the same value on several days */
-        if (pt_slice_eq(r->vals[i], val))
-            return 0;
-    if (r->nvals == r->capvals) {
-        size_t ncap = r->capvals ? r->capvals * 2 : 64;
-        pt_slice *nv = pt_arena_alloc(r->q->a, ncap * sizeof(*nv));
-        if (!nv)
-            return PT_ENOMEM;
-        if (r->nvals)
-            memcpy(nv, r->vals, r->nvals * sizeof(*nv));
-        r->vals = nv;
-        r->capvals = ncap;
-    }
-    r->vals[r->nvals++] = val;
-    return 0;
+    rv = valset_add(&r->vals, val); /* the same value comes once per day */
+    return rv < 0 ? rv : 0;
 }
 
 /* Values of label `name` over the query's days, kept when `filter` accepts them. */
@@ -204,6 +269,7 @@ static int list_values(qctx *q, pt_slice name, pt_matcher *filter, rowcb *r)
     memset(r, 0, sizeof(*r));
     r->q = q;
     r->filter = filter;
+    r->vals.a = q->a;
     size_t cap = PT_INDEX_PREFIX_MAX(name.n, 0);
     uint8_t *b0 = pt_arena_alloc(q->a, cap), *b1 = pt_arena_alloc(q->a, cap);
     if (!b0 || !b1)
@@ -263,15 +329,15 @@ static int resolve(qctx *q)
         /* A name regex, or nothing selective at all: list metric names. */
         if ((rv = list_values(q, PT_SLICE_LIT("__name__"), name_re, &r)) != 0)
             return rv;
-        for (size_t i = 0; i < r.nvals; i++)
-            if ((rv = collect(q, NULL, r.vals[i])) != 0)
+        for (size_t i = 0; i < r.vals.n; i++)
+            if ((rv = collect(q, NULL, r.vals.v[i])) != 0)
                 return rv;
         return 0;
     }
     if ((rv = list_values(q, label_any->name, label_any, &r)) != 0)
         return rv;
-    for (size_t i = 0; i < r.nvals; i++)
-        if ((rv = collect(q, &label_any->name, r.vals[i])) != 0)
+    for (size_t i = 0; i < r.vals.n; i++)
+        if ((rv = collect(q, &label_any->name, r.vals.v[i])) != 0)
             return rv;
     return 0;
 }
@@ -291,6 +357,7 @@ static int series_cmp(const void *x, const void *y)
 }
 
 typedef struct samples {
+    qctx *q;
     pt_arena *a;
     int64_t base;
     Prometheus__Sample **v;
@@ -306,6 +373,9 @@ static int on_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     samples *s = ud;
     if (s->limit && *s->total >= s->limit)
         return PT_ELIMIT;
+    int rv = past_deadline(s->q);
+    if (rv)
+        return rv;
     if (s->n == s->cap) {
         size_t ncap = s->cap ? s->cap * 2 : 64;
         Prometheus__Sample **nv = pt_arena_alloc(s->a, ncap * sizeof(*nv));
@@ -400,7 +470,9 @@ static int read_all(qctx *q, const series *v, size_t k, int64_t start, int64_t e
                                            {refs[g + i].row.p, refs[g + i].row.n + 1}};
             sc.nranges = n;
             routed r = {refs + g, n, 0, ss};
-            int rv = pt_backend_scan(q->st->be, &sc, on_routed_cell, &r);
+            int rv = deadline_passed(q);
+            if (!rv)
+                rv = pt_backend_scan(q->st->be, &sc, on_routed_cell, &r);
             if (rv)
                 return rv;
         }
@@ -422,7 +494,21 @@ struct pt_read {
     int64_t start, end;
     size_t total;          /* samples read so far, against max_samples */
     uint64_t t0;
+    uint64_t deadline_ns;  /* read.timeout after the start; 0 = none */
 };
+
+/* The message for a failed read: the read's own deadline, or the storage's error. */
+static void read_failed(const pt_read *r, int rv, char *msg, size_t msglen)
+{
+    if (rv == PT_ETIMEOUT && r->deadline_ns && pt_now_ns() > r->deadline_ns) {
+        snprintf(msg, msglen, "the read took longer than read.timeout (%lld ms); narrow the "
+                 "query or raise read.timeout", (long long)r->st->read_timeout_ms);
+        pt_m.read_timeouts++;
+        return;
+    }
+    pt_m.backend_read_errors++;
+    snprintf(msg, msglen, "storage read failed: %s", pt_strerror(rv));
+}
 
 static void query_end(pt_read *r)
 {
@@ -444,6 +530,7 @@ static int query_begin(pt_read *r, char *msg, size_t msglen)
     r->q.a = a;
     r->q.c.a = a;
     r->q.c.limit = st->max_series;
+    r->q.deadline_ns = r->deadline_ns;
     r->q.nms = pq->n_matchers;
     r->q.ms = pt_arena_calloc(a, (r->q.nms ? r->q.nms : 1) * sizeof(*r->q.ms));
     if (!r->q.ms)
@@ -474,8 +561,7 @@ static int query_begin(pt_read *r, char *msg, size_t msglen)
         return rv;
     }
     if (rv) {
-        pt_m.backend_read_errors++;
-        snprintf(msg, msglen, "storage read failed: %s", pt_strerror(rv));
+        read_failed(r, rv, msg, msglen);
         return rv;
     }
     /* Keep the candidates every matcher accepts. */
@@ -508,6 +594,8 @@ int pt_read_start(pt_store *st, const Prometheus__ReadRequest *rr, pt_arena *a, 
     r->rr = rr;
     r->a = a;
     r->t0 = pt_now_ns();
+    if (st->read_timeout_ms > 0)
+        r->deadline_ns = r->t0 + (uint64_t)st->read_timeout_ms * 1000000u;
     *out = r;
     return 0;
 }
@@ -572,7 +660,7 @@ int pt_read_next(pt_read *r, pt_arena *b, size_t max_series, pt_read_batch *out,
     if (!ss || !out->ts)
         return PT_ENOMEM;
     for (size_t i = 0; i < n; i++)
-        ss[i] = (samples){.a = b, .total = &r->total, .limit = r->st->max_samples};
+        ss[i] = (samples){.q = &r->q, .a = b, .total = &r->total, .limit = r->st->max_samples};
     qctx q = r->q;
     q.a = b; /* keys of this group only */
     rv = read_all(&q, v, n, r->start, r->end, ss);
@@ -582,8 +670,7 @@ int pt_read_next(pt_read *r, pt_arena *b, size_t max_series, pt_read_batch *out,
         return rv;
     }
     if (rv) {
-        pt_m.backend_read_errors++;
-        snprintf(msg, msglen, "storage read failed: %s", pt_strerror(rv));
+        read_failed(r, rv, msg, msglen);
         return rv;
     }
     size_t nts = 0, nsamples = 0;

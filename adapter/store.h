@@ -22,6 +22,7 @@ typedef struct pt_store {
     /* Read limits, per query: 0 = unlimited. */
     size_t max_series;
     size_t max_samples;
+    int64_t read_timeout_ms; /* a read running longer ends with 503; 0 = no deadline */
 } pt_store;
 
 #define PT_MSG_MAX 1024

@@ -134,6 +134,24 @@ int main(void)
     const tmatch upper[] = {{0, "Zone", "eu"}};
     is(count(&s, upper, 1), 1, "label name sorting before __name__");
 
+    /* read.timeout: a read whose storage calls take longer ends with a 503 naming it. */
+    {
+        pt_arena b;
+        pt_arena_init(&b, 0, 0);
+        char msg[512] = "";
+        pt_faulty_plan slow = {.latency_ms = 40};
+        pt_faulty_set(&s.faulty, &slow);
+        s.st.read_timeout_ms = 30;
+        query(&s, &b, T0, T0, up, 1, &rv, msg);
+        ok(rv == PT_ETIMEOUT && pt_error_http_status(rv) == 503 && strstr(msg, "read.timeout"),
+           "a read past read.timeout is a 503 naming it (%s)", msg);
+        s.st.read_timeout_ms = 0;
+        query(&s, &b, T0, T0, up, 1, &rv, msg);
+        ok(rv == 0, "without a deadline the slow read completes");
+        pt_faulty_set(&s.faulty, NULL);
+        pt_arena_free(&b);
+    }
+
     /* Bad regex → 4xx error code. */
     {
         pt_arena b;
