@@ -1,7 +1,23 @@
 /*
- * Internals shared by the embedded backend's modules: embedded.c (RocksDB, the index
- * table, the ops table) and embedded_head.c (the points table: head, WAL, flush, scans).
- * Nothing outside backends/embedded*.c and the tests includes this.
+ * Internals of the embedded backend, shared by its modules (and tests); nothing outside
+ * backends/embedded/ and the tests includes this.
+ *
+ * Modules, lowest first; each calls only modules above it, so the graph has no cycle:
+ *
+ *     rocks.c     RocksDB: options, open/close, errors, keys, the index table  (none)
+ *     chunk.c     the stored form of points: chunk values and keys, no I/O     (none)
+ *     head.c      the head: a hash table of rows and their unflushed cells     (none)
+ *     wal.c       the points log (points.wal): records, replay                 head
+ *     flush.c     head -> chunks, merged with the stored ones                  rocks chunk head wal
+ *     scan.c      points scans merging the head and the chunks                 rocks chunk head
+ *     embedded.c  the ops table: open/close, write, scan; the public knobs     all
+ *
+ * Ownership: an embedded holds one rocks, head and wal, each made and released only by
+ * its module's open/init and close/free, which embedded.c calls.
+ *
+ * Locking: embedded.mu guards the head, the log, budget, epoch and flushes. head.c and
+ * wal.c never lock; their callers hold mu, except open and close, which own the backend
+ * alone. rocks.c and chunk.c hold no shared mutable state; RocksDB is thread-safe.
  */
 #ifndef PT_EMBEDDED_INT_H
 #define PT_EMBEDDED_INT_H
@@ -11,75 +27,262 @@
 #include <stdint.h>
 
 #include <rocksdb/c.h>
+#include <xxhash.h>
 
 #include "backend.h"
-#include "embedded.h"
+#include "buf.h"
+#include "bytes.h"
+
+/* ---- rocks.c ---- */
 
 enum { CF_DEFAULT, CF_POINTS, CF_INDEX, NCF };
 
-/* The head's limits. A chunk holds at most CHUNK_MAX cells; a row's last chunk with fewer
- * than CHUNK_SMALL cells is rewritten with the next flush's cells appended, so rows that
- * get few samples per flush still end up in chunks of a useful size. */
+typedef struct rocks {
+    rocksdb_t *db;
+    rocksdb_column_family_handle_t *cf[NCF];
+    rocksdb_writeoptions_t *wopts;       /* index writes: RocksDB's WAL, synced if asked */
+    rocksdb_writeoptions_t *flush_wopts; /* no RocksDB WAL: the points log covers these */
+} rocks;
+
+/* Opens (creating) the store in the existing directory path; refuses the first version's
+ * layout. On failure err says why and close() releases what was made. */
+int pt_emb_rocks_open(rocks *r, const char *path, int sync, char *err, size_t errlen);
+/* Releases everything; a zeroed or half-opened rocks is fine. */
+void pt_emb_rocks_close(rocks *r);
+
+/* Maps a RocksDB error string to a pt code (timeouts and busy states retryable) and frees
+ * it. */
+int pt_emb_rocks_error(char *msg);
+/* The iterator's error as a pt code, 0 when none. */
+int pt_emb_rocks_iter_error(rocksdb_iterator_t *it);
+/* A scan's iterators over one column family: it[0] for ranges (total order), it[1] for
+ * single rows (prefix mode, so the row bloom filter applies). Zeroed = none made yet. */
+typedef struct rocks_iters {
+    rocksdb_readoptions_t *ro[2];
+    rocksdb_iterator_t *it[2];
+} rocks_iters;
+
+/* Replaces it[one_row] by a new iterator over family cf, seeing the store as it is now
+ * (or as snap, if given the first time). 0 or PT_ENOMEM (it[one_row] is then NULL). */
+int pt_emb_rocks_iter(rocks *r, rocks_iters *its, int cf, int one_row,
+                      const rocksdb_snapshot_t *snap);
+void pt_emb_rocks_iters_free(rocks_iters *its);
+
+/* Keys are row || 0x00 || qualifier; row keys hold no 0x00 (backend.h). */
+
+/* k = a || sep || b, sep < 0 meaning no separator byte; 0 or PT_ENOMEM. */
+int pt_emb_rocks_key(pt_buf *k, const void *a, size_t an, int sep, const void *b, size_t bn);
+/* k = the key bounding the rows >= b (as a start) or < b (as an end) of a row range. */
+int pt_emb_rocks_row_bound(pt_buf *k, pt_slice b);
+/* 1 when the range is exactly one row, [r, r || 0x00 ...). */
+int pt_emb_rocks_one_row(const pt_row_range *r);
+
+/* The index table holds one RocksDB entry per cell. These take a whole batch / scan and
+ * touch only its index cells; the mutations are validated by the caller. */
+int pt_emb_rocks_write_index(rocks *r, const pt_mutation *m, size_t n);
+int pt_emb_rocks_scan_index(rocks *r, const pt_scan *s, pt_cell_fn fn, void *ud);
+
+/* ---- chunk.c ---- */
+
+/* The head writes a chunk at most CHUNK_MAX cells long. A row's last chunk with fewer than
+ * CHUNK_SMALL cells is rewritten with the next flush's cells appended, so rows that get
+ * few samples per flush still end up in chunks of a useful size. */
 enum { CHUNK_MAX = 1024, CHUNK_SMALL = 256 };
+
+/* A cell seen by merges and the codec; v points into memory the holder keeps alive. */
+typedef struct vcell {
+    uint32_t q;
+    uint32_t vlen;
+    const uint8_t *v;
+} vcell;
+
+typedef struct vcells {
+    vcell *c;
+    size_t n, cap;
+} vcells;
+
+static inline int vcells_push(vcells *vc, uint32_t q, uint32_t vlen, const uint8_t *v)
+{
+    if (vc->n == vc->cap) {
+        int rv = pt_array_reserve(&vc->c, &vc->cap, vc->n + 1, sizeof(*vc->c), 0);
+        if (rv != 0)
+            return rv;
+    }
+    vc->c[vc->n++] = (vcell){q, vlen, v};
+    return 0;
+}
+
+/* A parsed chunk value; its pointers point into the value parsed. */
+typedef struct chunk {
+    uint32_t count;
+    int fixed; /* every value is 8 bytes */
+    const uint8_t *quals, *lens, *vals;
+} chunk;
+
+/* 0, or PT_EINTERNAL when p is not a chunk this backend wrote. */
+int pt_emb_chunk_parse(const uint8_t *p, size_t n, chunk *c);
+/* Appends the chunk's cells to out; their values point into the chunk's bytes. */
+int pt_emb_chunk_cells(const chunk *c, vcells *out);
+/* out = the chunk of n cells, c strictly increasing by qualifier, n > 0. */
+int pt_emb_chunk_encode(pt_buf *out, const vcell *c, size_t n);
+/* Splits a points key into its row (pointing into k) and the chunk's first qualifier;
+ * PT_EINTERNAL when it is not such a key. */
+int pt_emb_chunk_key_split(const char *k, size_t kn, pt_slice *row, uint32_t *first);
+
+static inline uint32_t chunk_qual(const chunk *c, uint32_t i)
+{
+    return pt_get_be32(c->quals + 4 * (size_t)i);
+}
+
+static inline uint32_t chunk_vlen(const chunk *c, uint32_t i)
+{
+    return c->fixed ? 8 : pt_get_be32(c->lens + 4 * (size_t)i);
+}
+
+/* ---- head.c ---- */
+
+/* A head cell: 16 bytes, the value inline when it has at most 8 bytes. */
+typedef struct cell {
+    uint32_t q;
+    uint32_t vlen;
+    union {
+        uint8_t in[8];
+        uint8_t *p;
+    } v;
+} cell;
+
+static inline const uint8_t *cell_val(const cell *c)
+{
+    return c->vlen <= 8 ? c->v.in : c->v.p;
+}
+
+/* A row of the head. head.c owns it; it lives until the head evicts it (a flush after it
+ * stayed empty for a whole flush interval) or is freed, so a pointer to it is good only
+ * while mu is held. */
+typedef struct hrow hrow;
+struct hrow {
+    hrow *next; /* hash chain */
+    uint64_t hash;
+    cell *cells;
+    size_t cap;
+    uint32_t n;
+    uint32_t wal_gen, wal_id; /* wal.c's: the row's id in the log generation wal_gen */
+    /* flush.c's: the row's last RocksDB chunk, valid when known; has_last = 0: none. */
+    uint32_t last_first, last_max, last_n;
+    uint8_t sorted; /* cells strictly increasing by qualifier */
+    uint8_t known, has_last;
+    uint8_t idle; /* had no cells at the previous flush */
+    uint32_t keylen;
+    uint8_t key[];
+};
+
+typedef struct head {
+    hrow **tab; /* hash table, chained, 2^k buckets */
+    size_t mask, nrows;
+    size_t cells;      /* cells held, duplicates included */
+    size_t bytes;      /* memory held: rows, cell arrays, values, the hash table */
+    size_t cell_bytes; /* the samples held (16 bytes a cell, longer values), against budget */
+} head;
+
+static inline uint64_t pt_emb_head_hash(const uint8_t *key, size_t n)
+{
+    return XXH3_64bits(key, n);
+}
+
+int pt_emb_head_init(head *h);
+/* Frees every row and the table; h is zeroed. */
+void pt_emb_head_free(head *h);
+hrow *pt_emb_head_find(head *h, const uint8_t *key, size_t n, uint64_t hash);
+/* The row with that key, created empty if missing; NULL when out of memory. */
+hrow *pt_emb_head_get(head *h, const uint8_t *key, size_t n, uint64_t hash);
+/* Start loading what a lookup of hash will read: its bucket, then (once the bucket is in
+ * cache) the first row it leads to, header and key. */
+static inline void pt_emb_head_prefetch(const head *h, uint64_t hash)
+{
+    __builtin_prefetch(&h->tab[hash & h->mask]);
+}
+
+static inline void pt_emb_head_prefetch_row(const head *h, uint64_t hash)
+{
+    const hrow *r = h->tab[hash & h->mask];
+    if (r) {
+        __builtin_prefetch(r);
+        __builtin_prefetch((const char *)r + 64);
+        __builtin_prefetch((const char *)r + 128);
+    }
+}
+
+int pt_emb_head_append(head *h, hrow *r, uint32_t q, pt_slice v);
+/* Appends the points cells of a batch; rows[j] is the row of its j-th points cell, k of
+ * them. A failure leaves the cells before it appended. */
+int pt_emb_head_apply(head *h, hrow *const *rows, const pt_mutation *m, size_t n, size_t k);
+/* Sorts a row's cells by qualifier, keeping the last write of each. */
+int pt_emb_head_normalize(head *h, hrow *r);
+/* The rows holding cells whose key is in range r (NULL: every row), in table order, into
+ * the array *rows (capacity *cap, grown as needed); their number in *n. */
+int pt_emb_head_collect(head *h, const pt_row_range *r, hrow ***rows, size_t *cap, size_t *n);
+/* Empties a flushed row. */
+void pt_emb_head_clear(head *h, hrow *r);
+/* Drops rows that stayed empty since the previous call and marks the empty ones idle.
+ * Must run before the flushed rows are cleared: a row flushed now is not idle. */
+void pt_emb_head_evict_idle(head *h);
+
+/* ---- wal.c ---- */
+
+/* The points log. Its records hold cells not yet flushed; a flush truncates it and starts
+ * a new generation, whose records define their rows anew. */
+typedef struct wal {
+    int fd; /* -1 when not open */
+    char *path;
+    int sync;         /* fdatasync every record */
+    uint32_t gen;     /* generation of the records now being appended */
+    uint32_t next_id; /* next row id of this generation */
+    uint64_t size;
+    pt_buf rec;  /* record being built */
+    hrow **rows; /* after pt_emb_wal_log: the row of each points cell */
+    size_t rows_cap;
+} wal;
+
+/* Opens (creating) dir/points.wal for appending. */
+int pt_emb_wal_open(wal *w, const char *dir, int sync, char *err, size_t errlen);
+/* Replays the log into the head and cuts off a torn or stale tail. */
+int pt_emb_wal_replay(wal *w, head *h, char *err, size_t errlen);
+/* Writes the points cells of a batch (k of them, hashes[j] the row hash of the j-th) as
+ * one record, creating their rows in the head; then w->rows[0..k) are their rows, valid
+ * while mu is held. On failure nothing is logged (a partly written record is cut off)
+ * and no row keeps an id the record would have defined. */
+int pt_emb_wal_log(wal *w, head *h, const pt_mutation *m, size_t n, const uint64_t *hashes,
+                   size_t k);
+/* Empties the log (synced) and starts the next generation. */
+int pt_emb_wal_truncate(wal *w);
+void pt_emb_wal_close(wal *w);
+
+/* ---- the backend (embedded.c) ---- */
 
 #define EMB_DEFAULT_BUDGET ((size_t)256 << 20)
 
-typedef struct hrow hrow;
-
-/* The in-memory head of the points table plus its write-ahead log. Everything in it is
- * guarded by mu. */
-typedef struct head {
+typedef struct embedded {
+    rocks r;
     pthread_mutex_t mu;
     int mu_init;
-    int ready;           /* opened and replayed: close may flush */
-    hrow **tab;          /* hash table, chained, 2^k buckets */
-    size_t mask, nrows;
-    size_t cells;        /* cells held, duplicates included */
-    size_t bytes;        /* memory held: rows, cell arrays, values, the hash table */
-    size_t cell_bytes;   /* the samples held (16 bytes a cell, longer values), against budget */
-    size_t budget;
-    uint64_t epoch;      /* flushes completed; scans refresh their iterators when it moves */
+    int ready;      /* opened and replayed: close may flush */
+    size_t budget;  /* head cell_bytes that trigger a flush */
+    uint64_t epoch; /* flushes completed; scans refresh their iterators when it moves */
     uint64_t flushes;
-    /* WAL */
-    int wal_fd;
-    char *wal_path;
-    uint32_t wal_gen;    /* generation of the records now being appended */
-    uint32_t wal_next_id;/* next row id of this generation */
-    uint64_t wal_size;
-    int sync;
-    uint8_t *wbuf;       /* record being built */
-    size_t wbuf_cap;
-    hrow **wrows;        /* rows of the batch being applied */
-    size_t wrows_cap;
-} head;
-
-typedef struct embedded {
-    rocksdb_t *db;
-    rocksdb_column_family_handle_t *cf[NCF];
-    rocksdb_writeoptions_t *wopts;
-    rocksdb_writeoptions_t *flush_wopts; /* no RocksDB WAL: the head's WAL covers these */
     head h;
+    wal w;
 } embedded;
 
-/* A growable byte buffer for keys. */
-typedef struct keybuf {
-    char *p;
-    size_t n, cap;
-} keybuf;
+/* ---- flush.c ---- */
 
-/* Grows *p (capacity *cap, first allocation `first` bytes, then doubling) to hold n bytes;
- * 0 or PT_ENOMEM, *p unchanged on failure. */
-int pt_emb_reserve(void **p, size_t *cap, size_t n, size_t first);
-int pt_emb_kb_set(keybuf *kb, const void *a, size_t an, int sep, const void *b, size_t bn);
-int pt_emb_kb_row_bound(keybuf *kb, pt_slice b);
-int pt_emb_single_row(const pt_row_range *r);
-int pt_emb_rocks_error(char *msg);
+/* Writes the head into RocksDB as chunks, makes them durable there, then empties the head
+ * and the log. Called with mu held. On failure the head and the log are left as they
+ * were (some chunks may be in RocksDB already; flushing them again is harmless). */
+int pt_emb_flush_locked(embedded *e);
 
-/* embedded_head.c */
-int pt_emb_head_open(embedded *e, const pt_embedded_conf *cfg, char *err, size_t errlen);
-/* Flushes what is left and releases the head; returns the flush result. */
-int pt_emb_head_close(embedded *e);
-int pt_emb_head_write(embedded *e, const pt_mutation *m, size_t n);
-int pt_emb_points_scan(embedded *e, const pt_scan *s, pt_cell_fn fn, void *ud);
+/* ---- scan.c ---- */
+
+/* The points table's part of the ops table's scan; takes mu only briefly per row. */
+int pt_emb_scan_points(embedded *e, const pt_scan *s, pt_cell_fn fn, void *ud);
 
 #endif

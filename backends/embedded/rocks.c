@@ -1,0 +1,417 @@
+/*
+ * RocksDB glue of the embedded backend: one column family per table, opened with options
+ * tuned for ingest, and the index table, stored one RocksDB entry per cell:
+ * key = row || 0x00 || qualifier, value = the cell value. Row keys never contain 0x00
+ * (backend.h), so the first 0x00 splits a key into row and qualifier, and RocksDB's
+ * bytewise order is Bigtable's (row, qualifier) order.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "embedded_int.h"
+#include "error.h"
+
+static const char *const cf_names[NCF] = {"default", "points.v2", "index"};
+
+static int starts_with(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* RocksDB's C API reports only Status::ToString(), whose prefix names the status code. */
+int pt_emb_rocks_error(char *msg)
+{
+    int rv = PT_EIO;
+    if (starts_with(msg, "Operation timed out"))
+        rv = PT_ETIMEOUT;
+    else if (starts_with(msg, "Resource busy") || starts_with(msg, "Operation failed. Try again") ||
+             starts_with(msg, "Result incomplete") || starts_with(msg, "Shutdown in progress"))
+        rv = PT_EUNAVAIL;
+    rocksdb_free(msg);
+    return rv;
+}
+
+int pt_emb_rocks_iter_error(rocksdb_iterator_t *it)
+{
+    char *msg = NULL;
+    rocksdb_iter_get_error(it, &msg);
+    return msg ? pt_emb_rocks_error(msg) : 0;
+}
+
+/* ---- the prefix extractor: a key's row part, row || 0x00 ----
+ * It gives every SST file a bloom filter over rows, so reading one row (the common case:
+ * one series in one time bucket) skips the files that do not hold it. */
+
+static char *row_prefix(void *st, const char *key, size_t n, size_t *out_n)
+{
+    (void)st;
+    const char *z = memchr(key, 0, n);
+    *out_n = z ? (size_t)(z - key) + 1 : n;
+    return (char *)key; /* RocksDB wants a pointer into the key; it is never written */
+}
+
+static unsigned char row_prefix_in_domain(void *st, const char *key, size_t n)
+{
+    (void)st;
+    return memchr(key, 0, n) != NULL;
+}
+
+static unsigned char row_prefix_in_range(void *st, const char *key, size_t n)
+{
+    (void)st;
+    (void)key;
+    (void)n;
+    return 0; /* deprecated by RocksDB, never consulted */
+}
+
+static const char *row_prefix_name(void *st)
+{
+    (void)st;
+    return "promtable.RowPrefix.v1";
+}
+
+static void row_prefix_destroy(void *st)
+{
+    (void)st;
+}
+
+/* ---- open / close ---- */
+
+/* Options tuned for ingest: large memtables written concurrently, LZ4 for the upper
+ * levels and ZSTD for the bottom one (row keys repeat a lot), a row bloom filter, and a
+ * shared block cache. The same options serve both column families. */
+static rocksdb_options_t *make_options(rocksdb_cache_t *cache)
+{
+    rocksdb_options_t *o = rocksdb_options_create();
+    rocksdb_options_set_create_if_missing(o, 1);
+    rocksdb_options_set_create_missing_column_families(o, 1);
+    rocksdb_options_set_max_background_jobs(o, 2);
+    rocksdb_options_set_bytes_per_sync(o, 1 << 20);
+    rocksdb_options_set_keep_log_file_num(o, 4);
+    rocksdb_options_set_max_log_file_size(o, 16 << 20);
+    /* The index family is written rarely; without a cap its memtable would pin old WAL
+     * files until it fills. */
+    rocksdb_options_set_max_total_wal_size(o, 256u << 20);
+
+    rocksdb_options_set_write_buffer_size(o, 64u << 20);
+    rocksdb_options_set_max_write_buffer_number(o, 3);
+    rocksdb_options_set_target_file_size_base(o, 64u << 20);
+    rocksdb_options_set_max_bytes_for_level_base(o, 256u << 20);
+    rocksdb_options_set_level_compaction_dynamic_level_bytes(o, 1);
+    rocksdb_options_set_compression(o, rocksdb_lz4_compression);
+    rocksdb_options_set_bottommost_compression(o, rocksdb_zstd_compression);
+
+    rocksdb_options_set_prefix_extractor(
+        o, rocksdb_slicetransform_create(NULL, row_prefix_destroy, row_prefix, row_prefix_in_domain,
+                                         row_prefix_in_range, row_prefix_name));
+    /* No memtable prefix bloom: it costs a hash on every insert and only saves reads. */
+
+    rocksdb_block_based_table_options_t *t = rocksdb_block_based_options_create();
+    rocksdb_block_based_options_set_block_size(t, 16 << 10);
+    rocksdb_block_based_options_set_block_cache(t, cache);
+    rocksdb_block_based_options_set_cache_index_and_filter_blocks(t, 1);
+    rocksdb_block_based_options_set_pin_l0_filter_and_index_blocks_in_cache(t, 1);
+    rocksdb_block_based_options_set_format_version(t, 5);
+    /* Only scans read this store, never point lookups, so whole-key filters are waste. */
+    rocksdb_block_based_options_set_whole_key_filtering(t, 0);
+    rocksdb_block_based_options_set_filter_policy(t, rocksdb_filterpolicy_create_bloom_full(10));
+    rocksdb_options_set_block_based_table_factory(o, t);
+    rocksdb_block_based_options_destroy(t);
+    return o;
+}
+
+/* A store written by the first version kept points one entry per cell in "points". Its
+ * data would be misread as chunks, so it is refused with a clear message. */
+static int old_layout(const char *path)
+{
+    rocksdb_options_t *o = rocksdb_options_create();
+    size_t n = 0;
+    char *msg = NULL;
+    char **names = rocksdb_list_column_families(o, path, &n, &msg);
+    rocksdb_options_destroy(o);
+    int old = 0;
+    if (msg) {
+        rocksdb_free(msg); /* no store yet */
+        n = 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        old |= strcmp(names[i], "points") == 0;
+    if (names) /* allocated even when listing fails */
+        rocksdb_list_column_families_destroy(names, n);
+    return old;
+}
+
+int pt_emb_rocks_open(rocks *r, const char *path, int sync, char *err, size_t errlen)
+{
+    if (old_layout(path)) {
+        snprintf(err, errlen,
+                 "embedded: %s holds the old one-key-per-sample layout (column "
+                 "family \"points\"); copy its data out with the old version",
+                 path);
+        return PT_EINTERNAL;
+    }
+    /* Options and the cache are reference-counted inside RocksDB once the DB holds
+     * them, so our handles are released right after open. */
+    rocksdb_cache_t *cache = rocksdb_cache_create_lru(64u << 20);
+    rocksdb_options_t *opts = make_options(cache);
+    const rocksdb_options_t *cfopts[NCF] = {opts, opts, opts};
+    char *msg = NULL;
+    r->db = rocksdb_open_column_families(opts, path, NCF, cf_names, cfopts, r->cf, &msg);
+    rocksdb_options_destroy(opts);
+    rocksdb_cache_destroy(cache);
+    if (msg) {
+        snprintf(err, errlen, "embedded: open %s: %s", path, msg);
+        return pt_emb_rocks_error(msg);
+    }
+    r->wopts = rocksdb_writeoptions_create();
+    rocksdb_writeoptions_set_sync(r->wopts, sync ? 1 : 0);
+    rocksdb_writeoptions_set_memtable_insert_hint_per_batch(r->wopts, 1);
+    r->flush_wopts = rocksdb_writeoptions_create();
+    rocksdb_writeoptions_disable_WAL(r->flush_wopts, 1);
+    return 0;
+}
+
+void pt_emb_rocks_close(rocks *r)
+{
+    for (int i = 0; i < NCF; i++) {
+        if (r->cf[i])
+            rocksdb_column_family_handle_destroy(r->cf[i]);
+        r->cf[i] = NULL;
+    }
+    if (r->db)
+        rocksdb_close(r->db);
+    r->db = NULL;
+    if (r->wopts)
+        rocksdb_writeoptions_destroy(r->wopts);
+    r->wopts = NULL;
+    if (r->flush_wopts)
+        rocksdb_writeoptions_destroy(r->flush_wopts);
+    r->flush_wopts = NULL;
+}
+
+int pt_emb_rocks_iter(rocks *r, rocks_iters *its, int cf, int one_row,
+                      const rocksdb_snapshot_t *snap)
+{
+    if (its->it[one_row])
+        rocksdb_iter_destroy(its->it[one_row]);
+    its->it[one_row] = NULL;
+    if (!its->ro[one_row]) {
+        rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+        if (!ro)
+            return PT_ENOMEM;
+        if (snap)
+            rocksdb_readoptions_set_snapshot(ro, snap);
+        /* With a prefix extractor, RocksDB's default seek may skip keys of other
+         * prefixes; range scans must ask for total order, one-row scans may stop at the
+         * prefix end. */
+        if (one_row)
+            rocksdb_readoptions_set_prefix_same_as_start(ro, 1);
+        else
+            rocksdb_readoptions_set_total_order_seek(ro, 1);
+        its->ro[one_row] = ro;
+    }
+    its->it[one_row] = rocksdb_create_iterator_cf(r->db, its->ro[one_row], r->cf[cf]);
+    return its->it[one_row] ? 0 : PT_ENOMEM;
+}
+
+void pt_emb_rocks_iters_free(rocks_iters *its)
+{
+    for (int i = 0; i < 2; i++) {
+        if (its->it[i])
+            rocksdb_iter_destroy(its->it[i]);
+        if (its->ro[i])
+            rocksdb_readoptions_destroy(its->ro[i]);
+    }
+    memset(its, 0, sizeof(*its));
+}
+
+/* ---- keys ---- */
+
+int pt_emb_rocks_key(pt_buf *k, const void *a, size_t an, int sep, const void *b, size_t bn)
+{
+    size_t n = an + (sep >= 0) + bn;
+    pt_buf_reset(k);
+    if (pt_buf_reserve(k, n) != 0)
+        return PT_ENOMEM;
+    if (an)
+        memcpy(k->p, a, an);
+    if (sep >= 0)
+        k->p[an] = (uint8_t)sep;
+    if (bn)
+        memcpy(k->p + an + (sep >= 0), b, bn);
+    pt_buf_commit(k, n);
+    return 0;
+}
+
+/* If b holds no 0x00, the bound is b || 0x00. If its first 0x00 is at i, every row that
+ * compares below b is <= b[0..i), so the bound is b[0..i) || 0x01: it sorts after all
+ * cells of that row (including qualifiers that start with 0x00) and before the rows
+ * extending it. The single-row end r || 0x00 thus becomes r || 0x01. */
+int pt_emb_rocks_row_bound(pt_buf *k, pt_slice b)
+{
+    const uint8_t *z = b.n ? memchr(b.p, 0, b.n) : NULL;
+    if (z)
+        return pt_emb_rocks_key(k, b.p, (size_t)(z - b.p), 1, NULL, 0);
+    return pt_emb_rocks_key(k, b.p, b.n, 0, NULL, 0);
+}
+
+/* Only such a range can use the row bloom filter. */
+int pt_emb_rocks_one_row(const pt_row_range *r)
+{
+    pt_slice s = r->start, e = r->end;
+    return s.n > 0 && e.n > s.n && e.p[s.n] == 0 && memcmp(s.p, e.p, s.n) == 0 &&
+           memchr(s.p, 0, s.n) == NULL;
+}
+
+static pt_slice buf_slice(const pt_buf *b)
+{
+    return (pt_slice){b->p, b->len};
+}
+
+/* ---- the index table ---- */
+
+/* RocksDB copies slices with memcpy; never hand it a NULL pointer, even for 0 bytes. */
+static const char *bytes(pt_slice s)
+{
+    return s.n ? (const char *)s.p : "";
+}
+
+int pt_emb_rocks_write_index(rocks *r, const pt_mutation *m, size_t n)
+{
+    static const char sep = '\0';
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    for (size_t i = 0; i < n; i++) {
+        if (m[i].table != PT_TABLE_INDEX)
+            continue;
+        const char *kp[3] = {bytes(m[i].row), &sep, bytes(m[i].qual)};
+        size_t kn[3] = {m[i].row.n, 1, m[i].qual.n};
+        const char *vp = bytes(m[i].value);
+        size_t vn = m[i].value.n;
+        rocksdb_writebatch_putv_cf(wb, r->cf[CF_INDEX], 3, kp, kn, 1, &vp, &vn);
+    }
+    char *msg = NULL;
+    rocksdb_write(r->db, r->wopts, wb, &msg);
+    rocksdb_writebatch_destroy(wb);
+    return msg ? pt_emb_rocks_error(msg) : 0;
+}
+
+typedef struct scanner {
+    rocks *r;
+    const pt_scan *s;
+    pt_cell_fn fn;
+    void *ud;
+    const rocksdb_snapshot_t *snap;
+    rocks_iters its;
+    pt_buf seek, upper, last_row;
+    int have_row;
+    size_t rows;
+    int done; /* row_limit reached or the callback asked to stop */
+} scanner;
+
+static rocksdb_iterator_t *scanner_iter(scanner *sc, int one_row)
+{
+    if (!sc->its.it[one_row] && pt_emb_rocks_iter(sc->r, &sc->its, CF_INDEX, one_row, sc->snap))
+        return NULL;
+    return sc->its.it[one_row];
+}
+
+static void seek_to(rocksdb_iterator_t *it, const pt_buf *k)
+{
+    rocksdb_iter_seek(it, (const char *)k->p, k->len);
+}
+
+static int scan_range(scanner *sc, const pt_row_range *r)
+{
+    const pt_scan *s = sc->s;
+    int one_row = pt_emb_rocks_one_row(r);
+    int bounded = r->end.n > 0;
+    int rv;
+
+    if (bounded && (rv = pt_emb_rocks_row_bound(&sc->upper, r->end)) != 0)
+        return rv;
+    if ((rv = pt_emb_rocks_row_bound(&sc->seek, r->start)) != 0)
+        return rv;
+    pt_slice upper = buf_slice(&sc->upper);
+    if (bounded && pt_slice_cmp(buf_slice(&sc->seek), upper) >= 0)
+        return 0;
+
+    rocksdb_iterator_t *it = scanner_iter(sc, one_row);
+    if (!it)
+        return PT_ENOMEM;
+    seek_to(it, &sc->seek);
+    while (rocksdb_iter_valid(it)) {
+        size_t kn, vn;
+        const char *k = rocksdb_iter_key(it, &kn);
+        if (bounded && pt_slice_cmp((pt_slice){(const uint8_t *)k, kn}, upper) >= 0)
+            break;
+        const char *z = memchr(k, 0, kn);
+        if (!z)
+            return PT_EINTERNAL; /* not a key this backend wrote */
+        pt_slice row = {(const uint8_t *)k, (size_t)(z - k)};
+        pt_slice qual = {(const uint8_t *)z + 1, kn - row.n - 1};
+
+        /* Skip to the qualifier range rather than step through cells outside it. */
+        if (s->qual_start.n && pt_slice_cmp(qual, s->qual_start) < 0) {
+            if ((rv = pt_emb_rocks_key(&sc->seek, row.p, row.n, 0, s->qual_start.p,
+                                       s->qual_start.n)))
+                return rv;
+            seek_to(it, &sc->seek);
+            continue;
+        }
+        if (s->qual_end.n && pt_slice_cmp(qual, s->qual_end) >= 0) {
+            if (one_row)
+                break;
+            if ((rv = pt_emb_rocks_key(&sc->seek, row.p, row.n, 1, NULL, 0)))
+                return rv;
+            seek_to(it, &sc->seek);
+            continue;
+        }
+
+        if (!sc->have_row || !pt_slice_eq(row, buf_slice(&sc->last_row))) {
+            if (s->row_limit && sc->rows == s->row_limit) {
+                sc->done = 1;
+                return 0;
+            }
+            if ((rv = pt_emb_rocks_key(&sc->last_row, row.p, row.n, -1, NULL, 0)))
+                return rv;
+            sc->have_row = 1;
+            sc->rows++;
+        }
+        const char *v = rocksdb_iter_value(it, &vn);
+        rv = sc->fn(sc->ud, row, qual, (pt_slice){(const uint8_t *)v, vn});
+        if (rv < 0)
+            return rv;
+        if (rv > 0) {
+            sc->done = 1;
+            return 0;
+        }
+        rocksdb_iter_next(it);
+    }
+    return pt_emb_rocks_iter_error(it);
+}
+
+int pt_emb_rocks_scan_index(rocks *r, const pt_scan *s, pt_cell_fn fn, void *ud)
+{
+    scanner sc = {.r = r, .s = s, .fn = fn, .ud = ud};
+
+    /* Ranges of both kinds need two iterators; a snapshot keeps them consistent. */
+    size_t ones = 0;
+    for (size_t i = 0; i < s->nranges; i++)
+        ones += pt_emb_rocks_one_row(&s->ranges[i]);
+    if (ones > 0 && ones < s->nranges)
+        sc.snap = rocksdb_create_snapshot(r->db);
+
+    int rv = 0;
+    for (size_t i = 0; i < s->nranges && !sc.done && rv == 0; i++)
+        rv = scan_range(&sc, &s->ranges[i]);
+
+    pt_emb_rocks_iters_free(&sc.its);
+    if (sc.snap)
+        rocksdb_release_snapshot(r->db, sc.snap);
+    pt_buf_free(&sc.seek);
+    pt_buf_free(&sc.upper);
+    pt_buf_free(&sc.last_row);
+    return rv;
+}

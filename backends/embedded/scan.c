@@ -1,0 +1,325 @@
+/*
+ * Scans of the points table: the rows of a range are the union of the head's rows and the
+ * rows with chunks in RocksDB, in key order; a row's cells are its head cells merged with
+ * its chunks' cells (the head wins).
+ *
+ * The mutex is taken only to copy one row's head cells (or the keys of a range's head
+ * rows) and to refresh a RocksDB iterator when a flush happened since it was made; the
+ * callback runs without it.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "embedded_int.h"
+#include "error.h"
+
+typedef struct pscan {
+    embedded *e;
+    const pt_scan *s;
+    pt_cell_fn fn;
+    void *ud;
+    rocks_iters its;
+    uint64_t epoch[2];
+    pt_buf seek, row;
+    vcells hc; /* the current row's head cells (values in hbytes) */
+    pt_buf hbytes;
+    size_t rows;
+    int done;
+    /* head rows of the current range, sorted: keys back to back in keys */
+    pt_buf keys;
+    pt_slice *hrows;
+    size_t nh, hcap;
+    hrow **found; /* scratch for collecting them */
+    size_t found_cap;
+} pscan;
+
+static pt_slice buf_slice(const pt_buf *b)
+{
+    return (pt_slice){b->p, b->len};
+}
+
+static int iter_locked(pscan *sc, int one_row)
+{
+    if (sc->its.it[one_row] && sc->epoch[one_row] == sc->e->epoch)
+        return 0;
+    sc->epoch[one_row] = sc->e->epoch;
+    return pt_emb_rocks_iter(&sc->e->r, &sc->its, CF_POINTS, one_row, NULL);
+}
+
+static int in_quals(const pt_scan *s, uint32_t q)
+{
+    uint8_t b[4];
+    pt_put_be32(b, q);
+    pt_slice qs = {b, 4};
+    if (s->qual_start.n && pt_slice_cmp(qs, s->qual_start) < 0)
+        return 0;
+    if (s->qual_end.n && pt_slice_cmp(qs, s->qual_end) >= 0)
+        return 0;
+    return 1;
+}
+
+/* Copies row's head cells in the qualifier range. */
+static int copy_head_locked(pscan *sc, pt_slice row)
+{
+    head *h = &sc->e->h;
+    sc->hc.n = 0;
+    pt_buf_reset(&sc->hbytes);
+    hrow *r = pt_emb_head_find(h, row.p, row.n, pt_emb_head_hash(row.p, row.n));
+    if (!r || r->n == 0)
+        return 0;
+    int rv = pt_emb_head_normalize(h, r);
+    if (rv != 0)
+        return rv;
+    size_t vb = 0;
+    for (uint32_t i = 0; i < r->n; i++)
+        vb += r->cells[i].vlen;
+    /* Reserved once: the cells point into hbytes, which must not move. */
+    if ((rv = pt_buf_reserve(&sc->hbytes, vb ? vb : 1)) != 0)
+        return rv;
+    for (uint32_t i = 0; i < r->n; i++) {
+        const cell *c = &r->cells[i];
+        if (!in_quals(sc->s, c->q))
+            continue;
+        const uint8_t *dst = sc->hbytes.p + sc->hbytes.len;
+        if ((rv = pt_buf_append(&sc->hbytes, cell_val(c), c->vlen)) != 0 ||
+            (rv = vcells_push(&sc->hc, c->q, c->vlen, dst)) != 0)
+            return rv;
+    }
+    return 0;
+}
+
+static int emit(pscan *sc, pt_slice row, int *row_started, uint32_t q, uint32_t vlen,
+                const uint8_t *v)
+{
+    if (!*row_started) {
+        if (sc->s->row_limit && sc->rows == sc->s->row_limit) {
+            sc->done = 1;
+            return 0;
+        }
+        sc->rows++;
+        *row_started = 1;
+    }
+    uint8_t qb[4];
+    pt_put_be32(qb, q);
+    int rv = sc->fn(sc->ud, row, (pt_slice){qb, 4}, (pt_slice){v ? v : qb, vlen});
+    if (rv < 0)
+        return rv;
+    if (rv > 0)
+        sc->done = 1;
+    return 0;
+}
+
+/* Emits one row: its head cells merged with its chunks. */
+static int scan_row(pscan *sc, pt_slice row_in, int one_row)
+{
+    const pt_scan *s = sc->s;
+    int rv;
+    /* row_in may point into iterator memory that the refresh below frees. */
+    if ((rv = pt_emb_rocks_key(&sc->row, row_in.p, row_in.n, -1, NULL, 0)) != 0)
+        return rv;
+    pt_slice row = buf_slice(&sc->row);
+
+    pthread_mutex_lock(&sc->e->mu);
+    rv = iter_locked(sc, one_row);
+    if (rv == 0)
+        rv = copy_head_locked(sc, row);
+    pthread_mutex_unlock(&sc->e->mu);
+    if (rv != 0)
+        return rv;
+    rocksdb_iterator_t *it = sc->its.it[one_row];
+
+    if (s->qual_start.n) {
+        if ((rv = pt_emb_rocks_key(&sc->seek, row.p, row.n, 0, s->qual_start.p, s->qual_start.n)))
+            return rv;
+        rocksdb_iter_seek_for_prev(it, (const char *)sc->seek.p, sc->seek.len);
+    }
+    pt_slice kr = {0};
+    uint32_t first = 0;
+    int ok = 0;
+    if (s->qual_start.n && rocksdb_iter_valid(it)) {
+        size_t kn;
+        const char *k = rocksdb_iter_key(it, &kn);
+        ok = pt_emb_chunk_key_split(k, kn, &kr, &first) == 0 && pt_slice_eq(kr, row);
+    }
+    if (!ok) {
+        if ((rv = pt_emb_rocks_key(&sc->seek, row.p, row.n, 0, NULL, 0)))
+            return rv;
+        rocksdb_iter_seek(it, (const char *)sc->seek.p, sc->seek.len);
+    }
+
+    int started = 0;
+    size_t hi = 0;
+    while (!sc->done && rocksdb_iter_valid(it)) {
+        size_t kn, vn;
+        const char *k = rocksdb_iter_key(it, &kn);
+        if (pt_emb_chunk_key_split(k, kn, &kr, &first) != 0)
+            return PT_EINTERNAL;
+        if (!pt_slice_eq(kr, row))
+            break;
+        uint8_t fb[4];
+        pt_put_be32(fb, first);
+        if (s->qual_end.n && pt_slice_cmp((pt_slice){fb, 4}, s->qual_end) >= 0)
+            break;
+        const char *v = rocksdb_iter_value(it, &vn);
+        chunk c;
+        if (pt_emb_chunk_parse((const uint8_t *)v, vn, &c) != 0)
+            return PT_EINTERNAL;
+        const uint8_t *vp = c.vals;
+        for (uint32_t i = 0; i < c.count && !sc->done; i++) {
+            uint32_t q = chunk_qual(&c, i), len = chunk_vlen(&c, i);
+            const uint8_t *val = vp;
+            vp += len;
+            if (!in_quals(s, q))
+                continue;
+            while (hi < sc->hc.n && sc->hc.c[hi].q < q && !sc->done) {
+                const vcell *x = &sc->hc.c[hi++];
+                if ((rv = emit(sc, row, &started, x->q, x->vlen, x->v)) != 0)
+                    return rv;
+            }
+            if (sc->done)
+                break;
+            if (hi < sc->hc.n && sc->hc.c[hi].q == q)
+                continue; /* the head's newer value comes next */
+            if ((rv = emit(sc, row, &started, q, len, val)) != 0)
+                return rv;
+        }
+        rocksdb_iter_next(it);
+    }
+    while (hi < sc->hc.n && !sc->done) {
+        const vcell *x = &sc->hc.c[hi++];
+        if ((rv = emit(sc, row, &started, x->q, x->vlen, x->v)) != 0)
+            return rv;
+    }
+    return pt_emb_rocks_iter_error(it);
+}
+
+static int slice_ptr_cmp(const void *x, const void *y)
+{
+    return pt_slice_cmp(*(const pt_slice *)x, *(const pt_slice *)y);
+}
+
+/* Copies the keys of the head rows with cells in range r, sorted: the rows themselves may
+ * be evicted once mu is released. */
+static int head_rows_locked(pscan *sc, const pt_row_range *r, int one_row)
+{
+    head *h = &sc->e->h;
+    hrow *one = NULL, **found = &one;
+    size_t n = 0, bytes = 0;
+    int rv;
+    sc->nh = 0;
+    pt_buf_reset(&sc->keys);
+    if (one_row) {
+        one = pt_emb_head_find(h, r->start.p, r->start.n, pt_emb_head_hash(r->start.p, r->start.n));
+        n = one && one->n > 0;
+    } else {
+        if ((rv = pt_emb_head_collect(h, r, &sc->found, &sc->found_cap, &n)) != 0)
+            return rv;
+        found = sc->found;
+    }
+    if (n == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        bytes += found[i]->keylen;
+    /* Reserved once: the slices point into keys, which must not move. */
+    if ((rv = pt_buf_reserve(&sc->keys, bytes)) != 0 ||
+        (rv = pt_array_reserve(&sc->hrows, &sc->hcap, n, sizeof(*sc->hrows), 0)) != 0)
+        return rv;
+    for (size_t i = 0; i < n; i++) {
+        sc->hrows[sc->nh++] = (pt_slice){sc->keys.p + sc->keys.len, found[i]->keylen};
+        memcpy(sc->keys.p + sc->keys.len, found[i]->key, found[i]->keylen);
+        pt_buf_commit(&sc->keys, found[i]->keylen);
+    }
+    qsort(sc->hrows, sc->nh, sizeof(*sc->hrows), slice_ptr_cmp);
+    return 0;
+}
+
+static int scan_range(pscan *sc, const pt_row_range *r)
+{
+    int one_row = pt_emb_rocks_one_row(r);
+    int bounded = r->end.n > 0;
+    int rv;
+    pt_buf upper = PT_BUF_INIT(0), cur = PT_BUF_INIT(0);
+
+    pthread_mutex_lock(&sc->e->mu);
+    rv = iter_locked(sc, one_row);
+    if (rv == 0)
+        rv = head_rows_locked(sc, r, one_row);
+    pthread_mutex_unlock(&sc->e->mu);
+    if (rv != 0)
+        goto out;
+    if (bounded && (rv = pt_emb_rocks_row_bound(&upper, r->end)) != 0)
+        goto out;
+    if ((rv = pt_emb_rocks_row_bound(&sc->seek, r->start)) != 0)
+        goto out;
+    if (bounded && pt_slice_cmp(buf_slice(&sc->seek), buf_slice(&upper)) >= 0)
+        goto out;
+    rocksdb_iter_seek(sc->its.it[one_row], (const char *)sc->seek.p, sc->seek.len);
+
+    size_t hi = 0;
+    while (!sc->done) {
+        rocksdb_iterator_t *it = sc->its.it[one_row];
+        pt_slice rrow = {0};
+        int have_r = 0;
+        if (rocksdb_iter_valid(it)) {
+            size_t kn;
+            uint32_t first;
+            const char *k = rocksdb_iter_key(it, &kn);
+            if (!bounded ||
+                pt_slice_cmp((pt_slice){(const uint8_t *)k, kn}, buf_slice(&upper)) < 0) {
+                if (pt_emb_chunk_key_split(k, kn, &rrow, &first) != 0) {
+                    rv = PT_EINTERNAL;
+                    goto out;
+                }
+                have_r = 1;
+            }
+        } else if ((rv = pt_emb_rocks_iter_error(it)) != 0) {
+            goto out;
+        }
+        int have_h = hi < sc->nh;
+        if (!have_r && !have_h)
+            break;
+        pt_slice row;
+        if (have_r && have_h) {
+            int c = pt_slice_cmp(rrow, sc->hrows[hi]);
+            row = c <= 0 ? rrow : sc->hrows[hi];
+            if (c >= 0)
+                hi++;
+        } else if (have_r) {
+            row = rrow;
+        } else {
+            row = sc->hrows[hi++];
+        }
+        if ((rv = pt_emb_rocks_key(&cur, row.p, row.n, -1, NULL, 0)) != 0)
+            goto out;
+        if ((rv = scan_row(sc, row, one_row)) != 0)
+            goto out;
+        if (one_row)
+            break;
+        /* Next row: the first key after every chunk of this one. */
+        if ((rv = pt_emb_rocks_key(&sc->seek, cur.p, cur.len, 1, NULL, 0)) != 0)
+            goto out;
+        rocksdb_iter_seek(sc->its.it[one_row], (const char *)sc->seek.p, sc->seek.len);
+    }
+out:
+    pt_buf_free(&upper);
+    pt_buf_free(&cur);
+    return rv;
+}
+
+int pt_emb_scan_points(embedded *e, const pt_scan *s, pt_cell_fn fn, void *ud)
+{
+    pscan sc = {.e = e, .s = s, .fn = fn, .ud = ud};
+    int rv = 0;
+    for (size_t i = 0; i < s->nranges && !sc.done && rv == 0; i++)
+        rv = scan_range(&sc, &s->ranges[i]);
+    pt_emb_rocks_iters_free(&sc.its);
+    pt_buf_free(&sc.seek);
+    pt_buf_free(&sc.row);
+    free(sc.hc.c);
+    pt_buf_free(&sc.hbytes);
+    pt_buf_free(&sc.keys);
+    free(sc.hrows);
+    free(sc.found);
+    return rv;
+}
