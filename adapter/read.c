@@ -155,8 +155,11 @@ static int scan_days(qctx *q, pt_slice first, pt_slice last, pt_cell_fn fn, void
     if (rv)
         return rv;
     pt_row_range r = {first, last};
-    pt_scan s = {PT_TABLE_INDEX, &r, 1, {0}, {0}, 0};
-    return pt_backend_scan(q->st->be, &s, fn, ud);
+    size_t visited = 0;
+    pt_scan s = {PT_TABLE_INDEX, &r, 1, {0}, {0}, 0, &visited};
+    rv = pt_backend_scan(q->st->be, &s, fn, ud);
+    pt_m.read_rows_scanned += visited;
+    return rv;
 }
 
 /* A set of label values (unescaped), in insertion order, with a hash index: a label can
@@ -454,7 +457,8 @@ static int read_all(qctx *q, const series *v, size_t k, int64_t start, int64_t e
             ss[i].base = base;
         }
         qsort(refs, k, sizeof(*refs), rowref_cmp);
-        pt_scan sc = {PT_TABLE_POINTS, ranges, 0, {0}, {0}, 0};
+        size_t visited = 0;
+        pt_scan sc = {PT_TABLE_POINTS, ranges, 0, {0}, {0}, 0, &visited};
         if (start > base) {
             pt_put_be32(qb, (uint32_t)(start - base));
             sc.qual_start = (pt_slice){qb, 4};
@@ -473,6 +477,8 @@ static int read_all(qctx *q, const series *v, size_t k, int64_t start, int64_t e
             int rv = deadline_passed(q);
             if (!rv)
                 rv = pt_backend_scan(q->st->be, &sc, on_routed_cell, &r);
+            pt_m.read_rows_scanned += visited;
+            visited = 0;
             if (rv)
                 return rv;
         }

@@ -51,6 +51,9 @@ typedef struct pt_scan {
     pt_slice qual_end;
     /* Stop after this many distinct rows (0 = no limit). */
     size_t row_limit;
+    /* Optional: the backend adds the rows (or keys) it examined, matching or not, so
+     * that the cost of a read can be observed and tested. */
+    size_t *visited;
 } pt_scan;
 
 /* Called for each cell in (row, qualifier) order. The slices are valid only during the

@@ -344,6 +344,8 @@ static int scan_range(scanner *sc, const pt_row_range *r)
     while (rocksdb_iter_valid(it)) {
         size_t kn, vn;
         const char *k = rocksdb_iter_key(it, &kn);
+        if (s->visited)
+            (*s->visited)++;
         if (bounded && pt_slice_cmp((pt_slice){(const uint8_t *)k, kn}, upper) >= 0)
             break;
         const char *z = memchr(k, 0, kn);

@@ -215,6 +215,8 @@ static int head_rows_locked(pscan *sc, const pt_row_range *r, int one_row)
     } else {
         if ((rv = pt_emb_head_collect(h, r, &sc->found, &sc->found_cap, &n)) != 0)
             return rv;
+        if (sc->s->visited)
+            *sc->s->visited += h->nrows; /* a range is found by walking the whole head */
         found = sc->found;
     }
     if (n == 0)
@@ -292,6 +294,8 @@ static int scan_range(pscan *sc, const pt_row_range *r)
         }
         if ((rv = pt_emb_rocks_key(&cur, row.p, row.n, -1, NULL, 0)) != 0)
             goto out;
+        if (sc->s->visited)
+            (*sc->s->visited)++;
         if ((rv = scan_row(sc, row, one_row)) != 0)
             goto out;
         if (one_row)

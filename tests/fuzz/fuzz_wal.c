@@ -89,7 +89,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     if (pt_backend_open(&b, &pt_backend_embedded, &cfg, err, sizeof(err)) == 0) {
         pt_row_range all = {{(const uint8_t *)"", 0}, {(const uint8_t *)"", 0}};
-        pt_scan sc = {PT_TABLE_POINTS, &all, 1, {0}, {0}, 0};
+        pt_scan sc = {PT_TABLE_POINTS, &all, 1, {0}, {0}, 0, NULL};
         order o = {0};
         pt_backend_scan(&b, &sc, on_cell, &o);
         pt_backend_close(&b);

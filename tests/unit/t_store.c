@@ -2,6 +2,8 @@
 #include <math.h>
 
 #include "faulty.h"
+#include "metrics.h"
+#include "embedded.h"
 #include "store_helpers.h"
 #include "tap.h"
 
@@ -50,6 +52,75 @@ static int longest_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     if (row.n > *l)
         *l = row.n;
     return 0;
+}
+
+/* Writes n series no read below selects: metric noise_<tag>, 4 labels each. */
+static void write_noise(tstore *s, const char *tag, int n)
+{
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    tseries *v = pt_arena_calloc(&a, (size_t)n * sizeof(*v));
+    char *name = pt_arena_alloc(&a, 32);
+    snprintf(name, 32, "noise_%s", tag);
+    for (int i = 0; i < n; i++) {
+        char *inst = pt_arena_alloc(&a, 16);
+        snprintf(inst, 16, "n%d", i);
+        v[i] = (tseries){{"__name__", name, "instance", inst, "job", "noise", "zone", "x", NULL},
+                         {T0, T0 + 15000},
+                         {1, 2},
+                         2};
+    }
+    pt_write_result res;
+    int rv = pt_store_write(&s->st, mk_write(&a, v, (size_t)n), &a, &res);
+    ok(rv == 0 && res.samples_written == 2 * (size_t)n, "%d unrelated series written", n);
+    pt_arena_free(&a);
+}
+
+/* Rows the storage visited to answer one read of ms. */
+static uint64_t rows_visited(tstore *s, const tmatch *ms, size_t n, long *series)
+{
+    uint64_t before = pt_m.read_rows_scanned;
+    *series = count(s, ms, n);
+    return pt_m.read_rows_scanned - before;
+}
+
+/* A read costs what it returns: the rows it visits do not grow with unrelated series, with
+ * the data in the head and after a flush. */
+static void read_cost(tstore *s)
+{
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    s->st.max_series = 1000;
+    s->st.max_samples = 100000;
+    tseries probe[] = {
+        {{"__name__", "probe", "instance", "p1", "job", "probe-job", NULL}, {T0, T0 + 15000}, {1, 2}, 2},
+        {{"__name__", "probe", "instance", "p2", "job", "probe-job", NULL}, {T0}, {3}, 1},
+    };
+    pt_write_result res;
+    ok(pt_store_write(&s->st, mk_write(&a, probe, 2), &a, &res) == 0 && res.samples_written == 3,
+       "probe series written");
+    const tmatch by_name[] = {{0, "__name__", "probe"}};
+    const tmatch by_label[] = {{0, "job", "probe-job"}, {2, "instance", "p.*"}};
+    long n1, n2;
+    uint64_t small_name = rows_visited(s, by_name, 1, &n1);
+    uint64_t small_label = rows_visited(s, by_label, 2, &n2);
+    ok(n1 == 2 && n2 == 2 && small_name > 0 && small_name <= 8 && small_label <= 8,
+       "a read of 2 series visits %llu and %llu rows (%ld, %ld series)", (unsigned long long)small_name,
+       (unsigned long long)small_label, n1, n2);
+    write_noise(s, "a", 3000);
+    uint64_t big_name = rows_visited(s, by_name, 1, &n1);
+    uint64_t big_label = rows_visited(s, by_label, 2, &n2);
+    ok(n1 == 2 && n2 == 2 && big_name == small_name && big_label == small_label,
+       "with 3000 more series in the head, the same reads visit the same rows (%llu, %llu)",
+       (unsigned long long)big_name, (unsigned long long)big_label);
+    ok(pt_embedded_flush(&s->emb) == 0, "flushed");
+    write_noise(s, "b", 3000);
+    uint64_t f_name = rows_visited(s, by_name, 1, &n1);
+    uint64_t f_label = rows_visited(s, by_label, 2, &n2);
+    ok(n1 == 2 && n2 == 2 && f_name == small_name && f_label == small_label,
+       "flushed, with 6000 more series, still the same rows (%llu, %llu)",
+       (unsigned long long)f_name, (unsigned long long)f_label);
+    pt_arena_free(&a);
 }
 
 int main(void)
@@ -222,7 +293,7 @@ int main(void)
         rv = pt_store_write(&s.st, mk_write(&a, longs, 4), &a, &res);
         ok(rv == 0 && res.samples_rejected == 0, "series with 5000-byte metric, name and values stored");
         pt_row_range everything = {{(const uint8_t *)"\x01", 1}, {0}};
-        pt_scan sc = {PT_TABLE_INDEX, &everything, 1, {0}, {0}, 0};
+        pt_scan sc = {PT_TABLE_INDEX, &everything, 1, {0}, {0}, 0, NULL};
         size_t longest = 0;
         int scan_rv = pt_backend_scan(&s.faulty, &sc, longest_row, &longest);
         ok(scan_rv == 0 && longest > 3900 && longest <= 4096,
@@ -347,6 +418,7 @@ int main(void)
     }
 
     pt_arena_free(&a);
+    read_cost(&s);
     tstore_close(&s);
     return done_testing();
 }
