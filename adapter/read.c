@@ -284,50 +284,146 @@ static int list_values(qctx *q, pt_slice name, pt_matcher *filter, rowcb *r)
                      on_value_row, r);
 }
 
+static int is_metric_name(pt_slice s)
+{
+    return pt_slice_eq(s, PT_SLICE_LIT("__name__"));
+}
+
+/* The index rows of the metric (name == NULL) or of the posting name=value over the
+ * query's days: keys [b0, b1); a row's ref follows the first n0 bytes. */
+typedef struct irange {
+    uint8_t *b0, *b1;
+    size_t n0, n1;
+} irange;
+
+static int index_range(qctx *q, const pt_slice *name, pt_slice value, irange *r)
+{
+    size_t cap = PT_INDEX_PREFIX_MAX(name ? name->n : 0, value.n);
+    r->b0 = pt_arena_alloc(q->a, cap);
+    r->b1 = pt_arena_alloc(q->a, cap);
+    if (!r->b0 || !r->b1)
+        return PT_ENOMEM;
+    int64_t after = q->day_last + q->st->index_bucket_ms;
+    uint8_t *e0 = name ? pt_index_posting_prefix(r->b0, *name, value, q->day_first)
+                       : pt_index_metric_prefix(r->b0, value, q->day_first);
+    uint8_t *e1 = name ? pt_index_posting_prefix(r->b1, *name, value, after)
+                       : pt_index_metric_prefix(r->b1, value, after);
+    r->n0 = (size_t)(e0 - r->b0);
+    r->n1 = (size_t)(e1 - r->b1);
+    return 0;
+}
+
 /* Series of the metric (name == NULL) or of the posting name=value, over all days. */
 static int collect(qctx *q, const pt_slice *name, pt_slice value)
 {
-    size_t cap = PT_INDEX_PREFIX_MAX(name ? name->n : 0, value.n);
-    uint8_t *b0 = pt_arena_alloc(q->a, cap), *b1 = pt_arena_alloc(q->a, cap);
-    if (!b0 || !b1)
-        return PT_ENOMEM;
-    int64_t after = q->day_last + q->st->index_bucket_ms;
-    uint8_t *e0 = name ? pt_index_posting_prefix(b0, *name, value, q->day_first)
-                       : pt_index_metric_prefix(b0, value, q->day_first);
-    uint8_t *e1 = name ? pt_index_posting_prefix(b1, *name, value, after)
-                       : pt_index_metric_prefix(b1, value, after);
-    rowcb r = {.q = q, .prefix_len = (size_t)(e0 - b0)};
-    return scan_days(q, (pt_slice){b0, r.prefix_len}, (pt_slice){b1, (size_t)(e1 - b1)},
-                     on_series_row, &r);
+    irange ir;
+    int rv = index_range(q, name, value, &ir);
+    if (rv)
+        return rv;
+    rowcb r = {.q = q, .prefix_len = ir.n0};
+    return scan_days(q, (pt_slice){ir.b0, ir.n0}, (pt_slice){ir.b1, ir.n1}, on_series_row, &r);
 }
 
-static int is_metric_name(pt_slice s) { return pt_slice_eq(s, PT_SLICE_LIT("__name__")); }
+/* One index range counted a slice at a time. */
+typedef struct counter {
+    irange ir;
+    pt_buf next;  /* where the next slice starts: just after the last row seen */
+    size_t rows;  /* rows seen so far */
+    int complete; /* no rows are left */
+} counter;
 
-/* Picks the cheapest way to list candidates, then collects them. */
+static int count_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    (void)qual, (void)value;
+    counter *c = ud;
+    c->rows++;
+    /* The smallest key after row is row ‖ 0x00 (row keys hold no 0x00). */
+    pt_buf_reset(&c->next);
+    if (pt_buf_append(&c->next, row.p, row.n) != 0 || pt_buf_append(&c->next, "", 1) != 0)
+        return PT_ENOMEM;
+    return 0;
+}
+
+/* Reads up to budget more rows of c's range. */
+static int count_more(qctx *q, counter *c, size_t budget)
+{
+    int rv = deadline_passed(q);
+    if (rv)
+        return rv;
+    pt_row_range r = {{c->next.p, c->next.len}, {c->ir.b1, c->ir.n1}};
+    size_t before = c->rows, visited = 0;
+    pt_scan s = {PT_TABLE_INDEX, &r, 1, {0}, {0}, budget, &visited};
+    rv = pt_backend_scan(q->st->be, &s, count_row, c);
+    pt_m.read_rows_scanned += visited;
+    if (rv == 0 && c->rows - before < budget)
+        c->complete = 1;
+    return rv;
+}
+
+/*
+ * Which equality matcher lists the fewest index rows: every list is read in lock-step
+ * slices that double in size until one ends, so this costs about (lists × the shortest
+ * list) rows, never the longest list (a metric name can have a hundred thousand series
+ * where an instance label has a hundred). Sets *best to its index in eq.
+ */
+static int shortest(qctx *q, pt_matcher **eq, size_t neq, size_t *best)
+{
+    counter *c = pt_arena_calloc(q->a, neq * sizeof(*c));
+    int rv = 0;
+    if (!c)
+        return PT_ENOMEM;
+    for (size_t i = 0; i < neq && rv == 0; i++) {
+        int name = is_metric_name(eq[i]->name);
+        rv = index_range(q, name ? NULL : &eq[i]->name, eq[i]->value, &c[i].ir);
+        pt_buf_init_arena(&c[i].next, q->a, 0);
+        if (rv == 0)
+            rv = pt_buf_append(&c[i].next, c[i].ir.b0, c[i].ir.n0);
+    }
+    for (size_t budget = 64; rv == 0; budget *= 2) {
+        size_t found = neq;
+        for (size_t i = 0; i < neq && rv == 0; i++) {
+            rv = count_more(q, &c[i], budget);
+            if (rv == 0 && c[i].complete && (found == neq || c[i].rows < c[found].rows))
+                found = i;
+        }
+        if (rv == 0 && found < neq) {
+            *best = found;
+            break;
+        }
+    }
+    return rv;
+}
+
+/* Picks the cheapest way to list candidates, then collects them; every candidate is then
+ * checked against all matchers. */
 static int resolve(qctx *q)
 {
-    pt_matcher *name_eq = NULL, *name_re = NULL, *label_eq = NULL, *label_any = NULL;
+    pt_matcher *name_re = NULL, *label_any = NULL;
+    pt_matcher **eq = pt_arena_alloc(q->a, (q->nms ? q->nms : 1) * sizeof(*eq));
+    size_t neq = 0;
+    if (!eq)
+        return PT_ENOMEM;
     for (size_t i = 0; i < q->nms; i++) {
         pt_matcher *m = &q->ms[i];
         if (m->matches_empty)
             continue;
-        if (is_metric_name(m->name)) {
-            if (m->type == PT_MATCH_EQ)
-                name_eq = m;
-            else if (!name_re)
-                name_re = m;
-        } else if (m->type == PT_MATCH_EQ && !label_eq) {
-            label_eq = m;
-        } else if (!label_any) {
+        if (m->type == PT_MATCH_EQ)
+            eq[neq++] = m;
+        else if (is_metric_name(m->name) && !name_re)
+            name_re = m;
+        else if (!label_any)
             label_any = m;
-        }
     }
-    if (name_eq)
-        return collect(q, NULL, name_eq->value);
-    if (label_eq)
-        return collect(q, &label_eq->name, label_eq->value);
-    rowcb r;
     int rv;
+    if (neq) {
+        /* The series of the shortest equality list; the other matchers filter them. */
+        size_t best = 0;
+        if (neq > 1 && (rv = shortest(q, eq, neq, &best)) != 0)
+            return rv;
+        return collect(q, is_metric_name(eq[best]->name) ? NULL : &eq[best]->name,
+                       eq[best]->value);
+    }
+    rowcb r;
     if (name_re || !label_any) {
         /* A name regex, or nothing selective at all: list metric names. */
         if ((rv = list_values(q, PT_SLICE_LIT("__name__"), name_re, &r)) != 0)

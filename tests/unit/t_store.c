@@ -120,6 +120,26 @@ static void read_cost(tstore *s)
     ok(n1 == 2 && n2 == 2 && f_name == small_name && f_label == small_label,
        "flushed, with 6000 more series, still the same rows (%llu, %llu)",
        (unsigned long long)f_name, (unsigned long long)f_label);
+
+    /* A name with 3000 series, narrowed by an instance: the instance's short list is the
+     * one read, found without reading the name's whole list. */
+    tseries *wide = pt_arena_calloc(&a, 3000 * sizeof(*wide));
+    for (int i = 0; i < 3000; i++) {
+        char *inst = pt_arena_alloc(&a, 16);
+        snprintf(inst, 16, "w%d", i);
+        wide[i] = (tseries){{"__name__", "probe", "instance", inst, "job", "wide", NULL}, {T0}, {1}, 1};
+    }
+    ok(pt_store_write(&s->st, mk_write(&a, wide, 3000), &a, &res) == 0 &&
+           res.samples_written == 3000,
+       "3000 more series of the probe metric");
+    const tmatch narrow[] = {{0, "__name__", "probe"}, {0, "instance", "p1"}};
+    uint64_t v_narrow = rows_visited(s, narrow, 2, &n1);
+    ok(n1 == 1 && v_narrow < 300, "name and instance: 1 series for %llu rows visited, not 3000",
+       (unsigned long long)v_narrow);
+    s->st.max_series = 10000;
+    uint64_t v_name = rows_visited(s, by_name, 1, &n1);
+    ok(n1 == 3002 && v_name > 3000, "the name alone reads its whole list (%llu rows)",
+       (unsigned long long)v_name);
     pt_arena_free(&a);
 }
 
