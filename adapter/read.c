@@ -131,6 +131,11 @@ typedef struct qctx {
     cands c;
     uint64_t deadline_ns; /* 0 = none */
     size_t ticks;         /* rows and cells seen, for the deadline checks */
+    /* Equality matchers the index list being read does not imply, escaped as they stand
+     * in a plain series id: the metric as its prefix, a label as ",name=value". */
+    pt_slice metric;      /* n == 0: none */
+    pt_slice *pairs;
+    size_t npairs;
 } qctx;
 
 /* Every so many index rows or cells, a read checks its deadline. */
@@ -223,6 +228,29 @@ typedef struct rowcb {
     valset vals;        /* collected values */
 } rowcb;
 
+/* Whether a plain series id can satisfy q's equality matchers: a cheap look at the
+ * escaped text that spares parsing most candidates an index list brings. In a plain sid
+ * every '=' inside a name or value is escaped, so ",name=value" followed by ',' or the
+ * end can only be that label. */
+static int sid_may_match(const qctx *q, pt_slice sid)
+{
+    if (q->metric.n && (sid.n < q->metric.n || memcmp(sid.p, q->metric.p, q->metric.n) != 0 ||
+                        (sid.n > q->metric.n && sid.p[q->metric.n] != ',')))
+        return 0;
+    for (size_t i = 0; i < q->npairs; i++) {
+        pt_slice nd = q->pairs[i];
+        const uint8_t *p = sid.p, *end = sid.p + sid.n;
+        int found = 0;
+        while (!found && (p = memmem(p, (size_t)(end - p), nd.p, nd.n)) != NULL) {
+            p += nd.n;
+            found = p == end || *p == ',';
+        }
+        if (!found)
+            return 0;
+    }
+    return 1;
+}
+
 static int on_series_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 {
     (void)qual;
@@ -232,7 +260,10 @@ static int on_series_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     int rv = past_deadline(r->q);
     if (rv)
         return rv;
-    return cands_add(&r->q->c, (pt_slice){row.p + r->prefix_len, row.n - r->prefix_len}, value);
+    pt_slice sid = {row.p + r->prefix_len, row.n - r->prefix_len};
+    if (value.n == 0 && !sid_may_match(r->q, sid))
+        return 0; /* a plain sid the other equality matchers rule out */
+    return cands_add(&r->q->c, sid, value);
 }
 
 static int on_value_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
@@ -394,6 +425,35 @@ static int shortest(qctx *q, pt_matcher **eq, size_t neq, size_t *best)
     return rv;
 }
 
+/* The escaped forms sid_may_match looks for: every equality matcher but eq[skip]. A part
+ * too long to stand in a plain sid as it is (a digest there) is not looked for. */
+static int sid_filters(qctx *q, pt_matcher **eq, size_t neq, size_t skip)
+{
+    q->pairs = pt_arena_alloc(q->a, neq * sizeof(*q->pairs));
+    if (!q->pairs)
+        return PT_ENOMEM;
+    for (size_t i = 0; i < neq; i++) {
+        pt_slice n = eq[i]->name, v = eq[i]->value;
+        size_t en = pt_escaped_len(n), ev = pt_escaped_len(v);
+        if (i == skip || en > PT_INDEX_PART_MAX || ev > PT_INDEX_PART_MAX)
+            continue;
+        uint8_t *b = pt_arena_alloc(q->a, en + ev + 2);
+        if (!b)
+            return PT_ENOMEM;
+        if (is_metric_name(n)) {
+            q->metric = (pt_slice){b, (size_t)(pt_escape(b, v) - b)};
+            continue;
+        }
+        uint8_t *e = b;
+        *e++ = ',';
+        e = pt_escape(e, n);
+        *e++ = '=';
+        e = pt_escape(e, v);
+        q->pairs[q->npairs++] = (pt_slice){b, (size_t)(e - b)};
+    }
+    return 0;
+}
+
 /* Picks the cheapest way to list candidates, then collects them; every candidate is then
  * checked against all matchers. */
 static int resolve(qctx *q)
@@ -419,6 +479,8 @@ static int resolve(qctx *q)
         /* The series of the shortest equality list; the other matchers filter them. */
         size_t best = 0;
         if (neq > 1 && (rv = shortest(q, eq, neq, &best)) != 0)
+            return rv;
+        if ((rv = sid_filters(q, eq, neq, best)) != 0)
             return rv;
         return collect(q, is_metric_name(eq[best]->name) ? NULL : &eq[best]->name,
                        eq[best]->value);

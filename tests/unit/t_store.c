@@ -225,6 +225,37 @@ int main(void)
     const tmatch upper[] = {{0, "Zone", "eu"}};
     is(count(&s, upper, 1), 1, "label name sorting before __name__");
 
+    /* Equality matchers are first checked on the escaped series id: values holding the
+     * separators, prefixes of other values and names, a trailing backslash. */
+    {
+        pt_arena b;
+        pt_arena_init(&b, 0, 0);
+        tseries tricky[] = {
+            {{"__name__", "sep", "a", "x,b=1", NULL}, {T0}, {1}, 1},
+            {{"__name__", "sep", "a", "x", "b", "1", NULL}, {T0}, {2}, 1},
+            {{"__name__", "sep", "a", "x", "b", "10", NULL}, {T0}, {3}, 1},
+            {{"__name__", "sep", "a", "x", "b_c", "1", NULL}, {T0}, {4}, 1},
+            {{"__name__", "sep", "a", "v\\", "b", "1", NULL}, {T0}, {5}, 1},
+            {{"__name__", "sepx", "a", "x", "b", "1", NULL}, {T0}, {6}, 1},
+            {{"__name__", "sep", "a", "x=b", "b", "1", NULL}, {T0}, {7}, 1},
+        };
+        ok(pt_store_write(&s.st, mk_write(&b, tricky, 7), &b, &res) == 0 && res.samples_written == 7,
+           "series with separators in values written");
+        const tmatch m1[] = {{0, "__name__", "sep"}, {0, "a", "x"}, {0, "b", "1"}};
+        is(count(&s, m1, 3), 1, "a=x,b=1 is not read into a=\"x,b=1\" nor b=10 nor b_c=1");
+        const tmatch m2[] = {{0, "__name__", "sep"}, {0, "a", "x,b=1"}};
+        is(count(&s, m2, 2), 1, "a=\"x,b=1\" finds only that series");
+        const tmatch m3[] = {{0, "__name__", "sep"}, {0, "a", "v\\"}, {0, "b", "1"}};
+        is(count(&s, m3, 3), 1, "a value ending in a backslash");
+        const tmatch m4[] = {{0, "a", "x"}, {0, "b", "1"}};
+        is(count(&s, m4, 2), 2, "without __name__: sep and sepx, not the metric's prefix");
+        const tmatch m5[] = {{0, "b", "1"}, {0, "__name__", "sepx"}};
+        is(count(&s, m5, 2), 1, "a metric whose name extends another's");
+        const tmatch m6[] = {{0, "__name__", "sep"}, {0, "a", "x=b"}, {0, "b", "1"}};
+        is(count(&s, m6, 3), 1, "a value holding '='");
+        pt_arena_free(&b);
+    }
+
     /* read.timeout: a read whose storage calls take longer ends with a 503 naming it. */
     {
         pt_arena b;
