@@ -65,7 +65,7 @@ static int on_message_begin(http_parser *p)
 {
     pt_conn *c = conn_of(p);
     pt_h1_state *h = &c->h1;
-    h->cur = pt_server_task_new(c, PT_PROTO_HTTP1);
+    h->cur = pt_task_new(c, PT_PROTO_HTTP1);
     if (!h->cur)
         return fail_in_callback(h, 500);
     h->in_message = 1;
@@ -98,7 +98,7 @@ static int end_header(pt_h1_state *h)
             vlen--;
         if (vlen == 12 && strncasecmp(v, "100-continue", 12) == 0)
             h->expect_continue = 1;
-    } else if (pt_server_req_header(h->cur, h->name, h->name_len, v, vlen) < 0) {
+    } else if (pt_task_req_header(h->cur, h->name, h->name_len, v, vlen) < 0) {
         return fail_in_callback(h, 500);
     }
     h->sb_len = h->val_start;
@@ -145,10 +145,10 @@ static int on_headers_complete(http_parser *p)
     pt_task *t = h->cur;
     if (h->in_value && end_header(h) < 0)
         return -1;
-    if (pt_server_req_target(t, h->sb, h->url_len) < 0)
+    if (pt_task_req_target(t, h->sb, h->url_len) < 0)
         return fail_in_callback(h, 500);
     t->req.method_name = http_method_str((enum http_method)p->method);
-    t->req.method = pt_server_method(t->req.method_name, strlen(t->req.method_name));
+    t->req.method = pt_task_method(t->req.method_name, strlen(t->req.method_name));
     h->keep_alive = http_should_keep_alive(p);
 
     int chunked = (p->flags & F_CHUNKED) != 0;
@@ -156,10 +156,10 @@ static int on_headers_complete(http_parser *p)
     if (!chunked && has_length && p->content_length > c->srv->opts.max_body)
         return fail_in_callback(h, 413); /* refused before a byte of body is read */
     if (!chunked && has_length)
-        pt_server_body_reserve(t, p->content_length);
+        pt_task_body_reserve(t, p->content_length);
     int has_body = chunked || (has_length && p->content_length > 0);
     if (h->expect_continue && has_body && p->http_major == 1 && p->http_minor >= 1 &&
-        pt_server_out_append(c, continue_line, sizeof(continue_line) - 1) < 0)
+        pt_conn_out_append(c, continue_line, sizeof(continue_line) - 1) < 0)
         return fail_in_callback(h, 500);
     return 0;
 }
@@ -167,7 +167,7 @@ static int on_headers_complete(http_parser *p)
 static int on_body(http_parser *p, const char *at, size_t n)
 {
     pt_h1_state *h = state_of(p);
-    int rv = pt_server_body_append(h->cur, (const uint8_t *)at, n);
+    int rv = pt_task_body_append(h->cur, (const uint8_t *)at, n);
     if (rv < 0)
         return fail_in_callback(h, pt_error_http_status(rv));
     return 0;
@@ -236,9 +236,9 @@ static int write_response(pt_conn *c, const pt_resp *r, int head, int close)
     if (r->content_encoding)
         need += strlen(r->content_encoding) + 20;
     for (int i = 0; i < r->nheaders; i++)
-        if (pt_server_header_ok(r->headers[i].name, r->headers[i].value))
+        if (pt_task_header_ok(r->headers[i].name, r->headers[i].value))
             need += strlen(r->headers[i].name) + strlen(r->headers[i].value) + 4;
-    char *p0 = (char *)pt_server_out_reserve(c, need);
+    char *p0 = (char *)pt_conn_out_reserve(c, need);
     if (!p0)
         return PT_ENOMEM;
     char *p = put(p0, "HTTP/1.1 ", 9);
@@ -247,17 +247,17 @@ static int write_response(pt_conn *c, const pt_resp *r, int head, int close)
     p = put_str(p, reason(r->status));
     p = put(p, "\r\n", 2);
     p = put(p, s->date_line, s->date_len);
-    if (r->content_type && pt_server_header_ok("Content-Type", r->content_type)) {
+    if (r->content_type && pt_task_header_ok("Content-Type", r->content_type)) {
         p = put(p, "Content-Type: ", 14);
         p = put(put_str(p, r->content_type), "\r\n", 2);
     }
-    if (r->content_encoding && pt_server_header_ok("Content-Encoding", r->content_encoding)) {
+    if (r->content_encoding && pt_task_header_ok("Content-Encoding", r->content_encoding)) {
         p = put(p, "Content-Encoding: ", 18);
         p = put(put_str(p, r->content_encoding), "\r\n", 2);
     }
     for (int i = 0; i < r->nheaders; i++) {
         const pt_resp_header *hd = &r->headers[i];
-        if (!pt_server_header_ok(hd->name, hd->value))
+        if (!pt_task_header_ok(hd->name, hd->value))
             continue;
         p = put(put_str(p, hd->name), ": ", 2);
         p = put(put_str(p, hd->value), "\r\n", 2);
@@ -275,7 +275,7 @@ static int write_response(pt_conn *c, const pt_resp *r, int head, int close)
     /* Over TLS a small body joins the headers in one record; otherwise it is sent from
      * where the handler left it (writev on plain sockets). */
     if (c->ssl && r->body_len <= 16384)
-        return pt_server_out_append(c, r->body, r->body_len);
+        return pt_conn_out_append(c, r->body, r->body_len);
     c->out_body = r->body;
     c->out_body_len = r->body_len;
     return 0;
@@ -285,21 +285,20 @@ static int write_response(pt_conn *c, const pt_resp *r, int head, int close)
 static void h1_fail(pt_conn *c, int status)
 {
     pt_h1_state *h = &c->h1;
-    const char *msg = pt_server_status_text(status);
+    const char *msg = pt_task_status_text(status);
     pt_resp r = {.status = status,
                  .content_type = "text/plain; charset=utf-8",
                  .body = (const uint8_t *)msg,
                  .body_len = strlen(msg)};
     if (h->cur) {
-        pt_server_task_free(h->cur);
+        pt_task_free(h->cur);
         h->cur = NULL;
     }
     h->dead = 1;
     h->in_message = 0;
-    c->want_close = 1;
-    c->linger = 1;
+    pt_conn_advance(c, PT_CONN_LINGER);
     if (write_response(c, &r, 0, 1) < 0)
-        pt_server_conn_close(c);
+        pt_conn_close(c);
 }
 
 /* ---------------------------------------------------------------------- protocol ops */
@@ -325,7 +324,7 @@ static ssize_t h1_input(pt_conn *c, const uint8_t *data, size_t n)
     if (e == HPE_PAUSED && !h->error_status) {
         h->fresh = 1;
         h->busy = 1;
-        pt_server_dispatch(h->cur);
+        pt_task_dispatch(h->cur);
         return (ssize_t)used;
     }
     if (e == HPE_OK && used == n)
@@ -348,21 +347,21 @@ static int h1_produce(pt_conn *c)
     h->sending = 0;
     h->busy = 0;
     if (h->cur) {
-        pt_server_task_free(h->cur);
+        pt_task_free(h->cur);
         h->cur = NULL;
     }
-    if (!h->keep_alive || c->stopping || c->peer_eof)
-        c->want_close = 1;
+    if (!h->keep_alive || c->state >= PT_CONN_STOPPING || c->peer_eof)
+        pt_conn_advance(c, PT_CONN_CLOSE);
     return 0;
 }
 
 static void h1_complete(pt_conn *c, pt_task *t)
 {
     pt_h1_state *h = &c->h1;
-    int close = !h->keep_alive || c->stopping || c->peer_eof;
+    int close = !h->keep_alive || c->state >= PT_CONN_STOPPING || c->peer_eof;
     t->state = PT_TASK_SEND;
     if (write_response(c, &t->resp, t->req.method == PT_M_HEAD, close) < 0) {
-        pt_server_conn_close(c);
+        pt_conn_close(c);
         return;
     }
     h->sending = 1;
@@ -372,14 +371,14 @@ static void h1_eof(pt_conn *c)
 {
     /* A request in a worker is still answered (the peer may only have half-closed). */
     if (!c->h1.busy)
-        pt_server_conn_close(c);
+        pt_conn_close(c);
 }
 
 static void h1_shutdown(pt_conn *c)
 {
-    c->stopping = 1;
+    pt_conn_advance(c, PT_CONN_STOPPING);
     if (!c->h1.busy && !c->h1.in_message)
-        c->want_close = 1;
+        pt_conn_advance(c, PT_CONN_CLOSE);
 }
 
 static int h1_idle(const pt_conn *c)

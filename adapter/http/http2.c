@@ -64,14 +64,14 @@ static int submit(pt_conn *c, pt_task *t)
     nv[n++] = make_nv(":status", 7, status, strlen(status));
     if (s->date_len > 8)
         nv[n++] = make_nv("date", 4, s->date_line + 6, s->date_len - 8);
-    if (r->content_type && pt_server_header_ok("content-type", r->content_type))
+    if (r->content_type && pt_task_header_ok("content-type", r->content_type))
         nv[n++] = make_nv("content-type", 12, r->content_type, strlen(r->content_type));
-    if (r->content_encoding && pt_server_header_ok("content-encoding", r->content_encoding))
+    if (r->content_encoding && pt_task_header_ok("content-encoding", r->content_encoding))
         nv[n++] = make_nv("content-encoding", 16, r->content_encoding,
                           strlen(r->content_encoding));
     for (int i = 0; i < r->nheaders; i++) {
         const pt_resp_header *h = &r->headers[i];
-        if (!pt_server_header_ok(h->name, h->value))
+        if (!pt_task_header_ok(h->name, h->value))
             continue;
         /* HTTP/2 field names are lowercase (RFC 9113 8.2.1). */
         size_t len = strlen(h->name);
@@ -95,7 +95,7 @@ static int submit(pt_conn *c, pt_task *t)
 /* Answers a stream that broke a limit, without dispatching it. */
 static void reject(pt_conn *c, pt_task *t)
 {
-    const char *msg = pt_server_status_text(t->early_status);
+    const char *msg = pt_task_status_text(t->early_status);
     t->rejected = 1;
     t->state = PT_TASK_SEND;
     t->resp.status = t->early_status;
@@ -116,12 +116,12 @@ static int on_begin_headers(nghttp2_session *ss, const nghttp2_frame *f, void *u
     pt_conn *c = ud;
     if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
-    pt_task *t = pt_server_task_new(c, PT_PROTO_HTTP2);
+    pt_task *t = pt_task_new(c, PT_PROTO_HTTP2);
     if (!t)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* resets just this stream */
     t->stream_id = f->hd.stream_id;
     if (nghttp2_session_set_stream_user_data(ss, t->stream_id, t) != 0) {
-        pt_server_task_free(t);
+        pt_task_free(t);
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     }
     return 0;
@@ -160,14 +160,14 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *f, const uint8_t 
     const char *n = (const char *)name, *v = (const char *)value;
     if (nlen && n[0] == ':') {
         if (nlen == 7 && memcmp(n, ":method", 7) == 0) {
-            t->req.method = pt_server_method(v, vlen);
+            t->req.method = pt_task_method(v, vlen);
             char *m = pt_arena_strndup(&t->arena, v, vlen);
             if (!m)
                 t->early_status = 500;
             else
                 t->req.method_name = m;
         } else if (nlen == 5 && memcmp(n, ":path", 5) == 0) {
-            if (pt_server_req_target(t, v, vlen) < 0)
+            if (pt_task_req_target(t, v, vlen) < 0)
                 t->early_status = 500;
         }
         return 0;
@@ -179,11 +179,11 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *f, const uint8_t 
             if (len > c->srv->opts.max_body)
                 t->early_status = 413; /* refused before a byte of body is read */
             else
-                pt_server_body_reserve(t, len);
+                pt_task_body_reserve(t, len);
         }
         return 0;
     }
-    if (pt_server_req_header(t, n, nlen, v, vlen) < 0)
+    if (pt_task_req_header(t, n, nlen, v, vlen) < 0)
         t->early_status = 500;
     return 0;
 }
@@ -196,7 +196,7 @@ static int on_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t sid, const 
     pt_task *t = stream_task(ss, sid);
     if (!t || t->early_status || t->state != PT_TASK_RECV)
         return 0; /* discarded; nghttp2 still credits the flow-control window */
-    int rv = pt_server_body_append(t, data, len);
+    int rv = pt_task_body_append(t, data, len);
     if (rv < 0)
         t->early_status = pt_error_http_status(rv);
     return 0;
@@ -215,7 +215,7 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
         return 0;
     }
     if (f->hd.flags & NGHTTP2_FLAG_END_STREAM)
-        pt_server_dispatch(t);
+        pt_task_dispatch(t);
     return 0;
 }
 
@@ -246,9 +246,9 @@ static int on_stream_close(nghttp2_session *ss, int32_t sid, uint32_t error_code
         return 0;
     nghttp2_session_set_stream_user_data(ss, sid, NULL);
     if (t->state == PT_TASK_QUEUED)
-        pt_server_task_detach(t); /* the worker's answer will be dropped */
+        pt_task_detach(t); /* the worker's answer will be dropped */
     else
-        pt_server_task_free(t);
+        pt_task_free(t);
     return 0;
 }
 
@@ -297,7 +297,7 @@ static ssize_t h2_input(pt_conn *c, const uint8_t *p, size_t n)
     if (rv < 0) {
         /* Fatal for the session (bad preface, flood, protocol error): nghttp2 has queued
          * a GOAWAY where it can; send it, then close. */
-        c->want_close = 1;
+        pt_conn_advance(c, PT_CONN_CLOSE);
         return (ssize_t)n;
     }
     return rv;
@@ -317,11 +317,11 @@ static int h2_produce(pt_conn *c)
             return -1;
         if (n == 0)
             break;
-        if (pt_server_out_append(c, data, (size_t)n) < 0)
+        if (pt_conn_out_append(c, data, (size_t)n) < 0)
             return -1;
     }
     if (!nghttp2_session_want_read(c->h2) && !nghttp2_session_want_write(c->h2))
-        c->want_close = 1;
+        pt_conn_advance(c, PT_CONN_CLOSE);
     return 0;
 }
 
@@ -336,14 +336,14 @@ static void h2_complete(pt_conn *c, pt_task *t)
 
 static void h2_eof(pt_conn *c)
 {
-    pt_server_conn_close(c);
+    pt_conn_close(c);
 }
 
 static void h2_shutdown(pt_conn *c)
 {
-    if (c->stopping)
+    if (c->state >= PT_CONN_STOPPING)
         return;
-    c->stopping = 1;
+    pt_conn_advance(c, PT_CONN_STOPPING);
     /* Streams already started are finished; the session ends when they are done. */
     nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(c->h2),
                           NGHTTP2_NO_ERROR, NULL, 0);

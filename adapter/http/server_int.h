@@ -1,9 +1,23 @@
 /*
- * Internals of the HTTP front end, shared by server.c (loop, connections, workers),
- * http1.c, http2.c and tls.c. Nothing here is part of the public contract (http.h).
+ * Internals of the HTTP front end. Nothing here is part of the public contract (http.h).
+ *
+ * Modules, in order: a module calls only modules above it (calls through a pt_proto_ops
+ * table do not count; that is how the connection layer drives a protocol it never names).
+ *
+ *   tls.c     pt_tls_*     OpenSSL context, handshake, read, write on a socket
+ *   task.c    pt_task_*    one request and its response: kept headers, target, body under
+ *                          its ceilings, the task cache, handing tasks to the workers and
+ *                          posting them back
+ *   conn.c    pt_conn_*    one connection: input and output buffers, read, flush, the TLS
+ *                          handshake step, protocol detection, lingering, its state machine
+ *   http1.c   pt_http1_*   HTTP/1.1 (libhttp-parser), no I/O: bytes in, conn output out
+ *   http2.c   pt_http2_*   HTTP/2 (nghttp2 session from memory), no I/O
+ *   server.c  pt_server_*  the loop: epoll, listener, accept, sweep, stop, worker threads,
+ *                          completions; the public API of http.h. It hands the protocol
+ *                          tables to the connection layer (pt_server.h1_ops, h2_ops).
  *
  * Threads: one loop thread owns every socket, TLS object, nghttp2 session, connection and
- * the task lists. Workers see a task only between pt_server_dispatch() and the moment they
+ * the task lists. Workers see a task only between pt_task_dispatch() and the moment they
  * post it back; during that time they touch only task->req, task->resp, task->arena and the
  * body, and the loop touches only the task's list links and its atomic cancelled flag.
  */
@@ -87,6 +101,33 @@ struct pt_proto_ops {
 extern const pt_proto_ops pt_http1_ops;
 extern const pt_proto_ops pt_http2_ops;
 
+/*
+ * A connection's life. It only moves down this list (pt_conn_advance), except that any
+ * state may end in PT_CONN_CLOSED at once (I/O error, fatal protocol error, timeouts, the
+ * end of a stop):
+ *
+ *   HANDSHAKE --handshake done--> OPEN            (plain connections start OPEN)
+ *   OPEN --shutdown(): server stop, idle timeout--> STOPPING
+ *   OPEN, STOPPING --protocol finished (no keep-alive, session over)--> CLOSE
+ *   OPEN, STOPPING, CLOSE --an error answer the peer may still be sending into--> LINGER
+ *   CLOSE --output flushed--> CLOSED             (TLS close_notify first)
+ *   LINGER --output flushed, write side shut--> LINGERING
+ *   LINGERING --EOF, error, LINGER_MAX bytes, LINGER_MS--> CLOSED
+ *   HANDSHAKE --HANDSHAKE_MS, stop--> CLOSED
+ *
+ * CLOSED means "on the close list": the loop frees it at the end of its turn, never from
+ * inside a callback chain that may still use it.
+ */
+enum pt_conn_state {
+    PT_CONN_HANDSHAKE = 0, /* TLS handshake running; ops is NULL */
+    PT_CONN_OPEN,          /* the protocol reads requests and writes answers */
+    PT_CONN_STOPPING,      /* winding down: requests in progress finish, no new ones */
+    PT_CONN_CLOSE,         /* flush the output, then close */
+    PT_CONN_LINGER,        /* flush, half-close, then read and drop input for a while */
+    PT_CONN_LINGERING,     /* write side shut; discarding input */
+    PT_CONN_CLOSED,        /* on the close list */
+};
+
 typedef struct pt_h1_state {
     http_parser parser;
     pt_task *cur;           /* request being received, processed or answered */
@@ -114,15 +155,11 @@ struct pt_conn {
     int fd;
     uint32_t slot, gen;
     SSL *ssl;
-    int handshaking;
+    int state;               /* enum pt_conn_state */
+    /* Independent of the state: what the read side has seen, and list membership. */
     int rd_ready;            /* readable edge seen and not yet drained (edge-triggered) */
     int peer_hup;            /* the peer half-closed: read until EOF, no short-read shortcut */
     int peer_eof;            /* read returned EOF */
-    int want_close;          /* close once the output has been flushed */
-    int linger;              /* ... after a half-close and draining unread input */
-    int lingering;
-    int closing;             /* on the close list; freed at the end of the loop iteration */
-    int stopping;            /* shutdown() was called */
     int dirty;               /* on the list of connections to drive after completions */
     int64_t created_ms, last_ms, linger_until_ms;
     size_t linger_bytes;
@@ -163,6 +200,7 @@ struct pt_server {
     int listening;           /* lfd registered with epoll */
     int64_t accept_resume_ms;
     SSL_CTX *ssl_ctx;
+    const pt_proto_ops *h1_ops, *h2_ops; /* handed to the connection layer by server.c */
     nghttp2_session_callbacks *h2cb;
     nghttp2_option *h2opt;
 
@@ -201,34 +239,57 @@ struct pt_server {
     int64_t stop_deadline_ms, next_sweep_ms;
 };
 
-/* server.c, for the protocol modules (loop thread only). */
-pt_task *pt_server_task_new(pt_conn *c, int proto);
-void pt_server_task_free(pt_task *t);
-/* Unlinks a queued task from its connection; its completion will be dropped. */
-void pt_server_task_detach(pt_task *t);
-void pt_server_dispatch(pt_task *t);
+#define PT_RBUF_CAP (128 * 1024) /* the loop's shared read buffer */
+#define PT_NO_SLOT UINT32_MAX     /* end of the free slot list */
+
+/* task.c (loop thread, except pt_task_work). */
+pt_task *pt_task_new(pt_conn *c, int proto);
+/* Frees a task that no worker holds (its connection's list, the cache). */
+void pt_task_free(pt_task *t);
+/* Unlinks a task from its connection; a queued one is cancelled and its completion will
+ * be dropped. */
+void pt_task_detach(pt_task *t);
+/* The request is complete: hands it to a worker (or answers it on the loop, on_loop). */
+void pt_task_dispatch(pt_task *t);
+/* What a worker does with a task it took from the queue: dispatch unless cancelled, then
+ * post it back to the loop. */
+void pt_task_work(pt_task *t);
+/* Frees the cached tasks (server teardown). */
+void pt_task_cache_free(pt_server *s);
 /* Copies a request header the handlers care about into the arena; 0 when it is not one of
  * them, 1 when kept, < 0 on arena exhaustion. */
-int pt_server_req_header(pt_task *t, const char *name, size_t nlen, const char *val,
-                         size_t vlen);
+int pt_task_req_header(pt_task *t, const char *name, size_t nlen, const char *val,
+                       size_t vlen);
 /* Splits a request target into path and query, copied into the arena. */
-int pt_server_req_target(pt_task *t, const char *u, size_t n);
-int pt_server_method(const char *name, size_t n);
+int pt_task_req_target(pt_task *t, const char *u, size_t n);
+int pt_task_method(const char *name, size_t n);
 /* PT_ETOOLARGE over max_body, PT_EBUSY over max_body_total (all bodies), PT_ENOMEM. */
-int pt_server_body_append(pt_task *t, const uint8_t *p, size_t n);
-/* The plain-text body of a response the server makes itself (413, 431, 500, 503, 400). */
-const char *pt_server_status_text(int status);
+int pt_task_body_append(pt_task *t, const uint8_t *p, size_t n);
 /* Pre-sizes the body for a declared length (already checked against max_body). */
-void pt_server_body_reserve(pt_task *t, uint64_t n);
-/* Room for n more output bytes; NULL on allocation failure. Commit with out_len += n. */
-uint8_t *pt_server_out_reserve(pt_conn *c, size_t n);
-int pt_server_out_append(pt_conn *c, const void *p, size_t n);
-int pt_server_out_empty(const pt_conn *c);
-/* Schedules the connection to be freed at a safe point. */
-void pt_server_conn_close(pt_conn *c);
+void pt_task_body_reserve(pt_task *t, uint64_t n);
+/* The plain-text body of a response the server makes itself (413, 431, 500, 503, 400). */
+const char *pt_task_status_text(int status);
 /* Whether a handler-supplied header name or value may be sent (no CR, LF, NUL; names
- * non-empty without ':' or spaces). */
-int pt_server_header_ok(const char *name, const char *value);
+ * non-empty without ':' or spaces; no framing header). */
+int pt_task_header_ok(const char *name, const char *value);
+
+/* conn.c (loop thread). */
+/* A connection on fd in the first free slot (OPEN, or HANDSHAKE with TLS); NULL when no
+ * slot or memory is left (fd is then the caller's to close). */
+pt_conn *pt_conn_new(pt_server *s, int fd);
+/* Makes every bit of progress possible without blocking; called on socket events, after
+ * completions and at stop. */
+void pt_conn_drive(pt_conn *c);
+/* Moves the connection on to state (never back; see enum pt_conn_state). */
+void pt_conn_advance(pt_conn *c, int state);
+/* Schedules the connection to be freed at a safe point (PT_CONN_CLOSED). */
+void pt_conn_close(pt_conn *c);
+/* Frees a closed connection: only the loop, at the end of a turn. */
+void pt_conn_free(pt_conn *c);
+/* Room for n more output bytes; NULL on allocation failure. Commit with out_len += n. */
+uint8_t *pt_conn_out_reserve(pt_conn *c, size_t n);
+int pt_conn_out_append(pt_conn *c, const void *p, size_t n);
+int pt_conn_out_empty(const pt_conn *c);
 
 /* http2.c: the callbacks every server session shares. */
 int pt_http2_callbacks(nghttp2_session_callbacks **out);
