@@ -19,6 +19,7 @@
 #include "server_int.h"
 
 #define IN_APPEND_MAX (64 * 1024)     /* bytes kept while the protocol is undecided */
+#define IN_APPEND_STEP 4096           /* room read into at the end of kept input */
 #define OUT_MAX (4 * 1024 * 1024)     /* output buffer ceiling (headers, HTTP/2 frames) */
 #define LINGER_MS 3000
 #define LINGER_MAX (64u << 20)
@@ -27,56 +28,26 @@
 
 int pt_conn_out_empty(const pt_conn *c)
 {
-    return c->out_len == c->out_off && c->out_body_len == 0;
+    return pt_buf_used(&c->out) == 0 && c->out_body_len == 0;
 }
 
 uint8_t *pt_conn_out_reserve(pt_conn *c, size_t n)
 {
-    if (c->out_cap - c->out_len >= n)
-        return c->out + c->out_len;
-    if (c->out_off) {
-        memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
-        c->out_len -= c->out_off;
-        c->out_off = 0;
-        if (c->out_cap - c->out_len >= n)
-            return c->out + c->out_len;
-    }
-    if (n > OUT_MAX - c->out_len)
-        return NULL;
-    size_t cap = c->out_cap ? c->out_cap : 4096;
-    while (cap - c->out_len < n)
-        cap *= 2;
-    if (cap > OUT_MAX)
-        cap = OUT_MAX;
-    uint8_t *b = realloc(c->out, cap);
-    if (!b)
-        return NULL;
-    c->out = b;
-    c->out_cap = cap;
-    return c->out + c->out_len;
+    return pt_buf_room(&c->out, n);
 }
 
 int pt_conn_out_append(pt_conn *c, const void *p, size_t n)
 {
-    uint8_t *dst = pt_conn_out_reserve(c, n);
-    if (!dst)
-        return PT_ENOMEM;
-    memcpy(dst, p, n);
-    c->out_len += n;
-    return 0;
+    return pt_buf_append(&c->out, p, n);
 }
 
 static void out_consume(pt_conn *c, size_t n)
 {
-    size_t a = c->out_len - c->out_off;
-    if (n < a) {
-        c->out_off += n;
-        return;
-    }
-    c->out_off = c->out_len = 0;
-    n -= a;
-    if (n == 0)
+    size_t a = pt_buf_used(&c->out);
+    pt_buf_consume(&c->out, n);
+    if (n <= a)
         return; /* no body in flight: out_body may be NULL */
+    n -= a;
     c->out_body += n;
     c->out_body_len -= n;
     if (!c->out_body_len)
@@ -90,8 +61,8 @@ static int conn_flush(pt_conn *c)
         ssize_t n;
         if (c->ssl) {
             /* Same bytes on a retry, as OpenSSL requires after WANT_WRITE. */
-            if (c->out_len > c->out_off)
-                n = pt_tls_write(c->ssl, c->out + c->out_off, c->out_len - c->out_off);
+            if (pt_buf_used(&c->out))
+                n = pt_tls_write(c->ssl, pt_buf_data(&c->out), pt_buf_used(&c->out));
             else
                 n = pt_tls_write(c->ssl, c->out_body, c->out_body_len);
             if (n == PT_IO_AGAIN)
@@ -101,8 +72,8 @@ static int conn_flush(pt_conn *c)
         } else {
             struct iovec iov[2];
             int k = 0;
-            if (c->out_len > c->out_off)
-                iov[k++] = (struct iovec){c->out + c->out_off, c->out_len - c->out_off};
+            if (pt_buf_used(&c->out))
+                iov[k++] = (struct iovec){c->out.p + c->out.off, pt_buf_used(&c->out)};
             if (c->out_body_len)
                 iov[k++] = (struct iovec){(void *)c->out_body, c->out_body_len};
             struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)k};
@@ -170,8 +141,8 @@ void pt_conn_free(pt_conn *c)
     if (c->next)
         c->next->prev = c->prev;
     atomic_fetch_sub(&s->nconns, 1);
-    free(c->in);
-    free(c->out);
+    pt_buf_free(&c->in);
+    pt_buf_free(&c->out);
     free(c);
 }
 
@@ -255,6 +226,8 @@ pt_conn *pt_conn_new(pt_server *s, int fd)
         goto fail;
     c->srv = s;
     c->fd = fd;
+    pt_buf_init(&c->in, PT_RBUF_CAP);
+    pt_buf_init(&c->out, OUT_MAX);
     c->created_ms = c->last_ms = s->now_ms;
     c->slot = s->free_slot;
     c->gen = s->slots[c->slot].gen;
@@ -304,31 +277,6 @@ static int handshake_step(pt_conn *c)
     return 0;
 }
 
-static int keep_input(pt_conn *c, const uint8_t *p, size_t n, size_t max)
-{
-    size_t have = c->in_len - c->in_off;
-    if (c->in_off) {
-        memmove(c->in, c->in + c->in_off, have);
-        c->in_off = 0;
-        c->in_len = have;
-    }
-    if (n > max - have)
-        return -1;
-    if (have + n > c->in_cap) {
-        size_t cap = c->in_cap ? c->in_cap : 1024;
-        while (cap < have + n)
-            cap *= 2;
-        uint8_t *b = realloc(c->in, cap);
-        if (!b)
-            return -1;
-        c->in = b;
-        c->in_cap = cap;
-    }
-    if (p)
-        memcpy(c->in + c->in_len, p, n);
-    return 0;
-}
-
 /* Hands bytes to the protocol, again after it switched (detect -> HTTP/1 or h2), and keeps
  * what it did not take. */
 static int feed(pt_conn *c, const uint8_t *p, size_t n)
@@ -343,11 +291,8 @@ static int feed(pt_conn *c, const uint8_t *p, size_t n)
         if (c->ops == before)
             break;
     }
-    if (off < n) {
-        if (keep_input(c, p + off, n - off, PT_RBUF_CAP) < 0)
-            return -1;
-        c->in_len += n - off;
-    }
+    if (off < n && pt_buf_append(&c->in, p + off, n - off) != 0)
+        return -1;
     return 0;
 }
 
@@ -355,15 +300,15 @@ static int feed(pt_conn *c, const uint8_t *p, size_t n)
 static int conn_read(pt_conn *c)
 {
     pt_server *s = c->srv;
-    int append = c->in_len > c->in_off;
+    int append = pt_buf_used(&c->in) > 0;
     uint8_t *buf = s->rbuf;
     size_t cap = s->rbuf_cap;
     if (append) {
         /* The protocol wants more bytes before it can use what is buffered. */
-        if (keep_input(c, NULL, 4096, IN_APPEND_MAX) < 0)
+        if (pt_buf_used(&c->in) > IN_APPEND_MAX - IN_APPEND_STEP ||
+            !(buf = pt_buf_room(&c->in, IN_APPEND_STEP)))
             goto fail;
-        buf = c->in + c->in_len;
-        cap = c->in_cap - c->in_len;
+        cap = c->in.cap - c->in.len;
     }
     ssize_t n;
     if (c->ssl) {
@@ -394,7 +339,7 @@ static int conn_read(pt_conn *c)
     if (!c->ssl && (size_t)n < cap && !c->peer_hup)
         c->rd_ready = 0;
     if (append) {
-        c->in_len += (size_t)n;
+        pt_buf_commit(&c->in, (size_t)n);
         return 1;
     }
     if (feed(c, buf, (size_t)n) < 0)
@@ -409,18 +354,16 @@ fail:
 /* 1: progress, 0: nothing to do, -1: closed. */
 static int conn_input(pt_conn *c)
 {
-    if (c->in_len > c->in_off) {
+    if (pt_buf_used(&c->in)) {
         const pt_proto_ops *before = c->ops;
-        ssize_t n = c->ops->input(c, c->in + c->in_off, c->in_len - c->in_off);
+        ssize_t n = c->ops->input(c, pt_buf_data(&c->in), pt_buf_used(&c->in));
         if (n < 0) {
             pt_conn_close(c);
             return -1;
         }
         if (c->state == PT_CONN_CLOSED)
             return -1;
-        c->in_off += (size_t)n;
-        if (c->in_off == c->in_len)
-            c->in_off = c->in_len = 0;
+        pt_buf_consume(&c->in, (size_t)n);
         if (n > 0 || c->ops != before)
             return 1;
     }

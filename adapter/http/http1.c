@@ -46,18 +46,9 @@ static int count_header(pt_conn *c, size_t n)
 
 static int sb_append(pt_h1_state *h, const char *p, size_t n)
 {
-    if (n > h->sb_cap - h->sb_len) {
-        size_t cap = h->sb_cap ? h->sb_cap : 512;
-        while (cap - h->sb_len < n)
-            cap *= 2;
-        char *b = realloc(h->sb, cap);
-        if (!b)
-            return fail_in_callback(h, 500);
-        h->sb = b;
-        h->sb_cap = cap;
-    }
-    memcpy(h->sb + h->sb_len, p, n);
-    h->sb_len += n;
+    /* Never past its ceiling: count_header() refuses the bytes first. */
+    if (pt_buf_append(&h->sb, p, n) != 0)
+        return fail_in_callback(h, 500);
     return 0;
 }
 
@@ -69,7 +60,8 @@ static int on_message_begin(http_parser *p)
     if (!h->cur)
         return fail_in_callback(h, 500);
     h->in_message = 1;
-    h->sb_len = h->url_len = h->val_start = 0;
+    pt_buf_reset(&h->sb);
+    h->url_len = h->val_start = 0;
     h->name_len = 0;
     h->in_value = 0;
     h->hdr_bytes = 0;
@@ -91,8 +83,8 @@ static int on_url(http_parser *p, const char *at, size_t n)
 /* A header value is complete: keep it if it is one the handlers see. */
 static int end_header(pt_h1_state *h)
 {
-    const char *v = h->sb + h->val_start;
-    size_t vlen = h->sb_len - h->val_start;
+    const char *v = (const char *)h->sb.p + h->val_start;
+    size_t vlen = h->sb.len - h->val_start;
     if (h->name_len == 6 && strncasecmp(h->name, "expect", 6) == 0) {
         while (vlen && (v[vlen - 1] == ' ' || v[vlen - 1] == '\t'))
             vlen--;
@@ -101,7 +93,7 @@ static int end_header(pt_h1_state *h)
     } else if (pt_task_req_header(h->cur, h->name, h->name_len, v, vlen) < 0) {
         return fail_in_callback(h, 500);
     }
-    h->sb_len = h->val_start;
+    h->sb.len = h->val_start;
     h->in_value = 0;
     h->name_len = 0;
     return 0;
@@ -129,7 +121,7 @@ static int on_header_value(http_parser *p, const char *at, size_t n)
     pt_h1_state *h = &c->h1;
     if (!h->in_value) {
         h->in_value = 1;
-        h->val_start = h->sb_len;
+        h->val_start = h->sb.len;
         if (count_header(c, 4) < 0) /* ": " and CRLF */
             return -1;
     }
@@ -145,7 +137,7 @@ static int on_headers_complete(http_parser *p)
     pt_task *t = h->cur;
     if (h->in_value && end_header(h) < 0)
         return -1;
-    if (pt_task_req_target(t, h->sb, h->url_len) < 0)
+    if (pt_task_req_target(t, (const char *)h->sb.p, h->url_len) < 0)
         return fail_in_callback(h, 500);
     t->req.method_name = http_method_str((enum http_method)p->method);
     t->req.method = pt_task_method(t->req.method_name, strlen(t->req.method_name));
@@ -269,7 +261,7 @@ static int write_response(pt_conn *c, const pt_resp *r, int head, int close)
     if (close)
         p = put(p, "Connection: close\r\n", 19);
     p = put(p, "\r\n", 2);
-    c->out_len += (size_t)(p - p0);
+    pt_buf_commit(&c->out, (size_t)(p - p0));
     if (no_body || head || !r->body_len)
         return 0;
     /* Over TLS a small body joins the headers in one record; otherwise it is sent from
@@ -305,6 +297,7 @@ static void h1_fail(pt_conn *c, int status)
 
 static int h1_start(pt_conn *c)
 {
+    pt_buf_init(&c->h1.sb, c->srv->opts.max_header_bytes);
     c->h1.fresh = 1;
     return 0;
 }
@@ -388,9 +381,7 @@ static int h1_idle(const pt_conn *c)
 
 static void h1_free(pt_conn *c)
 {
-    free(c->h1.sb);
-    c->h1.sb = NULL;
-    c->h1.sb_len = c->h1.sb_cap = 0;
+    pt_buf_free(&c->h1.sb);
 }
 
 const pt_proto_ops pt_http1_ops = {

@@ -310,7 +310,7 @@ static int h2_want_read(const pt_conn *c)
 
 static int h2_produce(pt_conn *c)
 {
-    while (c->out_len < OUT_BATCH) {
+    while (pt_buf_used(&c->out) < OUT_BATCH) {
         const uint8_t *data;
         ssize_t n = nghttp2_session_mem_send(c->h2, &data);
         if (n < 0)

@@ -35,6 +35,7 @@
 #include <openssl/ssl.h>
 
 #include "arena.h"
+#include "buf.h"
 #include "http.h"
 
 typedef struct pt_task pt_task;
@@ -64,8 +65,7 @@ struct pt_task {
     int rejected;           /* HTTP/2: the early answer has been submitted */
     size_t hdr_bytes;       /* request header bytes seen, against max_header_bytes */
     uint64_t declared_len;  /* HTTP/2: content-length of the request, UINT64_MAX if none */
-    uint8_t *body;          /* malloc'd, kept with the cached task for reuse */
-    size_t body_len, body_cap;
+    pt_buf body;            /* kept with the cached task for reuse; cap counts in body_bytes */
     size_t sent;            /* HTTP/2: response body bytes handed to nghttp2 */
     pt_arena arena;
     pt_req req;
@@ -140,8 +140,7 @@ typedef struct pt_h1_state {
     int expect_continue;    /* "Expect: 100-continue" in the current request */
     int error_status;       /* set by a callback: answer it and close */
     /* Scratch for the URL and the current header value, which may arrive in pieces. */
-    char *sb;
-    size_t sb_len, sb_cap;
+    pt_buf sb;              /* ceiling max_header_bytes, which counts these bytes too */
     size_t url_len, val_start;
     char name[40];          /* current header name; longer names are never ones we keep */
     size_t name_len;
@@ -164,12 +163,12 @@ struct pt_conn {
     int64_t created_ms, last_ms, linger_until_ms;
     size_t linger_bytes;
     /* Input the protocol did not consume yet (a paused HTTP/1 parser, an undecided
-     * preface). Fresh reads go to the server's shared buffer when this is empty. */
-    uint8_t *in;
-    size_t in_off, in_len, in_cap;
-    /* Output: out[out_off, out_len), then out_body (a response body, sent without a copy). */
-    uint8_t *out;
-    size_t out_off, out_len, out_cap;
+     * preface), at most PT_RBUF_CAP. Fresh reads go to the server's shared buffer when
+     * this is empty. */
+    pt_buf in;
+    /* Output: out (headers, frames; ceiling OUT_MAX), then out_body (a response body,
+     * sent without a copy). */
+    pt_buf out;
     const uint8_t *out_body;
     size_t out_body_len;
     pt_task *tasks;          /* requests of this connection not yet finished */
@@ -286,7 +285,8 @@ void pt_conn_advance(pt_conn *c, int state);
 void pt_conn_close(pt_conn *c);
 /* Frees a closed connection: only the loop, at the end of a turn. */
 void pt_conn_free(pt_conn *c);
-/* Room for n more output bytes; NULL on allocation failure. Commit with out_len += n. */
+/* Room for n more output bytes; NULL past OUT_MAX or without memory. Commit with
+ * pt_buf_commit(&c->out, n). */
 uint8_t *pt_conn_out_reserve(pt_conn *c, size_t n);
 int pt_conn_out_append(pt_conn *c, const void *p, size_t n);
 int pt_conn_out_empty(const pt_conn *c);

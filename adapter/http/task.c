@@ -42,7 +42,8 @@ pt_task *pt_task_new(pt_conn *c, int proto)
     t->rejected = 0;
     t->hdr_bytes = 0;
     t->declared_len = UINT64_MAX;
-    t->body_len = 0;
+    pt_buf_reset(&t->body);
+    t->body.max = s->opts.max_body;
     t->sent = 0;
     memset(&t->req, 0, sizeof(t->req));
     t->req.method_name = "";
@@ -95,10 +96,8 @@ void pt_task_detach(pt_task *t)
 /* Frees a task's body buffer and takes it off the server's body memory. */
 static void body_release(pt_task *t)
 {
-    t->srv->body_bytes -= t->body_cap;
-    free(t->body);
-    t->body = NULL;
-    t->body_cap = 0;
+    t->srv->body_bytes -= t->body.cap;
+    pt_buf_free(&t->body);
 }
 
 void pt_task_cache_free(pt_server *s)
@@ -117,7 +116,7 @@ void pt_task_free(pt_task *t)
     pt_server *s = t->srv;
     pt_task_detach(t);
     pt_arena_reset(&t->arena);
-    if (t->body_cap > BODY_KEEP)
+    if (t->body.cap > BODY_KEEP)
         body_release(t);
     if (s->ncache < TASK_CACHE_MAX) {
         t->qnext = s->cache;
@@ -178,8 +177,8 @@ void pt_task_dispatch(pt_task *t)
 {
     pt_server *s = t->srv;
     t->state = PT_TASK_QUEUED;
-    t->req.body = t->body ? t->body : (const uint8_t *)"";
-    t->req.body_len = t->body_len;
+    t->req.body = t->body.p ? pt_buf_data(&t->body) : (const uint8_t *)"";
+    t->req.body_len = pt_buf_used(&t->body);
     t->req.received_ns = pt_now_ns();
     t->qnext = NULL;
     s->inflight++;
@@ -288,41 +287,36 @@ const char *pt_task_status_text(int status)
     }
 }
 
-/* Resizes a task's body buffer to cap bytes within the ceiling on all bodies together
+/* Room for n more body bytes within max_body and within the ceiling on all bodies together
  * (many connections each sending up to max_body must not take the process' memory):
- * 0, PT_EBUSY over that ceiling (the client retries), or PT_ENOMEM. */
-static int body_resize(pt_task *t, size_t cap)
+ * 0, PT_ETOOLARGE past max_body, PT_EBUSY past max_body_total (the client retries),
+ * PT_ENOMEM. */
+static int body_reserve(pt_task *t, size_t n)
 {
     pt_server *s = t->srv;
-    if (s->body_bytes - t->body_cap + cap > s->opts.max_body_total)
-        return PT_EBUSY;
-    uint8_t *b = realloc(t->body, cap);
-    if (!b)
-        return PT_ENOMEM;
-    s->body_bytes += cap - t->body_cap;
-    t->body = b;
-    t->body_cap = cap;
-    return 0;
+    pt_buf *b = &t->body;
+    if (n > s->opts.max_body - pt_buf_used(b))
+        return PT_ETOOLARGE;
+    size_t cap = b->cap;
+    /* body_bytes never passes max_body_total and includes this buffer: room >= cap. */
+    size_t room = s->opts.max_body_total - (s->body_bytes - cap);
+    if (room == 0)
+        return n ? PT_EBUSY : 0; /* a ceiling of 0 would mean none */
+    /* The buffer's own ceiling, lowered for this growth to what other bodies leave. */
+    b->max = room < s->opts.max_body ? room : s->opts.max_body;
+    int rv = pt_buf_reserve(b, n);
+    b->max = s->opts.max_body;
+    s->body_bytes += b->cap - cap;
+    return rv == PT_ETOOLARGE ? PT_EBUSY : rv;
 }
 
 int pt_task_body_append(pt_task *t, const uint8_t *p, size_t n)
 {
-    size_t max = t->srv->opts.max_body;
-    if (n > max - t->body_len)
-        return PT_ETOOLARGE;
-    size_t need = t->body_len + n;
-    if (need > t->body_cap) {
-        size_t cap = t->body_cap ? t->body_cap : 16384;
-        while (cap < need)
-            cap = cap > SIZE_MAX / 2 ? need : cap * 2;
-        if (cap > max)
-            cap = max;
-        int rv = body_resize(t, cap);
-        if (rv != 0)
-            return rv;
-    }
-    memcpy(t->body + t->body_len, p, n);
-    t->body_len = need;
+    int rv = body_reserve(t, n);
+    if (rv != 0)
+        return rv;
+    memcpy(t->body.p + t->body.len, p, n);
+    pt_buf_commit(&t->body, n);
     return 0;
 }
 
@@ -331,8 +325,8 @@ void pt_task_body_reserve(pt_task *t, uint64_t n)
     /* Capped: a declared length costs memory only as the bytes actually arrive. */
     if (n > BODY_RESERVE_MAX)
         n = BODY_RESERVE_MAX;
-    if (n > t->body_cap)
-        body_resize(t, (size_t)n); /* on failure the body grows as bytes arrive */
+    if (n > t->body.cap)
+        body_reserve(t, (size_t)n); /* on failure the body grows as bytes arrive */
 }
 
 int pt_task_header_ok(const char *name, const char *value)
