@@ -325,14 +325,11 @@ static void accept_some(pt_server *s)
 
 /* -------------------------------------------------------------------------- public API */
 
-pt_server *pt_server_new(const pt_server_opts *opts, pt_dispatch_fn fn, void *ud, char *err,
-                         size_t errlen)
+/* A server with everything but its sockets (listener, epoll, wakeup): pt_server_new adds
+ * them; the protocol unit tests drive connections without any. */
+static pt_server *server_alloc(const pt_server_opts *opts, pt_dispatch_fn fn, void *ud,
+                               char *err, size_t errlen)
 {
-    char dummy[8];
-    if (!err) {
-        err = dummy;
-        errlen = sizeof(dummy);
-    }
     if (!opts || !fn || !opts->listen_address) {
         snprintf(err, errlen, "listen address and dispatch function are required");
         return NULL;
@@ -408,6 +405,24 @@ pt_server *pt_server_new(const pt_server_opts *opts, pt_dispatch_fn fn, void *ud
         goto fail;
     }
 
+    return s;
+
+fail:
+    pt_server_free(s);
+    return NULL;
+}
+
+pt_server *pt_server_new(const pt_server_opts *opts, pt_dispatch_fn fn, void *ud, char *err,
+                         size_t errlen)
+{
+    char dummy[8];
+    if (!err) {
+        err = dummy;
+        errlen = sizeof(dummy);
+    }
+    pt_server *s = server_alloc(opts, fn, ud, err, errlen);
+    if (!s)
+        return NULL;
     /* A peer that resets a connection must not kill the process through a TLS write
      * (OpenSSL uses write(), not send() with MSG_NOSIGNAL). Leave a custom handler alone. */
     struct sigaction sa;
