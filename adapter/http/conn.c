@@ -116,13 +116,8 @@ void pt_conn_free(pt_conn *c)
     pt_server *s = c->srv;
     if (c->ops && c->ops->free)
         c->ops->free(c);
-    while (c->tasks) {
-        pt_task *t = c->tasks;
-        if (t->state == PT_TASK_QUEUED)
-            pt_task_detach(t); /* a worker has it; its completion is dropped */
-        else
-            pt_task_free(t);
-    }
+    while (c->tasks)
+        pt_task_free(c->tasks); /* one a worker holds is only detached, and cancelled */
     pt_tls_free(c->ssl, 0);
     if (c->fd >= 0) {
         /* Explicitly: close() alone leaves the registration while the file has other users. */
@@ -211,6 +206,7 @@ static const pt_proto_ops detect_ops = {
     .want_read = detect_want_read,
     .produce = detect_produce,
     .complete = detect_complete,
+    .piece = NULL, /* never asks for one */
     .eof = detect_eof,
     .shutdown = detect_shutdown,
     .idle = detect_idle,

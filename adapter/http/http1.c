@@ -142,6 +142,7 @@ static int on_headers_complete(http_parser *p)
     t->req.method_name = http_method_str((enum http_method)p->method);
     t->req.method = pt_task_method(t->req.method_name, strlen(t->req.method_name));
     h->keep_alive = http_should_keep_alive(p);
+    h->http11 = p->http_major > 1 || (p->http_major == 1 && p->http_minor >= 1);
 
     int chunked = (p->flags & F_CHUNKED) != 0;
     int has_length = (p->flags & F_CONTENTLENGTH) != 0;
@@ -216,13 +217,16 @@ static const char *reason(int status)
     return r[0] == '<' ? "" : r; /* "<unknown>" */
 }
 
+/* How a response's body is framed. */
+enum { BODY_NONE, BODY_LENGTH, BODY_CHUNKED, BODY_UNTIL_CLOSE };
+
 /* Queues status line, headers and body (by reference: it lives until the task is freed,
- * which happens only once the output has drained). */
-static int write_response(pt_conn *c, const pt_resp *r, int head, int close)
+ * which happens only once the output has drained). A produced body only gets its framing
+ * header here; its pieces follow as they come. */
+static int write_response(pt_conn *c, const pt_resp *r, int head, int framing, int close)
 {
     pt_server *s = c->srv;
-    int no_body = r->status < 200 || r->status == 204 || r->status == 304;
-    size_t need = 64 + s->date_len + 40 + 24 + 2;
+    size_t need = 64 + s->date_len + 40 + 28 + 2;
     if (r->content_type)
         need += strlen(r->content_type) + 16;
     if (r->content_encoding)
@@ -254,15 +258,17 @@ static int write_response(pt_conn *c, const pt_resp *r, int head, int close)
         p = put(put_str(p, hd->name), ": ", 2);
         p = put(put_str(p, hd->value), "\r\n", 2);
     }
-    if (!no_body) {
+    if (framing == BODY_LENGTH) {
         p = put(p, "Content-Length: ", 16);
         p = put(put_uint(p, r->body_len), "\r\n", 2);
+    } else if (framing == BODY_CHUNKED) {
+        p = put(p, "Transfer-Encoding: chunked\r\n", 28);
     }
     if (close)
         p = put(p, "Connection: close\r\n", 19);
     p = put(p, "\r\n", 2);
     pt_buf_commit(&c->out, (size_t)(p - p0));
-    if (no_body || head || !r->body_len)
+    if (framing != BODY_LENGTH || head || !r->body_len)
         return 0;
     /* Over TLS a small body joins the headers in one record; otherwise it is sent from
      * where the handler left it (writev on plain sockets). */
@@ -286,11 +292,72 @@ static void h1_fail(pt_conn *c, int status)
         pt_task_free(h->cur);
         h->cur = NULL;
     }
-    h->dead = 1;
+    h->phase = PT_H1_DEAD;
     h->in_message = 0;
     pt_conn_advance(c, PT_CONN_LINGER);
-    if (write_response(c, &r, 0, 1) < 0)
+    if (write_response(c, &r, 0, BODY_LENGTH, 1) < 0)
         pt_conn_close(c);
+}
+
+/* ------------------------------------------------------------------ a produced body */
+
+/* Asks for the next piece while the output holds less than one: at most one piece is
+ * being pulled and about two wait in the output, whatever the body's size. */
+static void stream_want(pt_conn *c, pt_task *t)
+{
+    if (t->state == PT_TASK_SEND && pt_buf_used(&c->out) < PT_PIECE_MAX)
+        pt_task_pull(t);
+}
+
+/* Appends the piece t holds, framed: a chunk (none for an empty piece, which would read as
+ * the end), or the bytes as they are for an HTTP/1.0 client. */
+static int stream_append(pt_conn *c, pt_task *t)
+{
+    size_t n = pt_buf_used(&t->piece);
+    int chunked = c->h1.http11;
+    if (n) {
+        char *p0 = (char *)pt_conn_out_reserve(c, n + 24);
+        if (!p0)
+            return PT_ENOMEM;
+        char *p = p0;
+        if (chunked) {
+            static const char hex[] = "0123456789abcdef";
+            int shift = 0;
+            while (shift < (int)(sizeof(size_t) * 8 - 4) && n >> (shift + 4))
+                shift += 4;
+            for (; shift >= 0; shift -= 4)
+                *p++ = hex[(n >> shift) & 15];
+            p = put(p, "\r\n", 2);
+        }
+        p = put(p, (const char *)pt_buf_data(&t->piece), n);
+        if (chunked)
+            p = put(p, "\r\n", 2);
+        pt_buf_commit(&c->out, (size_t)(p - p0));
+        pt_buf_reset(&t->piece);
+    }
+    if (t->pulled == PT_PULL_END && chunked)
+        return pt_conn_out_append(c, "0\r\n\r\n", 5);
+    return 0;
+}
+
+static void h1_piece(pt_conn *c, pt_task *t)
+{
+    pt_h1_state *h = &c->h1;
+    if (t->pulled < 0) {
+        /* The status is out: cutting the connection is how the client learns that the
+         * body is incomplete. */
+        h->phase = PT_H1_DEAD;
+        pt_conn_advance(c, PT_CONN_CLOSE);
+        return;
+    }
+    if (stream_append(c, t) < 0) {
+        pt_conn_close(c);
+        return;
+    }
+    if (t->pulled == PT_PULL_END)
+        h->phase = PT_H1_SEND; /* released once the output has drained */
+    else
+        stream_want(c, t);
 }
 
 /* ---------------------------------------------------------------------- protocol ops */
@@ -305,7 +372,7 @@ static int h1_start(pt_conn *c)
 static ssize_t h1_input(pt_conn *c, const uint8_t *data, size_t n)
 {
     pt_h1_state *h = &c->h1;
-    if (h->busy || h->dead)
+    if (h->phase != PT_H1_READ)
         return 0;
     if (h->fresh) {
         http_parser_init(&h->parser, HTTP_REQUEST);
@@ -316,7 +383,7 @@ static ssize_t h1_input(pt_conn *c, const uint8_t *data, size_t n)
     enum http_errno e = HTTP_PARSER_ERRNO(&h->parser);
     if (e == HPE_PAUSED && !h->error_status) {
         h->fresh = 1;
-        h->busy = 1;
+        h->phase = PT_H1_WORK;
         pt_task_dispatch(h->cur);
         return (ssize_t)used;
     }
@@ -328,17 +395,20 @@ static ssize_t h1_input(pt_conn *c, const uint8_t *data, size_t n)
 
 static int h1_want_read(const pt_conn *c)
 {
-    return !c->h1.busy && !c->h1.dead;
+    return c->h1.phase == PT_H1_READ;
 }
 
 static int h1_produce(pt_conn *c)
 {
     pt_h1_state *h = &c->h1;
-    if (!h->sending)
+    if (h->phase == PT_H1_STREAM) {
+        stream_want(c, h->cur);
+        return 0;
+    }
+    if (h->phase != PT_H1_SEND)
         return 0;
     /* The response has been written: release the request and parse the next one. */
-    h->sending = 0;
-    h->busy = 0;
+    h->phase = PT_H1_READ;
     if (h->cur) {
         pt_task_free(h->cur);
         h->cur = NULL;
@@ -351,32 +421,45 @@ static int h1_produce(pt_conn *c)
 static void h1_complete(pt_conn *c, pt_task *t)
 {
     pt_h1_state *h = &c->h1;
+    const pt_resp *r = &t->resp;
+    int head = t->req.method == PT_M_HEAD;
+    int framing = r->status < 200 || r->status == 204 || r->status == 304 ? BODY_NONE
+                  : !r->producer.pull                                  ? BODY_LENGTH
+                  : h->http11                                          ? BODY_CHUNKED
+                                                                       : BODY_UNTIL_CLOSE;
+    if (framing == BODY_UNTIL_CLOSE)
+        h->keep_alive = 0;
     int close = !h->keep_alive || c->state >= PT_CONN_STOPPING || c->peer_eof;
-    t->state = PT_TASK_SEND;
-    if (write_response(c, &t->resp, t->req.method == PT_M_HEAD, close) < 0) {
+    if (write_response(c, r, head, framing, close) < 0) {
         pt_conn_close(c);
         return;
     }
-    h->sending = 1;
+    /* Without a body to send, a producer gets its done(cancelled) when the task is freed. */
+    if ((framing == BODY_CHUNKED || framing == BODY_UNTIL_CLOSE) && !head) {
+        h->phase = PT_H1_STREAM;
+        stream_want(c, t);
+    } else {
+        h->phase = PT_H1_SEND;
+    }
 }
 
 static void h1_eof(pt_conn *c)
 {
     /* A request in a worker is still answered (the peer may only have half-closed). */
-    if (!c->h1.busy)
+    if (c->h1.phase == PT_H1_READ || c->h1.phase == PT_H1_DEAD)
         pt_conn_close(c);
 }
 
 static void h1_shutdown(pt_conn *c)
 {
     pt_conn_advance(c, PT_CONN_STOPPING);
-    if (!c->h1.busy && !c->h1.in_message)
+    if (c->h1.phase == PT_H1_READ && !c->h1.in_message)
         pt_conn_advance(c, PT_CONN_CLOSE);
 }
 
 static int h1_idle(const pt_conn *c)
 {
-    return !c->h1.busy;
+    return c->h1.phase == PT_H1_READ || c->h1.phase == PT_H1_DEAD;
 }
 
 static void h1_free(pt_conn *c)
@@ -391,6 +474,7 @@ const pt_proto_ops pt_http1_ops = {
     .want_read = h1_want_read,
     .produce = h1_produce,
     .complete = h1_complete,
+    .piece = h1_piece,
     .eof = h1_eof,
     .shutdown = h1_shutdown,
     .idle = h1_idle,

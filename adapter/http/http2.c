@@ -6,7 +6,8 @@
  * to max_body; END_STREAM hands it to a worker, so many streams of one connection run in
  * parallel. The stream's user data is the task. A request over a limit is answered early
  * (413/431) without dispatch; once that answer is out, the rest of a large upload is cut
- * with RST_STREAM(NO_ERROR).
+ * with RST_STREAM(NO_ERROR). A produced body is read through a data provider that defers
+ * until a worker has pulled the next piece, so it goes out under flow control.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -51,6 +52,34 @@ static ssize_t read_body(nghttp2_session *ss, int32_t sid, uint8_t *buf, size_t 
     return (ssize_t)n;
 }
 
+/* A produced body: hands over what the piece holds; when it runs dry, asks a worker for the
+ * next one and defers the stream until it comes (h2_piece resumes it). */
+static ssize_t read_piece(nghttp2_session *ss, int32_t sid, uint8_t *buf, size_t len,
+                          uint32_t *flags, nghttp2_data_source *src, void *ud)
+{
+    (void)ss;
+    (void)sid;
+    (void)ud;
+    pt_task *t = src->ptr;
+    if (t->state == PT_TASK_PULL)
+        return NGHTTP2_ERR_DEFERRED;
+    if (t->pulled < 0)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* resets the stream */
+    size_t n = pt_buf_used(&t->piece);
+    n = n < len ? n : len;
+    if (n)
+        memcpy(buf, pt_buf_data(&t->piece), n);
+    pt_buf_consume(&t->piece, n);
+    if (pt_buf_used(&t->piece))
+        return (ssize_t)n;
+    if (t->pulled == PT_PULL_END) {
+        *flags |= NGHTTP2_DATA_FLAG_EOF;
+        return (ssize_t)n;
+    }
+    pt_task_pull(t);
+    return n ? (ssize_t)n : NGHTTP2_ERR_DEFERRED;
+}
+
 static int submit(pt_conn *c, pt_task *t)
 {
     pt_server *s = c->srv;
@@ -82,13 +111,15 @@ static int submit(pt_conn *c, pt_task *t)
             lower[j] = (char)tolower((unsigned char)h->name[j]);
         nv[n++] = make_nv(lower, len, h->value, strlen(h->value));
     }
-    if (!no_body) {
+    if (!no_body && !r->producer.pull) {
         snprintf(clen, sizeof(clen), "%zu", r->body_len);
         nv[n++] = make_nv("content-length", 14, clen, strlen(clen));
     }
     t->sent = 0;
-    nghttp2_data_provider dp = {.source.ptr = t, .read_callback = read_body};
-    int body = !no_body && t->req.method != PT_M_HEAD && r->body_len > 0;
+    /* Without a body to send, a producer gets its done(cancelled) when the stream closes. */
+    nghttp2_data_provider dp = {.source.ptr = t,
+                                .read_callback = r->producer.pull ? read_piece : read_body};
+    int body = !no_body && t->req.method != PT_M_HEAD && (r->body_len > 0 || r->producer.pull);
     return nghttp2_submit_response(c->h2, t->stream_id, nv, n, body ? &dp : NULL);
 }
 
@@ -245,10 +276,7 @@ static int on_stream_close(nghttp2_session *ss, int32_t sid, uint32_t error_code
     if (!t)
         return 0;
     nghttp2_session_set_stream_user_data(ss, sid, NULL);
-    if (t->state == PT_TASK_QUEUED)
-        pt_task_detach(t); /* the worker's answer will be dropped */
-    else
-        pt_task_free(t);
+    pt_task_free(t); /* a worker's answer or piece for it will be dropped */
     return 0;
 }
 
@@ -327,11 +355,20 @@ static int h2_produce(pt_conn *c)
 
 static void h2_complete(pt_conn *c, pt_task *t)
 {
-    t->state = PT_TASK_SEND;
     if (submit(c, t) != 0)
         nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, t->stream_id,
                                   NGHTTP2_INTERNAL_ERROR);
     /* freed in on_stream_close once the response is out (or the stream is reset) */
+}
+
+static void h2_piece(pt_conn *c, pt_task *t)
+{
+    /* The status is out: a reset is how the client learns the body is incomplete. */
+    if (t->pulled < 0)
+        nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, t->stream_id,
+                                  NGHTTP2_INTERNAL_ERROR);
+    else
+        nghttp2_session_resume_data(c->h2, t->stream_id);
 }
 
 static void h2_eof(pt_conn *c)
@@ -368,6 +405,7 @@ const pt_proto_ops pt_http2_ops = {
     .want_read = h2_want_read,
     .produce = h2_produce,
     .complete = h2_complete,
+    .piece = h2_piece,
     .eof = h2_eof,
     .shutdown = h2_shutdown,
     .idle = h2_idle,

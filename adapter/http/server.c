@@ -124,13 +124,19 @@ static void *worker_main(void *arg)
 static void complete_one(pt_server *s, pt_task *t)
 {
     s->inflight--;
+    int job = t->state;
+    t->state = PT_TASK_SEND; /* back on the loop, with an answer or a piece to send */
     pt_conn *c = t->conn;
     const pt_slot *e = &s->slots[t->slot];
-    if (!c || e->conn != c || e->gen != t->gen || c->state == PT_CONN_CLOSED) {
+    if (!c || e->conn != c || e->gen != t->gen || c->state == PT_CONN_CLOSED ||
+        job == PT_TASK_CANCEL) {
         pt_task_free(t); /* connection or stream gone: nobody to answer */
         return;
     }
-    c->ops->complete(c, t);
+    if (job == PT_TASK_PULL)
+        c->ops->piece(c, t);
+    else
+        c->ops->complete(c, t);
     mark_dirty(s, c);
 }
 
@@ -170,26 +176,27 @@ static int start_workers(pt_server *s)
     return s->nthreads > 0 ? 0 : -1;
 }
 
+/* Called once every connection is gone, so every queued task is cancelled: workers empty
+ * the queue before they exit, skipping requests and calling producers' done. Without
+ * worker threads (never started) this thread plays their part. */
 static void stop_workers(pt_server *s)
 {
     pthread_mutex_lock(&s->wmu);
-    /* Requests nobody started are dropped: their connections are gone by now. */
-    pt_task *t = s->whead;
-    s->whead = s->wtail = NULL;
     s->wstop = 1;
     pthread_cond_broadcast(&s->wcv);
     pthread_mutex_unlock(&s->wmu);
-    while (t) {
-        pt_task *next = t->qnext;
-        s->inflight--;
-        pt_task_free(t);
-        t = next;
-    }
     for (int i = 0; i < s->nthreads; i++)
         pthread_join(s->threads[i], NULL);
     s->nthreads = 0;
     free(s->threads);
     s->threads = NULL;
+    pt_task *t = s->whead;
+    s->whead = s->wtail = NULL;
+    while (t) {
+        pt_task *next = t->qnext;
+        pt_task_work(t);
+        t = next;
+    }
     drain_completions(s);
 }
 
@@ -615,10 +622,10 @@ void pt_server_free(pt_server *s)
 {
     if (!s)
         return;
-    if (s->nthreads)
-        stop_workers(s);
     for (pt_conn *c = s->conns; c; c = c->next)
         pt_conn_close(c);
+    process_close_list(s);
+    stop_workers(s);
     process_close_list(s);
     pt_task_cache_free(s);
     if (s->lfd >= 0)

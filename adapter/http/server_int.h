@@ -17,9 +17,10 @@
  *                          tables to the connection layer (pt_server.h1_ops, h2_ops).
  *
  * Threads: one loop thread owns every socket, TLS object, nghttp2 session, connection and
- * the task lists. Workers see a task only between pt_task_dispatch() and the moment they
- * post it back; during that time they touch only task->req, task->resp, task->arena and the
- * body, and the loop touches only the task's list links and its atomic cancelled flag.
+ * the task lists. Workers see a task only while it is queued to them (pt_task_dispatch,
+ * pt_task_pull, a producer's done) and until they post it back; during that time they
+ * touch only task->req, resp, arena, body, piece and pulled, and the loop touches only the
+ * task's list links and its atomic cancelled flag. The state does not change meanwhile.
  */
 #ifndef PT_SERVER_INT_H
 #define PT_SERVER_INT_H
@@ -45,11 +46,17 @@ typedef struct pt_proto_ops pt_proto_ops;
 /* Return codes of the internal I/O helpers (not the daemon's error space). */
 enum { PT_IO_AGAIN = -1, PT_IO_ERR = -2 };
 
+/* Which side holds a task: the loop (RECV, SEND) or a worker (QUEUED, PULL, CANCEL),
+ * and for a worker what to do with it. */
 enum pt_task_state {
     PT_TASK_RECV = 0, /* headers and body arriving */
-    PT_TASK_QUEUED,   /* owned by the workers until posted back */
-    PT_TASK_SEND,     /* response being written */
+    PT_TASK_QUEUED,   /* a worker runs the dispatch callback */
+    PT_TASK_SEND,     /* response being written; no worker holds it */
+    PT_TASK_PULL,     /* a worker runs the producer's pull for the next piece */
+    PT_TASK_CANCEL,   /* a worker runs the producer's done(cancelled=1); then it is freed */
 };
+
+#define PT_PIECE_MAX (64 * 1024) /* a producer's piece, and the room that asks for one */
 
 /* One request and its response. */
 struct pt_task {
@@ -67,6 +74,11 @@ struct pt_task {
     uint64_t declared_len;  /* HTTP/2: content-length of the request, UINT64_MAX if none */
     pt_buf body;            /* kept with the cached task for reuse; cap counts in body_bytes */
     size_t sent;            /* HTTP/2: response body bytes handed to nghttp2 */
+    /* A produced body: the piece the last pull made (ceiling PT_PIECE_MAX), what that pull
+     * returned (PT_PULL_MORE, PT_PULL_END, < 0), and whether done has been called. */
+    pt_buf piece;
+    int pulled;
+    int producer_done;
     pt_arena arena;
     pt_req req;
     pt_resp resp;
@@ -87,8 +99,11 @@ struct pt_proto_ops {
     /* Called whenever the output is empty: append more (HTTP/2 frames) or note that the
      * last response has been fully written. < 0 drops the connection. */
     int (*produce)(pt_conn *c);
-    /* A worker finished t, which belongs to c. */
+    /* A worker ran the dispatch callback for t, which belongs to c. */
     void (*complete)(pt_conn *c, pt_task *t);
+    /* A worker pulled the next piece of t's produced body into t->piece (t->pulled says
+     * whether it was the last, or failed). NULL for a protocol that never asks. */
+    void (*piece)(pt_conn *c, pt_task *t);
     /* The peer closed its side. */
     void (*eof)(pt_conn *c);
     /* Stop taking requests: finish those in progress, then close (server stop, idle). */
@@ -128,15 +143,24 @@ enum pt_conn_state {
     PT_CONN_CLOSED,        /* on the close list */
 };
 
+/* One request at a time: READ -> WORK -> SEND (or STREAM -> SEND) -> READ; DEAD after an
+ * error answer. */
+enum pt_h1_phase {
+    PT_H1_READ = 0, /* parsing a request, or waiting for one */
+    PT_H1_WORK,     /* the complete request is in a worker */
+    PT_H1_SEND,     /* the whole answer is queued; once written the next request is parsed */
+    PT_H1_STREAM,   /* the answer's body is being produced, chunk by chunk */
+    PT_H1_DEAD,     /* a protocol error was answered; nothing more is read */
+};
+
 typedef struct pt_h1_state {
     http_parser parser;
     pt_task *cur;           /* request being received, processed or answered */
+    int phase;              /* enum pt_h1_phase */
     int fresh;              /* parser must be (re)initialised before the next byte */
     int in_message;         /* between message begin and message complete */
-    int busy;               /* a complete request is in a worker or being answered */
-    int sending;            /* its response has been queued for writing */
-    int dead;               /* a protocol error was answered; read nothing more */
     int keep_alive;
+    int http11;             /* the request is HTTP/1.1 or later: chunked answers allowed */
     int expect_continue;    /* "Expect: 100-continue" in the current request */
     int error_status;       /* set by a callback: answer it and close */
     /* Scratch for the URL and the current header value, which may arrive in pieces. */
@@ -243,15 +267,18 @@ struct pt_server {
 
 /* task.c (loop thread, except pt_task_work). */
 pt_task *pt_task_new(pt_conn *c, int proto);
-/* Frees a task that no worker holds (its connection's list, the cache). */
+/* The connection is done with t. A task a worker holds is detached and cancelled, and
+ * freed when it comes back; a producer that has not had its done is sent to a worker for
+ * it first; otherwise the task goes to the cache. */
 void pt_task_free(pt_task *t);
-/* Unlinks a task from its connection; a queued one is cancelled and its completion will
- * be dropped. */
-void pt_task_detach(pt_task *t);
+/* Whether a worker holds t (QUEUED, PULL, CANCEL). */
+int pt_task_in_worker(const pt_task *t);
 /* The request is complete: hands it to a worker (or answers it on the loop, on_loop). */
 void pt_task_dispatch(pt_task *t);
-/* What a worker does with a task it took from the queue: dispatch unless cancelled, then
- * post it back to the loop. */
+/* Asks a worker for the next piece of t's produced body (t is SEND, its piece consumed). */
+void pt_task_pull(pt_task *t);
+/* What a worker does with a task it took from the queue (dispatch unless cancelled, pull,
+ * done), then posts it back to the loop. */
 void pt_task_work(pt_task *t);
 /* Frees the cached tasks (server teardown). */
 void pt_task_cache_free(pt_server *s);

@@ -4,6 +4,7 @@
  * request, max_body_total for all bodies in memory at once), the cache that lets tasks be
  * reused, and the two queues between the loop and the workers (work, completions).
  */
+#include <assert.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,10 @@ pt_task *pt_task_new(pt_conn *c, int proto)
     pt_buf_reset(&t->body);
     t->body.max = s->opts.max_body;
     t->sent = 0;
+    pt_buf_reset(&t->piece);
+    t->piece.max = PT_PIECE_MAX;
+    t->pulled = PT_PULL_MORE;
+    t->producer_done = 0;
     memset(&t->req, 0, sizeof(t->req));
     t->req.method_name = "";
     t->req.path = "";
@@ -73,7 +78,13 @@ pt_task *pt_task_new(pt_conn *c, int proto)
     return t;
 }
 
-void pt_task_detach(pt_task *t)
+int pt_task_in_worker(const pt_task *t)
+{
+    return t->state == PT_TASK_QUEUED || t->state == PT_TASK_PULL ||
+           t->state == PT_TASK_CANCEL;
+}
+
+static void detach(pt_task *t)
 {
     pt_conn *c = t->conn;
     if (!c)
@@ -87,10 +98,29 @@ void pt_task_detach(pt_task *t)
     t->prev = t->next = NULL;
     t->conn = NULL;
     c->ntasks--;
-    /* A queued request whose client is gone is not worth running (a client that did not
-     * get its answer retries). */
-    if (t->state == PT_TASK_QUEUED)
-        atomic_store_explicit(&t->cancelled, 1, memory_order_relaxed);
+}
+
+/* Puts t on the workers' queue (loop thread). */
+static void enqueue(pt_server *s, pt_task *t)
+{
+    t->qnext = NULL;
+    s->inflight++;
+    pthread_mutex_lock(&s->wmu);
+    if (s->wtail)
+        s->wtail->qnext = t;
+    else
+        s->whead = t;
+    s->wtail = t;
+    pthread_cond_signal(&s->wcv);
+    pthread_mutex_unlock(&s->wmu);
+}
+
+static void producer_finish(pt_task *t, int cancelled)
+{
+    pt_producer *p = &t->resp.producer;
+    if (p->done)
+        p->done(p->ud, cancelled);
+    t->producer_done = 1;
 }
 
 /* Frees a task's body buffer and takes it off the server's body memory. */
@@ -107,6 +137,7 @@ void pt_task_cache_free(pt_server *s)
         s->cache = t->qnext;
         pt_arena_free(&t->arena);
         body_release(t);
+        pt_buf_free(&t->piece);
         free(t);
     }
 }
@@ -114,7 +145,22 @@ void pt_task_cache_free(pt_server *s)
 void pt_task_free(pt_task *t)
 {
     pt_server *s = t->srv;
-    pt_task_detach(t);
+    detach(t);
+    if (pt_task_in_worker(t)) {
+        /* A request whose client is gone is not worth running (a client that did not get
+         * its answer retries); the worker posts it back and it is freed then. */
+        atomic_store_explicit(&t->cancelled, 1, memory_order_relaxed);
+        return;
+    }
+    if (t->resp.producer.pull && !t->producer_done) {
+        if (!s->wstop) {
+            /* done() may block like pull: a worker calls it, then the task comes back. */
+            t->state = PT_TASK_CANCEL;
+            enqueue(s, t);
+            return;
+        }
+        producer_finish(t, 1); /* the workers have exited: teardown */
+    }
     pt_arena_reset(&t->arena);
     if (t->body.cap > BODY_KEEP)
         body_release(t);
@@ -126,6 +172,7 @@ void pt_task_free(pt_task *t)
     }
     pt_arena_free(&t->arena);
     body_release(t);
+    pt_buf_free(&t->piece);
     free(t);
 }
 
@@ -159,18 +206,42 @@ static void fix_resp(pt_resp *r)
         r->nheaders = 0;
     if (r->nheaders > PT_MAX_RESP_HEADERS)
         r->nheaders = PT_MAX_RESP_HEADERS;
-    if (!r->body)
+    if (!r->body || r->producer.pull)
         r->body_len = 0;
 }
 
 void pt_task_work(pt_task *t)
 {
     pt_server *s = t->srv;
-    if (!atomic_load_explicit(&t->cancelled, memory_order_relaxed)) {
-        s->fn(s->ud, &t->req, &t->resp);
-        fix_resp(&t->resp);
+    int cancelled = atomic_load_explicit(&t->cancelled, memory_order_relaxed);
+    pt_producer *p = &t->resp.producer;
+    switch (t->state) {
+    case PT_TASK_QUEUED:
+        if (!cancelled) {
+            s->fn(s->ud, &t->req, &t->resp);
+            fix_resp(&t->resp);
+        }
+        break;
+    case PT_TASK_PULL:
+        t->pulled = cancelled ? PT_EINTERNAL : p->pull(p->ud, &t->piece, PT_PIECE_MAX);
+        if (t->pulled > PT_PULL_END)
+            t->pulled = PT_EINTERNAL;
+        if (t->pulled != PT_PULL_MORE)
+            producer_finish(t, t->pulled != PT_PULL_END);
+        break;
+    case PT_TASK_CANCEL:
+        producer_finish(t, 1);
+        break;
     }
     post(s, t);
+}
+
+void pt_task_pull(pt_task *t)
+{
+    assert(t->state == PT_TASK_SEND && !t->producer_done && !pt_buf_used(&t->piece));
+    pt_buf_reset(&t->piece);
+    t->state = PT_TASK_PULL;
+    enqueue(t->srv, t);
 }
 
 void pt_task_dispatch(pt_task *t)
@@ -180,22 +251,14 @@ void pt_task_dispatch(pt_task *t)
     t->req.body = t->body.p ? pt_buf_data(&t->body) : (const uint8_t *)"";
     t->req.body_len = pt_buf_used(&t->body);
     t->req.received_ns = pt_now_ns();
-    t->qnext = NULL;
-    s->inflight++;
     if (s->on_loop && s->on_loop(s->ud, &t->req)) {
         /* Answered here; the response goes out through the completion queue like a
          * worker's, never from inside the parser callback that got us here. */
+        s->inflight++;
         pt_task_work(t);
         return;
     }
-    pthread_mutex_lock(&s->wmu);
-    if (s->wtail)
-        s->wtail->qnext = t;
-    else
-        s->whead = t;
-    s->wtail = t;
-    pthread_cond_signal(&s->wcv);
-    pthread_mutex_unlock(&s->wmu);
+    enqueue(s, t);
 }
 
 static const struct {

@@ -25,6 +25,57 @@ static uint64_t sum_bytes(const uint8_t *p, size_t n)
     return h;
 }
 
+/* /stream?n=N[&fail=K]: N bytes of a pattern, produced piece by piece; the K-th pull
+ * fails. */
+static const char pattern[] = "promtable stream\n";
+
+static struct {
+    int pulls, dones, cancelled, busy, overlap;
+} prod;
+
+typedef struct gen {
+    size_t left, pos;
+    int fail_at, npull;
+} gen;
+
+static int gen_pull(void *ud, pt_buf *out, size_t want)
+{
+    gen *g = ud;
+    if (prod.busy++)
+        prod.overlap++;
+    prod.pulls++;
+    int rv = PT_PULL_MORE;
+    if (++g->npull == g->fail_at) {
+        rv = PT_EUNAVAIL;
+    } else {
+        size_t n = g->left < want ? g->left : want;
+        for (size_t i = 0; i < n; i++, g->pos++)
+            if (pt_buf_append(out, &pattern[g->pos % (sizeof(pattern) - 1)], 1) != 0)
+                rv = PT_EINTERNAL;
+        g->left -= n;
+        if (!g->left && rv == PT_PULL_MORE)
+            rv = PT_PULL_END;
+    }
+    prod.busy--;
+    return rv;
+}
+
+static void gen_done(void *ud, int cancelled)
+{
+    (void)ud;
+    prod.dones++;
+    prod.cancelled += cancelled;
+}
+
+/* Whether p holds the pattern's bytes from offset off on. */
+static int is_pattern(const uint8_t *p, size_t n, size_t off)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != (uint8_t)pattern[(off + i) % (sizeof(pattern) - 1)])
+            return 0;
+    return 1;
+}
+
 static void handler(void *ud, pt_req *req, pt_resp *resp)
 {
     (void)ud;
@@ -32,6 +83,15 @@ static void handler(void *ud, pt_req *req, pt_resp *resp)
     seen.last_body_len = req->body_len;
     seen.last_body_sum = sum_bytes(req->body, req->body_len);
     resp->content_type = "text/plain";
+    if (strcmp(req->path, "/stream") == 0) {
+        gen *g = pt_arena_alloc(req->arena, sizeof(*g));
+        memset(g, 0, sizeof(*g));
+        const char *f = strstr(req->query, "fail=");
+        g->left = strtoul(req->query + 2, NULL, 10);
+        g->fail_at = f ? atoi(f + 5) : 0;
+        resp->producer = (pt_producer){gen_pull, gen_done, g};
+        return;
+    }
     if (strcmp(req->path, "/echo") == 0) {
         resp->body = req->body;
         resp->body_len = req->body_len;
@@ -640,6 +700,220 @@ static void h2_goaway(void)
     teardown(s, &out);
 }
 
+/* ----------------------------------------------------------------- produced bodies */
+
+static void prod_reset(void)
+{
+    memset(&prod, 0, sizeof(prod));
+}
+
+/* Decodes a chunked body from p; the bytes in out, the end of the last chunk (just past
+ * "0\r\n\r\n") or NULL if the body is not complete and well formed. */
+static const char *dechunk(const char *p, pt_buf *out)
+{
+    for (;;) {
+        char *end;
+        unsigned long n = strtoul(p, &end, 16);
+        if (end == p || strncmp(end, "\r\n", 2) != 0)
+            return NULL;
+        p = end + 2;
+        if (n == 0)
+            return strncmp(p, "\r\n", 2) == 0 ? p + 2 : NULL;
+        if (strlen(p) < n + 2 || strncmp(p + n, "\r\n", 2) != 0)
+            return NULL;
+        pt_buf_append(out, p, n);
+        p += n + 2;
+    }
+}
+
+static void h1_produced(void)
+{
+    pt_server *s = server(1 << 20, 8192);
+    pt_conn *c = s ? conn(s) : NULL;
+    pt_buf out = PT_BUF_INIT(0), body = PT_BUF_INIT(0);
+    if (!c)
+        return;
+    prod_reset();
+    put_str(c, "GET /stream?n=150000 HTTP/1.1\r\nHost: a\r\n\r\n");
+    pump(c, &out, 0);
+    work(s); /* the handler */
+    pump(c, &out, 0);
+    const char *r = text(&out);
+    ok(strstr(r, "\r\nTransfer-Encoding: chunked\r\n") && !strstr(r, "Content-Length"),
+       "produced body over HTTP/1.1: chunked, no Content-Length");
+    is(queued(s), 1, "... one pull asked for");
+    is(c->state, PT_CONN_OPEN, "... nothing more until it comes");
+    int max_queued = 0;
+    for (int i = 0; i < 10 && queued(s); i++) {
+        max_queued = queued(s) > max_queued ? queued(s) : max_queued;
+        work(s);
+        pump(c, &out, 0);
+    }
+    is(max_queued, 1, "at most one piece in flight");
+    r = text(&out);
+    const char *b = strstr(r, "\r\n\r\n");
+    const char *end = b ? dechunk(b + 4, &body) : NULL;
+    ok(end && *end == '\0', "the chunks and the terminating 0 chunk are well formed");
+    ok(body.len == 150000 && is_pattern(body.p, body.len, 0), "... and carry every byte");
+    is(prod.pulls, 3, "three pulls of at most 64 KiB");
+    ok(prod.dones == 1 && prod.cancelled == 0, "done called once, not cancelled");
+    is(prod.overlap, 0, "never two pulls at once");
+
+    pt_buf_reset(&out);
+    put_str(c, "GET /a HTTP/1.1\r\nHost: a\r\n\r\n");
+    pump(c, &out, 1);
+    ok(strstr(text(&out), "\r\n\r\n/a") != NULL, "keep-alive: the next request is answered");
+
+    /* An HTTP/1.0 client cannot read chunks: the body ends with the connection. */
+    prod_reset();
+    pt_buf_reset(&out);
+    pt_conn *c10 = h1_one(s, "GET /stream?n=40 HTTP/1.0\r\n\r\n", &out);
+    r = text(&out);
+    b = strstr(r, "\r\n\r\n");
+    ok(!strstr(r, "chunked") && strstr(r, "Connection: close") && b && strlen(b + 4) == 40 &&
+           is_pattern((const uint8_t *)b + 4, 40, 0),
+       "HTTP/1.0: the bytes as they are, then close");
+    ok(c10 && c10->state == PT_CONN_CLOSE && prod.dones == 1 && !prod.cancelled,
+       "... closing once done");
+
+    prod_reset();
+    pt_buf_reset(&out);
+    h1_one(s, "HEAD /stream?n=40 HTTP/1.1\r\nHost: a\r\n\r\n", &out);
+    r = text(&out);
+    ok(strstr(r, "chunked") && strstr(r, "\r\n\r\n")[4] == '\0', "HEAD: headers only");
+    teardown(s, &out);
+    ok(prod.pulls == 0 && prod.dones == 1 && prod.cancelled == 1,
+       "... the producer is never pulled, and done(cancelled) once");
+    pt_buf_free(&body);
+}
+
+static void h1_produced_cancel(void)
+{
+    pt_server *s = server(1 << 20, 8192);
+    pt_buf out = PT_BUF_INIT(0);
+    if (!s)
+        return;
+    prod_reset();
+    pt_conn *c = conn(s);
+    put_str(c, "GET /stream?n=1000000 HTTP/1.1\r\nHost: a\r\n\r\n");
+    pump(c, &out, 0);
+    work(s);
+    pump(c, &out, 0);
+    work(s);
+    pump(c, &out, 0);
+    is(queued(s), 1, "close mid-stream: a pull is in flight");
+    pt_conn_close(c); /* the client went away */
+    process_close_list(s);
+    work(s);
+    ok(prod.dones == 1 && prod.cancelled == 1, "... done(cancelled=1), once");
+    is(prod.pulls, 1, "... and the cancelled pull was not run");
+
+    prod_reset();
+    pt_buf_reset(&out);
+    c = h1_one(s, "GET /stream?n=1000000&fail=2 HTTP/1.1\r\nHost: a\r\n\r\n", &out);
+    const char *r = text(&out);
+    ok(strncmp(r, "HTTP/1.1 200", 12) == 0 && !strstr(r, "\r\n0\r\n\r\n"),
+       "a failing pull: the body is cut, without the last chunk");
+    is(c ? c->state : -1, PT_CONN_CLOSE, "... and the connection closes");
+    ok(prod.dones == 1 && prod.cancelled == 1, "... done(cancelled=1), once");
+    teardown(s, &out);
+    is(prod.dones, 1, "no second done at teardown");
+}
+
+static void h2_produced(void)
+{
+    pt_server *s = server(1 << 20, 8192);
+    pt_buf out = PT_BUF_INIT(0);
+    h2client cl;
+    if (!s || client_new(&cl, 0) != 0)
+        return;
+    prod_reset();
+    pt_conn *c = conn(s);
+    int32_t sid = request(&cl, "GET", "/stream?n=300000", NULL, 0);
+    exchange(&cl, c, &out, 1);
+    pt_buf *d = &cl.data[slot_of(sid)];
+    is(cl.status[slot_of(sid)], 200, "h2 produced body: 200");
+    ok(d->len == 300000 && is_pattern(d->p, d->len, 0), "... every byte, in DATA frames");
+    ok(cl.closed[slot_of(sid)] && !cl.close_error[slot_of(sid)], "... then END_STREAM");
+    ok(prod.pulls == 5 && prod.dones == 1 && !prod.cancelled && !prod.overlap,
+       "... five pulls, one at a time, one done");
+    client_free(&cl);
+
+    /* A 1000-byte window: the server sends what it allows, and waits. */
+    prod_reset();
+    if (client_new(&cl, 1000) != 0)
+        return;
+    pt_conn *c2 = conn(s);
+    sid = request(&cl, "GET", "/stream?n=5000", NULL, 0);
+    exchange(&cl, c2, &out, 1);
+    d = &cl.data[slot_of(sid)];
+    is(d->len, 1000, "a small window: only the window's worth is sent");
+    ok(!cl.closed[slot_of(sid)] && prod.pulls == 1, "... the rest waits, no more pulled");
+    int grants = 0;
+    while (!cl.closed[slot_of(sid)] && grants < 10) {
+        nghttp2_submit_window_update(cl.ss, NGHTTP2_FLAG_NONE, sid, 1000);
+        exchange(&cl, c2, &out, 1);
+        grants++;
+        if (grants == 1)
+            is(d->len, 2000, "... each WINDOW_UPDATE lets as much through");
+    }
+    ok(d->len == 5000 && is_pattern(d->p, d->len, 0) && grants == 4,
+       "... the whole body after four updates");
+    ok(prod.dones == 1 && !prod.cancelled, "... and one done");
+    client_free(&cl);
+    teardown(s, &out);
+}
+
+static void h2_produced_cancel(void)
+{
+    pt_server *s = server(1 << 20, 8192);
+    pt_buf out = PT_BUF_INIT(0);
+    h2client cl;
+    if (!s || client_new(&cl, 1000) != 0)
+        return;
+    prod_reset();
+    pt_conn *c = conn(s);
+    int32_t sid = request(&cl, "GET", "/stream?n=1000000", NULL, 0);
+    exchange(&cl, c, &out, 1);
+    ok(cl.data[slot_of(sid)].len == 1000 && prod.dones == 0,
+       "RST_STREAM mid-stream: the stream waits on its window");
+    nghttp2_submit_rst_stream(cl.ss, NGHTTP2_FLAG_NONE, sid, NGHTTP2_CANCEL);
+    exchange(&cl, c, &out, 1);
+    ok(prod.dones == 1 && prod.cancelled == 1, "... done(cancelled=1), once");
+    is(pt_buf_used(&out), 0, "... and nothing more is sent for it");
+
+    /* GOAWAY, then the connection closes, with a pull in flight. */
+    prod_reset();
+    sid = request(&cl, "GET", "/stream?n=1000000", NULL, 0);
+    exchange(&cl, c, &out, 0);
+    work(s);
+    exchange(&cl, c, &out, 0);
+    is(queued(s), 1, "GOAWAY and close mid-stream: a pull in flight");
+    nghttp2_submit_goaway(cl.ss, NGHTTP2_FLAG_NONE, 0, NGHTTP2_NO_ERROR, NULL, 0);
+    exchange(&cl, c, &out, 0);
+    pt_conn_close(c);
+    process_close_list(s);
+    work(s);
+    ok(prod.dones == 1 && prod.cancelled == 1, "... done(cancelled=1), once");
+    client_free(&cl);
+
+    /* A failing pull resets the stream. */
+    prod_reset();
+    if (client_new(&cl, 0) != 0)
+        return;
+    pt_conn *c2 = conn(s);
+    sid = request(&cl, "GET", "/stream?n=1000000&fail=2", NULL, 0);
+    int32_t other = request(&cl, "GET", "/b", NULL, 0);
+    exchange(&cl, c2, &out, 1);
+    ok(cl.closed[slot_of(sid)] && cl.close_error[slot_of(sid)] == NGHTTP2_INTERNAL_ERROR,
+       "a failing pull: RST_STREAM(INTERNAL_ERROR)");
+    is(cl.status[slot_of(other)], 200, "... the other stream is answered");
+    ok(prod.dones == 1 && prod.cancelled == 1, "... done(cancelled=1), once");
+    client_free(&cl);
+    teardown(s, &out);
+    is(prod.dones, 1, "no second done at teardown");
+}
+
 int main(void)
 {
     h1_framing();
@@ -650,5 +924,9 @@ int main(void)
     h2_flow_control();
     h2_reset();
     h2_goaway();
+    h1_produced();
+    h1_produced_cancel();
+    h2_produced();
+    h2_produced_cancel();
     return done_testing();
 }
