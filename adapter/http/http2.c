@@ -35,6 +35,9 @@ static nghttp2_nv make_nv(const char *name, size_t nlen, const char *value, size
     return nv;
 }
 
+/* Hands nghttp2 the next bytes of t's body: from the handler's buffer, or from the piece a
+ * worker pulled. When a produced body's piece runs dry, asks a worker for the next one and
+ * defers the stream until it comes (h2_piece resumes it). */
 static ssize_t read_body(nghttp2_session *ss, int32_t sid, uint8_t *buf, size_t len,
                          uint32_t *flags, nghttp2_data_source *src, void *ud)
 {
@@ -42,37 +45,23 @@ static ssize_t read_body(nghttp2_session *ss, int32_t sid, uint8_t *buf, size_t 
     (void)sid;
     (void)ud;
     pt_task *t = src->ptr;
-    size_t left = t->resp.body_len - t->sent;
+    int produced = t->resp.producer.pull != NULL;
+    if (produced && t->state == PT_TASK_PULL)
+        return NGHTTP2_ERR_DEFERRED;
+    if (produced && t->pulled < 0)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* resets the stream */
+    const uint8_t *p = produced ? pt_buf_data(&t->piece) : t->resp.body + t->sent;
+    size_t left = produced ? pt_buf_used(&t->piece) : t->resp.body_len - t->sent;
     size_t n = left < len ? left : len;
     if (n)
-        memcpy(buf, t->resp.body + t->sent, n);
-    t->sent += n;
-    if (t->sent == t->resp.body_len)
-        *flags |= NGHTTP2_DATA_FLAG_EOF;
-    return (ssize_t)n;
-}
-
-/* A produced body: hands over what the piece holds; when it runs dry, asks a worker for the
- * next one and defers the stream until it comes (h2_piece resumes it). */
-static ssize_t read_piece(nghttp2_session *ss, int32_t sid, uint8_t *buf, size_t len,
-                          uint32_t *flags, nghttp2_data_source *src, void *ud)
-{
-    (void)ss;
-    (void)sid;
-    (void)ud;
-    pt_task *t = src->ptr;
-    if (t->state == PT_TASK_PULL)
-        return NGHTTP2_ERR_DEFERRED;
-    if (t->pulled < 0)
-        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* resets the stream */
-    size_t n = pt_buf_used(&t->piece);
-    n = n < len ? n : len;
-    if (n)
-        memcpy(buf, pt_buf_data(&t->piece), n);
-    pt_buf_consume(&t->piece, n);
-    if (pt_buf_used(&t->piece))
+        memcpy(buf, p, n);
+    if (produced)
+        pt_buf_consume(&t->piece, n);
+    else
+        t->sent += n;
+    if (n < left)
         return (ssize_t)n;
-    if (t->pulled == PT_PULL_END) {
+    if (!produced || t->pulled == PT_PULL_END) {
         *flags |= NGHTTP2_DATA_FLAG_EOF;
         return (ssize_t)n;
     }
@@ -117,8 +106,7 @@ static int submit(pt_conn *c, pt_task *t)
     }
     t->sent = 0;
     /* Without a body to send, a producer gets its done(cancelled) when the stream closes. */
-    nghttp2_data_provider dp = {.source.ptr = t,
-                                .read_callback = r->producer.pull ? read_piece : read_body};
+    nghttp2_data_provider dp = {.source.ptr = t, .read_callback = read_body};
     int body = !no_body && t->req.method != PT_M_HEAD && (r->body_len > 0 || r->producer.pull);
     return nghttp2_submit_response(c->h2, t->stream_id, nv, n, body ? &dp : NULL);
 }

@@ -176,6 +176,18 @@ static int start_workers(pt_server *s)
     return s->nthreads > 0 ? 0 : -1;
 }
 
+/* Plays the workers on this thread for every task queued to them (none are running). */
+static void run_queue(pt_server *s)
+{
+    pt_task *t = s->whead;
+    s->whead = s->wtail = NULL;
+    while (t) {
+        pt_task *next = t->qnext;
+        pt_task_work(t);
+        t = next;
+    }
+}
+
 /* Called once every connection is gone, so every queued task is cancelled: workers empty
  * the queue before they exit, skipping requests and calling producers' done. Without
  * worker threads (never started) this thread plays their part. */
@@ -190,13 +202,7 @@ static void stop_workers(pt_server *s)
     s->nthreads = 0;
     free(s->threads);
     s->threads = NULL;
-    pt_task *t = s->whead;
-    s->whead = s->wtail = NULL;
-    while (t) {
-        pt_task *next = t->qnext;
-        pt_task_work(t);
-        t = next;
-    }
+    run_queue(s);
     drain_completions(s);
 }
 

@@ -127,14 +127,8 @@ static int queued(const pt_server *s)
  * (without driving the connections: pump() does that). The number of completions. */
 static int work(pt_server *s)
 {
-    pt_task *t = s->whead;
-    s->whead = s->wtail = NULL;
-    while (t) {
-        pt_task *next = t->qnext;
-        pt_task_work(t);
-        t = next;
-    }
-    t = s->chead;
+    run_queue(s);
+    pt_task *t = s->chead;
     s->chead = s->ctail = NULL;
     s->csignaled = 0;
     int n = 0;
@@ -510,6 +504,14 @@ static void client_free(h2client *cl)
         pt_buf_free(&cl->data[i]);
 }
 
+/* A new client and a connection for it to talk to; NULL on failure. */
+static pt_conn *h2_open(pt_server *s, h2client *cl, int32_t window)
+{
+    if (!s || client_new(cl, window) != 0)
+        return NULL;
+    return conn(s);
+}
+
 static int32_t request(h2client *cl, const char *method, const char *path, const void *body,
                        size_t len)
 {
@@ -561,9 +563,9 @@ static void h2_basics(void)
     pt_server *s = server(1 << 20, 8192);
     pt_buf out = PT_BUF_INIT(0);
     h2client cl;
-    if (!s || client_new(&cl, 0) != 0)
+    pt_conn *c = h2_open(s, &cl, 0);
+    if (!c)
         return;
-    pt_conn *c = conn(s);
     int32_t sid = request(&cl, "POST", "/echo", "hello", 5);
     exchange(&cl, c, &out, 1);
     ok(c->ops == &pt_http2_ops, "h2: the preface selects HTTP/2");
@@ -593,11 +595,11 @@ static void h2_flow_control(void)
     pt_buf out = PT_BUF_INIT(0);
     h2client cl;
     uint8_t *body = malloc(big);
-    if (!s || !body || client_new(&cl, 0) != 0)
+    pt_conn *c = h2_open(s, &cl, 0);
+    if (!c || !body)
         return;
     for (size_t i = 0; i < big; i++)
         body[i] = (uint8_t)(i * 7 + (i >> 13));
-    pt_conn *c = conn(s);
     int calls = seen.calls;
     request(&cl, "POST", "/sum", body, big);
 
@@ -626,9 +628,9 @@ static void h2_reset(void)
     pt_server *s = server(1 << 20, 8192);
     pt_buf out = PT_BUF_INIT(0);
     h2client cl;
-    if (!s || client_new(&cl, 0) != 0)
+    pt_conn *c = h2_open(s, &cl, 0);
+    if (!c)
         return;
-    pt_conn *c = conn(s);
     int calls = seen.calls;
     int32_t sid = request(&cl, "GET", "/x", NULL, 0);
     exchange(&cl, c, &out, 0);
@@ -665,9 +667,9 @@ static void h2_goaway(void)
     pt_server *s = server(1 << 20, 8192);
     pt_buf out = PT_BUF_INIT(0);
     h2client cl;
-    if (!s || client_new(&cl, 0) != 0)
+    pt_conn *c = h2_open(s, &cl, 0);
+    if (!c)
         return;
-    pt_conn *c = conn(s);
     int32_t sid = request(&cl, "GET", "/inflight", NULL, 0);
     exchange(&cl, c, &out, 0);
     c->ops->shutdown(c); /* the server stops */
@@ -679,9 +681,9 @@ static void h2_goaway(void)
     client_free(&cl);
 
     /* The client's GOAWAY ends the session too. */
-    if (client_new(&cl, 0) != 0)
+    pt_conn *c2 = h2_open(s, &cl, 0);
+    if (!c2)
         return;
-    pt_conn *c2 = conn(s);
     request(&cl, "GET", "/a", NULL, 0);
     exchange(&cl, c2, &out, 1);
     nghttp2_submit_goaway(cl.ss, NGHTTP2_FLAG_NONE, 0, NGHTTP2_NO_ERROR, NULL, 0);
@@ -825,10 +827,10 @@ static void h2_produced(void)
     pt_server *s = server(1 << 20, 8192);
     pt_buf out = PT_BUF_INIT(0);
     h2client cl;
-    if (!s || client_new(&cl, 0) != 0)
+    pt_conn *c = h2_open(s, &cl, 0);
+    if (!c)
         return;
     prod_reset();
-    pt_conn *c = conn(s);
     int32_t sid = request(&cl, "GET", "/stream?n=300000", NULL, 0);
     exchange(&cl, c, &out, 1);
     pt_buf *d = &cl.data[slot_of(sid)];
@@ -841,9 +843,9 @@ static void h2_produced(void)
 
     /* A 1000-byte window: the server sends what it allows, and waits. */
     prod_reset();
-    if (client_new(&cl, 1000) != 0)
+    pt_conn *c2 = h2_open(s, &cl, 1000);
+    if (!c2)
         return;
-    pt_conn *c2 = conn(s);
     sid = request(&cl, "GET", "/stream?n=5000", NULL, 0);
     exchange(&cl, c2, &out, 1);
     d = &cl.data[slot_of(sid)];
@@ -869,10 +871,10 @@ static void h2_produced_cancel(void)
     pt_server *s = server(1 << 20, 8192);
     pt_buf out = PT_BUF_INIT(0);
     h2client cl;
-    if (!s || client_new(&cl, 1000) != 0)
+    pt_conn *c = h2_open(s, &cl, 1000);
+    if (!c)
         return;
     prod_reset();
-    pt_conn *c = conn(s);
     int32_t sid = request(&cl, "GET", "/stream?n=1000000", NULL, 0);
     exchange(&cl, c, &out, 1);
     ok(cl.data[slot_of(sid)].len == 1000 && prod.dones == 0,
@@ -899,9 +901,9 @@ static void h2_produced_cancel(void)
 
     /* A failing pull resets the stream. */
     prod_reset();
-    if (client_new(&cl, 0) != 0)
+    pt_conn *c2 = h2_open(s, &cl, 0);
+    if (!c2)
         return;
-    pt_conn *c2 = conn(s);
     sid = request(&cl, "GET", "/stream?n=1000000&fail=2", NULL, 0);
     int32_t other = request(&cl, "GET", "/b", NULL, 0);
     exchange(&cl, c2, &out, 1);
