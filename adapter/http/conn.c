@@ -177,12 +177,6 @@ static int detect_produce(pt_conn *c)
     return 0;
 }
 
-static void detect_complete(pt_conn *c, pt_task *t)
-{
-    (void)c;
-    pt_task_free(t);
-}
-
 static void detect_eof(pt_conn *c)
 {
     pt_conn_close(c);
@@ -205,8 +199,8 @@ static const pt_proto_ops detect_ops = {
     .input = detect_input,
     .want_read = detect_want_read,
     .produce = detect_produce,
-    .complete = detect_complete,
-    .piece = NULL, /* never asks for one */
+    .complete = NULL, /* never has a task */
+    .piece = NULL,
     .eof = detect_eof,
     .shutdown = detect_shutdown,
     .idle = detect_idle,

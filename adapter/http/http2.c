@@ -50,11 +50,10 @@ static ssize_t read_body(nghttp2_session *ss, int32_t sid, uint8_t *buf, size_t 
         return NGHTTP2_ERR_DEFERRED;
     if (produced && t->pulled < 0)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* resets the stream */
-    const uint8_t *p = produced ? pt_buf_data(&t->piece) : t->resp.body + t->sent;
     size_t left = produced ? pt_buf_used(&t->piece) : t->resp.body_len - t->sent;
     size_t n = left < len ? left : len;
-    if (n)
-        memcpy(buf, p, n);
+    if (n) /* an empty piece may have no memory yet: no pointer into it */
+        memcpy(buf, produced ? pt_buf_data(&t->piece) : t->resp.body + t->sent, n);
     if (produced)
         pt_buf_consume(&t->piece, n);
     else

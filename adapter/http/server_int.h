@@ -66,7 +66,7 @@ struct pt_task {
     pt_task *prev, *next;   /* the connection's task list (loop thread only) */
     uint32_t slot, gen;     /* which connection, checked when a worker posts the task back */
     int32_t stream_id;      /* HTTP/2 stream; 0 for HTTP/1 */
-    int state;              /* enum pt_task_state; loop thread only */
+    int state;              /* enum pt_task_state; written by the loop only */
     atomic_int cancelled;   /* set by the loop when nobody waits for the answer any more */
     int early_status;       /* answer this without calling dispatch (413, 431) */
     int rejected;           /* HTTP/2: the early answer has been submitted */
@@ -85,8 +85,9 @@ struct pt_task {
 };
 
 /*
- * A protocol spoken on a connection. The server's drive loop calls these; none of them does
- * socket I/O itself — they consume bytes handed in and append to the connection's output.
+ * A protocol spoken on a connection. The connection layer calls these (the loop calls
+ * complete and piece); none of them does socket I/O itself: they consume bytes handed in
+ * and append to the connection's output.
  */
 struct pt_proto_ops {
     const char *name;
@@ -99,7 +100,8 @@ struct pt_proto_ops {
     /* Called whenever the output is empty: append more (HTTP/2 frames) or note that the
      * last response has been fully written. < 0 drops the connection. */
     int (*produce)(pt_conn *c);
-    /* A worker ran the dispatch callback for t, which belongs to c. */
+    /* A worker ran the dispatch callback for t, which belongs to c. NULL for a protocol
+     * that never makes a task. */
     void (*complete)(pt_conn *c, pt_task *t);
     /* A worker pulled the next piece of t's produced body into t->piece (t->pulled says
      * whether it was the last, or failed). NULL for a protocol that never asks. */
