@@ -5,6 +5,7 @@
  * Threading: the server's event loop parses requests; a complete request (headers + whole
  * body) is handed to a worker thread which calls the dispatch callback; the response goes
  * back to the loop through a queue and a wakeup fd. Handlers may block (storage calls).
+ * A response body may also be produced piece by piece on workers (pt_producer).
  */
 #ifndef PT_HTTP_H
 #define PT_HTTP_H
@@ -13,6 +14,7 @@
 #include <stdint.h>
 
 #include "arena.h"
+#include "buf.h"
 
 enum pt_method { PT_M_OTHER = 0, PT_M_GET, PT_M_HEAD, PT_M_POST, PT_M_PUT, PT_M_DELETE };
 
@@ -45,6 +47,41 @@ typedef struct pt_resp_header {
     const char *value;
 } pt_resp_header;
 
+/*
+ * A response body produced piece by piece, for a body the handler has not finished
+ * computing when it returns (the shape of nghttp2's data provider and h2o's generators).
+ * The handler sets resp->producer.pull instead of resp->body; the server then asks for the
+ * body one piece at a time, whenever the connection (HTTP/1.1) or the stream's flow-control
+ * window (HTTP/2) has room, and sends it as HTTP/1.1 chunks (an HTTP/1.0 client: until the
+ * connection closes) or HTTP/2 DATA frames, without a Content-Length.
+ *
+ * pull(ud, out, want): on a worker thread; it may block (storage calls). Appends at most
+ *   want bytes to out, which is empty on entry, belongs to the server, is valid only during
+ *   the call and refuses more than want. Returns PT_PULL_MORE, PT_PULL_END when this piece
+ *   (possibly empty) is the last, or a negative error code: the status line is out by then,
+ *   so the response is cut (HTTP/1.1: connection closed without the last chunk; HTTP/2:
+ *   RST_STREAM(INTERNAL_ERROR)) and the client sees an incomplete body. An empty piece
+ *   with PT_PULL_MORE is pulled again at once.
+ * done(ud, cancelled): called exactly once, after which the server never uses ud again.
+ *   cancelled = 0 right after pull returned PT_PULL_END; 1 when the body will not be
+ *   completed: the client disconnected, reset the stream or sent GOAWAY past it, the server
+ *   stopped, pull failed, or the response has no body (HEAD, 1xx, 204, 304). It runs on a
+ *   worker thread too (only at the very end of pt_server_run, after the workers exited, on
+ *   the thread that ran the loop). May be NULL.
+ *
+ * Never two calls at once for one producer, and at most one piece in flight per response,
+ * so memory stays bounded whatever the body's size. The calls for one producer may come
+ * from different workers; the server orders them (each happens after the previous one
+ * returned). ud, and req->arena with everything in it, stay valid until done has returned.
+ */
+enum { PT_PULL_MORE = 0, PT_PULL_END = 1 };
+
+typedef struct pt_producer {
+    int (*pull)(void *ud, pt_buf *out, size_t want);
+    void (*done)(void *ud, int cancelled);
+    void *ud;
+} pt_producer;
+
 typedef struct pt_resp {
     int status;                   /* defaults to 200 */
     const char *content_type;     /* NULL: none sent */
@@ -52,9 +89,10 @@ typedef struct pt_resp {
     pt_resp_header headers[PT_MAX_RESP_HEADERS];
     int nheaders;
     /* Body: must stay valid until the response has been sent; allocate it from
-     * req->arena (or point at static data). */
+     * req->arena (or point at static data). Ignored when producer.pull is set. */
     const uint8_t *body;
     size_t body_len;
+    pt_producer producer; /* optional: a body produced piece by piece (see above) */
 } pt_resp;
 
 /* Called on a worker thread for every complete request (or on the event loop thread, when

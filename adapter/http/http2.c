@@ -6,7 +6,8 @@
  * to max_body; END_STREAM hands it to a worker, so many streams of one connection run in
  * parallel. The stream's user data is the task. A request over a limit is answered early
  * (413/431) without dispatch; once that answer is out, the rest of a large upload is cut
- * with RST_STREAM(NO_ERROR).
+ * with RST_STREAM(NO_ERROR). A produced body is read through a data provider that defers
+ * until a worker has pulled the next piece, so it goes out under flow control.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -34,6 +35,9 @@ static nghttp2_nv make_nv(const char *name, size_t nlen, const char *value, size
     return nv;
 }
 
+/* Hands nghttp2 the next bytes of t's body: from the handler's buffer, or from the piece a
+ * worker pulled. When a produced body's piece runs dry, asks a worker for the next one and
+ * defers the stream until it comes (h2_piece resumes it). */
 static ssize_t read_body(nghttp2_session *ss, int32_t sid, uint8_t *buf, size_t len,
                          uint32_t *flags, nghttp2_data_source *src, void *ud)
 {
@@ -41,14 +45,27 @@ static ssize_t read_body(nghttp2_session *ss, int32_t sid, uint8_t *buf, size_t 
     (void)sid;
     (void)ud;
     pt_task *t = src->ptr;
-    size_t left = t->resp.body_len - t->sent;
+    int produced = t->resp.producer.pull != NULL;
+    if (produced && t->state == PT_TASK_PULL)
+        return NGHTTP2_ERR_DEFERRED;
+    if (produced && t->pulled < 0)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* resets the stream */
+    size_t left = produced ? pt_buf_used(&t->piece) : t->resp.body_len - t->sent;
     size_t n = left < len ? left : len;
-    if (n)
-        memcpy(buf, t->resp.body + t->sent, n);
-    t->sent += n;
-    if (t->sent == t->resp.body_len)
+    if (n) /* an empty piece may have no memory yet: no pointer into it */
+        memcpy(buf, produced ? pt_buf_data(&t->piece) : t->resp.body + t->sent, n);
+    if (produced)
+        pt_buf_consume(&t->piece, n);
+    else
+        t->sent += n;
+    if (n < left)
+        return (ssize_t)n;
+    if (!produced || t->pulled == PT_PULL_END) {
         *flags |= NGHTTP2_DATA_FLAG_EOF;
-    return (ssize_t)n;
+        return (ssize_t)n;
+    }
+    pt_task_pull(t);
+    return n ? (ssize_t)n : NGHTTP2_ERR_DEFERRED;
 }
 
 static int submit(pt_conn *c, pt_task *t)
@@ -64,14 +81,14 @@ static int submit(pt_conn *c, pt_task *t)
     nv[n++] = make_nv(":status", 7, status, strlen(status));
     if (s->date_len > 8)
         nv[n++] = make_nv("date", 4, s->date_line + 6, s->date_len - 8);
-    if (r->content_type && pt_server_header_ok("content-type", r->content_type))
+    if (r->content_type && pt_task_header_ok("content-type", r->content_type))
         nv[n++] = make_nv("content-type", 12, r->content_type, strlen(r->content_type));
-    if (r->content_encoding && pt_server_header_ok("content-encoding", r->content_encoding))
+    if (r->content_encoding && pt_task_header_ok("content-encoding", r->content_encoding))
         nv[n++] = make_nv("content-encoding", 16, r->content_encoding,
                           strlen(r->content_encoding));
     for (int i = 0; i < r->nheaders; i++) {
         const pt_resp_header *h = &r->headers[i];
-        if (!pt_server_header_ok(h->name, h->value))
+        if (!pt_task_header_ok(h->name, h->value))
             continue;
         /* HTTP/2 field names are lowercase (RFC 9113 8.2.1). */
         size_t len = strlen(h->name);
@@ -82,20 +99,21 @@ static int submit(pt_conn *c, pt_task *t)
             lower[j] = (char)tolower((unsigned char)h->name[j]);
         nv[n++] = make_nv(lower, len, h->value, strlen(h->value));
     }
-    if (!no_body) {
+    if (!no_body && !r->producer.pull) {
         snprintf(clen, sizeof(clen), "%zu", r->body_len);
         nv[n++] = make_nv("content-length", 14, clen, strlen(clen));
     }
     t->sent = 0;
+    /* Without a body to send, a producer gets its done(cancelled) when the stream closes. */
     nghttp2_data_provider dp = {.source.ptr = t, .read_callback = read_body};
-    int body = !no_body && t->req.method != PT_M_HEAD && r->body_len > 0;
+    int body = !no_body && t->req.method != PT_M_HEAD && (r->body_len > 0 || r->producer.pull);
     return nghttp2_submit_response(c->h2, t->stream_id, nv, n, body ? &dp : NULL);
 }
 
 /* Answers a stream that broke a limit, without dispatching it. */
 static void reject(pt_conn *c, pt_task *t)
 {
-    const char *msg = pt_server_status_text(t->early_status);
+    const char *msg = pt_task_status_text(t->early_status);
     t->rejected = 1;
     t->state = PT_TASK_SEND;
     t->resp.status = t->early_status;
@@ -116,12 +134,12 @@ static int on_begin_headers(nghttp2_session *ss, const nghttp2_frame *f, void *u
     pt_conn *c = ud;
     if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
-    pt_task *t = pt_server_task_new(c, PT_PROTO_HTTP2);
+    pt_task *t = pt_task_new(c, PT_PROTO_HTTP2);
     if (!t)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* resets just this stream */
     t->stream_id = f->hd.stream_id;
     if (nghttp2_session_set_stream_user_data(ss, t->stream_id, t) != 0) {
-        pt_server_task_free(t);
+        pt_task_free(t);
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     }
     return 0;
@@ -160,14 +178,14 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *f, const uint8_t 
     const char *n = (const char *)name, *v = (const char *)value;
     if (nlen && n[0] == ':') {
         if (nlen == 7 && memcmp(n, ":method", 7) == 0) {
-            t->req.method = pt_server_method(v, vlen);
+            t->req.method = pt_task_method(v, vlen);
             char *m = pt_arena_strndup(&t->arena, v, vlen);
             if (!m)
                 t->early_status = 500;
             else
                 t->req.method_name = m;
         } else if (nlen == 5 && memcmp(n, ":path", 5) == 0) {
-            if (pt_server_req_target(t, v, vlen) < 0)
+            if (pt_task_req_target(t, v, vlen) < 0)
                 t->early_status = 500;
         }
         return 0;
@@ -179,11 +197,11 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *f, const uint8_t 
             if (len > c->srv->opts.max_body)
                 t->early_status = 413; /* refused before a byte of body is read */
             else
-                pt_server_body_reserve(t, len);
+                pt_task_body_reserve(t, len);
         }
         return 0;
     }
-    if (pt_server_req_header(t, n, nlen, v, vlen) < 0)
+    if (pt_task_req_header(t, n, nlen, v, vlen) < 0)
         t->early_status = 500;
     return 0;
 }
@@ -196,7 +214,7 @@ static int on_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t sid, const 
     pt_task *t = stream_task(ss, sid);
     if (!t || t->early_status || t->state != PT_TASK_RECV)
         return 0; /* discarded; nghttp2 still credits the flow-control window */
-    int rv = pt_server_body_append(t, data, len);
+    int rv = pt_task_body_append(t, data, len);
     if (rv < 0)
         t->early_status = pt_error_http_status(rv);
     return 0;
@@ -215,7 +233,7 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
         return 0;
     }
     if (f->hd.flags & NGHTTP2_FLAG_END_STREAM)
-        pt_server_dispatch(t);
+        pt_task_dispatch(t);
     return 0;
 }
 
@@ -245,10 +263,7 @@ static int on_stream_close(nghttp2_session *ss, int32_t sid, uint32_t error_code
     if (!t)
         return 0;
     nghttp2_session_set_stream_user_data(ss, sid, NULL);
-    if (t->state == PT_TASK_QUEUED)
-        pt_server_task_detach(t); /* the worker's answer will be dropped */
-    else
-        pt_server_task_free(t);
+    pt_task_free(t); /* a worker's answer or piece for it will be dropped */
     return 0;
 }
 
@@ -297,7 +312,7 @@ static ssize_t h2_input(pt_conn *c, const uint8_t *p, size_t n)
     if (rv < 0) {
         /* Fatal for the session (bad preface, flood, protocol error): nghttp2 has queued
          * a GOAWAY where it can; send it, then close. */
-        c->want_close = 1;
+        pt_conn_advance(c, PT_CONN_CLOSE);
         return (ssize_t)n;
     }
     return rv;
@@ -310,40 +325,49 @@ static int h2_want_read(const pt_conn *c)
 
 static int h2_produce(pt_conn *c)
 {
-    while (c->out_len < OUT_BATCH) {
+    while (pt_buf_used(&c->out) < OUT_BATCH) {
         const uint8_t *data;
         ssize_t n = nghttp2_session_mem_send(c->h2, &data);
         if (n < 0)
             return -1;
         if (n == 0)
             break;
-        if (pt_server_out_append(c, data, (size_t)n) < 0)
+        if (pt_conn_out_append(c, data, (size_t)n) < 0)
             return -1;
     }
     if (!nghttp2_session_want_read(c->h2) && !nghttp2_session_want_write(c->h2))
-        c->want_close = 1;
+        pt_conn_advance(c, PT_CONN_CLOSE);
     return 0;
 }
 
 static void h2_complete(pt_conn *c, pt_task *t)
 {
-    t->state = PT_TASK_SEND;
     if (submit(c, t) != 0)
         nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, t->stream_id,
                                   NGHTTP2_INTERNAL_ERROR);
     /* freed in on_stream_close once the response is out (or the stream is reset) */
 }
 
+static void h2_piece(pt_conn *c, pt_task *t)
+{
+    /* The status is out: a reset is how the client learns the body is incomplete. */
+    if (t->pulled < 0)
+        nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, t->stream_id,
+                                  NGHTTP2_INTERNAL_ERROR);
+    else
+        nghttp2_session_resume_data(c->h2, t->stream_id);
+}
+
 static void h2_eof(pt_conn *c)
 {
-    pt_server_conn_close(c);
+    pt_conn_close(c);
 }
 
 static void h2_shutdown(pt_conn *c)
 {
-    if (c->stopping)
+    if (c->state >= PT_CONN_STOPPING)
         return;
-    c->stopping = 1;
+    pt_conn_advance(c, PT_CONN_STOPPING);
     /* Streams already started are finished; the session ends when they are done. */
     nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(c->h2),
                           NGHTTP2_NO_ERROR, NULL, 0);
@@ -368,6 +392,7 @@ const pt_proto_ops pt_http2_ops = {
     .want_read = h2_want_read,
     .produce = h2_produce,
     .complete = h2_complete,
+    .piece = h2_piece,
     .eof = h2_eof,
     .shutdown = h2_shutdown,
     .idle = h2_idle,

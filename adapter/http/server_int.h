@@ -1,11 +1,26 @@
 /*
- * Internals of the HTTP front end, shared by server.c (loop, connections, workers),
- * http1.c, http2.c and tls.c. Nothing here is part of the public contract (http.h).
+ * Internals of the HTTP front end. Nothing here is part of the public contract (http.h).
+ *
+ * Modules, in order: a module calls only modules above it (calls through a pt_proto_ops
+ * table do not count; that is how the connection layer drives a protocol it never names).
+ *
+ *   tls.c     pt_tls_*     OpenSSL context, handshake, read, write on a socket
+ *   task.c    pt_task_*    one request and its response: kept headers, target, body under
+ *                          its ceilings, the task cache, handing tasks to the workers and
+ *                          posting them back
+ *   conn.c    pt_conn_*    one connection: input and output buffers, read, flush, the TLS
+ *                          handshake step, protocol detection, lingering, its state machine
+ *   http1.c   pt_http1_*   HTTP/1.1 (libhttp-parser), no I/O: bytes in, conn output out
+ *   http2.c   pt_http2_*   HTTP/2 (nghttp2 session from memory), no I/O
+ *   server.c  pt_server_*  the loop: epoll, listener, accept, sweep, stop, worker threads,
+ *                          completions; the public API of http.h. It hands the protocol
+ *                          tables to the connection layer (pt_server.h1_ops, h2_ops).
  *
  * Threads: one loop thread owns every socket, TLS object, nghttp2 session, connection and
- * the task lists. Workers see a task only between pt_server_dispatch() and the moment they
- * post it back; during that time they touch only task->req, task->resp, task->arena and the
- * body, and the loop touches only the task's list links and its atomic cancelled flag.
+ * the task lists. Workers see a task only while it is queued to them (pt_task_dispatch,
+ * pt_task_pull, a producer's done) and until they post it back; during that time they
+ * touch only task->req, resp, arena, body, piece and pulled, and the loop touches only the
+ * task's list links and its atomic cancelled flag. The state does not change meanwhile.
  */
 #ifndef PT_SERVER_INT_H
 #define PT_SERVER_INT_H
@@ -21,6 +36,7 @@
 #include <openssl/ssl.h>
 
 #include "arena.h"
+#include "buf.h"
 #include "http.h"
 
 typedef struct pt_task pt_task;
@@ -30,11 +46,17 @@ typedef struct pt_proto_ops pt_proto_ops;
 /* Return codes of the internal I/O helpers (not the daemon's error space). */
 enum { PT_IO_AGAIN = -1, PT_IO_ERR = -2 };
 
+/* Which side holds a task: the loop (RECV, SEND) or a worker (QUEUED, PULL, CANCEL),
+ * and for a worker what to do with it. */
 enum pt_task_state {
     PT_TASK_RECV = 0, /* headers and body arriving */
-    PT_TASK_QUEUED,   /* owned by the workers until posted back */
-    PT_TASK_SEND,     /* response being written */
+    PT_TASK_QUEUED,   /* a worker runs the dispatch callback */
+    PT_TASK_SEND,     /* response being written; no worker holds it */
+    PT_TASK_PULL,     /* a worker runs the producer's pull for the next piece */
+    PT_TASK_CANCEL,   /* a worker runs the producer's done(cancelled=1); then it is freed */
 };
+
+#define PT_PIECE_MAX (64 * 1024) /* a producer's piece, and the room that asks for one */
 
 /* One request and its response. */
 struct pt_task {
@@ -44,23 +66,28 @@ struct pt_task {
     pt_task *prev, *next;   /* the connection's task list (loop thread only) */
     uint32_t slot, gen;     /* which connection, checked when a worker posts the task back */
     int32_t stream_id;      /* HTTP/2 stream; 0 for HTTP/1 */
-    int state;              /* enum pt_task_state; loop thread only */
+    int state;              /* enum pt_task_state; written by the loop only */
     atomic_int cancelled;   /* set by the loop when nobody waits for the answer any more */
     int early_status;       /* answer this without calling dispatch (413, 431) */
     int rejected;           /* HTTP/2: the early answer has been submitted */
     size_t hdr_bytes;       /* request header bytes seen, against max_header_bytes */
     uint64_t declared_len;  /* HTTP/2: content-length of the request, UINT64_MAX if none */
-    uint8_t *body;          /* malloc'd, kept with the cached task for reuse */
-    size_t body_len, body_cap;
+    pt_buf body;            /* kept with the cached task for reuse; cap counts in body_bytes */
     size_t sent;            /* HTTP/2: response body bytes handed to nghttp2 */
+    /* A produced body: the piece the last pull made (ceiling PT_PIECE_MAX), what that pull
+     * returned (PT_PULL_MORE, PT_PULL_END, < 0), and whether done has been called. */
+    pt_buf piece;
+    int pulled;
+    int producer_done;
     pt_arena arena;
     pt_req req;
     pt_resp resp;
 };
 
 /*
- * A protocol spoken on a connection. The server's drive loop calls these; none of them does
- * socket I/O itself — they consume bytes handed in and append to the connection's output.
+ * A protocol spoken on a connection. The connection layer calls these (the loop calls
+ * complete and piece); none of them does socket I/O itself: they consume bytes handed in
+ * and append to the connection's output.
  */
 struct pt_proto_ops {
     const char *name;
@@ -73,8 +100,12 @@ struct pt_proto_ops {
     /* Called whenever the output is empty: append more (HTTP/2 frames) or note that the
      * last response has been fully written. < 0 drops the connection. */
     int (*produce)(pt_conn *c);
-    /* A worker finished t, which belongs to c. */
+    /* A worker ran the dispatch callback for t, which belongs to c. NULL for a protocol
+     * that never makes a task. */
     void (*complete)(pt_conn *c, pt_task *t);
+    /* A worker pulled the next piece of t's produced body into t->piece (t->pulled says
+     * whether it was the last, or failed). NULL for a protocol that never asks. */
+    void (*piece)(pt_conn *c, pt_task *t);
     /* The peer closed its side. */
     void (*eof)(pt_conn *c);
     /* Stop taking requests: finish those in progress, then close (server stop, idle). */
@@ -87,20 +118,55 @@ struct pt_proto_ops {
 extern const pt_proto_ops pt_http1_ops;
 extern const pt_proto_ops pt_http2_ops;
 
+/*
+ * A connection's life. It only moves down this list (pt_conn_advance), except that any
+ * state may end in PT_CONN_CLOSED at once (I/O error, fatal protocol error, timeouts, the
+ * end of a stop):
+ *
+ *   HANDSHAKE --handshake done--> OPEN            (plain connections start OPEN)
+ *   OPEN --shutdown(): server stop, idle timeout--> STOPPING
+ *   OPEN, STOPPING --protocol finished (no keep-alive, session over)--> CLOSE
+ *   OPEN, STOPPING, CLOSE --an error answer the peer may still be sending into--> LINGER
+ *   CLOSE --output flushed--> CLOSED             (TLS close_notify first)
+ *   LINGER --output flushed, write side shut--> LINGERING
+ *   LINGERING --EOF, error, LINGER_MAX bytes, LINGER_MS--> CLOSED
+ *   HANDSHAKE --HANDSHAKE_MS, stop--> CLOSED
+ *
+ * CLOSED means "on the close list": the loop frees it at the end of its turn, never from
+ * inside a callback chain that may still use it.
+ */
+enum pt_conn_state {
+    PT_CONN_HANDSHAKE = 0, /* TLS handshake running; ops is NULL */
+    PT_CONN_OPEN,          /* the protocol reads requests and writes answers */
+    PT_CONN_STOPPING,      /* winding down: requests in progress finish, no new ones */
+    PT_CONN_CLOSE,         /* flush the output, then close */
+    PT_CONN_LINGER,        /* flush, half-close, then read and drop input for a while */
+    PT_CONN_LINGERING,     /* write side shut; discarding input */
+    PT_CONN_CLOSED,        /* on the close list */
+};
+
+/* One request at a time: READ -> WORK -> SEND (or STREAM -> SEND) -> READ; DEAD after an
+ * error answer. */
+enum pt_h1_phase {
+    PT_H1_READ = 0, /* parsing a request, or waiting for one */
+    PT_H1_WORK,     /* the complete request is in a worker */
+    PT_H1_SEND,     /* the whole answer is queued; once written the next request is parsed */
+    PT_H1_STREAM,   /* the answer's body is being produced, chunk by chunk */
+    PT_H1_DEAD,     /* a protocol error was answered; nothing more is read */
+};
+
 typedef struct pt_h1_state {
     http_parser parser;
     pt_task *cur;           /* request being received, processed or answered */
+    int phase;              /* enum pt_h1_phase */
     int fresh;              /* parser must be (re)initialised before the next byte */
     int in_message;         /* between message begin and message complete */
-    int busy;               /* a complete request is in a worker or being answered */
-    int sending;            /* its response has been queued for writing */
-    int dead;               /* a protocol error was answered; read nothing more */
     int keep_alive;
+    int http11;             /* the request is HTTP/1.1 or later: chunked answers allowed */
     int expect_continue;    /* "Expect: 100-continue" in the current request */
     int error_status;       /* set by a callback: answer it and close */
     /* Scratch for the URL and the current header value, which may arrive in pieces. */
-    char *sb;
-    size_t sb_len, sb_cap;
+    pt_buf sb;              /* ceiling max_header_bytes, which counts these bytes too */
     size_t url_len, val_start;
     char name[40];          /* current header name; longer names are never ones we keep */
     size_t name_len;
@@ -114,25 +180,21 @@ struct pt_conn {
     int fd;
     uint32_t slot, gen;
     SSL *ssl;
-    int handshaking;
+    int state;               /* enum pt_conn_state */
+    /* Independent of the state: what the read side has seen, and list membership. */
     int rd_ready;            /* readable edge seen and not yet drained (edge-triggered) */
     int peer_hup;            /* the peer half-closed: read until EOF, no short-read shortcut */
     int peer_eof;            /* read returned EOF */
-    int want_close;          /* close once the output has been flushed */
-    int linger;              /* ... after a half-close and draining unread input */
-    int lingering;
-    int closing;             /* on the close list; freed at the end of the loop iteration */
-    int stopping;            /* shutdown() was called */
     int dirty;               /* on the list of connections to drive after completions */
     int64_t created_ms, last_ms, linger_until_ms;
     size_t linger_bytes;
     /* Input the protocol did not consume yet (a paused HTTP/1 parser, an undecided
-     * preface). Fresh reads go to the server's shared buffer when this is empty. */
-    uint8_t *in;
-    size_t in_off, in_len, in_cap;
-    /* Output: out[out_off, out_len), then out_body (a response body, sent without a copy). */
-    uint8_t *out;
-    size_t out_off, out_len, out_cap;
+     * preface), at most PT_RBUF_CAP. Fresh reads go to the server's shared buffer when
+     * this is empty. */
+    pt_buf in;
+    /* Output: out (headers, frames; ceiling OUT_MAX), then out_body (a response body,
+     * sent without a copy). */
+    pt_buf out;
     const uint8_t *out_body;
     size_t out_body_len;
     pt_task *tasks;          /* requests of this connection not yet finished */
@@ -163,6 +225,7 @@ struct pt_server {
     int listening;           /* lfd registered with epoll */
     int64_t accept_resume_ms;
     SSL_CTX *ssl_ctx;
+    const pt_proto_ops *h1_ops, *h2_ops; /* handed to the connection layer by server.c */
     nghttp2_session_callbacks *h2cb;
     nghttp2_option *h2opt;
 
@@ -201,34 +264,61 @@ struct pt_server {
     int64_t stop_deadline_ms, next_sweep_ms;
 };
 
-/* server.c, for the protocol modules (loop thread only). */
-pt_task *pt_server_task_new(pt_conn *c, int proto);
-void pt_server_task_free(pt_task *t);
-/* Unlinks a queued task from its connection; its completion will be dropped. */
-void pt_server_task_detach(pt_task *t);
-void pt_server_dispatch(pt_task *t);
+#define PT_RBUF_CAP (128 * 1024) /* the loop's shared read buffer */
+#define PT_NO_SLOT UINT32_MAX     /* end of the free slot list */
+
+/* task.c (loop thread, except pt_task_work). */
+pt_task *pt_task_new(pt_conn *c, int proto);
+/* The connection is done with t. A task a worker holds is detached and cancelled, and
+ * freed when it comes back; a producer that has not had its done is sent to a worker for
+ * it first; otherwise the task goes to the cache. */
+void pt_task_free(pt_task *t);
+/* Whether a worker holds t (QUEUED, PULL, CANCEL). */
+int pt_task_in_worker(const pt_task *t);
+/* The request is complete: hands it to a worker (or answers it on the loop, on_loop). */
+void pt_task_dispatch(pt_task *t);
+/* Asks a worker for the next piece of t's produced body (t is SEND, its piece consumed). */
+void pt_task_pull(pt_task *t);
+/* What a worker does with a task it took from the queue (dispatch unless cancelled, pull,
+ * done), then posts it back to the loop. */
+void pt_task_work(pt_task *t);
+/* Frees the cached tasks (server teardown). */
+void pt_task_cache_free(pt_server *s);
 /* Copies a request header the handlers care about into the arena; 0 when it is not one of
  * them, 1 when kept, < 0 on arena exhaustion. */
-int pt_server_req_header(pt_task *t, const char *name, size_t nlen, const char *val,
-                         size_t vlen);
+int pt_task_req_header(pt_task *t, const char *name, size_t nlen, const char *val,
+                       size_t vlen);
 /* Splits a request target into path and query, copied into the arena. */
-int pt_server_req_target(pt_task *t, const char *u, size_t n);
-int pt_server_method(const char *name, size_t n);
+int pt_task_req_target(pt_task *t, const char *u, size_t n);
+int pt_task_method(const char *name, size_t n);
 /* PT_ETOOLARGE over max_body, PT_EBUSY over max_body_total (all bodies), PT_ENOMEM. */
-int pt_server_body_append(pt_task *t, const uint8_t *p, size_t n);
-/* The plain-text body of a response the server makes itself (413, 431, 500, 503, 400). */
-const char *pt_server_status_text(int status);
+int pt_task_body_append(pt_task *t, const uint8_t *p, size_t n);
 /* Pre-sizes the body for a declared length (already checked against max_body). */
-void pt_server_body_reserve(pt_task *t, uint64_t n);
-/* Room for n more output bytes; NULL on allocation failure. Commit with out_len += n. */
-uint8_t *pt_server_out_reserve(pt_conn *c, size_t n);
-int pt_server_out_append(pt_conn *c, const void *p, size_t n);
-int pt_server_out_empty(const pt_conn *c);
-/* Schedules the connection to be freed at a safe point. */
-void pt_server_conn_close(pt_conn *c);
+void pt_task_body_reserve(pt_task *t, uint64_t n);
+/* The plain-text body of a response the server makes itself (413, 431, 500, 503, 400). */
+const char *pt_task_status_text(int status);
 /* Whether a handler-supplied header name or value may be sent (no CR, LF, NUL; names
- * non-empty without ':' or spaces). */
-int pt_server_header_ok(const char *name, const char *value);
+ * non-empty without ':' or spaces; no framing header). */
+int pt_task_header_ok(const char *name, const char *value);
+
+/* conn.c (loop thread). */
+/* A connection on fd in the first free slot (OPEN, or HANDSHAKE with TLS); NULL when no
+ * slot or memory is left (fd is then the caller's to close). */
+pt_conn *pt_conn_new(pt_server *s, int fd);
+/* Makes every bit of progress possible without blocking; called on socket events, after
+ * completions and at stop. */
+void pt_conn_drive(pt_conn *c);
+/* Moves the connection on to state (never back; see enum pt_conn_state). */
+void pt_conn_advance(pt_conn *c, int state);
+/* Schedules the connection to be freed at a safe point (PT_CONN_CLOSED). */
+void pt_conn_close(pt_conn *c);
+/* Frees a closed connection: only the loop, at the end of a turn. */
+void pt_conn_free(pt_conn *c);
+/* Room for n more output bytes; NULL past OUT_MAX or without memory. Commit with
+ * pt_buf_commit(&c->out, n). */
+uint8_t *pt_conn_out_reserve(pt_conn *c, size_t n);
+int pt_conn_out_append(pt_conn *c, const void *p, size_t n);
+int pt_conn_out_empty(const pt_conn *c);
 
 /* http2.c: the callbacks every server session shares. */
 int pt_http2_callbacks(nghttp2_session_callbacks **out);

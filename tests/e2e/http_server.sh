@@ -56,6 +56,48 @@ stops_cleanly() {
     tap_is "$rc" 0 "$1 server exits 0 on SIGTERM"
 }
 
+# Produced bodies (/stream?bytes=N): N bytes of the line "promtable stream" repeated. Big
+# enough that a server buffering the whole body would outgrow the memory bound below.
+BIG=200000000
+[ -n "${PT_SANITIZED:-}" ] && BIG=50000000
+want_sum=$(yes 'promtable stream' | head -c "$BIG" | sha256sum | cut -d' ' -f1)
+MEM_BOUND_KB=65536
+
+# status_kb PID FIELD : a field of /proc/PID/status in KiB (VmHWM: peak resident, VmRSS).
+status_kb() {
+    awk -v f="$2:" '$1 == f {print $2}' "/proc/$1/status"
+}
+
+# streamed NAME PID CURLARGS... : fetches a produced body of $BIG bytes, checks its sha256
+# and that the server's peak resident memory grew by less than MEM_BOUND_KB.
+streamed() {
+    local name=$1 pid=$2 hwm0 rss0 hwm1 rss1 sum
+    shift 2
+    hwm0=$(status_kb "$pid" VmHWM)
+    rss0=$(status_kb "$pid" VmRSS)
+    sum=$(curl -sS "$@" | sha256sum | cut -d' ' -f1)
+    hwm1=$(status_kb "$pid" VmHWM)
+    rss1=$(status_kb "$pid" VmRSS)
+    tap_is "$sum" "$want_sum" "$name: a produced body of $BIG bytes arrives exactly"
+    tap_check "$name: ... in bounded memory (VmHWM $hwm0 -> $hwm1 KiB, VmRSS $rss0 -> $rss1 KiB)" \
+        test $((hwm1 - hwm0)) -lt "$MEM_BOUND_KB"
+}
+
+# stream_cancelled NAME LOG CURLARGS... : a client that reads 1 MB of an endless body and
+# disconnects; the producer must see done(cancelled=1) (httpecho logs it).
+stream_cancelled() {
+    local name=$1 log=$2 before i n
+    shift 2
+    before=$(grep -c 'stream done cancelled=1' "$log")
+    curl -sS "$@" 2>/dev/null | head -c 1000000 >/dev/null
+    for ((i = 0; i < 100; i++)); do
+        n=$(grep -c 'stream done cancelled=1' "$log")
+        [ "$n" -gt "$before" ] && break
+        sleep 0.05
+    done
+    tap_is "$((n - before))" 1 "$name: a client leaving mid-stream cancels the producer once"
+}
+
 head -c 200000 /dev/urandom >"$T/200k.bin"
 head -c 900 /dev/urandom >"$T/900.bin"
 head -c 5000 /dev/urandom >"$T/5k.bin"
@@ -136,6 +178,17 @@ ms=$((($(date +%s%N) - start) / 1000000))
 tap_check "16 slow h2 streams on one connection all succeed" \
     grep -q '16 succeeded, 0 failed' <<<"$out" || tap_diag "$out"
 tap_check "... and run in parallel (${ms} ms < 2500 ms)" test "$ms" -lt 2500
+
+out=$(curl -sS -D - -o /dev/null "$U/stream?bytes=10")
+tap_check "HTTP/1.1 produced body: Transfer-Encoding: chunked, no Content-Length" \
+    bash -c 'grep -qi "^transfer-encoding: chunked" <<<"$1" && ! grep -qi "^content-length" <<<"$1"' _ "$out"
+tap_is "$(raw "$PLAIN_PORT" 'GET /stream?bytes=20 HTTP/1.0\r\n\r\n' | tail -c 20)" \
+    "$(yes 'promtable stream' | head -c 20)" "HTTP/1.0 produced body: the bytes, then close"
+streamed "HTTP/1.1" "$PLAIN_PID" "$U/stream?bytes=$BIG"
+streamed "h2c" "$PLAIN_PID" --http2-prior-knowledge "$U/stream?bytes=$BIG"
+stream_cancelled "HTTP/1.1" "$T/PLAIN.log" "$U/stream?bytes=100000000000"
+stream_cancelled "h2c" "$T/PLAIN.log" --http2-prior-knowledge "$U/stream?bytes=100000000000"
+tap_is "$(curl -sS "$U/hello")" "hello" "the server keeps serving after cancelled streams"
 
 # Graceful stop: a request in flight when SIGTERM arrives is still answered.
 curl -sS -o "$T/slow.out" -w '%{http_code}' "$U/slow" >"$T/slow.code" 2>&1 &
@@ -223,6 +276,9 @@ curl -sS -k --http2 --data-binary @"$T/200k.bin" "$U/echo" -o "$T/tls2.out"
 tap_check "TLS + h2 POST /echo returns the body" cmp -s "$T/tls2.out" "$T/200k.bin"
 curl -sS -k --http1.1 --data-binary @"$T/200k.bin" "$U/echo" -o "$T/tls1.out"
 tap_check "TLS + HTTP/1.1 POST /echo returns the body" cmp -s "$T/tls1.out" "$T/200k.bin"
+
+streamed "TLS + h2" "$TLS_PID" -k --http2 "$U/stream?bytes=$BIG"
+stream_cancelled "TLS + h2" "$T/TLS.log" -k --http2 "$U/stream?bytes=100000000000"
 
 out=$(h2load -n 200 -c 4 -m 10 "$U/hello" 2>&1)
 tap_check "h2load over TLS: 200 requests all succeed" \

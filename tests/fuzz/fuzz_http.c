@@ -1,6 +1,7 @@
 /* libFuzzer: raw bytes on a connection to the real server (HTTP/1.1 parser, h2c through
  * nghttp2 when the input starts with the HTTP/2 preface). Each input is one connection:
- * send, half-close, read until the server closes. */
+ * send, half-close, read until the server closes. GET /s... answers with a produced body
+ * (pt_producer) of as many 1000-byte pieces as the path is long. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -20,9 +21,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static pt_server *srv;
 static int port;
 
+static int pieces_pull(void *ud, pt_buf *out, size_t want)
+{
+    size_t *left = ud;
+    size_t n = want < 1000 ? want : 1000;
+    uint8_t *p = pt_buf_room(out, n);
+    if (!p)
+        return -1;
+    memset(p, 'p', n);
+    pt_buf_commit(out, n);
+    return --*left ? PT_PULL_MORE : PT_PULL_END;
+}
+
 static void echo(void *ud, pt_req *req, pt_resp *resp)
 {
     (void)ud;
+    size_t *left;
+    if (req->method == PT_M_GET && req->path[0] == '/' && req->path[1] == 's' &&
+        (left = pt_arena_alloc(req->arena, sizeof(*left)))) {
+        *left = strlen(req->path);
+        resp->producer = (pt_producer){pieces_pull, NULL, left};
+        return;
+    }
     resp->status = req->method == PT_M_POST ? 200 : 404;
     resp->content_type = "application/octet-stream";
     resp->body = req->body;

@@ -12,6 +12,9 @@
  *   GET  /info  -> 200, what the handler saw (method, path, query, headers, proto, tls)
  *   any  /slow  -> 200 "slow\n" after 200 ms in the worker
  *   any  /loop  -> 200 "loop\n", answered on the event loop (pt_server_opts.on_loop)
+ *   GET  /stream?bytes=N -> 200, N bytes of the line "promtable stream" repeated, produced
+ *                  piece by piece (pt_producer); when it ends, a line on stderr:
+ *                  "httpecho: stream done cancelled=C sent=BYTES"
  *   else        -> 404
  */
 #include <signal.h>
@@ -20,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "error.h"
 #include "http.h"
 
 static pt_server *volatile the_server;
@@ -37,6 +41,33 @@ static void text(pt_resp *resp, int status, const char *s)
     resp->content_type = "text/plain; charset=utf-8";
     resp->body = (const uint8_t *)s;
     resp->body_len = strlen(s);
+}
+
+static const char line[] = "promtable stream\n";
+
+typedef struct stream {
+    unsigned long long left, sent;
+} stream;
+
+static int stream_pull(void *ud, pt_buf *out, size_t want)
+{
+    stream *st = ud;
+    size_t n = st->left < want ? (size_t)st->left : want;
+    uint8_t *p = pt_buf_room(out, n);
+    if (!p)
+        return PT_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)line[(st->sent + i) % (sizeof(line) - 1)];
+    pt_buf_commit(out, n);
+    st->sent += n;
+    st->left -= n;
+    return st->left ? PT_PULL_MORE : PT_PULL_END;
+}
+
+static void stream_done(void *ud, int cancelled)
+{
+    stream *st = ud;
+    fprintf(stderr, "httpecho: stream done cancelled=%d sent=%llu\n", cancelled, st->sent);
 }
 
 static void dispatch(void *ud, pt_req *req, pt_resp *resp)
@@ -65,6 +96,16 @@ static void dispatch(void *ud, pt_req *req, pt_resp *resp)
                  req->content_encoding, req->authorization, req->user_agent,
                  req->remote_write_version, req->body_len, req->proto, req->tls);
         text(resp, 200, buf);
+    } else if (strcmp(req->path, "/stream") == 0 && strncmp(req->query, "bytes=", 6) == 0) {
+        stream *st = pt_arena_alloc(req->arena, sizeof(*st));
+        if (!st) {
+            text(resp, 500, "arena\n");
+            return;
+        }
+        st->left = strtoull(req->query + 6, NULL, 10);
+        st->sent = 0;
+        resp->content_type = "application/octet-stream";
+        resp->producer = (pt_producer){stream_pull, stream_done, st};
     } else if (strcmp(req->path, "/loop") == 0) {
         text(resp, 200, "loop\n");
     } else if (strcmp(req->path, "/slow") == 0) {

@@ -72,7 +72,7 @@ static void stale_events(void)
     ok(event_conn(s, tag) == c, "its event tag names it");
 
     int held = dup(c->fd); /* the open file outlives the connection's own fd */
-    pt_server_conn_close(c);
+    pt_conn_close(c);
     process_close_list(s);
     ok(event_conn(s, tag) == NULL, "once freed, its tag names no connection");
 

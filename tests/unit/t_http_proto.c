@@ -1,0 +1,934 @@
+/*
+ * HTTP/1.1 and HTTP/2 driven from byte arrays: a connection with no socket (fd -1), its
+ * protocol fed through the pt_proto_ops table the way the connection layer feeds it, the
+ * output taken from the connection's buffer, and the workers' queue run by hand, so every
+ * step (a request waiting in a worker, a piece being pulled) can be observed in between.
+ * HTTP/2 frames come from an nghttp2 client session in memory.
+ */
+#include "server.c"
+
+#include "tap.h"
+
+/* ------------------------------------------------------------------------- the handler */
+
+static struct {
+    int calls;
+    size_t last_body_len;
+    uint64_t last_body_sum;
+} seen;
+
+static uint64_t sum_bytes(const uint8_t *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a: a different order gives another sum */
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+/* /stream?n=N[&fail=K]: N bytes of a pattern, produced piece by piece; the K-th pull
+ * fails. */
+static const char pattern[] = "promtable stream\n";
+
+static struct {
+    int pulls, dones, cancelled, busy, overlap;
+} prod;
+
+typedef struct gen {
+    size_t left, pos;
+    int fail_at, npull;
+} gen;
+
+static int gen_pull(void *ud, pt_buf *out, size_t want)
+{
+    gen *g = ud;
+    if (prod.busy++)
+        prod.overlap++;
+    prod.pulls++;
+    int rv = PT_PULL_MORE;
+    if (++g->npull == g->fail_at) {
+        rv = PT_EUNAVAIL;
+    } else {
+        size_t n = g->left < want ? g->left : want;
+        for (size_t i = 0; i < n; i++, g->pos++)
+            if (pt_buf_append(out, &pattern[g->pos % (sizeof(pattern) - 1)], 1) != 0)
+                rv = PT_EINTERNAL;
+        g->left -= n;
+        if (!g->left && rv == PT_PULL_MORE)
+            rv = PT_PULL_END;
+    }
+    prod.busy--;
+    return rv;
+}
+
+static void gen_done(void *ud, int cancelled)
+{
+    (void)ud;
+    prod.dones++;
+    prod.cancelled += cancelled;
+}
+
+/* Whether p holds the pattern's bytes from offset off on. */
+static int is_pattern(const uint8_t *p, size_t n, size_t off)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != (uint8_t)pattern[(off + i) % (sizeof(pattern) - 1)])
+            return 0;
+    return 1;
+}
+
+static void handler(void *ud, pt_req *req, pt_resp *resp)
+{
+    (void)ud;
+    seen.calls++;
+    seen.last_body_len = req->body_len;
+    seen.last_body_sum = sum_bytes(req->body, req->body_len);
+    resp->content_type = "text/plain";
+    if (strcmp(req->path, "/stream") == 0) {
+        gen *g = pt_arena_alloc(req->arena, sizeof(*g));
+        memset(g, 0, sizeof(*g));
+        const char *f = strstr(req->query, "fail=");
+        g->left = strtoul(req->query + 2, NULL, 10);
+        g->fail_at = f ? atoi(f + 5) : 0;
+        resp->producer = (pt_producer){gen_pull, gen_done, g};
+        return;
+    }
+    if (strcmp(req->path, "/echo") == 0) {
+        resp->body = req->body;
+        resp->body_len = req->body_len;
+        return;
+    }
+    /* Anything else answers its own path, so answers can be told apart. */
+    resp->body = (const uint8_t *)req->path;
+    resp->body_len = strlen(req->path);
+}
+
+/* ------------------------------------------------------------------ a socketless loop */
+
+static pt_server *server(size_t max_body, size_t max_header)
+{
+    char err[256];
+    pt_server_opts o = {.listen_address = "unused", .workers = 1, .max_body = max_body,
+                        .max_header_bytes = max_header, .max_connections = 16};
+    pt_server *s = server_alloc(&o, handler, NULL, err, sizeof(err));
+    if (!s)
+        diag("server_alloc: %s", err);
+    return s;
+}
+
+static int queued(const pt_server *s)
+{
+    int n = 0;
+    for (const pt_task *t = s->whead; t; t = t->qnext)
+        n++;
+    return n;
+}
+
+/* Plays the workers for what is queued now, then the loop's side of the completions
+ * (without driving the connections: pump() does that). The number of completions. */
+static int work(pt_server *s)
+{
+    run_queue(s);
+    pt_task *t = s->chead;
+    s->chead = s->ctail = NULL;
+    s->csignaled = 0;
+    int n = 0;
+    for (; t; n++) {
+        pt_task *next = t->qnext;
+        complete_one(s, t);
+        t = next;
+    }
+    while (s->dirty_list) {
+        s->dirty_list->dirty = 0;
+        s->dirty_list = s->dirty_list->dnext;
+    }
+    return n;
+}
+
+/* Moves the connection's output to out, as a socket that takes everything would. */
+static void take_output(pt_conn *c, pt_buf *out)
+{
+    if (pt_buf_used(&c->out))
+        pt_buf_append(out, pt_buf_data(&c->out), pt_buf_used(&c->out));
+    if (c->out_body_len)
+        pt_buf_append(out, c->out_body, c->out_body_len);
+    pt_buf_reset(&c->out);
+    c->out_body = NULL;
+    c->out_body_len = 0;
+}
+
+/*
+ * What pt_conn_drive does, with byte arrays for a socket: output first (produce when it is
+ * empty), then input while the protocol wants it. With run_workers the queue is played
+ * too, until nothing moves. Stops when the connection is to close.
+ */
+static void pump(pt_conn *c, pt_buf *out, int run_workers)
+{
+    for (int round = 0; round < 100000 && c->state != PT_CONN_CLOSED; round++) {
+        int moved = 0;
+        if (c->ops->produce(c) < 0) {
+            pt_conn_close(c);
+            break;
+        }
+        if (!pt_conn_out_empty(c)) {
+            take_output(c, out);
+            moved = 1;
+        }
+        if (c->state == PT_CONN_CLOSE || c->state == PT_CONN_LINGER)
+            break;
+        if (pt_buf_used(&c->in) && c->ops->want_read(c)) {
+            const pt_proto_ops *before = c->ops;
+            ssize_t n = c->ops->input(c, pt_buf_data(&c->in), pt_buf_used(&c->in));
+            if (n < 0) {
+                pt_conn_close(c);
+                break;
+            }
+            pt_buf_consume(&c->in, (size_t)n);
+            moved |= n > 0 || c->ops != before;
+        }
+        if (run_workers)
+            moved |= work(c->srv) > 0;
+        if (!moved)
+            break;
+    }
+}
+
+static pt_conn *conn(pt_server *s)
+{
+    pt_conn *c = pt_conn_new(s, -1);
+    if (!c)
+        diag("pt_conn_new failed");
+    return c;
+}
+
+static void put(pt_conn *c, const void *p, size_t n)
+{
+    if (pt_buf_append(&c->in, p, n) != 0)
+        diag("input past the connection's ceiling: the test feeds too much at once");
+}
+
+static void put_str(pt_conn *c, const char *p)
+{
+    put(c, p, strlen(p));
+}
+
+/* NUL-terminated copy of what was written, for string checks. */
+static const char *text(pt_buf *out)
+{
+    if (pt_buf_reserve(out, 1) != 0)
+        return "";
+    out->p[out->len] = '\0';
+    return (const char *)pt_buf_data(out);
+}
+
+static int count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p++)
+        n++;
+    return n;
+}
+
+/* Closes and frees the connection the way the loop does, then the server. */
+static void teardown(pt_server *s, pt_buf *out)
+{
+    for (pt_conn *c = s->conns; c; c = c->next)
+        pt_conn_close(c);
+    process_close_list(s);
+    work(s);
+    pt_server_free(s);
+    pt_buf_free(out);
+}
+
+/* --------------------------------------------------------------------------- HTTP/1.1 */
+
+static void h1_framing(void)
+{
+    pt_server *s = server(1 << 20, 8192);
+    pt_conn *c = s ? conn(s) : NULL;
+    pt_buf out = PT_BUF_INIT(0);
+    if (!ok(c != NULL, "HTTP/1.1: a connection without a socket"))
+        return;
+
+    put_str(c, "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 11\r\n\r\nhello world");
+    pump(c, &out, 1);
+    const char *r = text(&out);
+    ok(strncmp(r, "HTTP/1.1 200 OK\r\n", 17) == 0, "Content-Length body: 200");
+    ok(strstr(r, "\r\nContent-Length: 11\r\n") != NULL, "... the answer has its length");
+    ok(strstr(r, "\r\n\r\nhello world") != NULL, "... and the body back");
+    is(c->state, PT_CONN_OPEN, "... and the connection stays open");
+
+    pt_buf_reset(&out);
+    put_str(c, "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+               "5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nTrailer: x\r\n\r\n");
+    pump(c, &out, 1);
+    r = text(&out);
+    ok(strstr(r, "\r\nContent-Length: 11\r\n\r\nhello world") != NULL,
+       "chunked body is reassembled");
+    is(seen.last_body_len, 11, "... the handler saw 11 bytes");
+
+    /* A body split at every byte arrives whole. */
+    pt_buf_reset(&out);
+    const char *req = "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc";
+    for (const char *p = req; *p; p++) {
+        put(c, p, 1);
+        pump(c, &out, 1);
+    }
+    ok(strstr(text(&out), "\r\n\r\nabc") != NULL, "a request fed one byte at a time");
+
+    pt_buf_reset(&out);
+    put_str(c, "GET /a HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    pump(c, &out, 1);
+    ok(strstr(text(&out), "\r\nConnection: close\r\n") != NULL, "Connection: close is answered so");
+    is(c->state, PT_CONN_CLOSE, "... and the connection closes once flushed");
+    teardown(s, &out);
+}
+
+static void h1_pipelining(void)
+{
+    pt_server *s = server(1 << 20, 8192);
+    pt_conn *c = s ? conn(s) : NULL;
+    pt_buf out = PT_BUF_INIT(0);
+    if (!c)
+        return;
+    const char second[] = "GET /second HTTP/1.1\r\nHost: a\r\n\r\n";
+    put_str(c, "GET /first HTTP/1.1\r\nHost: a\r\n\r\n");
+    put_str(c, second);
+    pump(c, &out, 0);
+    is(queued(s), 1, "pipelining: only the first request goes to a worker");
+    is(pt_buf_used(&c->in), sizeof(second) - 1, "... the second waits unparsed");
+    is(out.len, 0, "... nothing is written yet");
+    ok(!c->ops->want_read(c), "... and no more input is wanted");
+
+    work(s);
+    pump(c, &out, 0);
+    const char *r = text(&out);
+    is(count(r, "HTTP/1.1 200"), 1, "the first answer is written");
+    ok(strstr(r, "/first") != NULL, "... it is the first request's");
+    is(queued(s), 1, "then the second request goes to a worker");
+
+    work(s);
+    pump(c, &out, 0);
+    r = text(&out);
+    is(count(r, "HTTP/1.1 200"), 2, "both answered");
+    ok(strstr(r, "/first") && strstr(r, "/second") && strstr(r, "/first") < strstr(r, "/second"),
+       "... in request order");
+    teardown(s, &out);
+}
+
+/* One request on a fresh connection; the answer's text in out. */
+static pt_conn *h1_one(pt_server *s, const char *req, pt_buf *out)
+{
+    pt_conn *c = conn(s);
+    if (!c)
+        return NULL;
+    put_str(c, req);
+    pump(c, out, 1);
+    text(out);
+    return c;
+}
+
+static void h1_limits(void)
+{
+    pt_server *s = server(1000, 512);
+    pt_buf out = PT_BUF_INIT(0);
+    if (!s)
+        return;
+    int calls = seen.calls;
+    pt_conn *c = h1_one(s, "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 1001\r\n\r\nxx", &out);
+    ok(strncmp(text(&out), "HTTP/1.1 413 ", 13) == 0, "Content-Length over max_body: 413");
+    ok(strstr(text(&out), "Connection: close") != NULL, "... with Connection: close");
+    ok(c && c->state == PT_CONN_LINGER, "... then lingers: the client may still be sending");
+
+    pt_buf_reset(&out);
+    char big[1200];
+    memset(big, 'x', sizeof(big));
+    pt_conn *c2 = conn(s);
+    put_str(c2, "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n400\r\n");
+    put(c2, big, 0x400);
+    put_str(c2, "\r\n");
+    pump(c2, &out, 1);
+    ok(strncmp(text(&out), "HTTP/1.1 413 ", 13) == 0, "chunked body over max_body: 413");
+
+    pt_buf_reset(&out);
+    pt_conn *c3 = conn(s);
+    put_str(c3, "GET /x HTTP/1.1\r\nHost: a\r\nX-Big: ");
+    put(c3, big, 600);
+    put_str(c3, "\r\n\r\n");
+    pump(c3, &out, 1);
+    ok(strncmp(text(&out), "HTTP/1.1 431 ", 13) == 0, "headers over max_header_bytes: 431");
+    is(seen.calls, calls, "no refused request reached the handler");
+
+    pt_buf_reset(&out);
+    pt_conn *c4 = conn(s);
+    put_str(c4, "GET /");
+    put(c4, big, 600); /* a request target longer than max_header_bytes */
+    pump(c4, &out, 1);
+    ok(strncmp(text(&out), "HTTP/1.1 431 ", 13) == 0, "an endless request line: 431");
+    teardown(s, &out);
+}
+
+static void h1_errors(void)
+{
+    pt_server *s = server(1000, 8192);
+    pt_buf out = PT_BUF_INIT(0);
+    if (!s)
+        return;
+    static const char *const bad[] = {
+        "garbage\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost a\r\n\r\n",
+        "POST /echo HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+        "POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        pt_buf_reset(&out);
+        pt_conn *c = h1_one(s, bad[i], &out);
+        ok(strncmp(text(&out), "HTTP/1.1 400 ", 13) == 0, "malformed request %zu: 400", i);
+        ok(c && c->state == PT_CONN_LINGER && !c->ops->want_read(c),
+           "... then no more parsing, and close");
+    }
+    /* Bytes after the error are never parsed as a request. */
+    pt_buf_reset(&out);
+    int calls = seen.calls;
+    h1_one(s, "garbage\r\n\r\nGET /x HTTP/1.1\r\nHost: a\r\n\r\n", &out);
+    is(count(text(&out), "HTTP/1.1 "), 1, "a request after a malformed one gets no answer");
+    is(seen.calls, calls, "... and never reaches the handler");
+    teardown(s, &out);
+}
+
+/* ----------------------------------------------------------------------------- HTTP/2 */
+
+#define MAX_STREAMS 16
+
+typedef struct h2client {
+    nghttp2_session *ss;
+    int status[MAX_STREAMS];      /* by stream id / 2 */
+    int closed[MAX_STREAMS];
+    uint32_t close_error[MAX_STREAMS];
+    pt_buf data[MAX_STREAMS];
+    int window_updates, goaways, rsts;
+    uint32_t goaway_error;
+    const uint8_t *upload;        /* the request body the data provider reads */
+    size_t upload_len, upload_off;
+} h2client;
+
+static int slot_of(int32_t sid)
+{
+    return sid > 0 && sid / 2 < MAX_STREAMS ? sid / 2 : 0;
+}
+
+static int cl_header(nghttp2_session *ss, const nghttp2_frame *f, const uint8_t *name,
+                     size_t nlen, const uint8_t *value, size_t vlen, uint8_t flags, void *ud)
+{
+    (void)ss, (void)flags;
+    h2client *cl = ud;
+    if (nlen == 7 && memcmp(name, ":status", 7) == 0)
+        cl->status[slot_of(f->hd.stream_id)] = atoi((const char *)value) + 0 * (int)vlen;
+    return 0;
+}
+
+static int cl_data(nghttp2_session *ss, uint8_t flags, int32_t sid, const uint8_t *d, size_t n,
+                   void *ud)
+{
+    (void)ss, (void)flags;
+    h2client *cl = ud;
+    pt_buf_append(&cl->data[slot_of(sid)], d, n);
+    return 0;
+}
+
+static int cl_frame(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
+{
+    (void)ss;
+    h2client *cl = ud;
+    if (f->hd.type == NGHTTP2_WINDOW_UPDATE)
+        cl->window_updates++;
+    if (f->hd.type == NGHTTP2_RST_STREAM)
+        cl->rsts++;
+    if (f->hd.type == NGHTTP2_GOAWAY) {
+        cl->goaways++;
+        cl->goaway_error = f->goaway.error_code;
+    }
+    return 0;
+}
+
+static int cl_close(nghttp2_session *ss, int32_t sid, uint32_t error, void *ud)
+{
+    (void)ss;
+    h2client *cl = ud;
+    cl->closed[slot_of(sid)] = 1;
+    cl->close_error[slot_of(sid)] = error;
+    return 0;
+}
+
+static ssize_t cl_upload(nghttp2_session *ss, int32_t sid, uint8_t *buf, size_t len,
+                         uint32_t *flags, nghttp2_data_source *src, void *ud)
+{
+    (void)ss, (void)sid, (void)src;
+    h2client *cl = ud;
+    size_t n = cl->upload_len - cl->upload_off;
+    n = n < len ? n : len;
+    memcpy(buf, cl->upload + cl->upload_off, n);
+    cl->upload_off += n;
+    if (cl->upload_off == cl->upload_len)
+        *flags |= NGHTTP2_DATA_FLAG_EOF;
+    return (ssize_t)n;
+}
+
+/* A client session; window > 0 sets its initial stream window and turns off its automatic
+ * WINDOW_UPDATEs (the test then grants window itself). */
+static int client_new(h2client *cl, int32_t window)
+{
+    memset(cl, 0, sizeof(*cl));
+    nghttp2_session_callbacks *cb;
+    nghttp2_option *opt;
+    if (nghttp2_session_callbacks_new(&cb) != 0 || nghttp2_option_new(&opt) != 0)
+        return -1;
+    nghttp2_session_callbacks_set_on_header_callback(cb, cl_header);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, cl_data);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cb, cl_frame);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cb, cl_close);
+    if (window > 0)
+        nghttp2_option_set_no_auto_window_update(opt, 1);
+    int rv = nghttp2_session_client_new2(&cl->ss, cb, cl, opt);
+    nghttp2_session_callbacks_del(cb);
+    nghttp2_option_del(opt);
+    if (rv != 0)
+        return -1;
+    nghttp2_settings_entry iv[] = {{NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)window}};
+    return nghttp2_submit_settings(cl->ss, NGHTTP2_FLAG_NONE, iv, window > 0 ? 1 : 0);
+}
+
+static void client_free(h2client *cl)
+{
+    nghttp2_session_del(cl->ss);
+    for (int i = 0; i < MAX_STREAMS; i++)
+        pt_buf_free(&cl->data[i]);
+}
+
+/* A new client and a connection for it to talk to; NULL on failure. */
+static pt_conn *h2_open(pt_server *s, h2client *cl, int32_t window)
+{
+    if (!s || client_new(cl, window) != 0)
+        return NULL;
+    return conn(s);
+}
+
+static int32_t request(h2client *cl, const char *method, const char *path, const void *body,
+                       size_t len)
+{
+    nghttp2_nv nv[] = {
+        {(uint8_t *)":method", (uint8_t *)(uintptr_t)method, 7, strlen(method), 0},
+        {(uint8_t *)":path", (uint8_t *)(uintptr_t)path, 5, strlen(path), 0},
+        {(uint8_t *)":scheme", (uint8_t *)"http", 7, 4, 0},
+        {(uint8_t *)":authority", (uint8_t *)"a", 10, 1, 0},
+    };
+    cl->upload = body;
+    cl->upload_len = len;
+    cl->upload_off = 0;
+    nghttp2_data_provider dp = {.read_callback = cl_upload};
+    return nghttp2_submit_request(cl->ss, NULL, nv, 4, body ? &dp : NULL, NULL);
+}
+
+/* Client frames to the server, a piece at a time as reads would hand them over; the
+ * bytes sent. */
+static size_t client_send(h2client *cl, pt_conn *c, pt_buf *out, int run_workers)
+{
+    const uint8_t *d;
+    ssize_t n;
+    size_t sent = 0;
+    while ((n = nghttp2_session_mem_send(cl->ss, &d)) > 0) {
+        put(c, d, (size_t)n);
+        pump(c, out, run_workers);
+        sent += (size_t)n;
+    }
+    return sent;
+}
+
+/* Client and server talk until neither has anything to say. */
+static void exchange(h2client *cl, pt_conn *c, pt_buf *out, int run_workers)
+{
+    for (int i = 0; i < 10000; i++) {
+        size_t sent = client_send(cl, c, out, run_workers);
+        pump(c, out, run_workers);
+        size_t got = pt_buf_used(out);
+        if (got && nghttp2_session_mem_recv(cl->ss, pt_buf_data(out), got) < 0)
+            diag("client: server sent a bad frame");
+        pt_buf_reset(out);
+        if (!sent && !got)
+            break;
+    }
+}
+
+static void h2_basics(void)
+{
+    pt_server *s = server(1 << 20, 8192);
+    pt_buf out = PT_BUF_INIT(0);
+    h2client cl;
+    pt_conn *c = h2_open(s, &cl, 0);
+    if (!c)
+        return;
+    int32_t sid = request(&cl, "POST", "/echo", "hello", 5);
+    exchange(&cl, c, &out, 1);
+    ok(c->ops == &pt_http2_ops, "h2: the preface selects HTTP/2");
+    is(nghttp2_session_get_remote_settings(cl.ss, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS), 100,
+       "the server's SETTINGS: 100 concurrent streams");
+    is(nghttp2_session_get_remote_settings(cl.ss, NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE), 1 << 20,
+       "... a 1 MiB stream window");
+    is(cl.status[slot_of(sid)], 200, "HEADERS + DATA: 200");
+    ok(cl.data[slot_of(sid)].len == 5 && memcmp(cl.data[slot_of(sid)].p, "hello", 5) == 0,
+       "... with the body back");
+    ok(cl.closed[slot_of(sid)] && cl.close_error[slot_of(sid)] == 0, "... stream closed cleanly");
+
+    /* Several streams at once, answered in any order, each its own. */
+    int32_t a = request(&cl, "GET", "/a", NULL, 0);
+    int32_t b = request(&cl, "GET", "/bb", NULL, 0);
+    exchange(&cl, c, &out, 1);
+    ok(cl.data[slot_of(a)].len == 2 && cl.data[slot_of(b)].len == 3,
+       "two concurrent streams get their own answers");
+    client_free(&cl);
+    teardown(s, &out);
+}
+
+static void h2_flow_control(void)
+{
+    size_t big = 3u << 20; /* three stream windows */
+    pt_server *s = server(8u << 20, 8192);
+    pt_buf out = PT_BUF_INIT(0);
+    h2client cl;
+    uint8_t *body = malloc(big);
+    pt_conn *c = h2_open(s, &cl, 0);
+    if (!c || !body)
+        return;
+    for (size_t i = 0; i < big; i++)
+        body[i] = (uint8_t)(i * 7 + (i >> 13));
+    int calls = seen.calls;
+    request(&cl, "POST", "/sum", body, big);
+
+    /* The server's frames (SETTINGS, WINDOW_UPDATE) do not reach the client yet. */
+    for (int i = 0; i < 50; i++) {
+        client_send(&cl, c, &out, 1);
+    }
+    size_t got = c->tasks ? pt_buf_used(&c->tasks->body) : 0;
+    ok(got > 0 && got <= 65535, "without WINDOW_UPDATE only the initial window arrives (%zu)",
+       got);
+    is(seen.calls, calls, "... and the request is not complete");
+
+    exchange(&cl, c, &out, 1);
+    ok(cl.window_updates >= 2, "the server grants window as it reads (%d WINDOW_UPDATEs)",
+       cl.window_updates);
+    is(seen.calls, calls + 1, "then the whole body arrives");
+    ok(seen.last_body_len == big && seen.last_body_sum == sum_bytes(body, big),
+       "... every byte in order");
+    client_free(&cl);
+    free(body);
+    teardown(s, &out);
+}
+
+static void h2_reset(void)
+{
+    pt_server *s = server(1 << 20, 8192);
+    pt_buf out = PT_BUF_INIT(0);
+    h2client cl;
+    pt_conn *c = h2_open(s, &cl, 0);
+    if (!c)
+        return;
+    int calls = seen.calls;
+    int32_t sid = request(&cl, "GET", "/x", NULL, 0);
+    exchange(&cl, c, &out, 0);
+    is(queued(s), 1, "RST_STREAM: the request waits in the queue");
+    nghttp2_submit_rst_stream(cl.ss, NGHTTP2_FLAG_NONE, sid, NGHTTP2_CANCEL);
+    exchange(&cl, c, &out, 0);
+    ok(c->tasks == NULL, "... the reset stream's task leaves the connection");
+    work(s);
+    is(seen.calls, calls, "... and the handler never runs for it");
+    exchange(&cl, c, &out, 1);
+    is(cl.status[slot_of(sid)], 0, "... nor is it answered");
+    int32_t next = request(&cl, "GET", "/y", NULL, 0);
+    exchange(&cl, c, &out, 1);
+    is(cl.status[slot_of(next)], 200, "the connection goes on serving");
+    client_free(&cl);
+    teardown(s, &out);
+}
+
+/* The error code of the first GOAWAY frame in p, or -1. */
+static long goaway_in(const uint8_t *p, size_t n)
+{
+    for (size_t off = 0; off + 9 <= n;) {
+        size_t len = (size_t)p[off] << 16 | (size_t)p[off + 1] << 8 | p[off + 2];
+        if (p[off + 3] == NGHTTP2_GOAWAY && off + 9 + 8 <= n)
+            return (long)((uint32_t)p[off + 13] << 24 | (uint32_t)p[off + 14] << 16 |
+                          (uint32_t)p[off + 15] << 8 | p[off + 16]);
+        off += 9 + len;
+    }
+    return -1;
+}
+
+static void h2_goaway(void)
+{
+    pt_server *s = server(1 << 20, 8192);
+    pt_buf out = PT_BUF_INIT(0);
+    h2client cl;
+    pt_conn *c = h2_open(s, &cl, 0);
+    if (!c)
+        return;
+    int32_t sid = request(&cl, "GET", "/inflight", NULL, 0);
+    exchange(&cl, c, &out, 0);
+    c->ops->shutdown(c); /* the server stops */
+    exchange(&cl, c, &out, 1);
+    is(cl.goaways, 1, "server stop: GOAWAY");
+    is(cl.goaway_error, NGHTTP2_NO_ERROR, "... NO_ERROR");
+    is(cl.status[slot_of(sid)], 200, "... the stream in flight is still answered");
+    is(c->state, PT_CONN_CLOSE, "... then the connection closes");
+    client_free(&cl);
+
+    /* The client's GOAWAY ends the session too. */
+    pt_conn *c2 = h2_open(s, &cl, 0);
+    if (!c2)
+        return;
+    request(&cl, "GET", "/a", NULL, 0);
+    exchange(&cl, c2, &out, 1);
+    nghttp2_submit_goaway(cl.ss, NGHTTP2_FLAG_NONE, 0, NGHTTP2_NO_ERROR, NULL, 0);
+    exchange(&cl, c2, &out, 1);
+    is(c2->state, PT_CONN_CLOSE, "the client's GOAWAY: the connection closes");
+    client_free(&cl);
+
+    /* A connection error: DATA on stream 0 as the first frame. */
+    pt_conn *c3 = conn(s);
+    static const uint8_t bad[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\0\0\0\0\0\0";
+    put(c3, bad, sizeof(bad) - 1);
+    pump(c3, &out, 1);
+    is(goaway_in(pt_buf_data(&out), pt_buf_used(&out)), NGHTTP2_PROTOCOL_ERROR,
+       "a protocol error: GOAWAY(PROTOCOL_ERROR)");
+    is(c3->state, PT_CONN_CLOSE, "... and close");
+    teardown(s, &out);
+}
+
+/* ----------------------------------------------------------------- produced bodies */
+
+static void prod_reset(void)
+{
+    memset(&prod, 0, sizeof(prod));
+}
+
+/* Decodes a chunked body from p; the bytes in out, the end of the last chunk (just past
+ * "0\r\n\r\n") or NULL if the body is not complete and well formed. */
+static const char *dechunk(const char *p, pt_buf *out)
+{
+    for (;;) {
+        char *end;
+        unsigned long n = strtoul(p, &end, 16);
+        if (end == p || strncmp(end, "\r\n", 2) != 0)
+            return NULL;
+        p = end + 2;
+        if (n == 0)
+            return strncmp(p, "\r\n", 2) == 0 ? p + 2 : NULL;
+        if (strlen(p) < n + 2 || strncmp(p + n, "\r\n", 2) != 0)
+            return NULL;
+        pt_buf_append(out, p, n);
+        p += n + 2;
+    }
+}
+
+static void h1_produced(void)
+{
+    pt_server *s = server(1 << 20, 8192);
+    pt_conn *c = s ? conn(s) : NULL;
+    pt_buf out = PT_BUF_INIT(0), body = PT_BUF_INIT(0);
+    if (!c)
+        return;
+    prod_reset();
+    put_str(c, "GET /stream?n=150000 HTTP/1.1\r\nHost: a\r\n\r\n");
+    pump(c, &out, 0);
+    work(s); /* the handler */
+    pump(c, &out, 0);
+    const char *r = text(&out);
+    ok(strstr(r, "\r\nTransfer-Encoding: chunked\r\n") && !strstr(r, "Content-Length"),
+       "produced body over HTTP/1.1: chunked, no Content-Length");
+    is(queued(s), 1, "... one pull asked for");
+    is(c->state, PT_CONN_OPEN, "... nothing more until it comes");
+    int max_queued = 0;
+    for (int i = 0; i < 10 && queued(s); i++) {
+        max_queued = queued(s) > max_queued ? queued(s) : max_queued;
+        work(s);
+        pump(c, &out, 0);
+    }
+    is(max_queued, 1, "at most one piece in flight");
+    r = text(&out);
+    const char *b = strstr(r, "\r\n\r\n");
+    const char *end = b ? dechunk(b + 4, &body) : NULL;
+    ok(end && *end == '\0', "the chunks and the terminating 0 chunk are well formed");
+    ok(body.len == 150000 && is_pattern(body.p, body.len, 0), "... and carry every byte");
+    is(prod.pulls, 3, "three pulls of at most 64 KiB");
+    ok(prod.dones == 1 && prod.cancelled == 0, "done called once, not cancelled");
+    is(prod.overlap, 0, "never two pulls at once");
+
+    pt_buf_reset(&out);
+    put_str(c, "GET /a HTTP/1.1\r\nHost: a\r\n\r\n");
+    pump(c, &out, 1);
+    ok(strstr(text(&out), "\r\n\r\n/a") != NULL, "keep-alive: the next request is answered");
+
+    /* An HTTP/1.0 client cannot read chunks: the body ends with the connection. */
+    prod_reset();
+    pt_buf_reset(&out);
+    pt_conn *c10 = h1_one(s, "GET /stream?n=40 HTTP/1.0\r\n\r\n", &out);
+    r = text(&out);
+    b = strstr(r, "\r\n\r\n");
+    ok(!strstr(r, "chunked") && strstr(r, "Connection: close") && b && strlen(b + 4) == 40 &&
+           is_pattern((const uint8_t *)b + 4, 40, 0),
+       "HTTP/1.0: the bytes as they are, then close");
+    ok(c10 && c10->state == PT_CONN_CLOSE && prod.dones == 1 && !prod.cancelled,
+       "... closing once done");
+
+    prod_reset();
+    pt_buf_reset(&out);
+    h1_one(s, "HEAD /stream?n=40 HTTP/1.1\r\nHost: a\r\n\r\n", &out);
+    r = text(&out);
+    ok(strstr(r, "chunked") && strstr(r, "\r\n\r\n")[4] == '\0', "HEAD: headers only");
+    teardown(s, &out);
+    ok(prod.pulls == 0 && prod.dones == 1 && prod.cancelled == 1,
+       "... the producer is never pulled, and done(cancelled) once");
+    pt_buf_free(&body);
+}
+
+static void h1_produced_cancel(void)
+{
+    pt_server *s = server(1 << 20, 8192);
+    pt_buf out = PT_BUF_INIT(0);
+    if (!s)
+        return;
+    prod_reset();
+    pt_conn *c = conn(s);
+    put_str(c, "GET /stream?n=1000000 HTTP/1.1\r\nHost: a\r\n\r\n");
+    pump(c, &out, 0);
+    work(s);
+    pump(c, &out, 0);
+    work(s);
+    pump(c, &out, 0);
+    is(queued(s), 1, "close mid-stream: a pull is in flight");
+    pt_conn_close(c); /* the client went away */
+    process_close_list(s);
+    work(s);
+    ok(prod.dones == 1 && prod.cancelled == 1, "... done(cancelled=1), once");
+    is(prod.pulls, 1, "... and the cancelled pull was not run");
+
+    prod_reset();
+    pt_buf_reset(&out);
+    c = h1_one(s, "GET /stream?n=1000000&fail=2 HTTP/1.1\r\nHost: a\r\n\r\n", &out);
+    const char *r = text(&out);
+    ok(strncmp(r, "HTTP/1.1 200", 12) == 0 && !strstr(r, "\r\n0\r\n\r\n"),
+       "a failing pull: the body is cut, without the last chunk");
+    is(c ? c->state : -1, PT_CONN_CLOSE, "... and the connection closes");
+    ok(prod.dones == 1 && prod.cancelled == 1, "... done(cancelled=1), once");
+    teardown(s, &out);
+    is(prod.dones, 1, "no second done at teardown");
+}
+
+static void h2_produced(void)
+{
+    pt_server *s = server(1 << 20, 8192);
+    pt_buf out = PT_BUF_INIT(0);
+    h2client cl;
+    pt_conn *c = h2_open(s, &cl, 0);
+    if (!c)
+        return;
+    prod_reset();
+    int32_t sid = request(&cl, "GET", "/stream?n=300000", NULL, 0);
+    exchange(&cl, c, &out, 1);
+    pt_buf *d = &cl.data[slot_of(sid)];
+    is(cl.status[slot_of(sid)], 200, "h2 produced body: 200");
+    ok(d->len == 300000 && is_pattern(d->p, d->len, 0), "... every byte, in DATA frames");
+    ok(cl.closed[slot_of(sid)] && !cl.close_error[slot_of(sid)], "... then END_STREAM");
+    ok(prod.pulls == 5 && prod.dones == 1 && !prod.cancelled && !prod.overlap,
+       "... five pulls, one at a time, one done");
+    client_free(&cl);
+
+    /* A 1000-byte window: the server sends what it allows, and waits. */
+    prod_reset();
+    pt_conn *c2 = h2_open(s, &cl, 1000);
+    if (!c2)
+        return;
+    sid = request(&cl, "GET", "/stream?n=5000", NULL, 0);
+    exchange(&cl, c2, &out, 1);
+    d = &cl.data[slot_of(sid)];
+    is(d->len, 1000, "a small window: only the window's worth is sent");
+    ok(!cl.closed[slot_of(sid)] && prod.pulls == 1, "... the rest waits, no more pulled");
+    int grants = 0;
+    while (!cl.closed[slot_of(sid)] && grants < 10) {
+        nghttp2_submit_window_update(cl.ss, NGHTTP2_FLAG_NONE, sid, 1000);
+        exchange(&cl, c2, &out, 1);
+        grants++;
+        if (grants == 1)
+            is(d->len, 2000, "... each WINDOW_UPDATE lets as much through");
+    }
+    ok(d->len == 5000 && is_pattern(d->p, d->len, 0) && grants == 4,
+       "... the whole body after four updates");
+    ok(prod.dones == 1 && !prod.cancelled, "... and one done");
+    client_free(&cl);
+    teardown(s, &out);
+}
+
+static void h2_produced_cancel(void)
+{
+    pt_server *s = server(1 << 20, 8192);
+    pt_buf out = PT_BUF_INIT(0);
+    h2client cl;
+    pt_conn *c = h2_open(s, &cl, 1000);
+    if (!c)
+        return;
+    prod_reset();
+    int32_t sid = request(&cl, "GET", "/stream?n=1000000", NULL, 0);
+    exchange(&cl, c, &out, 1);
+    ok(cl.data[slot_of(sid)].len == 1000 && prod.dones == 0,
+       "RST_STREAM mid-stream: the stream waits on its window");
+    nghttp2_submit_rst_stream(cl.ss, NGHTTP2_FLAG_NONE, sid, NGHTTP2_CANCEL);
+    exchange(&cl, c, &out, 1);
+    ok(prod.dones == 1 && prod.cancelled == 1, "... done(cancelled=1), once");
+    is(pt_buf_used(&out), 0, "... and nothing more is sent for it");
+
+    /* GOAWAY, then the connection closes, with a pull in flight. */
+    prod_reset();
+    sid = request(&cl, "GET", "/stream?n=1000000", NULL, 0);
+    exchange(&cl, c, &out, 0);
+    work(s);
+    exchange(&cl, c, &out, 0);
+    is(queued(s), 1, "GOAWAY and close mid-stream: a pull in flight");
+    nghttp2_submit_goaway(cl.ss, NGHTTP2_FLAG_NONE, 0, NGHTTP2_NO_ERROR, NULL, 0);
+    exchange(&cl, c, &out, 0);
+    pt_conn_close(c);
+    process_close_list(s);
+    work(s);
+    ok(prod.dones == 1 && prod.cancelled == 1, "... done(cancelled=1), once");
+    client_free(&cl);
+
+    /* A failing pull resets the stream. */
+    prod_reset();
+    pt_conn *c2 = h2_open(s, &cl, 0);
+    if (!c2)
+        return;
+    sid = request(&cl, "GET", "/stream?n=1000000&fail=2", NULL, 0);
+    int32_t other = request(&cl, "GET", "/b", NULL, 0);
+    exchange(&cl, c2, &out, 1);
+    ok(cl.closed[slot_of(sid)] && cl.close_error[slot_of(sid)] == NGHTTP2_INTERNAL_ERROR,
+       "a failing pull: RST_STREAM(INTERNAL_ERROR)");
+    is(cl.status[slot_of(other)], 200, "... the other stream is answered");
+    ok(prod.dones == 1 && prod.cancelled == 1, "... done(cancelled=1), once");
+    client_free(&cl);
+    teardown(s, &out);
+    is(prod.dones, 1, "no second done at teardown");
+}
+
+int main(void)
+{
+    h1_framing();
+    h1_pipelining();
+    h1_limits();
+    h1_errors();
+    h2_basics();
+    h2_flow_control();
+    h2_reset();
+    h2_goaway();
+    h1_produced();
+    h1_produced_cancel();
+    h2_produced();
+    h2_produced_cancel();
+    return done_testing();
+}
