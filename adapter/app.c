@@ -168,43 +168,105 @@ static void handle_write(pt_app *app, pt_req *req, pt_resp *resp)
     resp->status = 204;
 }
 
-/* Series read per group of a streamed answer: the group's samples and chunks are the
- * only per-series memory a streamed read holds at once. */
-enum { STREAM_GROUP = 256 };
+/* A streamed answer reads a group of series at a time: one group's samples and chunks,
+ * and the frames made of them, are the only per-series memory it holds. The group is
+ * sized by samples (about STREAM_SAMPLES), from what the previous group held. */
+enum { STREAM_GROUP_FIRST = 64, STREAM_GROUP_MAX = 1024, STREAM_SAMPLES = 65536 };
 
-/* A STREAMED_XOR_CHUNKS answer: frames appended group by group. */
+/* A STREAMED_XOR_CHUNKS answer in progress. Made by the handler, then owned by the
+ * server's producer calls until stream_done. */
+typedef struct stream_read {
+    pt_read *r;
+    size_t group_size; /* series in the next group */
+    pt_arena group;  /* the current group's samples and chunks */
+    pt_buf pending;  /* frames made and not yet handed to the server */
+    int end;         /* every query answered */
+    char msg[PT_MSG_MAX];
+} stream_read;
+
+/* Makes frames until some are pending or the read is over: 0, or an error (msg set). */
+static int stream_fill(stream_read *sr)
+{
+    while (pt_buf_used(&sr->pending) == 0 && !sr->end) {
+        pt_read_batch bt;
+        pt_arena_reset(&sr->group);
+        int rv = pt_read_next(sr->r, &sr->group, sr->group_size, &bt, sr->msg, sizeof(sr->msg));
+        if (rv < 0)
+            return rv;
+        if (rv == 0) {
+            sr->end = 1;
+            break;
+        }
+        size_t samples = 0;
+        for (size_t i = 0; i < bt.n; i++) {
+            samples += bt.ts[i]->n_samples;
+            if ((rv = pt_stream_series(&sr->pending, bt.query, bt.ts[i], &sr->group)) != 0)
+                return rv;
+        }
+        if (samples > STREAM_SAMPLES && bt.n)
+            sr->group_size = bt.n * STREAM_SAMPLES / samples + 1;
+        else if (samples < STREAM_SAMPLES / 4 && sr->group_size < STREAM_GROUP_MAX)
+            sr->group_size *= 2;
+    }
+    return 0;
+}
+
+static int stream_pull(void *ud, pt_buf *out, size_t want)
+{
+    stream_read *sr = ud;
+    int rv = stream_fill(sr);
+    if (rv != 0) {
+        char q[PT_MSG_MAX + 64];
+        /* The 200 is out: the client sees a cut stream and retries; say why here. */
+        pt_log(PT_LOG_WARN, "streamed read cut", "err=%s",
+               pt_log_quote(q, sizeof(q), sr->msg[0] ? sr->msg : pt_strerror(rv),
+                            strlen(sr->msg[0] ? sr->msg : pt_strerror(rv))));
+        return rv;
+    }
+    size_t n = pt_buf_used(&sr->pending) < want ? pt_buf_used(&sr->pending) : want;
+    if ((rv = pt_buf_append(out, pt_buf_data(&sr->pending), n)) != 0)
+        return rv;
+    pt_buf_consume(&sr->pending, n);
+    return sr->end && pt_buf_used(&sr->pending) == 0 ? PT_PULL_END : PT_PULL_MORE;
+}
+
+static void stream_done(void *ud, int cancelled)
+{
+    stream_read *sr = ud;
+    if (cancelled)
+        pt_m.read_streams_cancelled++;
+    pt_read_free(sr->r);
+    pt_arena_free(&sr->group);
+    pt_buf_free(&sr->pending);
+}
+
+/* A STREAMED_XOR_CHUNKS answer: the first group is read here, so that a bad matcher, a
+ * limit or an outage still gets its status; the rest streams as the client takes it. */
 static void handle_read_streamed(pt_app *app, pt_req *req, pt_resp *resp,
                                  const Prometheus__ReadRequest *rr)
 {
-    char msg[PT_MSG_MAX] = "";
-    pt_read *r = NULL;
-    pt_read_batch bt;
-    pt_buf body;
-    pt_arena group;
-    pt_buf_init_arena(&body, req->arena, 0);
-    pt_arena_init(&group, 64 << 10, req->arena->max);
-    int rv = pt_read_start(&app->store, rr, req->arena, &r);
-    while (rv == 0 && (rv = pt_read_next(r, &group, STREAM_GROUP, &bt, msg, sizeof(msg))) == 1) {
-        for (size_t i = 0; i < bt.n && rv == 1; i++)
-            if (pt_stream_series(&body, bt.query, bt.ts[i], &group) != 0)
-                rv = PT_ENOMEM;
-        pt_arena_reset(&group);
-        if (rv == 1)
-            rv = 0;
-    }
-    int exhausted = req->arena->exhausted || group.exhausted;
-    pt_read_free(r);
-    pt_arena_free(&group);
-    if (rv == PT_ENOMEM && exhausted) {
+    stream_read *sr = pt_arena_calloc(req->arena, sizeof(*sr));
+    if (!sr) {
         reply_memory(app, req, resp, 1);
-    } else if (rv != 0) {
-        reply_error(req, resp, rv, msg);
-    } else {
-        resp->status = 200;
-        resp->content_type = "application/x-streamed-protobuf; proto=prometheus.ChunkedReadResponse";
-        resp->body = body.p;
-        resp->body_len = body.len;
+        return;
     }
+    pt_arena_init(&sr->group, 64 << 10, req->arena->max);
+    pt_buf_init(&sr->pending, req->arena->max);
+    sr->group_size = STREAM_GROUP_FIRST;
+    int rv = pt_read_start(&app->store, rr, req->arena, &sr->r);
+    if (rv == 0)
+        rv = stream_fill(sr);
+    if (rv != 0) {
+        if (rv == PT_ENOMEM && (req->arena->exhausted || sr->group.exhausted))
+            reply_memory(app, req, resp, 1);
+        else
+            reply_error(req, resp, rv, sr->msg);
+        stream_done(sr, 0);
+        return;
+    }
+    resp->status = 200;
+    resp->content_type = "application/x-streamed-protobuf; proto=prometheus.ChunkedReadResponse";
+    resp->producer = (pt_producer){stream_pull, stream_done, sr};
 }
 
 static void handle_read(pt_app *app, pt_req *req, pt_resp *resp)

@@ -16,6 +16,7 @@
  *   --warmup N         untimed requests first (default 2)
  *   --streamed         ask for STREAMED_XOR_CHUNKS instead of SAMPLES
  *   --server-pid PID   also report that process's CPU time per request
+ *   --request-out F    write the request body (snappy protobuf) to F and exit
  *
  * Output: progress and errors on stderr; one "result:" line of key=value pairs on stdout.
  * Exit status 0 when every answer was a 200, 1 otherwise, 2 on bad usage.
@@ -371,7 +372,8 @@ static double percentile(const double *sorted, size_t n, double q)
 static void usage(FILE *f)
 {
     fputs("usage: readbench [--url URL] [--start-ms T] [--end-ms T] [--requests N]\n"
-          "                 [--warmup N] [--streamed] [--server-pid PID] MATCHER...\n"
+          "                 [--warmup N] [--streamed] [--server-pid PID] [--request-out F]\n"
+          "                 MATCHER...\n"
           "  MATCHER: name=value | name!=value | name=~regex | name!~regex\n",
           f);
 }
@@ -382,7 +384,8 @@ int main(int argc, char **argv)
     int64_t start = -1, end = -1;
     long requests = 20, warmup = 2, server_pid = 0;
     int streamed = 0;
-    static const struct option lo[] = {{"url", required_argument, 0, 'u'},
+    const char *request_out = NULL;
+    static const struct option lo[] = {{"request-out", required_argument, 0, 'o'},{"url", required_argument, 0, 'u'},
                                        {"start-ms", required_argument, 0, 's'},
                                        {"end-ms", required_argument, 0, 'e'},
                                        {"requests", required_argument, 0, 'n'},
@@ -401,6 +404,7 @@ int main(int argc, char **argv)
         case 'w': warmup = strtol(optarg, NULL, 10); break;
         case 'x': streamed = 1; break;
         case 'p': server_pid = strtol(optarg, NULL, 10); break;
+        case 'o': request_out = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -466,6 +470,15 @@ int main(int argc, char **argv)
         goto out;
     if (build_body(ms, nm, start, end, streamed, &a, &body) != 0) {
         fprintf(stderr, "readbench: could not build the request\n");
+        goto out;
+    }
+    if (request_out) {
+        FILE *f = fopen(request_out, "wb");
+        rc = !f || fwrite(body.p, 1, body.n, f) != body.n;
+        if (f && fclose(f) != 0)
+            rc = 1;
+        if (rc)
+            fprintf(stderr, "readbench: cannot write %s\n", request_out);
         goto out;
     }
     int head_len = snprintf(head, sizeof head,

@@ -15,7 +15,34 @@ typedef struct call {
     pt_req req;
     pt_resp resp;
     char body[PT_MSG_MAX + 8];
+    pt_buf produced;   /* a produced body, pulled as the server would */
+    int pulls, cut;    /* pull calls; 1 when a pull failed */
 } call;
+
+/* Plays the server's part for a produced body: pieces of at most 64 KiB until the end. */
+static void drain(call *c)
+{
+    pt_producer *p = &c->resp.producer;
+    pt_buf piece = PT_BUF_INIT(64 << 10);
+    pt_buf_free(&c->produced);
+    c->pulls = c->cut = 0;
+    for (;;) {
+        pt_buf_reset(&piece);
+        int rv = p->pull(p->ud, &piece, 64 << 10);
+        c->pulls++;
+        if (rv < 0 || pt_buf_append(&c->produced, piece.p, piece.len) != 0) {
+            c->cut = 1;
+            break;
+        }
+        if (rv == PT_PULL_END)
+            break;
+    }
+    if (p->done)
+        p->done(p->ud, c->cut);
+    pt_buf_free(&piece);
+    c->resp.body = c->produced.p;
+    c->resp.body_len = c->produced.len;
+}
 
 static int run(call *c, int method, const char *path, const char *ctype, const char *enc,
                const uint8_t *body, size_t len)
@@ -28,6 +55,8 @@ static int run(call *c, int method, const char *path, const char *ctype, const c
                       .remote_write_version = "0.1.0", .body = body, .body_len = len,
                       .proto = PT_PROTO_HTTP1, .arena = &c->arena};
     pt_app_dispatch(&app, &c->req, &c->resp);
+    if (c->resp.producer.pull)
+        drain(c);
     size_t n = c->resp.body_len < PT_MSG_MAX ? c->resp.body_len : PT_MSG_MAX;
     memcpy(c->body, c->resp.body ? (const char *)c->resp.body : "", n);
     c->body[n] = '\0';
@@ -131,7 +160,7 @@ int main(void)
     app.store = s.st;
     app.lim.max_decoded = cfg.max_decoded_bytes;
     atomic_store(&app.ready, 1);
-    call c;
+    call c = {.produced = PT_BUF_INIT(0)};
 
     static uint8_t wbuf[1 << 20];
     pt_slice w0 = file("prom-2.42-write.bin");
@@ -377,10 +406,31 @@ int main(void)
         char why[256] = "";
         ok(streamed_equals((pt_slice){c.resp.body, c.resp.body_len}, &want, why, sizeof(why)),
            "the streamed frames, decoded, are the SAMPLES answer (%s)", why[0] ? why : "same");
+        ok(c.resp.producer.pull && c.pulls >= 3 && !c.cut,
+           "produced piece by piece, a group of series at a time (%d pulls)", c.pulls);
+        pt_arena_free(&c.arena);
+
+        /* A client that goes away after the first piece: done(cancelled) releases the read. */
+        uint64_t cancelled = pt_m.read_streams_cancelled;
+        pt_arena_init(&c.arena, 0, 0);
+        c.req.arena = &c.arena;
+        c.req.body = mk_body(&b, &rr.base).p;
+        c.req.body_len = mk_body(&b, &rr.base).n;
+        memset(&c.resp, 0, sizeof(c.resp));
+        pt_app_dispatch(&app, &c.req, &c.resp);
+        pt_buf piece = PT_BUF_INIT(64 << 10);
+        int prv = c.resp.producer.pull ? c.resp.producer.pull(c.resp.producer.ud, &piece, 1000) : -1;
+        if (c.resp.producer.done)
+            c.resp.producer.done(c.resp.producer.ud, 1);
+        ok(c.resp.status == 200 && prv == PT_PULL_MORE && piece.len > 0 && piece.len <= 1000 &&
+               pt_m.read_streams_cancelled == cancelled + 1,
+           "a piece is at most what the server asks for; a cancelled stream is released and counted");
+        pt_buf_free(&piece);
         pt_arena_free(&c.arena);
         pt_arena_free(&b);
     }
 
+    pt_buf_free(&c.produced);
     pt_config_free(&cfg);
     tstore_close(&s);
     return done_testing();
