@@ -24,7 +24,7 @@ typedef struct pt_buf {
     size_t off; /* bytes before this are consumed */
     size_t len; /* bytes up to here are held */
     size_t cap;
-    size_t max; /* ceiling on cap; 0 = SIZE_MAX */
+    size_t max;      /* ceiling on cap; 0 = SIZE_MAX */
     pt_arena *arena; /* NULL: heap memory */
 } pt_buf;
 

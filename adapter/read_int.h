@@ -1,0 +1,70 @@
+/*
+ * Internals of the read path, shared by select.c (matchers to series, through the index)
+ * and read.c (the series' samples, a group at a time).
+ */
+#ifndef PT_READ_INT_H
+#define PT_READ_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "matcher.h"
+#include "metrics.h"
+#include "store.h"
+
+typedef struct series {
+    pt_slice sid;
+    pt_label *labels;
+    size_t nlabels;
+    uint64_t hash;
+} series;
+
+/* Candidate series of one query, deduplicated by sid. */
+typedef struct cands {
+    pt_arena *a;
+    series *v;
+    size_t n, cap;
+    uint32_t *slots; /* index + 1 into v; 0 = empty */
+    size_t mask;
+    size_t limit; /* max series, 0 = none */
+    int err;
+} cands;
+
+/* One query being answered: its matchers, days, candidates and deadline. */
+typedef struct qctx {
+    pt_store *st;
+    pt_arena *a;
+    pt_matcher *ms;
+    size_t nms;
+    int64_t day_first, day_last;
+    cands c;
+    uint64_t deadline_ns; /* 0 = none */
+    size_t ticks;         /* rows and cells seen, for the deadline checks */
+    /* Equality matchers the index list being read does not imply, escaped as they stand
+     * in a plain series id: the metric as its prefix, a label as ",name=value". */
+    pt_slice metric; /* n == 0: none */
+    pt_slice *pairs;
+    size_t npairs;
+} qctx;
+
+/* Every so many index rows or cells, a read checks its deadline. */
+#define DEADLINE_EVERY 1024
+
+static inline int deadline_passed(const qctx *q)
+{
+    return q->deadline_ns && pt_now_ns() > q->deadline_ns ? PT_ETIMEOUT : 0;
+}
+
+/* The same, looked at every DEADLINE_EVERY calls (from per-row and per-cell callbacks). */
+static inline int past_deadline(qctx *q)
+{
+    return ++q->ticks % DEADLINE_EVERY == 0 ? deadline_passed(q) : 0;
+}
+
+/* Lists the series every matcher of q accepts, sorted by labels, into q->c.v[0, q->c.n),
+ * allocated from q->a. 0, or PT_ELIMIT (over max_series candidates), PT_ETIMEOUT (past
+ * the deadline), a storage error. */
+int pt_select(qctx *q);
+
+#endif

@@ -1,0 +1,485 @@
+/* Selecting series: a query's matchers to the series they accept, through the index. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "read_int.h"
+
+static int cands_grow(cands *c)
+{
+    size_t ncap = c->cap ? c->cap * 2 : 256;
+    series *nv = pt_arena_alloc(c->a, ncap * sizeof(*nv));
+    uint32_t *ns = pt_arena_calloc(c->a, ncap * 2 * sizeof(*ns));
+    if (!nv || !ns)
+        return PT_ENOMEM;
+    if (c->n)
+        memcpy(nv, c->v, c->n * sizeof(*nv));
+    c->v = nv;
+    c->cap = ncap;
+    c->slots = ns;
+    c->mask = ncap * 2 - 1;
+    for (size_t i = 0; i < c->n; i++) {
+        size_t j = c->v[i].hash & c->mask;
+        while (c->slots[j])
+            j = (j + 1) & c->mask;
+        c->slots[j] = (uint32_t)(i + 1);
+    }
+    return 0;
+}
+
+/* Adds the series named by an index row (sid after the prefix, labels in value or sid). */
+static int cands_add(cands *c, pt_slice sid, pt_slice value)
+{
+    pt_label *cell_labels = NULL;
+    long cell_n = 0;
+    if (value.n) {
+        /* The row names the series by digest or hashed sid; its labels are in the cell and
+         * the real sid follows from them. */
+        uint8_t *vc = pt_arena_alloc(c->a, value.n);
+        if (!vc)
+            return PT_ENOMEM;
+        memcpy(vc, value.p, value.n);
+        cell_n = pt_labels_decode(c->a, (pt_slice){vc, value.n}, &cell_labels);
+        if (cell_n < 0)
+            return cell_n == PT_ENOMEM ? PT_ENOMEM : PT_EINTERNAL;
+        int rv = pt_series_id(c->a, cell_labels, (size_t)cell_n, &sid);
+        if (rv)
+            return rv;
+    }
+    uint64_t h = XXH3_64bits(sid.p, sid.n);
+    if (c->cap) {
+        size_t j = h & c->mask;
+        while (c->slots[j]) {
+            series *s = &c->v[c->slots[j] - 1];
+            if (s->hash == h && pt_slice_eq(s->sid, sid))
+                return 0;
+            j = (j + 1) & c->mask;
+        }
+    }
+    if (c->limit && c->n >= c->limit * 4 + 1024) /* unfiltered candidates: generous bound */
+        return PT_ELIMIT;
+    if (c->n == c->cap) {
+        int rv = cands_grow(c);
+        if (rv)
+            return rv;
+    }
+    series *s = &c->v[c->n];
+    uint8_t *copy = pt_arena_alloc(c->a, sid.n);
+    if (!copy)
+        return PT_ENOMEM;
+    memcpy(copy, sid.p, sid.n);
+    s->sid = (pt_slice){copy, sid.n};
+    s->hash = h;
+    long nl;
+    if (value.n) {
+        s->labels = cell_labels;
+        nl = cell_n;
+    } else {
+        nl = pt_series_id_parse(c->a, s->sid, &s->labels);
+        if (nl > 0) {
+            /* The sid keeps __name__ first; the stored order is by name. */
+            pt_label name = s->labels[0];
+            size_t i = 1;
+            while (i < (size_t)nl && pt_slice_cmp(s->labels[i].name, name.name) < 0) {
+                s->labels[i - 1] = s->labels[i];
+                i++;
+            }
+            s->labels[i - 1] = name;
+        }
+    }
+    if (nl < 0)
+        return nl == PT_ENOMEM ? PT_ENOMEM : PT_EINTERNAL;
+    s->nlabels = (size_t)nl;
+    size_t j = h & c->mask;
+    while (c->slots[j])
+        j = (j + 1) & c->mask;
+    c->slots[j] = (uint32_t)(c->n + 1);
+    c->n++;
+    return 0;
+}
+
+/* Scans the index rows in [first, last): one range covers every day of the query because
+ * the day is fixed-width inside the key. */
+static int scan_days(qctx *q, pt_slice first, pt_slice last, pt_cell_fn fn, void *ud)
+{
+    int rv = deadline_passed(q);
+    if (rv)
+        return rv;
+    pt_row_range r = {first, last};
+    size_t visited = 0;
+    pt_scan s = {PT_TABLE_INDEX, &r, 1, {0}, {0}, 0, &visited};
+    rv = pt_backend_scan(q->st->be, &s, fn, ud);
+    pt_m.read_rows_scanned += visited;
+    return rv;
+}
+
+/* A set of label values (unescaped), in insertion order, with a hash index: a label can
+ * have hundreds of thousands of values over the days of a query. */
+typedef struct valset {
+    pt_arena *a;
+    pt_slice *v;
+    uint64_t *h;
+    size_t n, cap;
+    uint32_t *slots; /* index + 1 into v; 0 = empty; 2 * cap of them */
+} valset;
+
+/* Adds val unless present: 1 added, 0 present, PT_ENOMEM. */
+static int valset_add(valset *s, pt_slice val)
+{
+    uint64_t h = XXH3_64bits(val.p, val.n);
+    size_t mask = s->cap * 2 - 1;
+    if (s->cap) {
+        for (size_t j = h & mask; s->slots[j]; j = (j + 1) & mask) {
+            size_t i = s->slots[j] - 1;
+            if (s->h[i] == h && pt_slice_eq(s->v[i], val))
+                return 0;
+        }
+    }
+    if (s->n == s->cap) {
+        size_t ncap = s->cap ? s->cap * 2 : 64;
+        pt_slice *nv = pt_arena_alloc(s->a, ncap * sizeof(*nv));
+        uint64_t *nh = pt_arena_alloc(s->a, ncap * sizeof(*nh));
+        uint32_t *ns = pt_arena_calloc(s->a, ncap * 2 * sizeof(*ns));
+        if (!nv || !nh || !ns)
+            return PT_ENOMEM;
+        if (s->n) {
+            memcpy(nv, s->v, s->n * sizeof(*nv));
+            memcpy(nh, s->h, s->n * sizeof(*nh));
+        }
+        s->v = nv;
+        s->h = nh;
+        s->slots = ns;
+        s->cap = ncap;
+        mask = ncap * 2 - 1;
+        for (size_t i = 0; i < s->n; i++) {
+            size_t j = s->h[i] & mask;
+            while (s->slots[j])
+                j = (j + 1) & mask;
+            s->slots[j] = (uint32_t)(i + 1);
+        }
+    }
+    size_t j = h & mask;
+    while (s->slots[j])
+        j = (j + 1) & mask;
+    s->slots[j] = (uint32_t)(s->n + 1);
+    s->v[s->n] = val;
+    s->h[s->n++] = h;
+    return 1;
+}
+
+typedef struct rowcb {
+    qctx *q;
+    size_t prefix_len;
+    pt_matcher *filter; /* values rows: keep values this matcher accepts */
+    valset vals;        /* collected values */
+} rowcb;
+
+/* Whether a plain series id can satisfy q's equality matchers: a cheap look at the
+ * escaped text that spares parsing most candidates an index list brings. In a plain sid
+ * every '=' inside a name or value is escaped, so ",name=value" followed by ',' or the
+ * end can only be that label. */
+static int sid_may_match(const qctx *q, pt_slice sid)
+{
+    if (q->metric.n && (sid.n < q->metric.n || memcmp(sid.p, q->metric.p, q->metric.n) != 0 ||
+                        (sid.n > q->metric.n && sid.p[q->metric.n] != ',')))
+        return 0;
+    for (size_t i = 0; i < q->npairs; i++) {
+        pt_slice nd = q->pairs[i];
+        const uint8_t *p = sid.p, *end = sid.p + sid.n;
+        int found = 0;
+        while (!found && (p = memmem(p, (size_t)(end - p), nd.p, nd.n)) != NULL) {
+            p += nd.n;
+            found = p == end || *p == ',';
+        }
+        if (!found)
+            return 0;
+    }
+    return 1;
+}
+
+static int on_series_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    (void)qual;
+    rowcb *r = ud;
+    if (row.n < r->prefix_len)
+        return PT_EINTERNAL;
+    int rv = past_deadline(r->q);
+    if (rv)
+        return rv;
+    pt_slice sid = {row.p + r->prefix_len, row.n - r->prefix_len};
+    if (value.n == 0 && !sid_may_match(r->q, sid))
+        return 0; /* a plain sid the other equality matchers rule out */
+    return cands_add(&r->q->c, sid, value);
+}
+
+static int on_value_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    (void)qual;
+    rowcb *r = ud;
+    int rv = past_deadline(r->q);
+    if (rv)
+        return rv;
+    pt_slice esc = {row.p + r->prefix_len, row.n - r->prefix_len};
+    pt_slice val;
+    if (pt_index_is_digest(esc)) {
+        /* A long value: the key holds its digest, the cell the value. */
+        uint8_t *v = pt_arena_alloc(r->q->a, value.n ? value.n : 1);
+        if (!v)
+            return PT_ENOMEM;
+        memcpy(v, value.p, value.n);
+        val = (pt_slice){v, value.n};
+    } else {
+        uint8_t *v = pt_arena_alloc(r->q->a, esc.n ? esc.n : 1);
+        if (!v)
+            return PT_ENOMEM;
+        long n = pt_unescape(v, esc);
+        if (n < 0)
+            return PT_EINTERNAL;
+        val = (pt_slice){v, (size_t)n};
+    }
+    if (r->filter && !pt_matcher_match(r->filter, val))
+        return 0;
+    rv = valset_add(&r->vals, val); /* the same value comes once per day */
+    return rv < 0 ? rv : 0;
+}
+
+/* Values of label `name` over the query's days, kept when `filter` accepts them. */
+static int list_values(qctx *q, pt_slice name, pt_matcher *filter, rowcb *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->q = q;
+    r->filter = filter;
+    r->vals.a = q->a;
+    size_t cap = PT_INDEX_PREFIX_MAX(name.n, 0);
+    uint8_t *b0 = pt_arena_alloc(q->a, cap), *b1 = pt_arena_alloc(q->a, cap);
+    if (!b0 || !b1)
+        return PT_ENOMEM;
+    uint8_t *e0 = pt_index_values_prefix(b0, name, q->day_first);
+    uint8_t *e1 = pt_index_values_prefix(b1, name, q->day_last + q->st->index_bucket_ms);
+    r->prefix_len = (size_t)(e0 - b0);
+    return scan_days(q, (pt_slice){b0, r->prefix_len}, (pt_slice){b1, (size_t)(e1 - b1)},
+                     on_value_row, r);
+}
+
+static int is_metric_name(pt_slice s)
+{
+    return pt_slice_eq(s, PT_SLICE_LIT("__name__"));
+}
+
+/* The index rows of the metric (name == NULL) or of the posting name=value over the
+ * query's days: keys [b0, b1); a row's ref follows the first n0 bytes. */
+typedef struct irange {
+    uint8_t *b0, *b1;
+    size_t n0, n1;
+} irange;
+
+static int index_range(qctx *q, const pt_slice *name, pt_slice value, irange *r)
+{
+    size_t cap = PT_INDEX_PREFIX_MAX(name ? name->n : 0, value.n);
+    r->b0 = pt_arena_alloc(q->a, cap);
+    r->b1 = pt_arena_alloc(q->a, cap);
+    if (!r->b0 || !r->b1)
+        return PT_ENOMEM;
+    int64_t after = q->day_last + q->st->index_bucket_ms;
+    uint8_t *e0 = name ? pt_index_posting_prefix(r->b0, *name, value, q->day_first)
+                       : pt_index_metric_prefix(r->b0, value, q->day_first);
+    uint8_t *e1 = name ? pt_index_posting_prefix(r->b1, *name, value, after)
+                       : pt_index_metric_prefix(r->b1, value, after);
+    r->n0 = (size_t)(e0 - r->b0);
+    r->n1 = (size_t)(e1 - r->b1);
+    return 0;
+}
+
+/* Series of the metric (name == NULL) or of the posting name=value, over all days. */
+static int collect(qctx *q, const pt_slice *name, pt_slice value)
+{
+    irange ir;
+    int rv = index_range(q, name, value, &ir);
+    if (rv)
+        return rv;
+    rowcb r = {.q = q, .prefix_len = ir.n0};
+    return scan_days(q, (pt_slice){ir.b0, ir.n0}, (pt_slice){ir.b1, ir.n1}, on_series_row, &r);
+}
+
+/* One index range counted a slice at a time. */
+typedef struct counter {
+    irange ir;
+    pt_buf next;  /* where the next slice starts: just after the last row seen */
+    size_t rows;  /* rows seen so far */
+    int complete; /* no rows are left */
+} counter;
+
+static int count_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    (void)qual, (void)value;
+    counter *c = ud;
+    c->rows++;
+    /* The smallest key after row is row ‖ 0x00 (row keys hold no 0x00). */
+    pt_buf_reset(&c->next);
+    if (pt_buf_append(&c->next, row.p, row.n) != 0 || pt_buf_append(&c->next, "", 1) != 0)
+        return PT_ENOMEM;
+    return 0;
+}
+
+/* Reads up to budget more rows of c's range. */
+static int count_more(qctx *q, counter *c, size_t budget)
+{
+    int rv = deadline_passed(q);
+    if (rv)
+        return rv;
+    pt_row_range r = {{c->next.p, c->next.len}, {c->ir.b1, c->ir.n1}};
+    size_t before = c->rows, visited = 0;
+    pt_scan s = {PT_TABLE_INDEX, &r, 1, {0}, {0}, budget, &visited};
+    rv = pt_backend_scan(q->st->be, &s, count_row, c);
+    pt_m.read_rows_scanned += visited;
+    if (rv == 0 && c->rows - before < budget)
+        c->complete = 1;
+    return rv;
+}
+
+/*
+ * Which equality matcher lists the fewest index rows: every list is read in lock-step
+ * slices that double in size until one ends, so this costs about (lists × the shortest
+ * list) rows, never the longest list (a metric name can have a hundred thousand series
+ * where an instance label has a hundred). Sets *best to its index in eq.
+ */
+static int shortest(qctx *q, pt_matcher **eq, size_t neq, size_t *best)
+{
+    counter *c = pt_arena_calloc(q->a, neq * sizeof(*c));
+    int rv = 0;
+    if (!c)
+        return PT_ENOMEM;
+    for (size_t i = 0; i < neq && rv == 0; i++) {
+        int name = is_metric_name(eq[i]->name);
+        rv = index_range(q, name ? NULL : &eq[i]->name, eq[i]->value, &c[i].ir);
+        pt_buf_init_arena(&c[i].next, q->a, 0);
+        if (rv == 0)
+            rv = pt_buf_append(&c[i].next, c[i].ir.b0, c[i].ir.n0);
+    }
+    for (size_t budget = 64; rv == 0; budget *= 2) {
+        size_t found = neq;
+        for (size_t i = 0; i < neq && rv == 0; i++) {
+            rv = count_more(q, &c[i], budget);
+            if (rv == 0 && c[i].complete && (found == neq || c[i].rows < c[found].rows))
+                found = i;
+        }
+        if (rv == 0 && found < neq) {
+            *best = found;
+            break;
+        }
+    }
+    return rv;
+}
+
+/* The escaped forms sid_may_match looks for: every equality matcher but eq[skip]. A part
+ * too long to stand in a plain sid as it is (a digest there) is not looked for. */
+static int sid_filters(qctx *q, pt_matcher **eq, size_t neq, size_t skip)
+{
+    q->pairs = pt_arena_alloc(q->a, neq * sizeof(*q->pairs));
+    if (!q->pairs)
+        return PT_ENOMEM;
+    for (size_t i = 0; i < neq; i++) {
+        pt_slice n = eq[i]->name, v = eq[i]->value;
+        size_t en = pt_escaped_len(n), ev = pt_escaped_len(v);
+        if (i == skip || en > PT_INDEX_PART_MAX || ev > PT_INDEX_PART_MAX)
+            continue;
+        uint8_t *b = pt_arena_alloc(q->a, en + ev + 2);
+        if (!b)
+            return PT_ENOMEM;
+        if (is_metric_name(n)) {
+            q->metric = (pt_slice){b, (size_t)(pt_escape(b, v) - b)};
+            continue;
+        }
+        uint8_t *e = b;
+        *e++ = ',';
+        e = pt_escape(e, n);
+        *e++ = '=';
+        e = pt_escape(e, v);
+        q->pairs[q->npairs++] = (pt_slice){b, (size_t)(e - b)};
+    }
+    return 0;
+}
+
+/* Picks the cheapest way to list candidates, then collects them; every candidate is then
+ * checked against all matchers. */
+static int resolve(qctx *q)
+{
+    pt_matcher *name_re = NULL, *label_any = NULL;
+    pt_matcher **eq = pt_arena_alloc(q->a, (q->nms ? q->nms : 1) * sizeof(*eq));
+    size_t neq = 0;
+    if (!eq)
+        return PT_ENOMEM;
+    for (size_t i = 0; i < q->nms; i++) {
+        pt_matcher *m = &q->ms[i];
+        if (m->matches_empty)
+            continue;
+        if (m->type == PT_MATCH_EQ)
+            eq[neq++] = m;
+        else if (is_metric_name(m->name) && !name_re)
+            name_re = m;
+        else if (!label_any)
+            label_any = m;
+    }
+    int rv;
+    if (neq) {
+        /* The series of the shortest equality list; the other matchers filter them. */
+        size_t best = 0;
+        if (neq > 1 && (rv = shortest(q, eq, neq, &best)) != 0)
+            return rv;
+        if ((rv = sid_filters(q, eq, neq, best)) != 0)
+            return rv;
+        return collect(q, is_metric_name(eq[best]->name) ? NULL : &eq[best]->name, eq[best]->value);
+    }
+    rowcb r;
+    if (name_re || !label_any) {
+        /* A name regex, or nothing selective at all: list metric names. */
+        if ((rv = list_values(q, PT_SLICE_LIT("__name__"), name_re, &r)) != 0)
+            return rv;
+        for (size_t i = 0; i < r.vals.n; i++)
+            if ((rv = collect(q, NULL, r.vals.v[i])) != 0)
+                return rv;
+        return 0;
+    }
+    if ((rv = list_values(q, label_any->name, label_any, &r)) != 0)
+        return rv;
+    for (size_t i = 0; i < r.vals.n; i++)
+        if ((rv = collect(q, &label_any->name, r.vals.v[i])) != 0)
+            return rv;
+    return 0;
+}
+
+static pt_slice label_value(const series *s, pt_slice name)
+{
+    for (size_t i = 0; i < s->nlabels; i++)
+        if (pt_slice_eq(s->labels[i].name, name))
+            return s->labels[i].value;
+    return (pt_slice){(const uint8_t *)"", 0};
+}
+
+static int series_cmp(const void *x, const void *y)
+{
+    const series *a = x, *b = y;
+    return pt_labels_cmp(a->labels, a->nlabels, b->labels, b->nlabels);
+}
+
+int pt_select(qctx *q)
+{
+    int rv = resolve(q);
+    if (rv)
+        return rv;
+    /* Keep the candidates every matcher accepts. */
+    size_t k = 0;
+    for (size_t i = 0; i < q->c.n; i++) {
+        series *se = &q->c.v[i];
+        size_t j = 0;
+        while (j < q->nms && pt_matcher_match(&q->ms[j], label_value(se, q->ms[j].name)))
+            j++;
+        if (j == q->nms)
+            q->c.v[k++] = *se;
+    }
+    if (k > 1)
+        qsort(q->c.v, k, sizeof(series), series_cmp);
+    q->c.n = k;
+    return 0;
+}
