@@ -245,21 +245,37 @@ static int on_value_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 }
 
 /* Values of label `name` over the query's days, kept when `filter` accepts them. */
-static int list_values(qctx *q, pt_slice name, pt_matcher *filter, rowcb *r)
+/* The values rows of label name over the query's days: keys [b0, b1) in r. */
+static int values_range(qctx *q, pt_slice name, uint8_t **b0, uint8_t **b1, size_t *n0, size_t *n1)
+{
+    size_t cap = PT_INDEX_PREFIX_MAX(name.n, 0);
+    *b0 = pt_arena_alloc(q->a, cap);
+    *b1 = pt_arena_alloc(q->a, cap);
+    if (!*b0 || !*b1)
+        return PT_ENOMEM;
+    *n0 = (size_t)(pt_index_values_prefix(*b0, name, q->day_first) - *b0);
+    *n1 = (size_t)(pt_index_values_prefix(*b1, name, q->day_last + q->st->index_bucket_ms) - *b1);
+    return 0;
+}
+
+static void rowcb_init(rowcb *r, qctx *q, pt_matcher *filter, size_t prefix_len)
 {
     memset(r, 0, sizeof(*r));
     r->q = q;
     r->filter = filter;
+    r->prefix_len = prefix_len;
     r->vals.a = q->a;
-    size_t cap = PT_INDEX_PREFIX_MAX(name.n, 0);
-    uint8_t *b0 = pt_arena_alloc(q->a, cap), *b1 = pt_arena_alloc(q->a, cap);
-    if (!b0 || !b1)
-        return PT_ENOMEM;
-    uint8_t *e0 = pt_index_values_prefix(b0, name, q->day_first);
-    uint8_t *e1 = pt_index_values_prefix(b1, name, q->day_last + q->st->index_bucket_ms);
-    r->prefix_len = (size_t)(e0 - b0);
-    return scan_days(q, (pt_slice){b0, r->prefix_len}, (pt_slice){b1, (size_t)(e1 - b1)},
-                     on_value_row, r);
+}
+
+static int list_values(qctx *q, pt_slice name, pt_matcher *filter, rowcb *r)
+{
+    uint8_t *b0, *b1;
+    size_t n0, n1;
+    int rv = values_range(q, name, &b0, &b1, &n0, &n1);
+    if (rv)
+        return rv;
+    rowcb_init(r, q, filter, n0);
+    return scan_days(q, (pt_slice){b0, n0}, (pt_slice){b1, n1}, on_value_row, r);
 }
 
 static int is_metric_name(pt_slice s)
@@ -302,18 +318,26 @@ static int collect(qctx *q, const pt_slice *name, pt_slice value)
     return scan_days(q, (pt_slice){ir.b0, ir.n0}, (pt_slice){ir.b1, ir.n1}, on_series_row, &r);
 }
 
-/* One index range counted a slice at a time. */
-typedef struct counter {
-    irange ir;
-    pt_buf next;  /* where the next slice starts: just after the last row seen */
-    size_t rows;  /* rows seen so far */
-    int complete; /* no rows are left */
-} counter;
+/* A way to list candidates: the index lists of one selective matcher (one list for an
+ * `=`; for a regex or `!=`, first its label's values rows, then the lists of the values it
+ * accepts), counted a slice at a time. */
+typedef struct source {
+    pt_matcher *m;
+    int listing; /* still reading the label's values rows */
+    rowcb vals;  /* while listing: the values accepted so far */
+    irange vr;   /* the values rows */
+    irange *lists;
+    size_t nlists, cur; /* the list being counted */
+    pt_buf next;        /* where the next slice starts: just after the last row seen */
+    size_t rows;        /* rows seen so far, values rows included */
+    int complete;       /* no rows are left */
+} source;
 
+/* Notes row as the last one seen. */
 static int count_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 {
     (void)qual, (void)value;
-    counter *c = ud;
+    source *c = ud;
     c->rows++;
     /* The smallest key after row is row ‖ 0x00 (row keys hold no 0x00). */
     pt_buf_reset(&c->next);
@@ -322,49 +346,119 @@ static int count_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     return 0;
 }
 
-/* Reads up to budget more rows of c's range. */
-static int count_more(qctx *q, counter *c, size_t budget)
+static int count_value_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 {
-    int rv = deadline_passed(q);
+    source *c = ud;
+    int rv = count_row(c, row, qual, value);
+    return rv ? rv : on_value_row(&c->vals, row, qual, value);
+}
+
+static int source_seek(source *c)
+{
+    pt_buf_reset(&c->next);
+    if (c->cur == c->nlists) {
+        c->complete = 1;
+        return 0;
+    }
+    return pt_buf_append(&c->next, c->lists[c->cur].b0, c->lists[c->cur].n0);
+}
+
+/* The values are all known: their lists follow. */
+static int source_lists(qctx *q, source *c)
+{
+    const pt_slice *label = is_metric_name(c->m->name) ? NULL : &c->m->name;
+    c->listing = 0;
+    c->nlists = c->vals.vals.n;
+    c->lists = pt_arena_alloc(q->a, (c->nlists ? c->nlists : 1) * sizeof(*c->lists));
+    if (!c->lists)
+        return PT_ENOMEM;
+    for (size_t i = 0; i < c->nlists; i++) {
+        int rv = index_range(q, label, c->vals.vals.v[i], &c->lists[i]);
+        if (rv)
+            return rv;
+    }
+    c->cur = 0;
+    return source_seek(c);
+}
+
+/* Reads up to budget more rows of c. */
+static int count_more(qctx *q, source *c, size_t budget)
+{
+    while (!c->complete && budget) {
+        int rv = deadline_passed(q);
+        if (rv)
+            return rv;
+        const irange *ir = c->listing ? &c->vr : &c->lists[c->cur];
+        pt_row_range r = {{c->next.p, c->next.len}, {ir->b1, ir->n1}};
+        size_t before = c->rows, visited = 0;
+        pt_scan s = {PT_TABLE_INDEX, &r, 1, {0}, {0}, budget, &visited};
+        rv = pt_backend_scan(q->st->be, &s, c->listing ? count_value_row : count_row, c);
+        pt_m.read_rows_scanned += visited;
+        if (rv)
+            return rv;
+        size_t got = c->rows - before;
+        if (got == budget)
+            break;
+        budget -= got;
+        if (c->listing)
+            rv = source_lists(q, c);
+        else
+            c->cur++, rv = source_seek(c);
+        if (rv)
+            return rv;
+    }
+    return 0;
+}
+
+static int source_init(qctx *q, pt_matcher *m, source *c)
+{
+    c->m = m;
+    pt_buf_init_arena(&c->next, q->a, 0);
+    if (m->type == PT_MATCH_EQ) {
+        const pt_slice *label = is_metric_name(m->name) ? NULL : &m->name;
+        c->nlists = 1;
+        c->lists = pt_arena_alloc(q->a, sizeof(*c->lists));
+        if (!c->lists)
+            return PT_ENOMEM;
+        int rv = index_range(q, label, m->value, c->lists);
+        return rv ? rv : source_seek(c);
+    }
+    c->listing = 1;
+    int rv = values_range(q, m->name, &c->vr.b0, &c->vr.b1, &c->vr.n0, &c->vr.n1);
     if (rv)
         return rv;
-    pt_row_range r = {{c->next.p, c->next.len}, {c->ir.b1, c->ir.n1}};
-    size_t before = c->rows, visited = 0;
-    pt_scan s = {PT_TABLE_INDEX, &r, 1, {0}, {0}, budget, &visited};
-    rv = pt_backend_scan(q->st->be, &s, count_row, c);
-    pt_m.read_rows_scanned += visited;
-    if (rv == 0 && c->rows - before < budget)
-        c->complete = 1;
-    return rv;
+    rowcb_init(&c->vals, q, m, c->vr.n0);
+    return pt_buf_append(&c->next, c->vr.b0, c->vr.n0);
+}
+
+/* Reads what remains of c's values, so that its lists are known. */
+static int source_finish_listing(qctx *q, source *c)
+{
+    while (c->listing) {
+        int rv = count_more(q, c, 4096);
+        if (rv)
+            return rv;
+    }
+    return 0;
 }
 
 /*
- * Which equality matcher lists the fewest index rows: every list is read in lock-step
- * slices that double in size until one ends, so this costs about (lists × the shortest
- * list) rows, never the longest list (a metric name can have a hundred thousand series
- * where an instance label has a hundred). Sets *best to its index in eq.
+ * Which source lists the fewest index rows: every source is read in lock-step slices
+ * that double in size until one ends, so this costs about (sources × the shortest) rows,
+ * never the longest (a metric name can have a hundred thousand series where an instance
+ * label has a hundred). Sets *best to its index.
  */
-static int shortest(qctx *q, pt_matcher **eq, size_t neq, size_t *best)
+static int shortest(qctx *q, source *c, size_t n, size_t *best)
 {
-    counter *c = pt_arena_calloc(q->a, neq * sizeof(*c));
     int rv = 0;
-    if (!c)
-        return PT_ENOMEM;
-    for (size_t i = 0; i < neq && rv == 0; i++) {
-        int name = is_metric_name(eq[i]->name);
-        rv = index_range(q, name ? NULL : &eq[i]->name, eq[i]->value, &c[i].ir);
-        pt_buf_init_arena(&c[i].next, q->a, 0);
-        if (rv == 0)
-            rv = pt_buf_append(&c[i].next, c[i].ir.b0, c[i].ir.n0);
-    }
     for (size_t budget = 64; rv == 0; budget *= 2) {
-        size_t found = neq;
-        for (size_t i = 0; i < neq && rv == 0; i++) {
+        size_t found = n;
+        for (size_t i = 0; i < n && rv == 0; i++) {
             rv = count_more(q, &c[i], budget);
-            if (rv == 0 && c[i].complete && (found == neq || c[i].rows < c[found].rows))
+            if (rv == 0 && c[i].complete && (found == n || c[i].rows < c[found].rows))
                 found = i;
         }
-        if (rv == 0 && found < neq) {
+        if (rv == 0 && found < n) {
             *best = found;
             break;
         }
@@ -372,17 +466,21 @@ static int shortest(qctx *q, pt_matcher **eq, size_t neq, size_t *best)
     return rv;
 }
 
-/* The escaped forms sid_may_match looks for: every equality matcher but eq[skip]. A part
- * too long to stand in a plain sid as it is (a digest there) is not looked for. */
-static int sid_filters(qctx *q, pt_matcher **eq, size_t neq, size_t skip)
+/* The escaped forms sid_may_match looks for: every selective equality matcher but skip
+ * (whose list is read). A part too long to stand in a plain sid as it is (a digest there)
+ * is not looked for. */
+static int sid_filters(qctx *q, const pt_matcher *skip)
 {
-    q->pairs = pt_arena_alloc(q->a, neq * sizeof(*q->pairs));
+    q->pairs = pt_arena_alloc(q->a, (q->nms ? q->nms : 1) * sizeof(*q->pairs));
     if (!q->pairs)
         return PT_ENOMEM;
-    for (size_t i = 0; i < neq; i++) {
-        pt_slice n = eq[i]->name, v = eq[i]->value;
+    for (size_t i = 0; i < q->nms; i++) {
+        const pt_matcher *m = &q->ms[i];
+        if (m == skip || m->type != PT_MATCH_EQ || m->matches_empty)
+            continue;
+        pt_slice n = m->name, v = m->value;
         size_t en = pt_escaped_len(n), ev = pt_escaped_len(v);
-        if (i == skip || en > PT_INDEX_PART_MAX || ev > PT_INDEX_PART_MAX)
+        if (en > PT_INDEX_PART_MAX || ev > PT_INDEX_PART_MAX)
             continue;
         uint8_t *b = pt_arena_alloc(q->a, en + ev + 2);
         if (!b)
@@ -405,47 +503,37 @@ static int sid_filters(qctx *q, pt_matcher **eq, size_t neq, size_t skip)
  * checked against all matchers. */
 static int resolve(qctx *q)
 {
-    pt_matcher *name_re = NULL, *label_any = NULL;
-    pt_matcher **eq = pt_arena_alloc(q->a, (q->nms ? q->nms : 1) * sizeof(*eq));
-    size_t neq = 0;
-    if (!eq)
-        return PT_ENOMEM;
-    for (size_t i = 0; i < q->nms; i++) {
-        pt_matcher *m = &q->ms[i];
-        if (m->matches_empty)
-            continue;
-        if (m->type == PT_MATCH_EQ)
-            eq[neq++] = m;
-        else if (is_metric_name(m->name) && !name_re)
-            name_re = m;
-        else if (!label_any)
-            label_any = m;
-    }
+    source *src = pt_arena_calloc(q->a, (q->nms ? q->nms : 1) * sizeof(*src));
+    size_t n = 0;
     int rv;
-    if (neq) {
-        /* The series of the shortest equality list; the other matchers filter them. */
-        size_t best = 0;
-        if (neq > 1 && (rv = shortest(q, eq, neq, &best)) != 0)
+    if (!src)
+        return PT_ENOMEM;
+    for (size_t i = 0; i < q->nms; i++)
+        if (!q->ms[i].matches_empty && (rv = source_init(q, &q->ms[i], &src[n++])) != 0)
             return rv;
-        if ((rv = sid_filters(q, eq, neq, best)) != 0)
-            return rv;
-        return collect(q, is_metric_name(eq[best]->name) ? NULL : &eq[best]->name, eq[best]->value);
-    }
-    rowcb r;
-    if (name_re || !label_any) {
-        /* A name regex, or nothing selective at all: list metric names. */
-        if ((rv = list_values(q, PT_SLICE_LIT("__name__"), name_re, &r)) != 0)
+    if (n == 0) {
+        /* Nothing selective at all: every metric. */
+        rowcb r;
+        if ((rv = list_values(q, PT_SLICE_LIT("__name__"), NULL, &r)) != 0)
             return rv;
         for (size_t i = 0; i < r.vals.n; i++)
             if ((rv = collect(q, NULL, r.vals.v[i])) != 0)
                 return rv;
         return 0;
     }
-    if ((rv = list_values(q, label_any->name, label_any, &r)) != 0)
+    size_t best = 0;
+    if (n > 1 && (rv = shortest(q, src, n, &best)) != 0)
         return rv;
-    for (size_t i = 0; i < r.vals.n; i++)
-        if ((rv = collect(q, &label_any->name, r.vals.v[i])) != 0)
+    if ((rv = source_finish_listing(q, &src[best])) != 0 || (rv = sid_filters(q, src[best].m)) != 0)
+        return rv;
+    for (size_t i = 0; i < src[best].nlists; i++) {
+        const irange *ir = &src[best].lists[i];
+        rowcb r = {.q = q, .prefix_len = ir->n0};
+        rv =
+            scan_days(q, (pt_slice){ir->b0, ir->n0}, (pt_slice){ir->b1, ir->n1}, on_series_row, &r);
+        if (rv)
             return rv;
+    }
     return 0;
 }
 

@@ -104,20 +104,23 @@ static void read_cost(tstore *s)
     long n1, n2;
     uint64_t small_name = rows_visited(s, by_name, 1, &n1);
     uint64_t small_label = rows_visited(s, by_label, 2, &n2);
-    ok(n1 == 2 && n2 == 2 && small_name > 0 && small_name <= 8 && small_label <= 8,
+    ok(n1 == 2 && n2 == 2 && small_name > 0 && small_name <= 8 && small_label <= 32,
        "a read of 2 series visits %llu and %llu rows (%ld, %ld series)", (unsigned long long)small_name,
        (unsigned long long)small_label, n1, n2);
     write_noise(s, "a", 3000);
     uint64_t big_name = rows_visited(s, by_name, 1, &n1);
     uint64_t big_label = rows_visited(s, by_label, 2, &n2);
-    ok(n1 == 2 && n2 == 2 && big_name == small_name && big_label == small_label,
-       "with 3000 more series in the head, the same reads visit the same rows (%llu, %llu)",
+    /* The regex's label now has 3000 more values: choosing the shortest source reads at
+     * most a first slice (64 rows) of them, whatever their number. */
+    ok(n1 == 2 && n2 == 2 && big_name == small_name && big_label <= small_label + 64,
+       "with 3000 more series in the head, the same reads visit the same rows, or one slice "
+       "more for a regex (%llu, %llu)",
        (unsigned long long)big_name, (unsigned long long)big_label);
     ok(pt_embedded_flush(&s->emb) == 0, "flushed");
     write_noise(s, "b", 3000);
     uint64_t f_name = rows_visited(s, by_name, 1, &n1);
     uint64_t f_label = rows_visited(s, by_label, 2, &n2);
-    ok(n1 == 2 && n2 == 2 && f_name == small_name && f_label == small_label,
+    ok(n1 == 2 && n2 == 2 && f_name == small_name && f_label == big_label,
        "flushed, with 6000 more series, still the same rows (%llu, %llu)",
        (unsigned long long)f_name, (unsigned long long)f_label);
 
