@@ -68,7 +68,8 @@ struct pt_task {
     int32_t stream_id;      /* HTTP/2 stream; 0 for HTTP/1 */
     int state;              /* enum pt_task_state; written by the loop only */
     atomic_int cancelled;   /* set by the loop when nobody waits for the answer any more */
-    int early_status;       /* answer this without calling dispatch (413, 431) */
+    int early_rv;           /* HTTP/2: answer this error code without calling dispatch
+                             * (PT_ETOOLARGE, PT_EHEADERS, ...); 0 when none */
     int rejected;           /* HTTP/2: the early answer has been submitted */
     size_t hdr_bytes;       /* request header bytes seen, against max_header_bytes */
     uint64_t declared_len;  /* HTTP/2: content-length of the request, UINT64_MAX if none */
@@ -162,9 +163,19 @@ typedef struct pt_h1_state {
     int fresh;              /* parser must be (re)initialised before the next byte */
     int in_message;         /* between message begin and message complete */
     int keep_alive;
-    int http11;             /* the request is HTTP/1.1 or later: chunked answers allowed */
+    int http11;             /* the request is HTTP/1.1 (else 1.0): chunked answers allowed */
     int expect_continue;    /* "Expect: 100-continue" in the current request */
-    int error_status;       /* set by a callback: answer it and close */
+    /* The request's error (a pt error code, and what exactly was wrong or NULL): set by a
+     * callback or a check, answered, then the connection closes. */
+    int error_rv;
+    const char *error_msg;
+    int hosts, te_lines;    /* Host and Transfer-Encoding field lines of the request */
+    /* Chunk framing, which the non-strict parser does not check after a chunk's data: the
+     * bytes of the chunk not delivered yet, and how many bytes of the CRLF that must follow
+     * it are still to be seen (2, 1, 0), maybe at the start of the next input. */
+    uint64_t chunk_left;
+    int crlf_due;
+    const uint8_t *in_end;  /* end of the input being parsed, during http_parser_execute */
     /* Scratch for the URL and the current header value, which may arrive in pieces. */
     pt_buf sb;              /* ceiling max_header_bytes, which counts these bytes too */
     size_t url_len, val_start;
@@ -295,8 +306,10 @@ int pt_task_method(const char *name, size_t n);
 int pt_task_body_append(pt_task *t, const uint8_t *p, size_t n);
 /* Pre-sizes the body for a declared length (already checked against max_body). */
 void pt_task_body_reserve(pt_task *t, uint64_t n);
-/* The plain-text body of a response the server makes itself (413, 431, 500, 503, 400). */
-const char *pt_task_status_text(int status);
+/* The plain-text body of an answer the server makes itself for error code rv (its status is
+ * pt_error_http_status(rv)): the one place these texts come from. A protocol that knows
+ * more precisely what was wrong says that instead (HTTP/1.1: the parser's complaint). */
+const char *pt_task_status_text(int rv);
 /* Whether a handler-supplied header name or value may be sent (no CR, LF, NUL; names
  * non-empty without ':' or spaces; no framing header). */
 int pt_task_header_ok(const char *name, const char *value);
