@@ -551,9 +551,23 @@ static void h1_complete(pt_conn *c, pt_task *t)
 
 static void h1_eof(pt_conn *c)
 {
-    /* A request in a worker is still answered (the peer may only have half-closed). */
+    /* Only read while no request is in progress; otherwise h1_hangup() decides. */
     if (c->h1.phase == PT_H1_READ || c->h1.phase == PT_H1_DEAD)
         pt_conn_close(c);
+}
+
+static void h1_hangup(pt_conn *c)
+{
+    /* A client that closed, reset or half-closed before its answer was ready is gone (as
+     * net/http and nginx see it): closing cancels the request in the worker, whose answer
+     * is dropped. An answer already being sent is finished; the peer may still read it. */
+    pt_h1_state *h = &c->h1;
+    if (h->phase != PT_H1_WORK)
+        return;
+    pt_task_free(h->cur); /* detached and cancelled now, freed when the worker is done */
+    h->cur = NULL;
+    h->phase = PT_H1_DEAD;
+    pt_conn_close(c);
 }
 
 static void h1_shutdown(pt_conn *c)
@@ -582,6 +596,7 @@ const pt_proto_ops pt_http1_ops = {
     .complete = h1_complete,
     .piece = h1_piece,
     .eof = h1_eof,
+    .hangup = h1_hangup,
     .shutdown = h1_shutdown,
     .idle = h1_idle,
     .free = h1_free,

@@ -396,6 +396,7 @@ const pt_proto_ops pt_http2_ops = {
     .complete = h2_complete,
     .piece = h2_piece,
     .eof = h2_eof,
+    .hangup = NULL, /* the session reads until EOF, which closes the connection */
     .shutdown = h2_shutdown,
     .idle = h2_idle,
     .free = h2_free,

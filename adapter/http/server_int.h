@@ -20,7 +20,8 @@
  * the task lists. Workers see a task only while it is queued to them (pt_task_dispatch,
  * pt_task_pull, a producer's done) and until they post it back; during that time they
  * touch only task->req, resp, arena, body, piece and pulled, and the loop touches only the
- * task's list links and its atomic cancelled flag. The state does not change meanwhile.
+ * task's list links and its atomic cancelled flag (which handlers read through
+ * req->cancelled). The state does not change meanwhile.
  */
 #ifndef PT_SERVER_INT_H
 #define PT_SERVER_INT_H
@@ -109,6 +110,11 @@ struct pt_proto_ops {
     void (*piece)(pt_conn *c, pt_task *t);
     /* The peer closed its side. */
     void (*eof)(pt_conn *c);
+    /* The peer hung up (FIN, reset) while want_read says no, so no read will notice before
+     * an answer is written: give up what nobody waits for (HTTP/1.1: a request in a
+     * worker). Called at every drive until the state changes. NULL for a protocol that
+     * reads all along. */
+    void (*hangup)(pt_conn *c);
     /* Stop taking requests: finish those in progress, then close (server stop, idle). */
     void (*shutdown)(pt_conn *c);
     /* No request is being processed or answered. */
@@ -194,7 +200,8 @@ struct pt_conn {
     int state;               /* enum pt_conn_state */
     /* Independent of the state: what the read side has seen, and list membership. */
     int rd_ready;            /* readable edge seen and not yet drained (edge-triggered) */
-    int peer_hup;            /* the peer half-closed: read until EOF, no short-read shortcut */
+    int peer_hup;            /* the peer half-closed or reset (epoll's RDHUP, HUP, ERR):
+                              * read until EOF, no short-read shortcut */
     int peer_eof;            /* read returned EOF */
     int dirty;               /* on the list of connections to drive after completions */
     int64_t created_ms, last_ms, linger_until_ms;

@@ -63,6 +63,7 @@ pt_task *pt_task_new(pt_conn *c, int proto)
     t->req.proto = proto;
     t->req.tls = c->ssl != NULL;
     t->req.arena = &t->arena;
+    t->req.cancelled = &t->cancelled;
     memset(&t->resp, 0, sizeof(t->resp));
     t->resp.status = 200;
 

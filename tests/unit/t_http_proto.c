@@ -15,6 +15,7 @@ static struct {
     int calls;
     size_t last_body_len;
     uint64_t last_body_sum;
+    int cancelled; /* *req->cancelled as the last handler call found it */
 } seen;
 
 static uint64_t sum_bytes(const uint8_t *p, size_t n)
@@ -82,6 +83,7 @@ static void handler(void *ud, pt_req *req, pt_resp *resp)
     seen.calls++;
     seen.last_body_len = req->body_len;
     seen.last_body_sum = sum_bytes(req->body, req->body_len);
+    seen.cancelled = atomic_load(req->cancelled);
     resp->content_type = "text/plain";
     if (strcmp(req->path, "/stream") == 0) {
         gen *g = pt_arena_alloc(req->arena, sizeof(*g));
@@ -557,6 +559,49 @@ static void h1_error_texts(void)
     teardown(s, &out);
 }
 
+/* The flag a handler polls: 0 for a request whose client waits, 1 once the client hung up
+ * while the request was in a worker; an answer already out is still finished. */
+static void h1_cancel(void)
+{
+    pt_server *s = server(1 << 20, 8192);
+    pt_buf out = PT_BUF_INIT(0);
+    if (!s)
+        return;
+    pt_conn *c = h1_one(s, "GET /normal HTTP/1.1\r\nHost: a\r\n\r\n", &out);
+    ok(strstr(text(&out), "\r\n\r\n/normal") && seen.cancelled == 0,
+       "a normal request: the handler finds cancelled == 0");
+
+    pt_buf_reset(&out);
+    put_str(c, "GET /gone HTTP/1.1\r\nHost: a\r\n\r\n");
+    pump(c, &out, 0);
+    pt_task *t = s->whead;
+    ok(t && queued(s) == 1 && atomic_load(t->req.cancelled) == 0,
+       "a request waiting in a worker: not cancelled");
+    c->peer_hup = 1; /* what epoll's RDHUP, HUP or ERR leave behind */
+    pt_conn_drive(c);
+    ok(t && atomic_load(t->req.cancelled) == 1, "the client hangs up: cancelled == 1");
+    is(c->state, PT_CONN_CLOSED, "... and the connection closes");
+    int calls = seen.calls;
+    process_close_list(s);
+    work(s);
+    is(seen.calls, calls, "... the handler never runs for it");
+
+    /* The answer is queued (SEND): a hang-up now changes nothing. */
+    pt_buf_reset(&out);
+    c = conn(s);
+    put_str(c, "GET /answered HTTP/1.1\r\nHost: a\r\n\r\n");
+    pump(c, &out, 0);
+    t = s->whead;
+    work(s);
+    c->peer_hup = 1;
+    c->ops->hangup(c);
+    ok(t && c->state == PT_CONN_OPEN && atomic_load(t->req.cancelled) == 0,
+       "a hang-up once the answer is queued: not cancelled");
+    pump(c, &out, 0);
+    ok(strstr(text(&out), "\r\n\r\n/answered") != NULL, "... and the answer is written");
+    teardown(s, &out);
+}
+
 /* ----------------------------------------------------------------------------- HTTP/2 */
 
 #define MAX_STREAMS 16
@@ -797,9 +842,12 @@ static void h2_reset(void)
     int32_t sid = request(&cl, "GET", "/x", NULL, 0);
     exchange(&cl, c, &out, 0);
     is(queued(s), 1, "RST_STREAM: the request waits in the queue");
+    const atomic_int *flag = s->whead ? s->whead->req.cancelled : NULL;
+    ok(flag && atomic_load(flag) == 0, "... not cancelled yet");
     nghttp2_submit_rst_stream(cl.ss, NGHTTP2_FLAG_NONE, sid, NGHTTP2_CANCEL);
     exchange(&cl, c, &out, 0);
     ok(c->tasks == NULL, "... the reset stream's task leaves the connection");
+    ok(flag && atomic_load(flag) == 1, "... and its handler would find cancelled == 1");
     work(s);
     is(seen.calls, calls, "... and the handler never runs for it");
     exchange(&cl, c, &out, 1);
@@ -807,6 +855,7 @@ static void h2_reset(void)
     int32_t next = request(&cl, "GET", "/y", NULL, 0);
     exchange(&cl, c, &out, 1);
     is(cl.status[slot_of(next)], 200, "the connection goes on serving");
+    is(seen.cancelled, 0, "... a stream nobody reset: the handler finds cancelled == 0");
     client_free(&cl);
     teardown(s, &out);
 }
@@ -1086,6 +1135,7 @@ int main(void)
     h1_errors();
     h1_strict();
     h1_error_texts();
+    h1_cancel();
     h2_basics();
     h2_flow_control();
     h2_reset();
