@@ -17,6 +17,7 @@ const char *pt_strerror(int rv)
     case PT_EUNSUPPORTED: return "not supported";
     case PT_EUNAUTHORIZED: return "unauthorized";
     case PT_EHEADERS: return "request header fields too large";
+    case PT_EVERSION: return "HTTP version not supported";
     case PT_EUNAVAIL: return "storage unavailable";
     case PT_ETIMEOUT: return "storage timed out";
     case PT_EBUSY: return "server busy";

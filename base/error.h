@@ -25,6 +25,7 @@ enum {
     PT_EUNSUPPORTED = -11, /* valid but not supported yet (histograms, exemplars) */
     PT_EUNAUTHORIZED = -12,
     PT_EHEADERS = -13,    /* request header fields over the limit (431) */
+    PT_EVERSION = -14,    /* HTTP version other than 1.0 and 1.1 (400, not 505: bad input) */
 
     PT_EUNAVAIL = -100,   /* backend unavailable */
     PT_ETIMEOUT = -101,   /* backend timed out */

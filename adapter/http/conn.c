@@ -202,6 +202,7 @@ static const pt_proto_ops detect_ops = {
     .complete = NULL, /* never has a task */
     .piece = NULL,
     .eof = detect_eof,
+    .hangup = NULL, /* always reads */
     .shutdown = detect_shutdown,
     .idle = detect_idle,
     .free = NULL,
@@ -438,6 +439,12 @@ void pt_conn_drive(pt_conn *c)
             if (r < 0)
                 return;
             active |= r;
+        } else if (c->peer_hup && c->ops->hangup) {
+            /* Whether the hang-up came with the request's last bytes or later: nothing
+             * reads until the answer is out, so the protocol hears of it now. */
+            c->ops->hangup(c);
+            if (c->state == PT_CONN_CLOSED)
+                return;
         }
         if (!active)
             return;

@@ -10,6 +10,7 @@
 #ifndef PT_HTTP_H
 #define PT_HTTP_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,6 +41,16 @@ typedef struct pt_req {
     /* Arena for the handler's allocations; freed after the response is sent. */
     pt_arena *arena;
     uint64_t received_ns; /* pt_now_ns() when the request was complete */
+    /*
+     * Whether the client still waits for the answer: 0 while it does; the server's loop sets
+     * it to 1 (never back) when the client is gone (HTTP/1.1: the connection was closed,
+     * half-closed or reset while the request was in a worker; HTTP/2: RST_STREAM, or the
+     * connection closed) or when the server stopped without waiting any longer (the stop's
+     * grace period ran out). A handler or producer on a worker may poll it with
+     * atomic_load(), e.g. between storage calls, and return early with any answer: the
+     * answer is discarded. Never NULL; valid as long as arena.
+     */
+    const atomic_int *cancelled;
 } pt_req;
 
 typedef struct pt_resp_header {

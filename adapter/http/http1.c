@@ -6,6 +6,12 @@
  * until the response has been written. Limits are enforced while parsing: header bytes
  * (431), body bytes (413, from Content-Length before any body arrives, or as chunks add
  * up); after such an answer or a syntax error (400) the connection is closed.
+ *
+ * Debian builds the parser without HTTP_PARSER_STRICT, so the framing rules of RFC 9112 it
+ * then skips are checked here (a request a proxy in front frames differently is how
+ * requests are smuggled): only HTTP/1.0 and 1.1, field names of token characters, one
+ * Transfer-Encoding line saying exactly "chunked", CRLF after every chunk's data, and one
+ * Host line (required in HTTP/1.1). Each failure is a 400 that says what was wrong.
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -27,10 +33,14 @@ static pt_conn *conn_of(http_parser *p)
     return p->data;
 }
 
-static int fail_in_callback(pt_h1_state *h, int status)
+/* Records the request's first error; the -1 returned stops the parser. msg says exactly
+ * what was wrong, or is NULL for the code's own text. */
+static int fail_in_callback(pt_h1_state *h, int rv, const char *msg)
 {
-    if (!h->error_status)
-        h->error_status = status;
+    if (!h->error_rv) {
+        h->error_rv = rv;
+        h->error_msg = msg;
+    }
     return -1;
 }
 
@@ -40,7 +50,7 @@ static int count_header(pt_conn *c, size_t n)
     pt_h1_state *h = &c->h1;
     h->hdr_bytes += n;
     if (h->hdr_bytes > c->srv->opts.max_header_bytes)
-        return fail_in_callback(h, 431);
+        return fail_in_callback(h, PT_EHEADERS, NULL);
     return 0;
 }
 
@@ -48,7 +58,7 @@ static int sb_append(pt_h1_state *h, const char *p, size_t n)
 {
     /* Never past its ceiling: count_header() refuses the bytes first. */
     if (pt_buf_append(&h->sb, p, n) != 0)
-        return fail_in_callback(h, 500);
+        return fail_in_callback(h, PT_ENOMEM, NULL);
     return 0;
 }
 
@@ -58,7 +68,7 @@ static int on_message_begin(http_parser *p)
     pt_h1_state *h = &c->h1;
     h->cur = pt_task_new(c, PT_PROTO_HTTP1);
     if (!h->cur)
-        return fail_in_callback(h, 500);
+        return fail_in_callback(h, PT_ENOMEM, NULL);
     h->in_message = 1;
     pt_buf_reset(&h->sb);
     h->url_len = h->val_start = 0;
@@ -67,6 +77,9 @@ static int on_message_begin(http_parser *p)
     h->hdr_bytes = 0;
     h->keep_alive = 0;
     h->expect_continue = 0;
+    h->hosts = h->te_lines = 0;
+    h->chunk_left = 0;
+    h->crlf_due = 0;
     return 0;
 }
 
@@ -80,23 +93,56 @@ static int on_url(http_parser *p, const char *at, size_t n)
     return 0;
 }
 
-/* A header value is complete: keep it if it is one the handlers see. */
+static void trim_ows(const char **v, size_t *n)
+{
+    while (*n && ((*v)[0] == ' ' || (*v)[0] == '\t')) {
+        (*v)++;
+        (*n)--;
+    }
+    while (*n && ((*v)[*n - 1] == ' ' || (*v)[*n - 1] == '\t'))
+        (*n)--;
+}
+
+static int name_is(const pt_h1_state *h, const char *lower, size_t n)
+{
+    return h->name_len == n && strncasecmp(h->name, lower, n) == 0;
+}
+
+/* A header value is complete: check the framing ones, keep it if the handlers see it. */
 static int end_header(pt_h1_state *h)
 {
     const char *v = (const char *)h->sb.p + h->val_start;
     size_t vlen = h->sb.len - h->val_start;
-    if (h->name_len == 6 && strncasecmp(h->name, "expect", 6) == 0) {
-        while (vlen && (v[vlen - 1] == ' ' || v[vlen - 1] == '\t'))
-            vlen--;
+    trim_ows(&v, &vlen);
+    if (name_is(h, "expect", 6)) {
         if (vlen == 12 && strncasecmp(v, "100-continue", 12) == 0)
             h->expect_continue = 1;
-    } else if (pt_task_req_header(h->cur, h->name, h->name_len, v, vlen) < 0) {
-        return fail_in_callback(h, 500);
+    } else if (name_is(h, "host", 4)) {
+        h->hosts++;
+    } else if (name_is(h, "transfer-encoding", 17)) {
+        /* Exactly one line saying "chunked": a coding list, a repeated line or any other
+         * coding may be framed differently by a proxy in front of us (request smuggling,
+         * RFC 9112 6.1 and 6.3), and the parser alone lets "gzip, chunked" and two
+         * "chunked" lines through. */
+        if (h->te_lines++ || vlen != 7 || strncasecmp(v, "chunked", 7) != 0)
+            return fail_in_callback(h, PT_EBADREQ,
+                                    "Transfer-Encoding other than one chunked is not supported");
+    } else {
+        int rv = pt_task_req_header(h->cur, h->name, h->name_len, v, vlen);
+        if (rv < 0)
+            return fail_in_callback(h, rv, NULL);
     }
     h->sb.len = h->val_start;
     h->in_value = 0;
     h->name_len = 0;
     return 0;
+}
+
+/* RFC 9110 5.6.2 tchar: what a field name is made of. */
+static int is_tchar(unsigned char ch)
+{
+    return (ch >= '0' && ch <= '9') || ((ch | 0x20) >= 'a' && (ch | 0x20) <= 'z') ||
+           (ch && strchr("!#$%&'*+-.^_`|~", ch) != NULL);
 }
 
 static int on_header_field(http_parser *p, const char *at, size_t n)
@@ -107,6 +153,12 @@ static int on_header_field(http_parser *p, const char *at, size_t n)
         return -1;
     if (count_header(c, n) < 0)
         return -1;
+    /* The non-strict parser takes spaces into a name: "Transfer-Encoding : chunked" would
+     * frame the body here while a proxy that ignores the line does not (RFC 9112 5.1). */
+    for (size_t i = 0; i < n; i++)
+        if (!is_tchar((unsigned char)at[i]))
+            return fail_in_callback(h, PT_EBADREQ,
+                                    "whitespace in a header field name or before its colon");
     /* Names longer than the buffer are never among the kept ones: remember the length
      * only, so no comparison can match. */
     if (h->name_len + n < sizeof(h->name))
@@ -137,23 +189,49 @@ static int on_headers_complete(http_parser *p)
     pt_task *t = h->cur;
     if (h->in_value && end_header(h) < 0)
         return -1;
-    if (pt_task_req_target(t, (const char *)h->sb.p, h->url_len) < 0)
-        return fail_in_callback(h, 500);
+    /* Never 505: Prometheus must not retry what will never be accepted. HTTP/0.9 (no
+     * version) is refused here too. */
+    if (p->http_major != 1 || p->http_minor > 1)
+        return fail_in_callback(h, PT_EVERSION, NULL);
+    h->http11 = p->http_minor == 1;
+    /* RFC 9112 3.2: any request with two Host lines, an HTTP/1.1 one with none. */
+    if (h->hosts > 1)
+        return fail_in_callback(h, PT_EBADREQ, "more than one Host header");
+    if (h->http11 && !h->hosts)
+        return fail_in_callback(h, PT_EBADREQ, "an HTTP/1.1 request needs a Host header");
+    int rv = pt_task_req_target(t, (const char *)h->sb.p, h->url_len);
+    if (rv < 0)
+        return fail_in_callback(h, rv, NULL);
     t->req.method_name = http_method_str((enum http_method)p->method);
     t->req.method = pt_task_method(t->req.method_name, strlen(t->req.method_name));
     h->keep_alive = http_should_keep_alive(p);
-    h->http11 = p->http_major > 1 || (p->http_major == 1 && p->http_minor >= 1);
 
     int chunked = (p->flags & F_CHUNKED) != 0;
     int has_length = (p->flags & F_CONTENTLENGTH) != 0;
     if (!chunked && has_length && p->content_length > c->srv->opts.max_body)
-        return fail_in_callback(h, 413); /* refused before a byte of body is read */
+        return fail_in_callback(h, PT_ETOOLARGE, NULL); /* before a byte of body is read */
     if (!chunked && has_length)
         pt_task_body_reserve(t, p->content_length);
     int has_body = chunked || (has_length && p->content_length > 0);
-    if (h->expect_continue && has_body && p->http_major == 1 && p->http_minor >= 1 &&
+    if (h->expect_continue && has_body && h->http11 &&
         pt_conn_out_append(c, continue_line, sizeof(continue_line) - 1) < 0)
-        return fail_in_callback(h, 500);
+        return fail_in_callback(h, PT_ENOMEM, NULL);
+    return 0;
+}
+
+/* Checks the CRLF bytes still due after a chunk's data against the n bytes at p (all or the
+ * first of them). */
+static int crlf_check(pt_h1_state *h, const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; h->crlf_due && i < n; i++, h->crlf_due--)
+        if (p[i] != (h->crlf_due == 2 ? '\r' : '\n'))
+            return fail_in_callback(h, PT_EBADREQ, "chunk data not followed by CRLF");
+    return 0;
+}
+
+static int on_chunk_header(http_parser *p)
+{
+    state_of(p)->chunk_left = p->content_length; /* the size; 0 for the last chunk */
     return 0;
 }
 
@@ -162,8 +240,18 @@ static int on_body(http_parser *p, const char *at, size_t n)
     pt_h1_state *h = state_of(p);
     int rv = pt_task_body_append(h->cur, (const uint8_t *)at, n);
     if (rv < 0)
-        return fail_in_callback(h, pt_error_http_status(rv));
-    return 0;
+        return fail_in_callback(h, rv, NULL);
+    if (!(p->flags & F_CHUNKED))
+        return 0;
+    h->chunk_left -= n < h->chunk_left ? n : h->chunk_left;
+    if (h->chunk_left)
+        return 0;
+    /* The chunk's last byte. Built without strict checks, the parser would take any two
+     * bytes after it for the CRLF ("3\r\nabcXX0\r\n\r\n" reads as "abc"). They follow
+     * right here in this input, or open the next one. */
+    const uint8_t *next = (const uint8_t *)at + n;
+    h->crlf_due = 2;
+    return crlf_check(h, next, (size_t)(h->in_end - next));
 }
 
 static int on_message_complete(http_parser *p)
@@ -183,6 +271,7 @@ static const http_parser_settings settings = {
     .on_headers_complete = on_headers_complete,
     .on_body = on_body,
     .on_message_complete = on_message_complete,
+    .on_chunk_header = on_chunk_header,
 };
 
 /* ------------------------------------------------------------------------ responses */
@@ -222,7 +311,8 @@ enum { BODY_NONE, BODY_LENGTH, BODY_CHUNKED, BODY_UNTIL_CLOSE };
 
 /* Queues status line, headers and body (by reference: it lives until the task is freed,
  * which happens only once the output has drained). A produced body only gets its framing
- * header here; its pieces follow as they come. */
+ * header here; its pieces follow as they come. With head, the body is not sent (a HEAD
+ * request, or the caller appends it). */
 static int write_response(pt_conn *c, const pt_resp *r, int head, int framing, int close)
 {
     pt_server *s = c->srv;
@@ -279,15 +369,17 @@ static int write_response(pt_conn *c, const pt_resp *r, int head, int framing, i
     return 0;
 }
 
-/* Answers a protocol error without dispatching, then closes. */
-static void h1_fail(pt_conn *c, int status)
+/* Answers the request's error (h->error_rv, h->error_msg) without dispatching, then closes.
+ * The status comes from the error space, the text from pt_task_status_text() unless the
+ * error says more precisely what was wrong. */
+static void h1_fail(pt_conn *c)
 {
     pt_h1_state *h = &c->h1;
-    const char *msg = pt_task_status_text(status);
-    pt_resp r = {.status = status,
+    const char *text = h->error_msg ? h->error_msg : pt_task_status_text(h->error_rv);
+    size_t len = strlen(text), eol = h->error_msg ? 1 : 0;
+    pt_resp r = {.status = pt_error_http_status(h->error_rv),
                  .content_type = "text/plain; charset=utf-8",
-                 .body = (const uint8_t *)msg,
-                 .body_len = strlen(msg)};
+                 .body_len = len + eol};
     if (h->cur) {
         pt_task_free(h->cur);
         h->cur = NULL;
@@ -295,7 +387,9 @@ static void h1_fail(pt_conn *c, int status)
     h->phase = PT_H1_DEAD;
     h->in_message = 0;
     pt_conn_advance(c, PT_CONN_LINGER);
-    if (write_response(c, &r, 0, BODY_LENGTH, 1) < 0)
+    /* Headers only (as for HEAD), then the text copied behind them with its line end. */
+    if (write_response(c, &r, 1, BODY_LENGTH, 1) < 0 || pt_conn_out_append(c, text, len) < 0 ||
+        pt_conn_out_append(c, "\n", eol) < 0)
         pt_conn_close(c);
 }
 
@@ -379,9 +473,14 @@ static ssize_t h1_input(pt_conn *c, const uint8_t *data, size_t n)
         h->parser.data = c;
         h->fresh = 0;
     }
+    /* The end of a chunk's CRLF that the last input did not reach. */
+    if (h->crlf_due && crlf_check(h, data, n) < 0)
+        goto fail;
+    h->in_end = data + n;
     size_t used = http_parser_execute(&h->parser, &settings, (const char *)data, n);
+    h->in_end = NULL;
     enum http_errno e = HTTP_PARSER_ERRNO(&h->parser);
-    if (e == HPE_PAUSED && !h->error_status) {
+    if (e == HPE_PAUSED && !h->error_rv) {
         h->fresh = 1;
         h->phase = PT_H1_WORK;
         pt_task_dispatch(h->cur);
@@ -389,7 +488,14 @@ static ssize_t h1_input(pt_conn *c, const uint8_t *data, size_t n)
     }
     if (e == HPE_OK && used == n)
         return (ssize_t)used;
-    h1_fail(c, h->error_status ? h->error_status : e == HPE_HEADER_OVERFLOW ? 431 : 400);
+    if (!h->error_rv && e == HPE_HEADER_OVERFLOW) {
+        h->error_rv = PT_EHEADERS;
+    } else if (!h->error_rv) {
+        h->error_rv = PT_EBADREQ;
+        h->error_msg = http_errno_description(e); /* e.g. "invalid character in header" */
+    }
+fail:
+    h1_fail(c);
     return (ssize_t)n; /* the rest is never parsed */
 }
 
@@ -445,9 +551,23 @@ static void h1_complete(pt_conn *c, pt_task *t)
 
 static void h1_eof(pt_conn *c)
 {
-    /* A request in a worker is still answered (the peer may only have half-closed). */
+    /* Only read while no request is in progress; otherwise h1_hangup() decides. */
     if (c->h1.phase == PT_H1_READ || c->h1.phase == PT_H1_DEAD)
         pt_conn_close(c);
+}
+
+static void h1_hangup(pt_conn *c)
+{
+    /* A client that closed, reset or half-closed before its answer was ready is gone (as
+     * net/http and nginx see it): closing cancels the request in the worker, whose answer
+     * is dropped. An answer already being sent is finished; the peer may still read it. */
+    pt_h1_state *h = &c->h1;
+    if (h->phase != PT_H1_WORK)
+        return;
+    pt_task_free(h->cur); /* detached and cancelled now, freed when the worker is done */
+    h->cur = NULL;
+    h->phase = PT_H1_DEAD;
+    pt_conn_close(c);
 }
 
 static void h1_shutdown(pt_conn *c)
@@ -476,6 +596,7 @@ const pt_proto_ops pt_http1_ops = {
     .complete = h1_complete,
     .piece = h1_piece,
     .eof = h1_eof,
+    .hangup = h1_hangup,
     .shutdown = h1_shutdown,
     .idle = h1_idle,
     .free = h1_free,

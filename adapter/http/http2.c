@@ -113,10 +113,10 @@ static int submit(pt_conn *c, pt_task *t)
 /* Answers a stream that broke a limit, without dispatching it. */
 static void reject(pt_conn *c, pt_task *t)
 {
-    const char *msg = pt_task_status_text(t->early_status);
+    const char *msg = pt_task_status_text(t->early_rv);
     t->rejected = 1;
     t->state = PT_TASK_SEND;
-    t->resp.status = t->early_status;
+    t->resp.status = pt_error_http_status(t->early_rv);
     t->resp.content_type = "text/plain; charset=utf-8";
     t->resp.content_encoding = NULL;
     t->resp.nheaders = 0;
@@ -167,12 +167,12 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *f, const uint8_t 
     if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0; /* trailers carry nothing the handlers read */
     pt_task *t = stream_task(ss, f->hd.stream_id);
-    if (!t || t->early_status)
+    if (!t || t->early_rv)
         return 0;
     /* RFC 9113 counts 32 bytes of overhead per field toward the header list size. */
     t->hdr_bytes += nlen + vlen + 32;
     if (t->hdr_bytes > c->srv->opts.max_header_bytes) {
-        t->early_status = 431;
+        t->early_rv = PT_EHEADERS;
         return 0;
     }
     const char *n = (const char *)name, *v = (const char *)value;
@@ -181,12 +181,13 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *f, const uint8_t 
             t->req.method = pt_task_method(v, vlen);
             char *m = pt_arena_strndup(&t->arena, v, vlen);
             if (!m)
-                t->early_status = 500;
+                t->early_rv = PT_ENOMEM;
             else
                 t->req.method_name = m;
         } else if (nlen == 5 && memcmp(n, ":path", 5) == 0) {
-            if (pt_task_req_target(t, v, vlen) < 0)
-                t->early_status = 500;
+            int rv = pt_task_req_target(t, v, vlen);
+            if (rv < 0)
+                t->early_rv = rv;
         }
         return 0;
     }
@@ -195,14 +196,15 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *f, const uint8_t 
         if (parse_length(value, vlen, &len) == 0) {
             t->declared_len = len;
             if (len > c->srv->opts.max_body)
-                t->early_status = 413; /* refused before a byte of body is read */
+                t->early_rv = PT_ETOOLARGE; /* refused before a byte of body is read */
             else
                 pt_task_body_reserve(t, len);
         }
         return 0;
     }
-    if (pt_task_req_header(t, n, nlen, v, vlen) < 0)
-        t->early_status = 500;
+    int rv = pt_task_req_header(t, n, nlen, v, vlen);
+    if (rv < 0)
+        t->early_rv = rv;
     return 0;
 }
 
@@ -212,11 +214,11 @@ static int on_data_chunk(nghttp2_session *ss, uint8_t flags, int32_t sid, const 
     (void)flags;
     (void)ud;
     pt_task *t = stream_task(ss, sid);
-    if (!t || t->early_status || t->state != PT_TASK_RECV)
+    if (!t || t->early_rv || t->state != PT_TASK_RECV)
         return 0; /* discarded; nghttp2 still credits the flow-control window */
     int rv = pt_task_body_append(t, data, len);
     if (rv < 0)
-        t->early_status = pt_error_http_status(rv);
+        t->early_rv = rv;
     return 0;
 }
 
@@ -228,7 +230,7 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
     pt_task *t = stream_task(ss, f->hd.stream_id);
     if (!t || t->state != PT_TASK_RECV)
         return 0;
-    if (t->early_status) {
+    if (t->early_rv) {
         reject(c, t);
         return 0;
     }
@@ -394,6 +396,7 @@ const pt_proto_ops pt_http2_ops = {
     .complete = h2_complete,
     .piece = h2_piece,
     .eof = h2_eof,
+    .hangup = NULL, /* the session reads until EOF, which closes the connection */
     .shutdown = h2_shutdown,
     .idle = h2_idle,
     .free = h2_free,

@@ -20,7 +20,8 @@
  * the task lists. Workers see a task only while it is queued to them (pt_task_dispatch,
  * pt_task_pull, a producer's done) and until they post it back; during that time they
  * touch only task->req, resp, arena, body, piece and pulled, and the loop touches only the
- * task's list links and its atomic cancelled flag. The state does not change meanwhile.
+ * task's list links and its atomic cancelled flag (which handlers read through
+ * req->cancelled). The state does not change meanwhile.
  */
 #ifndef PT_SERVER_INT_H
 #define PT_SERVER_INT_H
@@ -68,7 +69,8 @@ struct pt_task {
     int32_t stream_id;      /* HTTP/2 stream; 0 for HTTP/1 */
     int state;              /* enum pt_task_state; written by the loop only */
     atomic_int cancelled;   /* set by the loop when nobody waits for the answer any more */
-    int early_status;       /* answer this without calling dispatch (413, 431) */
+    int early_rv;           /* HTTP/2: answer this error code without calling dispatch
+                             * (PT_ETOOLARGE, PT_EHEADERS, ...); 0 when none */
     int rejected;           /* HTTP/2: the early answer has been submitted */
     size_t hdr_bytes;       /* request header bytes seen, against max_header_bytes */
     uint64_t declared_len;  /* HTTP/2: content-length of the request, UINT64_MAX if none */
@@ -108,6 +110,11 @@ struct pt_proto_ops {
     void (*piece)(pt_conn *c, pt_task *t);
     /* The peer closed its side. */
     void (*eof)(pt_conn *c);
+    /* The peer hung up (FIN, reset) while want_read says no, so no read will notice before
+     * an answer is written: give up what nobody waits for (HTTP/1.1: a request in a
+     * worker). Called at every drive until the state changes. NULL for a protocol that
+     * reads all along. */
+    void (*hangup)(pt_conn *c);
     /* Stop taking requests: finish those in progress, then close (server stop, idle). */
     void (*shutdown)(pt_conn *c);
     /* No request is being processed or answered. */
@@ -162,9 +169,19 @@ typedef struct pt_h1_state {
     int fresh;              /* parser must be (re)initialised before the next byte */
     int in_message;         /* between message begin and message complete */
     int keep_alive;
-    int http11;             /* the request is HTTP/1.1 or later: chunked answers allowed */
+    int http11;             /* the request is HTTP/1.1 (else 1.0): chunked answers allowed */
     int expect_continue;    /* "Expect: 100-continue" in the current request */
-    int error_status;       /* set by a callback: answer it and close */
+    /* The request's error (a pt error code, and what exactly was wrong or NULL): set by a
+     * callback or a check, answered, then the connection closes. */
+    int error_rv;
+    const char *error_msg;
+    int hosts, te_lines;    /* Host and Transfer-Encoding field lines of the request */
+    /* Chunk framing, which the non-strict parser does not check after a chunk's data: the
+     * bytes of the chunk not delivered yet, and how many bytes of the CRLF that must follow
+     * it are still to be seen (2, 1, 0), maybe at the start of the next input. */
+    uint64_t chunk_left;
+    int crlf_due;
+    const uint8_t *in_end;  /* end of the input being parsed, during http_parser_execute */
     /* Scratch for the URL and the current header value, which may arrive in pieces. */
     pt_buf sb;              /* ceiling max_header_bytes, which counts these bytes too */
     size_t url_len, val_start;
@@ -183,7 +200,8 @@ struct pt_conn {
     int state;               /* enum pt_conn_state */
     /* Independent of the state: what the read side has seen, and list membership. */
     int rd_ready;            /* readable edge seen and not yet drained (edge-triggered) */
-    int peer_hup;            /* the peer half-closed: read until EOF, no short-read shortcut */
+    int peer_hup;            /* the peer half-closed or reset (epoll's RDHUP, HUP, ERR):
+                              * read until EOF, no short-read shortcut */
     int peer_eof;            /* read returned EOF */
     int dirty;               /* on the list of connections to drive after completions */
     int64_t created_ms, last_ms, linger_until_ms;
@@ -295,8 +313,10 @@ int pt_task_method(const char *name, size_t n);
 int pt_task_body_append(pt_task *t, const uint8_t *p, size_t n);
 /* Pre-sizes the body for a declared length (already checked against max_body). */
 void pt_task_body_reserve(pt_task *t, uint64_t n);
-/* The plain-text body of a response the server makes itself (413, 431, 500, 503, 400). */
-const char *pt_task_status_text(int status);
+/* The plain-text body of an answer the server makes itself for error code rv (its status is
+ * pt_error_http_status(rv)): the one place these texts come from. A protocol that knows
+ * more precisely what was wrong says that instead (HTTP/1.1: the parser's complaint). */
+const char *pt_task_status_text(int rv);
 /* Whether a handler-supplied header name or value may be sent (no CR, LF, NUL; names
  * non-empty without ':' or spaces; no framing header). */
 int pt_task_header_ok(const char *name, const char *value);

@@ -39,7 +39,7 @@ pt_task *pt_task_new(pt_conn *c, int proto)
     t->stream_id = 0;
     t->state = PT_TASK_RECV;
     atomic_store_explicit(&t->cancelled, 0, memory_order_relaxed);
-    t->early_status = 0;
+    t->early_rv = 0;
     t->rejected = 0;
     t->hdr_bytes = 0;
     t->declared_len = UINT64_MAX;
@@ -63,6 +63,7 @@ pt_task *pt_task_new(pt_conn *c, int proto)
     t->req.proto = proto;
     t->req.tls = c->ssl != NULL;
     t->req.arena = &t->arena;
+    t->req.cancelled = &t->cancelled;
     memset(&t->resp, 0, sizeof(t->resp));
     t->resp.status = 200;
 
@@ -201,7 +202,7 @@ static void post(pt_server *s, pt_task *t)
 static void fix_resp(pt_resp *r)
 {
     if (r->status < 100 || r->status > 999)
-        r->status = 500;
+        r->status = pt_error_http_status(PT_EINTERNAL); /* a handler's bug */
     if (r->nheaders < 0)
         r->nheaders = 0;
     if (r->nheaders > PT_MAX_RESP_HEADERS)
@@ -338,16 +339,22 @@ int pt_task_method(const char *m, size_t n)
     return PT_M_OTHER; /* method names are case-sensitive */
 }
 
-const char *pt_task_status_text(int status)
+const char *pt_task_status_text(int rv)
 {
-    switch (status) {
-    case 413: return "request body too large\n";
-    case 431: return "request header fields too large\n";
-    case 503: return "server busy: request bodies in memory are at web.max_body_memory; "
-                     "retry\n";
-    case 500: return "out of memory\n";
-    default: return "bad request\n";
+    switch (rv) {
+    case PT_ETOOLARGE: return "request body too large\n";
+    case PT_EHEADERS: return "request header fields too large\n";
+    case PT_EVERSION: return "HTTP version not supported\n";
+    case PT_EBUSY: return "server busy: request bodies in memory are at web.max_body_memory; "
+                          "retry\n";
+    case PT_ENOMEM: return "out of memory\n";
     }
+    /* By class, so the text never contradicts the status pt_error_http_status() gives. */
+    if (PT_IS_BAD_INPUT(rv))
+        return "bad request\n";
+    if (PT_IS_RETRYABLE(rv))
+        return "temporarily unavailable; retry\n";
+    return "internal error\n";
 }
 
 /* Room for n more body bytes within max_body and within the ceiling on all bodies together

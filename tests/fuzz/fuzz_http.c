@@ -1,9 +1,11 @@
 /* libFuzzer: raw bytes on a connection to the real server (HTTP/1.1 parser, h2c through
  * nghttp2 when the input starts with the HTTP/2 preface). Each input is one connection:
- * send, half-close, read until the server closes. GET /s... answers with a produced body
+ * send, wait up to ANSWER_WAIT_MS for an answer to start, half-close, read until the server
+ * closes. GET /s... answers with a produced body
  * (pt_producer) of as many 1000-byte pieces as the path is long. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -17,6 +19,8 @@
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define ANSWER_WAIT_MS 2
 
 static pt_server *srv;
 static int port;
@@ -91,6 +95,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 break;
             off += (size_t)n;
         }
+        /* The server takes a client that half-closes before its answer is ready for gone
+         * and cancels the request in its worker: wait a moment for the answer to start, so
+         * answers and produced bodies stay covered (an input without one pays the wait). */
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        poll(&pfd, 1, ANSWER_WAIT_MS);
         shutdown(fd, SHUT_WR);
         char buf[65536];
         while (recv(fd, buf, sizeof(buf), 0) > 0)

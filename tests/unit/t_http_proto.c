@@ -15,6 +15,7 @@ static struct {
     int calls;
     size_t last_body_len;
     uint64_t last_body_sum;
+    int cancelled; /* *req->cancelled as the last handler call found it */
 } seen;
 
 static uint64_t sum_bytes(const uint8_t *p, size_t n)
@@ -82,6 +83,7 @@ static void handler(void *ud, pt_req *req, pt_resp *resp)
     seen.calls++;
     seen.last_body_len = req->body_len;
     seen.last_body_sum = sum_bytes(req->body, req->body_len);
+    seen.cancelled = atomic_load(req->cancelled);
     resp->content_type = "text/plain";
     if (strcmp(req->path, "/stream") == 0) {
         gen *g = pt_arena_alloc(req->arena, sizeof(*g));
@@ -315,16 +317,32 @@ static void h1_pipelining(void)
     teardown(s, &out);
 }
 
-/* One request on a fresh connection; the answer's text in out. */
-static pt_conn *h1_one(pt_server *s, const char *req, pt_buf *out)
+/* One request on a fresh connection, whole or one byte at a time (so that a check spans two
+ * inputs); the answer's text in out. */
+static pt_conn *h1_fed(pt_server *s, const char *req, int bytewise, pt_buf *out)
 {
     pt_conn *c = conn(s);
     if (!c)
         return NULL;
-    put_str(c, req);
-    pump(c, out, 1);
+    for (const char *p = req; *p; p += bytewise ? 1 : strlen(p)) {
+        put(c, p, bytewise ? 1 : strlen(p));
+        pump(c, out, 1);
+    }
     text(out);
     return c;
+}
+
+static pt_conn *h1_one(pt_server *s, const char *req, pt_buf *out)
+{
+    return h1_fed(s, req, 0, out);
+}
+
+/* Closes and frees c the way the loop does (a server has few connection slots). */
+static void drop(pt_server *s, pt_conn *c)
+{
+    if (c)
+        pt_conn_close(c);
+    process_close_list(s);
 }
 
 static void h1_limits(void)
@@ -392,6 +410,195 @@ static void h1_errors(void)
     h1_one(s, "garbage\r\n\r\nGET /x HTTP/1.1\r\nHost: a\r\n\r\n", &out);
     is(count(text(&out), "HTTP/1.1 "), 1, "a request after a malformed one gets no answer");
     is(seen.calls, calls, "... and never reaches the handler");
+    teardown(s, &out);
+}
+
+/* RFC 9112 framing that Debian's non-strict libhttp-parser lets through, and what it must
+ * still accept. */
+static void h1_strict(void)
+{
+    pt_server *s = server(1000, 8192);
+    pt_buf out = PT_BUF_INIT(0);
+    if (!s)
+        return;
+    static const char te_only[] = "Transfer-Encoding other than one chunked is not supported";
+    static const struct {
+        const char *what, *req, *why;
+    } bad[] = {
+        {"two Transfer-Encoding: chunked lines",
+         "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n"
+         "Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+         te_only},
+        {"Transfer-Encoding: gzip, chunked",
+         "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"
+         "3\r\nabc\r\n0\r\n\r\n",
+         te_only},
+        {"Transfer-Encoding: gzip",
+         "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+         te_only},
+        {"Transfer-Encoding: chunked, chunked",
+         "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n"
+         "3\r\nabc\r\n0\r\n\r\n",
+         te_only},
+        {"Content-Length with chunked",
+         "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n"
+         "\r\n3\r\nabc\r\n0\r\n\r\n",
+         "unexpected content-length header"},
+        {"Host : a", "GET /x HTTP/1.1\r\nHost : a\r\n\r\n", "whitespace in a header field name"},
+        {"Transfer-Encoding : chunked",
+         "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding : chunked\r\n\r\n"
+         "3\r\nabc\r\n0\r\n\r\n",
+         "whitespace in a header field name"},
+        {"a line starting with whitespace", "GET /x HTTP/1.1\r\n Host: a\r\n\r\n",
+         "whitespace in a header field name"},
+        {"HTTP/9.9", "GET /x HTTP/9.9\r\nHost: a\r\n\r\n", "HTTP version not supported"},
+        {"HTTP/2.0", "GET /x HTTP/2.0\r\nHost: a\r\n\r\n", "HTTP version not supported"},
+        {"HTTP/1.2", "GET /x HTTP/1.2\r\nHost: a\r\n\r\n", "HTTP version not supported"},
+        {"HTTP/0.9 (no version)", "GET /x\r\n\r\n", "HTTP version not supported"},
+        {"XX after chunk data",
+         "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+         "3\r\nabcXX0\r\n\r\n",
+         "chunk data not followed by CRLF"},
+        {"CR X after chunk data",
+         "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+         "3\r\nabc\rX0\r\n\r\n",
+         "chunk data not followed by CRLF"},
+        {"LF CR after the second chunk's data",
+         "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+         "1\r\na\r\n3\r\nabc\n\r0\r\n\r\n",
+         "chunk data not followed by CRLF"},
+        {"HTTP/1.1 without Host", "GET /x HTTP/1.1\r\n\r\n",
+         "an HTTP/1.1 request needs a Host header"},
+        {"HTTP/1.1 with two Host lines", "GET /x HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+         "more than one Host header"},
+        {"HTTP/1.0 with two Host lines", "GET /x HTTP/1.0\r\nHost: a\r\nhost: a\r\n\r\n",
+         "more than one Host header"},
+    };
+    int calls = seen.calls;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        for (int bytewise = 0; bytewise < 2; bytewise++) {
+            pt_buf_reset(&out);
+            pt_conn *c = h1_fed(s, bad[i].req, bytewise, &out);
+            const char *r = text(&out), *body = strstr(r, "\r\n\r\n");
+            ok(c && strncmp(r, "HTTP/1.1 400 ", 13) == 0 &&
+                   strstr(r, "\r\nConnection: close\r\n") && c->state == PT_CONN_LINGER && body &&
+                   strstr(body, bad[i].why),
+               "%s%s: 400 '%s', then close", bad[i].what, bytewise ? " (bytewise)" : "",
+               bad[i].why);
+            drop(s, c);
+        }
+    }
+    is(seen.calls, calls, "no refused request reached the handler");
+
+    static const struct {
+        const char *what, *req, *body;
+    } good[] = {
+        {"bare LF line ends", "GET /lf HTTP/1.1\nHost: a\n\n", "/lf"},
+        {"HTTP/1.0 without Host", "GET /ten HTTP/1.0\r\n\r\n", "/ten"},
+        {"an empty Host", "GET /empty-host HTTP/1.1\r\nHost:\r\n\r\n", "/empty-host"},
+        {"Transfer-Encoding: Chunked, chunk extensions, a trailer",
+         "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: Chunked\r\n\r\n"
+         "3;ext=\"v\"\r\nabc\r\n2 ; e\r\nde\r\n0\r\nT: 1\r\n\r\n",
+         "abcde"},
+        {"Transfer-Encoding: CHUNKED between spaces",
+         "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:   CHUNKED  \r\n\r\n"
+         "1\r\nz\r\n0\r\n\r\n",
+         "z"},
+    };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        for (int bytewise = 0; bytewise < 2; bytewise++) {
+            calls = seen.calls;
+            pt_buf_reset(&out);
+            pt_conn *c = h1_fed(s, good[i].req, bytewise, &out);
+            const char *r = text(&out), *body = strstr(r, "\r\n\r\n");
+            ok(c && strncmp(r, "HTTP/1.1 200 ", 13) == 0 && seen.calls == calls + 1 && body &&
+                   strcmp(body + 4, good[i].body) == 0,
+               "%s%s: 200 '%s'", good[i].what, bytewise ? " (bytewise)" : "", good[i].body);
+            drop(s, c);
+        }
+    }
+    teardown(s, &out);
+}
+
+/* What the server answers itself: the status from the error space, the text from one
+ * place, the parser's complaint where it says more. */
+static void h1_error_texts(void)
+{
+    pt_server *s = server(1000, 512);
+    pt_buf out = PT_BUF_INIT(0);
+    char big[1024];
+    if (!s)
+        return;
+    snprintf(big, sizeof(big), "GET /x HTTP/1.1\r\nHost: a\r\nX: %0600d\r\n\r\n", 0);
+    static const struct {
+        const char *req, *status, *body;
+    } cases[] = {
+        {"POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 1001\r\n\r\n",
+         "HTTP/1.1 413 Payload Too Large\r\n", "request body too large\n"},
+        {NULL /* big */, "HTTP/1.1 431 Request Header Fields Too Large\r\n",
+         "request header fields too large\n"},
+        {"GET /x HTTP/3.0\r\nHost: a\r\n\r\n", "HTTP/1.1 400 Bad Request\r\n",
+         "HTTP version not supported\n"},
+        {"garbage\r\n\r\n", "HTTP/1.1 400 Bad Request\r\n", "invalid HTTP method\n"},
+        {"GET /x HTTP/1.1\r\nHost: a\r\nX: 1\rY\r\n\r\n", "HTTP/1.1 400 Bad Request\r\n",
+         "LF character expected\n"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        pt_buf_reset(&out);
+        pt_conn *c = h1_one(s, cases[i].req ? cases[i].req : big, &out);
+        const char *r = text(&out), *body = strstr(r, "\r\n\r\n");
+        ok(c && strncmp(r, cases[i].status, strlen(cases[i].status)) == 0 && body &&
+               strcmp(body + 4, cases[i].body) == 0,
+           "%.*s: '%.*s'", (int)strlen(cases[i].status) - 2, cases[i].status,
+           (int)strlen(cases[i].body) - 1, cases[i].body);
+    }
+    is(pt_error_http_status(PT_EVERSION), 400, "PT_EVERSION is bad input: 400, never 505");
+    ok(strcmp(pt_task_status_text(PT_EINTERNAL), "internal error\n") == 0 &&
+           strcmp(pt_task_status_text(PT_EUNAVAIL), "temporarily unavailable; retry\n") == 0,
+       "a text by class never contradicts its status");
+    teardown(s, &out);
+}
+
+/* The flag a handler polls: 0 for a request whose client waits, 1 once the client hung up
+ * while the request was in a worker; an answer already out is still finished. */
+static void h1_cancel(void)
+{
+    pt_server *s = server(1 << 20, 8192);
+    pt_buf out = PT_BUF_INIT(0);
+    if (!s)
+        return;
+    pt_conn *c = h1_one(s, "GET /normal HTTP/1.1\r\nHost: a\r\n\r\n", &out);
+    ok(strstr(text(&out), "\r\n\r\n/normal") && seen.cancelled == 0,
+       "a normal request: the handler finds cancelled == 0");
+
+    pt_buf_reset(&out);
+    put_str(c, "GET /gone HTTP/1.1\r\nHost: a\r\n\r\n");
+    pump(c, &out, 0);
+    pt_task *t = s->whead;
+    ok(t && queued(s) == 1 && atomic_load(t->req.cancelled) == 0,
+       "a request waiting in a worker: not cancelled");
+    c->peer_hup = 1; /* what epoll's RDHUP, HUP or ERR leave behind */
+    pt_conn_drive(c);
+    ok(t && atomic_load(t->req.cancelled) == 1, "the client hangs up: cancelled == 1");
+    is(c->state, PT_CONN_CLOSED, "... and the connection closes");
+    int calls = seen.calls;
+    process_close_list(s);
+    work(s);
+    is(seen.calls, calls, "... the handler never runs for it");
+
+    /* The answer is queued (SEND): a hang-up now changes nothing. */
+    pt_buf_reset(&out);
+    c = conn(s);
+    put_str(c, "GET /answered HTTP/1.1\r\nHost: a\r\n\r\n");
+    pump(c, &out, 0);
+    t = s->whead;
+    work(s);
+    c->peer_hup = 1;
+    c->ops->hangup(c);
+    ok(t && c->state == PT_CONN_OPEN && atomic_load(t->req.cancelled) == 0,
+       "a hang-up once the answer is queued: not cancelled");
+    pump(c, &out, 0);
+    ok(strstr(text(&out), "\r\n\r\n/answered") != NULL, "... and the answer is written");
     teardown(s, &out);
 }
 
@@ -635,9 +842,12 @@ static void h2_reset(void)
     int32_t sid = request(&cl, "GET", "/x", NULL, 0);
     exchange(&cl, c, &out, 0);
     is(queued(s), 1, "RST_STREAM: the request waits in the queue");
+    const atomic_int *flag = s->whead ? s->whead->req.cancelled : NULL;
+    ok(flag && atomic_load(flag) == 0, "... not cancelled yet");
     nghttp2_submit_rst_stream(cl.ss, NGHTTP2_FLAG_NONE, sid, NGHTTP2_CANCEL);
     exchange(&cl, c, &out, 0);
     ok(c->tasks == NULL, "... the reset stream's task leaves the connection");
+    ok(flag && atomic_load(flag) == 1, "... and its handler would find cancelled == 1");
     work(s);
     is(seen.calls, calls, "... and the handler never runs for it");
     exchange(&cl, c, &out, 1);
@@ -645,6 +855,7 @@ static void h2_reset(void)
     int32_t next = request(&cl, "GET", "/y", NULL, 0);
     exchange(&cl, c, &out, 1);
     is(cl.status[slot_of(next)], 200, "the connection goes on serving");
+    is(seen.cancelled, 0, "... a stream nobody reset: the handler finds cancelled == 0");
     client_free(&cl);
     teardown(s, &out);
 }
@@ -922,6 +1133,9 @@ int main(void)
     h1_pipelining();
     h1_limits();
     h1_errors();
+    h1_strict();
+    h1_error_texts();
+    h1_cancel();
     h2_basics();
     h2_flow_control();
     h2_reset();

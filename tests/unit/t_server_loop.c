@@ -13,11 +13,29 @@
 
 #include "tap.h"
 
+/* What the handler saw; workers write it, hence atomics. */
+static struct {
+    atomic_int calls;
+    atomic_int cancelled;  /* *req->cancelled on entry */
+    atomic_int waiting;    /* /wait: polling the flag now */
+    atomic_int saw_cancel; /* /wait: the flag became 1 while it polled */
+    atomic_int done;       /* /wait: returned */
+} handled;
+
 static void answer(void *ud, pt_req *req, pt_resp *resp)
 {
     (void)ud;
-    (void)req;
+    atomic_fetch_add(&handled.calls, 1);
+    atomic_store(&handled.cancelled, atomic_load(req->cancelled));
     resp->status = 204;
+    if (strcmp(req->path, "/wait") != 0)
+        return;
+    /* A long storage read that stops once its client is gone (5 s at most). */
+    atomic_store(&handled.waiting, 1);
+    for (int i = 0; i < 5000 && !atomic_load(req->cancelled); i++)
+        usleep(1000);
+    atomic_store(&handled.saw_cancel, atomic_load(req->cancelled));
+    atomic_store(&handled.done, 1);
 }
 
 static int client(int port)
@@ -149,9 +167,111 @@ static void broken_preface(void)
     pt_server_free(s);
 }
 
+static const char request[] = "GET /x HTTP/1.1\r\nHost: a\r\n\r\n";
+
+/* Turns the loop (no workers: tasks stay queued) until the client's request is queued; the
+ * queued task or NULL. */
+static pt_task *await_queued(pt_server *s)
+{
+    for (int i = 0; i < 200 && !s->whead; i++)
+        loop_once(s, 10);
+    return s->whead;
+}
+
+/* A client that closes, half-closes or resets while its request waits in a worker: the flag
+ * becomes 1, the connection goes, the handler never runs; a client that waits: 0 and its
+ * answer. */
+static void hangup_cancels(void)
+{
+    pt_server *s = server();
+    if (!ok(s != NULL, "server starts"))
+        return;
+    s->next_sweep_ms = s->now_ms + 3600 * 1000;
+    static const char *const how[] = {"closes", "half-closes", "resets",
+                                      "half-closes right after the request"};
+    for (int k = 0; k < 4; k++) {
+        int calls = atomic_load(&handled.calls);
+        int fd = client(s->port);
+        send(fd, request, sizeof(request) - 1, MSG_NOSIGNAL);
+        if (k == 3)
+            shutdown(fd, SHUT_WR); /* the FIN may come in the same read as the request */
+        pt_task *t = await_queued(s);
+        const atomic_int *flag = t ? t->req.cancelled : NULL;
+        if (!ok(flag != NULL, "a client that %s: its request is queued", how[k]))
+            break;
+        if (k < 3)
+            ok(atomic_load(flag) == 0, "... not cancelled while the client waits");
+        if (k == 0) {
+            close(fd);
+        } else if (k == 1) {
+            shutdown(fd, SHUT_WR);
+        } else if (k == 2) {
+            struct linger lg = {1, 0}; /* close() sends RST */
+            setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+            close(fd);
+        }
+        for (int i = 0; i < 200 && !atomic_load(flag); i++)
+            loop_once(s, 10);
+        ok(atomic_load(flag) == 1, "... cancelled == 1 once the client %s", how[k]);
+        ok(s->conns == NULL, "... and its connection is gone");
+        if (k == 1 || k == 3) {
+            char b;
+            is(recv(fd, &b, 1, 0), 0, "... the half-closed client gets no answer, a close");
+        }
+        run_queue(s); /* the worker's turn: a cancelled request is skipped */
+        loop_once(s, 10);
+        is(atomic_load(&handled.calls), calls, "... and the handler never runs");
+        if (k != 0 && k != 2)
+            close(fd);
+    }
+
+    int fd = client(s->port);
+    send(fd, request, sizeof(request) - 1, MSG_NOSIGNAL);
+    pt_task *t = await_queued(s);
+    ok(t && atomic_load(t->req.cancelled) == 0, "a client that waits: not cancelled");
+    run_queue(s);
+    char buf[256] = {0};
+    for (int i = 0; i < 200 && !buf[0]; i++) {
+        loop_once(s, 10);
+        recv(fd, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+    }
+    ok(strncmp(buf, "HTTP/1.1 204 ", 13) == 0 && atomic_load(&handled.cancelled) == 0,
+       "... its handler found cancelled == 0, and it is answered");
+    close(fd);
+    pt_server_free(s);
+}
+
+/* A handler on a worker thread that polls the flag returns early when its client leaves. */
+static void handler_stops(void)
+{
+    pt_server *s = server();
+    if (!ok(s != NULL, "server starts"))
+        return;
+    pthread_t th;
+    pthread_create(&th, NULL, run, s);
+    int fd = client(s->port);
+    const char wait[] = "GET /wait HTTP/1.1\r\nHost: a\r\n\r\n";
+    send(fd, wait, sizeof(wait) - 1, MSG_NOSIGNAL);
+    for (int i = 0; i < 2000 && !atomic_load(&handled.waiting); i++)
+        usleep(1000);
+    ok(atomic_load(&handled.waiting), "a handler polls the flag while its client waits");
+    int64_t t0 = mono_ms();
+    close(fd);
+    for (int i = 0; i < 6000 && !atomic_load(&handled.done); i++)
+        usleep(1000);
+    int64_t ms = mono_ms() - t0;
+    ok(atomic_load(&handled.saw_cancel) == 1 && ms < 2000,
+       "the client closes: the handler sees cancelled == 1 and returns (%lld ms)", (long long)ms);
+    pt_server_stop(s);
+    pthread_join(th, NULL);
+    pt_server_free(s);
+}
+
 int main(void)
 {
     stale_events();
     broken_preface();
+    hangup_cancels();
+    handler_stops();
     return done_testing();
 }
