@@ -234,7 +234,7 @@ static void stream_done(void *ud, int cancelled)
 {
     stream_read *sr = ud;
     if (cancelled)
-        pt_m.read_streams_cancelled++;
+        pt_m.read_cancelled++;
     pt_read_free(sr->r);
     pt_arena_free(&sr->group);
     pt_buf_free(&sr->pending);
@@ -253,7 +253,7 @@ static void handle_read_streamed(pt_app *app, pt_req *req, pt_resp *resp,
     pt_arena_init(&sr->group, 64 << 10, req->arena->max);
     pt_buf_init(&sr->pending, req->arena->max);
     sr->group_size = STREAM_GROUP_FIRST;
-    int rv = pt_read_start(&app->store, rr, req->arena, &sr->r);
+    int rv = pt_read_start(&app->store, rr, req->arena, req->cancelled, &sr->r);
     if (rv == 0)
         rv = stream_fill(sr);
     if (rv != 0) {
@@ -298,7 +298,9 @@ static void handle_read(pt_app *app, pt_req *req, pt_resp *resp)
         return;
     }
     Prometheus__ReadResponse out;
-    rv = pt_store_read(&app->store, rr, req->arena, &out, msg, sizeof(msg));
+    rv = pt_store_read(&app->store, rr, req->arena, req->cancelled, &out, msg, sizeof(msg));
+    if (rv == PT_ECANCELLED)
+        pt_m.read_cancelled++; /* the answer below goes nowhere */
     if (rv != 0) {
         if (rv == PT_ENOMEM && req->arena->exhausted)
             reply_memory(app, req, resp, 1);

@@ -178,9 +178,9 @@ long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
             LOAD(pt_m.read_samples));
     counter(&o, "promtable_read_timeouts_total", "Remote reads ended by read.timeout.",
             LOAD(pt_m.read_timeouts));
-    counter(&o, "promtable_read_streams_cancelled_total",
-            "Streamed remote reads stopped because the client went away.",
-            LOAD(pt_m.read_streams_cancelled));
+    counter(&o, "promtable_read_cancelled_total",
+            "Remote reads stopped because the client went away.",
+            LOAD(pt_m.read_cancelled));
     counter(&o, "promtable_read_rows_scanned_total",
             "Rows the storage visited to answer remote reads (index and data rows).",
             LOAD(pt_m.read_rows_scanned));

@@ -148,11 +148,16 @@ struct pt_read {
     size_t total; /* samples read so far, against max_samples */
     uint64_t t0;
     uint64_t deadline_ns; /* read.timeout after the start; 0 = none */
+    const atomic_int *cancel;
 };
 
 /* The message for a failed read: the read's own deadline, or the storage's error. */
 static void read_failed(const pt_read *r, int rv, char *msg, size_t msglen)
 {
+    if (rv == PT_ECANCELLED) {
+        snprintf(msg, msglen, "%s", pt_strerror(rv));
+        return;
+    }
     if (rv == PT_ETIMEOUT && r->deadline_ns && pt_now_ns() > r->deadline_ns) {
         snprintf(msg, msglen,
                  "the read took longer than read.timeout (%lld ms); narrow the "
@@ -186,6 +191,7 @@ static int query_begin(pt_read *r, char *msg, size_t msglen)
     r->q.c.a = a;
     r->q.c.limit = st->max_series;
     r->q.deadline_ns = r->deadline_ns;
+    r->q.cancel = r->cancel;
     r->q.nms = pq->n_matchers;
     r->q.ms = pt_arena_calloc(a, (r->q.nms ? r->q.nms : 1) * sizeof(*r->q.ms));
     if (!r->q.ms)
@@ -229,7 +235,8 @@ static int query_begin(pt_read *r, char *msg, size_t msglen)
     return 0;
 }
 
-int pt_read_start(pt_store *st, const Prometheus__ReadRequest *rr, pt_arena *a, pt_read **out)
+int pt_read_start(pt_store *st, const Prometheus__ReadRequest *rr, pt_arena *a,
+                  const atomic_int *cancel, pt_read **out)
 {
     pt_read *r = pt_arena_calloc(a, sizeof(*r));
     if (!r)
@@ -237,6 +244,7 @@ int pt_read_start(pt_store *st, const Prometheus__ReadRequest *rr, pt_arena *a, 
     r->st = st;
     r->rr = rr;
     r->a = a;
+    r->cancel = cancel;
     r->t0 = pt_now_ns();
     if (st->read_timeout_ms > 0)
         r->deadline_ns = r->t0 + (uint64_t)st->read_timeout_ms * 1000000u;
@@ -345,7 +353,8 @@ int pt_read_next(pt_read *r, pt_arena *b, size_t max_series, pt_read_batch *out,
 }
 
 int pt_store_read(pt_store *st, const Prometheus__ReadRequest *rr, pt_arena *a,
-                  Prometheus__ReadResponse *resp, char *msg, size_t msglen)
+                  const atomic_int *cancel, Prometheus__ReadResponse *resp, char *msg,
+                  size_t msglen)
 {
     pt_read *r;
     pt_read_batch bt;
@@ -353,7 +362,7 @@ int pt_store_read(pt_store *st, const Prometheus__ReadRequest *rr, pt_arena *a,
     prometheus__read_response__init(resp);
     resp->n_results = rr->n_queries;
     resp->results = pt_arena_alloc(a, (rr->n_queries ? rr->n_queries : 1) * sizeof(*resp->results));
-    if (!resp->results || (rv = pt_read_start(st, rr, a, &r)) != 0)
+    if (!resp->results || (rv = pt_read_start(st, rr, a, cancel, &r)) != 0)
         return PT_ENOMEM;
     for (size_t i = 0; i < rr->n_queries; i++) {
         Prometheus__QueryResult *qr = pt_arena_alloc(a, sizeof(*qr));

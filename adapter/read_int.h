@@ -5,6 +5,7 @@
 #ifndef PT_READ_INT_H
 #define PT_READ_INT_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,6 +41,7 @@ typedef struct qctx {
     int64_t day_first, day_last;
     cands c;
     uint64_t deadline_ns; /* 0 = none */
+    const atomic_int *cancel; /* set when the client went away; NULL = never */
     size_t ticks;         /* rows and cells seen, for the deadline checks */
     /* Equality matchers the index list being read does not imply, escaped as they stand
      * in a plain series id: the metric as its prefix, a label as ",name=value". */
@@ -53,6 +55,8 @@ typedef struct qctx {
 
 static inline int deadline_passed(const qctx *q)
 {
+    if (q->cancel && atomic_load_explicit(q->cancel, memory_order_relaxed))
+        return PT_ECANCELLED;
     return q->deadline_ns && pt_now_ns() > q->deadline_ns ? PT_ETIMEOUT : 0;
 }
 

@@ -5,6 +5,7 @@
 #ifndef PT_STORE_H
 #define PT_STORE_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -67,8 +68,11 @@ typedef struct pt_read_batch {
     int last_of_query;            /* no more series of this query follow */
 } pt_read_batch;
 
-/* Allocates the read from a (the request's arena, which must outlive it). 0 or PT_ENOMEM. */
-int pt_read_start(pt_store *st, const Prometheus__ReadRequest *rr, pt_arena *a, pt_read **out);
+/* Allocates the read from a (the request's arena, which must outlive it). The read stops
+ * with PT_ECANCELLED at its next storage call once *cancel (when not NULL) is set: the
+ * client went away. 0 or PT_ENOMEM. */
+int pt_read_start(pt_store *st, const Prometheus__ReadRequest *rr, pt_arena *a,
+                  const atomic_int *cancel, pt_read **out);
 /* Reads the next group of at most max_series series (0 = all of the query) into arena b
  * (which may be reset between calls). 1 with *out set, 0 when every query is answered, or
  * an error with msg set (bad matcher or limit: 4xx; storage: 503). */
@@ -80,7 +84,8 @@ void pt_read_free(pt_read *r);
 /* Runs every query of a read request; fills resp (arena-allocated). Returns 0 or an
  * error with msg set (bad matcher/limit → 4xx, backend → 503). */
 int pt_store_read(pt_store *st, const Prometheus__ReadRequest *rr, pt_arena *a,
-                  Prometheus__ReadResponse *resp, char *msg, size_t msglen);
+                  const atomic_int *cancel, Prometheus__ReadResponse *resp, char *msg,
+                  size_t msglen);
 
 /* Appends the frames of one series of query `query` to o: XOR chunks of at most 120
  * samples, one frame per series unless its chunks pass 1 MiB. Scratch from a. */

@@ -30,6 +30,7 @@ enum {
     PT_EUNAVAIL = -100,   /* backend unavailable */
     PT_ETIMEOUT = -101,   /* backend timed out */
     PT_EBUSY = -102,      /* overloaded: try again later */
+    PT_ECANCELLED = -103, /* the client went away; nobody waits for the answer */
 
     PT_EINTERNAL = -200,  /* invariant broken, backend corruption */
     PT_ENOMEM = -201,

@@ -66,7 +66,7 @@ fi
 # Clients that go away after the first bytes of a large streamed answer.
 "$READBENCH" --streamed --request-out "$DIR/read.bin" --start-ms "$START" --end-ms "$END" \
     '__name__=~.+' 2>>"$DIR/readbench.log"
-cancelled() { curl -s "$URL/metrics" | pt_metric_sum /dev/stdin promtable_read_streams_cancelled_total; }
+cancelled() { curl -s "$URL/metrics" | pt_metric_sum /dev/stdin promtable_read_cancelled_total; }
 post_and_hang_up() {
     curl -s "$@" --data-binary @"$DIR/read.bin" -H 'Content-Type: application/x-protobuf' \
         -H 'Content-Encoding: snappy' -H 'X-Prometheus-Remote-Read-Version: 0.1.0' \

@@ -106,6 +106,7 @@ typedef struct tstore {
     char dir[64];
     pt_backend emb, faulty;
     pt_store st;
+    const atomic_int *cancel; /* handed to reads */
 } tstore;
 
 __attribute__((unused)) static int tstore_open(tstore *s)

@@ -395,7 +395,7 @@ int main(void)
         rr.n_queries = 2;
         Prometheus__ReadResponse want;
         char msg[512];
-        ok(pt_store_read(&app.store, &rr, &b, &want, msg, sizeof(msg)) == 0 &&
+        ok(pt_store_read(&app.store, &rr, &b, NULL, &want, msg, sizeof(msg)) == 0 &&
                want.results[0]->n_timeseries == NS && want.results[1]->n_timeseries > 200,
            "SAMPLES answer for two queries");
         Prometheus__ReadRequest__ResponseType st =
@@ -411,7 +411,7 @@ int main(void)
         pt_arena_free(&c.arena);
 
         /* A client that goes away after the first piece: done(cancelled) releases the read. */
-        uint64_t cancelled = pt_m.read_streams_cancelled;
+        uint64_t cancelled = pt_m.read_cancelled;
         pt_arena_init(&c.arena, 0, 0);
         c.req.arena = &c.arena;
         c.req.body = mk_body(&b, &rr.base).p;
@@ -423,7 +423,7 @@ int main(void)
         if (c.resp.producer.done)
             c.resp.producer.done(c.resp.producer.ud, 1);
         ok(c.resp.status == 200 && prv == PT_PULL_MORE && piece.len > 0 && piece.len <= 1000 &&
-               pt_m.read_streams_cancelled == cancelled + 1,
+               pt_m.read_cancelled == cancelled + 1,
            "a piece is at most what the server asks for; a cancelled stream is released and counted");
         pt_buf_free(&piece);
         pt_arena_free(&c.arena);

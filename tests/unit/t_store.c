@@ -13,7 +13,7 @@ static Prometheus__ReadResponse *query(tstore *s, pt_arena *a, int64_t start, in
                                        const tmatch *ms, size_t n, int *rv, char *msg)
 {
     Prometheus__ReadResponse *resp = pt_arena_alloc(a, sizeof(*resp));
-    *rv = pt_store_read(&s->st, mk_read(a, start, end, ms, n), a, resp, msg, 512);
+    *rv = pt_store_read(&s->st, mk_read(a, start, end, ms, n), a, s->cancel, resp, msg, 512);
     return resp;
 }
 
@@ -256,6 +256,23 @@ int main(void)
         is(count(&s, m5, 2), 1, "a metric whose name extends another's");
         const tmatch m6[] = {{0, "__name__", "sep"}, {0, "a", "x=b"}, {0, "b", "1"}};
         is(count(&s, m6, 3), 1, "a value holding '='");
+        pt_arena_free(&b);
+    }
+
+    /* A read whose client went away stops at its next storage call. */
+    {
+        pt_arena b;
+        pt_arena_init(&b, 0, 0);
+        char msg[512] = "";
+        atomic_int gone;
+        atomic_init(&gone, 1);
+        s.cancel = &gone;
+        query(&s, &b, T0, T0, up, 1, &rv, msg);
+        ok(rv == PT_ECANCELLED && strstr(msg, "went away"), "a cancelled read stops (%s)", msg);
+        atomic_store(&gone, 0);
+        query(&s, &b, T0, T0, up, 1, &rv, msg);
+        ok(rv == 0, "the flag is looked at, not assumed");
+        s.cancel = NULL;
         pt_arena_free(&b);
     }
 
