@@ -458,6 +458,13 @@ static const struct route {
     {"/-/ready", PT_ROUTE_READY, ALLOW_GET, handle_ready},
 };
 
+int pt_app_heavy(void *ud, const pt_req *req)
+{
+    (void)ud;
+    /* A read can hold a worker for seconds; writes must still find one. */
+    return strcmp(req->path, "/api/v1/read") == 0;
+}
+
 int pt_app_on_loop(void *ud, const pt_req *req)
 {
     (void)ud;

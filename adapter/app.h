@@ -30,6 +30,8 @@ void pt_app_free_auth(pt_app *app);
 /* pt_server_opts.on_loop: 1 for the routes answered without the store (health,
  * readiness, metrics, 404/405). */
 int pt_app_on_loop(void *ud, const pt_req *req);
+/* pt_server_opts.heavy: 1 for remote reads, which may not take the last worker. */
+int pt_app_heavy(void *ud, const pt_req *req);
 void pt_app_dispatch(void *ud, pt_req *req, pt_resp *resp);
 
 #endif

@@ -154,6 +154,7 @@ int main(int argc, char **argv)
         .tls_cert_file = cfg.tls_cert_file[0] ? cfg.tls_cert_file : NULL,
         .tls_key_file = cfg.tls_key_file[0] ? cfg.tls_key_file : NULL,
         .on_loop = pt_app_on_loop,
+        .heavy = pt_app_heavy,
     };
     srv = pt_server_new(&so, pt_app_dispatch, &app, err, sizeof(err));
     if (!srv) {

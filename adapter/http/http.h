@@ -124,6 +124,10 @@ typedef struct pt_server_opts {
      * event loop: health checks and metrics stay answered while every worker waits on a
      * slow store. */
     int (*on_loop)(void *ud, const pt_req *req);
+    /* Optional: 1 for a heavy request (a remote read). Heavy requests, and the pulls of
+     * their produced bodies, run on at most workers - 1 workers at once, so a light one
+     * (a remote write) always finds a worker however many reads are running. */
+    int (*heavy)(void *ud, const pt_req *req);
 } pt_server_opts;
 
 typedef struct pt_server pt_server;

@@ -100,22 +100,44 @@ static void drive_dirty(pt_server *s)
 
 /* ------------------------------------------------------------------ workers, completions */
 
+/* The first queued task this worker may run: a light one, or a heavy one while fewer than
+ * heavy_max run (heavy ones wait behind in order). Under wmu. */
+static pt_task *take(pt_server *s)
+{
+    pt_task *prev = NULL;
+    for (pt_task *t = s->whead; t; prev = t, t = t->qnext) {
+        if (t->heavy && s->heavy_running >= s->heavy_max)
+            continue;
+        if (prev)
+            prev->qnext = t->qnext;
+        else
+            s->whead = t->qnext;
+        if (s->wtail == t)
+            s->wtail = prev;
+        s->heavy_running += t->heavy;
+        return t;
+    }
+    return NULL;
+}
+
 static void *worker_main(void *arg)
 {
     pt_server *s = arg;
     pthread_mutex_lock(&s->wmu);
     for (;;) {
-        while (!s->whead && !s->wstop)
+        pt_task *t;
+        while (!(t = take(s)) && !s->wstop)
             pthread_cond_wait(&s->wcv, &s->wmu);
-        pt_task *t = s->whead;
         if (!t)
             break;
-        s->whead = t->qnext;
-        if (!s->whead)
-            s->wtail = NULL;
+        int heavy = t->heavy; /* t belongs to the loop once posted back */
         pthread_mutex_unlock(&s->wmu);
         pt_task_work(t);
         pthread_mutex_lock(&s->wmu);
+        if (heavy) {
+            s->heavy_running--;
+            pthread_cond_signal(&s->wcv); /* a heavy task may be waiting for this slot */
+        }
     }
     pthread_mutex_unlock(&s->wmu);
     return NULL;
@@ -363,6 +385,7 @@ static pt_server *server_alloc(const pt_server_opts *opts, pt_dispatch_fn fn, vo
     s->ud = ud;
     if (s->opts.workers < 1)
         s->opts.workers = 1;
+    s->heavy_max = s->opts.workers > 1 ? s->opts.workers - 1 : 1;
     if (!s->opts.max_body)
         s->opts.max_body = DEFAULT_MAX_BODY;
     if (!s->opts.max_body_total)

@@ -67,6 +67,7 @@ struct pt_task {
     pt_task *prev, *next;   /* the connection's task list (loop thread only) */
     uint32_t slot, gen;     /* which connection, checked when a worker posts the task back */
     int32_t stream_id;      /* HTTP/2 stream; 0 for HTTP/1 */
+    int heavy;              /* pt_server_opts.heavy said so at dispatch */
     int state;              /* enum pt_task_state; written by the loop only */
     atomic_int cancelled;   /* set by the loop when nobody waits for the answer any more */
     int early_rv;           /* HTTP/2: answer this error code without calling dispatch
@@ -259,6 +260,7 @@ struct pt_server {
     pthread_mutex_t wmu;
     pthread_cond_t wcv;
     pt_task *whead, *wtail;
+    int heavy_running, heavy_max; /* heavy tasks in workers now; the most at once */
     int wstop;
 
     /* completions, posted by workers */

@@ -252,6 +252,7 @@ void pt_task_dispatch(pt_task *t)
     t->req.body = t->body.p ? pt_buf_data(&t->body) : (const uint8_t *)"";
     t->req.body_len = pt_buf_used(&t->body);
     t->req.received_ns = pt_now_ns();
+    t->heavy = s->opts.heavy && s->opts.heavy(s->ud, &t->req);
     if (s->on_loop && s->on_loop(s->ud, &t->req)) {
         /* Answered here; the response goes out through the completion queue like a
          * worker's, never from inside the parser callback that got us here. */

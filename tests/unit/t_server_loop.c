@@ -267,11 +267,97 @@ static void handler_stops(void)
     pt_server_free(s);
 }
 
+/* Heavy requests (/heavy...) block until released; at most workers - 1 run at once, so a
+ * light one is answered meanwhile. */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int release, running, most;
+} heavy_gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0};
+
+static int is_heavy(void *ud, const pt_req *req)
+{
+    (void)ud;
+    return strncmp(req->path, "/heavy", 6) == 0;
+}
+
+static void gated(void *ud, pt_req *req, pt_resp *resp)
+{
+    (void)ud;
+    resp->status = 204;
+    if (!is_heavy(NULL, req))
+        return;
+    pthread_mutex_lock(&heavy_gate.mu);
+    if (++heavy_gate.running > heavy_gate.most)
+        heavy_gate.most = heavy_gate.running;
+    pthread_cond_broadcast(&heavy_gate.cv);
+    while (!heavy_gate.release)
+        pthread_cond_wait(&heavy_gate.cv, &heavy_gate.mu);
+    heavy_gate.running--;
+    pthread_mutex_unlock(&heavy_gate.mu);
+}
+
+static int status_of(int fd)
+{
+    char buf[256] = {0};
+    ssize_t n = recv(fd, buf, sizeof(buf) - 1, 0);
+    return n > 12 && strncmp(buf, "HTTP/1.1 ", 9) == 0 ? atoi(buf + 9) : -1;
+}
+
+static void heavy_requests(void)
+{
+    char err[256];
+    pt_server_opts o = {.listen_address = "127.0.0.1:0", .workers = 3, .max_connections = 16,
+                        .heavy = is_heavy};
+    pt_server *s = pt_server_new(&o, gated, NULL, err, sizeof(err));
+    if (!ok(s != NULL, "server with 3 workers starts"))
+        return;
+    pthread_t th;
+    pthread_create(&th, NULL, run, s);
+    static const char heavy_req[] = "GET /heavy HTTP/1.1\r\nHost: a\r\n\r\n";
+    static const char light_req[] = "GET /light HTTP/1.1\r\nHost: a\r\n\r\n";
+    int hv[4];
+    for (int i = 0; i < 4; i++) {
+        hv[i] = client(s->port);
+        send(hv[i], heavy_req, sizeof(heavy_req) - 1, MSG_NOSIGNAL);
+    }
+    /* Two heavy requests start (3 workers - 1); the other two wait for a slot. */
+    pthread_mutex_lock(&heavy_gate.mu);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 5;
+    while (heavy_gate.running < 2 &&
+           pthread_cond_timedwait(&heavy_gate.cv, &heavy_gate.mu, &until) == 0)
+        ;
+    pthread_mutex_unlock(&heavy_gate.mu);
+    usleep(200 * 1000); /* room for a wrongly started third one to show */
+    int lf = client(s->port);
+    send(lf, light_req, sizeof(light_req) - 1, MSG_NOSIGNAL);
+    is(status_of(lf), 204, "a light request is answered while heavy ones hold every slot");
+    pthread_mutex_lock(&heavy_gate.mu);
+    int most = heavy_gate.most;
+    heavy_gate.release = 1;
+    pthread_cond_broadcast(&heavy_gate.cv);
+    pthread_mutex_unlock(&heavy_gate.mu);
+    is(most, 2, "at most workers - 1 heavy requests ran at once");
+    int answered = 0;
+    for (int i = 0; i < 4; i++) {
+        answered += status_of(hv[i]) == 204;
+        close(hv[i]);
+    }
+    is(answered, 4, "every heavy request is answered once released");
+    close(lf);
+    pt_server_stop(s);
+    pthread_join(th, NULL);
+    pt_server_free(s);
+}
+
 int main(void)
 {
     stale_events();
     broken_preface();
     hangup_cancels();
     handler_stops();
+    heavy_requests();
     return done_testing();
 }
