@@ -63,6 +63,16 @@ static int run(call *c, int method, const char *path, const char *ctype, const c
     return c->resp.status;
 }
 
+/* Dispatches c's request again (after the test changed it) on a fresh arena. */
+static int again(call *c)
+{
+    memset(&c->resp, 0, sizeof(c->resp));
+    pt_arena_init(&c->arena, 0, 0);
+    c->req.arena = &c->arena;
+    pt_app_dispatch(&app, &c->req, &c->resp);
+    return c->resp.status;
+}
+
 static int post(call *c, const char *path, pt_slice body)
 {
     return run(c, PT_M_POST, path, "application/x-protobuf", "snappy", body.p, body.n);
@@ -303,31 +313,18 @@ int main(void)
            "with WWW-Authenticate");
         pt_arena_free(&c.arena);
         c.req.authorization = "Bearer s3cret";
-        memset(&c.resp, 0, sizeof(c.resp));
-        pt_arena_init(&c.arena, 0, 0);
-        c.req.arena = &c.arena;
-        pt_app_dispatch(&app, &c.req, &c.resp);
-        is(c.resp.status, 204, "the right bearer token: 204");
+        is(again(&c), 204, "the right bearer token: 204");
         pt_arena_free(&c.arena);
         c.req.authorization = "Bearer s3cre";
-        memset(&c.resp, 0, sizeof(c.resp));
-        pt_arena_init(&c.arena, 0, 0);
-        pt_app_dispatch(&app, &c.req, &c.resp);
-        is(c.resp.status, 401, "a wrong token: 401");
+        is(again(&c), 401, "a wrong token: 401");
         pt_arena_free(&c.arena);
         app.bearer_token = NULL;
         app.basic_credentials = "user:pw";
         c.req.authorization = "Basic dXNlcjpwdw==";
-        memset(&c.resp, 0, sizeof(c.resp));
-        pt_arena_init(&c.arena, 0, 0);
-        pt_app_dispatch(&app, &c.req, &c.resp);
-        is(c.resp.status, 204, "basic auth user:pw: 204");
+        is(again(&c), 204, "basic auth user:pw: 204");
         pt_arena_free(&c.arena);
         c.req.authorization = "Basic dXNlcjpwdg==";
-        memset(&c.resp, 0, sizeof(c.resp));
-        pt_arena_init(&c.arena, 0, 0);
-        pt_app_dispatch(&app, &c.req, &c.resp);
-        is(c.resp.status, 401, "basic auth with a wrong password: 401");
+        is(again(&c), 401, "basic auth with a wrong password: 401");
         pt_arena_free(&c.arena);
         is(run(&c, PT_M_GET, "/-/healthy", "", "", NULL, 0), 200, "health needs no credentials");
         pt_arena_free(&c.arena);
@@ -412,12 +409,9 @@ int main(void)
 
         /* A client that goes away after the first piece: done(cancelled) releases the read. */
         uint64_t cancelled = pt_m.read_cancelled;
-        pt_arena_init(&c.arena, 0, 0);
-        c.req.arena = &c.arena;
         c.req.body = mk_body(&b, &rr.base).p;
         c.req.body_len = mk_body(&b, &rr.base).n;
-        memset(&c.resp, 0, sizeof(c.resp));
-        pt_app_dispatch(&app, &c.req, &c.resp);
+        again(&c);
         pt_buf piece = PT_BUF_INIT(64 << 10);
         int prv = c.resp.producer.pull ? c.resp.producer.pull(c.resp.producer.ud, &piece, 1000) : -1;
         if (c.resp.producer.done)
