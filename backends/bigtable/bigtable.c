@@ -19,8 +19,19 @@
 #include "bigtable.h"
 #include "bigtable_int.h"
 #include "error.h"
+#include "log.h"
 
-enum { WRITE_DEADLINE_MS = 30000, READ_DEADLINE_MS = 60000, RETRY_BUDGET_MS = 5000 };
+enum {
+    WRITE_DEADLINE_MS = 30000,
+    READ_DEADLINE_MS = 60000,
+    RETRY_BUDGET_MS = 5000,
+    MAX_READ_STREAMS = 16, /* each waiting stream may hold a flow-control window */
+};
+
+/* storage.bigtable.read_streams: a macro, so that conf_keys gets the same default as text. */
+#define READ_STREAMS 4
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 static char *str_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -43,6 +54,13 @@ static char *str_printf(const char *fmt, ...)
 static void bt_close(void *state)
 {
     pt_bt *bt = state;
+    pt_bt_stats st;
+    pt_bt_get_stats(bt, &st);
+    /* Round trips per scan, for whoever tunes read_streams: there is no other place where
+     * the backend's own counters show. */
+    if (st.scans)
+        pt_log(PT_LOG_INFO, "bigtable scans", "scans=%lu read_calls=%lu scan_resumes=%lu",
+               st.scans, st.read_calls, st.scan_resumes);
     pt_bt_rpc_disconnect(bt);
     for (int t = 0; t < PT_TABLE_COUNT; t++) {
         free(bt->table[t]);
@@ -57,7 +75,7 @@ static int bt_open(void *state, const pt_backend_config *cfg, char *err, size_t 
 {
     static const char *const suffix[PT_TABLE_COUNT] = {"points", "index"};
     pt_bt *bt = state;
-    static const pt_bigtable_conf none = {"", "", "", ""};
+    static const pt_bigtable_conf none = {"", "", "", "", READ_STREAMS};
     const pt_bigtable_conf *bc = cfg->own ? cfg->own : &none;
     const char *prefix = bc->table_prefix ? bc->table_prefix : "";
     const char *endpoint = bc->endpoint && *bc->endpoint ? bc->endpoint : NULL;
@@ -75,6 +93,8 @@ static int bt_open(void *state, const pt_backend_config *cfg, char *err, size_t 
     bt->read_ms = READ_DEADLINE_MS;
     bt->retry_ms = RETRY_BUDGET_MS;
     bt->retention_s = cfg->retention_seconds;
+    /* Zero when a caller filled the struct itself, without the configuration's default. */
+    bt->read_streams = bc->read_streams > 0 ? (int)bc->read_streams : READ_STREAMS;
 
     int rv = PT_ENOMEM;
     bt->parent = str_printf("projects/%s/instances/%s", bc->project, bc->instance);
@@ -107,11 +127,22 @@ void pt_bt_set_timeouts(void *state, int call_ms, int retry_budget_ms)
         bt->retry_ms = retry_budget_ms;
 }
 
-void pt_bt_get_stats(void *state, unsigned long *write_retries, unsigned long *scan_resumes)
+void pt_bt_set_read_streams(void *state, int streams)
 {
     pt_bt *bt = state;
-    *write_retries = atomic_load(&bt->write_retries);
-    *scan_resumes = atomic_load(&bt->scan_resumes);
+    if (streams > 0)
+        bt->read_streams = streams;
+}
+
+void pt_bt_get_stats(void *state, pt_bt_stats *out)
+{
+    pt_bt *bt = state;
+    *out = (pt_bt_stats){
+        .write_retries = atomic_load(&bt->write_retries),
+        .scan_resumes = atomic_load(&bt->scan_resumes),
+        .scans = atomic_load(&bt->scans),
+        .read_calls = atomic_load(&bt->read_calls),
+    };
 }
 
 #define C(field) offsetof(pt_bigtable_conf, field)
@@ -123,6 +154,9 @@ static const pt_conf_key conf_keys[] = {
      "with application default credentials."},
     {"table_prefix", "storage.table_prefix", PT_CONF_STR, "", 0, 0, C(table_prefix),
      "Tables are <prefix>points and <prefix>index."},
+    {"read_streams", NULL, PT_CONF_LONG, STR(READ_STREAMS), 1, MAX_READ_STREAMS, C(read_streams),
+     "ReadRows streams one scan of many rows runs at once; the server works on them in "
+     "parallel, and their rows are delivered in order, one stream after another."},
 };
 #undef C
 

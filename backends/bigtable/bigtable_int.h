@@ -10,6 +10,8 @@
  *   bigtable_admin.c  init: CreateTable with the GC rule;  -> rpc
  *                     GetTable for tests
  *   bigtable_data.c   write: MutateRows; scan: ReadRows    -> rpc, merge
+ *                     on concurrent streams, one group of
+ *                     ranges each, delivered in turn
  *   bigtable_rpc.c    channels, one call with a deadline,  -> gRPC
  *                     status mapping, retry/backoff
  *   bigtable_merge.c  ReadRows chunk merging and resume    -> base only (no I/O)
@@ -55,16 +57,25 @@ typedef struct pt_bt {
     char *parent_params;                  /* ... and for CreateTable */
     long retention_s;
     int write_ms, read_ms, retry_ms; /* deadline of one call; time spent retrying */
+    int read_streams;                /* ReadRows streams one scan may run at once, >= 1 */
     int grpc_ready;                  /* grpc_init was called: close must balance it */
-    atomic_ulong write_retries, scan_resumes;
+    atomic_ulong write_retries, scan_resumes, scans, read_calls;
 } pt_bt;
 
-/* Test knobs for an open bigtable backend (state is its pt_bt): per-call deadline and the
- * total time spent retrying one write or scan. 0 keeps the current value. */
+/* Test knobs for an open bigtable backend (state is its pt_bt), for use with no call in
+ * flight: per-call deadline and the total time spent retrying one write or scan; the
+ * streams one scan may run. 0 keeps the current value. */
 void pt_bt_set_timeouts(void *state, int call_ms, int retry_budget_ms);
+void pt_bt_set_read_streams(void *state, int streams);
 
-/* How often writes retried entries and scans resumed a broken stream. */
-void pt_bt_get_stats(void *state, unsigned long *write_retries, unsigned long *scan_resumes);
+/* Counters since open. Round trips per scan = read_calls / scans. */
+typedef struct pt_bt_stats {
+    unsigned long write_retries; /* MutateRows sent again for failed entries */
+    unsigned long scan_resumes;  /* broken ReadRows streams resumed */
+    unsigned long scans;         /* scans that sent at least one call */
+    unsigned long read_calls;    /* ReadRows calls started, resumes included */
+} pt_bt_stats;
+void pt_bt_get_stats(void *state, pt_bt_stats *out);
 
 /* ============================================================================
  * bigtable_admin.c
@@ -108,12 +119,17 @@ typedef struct pt_bt_rpc {
     grpc_completion_queue *cq;
     grpc_call *call;
     gpr_timespec deadline;
+    grpc_metadata md_out;
     grpc_metadata_array md_in;
+    grpc_byte_buffer *sending; /* the request, until the start batch is collected */
+    int starting;              /* the start batch is not collected yet */
     int ended; /* no more messages will come: end of stream or a failed batch */
 } pt_bt_rpc;
 
 /* Starts a call that sends one request message (packed here: req may be freed on
- * return) with the routing header params, which must outlive the call. A call that
+ * return) with the routing header params, which must outlive the call. It returns
+ * without waiting for the server, so one thread may have several calls under way (each
+ * on its own queue); the first pt_bt_rpc_recv or pt_bt_rpc_finish waits. A call that
  * cannot be made or sent is reported by pt_bt_rpc_finish, which must follow. */
 void pt_bt_rpc_start(pt_bt_rpc *r, grpc_channel *ch, const char *method, const char *params,
                      const ProtobufCMessage *req, int deadline_ms);
