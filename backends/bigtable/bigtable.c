@@ -25,7 +25,10 @@ enum {
     WRITE_DEADLINE_MS = 30000,
     READ_DEADLINE_MS = 60000,
     RETRY_BUDGET_MS = 5000,
-    MAX_READ_STREAMS = 16, /* each waiting stream may hold a flow-control window */
+    /* A piece of a wide range must repay its stream's round trip many times over. */
+    SPLIT_BYTES = 16 << 20,
+    /* Tablets move slowly; an old answer only makes pieces less even. */
+    SAMPLE_TTL_MS = 60000,
 };
 
 /* storage.bigtable.read_streams: a macro, so that conf_keys gets the same default as text. */
@@ -59,9 +62,11 @@ static void bt_close(void *state)
     /* Round trips per scan, for whoever tunes read_streams: there is no other place where
      * the backend's own counters show. */
     if (st.scans)
-        pt_log(PT_LOG_INFO, "bigtable scans", "scans=%lu read_calls=%lu scan_resumes=%lu",
-               st.scans, st.read_calls, st.scan_resumes);
+        pt_log(PT_LOG_INFO, "bigtable scans",
+               "scans=%lu read_calls=%lu scan_resumes=%lu sample_calls=%lu", st.scans,
+               st.read_calls, st.scan_resumes, st.sample_calls);
     pt_bt_rpc_disconnect(bt);
+    pt_bt_sample_free(bt);
     for (int t = 0; t < PT_TABLE_COUNT; t++) {
         free(bt->table[t]);
         free(bt->params[t]);
@@ -89,12 +94,15 @@ static int bt_open(void *state, const pt_backend_config *cfg, char *err, size_t 
                  "must be set");
         return PT_EINTERNAL;
     }
+    pt_bt_sample_init(bt);
     bt->write_ms = WRITE_DEADLINE_MS;
     bt->read_ms = READ_DEADLINE_MS;
     bt->retry_ms = RETRY_BUDGET_MS;
     bt->retention_s = cfg->retention_seconds;
     /* Zero when a caller filled the struct itself, without the configuration's default. */
     bt->read_streams = bc->read_streams > 0 ? (int)bc->read_streams : READ_STREAMS;
+    bt->split_bytes = SPLIT_BYTES;
+    bt->sample_ttl_ms = SAMPLE_TTL_MS;
 
     int rv = PT_ENOMEM;
     bt->parent = str_printf("projects/%s/instances/%s", bc->project, bc->instance);
@@ -134,6 +142,15 @@ void pt_bt_set_read_streams(void *state, int streams)
         bt->read_streams = streams;
 }
 
+void pt_bt_set_sampling(void *state, int64_t min_piece_bytes, int ttl_ms)
+{
+    pt_bt *bt = state;
+    if (min_piece_bytes > 0)
+        bt->split_bytes = min_piece_bytes;
+    if (ttl_ms > 0)
+        bt->sample_ttl_ms = ttl_ms;
+}
+
 void pt_bt_get_stats(void *state, pt_bt_stats *out)
 {
     pt_bt *bt = state;
@@ -142,6 +159,7 @@ void pt_bt_get_stats(void *state, pt_bt_stats *out)
         .scan_resumes = atomic_load(&bt->scan_resumes),
         .scans = atomic_load(&bt->scans),
         .read_calls = atomic_load(&bt->read_calls),
+        .sample_calls = atomic_load(&bt->sample_calls),
     };
 }
 
@@ -154,9 +172,11 @@ static const pt_conf_key conf_keys[] = {
      "with application default credentials."},
     {"table_prefix", "storage.table_prefix", PT_CONF_STR, "", 0, 0, C(table_prefix),
      "Tables are <prefix>points and <prefix>index."},
-    {"read_streams", NULL, PT_CONF_LONG, STR(READ_STREAMS), 1, MAX_READ_STREAMS, C(read_streams),
-     "ReadRows streams one scan of many rows runs at once; the server works on them in "
-     "parallel, and their rows are delivered in order, one stream after another."},
+    {"read_streams", NULL, PT_CONF_LONG, STR(READ_STREAMS), 1, PT_BT_MAX_READ_STREAMS,
+     C(read_streams),
+     "ReadRows streams one scan of many rows (or of one range over 16 MiB) runs at once; the "
+     "server works on them in parallel, and their rows are delivered in order, one stream "
+     "after another."},
 };
 #undef C
 

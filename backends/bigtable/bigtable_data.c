@@ -23,11 +23,10 @@
 #define M_MUTATE_ROWS "/google.bigtable.v2.Bigtable/MutateRows"
 
 enum {
-    MAX_ROW_KEY = 4096,                            /* Bigtable rejects longer keys */
     MAX_REQ_MUTATIONS = 100000,                    /* per MutateRows request, all entries */
     MAX_REQ_BYTES = 32 << 20,                      /* well under the 256 MiB request cap */
     MAX_ROW_BYTES = PT_BT_MAX_MESSAGE + (1 << 20), /* one merged row, across responses */
-    ENTRY_OVERHEAD = 16, /* tags and lengths around one SetCell, roughly */
+    ENTRY_OVERHEAD = 16,   /* tags and lengths around one SetCell, roughly */
     MIN_GROUP_RANGES = 32, /* ranges a scan needs per stream before it fans out */
 };
 
@@ -66,7 +65,7 @@ static int cmp_mutation(const void *pa, const void *pb)
 
 static int valid_mutation(const pt_mutation *m)
 {
-    return m->table < PT_TABLE_COUNT && m->row.n > 0 && m->row.n <= MAX_ROW_KEY &&
+    return m->table < PT_TABLE_COUNT && m->row.n > 0 && m->row.n <= PT_BT_MAX_ROW_KEY &&
            memchr(m->row.p, 0, m->row.n) == NULL && m->version_us >= 0 && m->version_us % 1000 == 0;
 }
 
@@ -296,6 +295,9 @@ int pt_bt_data_write(void *state, const pt_mutation *m, size_t n)
  * sizes the window from its bandwidth-delay estimate of the connection: 6-10 MiB per
  * waiting stream were measured on loopback (128 MiB scans of 256 KiB cells), which is
  * why read_streams is capped at 16.
+ *
+ * A scan of one range is cut, when it is wide, at keys SampleRowKeys gave
+ * (bigtable_sample.c) into pieces, each a group of its own.
  *
  * Each group has its own merger, so its own resume point, and its own retry budget: a
  * stream that breaks is resumed after the last row of its group that was delivered,
@@ -527,11 +529,21 @@ static int group_read(scan_ctx *x, group *g)
     }
 }
 
-/* How many streams read n ranges: a stream costs a request and a round trip, which a
- * handful of rows does not repay. */
-static size_t stream_count(const pt_bt *bt, size_t n)
+/* How many streams read the scan, each a group of *nranges ranges from *ranges. A
+ * stream costs a request and a round trip, which a handful of rows does not repay. One
+ * range is cut at sampled keys when it is wide (into piece, keys in cuts), except under a
+ * row limit, which usually wants the first rows only: later pieces would be read for
+ * nothing. */
+static size_t plan(pt_bt *bt, const pt_scan *s, pt_buf *cuts, pt_row_range *piece,
+                   const pt_row_range **ranges, size_t *nranges)
 {
-    size_t k = n / MIN_GROUP_RANGES;
+    if (s->nranges == 1 && s->row_limit == 0 && bt->read_streams > 1) {
+        *ranges = piece;
+        *nranges =
+            pt_bt_sample_split(bt, s->table, s->ranges, (size_t)bt->read_streams, cuts, piece);
+        return *nranges;
+    }
+    size_t k = s->nranges / MIN_GROUP_RANGES;
     if (k > (size_t)bt->read_streams)
         k = (size_t)bt->read_streams;
     return k ? k : 1;
@@ -546,21 +558,27 @@ int pt_bt_data_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
         return 0;
     if (s->nranges == 0)
         return 0;
-    size_t ng = stream_count(bt, s->nranges);
+    const pt_row_range *ranges = s->ranges;
+    size_t nranges = s->nranges;
+    pt_row_range piece[PT_BT_MAX_READ_STREAMS];
+    pt_buf cuts;
+    pt_buf_init(&cuts, (size_t)PT_BT_MAX_READ_STREAMS * PT_BT_MAX_ROW_KEY);
+    size_t ng = plan(bt, s, &cuts, piece, &ranges, &nranges);
     scan_ctx x = {.bt = bt, .s = s, .sc = {.fn = fn, .ud = ud, .row_limit = s->row_limit}};
     group *g = calloc(ng, sizeof(*g));
-    x.clip = malloc((s->nranges / ng + 1) * sizeof(*x.clip));
+    x.clip = malloc((nranges / ng + 1) * sizeof(*x.clip));
     if (!g || !x.clip) {
         free(g);
         free(x.clip);
+        pt_buf_free(&cuts);
         return PT_ENOMEM;
     }
     pt_arena_init(&x.a, 64 << 10, 0);
     /* Contiguous groups of the sorted ranges: every row of group i sorts before every row
      * of group i + 1, so reading the groups in turn keeps the callback's order. */
     for (size_t i = 0; i < ng; i++) {
-        size_t from = i * s->nranges / ng, to = (i + 1) * s->nranges / ng;
-        g[i].ranges = s->ranges + from;
+        size_t from = i * nranges / ng, to = (i + 1) * nranges / ng;
+        g[i].ranges = ranges + from;
         g[i].nranges = to - from;
         pt_bt_merger_init(&g[i].m, deliver_row, &x.sc, MAX_ROW_BYTES);
     }
@@ -593,5 +611,6 @@ int pt_bt_data_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
     pt_arena_free(&x.a);
     free(x.clip);
     free(g);
+    pt_buf_free(&cuts);
     return rv;
 }

@@ -387,7 +387,7 @@ grpc_status_code pt_bt_rpc_unary(grpc_channel *ch, const char *method, const cha
  * Retries
  * ========================================================================== */
 
-static int64_t now_ms(void)
+int64_t pt_bt_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -397,7 +397,7 @@ static int64_t now_ms(void)
 void pt_bt_retry_init(pt_bt_retry *r, grpc_channel *ch, int budget_ms)
 {
     r->ch = ch;
-    r->start = now_ms();
+    r->start = pt_bt_now_ms();
     r->budget_ms = budget_ms;
     r->delay_ms = BACKOFF_FIRST_MS;
 }
@@ -415,7 +415,7 @@ int pt_bt_retry_wait(pt_bt_retry *r)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     int half = r->delay_ms / 2;
     int d = half + (int)((unsigned long)ts.tv_nsec % (unsigned long)(half + 1));
-    if (now_ms() + d - r->start > r->budget_ms)
+    if (pt_bt_now_ms() + d - r->start > r->budget_ms)
         return 0;
     gpr_timespec until =
         gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(d, GPR_TIMESPAN));

@@ -5,6 +5,9 @@
  *   - the backend conformance suite (conformance.h);
  *   - what only Bigtable shows: 4 KiB row keys, large batches split into requests,
  *     BIGTABLE_EMULATOR_HOST, tables missing before init;
+ *   - scans fanned out over concurrent ReadRows streams (many ranges in groups, one wide
+ *     range cut at SampleRowKeys' keys) against the same scan on one stream, with stops,
+ *     errors and row limits in later groups;
  *   - broken ReadRows streams resumed after the last delivered row, through a TCP proxy
  *     that cuts the connection after a given number of bytes;
  *   - outages: a hung emulator (SIGSTOP) gives PT_ETIMEOUT, a killed one PT_EUNAVAIL,
@@ -457,8 +460,8 @@ static int fan_scan(pt_backend *b, size_t from, size_t n, size_t row_limit, ct_s
 {
     static const uint8_t qs[4] = {0, 0, 0, 1}, qe[4] = {0, 0, 0, 3};
     pt_bt_stats st0 = stats(b);
-    int rv = ct_scan(b, PT_TABLE_POINTS, fan_ranges + from, n, (pt_slice){qs, 4},
-                     (pt_slice){qe, 4}, row_limit, sink);
+    int rv = ct_scan(b, PT_TABLE_POINTS, fan_ranges + from, n, (pt_slice){qs, 4}, (pt_slice){qe, 4},
+                     row_limit, sink);
     pt_bt_stats st1 = stats(b);
     *calls = st1.read_calls - st0.read_calls;
     if (st1.scans - st0.scans != 1)
@@ -523,8 +526,8 @@ static void test_fanout(pt_backend *b)
     pt_bt_set_read_streams(b->state, 7);
     ct_sink seven;
     ct_sink_init(&seven);
-    is(fan_scan(b, 1, FAN_RANGES - 1, 0, &seven, &calls), 0,
-       "fan-out: %d ranges on 7 streams", FAN_RANGES - 1);
+    is(fan_scan(b, 1, FAN_RANGES - 1, 0, &seven, &calls), 0, "fan-out: %d ranges on 7 streams",
+       FAN_RANGES - 1);
     is(calls, 7, "...7 ReadRows calls");
     ok(seven.text && strcmp(fan_skip(one.text, 2), seven.text) == 0,
        "...the same cells as one stream (without row 0)");
@@ -586,6 +589,96 @@ static void test_fanout(pt_backend *b)
     ct_sink_free(&again);
     ct_sink_free(&one);
     ct_sink_free(&four);
+}
+
+/* ---- one wide range cut at sampled keys ---- */
+
+#define SPL_ROWS 2000
+#define SPL_VALUE 1024
+
+static void test_split_wide(pt_backend *b)
+{
+    static pt_mutation m[SPL_ROWS];
+    static char keys[SPL_ROWS][16];
+    static uint8_t vals[SPL_ROWS][SPL_VALUE];
+    static const uint8_t q[4] = {0, 0, 0, 9};
+    for (int i = 0; i < SPL_ROWS; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "spl/%05d", i);
+        memset(vals[i], 'a' + i % 26, SPL_VALUE);
+        m[i] = (pt_mutation){.table = PT_TABLE_POINTS,
+                             .row = pt_slice_str(keys[i]),
+                             .qual = {q, 4},
+                             .value = {vals[i], SPL_VALUE},
+                             .version_us = 1000};
+    }
+    is(pt_backend_write(b, m, SPL_ROWS), 0, "split: write %d rows of 1 KiB", SPL_ROWS);
+    pt_row_range r[] = {CT_RANGE("spl/", "spl0")};
+
+    pt_bt_set_read_streams(b->state, 1);
+    ct_sink one;
+    ct_sink_init(&one);
+    one.render_values = 0;
+    pt_bt_stats st0 = stats(b);
+    is(ct_scan(b, PT_TABLE_POINTS, r, 1, CT_NONE, CT_NONE, 0, &one), 0, "split: one stream");
+    pt_bt_stats st1 = stats(b);
+    is(one.calls, SPL_ROWS, "...every row");
+    ok(st1.read_calls - st0.read_calls == 1 && st1.sample_calls == st0.sample_calls,
+       "...one call, no SampleRowKeys");
+
+    /* Samples kept from earlier scans predate these rows: ask again. The emulator samples
+     * 1 % of the rows, so about 20 fall inside the range: enough for 3 cuts. */
+    pt_bt_set_read_streams(b->state, 4);
+    pt_bt_set_sampling(b->state, 64 << 10, 1);
+    sleep_ms(5);
+    ct_sink four;
+    ct_sink_init(&four);
+    four.render_values = 0;
+    st0 = stats(b);
+    is(ct_scan(b, PT_TABLE_POINTS, r, 1, CT_NONE, CT_NONE, 0, &four), 0,
+       "split: the range (2 MB) in pieces of 64 KiB or more, 4 streams");
+    st1 = stats(b);
+    is(st1.sample_calls - st0.sample_calls, 1, "...one SampleRowKeys call");
+    is(st1.read_calls - st0.read_calls, 4, "...4 ReadRows calls, one per piece");
+    ok(one.text && four.text && strcmp(one.text, four.text) == 0,
+       "...the same cells in the same order as one stream (%zu)", four.calls);
+    ct_sink_free(&four);
+
+    pt_bt_set_sampling(b->state, 0, 60000);
+    ct_sink again;
+    ct_sink_init(&again);
+    again.render_values = 0;
+    again.stop_at = SPL_ROWS / 2 + 3;
+    st0 = stats(b);
+    is(ct_scan(b, PT_TABLE_POINTS, r, 1, CT_NONE, CT_NONE, 0, &again), 0,
+       "split: a stop half way, samples kept");
+    st1 = stats(b);
+    ok(st1.sample_calls == st0.sample_calls && st1.read_calls - st0.read_calls == 4,
+       "...no new SampleRowKeys, 4 pieces again");
+    ok(again.calls == SPL_ROWS / 2 + 3 && one.text &&
+           strncmp(one.text, again.text ? again.text : "", again.len) == 0,
+       "...the first %d rows in order", SPL_ROWS / 2 + 3);
+    ct_sink_free(&again);
+
+    ct_sink lim;
+    ct_sink_init(&lim);
+    st0 = stats(b);
+    is(ct_scan(b, PT_TABLE_POINTS, r, 1, CT_NONE, CT_NONE, 10, &lim), 0, "split: a row limit");
+    st1 = stats(b);
+    ok(lim.calls == 10 && st1.read_calls - st0.read_calls == 1,
+       "...keeps the range whole (%lu calls)", st1.read_calls - st0.read_calls);
+    ct_sink_free(&lim);
+
+    pt_bt_set_sampling(b->state, 16 << 20, 0);
+    ct_sink whole;
+    ct_sink_init(&whole);
+    st0 = stats(b);
+    is(ct_scan(b, PT_TABLE_POINTS, r, 1, CT_NONE, CT_NONE, 0, &whole), 0,
+       "split: pieces of 16 MiB at least");
+    st1 = stats(b);
+    ok(whole.calls == SPL_ROWS && st1.read_calls - st0.read_calls == 1,
+       "...leave a 2 MB range whole");
+    ct_sink_free(&whole);
+    ct_sink_free(&one);
 }
 
 static void test_env_endpoint(const char *endpoint)
@@ -665,7 +758,8 @@ static int res_scan_fanned(pt_backend *b, res_sink *s, unsigned long *calls)
         pt_slice k = pt_slice_str(res_keys[i]);
         res_ranges[i] = (pt_row_range){k, {k.p, k.n + 1}};
     }
-    pt_scan sc = {.table = PT_TABLE_POINTS, .ranges = res_ranges, .nranges = RES_ROWS * RES_PER_ROW};
+    pt_scan sc = {
+        .table = PT_TABLE_POINTS, .ranges = res_ranges, .nranges = RES_ROWS * RES_PER_ROW};
     s->cells = 0;
     s->bad = 0;
     s->last = -1;
@@ -778,6 +872,19 @@ static void test_resume(int emulator_port)
 
 /* ---- outages ---- */
 
+/* A scan of the fan-out rows on 4 streams fails with want, in bounded time. */
+static void fanned_outage(pt_backend *b, int want, const char *server)
+{
+    ct_sink sink;
+    ct_sink_init(&sink);
+    double t0 = now_ms();
+    int rv = ct_scan(b, PT_TABLE_POINTS, fan_ranges, FAN_RANGES, CT_NONE, CT_NONE, 0, &sink);
+    double dt = now_ms() - t0;
+    is(rv, want, "a scan on 4 streams of a %s emulator fails with %d", server, want);
+    ok(dt < 6000, "...within a bounded time (%.0f ms)", dt);
+    ct_sink_free(&sink);
+}
+
 static void test_outages(pt_backend *b, const char *endpoint)
 {
     pt_bt_set_timeouts(b->state, 1000, 1500);
@@ -799,14 +906,7 @@ static void test_outages(pt_backend *b, const char *endpoint)
     dt = now_ms() - t0;
     is_str(got, "ERROR -101", "a scan of a hung emulator times out");
     ok(dt < 6000, "...within a bounded time (%.0f ms)", dt);
-    ct_sink sink;
-    ct_sink_init(&sink);
-    t0 = now_ms();
-    rv = ct_scan(b, PT_TABLE_POINTS, fan_ranges, FAN_RANGES, CT_NONE, CT_NONE, 0, &sink);
-    dt = now_ms() - t0;
-    is(rv, PT_ETIMEOUT, "a scan on 4 streams of a hung emulator times out");
-    ok(dt < 6000, "...within a bounded time (%.0f ms)", dt);
-    ct_sink_free(&sink);
+    fanned_outage(b, PT_ETIMEOUT, "hung");
     kill((pid_t)emu_pid, SIGCONT);
     is(write1(b, PT_TABLE_POINTS, "out/hang", 1, "v"), 0, "after SIGCONT writes work again");
 
@@ -822,13 +922,7 @@ static void test_outages(pt_backend *b, const char *endpoint)
     dt = now_ms() - t0;
     is_str(got, "ERROR -100", "a scan of a killed emulator is PT_EUNAVAIL");
     ok(dt < 6000, "...within a bounded time (%.0f ms)", dt);
-    ct_sink_init(&sink);
-    t0 = now_ms();
-    rv = ct_scan(b, PT_TABLE_POINTS, fan_ranges, FAN_RANGES, CT_NONE, CT_NONE, 0, &sink);
-    dt = now_ms() - t0;
-    is(rv, PT_EUNAVAIL, "a scan on 4 streams of a killed emulator is PT_EUNAVAIL");
-    ok(dt < 6000, "...within a bounded time (%.0f ms)", dt);
-    ct_sink_free(&sink);
+    fanned_outage(b, PT_EUNAVAIL, "killed");
 
     /* A new emulator on the same address (empty: it keeps data in memory). */
     if (emu_start(emu_port) != 0) {
@@ -881,6 +975,7 @@ int main(void)
     pt_conformance_run(&b, "bigtable(emulator)");
     test_bigtable_only(&b);
     test_fanout(&b);
+    test_split_wide(&b);
     test_env_endpoint(endpoint);
     test_resume(emu_port);
     test_outages(&b, endpoint);
