@@ -529,6 +529,13 @@ static int group_read(scan_ctx *x, group *g)
     }
 }
 
+/* [k, k 0x00): one row, which no key can cut (a query of one series reads this way). */
+static int single_row(const pt_row_range *r)
+{
+    return r->end.n == r->start.n + 1 && r->end.p[r->start.n] == 0 &&
+           memcmp(r->end.p, r->start.p, r->start.n) == 0;
+}
+
 /* How many streams read the scan, each a group of *nranges ranges from *ranges. A
  * stream costs a request and a round trip, which a handful of rows does not repay. One
  * range is cut at sampled keys when it is wide (into piece, keys in cuts), except under a
@@ -537,7 +544,8 @@ static int group_read(scan_ctx *x, group *g)
 static size_t plan(pt_bt *bt, const pt_scan *s, pt_buf *cuts, pt_row_range *piece,
                    const pt_row_range **ranges, size_t *nranges)
 {
-    if (s->nranges == 1 && s->row_limit == 0 && bt->read_streams > 1) {
+    if (s->nranges == 1 && s->row_limit == 0 && bt->read_streams > 1 &&
+        !single_row(&s->ranges[0])) {
         *ranges = piece;
         *nranges =
             pt_bt_sample_split(bt, s->table, s->ranges, (size_t)bt->read_streams, cuts, piece);

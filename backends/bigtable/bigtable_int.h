@@ -70,9 +70,10 @@ typedef struct pt_bt_sampleset {
  * bigtable.c: the state of an open backend
  * ========================================================================== */
 
-/* Made by open, released by close. Between them every field but the counters is read
- * only (pt_bt_set_timeouts excepted, which tests call with no call in flight), so write and
- * scan may run on several threads at once; each call owns its completion queue. */
+/* Made by open, released by close. Between them every field but the counters and the
+ * samples (under samples_mu) is read only (the test knobs excepted, which tests call with
+ * no call in flight), so write and scan may run on several threads at once; each call owns
+ * its completion queue. */
 typedef struct pt_bt {
     grpc_channel *data;
     grpc_channel *admin; /* == data for the emulator, which serves both services */

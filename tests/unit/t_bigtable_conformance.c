@@ -630,6 +630,17 @@ static void test_split_wide(pt_backend *b)
     pt_bt_set_read_streams(b->state, 4);
     pt_bt_set_sampling(b->state, 64 << 10, 1);
     sleep_ms(5);
+    pt_row_range row[] = {CT_RANGE("spl/00005", "spl/00005\0")};
+    ct_sink single;
+    ct_sink_init(&single);
+    single.render_values = 0;
+    st0 = stats(b);
+    is(ct_scan(b, PT_TABLE_POINTS, row, 1, CT_NONE, CT_NONE, 0, &single), 0, "split: a single row");
+    st1 = stats(b);
+    is_str(single.text, "spl/00005:00000009=<1024 bytes>;", "...its cell");
+    ct_sink_free(&single);
+    ok(st1.sample_calls == st0.sample_calls && st1.read_calls - st0.read_calls == 1,
+       "...is read whole without asking SampleRowKeys");
     ct_sink four;
     ct_sink_init(&four);
     four.render_values = 0;
