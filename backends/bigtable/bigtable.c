@@ -19,8 +19,22 @@
 #include "bigtable.h"
 #include "bigtable_int.h"
 #include "error.h"
+#include "log.h"
 
-enum { WRITE_DEADLINE_MS = 30000, READ_DEADLINE_MS = 60000, RETRY_BUDGET_MS = 5000 };
+enum {
+    WRITE_DEADLINE_MS = 30000,
+    READ_DEADLINE_MS = 60000,
+    RETRY_BUDGET_MS = 5000,
+    /* A piece of a wide range must repay its stream's round trip many times over. */
+    SPLIT_BYTES = 16 << 20,
+    /* Tablets move slowly; an old answer only makes pieces less even. */
+    SAMPLE_TTL_MS = 60000,
+};
+
+/* storage.bigtable.read_streams: a macro, so that conf_keys gets the same default as text. */
+#define READ_STREAMS 4
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 static char *str_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -43,7 +57,16 @@ static char *str_printf(const char *fmt, ...)
 static void bt_close(void *state)
 {
     pt_bt *bt = state;
+    pt_bt_stats st;
+    pt_bt_get_stats(bt, &st);
+    /* Round trips per scan, for whoever tunes read_streams: there is no other place where
+     * the backend's own counters show. */
+    if (st.scans)
+        pt_log(PT_LOG_INFO, "bigtable scans",
+               "scans=%lu read_calls=%lu scan_resumes=%lu sample_calls=%lu", st.scans,
+               st.read_calls, st.scan_resumes, st.sample_calls);
     pt_bt_rpc_disconnect(bt);
+    pt_bt_sample_free(bt);
     for (int t = 0; t < PT_TABLE_COUNT; t++) {
         free(bt->table[t]);
         free(bt->params[t]);
@@ -57,7 +80,7 @@ static int bt_open(void *state, const pt_backend_config *cfg, char *err, size_t 
 {
     static const char *const suffix[PT_TABLE_COUNT] = {"points", "index"};
     pt_bt *bt = state;
-    static const pt_bigtable_conf none = {"", "", "", ""};
+    static const pt_bigtable_conf none = {"", "", "", "", READ_STREAMS};
     const pt_bigtable_conf *bc = cfg->own ? cfg->own : &none;
     const char *prefix = bc->table_prefix ? bc->table_prefix : "";
     const char *endpoint = bc->endpoint && *bc->endpoint ? bc->endpoint : NULL;
@@ -71,10 +94,15 @@ static int bt_open(void *state, const pt_backend_config *cfg, char *err, size_t 
                  "must be set");
         return PT_EINTERNAL;
     }
+    pt_bt_sample_init(bt);
     bt->write_ms = WRITE_DEADLINE_MS;
     bt->read_ms = READ_DEADLINE_MS;
     bt->retry_ms = RETRY_BUDGET_MS;
     bt->retention_s = cfg->retention_seconds;
+    /* Zero when a caller filled the struct itself, without the configuration's default. */
+    bt->read_streams = bc->read_streams > 0 ? (int)bc->read_streams : READ_STREAMS;
+    bt->split_bytes = SPLIT_BYTES;
+    bt->sample_ttl_ms = SAMPLE_TTL_MS;
 
     int rv = PT_ENOMEM;
     bt->parent = str_printf("projects/%s/instances/%s", bc->project, bc->instance);
@@ -107,11 +135,32 @@ void pt_bt_set_timeouts(void *state, int call_ms, int retry_budget_ms)
         bt->retry_ms = retry_budget_ms;
 }
 
-void pt_bt_get_stats(void *state, unsigned long *write_retries, unsigned long *scan_resumes)
+void pt_bt_set_read_streams(void *state, int streams)
 {
     pt_bt *bt = state;
-    *write_retries = atomic_load(&bt->write_retries);
-    *scan_resumes = atomic_load(&bt->scan_resumes);
+    if (streams > 0)
+        bt->read_streams = streams;
+}
+
+void pt_bt_set_sampling(void *state, int64_t min_piece_bytes, int ttl_ms)
+{
+    pt_bt *bt = state;
+    if (min_piece_bytes > 0)
+        bt->split_bytes = min_piece_bytes;
+    if (ttl_ms > 0)
+        bt->sample_ttl_ms = ttl_ms;
+}
+
+void pt_bt_get_stats(void *state, pt_bt_stats *out)
+{
+    pt_bt *bt = state;
+    *out = (pt_bt_stats){
+        .write_retries = atomic_load(&bt->write_retries),
+        .scan_resumes = atomic_load(&bt->scan_resumes),
+        .scans = atomic_load(&bt->scans),
+        .read_calls = atomic_load(&bt->read_calls),
+        .sample_calls = atomic_load(&bt->sample_calls),
+    };
 }
 
 #define C(field) offsetof(pt_bigtable_conf, field)
@@ -123,6 +172,11 @@ static const pt_conf_key conf_keys[] = {
      "with application default credentials."},
     {"table_prefix", "storage.table_prefix", PT_CONF_STR, "", 0, 0, C(table_prefix),
      "Tables are <prefix>points and <prefix>index."},
+    {"read_streams", NULL, PT_CONF_LONG, STR(READ_STREAMS), 1, PT_BT_MAX_READ_STREAMS,
+     C(read_streams),
+     "ReadRows streams one scan of many rows (or of one range over 16 MiB) runs at once; the "
+     "server works on them in parallel, and their rows are delivered in order, one stream "
+     "after another."},
 };
 #undef C
 

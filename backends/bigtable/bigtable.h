@@ -11,6 +11,7 @@ typedef struct pt_bigtable_conf {
     char *instance;
     char *endpoint;     /* emulator host:port; "" = $BIGTABLE_EMULATOR_HOST or Cloud Bigtable */
     char *table_prefix; /* tables are <prefix>points and <prefix>index */
+    long read_streams;  /* concurrent ReadRows streams of one scan; <= 0 = the default */
 } pt_bigtable_conf;
 
 #endif

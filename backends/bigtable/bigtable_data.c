@@ -23,11 +23,11 @@
 #define M_MUTATE_ROWS "/google.bigtable.v2.Bigtable/MutateRows"
 
 enum {
-    MAX_ROW_KEY = 4096,                            /* Bigtable rejects longer keys */
     MAX_REQ_MUTATIONS = 100000,                    /* per MutateRows request, all entries */
     MAX_REQ_BYTES = 32 << 20,                      /* well under the 256 MiB request cap */
     MAX_ROW_BYTES = PT_BT_MAX_MESSAGE + (1 << 20), /* one merged row, across responses */
-    ENTRY_OVERHEAD = 16, /* tags and lengths around one SetCell, roughly */
+    ENTRY_OVERHEAD = 16,   /* tags and lengths around one SetCell, roughly */
+    MIN_GROUP_RANGES = 32, /* ranges a scan needs per stream before it fans out */
 };
 
 static char family[] = PT_BT_FAMILY; /* protobuf-c wants a char *; never written */
@@ -65,7 +65,7 @@ static int cmp_mutation(const void *pa, const void *pb)
 
 static int valid_mutation(const pt_mutation *m)
 {
-    return m->table < PT_TABLE_COUNT && m->row.n > 0 && m->row.n <= MAX_ROW_KEY &&
+    return m->table < PT_TABLE_COUNT && m->row.n > 0 && m->row.n <= PT_BT_MAX_ROW_KEY &&
            memchr(m->row.p, 0, m->row.n) == NULL && m->version_us >= 0 && m->version_us % 1000 == 0;
 }
 
@@ -281,7 +281,28 @@ int pt_bt_data_write(void *state, const pt_mutation *m, size_t n)
 }
 
 /* ============================================================================
- * scan: ReadRows, merged, resumed after the last delivered row
+ * scan: ReadRows on up to read_streams concurrent streams, merged, each resumed after
+ * the last row it delivered
+ *
+ * A scan of many ranges is cut into contiguous groups of ranges, one ReadRows call each,
+ * all started together so that the server works on every group at once. The callback
+ * must still see cells in (row, qualifier) order, so one group at a time is live: its
+ * stream is read and merged and its rows delivered, then the next group's. A waiting
+ * stream is not read: its responses stay inside gRPC, which takes in no more than the
+ * stream's HTTP/2 flow-control window before the server has to wait, and only while a
+ * thread polls (here: while the live stream is awaited). So a scan holds one merged row
+ * plus at most (streams - 1) windows, never a whole answer however large. gRPC 1.51
+ * sizes the window from its bandwidth-delay estimate of the connection: 6-10 MiB per
+ * waiting stream were measured on loopback (128 MiB scans of 256 KiB cells), which is
+ * why read_streams is capped at 16.
+ *
+ * A scan of one range is cut, when it is wide, at keys SampleRowKeys gave
+ * (bigtable_sample.c) into pieces, each a group of its own.
+ *
+ * Each group has its own merger, so its own resume point, and its own retry budget: a
+ * stream that breaks is resumed after the last row of its group that was delivered,
+ * which for a group still waiting is none. A waiting stream that broke (or ran into its
+ * deadline) is noticed, and resumed, in its turn.
  * ========================================================================== */
 
 static Bigtable__RowFilter *new_filter(pt_arena *a)
@@ -404,6 +425,138 @@ static int deliver_row(void *ud, pt_slice key, const pt_bt_cell *cells, size_t n
     return 0;
 }
 
+/* One group of a scan's ranges, read by one stream at a time (a new one after each
+ * break). Its merger holds its resume point. */
+typedef struct group {
+    const pt_row_range *ranges;
+    size_t nranges;
+    pt_bt_merger m;
+    pt_bt_rpc r;
+    int running; /* r is a call started and not yet finished */
+} group;
+
+/* What the groups of one scan share. Only one group is fed to its merger at a time, so
+ * one scanner, one arena and one clip array serve them all. */
+typedef struct scan_ctx {
+    pt_bt *bt;
+    const pt_scan *s;
+    scanner sc;
+    pt_bt_range *clip; /* room for the largest group's ranges */
+    pt_arena a;
+} scan_ctx;
+
+/* Starts g's next ReadRows: its ranges after its resume point. 1 = started, 0 = nothing
+ * is left to read, PT_ENOMEM. */
+static int group_call(scan_ctx *x, group *g)
+{
+    pt_slice last;
+    int resume = pt_bt_merger_last(&g->m, &last);
+    size_t n = pt_bt_clip_ranges(g->ranges, g->nranges, resume ? &last : NULL, x->clip);
+    if (n == 0)
+        return 0; /* never send an empty row set: it reads the whole table */
+    /* The rows earlier groups will deliver are unknown yet, so a waiting group asks for
+     * as many as the whole scan still may take. */
+    size_t lim = x->s->row_limit;
+    Bigtable__ReadRowsRequest *req =
+        build_read(x->bt, x->s, x->clip, n, lim ? (int64_t)(lim - x->sc.rows) : 0, &x->a);
+    if (!req) {
+        pt_arena_reset(&x->a);
+        return PT_ENOMEM;
+    }
+    pt_bt_rpc_start(&g->r, x->bt->data, M_READ_ROWS, x->bt->params[x->s->table], &req->base,
+                    x->bt->read_ms);
+    pt_arena_reset(&x->a); /* packed: the arena is free for the answers */
+    g->running = 1;
+    atomic_fetch_add(&x->bt->read_calls, 1);
+    return 1;
+}
+
+/* Reads g to its end, its rows going to the callback, resuming broken streams after the
+ * last row delivered. 0 when every range is read, 1 when the callback (or the row limit)
+ * stopped the scan, or a pt error code. */
+static int group_read(scan_ctx *x, group *g)
+{
+    pt_bt *bt = x->bt;
+    const char *table = bt->table[x->s->table];
+    /* The budget runs from the group's turn: a stream that broke while it waited costs
+     * nothing until then. */
+    pt_bt_retry rt;
+    pt_bt_retry_init(&rt, bt->data, bt->retry_ms);
+    for (;;) {
+        int rv;
+        if (!g->running && (rv = group_call(x, g)) <= 0)
+            return rv;
+        rv = 0;
+        size_t rows_before = g->m.rows;
+        g->m.err[0] = '\0';
+        ProtobufCMessage *msg;
+        int got;
+        while ((got = pt_bt_rpc_recv(&g->r, &x->a, &bigtable__read_rows_response__descriptor,
+                                     &msg)) == 1) {
+            rv = pt_bt_merger_response(&g->m, (const Bigtable__ReadRowsResponse *)msg);
+            pt_arena_reset(&x->a);
+            if (rv != 0) {
+                pt_bt_rpc_cancel(&g->r);
+                break;
+            }
+        }
+        char details[256];
+        grpc_status_code st = pt_bt_rpc_finish(&g->r, details, sizeof(details));
+        g->running = 0;
+        if (got < 0 && rv == 0) {
+            rv = got;
+            snprintf(g->m.err, sizeof(g->m.err), "a ReadRowsResponse does not parse");
+        }
+        if (rv == 1)
+            return 1;
+        if (rv == 0 && st == GRPC_STATUS_OK)
+            rv = pt_bt_merger_end(&g->m);
+        if (rv != 0 || st == GRPC_STATUS_OK) {
+            if (g->m.err[0]) /* the merger's own failure, not the callback's code */
+                pt_bt_rpc_log_failure("ReadRows", table, GRPC_STATUS_INTERNAL, g->m.err);
+            return rv;
+        }
+        /* A broken stream: resume after the last row delivered. Progress renews the
+         * budget, so a long scan survives several breaks but a dead server does not. */
+        pt_bt_merger_abandon(&g->m);
+        if (g->m.rows > rows_before)
+            pt_bt_retry_init(&rt, bt->data, bt->retry_ms);
+        if (!pt_bt_rpc_retryable(st) || !pt_bt_retry_wait(&rt)) {
+            pt_bt_rpc_log_failure("ReadRows", table, st, details);
+            return pt_bt_rpc_error(st);
+        }
+        atomic_fetch_add(&bt->scan_resumes, 1);
+    }
+}
+
+/* [k, k 0x00): one row, which no key can cut (a query of one series reads this way). */
+static int single_row(const pt_row_range *r)
+{
+    return r->end.n == r->start.n + 1 && r->end.p[r->start.n] == 0 &&
+           memcmp(r->end.p, r->start.p, r->start.n) == 0;
+}
+
+/* How many streams read the scan, each a group of *nranges ranges from *ranges. A
+ * stream costs a request and a round trip, which a handful of rows does not repay. One
+ * range is cut at sampled keys when it is wide (into piece, keys in cuts), except under a
+ * row limit, which usually wants the first rows only: later pieces would be read for
+ * nothing. */
+static size_t plan(pt_bt *bt, const pt_scan *s, pt_buf *cuts, pt_row_range *piece,
+                   const pt_row_range **ranges, size_t *nranges)
+{
+    if (s->nranges == 1 && s->row_limit == 0 && bt->read_streams > 1 &&
+        !single_row(&s->ranges[0])) {
+        *ranges = piece;
+        *nranges =
+            pt_bt_sample_split(bt, s->table, s->ranges, (size_t)bt->read_streams, cuts, piece);
+        return *nranges;
+    }
+    size_t k = s->nranges / MIN_GROUP_RANGES;
+    if (k > (size_t)bt->read_streams)
+        k = (size_t)bt->read_streams;
+    return k ? k : 1;
+}
+
 int pt_bt_data_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
 {
     pt_bt *bt = state;
@@ -413,77 +566,59 @@ int pt_bt_data_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
         return 0;
     if (s->nranges == 0)
         return 0;
-    pt_bt_range *ranges = malloc(s->nranges * sizeof(*ranges));
-    if (!ranges)
+    const pt_row_range *ranges = s->ranges;
+    size_t nranges = s->nranges;
+    pt_row_range piece[PT_BT_MAX_READ_STREAMS];
+    pt_buf cuts;
+    pt_buf_init(&cuts, (size_t)PT_BT_MAX_READ_STREAMS * PT_BT_MAX_ROW_KEY);
+    size_t ng = plan(bt, s, &cuts, piece, &ranges, &nranges);
+    scan_ctx x = {.bt = bt, .s = s, .sc = {.fn = fn, .ud = ud, .row_limit = s->row_limit}};
+    group *g = calloc(ng, sizeof(*g));
+    x.clip = malloc((nranges / ng + 1) * sizeof(*x.clip));
+    if (!g || !x.clip) {
+        free(g);
+        free(x.clip);
+        pt_buf_free(&cuts);
         return PT_ENOMEM;
-
-    scanner sc = {.fn = fn, .ud = ud, .row_limit = s->row_limit};
-    pt_bt_merger m;
-    pt_bt_merger_init(&m, deliver_row, &sc, MAX_ROW_BYTES);
-    pt_arena a;
-    pt_arena_init(&a, 64 << 10, 0);
-    pt_bt_retry rt;
-    pt_bt_retry_init(&rt, bt->data, bt->retry_ms);
-    int rv = 0;
-    for (;;) {
-        pt_slice last;
-        int resume = pt_bt_merger_last(&m, &last);
-        size_t n = pt_bt_clip_ranges(s->ranges, s->nranges, resume ? &last : NULL, ranges);
-        if (n == 0)
-            break; /* everything delivered; never send an empty row set */
-        int64_t limit = s->row_limit ? (int64_t)(s->row_limit - sc.rows) : 0;
-        Bigtable__ReadRowsRequest *req = build_read(bt, s, ranges, n, limit, &a);
-        if (!req) {
-            rv = PT_ENOMEM;
-            break;
-        }
-        size_t rows_before = m.rows;
-        pt_bt_rpc r;
-        m.err[0] = '\0';
-        pt_bt_rpc_start(&r, bt->data, M_READ_ROWS, bt->params[s->table], &req->base, bt->read_ms);
-        pt_arena_reset(&a);
-        ProtobufCMessage *msg;
-        int got;
-        while ((got = pt_bt_rpc_recv(&r, &a, &bigtable__read_rows_response__descriptor, &msg)) ==
-               1) {
-            rv = pt_bt_merger_response(&m, (const Bigtable__ReadRowsResponse *)msg);
-            pt_arena_reset(&a);
-            if (rv != 0) {
-                pt_bt_rpc_cancel(&r);
-                break;
-            }
-        }
-        char details[256];
-        grpc_status_code st = pt_bt_rpc_finish(&r, details, sizeof(details));
-        if (got < 0 && rv == 0) {
-            rv = got;
-            snprintf(m.err, sizeof(m.err), "a ReadRowsResponse does not parse");
-        }
-        if (rv == 1) {
-            rv = 0; /* the callback (or the row limit) stopped the scan */
-            break;
-        }
-        if (rv == 0 && st == GRPC_STATUS_OK)
-            rv = pt_bt_merger_end(&m);
-        if (rv != 0 || st == GRPC_STATUS_OK) {
-            if (m.err[0]) /* the merger's own failure, not the callback's code */
-                pt_bt_rpc_log_failure("ReadRows", bt->table[s->table], GRPC_STATUS_INTERNAL, m.err);
-            break;
-        }
-        /* A broken stream: resume after the last row delivered. Progress renews the
-         * budget, so a long scan survives several breaks but a dead server does not. */
-        pt_bt_merger_abandon(&m);
-        if (m.rows > rows_before)
-            pt_bt_retry_init(&rt, bt->data, bt->retry_ms);
-        if (!pt_bt_rpc_retryable(st) || !pt_bt_retry_wait(&rt)) {
-            rv = pt_bt_rpc_error(st);
-            pt_bt_rpc_log_failure("ReadRows", bt->table[s->table], st, details);
-            break;
-        }
-        atomic_fetch_add(&bt->scan_resumes, 1);
     }
-    pt_arena_free(&a);
-    pt_bt_merger_free(&m);
-    free(ranges);
+    pt_arena_init(&x.a, 64 << 10, 0);
+    /* Contiguous groups of the sorted ranges: every row of group i sorts before every row
+     * of group i + 1, so reading the groups in turn keeps the callback's order. */
+    for (size_t i = 0; i < ng; i++) {
+        size_t from = i * nranges / ng, to = (i + 1) * nranges / ng;
+        g[i].ranges = ranges + from;
+        g[i].nranges = to - from;
+        pt_bt_merger_init(&g[i].m, deliver_row, &x.sc, MAX_ROW_BYTES);
+    }
+    atomic_fetch_add(&bt->scans, 1);
+
+    /* Every stream starts now, so the server works on all groups at once; the waiting
+     * ones are read in their turn (the bound on what they hold meanwhile is at the top of
+     * this section). */
+    int rv = 0;
+    for (size_t i = 0; i < ng && rv >= 0; i++)
+        rv = group_call(&x, &g[i]);
+    if (rv > 0)
+        rv = 0;
+    for (size_t i = 0; i < ng && rv == 0; i++) {
+        rv = group_read(&x, &g[i]);
+        pt_bt_merger_free(&g[i].m); /* its row buffer, at once rather than at the end */
+    }
+    if (rv == 1)
+        rv = 0; /* the callback (or the row limit) stopped the scan */
+    /* A stop or a failure leaves later streams under way: cancel them, then collect
+     * them (a call is freed only once its status is in). */
+    for (size_t i = 0; i < ng; i++) {
+        if (g[i].running) {
+            char details[8];
+            pt_bt_rpc_cancel(&g[i].r);
+            pt_bt_rpc_finish(&g[i].r, details, sizeof(details));
+        }
+        pt_bt_merger_free(&g[i].m);
+    }
+    pt_arena_free(&x.a);
+    free(x.clip);
+    free(g);
+    pt_buf_free(&cuts);
     return rv;
 }

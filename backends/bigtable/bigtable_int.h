@@ -5,21 +5,27 @@
  * Modules, and whom each may call (the graph has no cycles; a module calls only those
  * below it):
  *
- *   bigtable.c        ops table, open/close, test knobs    -> rpc
+ *   bigtable.c        ops table, open/close, test knobs    -> rpc, sample
  *                     (names admin and data in the ops table; never calls them)
  *   bigtable_admin.c  init: CreateTable with the GC rule;  -> rpc
  *                     GetTable for tests
- *   bigtable_data.c   write: MutateRows; scan: ReadRows    -> rpc, merge
+ *   bigtable_data.c   write: MutateRows; scan: ReadRows    -> sample, rpc, merge
+ *                     on concurrent streams, one group of
+ *                     ranges (or piece of one) each,
+ *                     delivered in turn
+ *   bigtable_sample.c SampleRowKeys answers kept per       -> rpc, merge
+ *                     table; cuts one wide range in pieces
  *   bigtable_rpc.c    channels, one call with a deadline,  -> gRPC
  *                     status mapping, retry/backoff
- *   bigtable_merge.c  ReadRows chunk merging and resume    -> base only (no I/O)
- *                     ranges
+ *   bigtable_merge.c  ReadRows chunk merging, resume       -> base only (no I/O)
+ *                     ranges, cut points among samples
  *
  * Protocol facts: shared/reference/bigtable.md. Schema: DESIGN §3.
  */
 #ifndef PT_BIGTABLE_INT_H
 #define PT_BIGTABLE_INT_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -35,16 +41,39 @@
 /* The one column family of both tables. */
 #define PT_BT_FAMILY "p"
 
-/* The largest response accepted; a merged ReadRows row may span several. */
-enum { PT_BT_MAX_MESSAGE = 256 << 20 };
+enum {
+    /* The largest response accepted; a merged ReadRows row may span several. */
+    PT_BT_MAX_MESSAGE = 256 << 20,
+    PT_BT_MAX_ROW_KEY = 4096, /* Bigtable rejects longer keys */
+    /* storage.bigtable.read_streams at most: each waiting stream of a scan may hold a
+     * flow-control window of responses (bigtable_data.c). */
+    PT_BT_MAX_READ_STREAMS = 16,
+};
+
+/* A SampleRowKeys answer: a row key and the approximate bytes stored before it. */
+typedef struct pt_bt_sample {
+    pt_slice key;
+    int64_t offset;
+} pt_bt_sample;
+
+/* One table's samples as kept by bigtable_sample.c, under pt_bt.samples_mu. */
+typedef struct pt_bt_sampleset {
+    pt_buf keys;     /* the keys back to back; v[i].key points here */
+    pt_bt_sample *v; /* increasing keys, non-decreasing offsets */
+    size_t n, cap;
+    int64_t total;      /* bytes of the whole table, as far as the answer tells */
+    int64_t fetched_ms; /* pt_bt_now_ms() when asked; 0 = never */
+    int fetching;       /* a scan is asking: the others use what is kept */
+} pt_bt_sampleset;
 
 /* ============================================================================
  * bigtable.c: the state of an open backend
  * ========================================================================== */
 
-/* Made by open, released by close. Between them every field but the counters is read
- * only (pt_bt_set_timeouts excepted, which tests call with no call in flight), so write and
- * scan may run on several threads at once; each call owns its completion queue. */
+/* Made by open, released by close. Between them every field but the counters and the
+ * samples (under samples_mu) is read only (the test knobs excepted, which tests call with
+ * no call in flight), so write and scan may run on several threads at once; each call owns
+ * its completion queue. */
 typedef struct pt_bt {
     grpc_channel *data;
     grpc_channel *admin; /* == data for the emulator, which serves both services */
@@ -55,16 +84,37 @@ typedef struct pt_bt {
     char *parent_params;                  /* ... and for CreateTable */
     long retention_s;
     int write_ms, read_ms, retry_ms; /* deadline of one call; time spent retrying */
+    int read_streams;                /* ReadRows streams one scan may run at once, >= 1 */
     int grpc_ready;                  /* grpc_init was called: close must balance it */
-    atomic_ulong write_retries, scan_resumes;
+    /* Cutting one wide range (bigtable_sample.c): pieces of at least split_bytes; a
+     * table's samples are asked again after sample_ttl_ms. The sets change under
+     * samples_mu, the only lock of the backend. */
+    int64_t split_bytes;
+    int sample_ttl_ms;
+    int samples_ready; /* samples_mu was made: close must destroy it */
+    pthread_mutex_t samples_mu;
+    pt_bt_sampleset samples[PT_TABLE_COUNT];
+    atomic_ulong write_retries, scan_resumes, scans, read_calls, sample_calls;
 } pt_bt;
 
-/* Test knobs for an open bigtable backend (state is its pt_bt): per-call deadline and the
- * total time spent retrying one write or scan. 0 keeps the current value. */
+/* Test knobs for an open bigtable backend (state is its pt_bt), for use with no call in
+ * flight: per-call deadline and the total time spent retrying one write or scan; the
+ * streams one scan may run. 0 keeps the current value. */
 void pt_bt_set_timeouts(void *state, int call_ms, int retry_budget_ms);
+void pt_bt_set_read_streams(void *state, int streams);
+/* Pieces one wide range is cut into hold at least min_piece_bytes by SampleRowKeys'
+ * estimate; samples are kept ttl_ms. */
+void pt_bt_set_sampling(void *state, int64_t min_piece_bytes, int ttl_ms);
 
-/* How often writes retried entries and scans resumed a broken stream. */
-void pt_bt_get_stats(void *state, unsigned long *write_retries, unsigned long *scan_resumes);
+/* Counters since open. Round trips per scan = read_calls / scans. */
+typedef struct pt_bt_stats {
+    unsigned long write_retries; /* MutateRows sent again for failed entries */
+    unsigned long scan_resumes;  /* broken ReadRows streams resumed */
+    unsigned long scans;         /* scans with a range to read */
+    unsigned long read_calls;    /* ReadRows calls started, resumes included */
+    unsigned long sample_calls;  /* SampleRowKeys calls */
+} pt_bt_stats;
+void pt_bt_get_stats(void *state, pt_bt_stats *out);
 
 /* ============================================================================
  * bigtable_admin.c
@@ -88,6 +138,22 @@ int pt_bt_data_write(void *state, const pt_mutation *m, size_t n);
 int pt_bt_data_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud);
 
 /* ============================================================================
+ * bigtable_sample.c
+ * ========================================================================== */
+
+/* At open (before anything can fail) and at close; free is a no-op without init. */
+void pt_bt_sample_init(pt_bt *bt);
+void pt_bt_sample_free(pt_bt *bt);
+
+/* Cuts the range r of table t into at most k pieces of about equal size at sampled keys
+ * (asking SampleRowKeys when the kept answer is older than the ttl; a failure only means
+ * no cut). Writes the pieces, in order and together exactly r, to out (room for
+ * PT_BT_MAX_READ_STREAMS) and returns how many: 1 is r whole. The cut keys are appended
+ * to cuts, which the pieces point into: valid until cuts is next changed or freed. */
+size_t pt_bt_sample_split(pt_bt *bt, int t, const pt_row_range *r, size_t k, pt_buf *cuts,
+                          pt_row_range *out);
+
+/* ============================================================================
  * bigtable_rpc.c: gRPC calls, one completion queue per call, plucked by the calling
  * thread. Everything here is safe on several threads at once for distinct calls.
  * ========================================================================== */
@@ -108,12 +174,17 @@ typedef struct pt_bt_rpc {
     grpc_completion_queue *cq;
     grpc_call *call;
     gpr_timespec deadline;
+    grpc_metadata md_out;
     grpc_metadata_array md_in;
-    int ended; /* no more messages will come: end of stream or a failed batch */
+    grpc_byte_buffer *sending; /* the request, until the start batch is collected */
+    int starting;              /* the start batch is not collected yet */
+    int ended;                 /* no more messages will come: end of stream or a failed batch */
 } pt_bt_rpc;
 
 /* Starts a call that sends one request message (packed here: req may be freed on
- * return) with the routing header params, which must outlive the call. A call that
+ * return) with the routing header params, which must outlive the call. It returns
+ * without waiting for the server, so one thread may have several calls under way (each
+ * on its own queue); the first pt_bt_rpc_recv or pt_bt_rpc_finish waits. A call that
  * cannot be made or sent is reported by pt_bt_rpc_finish, which must follow. */
 void pt_bt_rpc_start(pt_bt_rpc *r, grpc_channel *ch, const char *method, const char *params,
                      const ProtobufCMessage *req, int deadline_ms);
@@ -145,6 +216,9 @@ const char *pt_bt_rpc_status_name(grpc_status_code s);
 /* A warning in the log naming the call, the table and the status. */
 void pt_bt_rpc_log_failure(const char *what, const char *table, grpc_status_code st,
                            const char *details);
+
+/* Monotonic milliseconds. */
+int64_t pt_bt_now_ms(void);
 
 /* Jittered exponential backoff within a time budget, for one write, scan or init. */
 typedef struct pt_bt_retry {
@@ -240,5 +314,13 @@ typedef struct pt_bt_range {
  * Writes at most n ranges to out and returns how many; 0 means nothing is left to read
  * (never send that: an empty row set reads the whole table). out points into in and last. */
 size_t pt_bt_clip_ranges(const pt_row_range *in, size_t n, const pt_slice *last, pt_bt_range *out);
+
+/* Where to cut the range [start, end) (end.n == 0: +inf) into at most k pieces of about
+ * equal estimated size, none under min_bytes: indices into s[0..n) (increasing keys,
+ * non-decreasing offsets; total = bytes of the whole table) of keys strictly inside the
+ * range, increasing, written to out (room for k - 1). Returns how many; 0 leaves the
+ * range whole. Sizes only steer the choice: any answer cuts the range correctly. */
+size_t pt_bt_split_points(const pt_bt_sample *s, size_t n, int64_t total, pt_slice start,
+                          pt_slice end, size_t k, int64_t min_bytes, size_t *out);
 
 #endif

@@ -1,6 +1,7 @@
 /*
- * The ReadRows stream without I/O: the chunk merger (reference §5) and the ranges left
- * to read after a broken stream (reference §5.6). Contracts in bigtable_int.h.
+ * The ReadRows stream without I/O: the chunk merger (reference §5), the ranges left to
+ * read after a broken stream (reference §5.6), and where sampled keys cut a range.
+ * Contracts in bigtable_int.h.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -363,4 +364,56 @@ size_t pt_bt_clip_ranges(const pt_row_range *in, size_t n, const pt_slice *last,
         out[k++] = r;
     }
     return k;
+}
+
+/* ============================================================================
+ * Splitting: cut points among sampled keys
+ * ========================================================================== */
+
+/* The first sample whose key is > key (or >= key when inclusive). */
+static size_t first_after(const pt_bt_sample *s, size_t n, pt_slice key, int inclusive)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = pt_slice_cmp(s[mid].key, key);
+        if (c > 0 || (inclusive && c == 0))
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+size_t pt_bt_split_points(const pt_bt_sample *s, size_t n, int64_t total, pt_slice start,
+                          pt_slice end, size_t k, int64_t min_bytes, size_t *out)
+{
+    /* A cut must leave both pieces non-empty as ranges: keys strictly inside. */
+    size_t lo = first_after(s, n, start, 0);
+    size_t hi = end.n ? first_after(s, n, end, 1) : n;
+    if (lo >= hi || k < 2)
+        return 0;
+    /* The range's bytes lie between the samples around it. */
+    int64_t from = lo > 0 ? s[lo - 1].offset : 0;
+    int64_t to = hi < n ? s[hi].offset : total;
+    int64_t bytes = to > from ? to - from : 0;
+    size_t pieces = k;
+    if (min_bytes > 0 && bytes / min_bytes < (int64_t)pieces)
+        pieces = (size_t)(bytes / min_bytes);
+    if (pieces > hi - lo + 1)
+        pieces = hi - lo + 1;
+    if (pieces < 2)
+        return 0;
+    size_t m = 0, j = lo;
+    for (size_t p = 1; p < pieces; p++) {
+        int64_t target = from + bytes / (int64_t)pieces * (int64_t)p;
+        /* The sample nearest the target, from j on, keeping one for each later cut. */
+        size_t last = hi - 1 - (pieces - 1 - p);
+        while (j < last && s[j + 1].offset <= target)
+            j++;
+        if (j < last && s[j].offset < target && s[j + 1].offset - target < target - s[j].offset)
+            j++;
+        out[m++] = j++;
+    }
+    return m;
 }

@@ -180,6 +180,12 @@ void pt_bt_rpc_log_failure(const char *what, const char *table, grpc_status_code
  * Calls
  * ========================================================================== */
 
+/* The batches of a call; a pluck queue finds each by its tag. Every batch started is
+ * collected before the queue is closed (gRPC asserts that none is left behind). */
+#define TAG_START ((void *)1)
+#define TAG_RECV ((void *)2)
+#define TAG_STATUS ((void *)3)
+
 /* Shuts a completion queue down, drains it and destroys it. */
 static void cq_close(grpc_completion_queue *cq)
 {
@@ -230,38 +236,59 @@ void pt_bt_rpc_start(pt_bt_rpc *r, grpc_channel *ch, const char *method, const c
     size_t n = protobuf_c_message_get_packed_size(req);
     grpc_slice s = grpc_slice_malloc(n);
     protobuf_c_message_pack(req, GRPC_SLICE_START_PTR(s));
-    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+    r->sending = grpc_raw_byte_buffer_create(&s, 1);
     grpc_slice_unref(s);
 
     /* The routing header: Bigtable sends each call to the right backend by it. */
-    grpc_metadata md = {.key = grpc_slice_from_static_string("x-goog-request-params"),
-                        .value = grpc_slice_from_static_string(params)};
+    r->md_out = (grpc_metadata){.key = grpc_slice_from_static_string("x-goog-request-params"),
+                                .value = grpc_slice_from_static_string(params)};
     grpc_op ops[4];
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
     ops[0].data.send_initial_metadata.count = 1;
-    ops[0].data.send_initial_metadata.metadata = &md;
+    ops[0].data.send_initial_metadata.metadata = &r->md_out;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
-    ops[1].data.send_message.send_message = bb;
+    ops[1].data.send_message.send_message = r->sending;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
     ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
     ops[3].data.recv_initial_metadata.recv_initial_metadata = &r->md_in;
-    if (!rpc_batch(r, ops, 4, (void *)1))
+    /* Not waited for here, so that a caller can have several calls under way; the first
+     * recv or the finish collects it. */
+    if (grpc_call_start_batch(r->call, ops, 4, TAG_START, NULL) == GRPC_CALL_OK)
+        r->starting = 1;
+    else
         r->ended = 1;
-    grpc_byte_buffer_destroy(bb);
+}
+
+/* Collects the start batch when it is still out; the request buffer is the caller's
+ * until then. 0 when the call could not be started. */
+static int settle_start(pt_bt_rpc *r)
+{
+    int ok = 1;
+    if (r->starting) {
+        ok = rpc_wait(r, TAG_START);
+        r->starting = 0;
+    }
+    if (r->sending) {
+        grpc_byte_buffer_destroy(r->sending);
+        r->sending = NULL;
+    }
+    if (!ok)
+        r->ended = 1;
+    return ok;
 }
 
 int pt_bt_rpc_recv(pt_bt_rpc *r, pt_arena *a, const ProtobufCMessageDescriptor *desc,
                    ProtobufCMessage **out)
 {
-    if (r->ended)
+    if (r->ended || !settle_start(r))
         return 0;
     grpc_byte_buffer *bb = NULL;
     grpc_op op;
     memset(&op, 0, sizeof(op));
     op.op = GRPC_OP_RECV_MESSAGE;
     op.data.recv_message.recv_message = &bb;
-    if (!rpc_batch(r, &op, 1, (void *)2) || !bb) {
+    if (!rpc_batch(r, &op, 1, TAG_RECV) || !bb) {
         if (bb)
             grpc_byte_buffer_destroy(bb);
         r->ended = 1;
@@ -303,6 +330,7 @@ grpc_status_code pt_bt_rpc_finish(pt_bt_rpc *r, char *details, size_t dlen)
     if (dlen)
         details[0] = '\0';
     if (r->call) {
+        settle_start(r);
         grpc_metadata_array trailing;
         grpc_metadata_array_init(&trailing);
         grpc_slice msg = grpc_empty_slice();
@@ -312,7 +340,7 @@ grpc_status_code pt_bt_rpc_finish(pt_bt_rpc *r, char *details, size_t dlen)
         op.data.recv_status_on_client.trailing_metadata = &trailing;
         op.data.recv_status_on_client.status = &status;
         op.data.recv_status_on_client.status_details = &msg;
-        if (!rpc_batch(r, &op, 1, (void *)3)) {
+        if (!rpc_batch(r, &op, 1, TAG_STATUS)) {
             status = GRPC_STATUS_UNAVAILABLE;
             snprintf(details, dlen, "no status from the call");
         } else if (dlen) {
@@ -359,7 +387,7 @@ grpc_status_code pt_bt_rpc_unary(grpc_channel *ch, const char *method, const cha
  * Retries
  * ========================================================================== */
 
-static int64_t now_ms(void)
+int64_t pt_bt_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -369,7 +397,7 @@ static int64_t now_ms(void)
 void pt_bt_retry_init(pt_bt_retry *r, grpc_channel *ch, int budget_ms)
 {
     r->ch = ch;
-    r->start = now_ms();
+    r->start = pt_bt_now_ms();
     r->budget_ms = budget_ms;
     r->delay_ms = BACKOFF_FIRST_MS;
 }
@@ -387,7 +415,7 @@ int pt_bt_retry_wait(pt_bt_retry *r)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     int half = r->delay_ms / 2;
     int d = half + (int)((unsigned long)ts.tv_nsec % (unsigned long)(half + 1));
-    if (now_ms() + d - r->start > r->budget_ms)
+    if (pt_bt_now_ms() + d - r->start > r->budget_ms)
         return 0;
     gpr_timespec until =
         gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(d, GPR_TIMESPAN));

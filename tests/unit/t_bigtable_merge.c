@@ -2,8 +2,9 @@
  * The ReadRows chunk merger against Google's 48 conformance cases
  * (shared/testdata/bigtable-readrows-chunks.txt, from googleapis/conformance-tests
  * bigtable/v2/readrows.json), plus what the backend adds around it: the resume point
- * (last_scanned_row_key, abandon), the row ceiling, callback stops, and the clipping of
- * row ranges when a broken stream is resumed.
+ * (last_scanned_row_key, abandon), the row ceiling, callback stops, the clipping of row
+ * ranges when a broken stream is resumed, and the cut points of a wide range among
+ * sampled keys.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -449,11 +450,55 @@ static void test_clip(void)
     is_str(show_ranges(out, n), "(k,inf)", "the whole key space after k");
 }
 
+/* ---- cut points for one wide range ---- */
+
+/* The cut keys split_points picks for [start, end) (end "" = +inf), comma-separated. */
+static const char *show_cuts(const pt_bt_sample *s, size_t n, int64_t total, const char *start,
+                             const char *end, size_t k, int64_t min_bytes)
+{
+    static char out[256];
+    size_t idx[16], o = 0;
+    size_t m =
+        pt_bt_split_points(s, n, total, pt_slice_str(start), pt_slice_str(end), k, min_bytes, idx);
+    out[0] = '\0';
+    for (size_t i = 0; i < m; i++)
+        o += (size_t)snprintf(out + o, sizeof(out) - o, "%s%.*s", i ? "," : "",
+                              (int)s[idx[i]].key.n, (const char *)s[idx[i]].key.p);
+    return out;
+}
+
+static void test_split(void)
+{
+    static const pt_bt_sample s[] = {{PT_SLICE_LIT("b"), 0},
+                                     {PT_SLICE_LIT("d"), 100},
+                                     {PT_SLICE_LIT("f"), 200},
+                                     {PT_SLICE_LIT("h"), 300},
+                                     {PT_SLICE_LIT("j"), 400}};
+    is_str(show_cuts(s, 5, 500, "a", "", 4, 0), "d,f,j",
+           "4 pieces of the tail, cut near 125/250/375");
+    is_str(show_cuts(s, 5, 500, "c", "i", 4, 0), "d,f,h", "a bounded range");
+    is_str(show_cuts(s, 5, 500, "d", "h", 4, 0), "f",
+           "keys equal to the bounds are no cuts (they would leave an empty piece)");
+    is_str(show_cuts(s, 5, 500, "a", "", 4, 200), "f", "no piece under min_bytes: 2 pieces");
+    is_str(show_cuts(s, 5, 500, "c", "e", 4, 300), "", "a range under min_bytes stays whole");
+    is_str(show_cuts(s, 5, 500, "d", "d\x01", 4, 0), "", "no sample inside: whole");
+    is_str(show_cuts(s, 5, 500, "", "", 16, 0), "b,d,f,h,j",
+           "more pieces wanted than samples: every sample cuts");
+    is_str(show_cuts(s, 5, 500, "", "", 1, 0), "", "one piece: no cut");
+    is_str(show_cuts(s, 0, 0, "", "", 4, 0), "", "no samples: no cut");
+    static const pt_bt_sample flat[] = {
+        {PT_SLICE_LIT("b"), 7}, {PT_SLICE_LIT("c"), 7}, {PT_SLICE_LIT("d"), 7}};
+    is_str(show_cuts(flat, 3, 7, "a", "z", 3, 100), "",
+           "a small range stays whole, however many samples fall inside");
+    is_str(show_cuts(flat, 3, 700, "a", "", 3, 0), "c,d", "cuts stay increasing when sizes bunch");
+}
+
 int main(void)
 {
     test_conformance();
     test_resume_point();
     test_callbacks_and_limits();
     test_clip();
+    test_split();
     return done_testing();
 }
