@@ -399,7 +399,8 @@ typedef struct scanner {
     pt_cell_fn fn;
     void *ud;
     size_t row_limit;
-    size_t rows; /* rows delivered */
+    size_t rows;     /* rows delivered */
+    size_t *visited; /* pt_scan.visited: every row the server sent */
 } scanner;
 
 static int deliver_row(void *ud, pt_slice key, const pt_bt_cell *cells, size_t n)
@@ -407,6 +408,8 @@ static int deliver_row(void *ud, pt_slice key, const pt_bt_cell *cells, size_t n
     scanner *sc = ud;
     pt_slice prev = {0};
     size_t delivered = 0;
+    if (sc->visited)
+        (*sc->visited)++;
     for (size_t i = 0; i < n; i++) {
         /* The filter lets only family "p", newest version first, through; these checks
          * keep the callback's contract even if a server ignored part of it. */
@@ -572,7 +575,7 @@ int pt_bt_data_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
     pt_buf cuts;
     pt_buf_init(&cuts, (size_t)PT_BT_MAX_READ_STREAMS * PT_BT_MAX_ROW_KEY);
     size_t ng = plan(bt, s, &cuts, piece, &ranges, &nranges);
-    scan_ctx x = {.bt = bt, .s = s, .sc = {.fn = fn, .ud = ud, .row_limit = s->row_limit}};
+    scan_ctx x = {.bt = bt, .s = s, .sc = {.fn = fn, .ud = ud, .row_limit = s->row_limit, .visited = s->visited}};
     group *g = calloc(ng, sizeof(*g));
     x.clip = malloc((nranges / ng + 1) * sizeof(*x.clip));
     if (!g || !x.clip) {
