@@ -217,10 +217,10 @@ static int stream_pull(void *ud, pt_buf *out, size_t want)
     int rv = stream_fill(sr);
     if (rv != 0) {
         char q[PT_MSG_MAX + 64];
+        const char *why = sr->msg[0] ? sr->msg : pt_strerror(rv);
         /* The 200 is out: the client sees a cut stream and retries; say why here. */
         pt_log(PT_LOG_WARN, "streamed read cut", "err=%s",
-               pt_log_quote(q, sizeof(q), sr->msg[0] ? sr->msg : pt_strerror(rv),
-                            strlen(sr->msg[0] ? sr->msg : pt_strerror(rv))));
+               pt_log_quote(q, sizeof(q), why, strlen(why)));
         return rv;
     }
     size_t n = pt_buf_used(&sr->pending) < want ? pt_buf_used(&sr->pending) : want;

@@ -373,29 +373,10 @@ int pt_store_read(pt_store *st, const Prometheus__ReadRequest *rr, pt_arena *a,
         prometheus__query_result__init(qr);
         resp->results[i] = qr;
     }
-    /* Batches arrive in query order; a query's series list grows by doubling. */
-    size_t cap = 0;
+    /* With no group limit, every query comes as one batch, already in a. */
     while ((rv = pt_read_next(r, a, 0, &bt, msg, msglen)) == 1) {
-        Prometheus__QueryResult *qr = resp->results[bt.query];
-        if (qr->n_timeseries + bt.n > cap) {
-            size_t ncap = cap ? cap : 64;
-            while (ncap < qr->n_timeseries + bt.n)
-                ncap *= 2;
-            Prometheus__TimeSeries **nt = pt_arena_alloc(a, ncap * sizeof(*nt));
-            if (!nt) {
-                rv = PT_ENOMEM;
-                goto out;
-            }
-            if (qr->n_timeseries)
-                memcpy(nt, qr->timeseries, qr->n_timeseries * sizeof(*nt));
-            qr->timeseries = nt;
-            cap = ncap;
-        }
-        if (bt.n)
-            memcpy(qr->timeseries + qr->n_timeseries, bt.ts, bt.n * sizeof(*bt.ts));
-        qr->n_timeseries += bt.n;
-        if (bt.last_of_query)
-            cap = 0;
+        resp->results[bt.query]->timeseries = bt.ts;
+        resp->results[bt.query]->n_timeseries = bt.n;
     }
 out:
     pt_read_free(r);
