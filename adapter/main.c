@@ -137,6 +137,13 @@ int main(int argc, char **argv)
                            .max_samples = (size_t)cfg.read_max_samples,
                            .read_timeout_ms = cfg.read_timeout_ms};
     app.lim.max_decoded = cfg.max_decoded_bytes;
+    rv = pt_store_check_index(&app.store, err, sizeof(err));
+    if (rv == PT_EINTERNAL) {
+        pt_log(PT_LOG_ERROR, "cannot use this store", "backend=%s err=\"%s\"", cfg.backend, err);
+        goto fail_cache;
+    }
+    if (rv != 0) /* an outage: the store may still be fine; writes and reads report it */
+        pt_log(PT_LOG_WARN, "index format not checked", "err=\"%s\"", err);
     if (pt_app_load_auth(&app, &cfg, err, sizeof(err)) != 0) {
         pt_log(PT_LOG_ERROR, "cannot load credentials", "err=\"%s\"", err);
         goto fail_cache;

@@ -32,6 +32,13 @@ typedef struct cands {
     int err;
 } cands;
 
+/* Series references collected from index lists, deduplicated. */
+typedef struct refset {
+    uint64_t *v;
+    size_t n, cap;
+    uint32_t *slots; /* index + 1 into v; 0 = empty; 2 * cap of them */
+} refset;
+
 /* One query being answered: its matchers, days, candidates and deadline. */
 typedef struct qctx {
     pt_store *st;
@@ -43,11 +50,8 @@ typedef struct qctx {
     uint64_t deadline_ns; /* 0 = none */
     const atomic_int *cancel; /* set when the client went away; NULL = never */
     size_t ticks;         /* rows and cells seen, for the deadline checks */
-    /* Equality matchers the index list being read does not imply, escaped as they stand
-     * in a plain series id: the metric as its prefix, a label as ",name=value". */
-    pt_slice metric; /* n == 0: none */
-    pt_slice *pairs;
-    size_t npairs;
+    uint64_t qmask; /* label mask of the equality matchers (pt_label_mask_add) */
+    refset refs;    /* series references the index lists gave */
 } qctx;
 
 /* Every so many index rows or cells, a read checks its deadline. */

@@ -2,6 +2,7 @@
 
 #include <openssl/evp.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "bytes.h"
 #include "error.h"
@@ -417,6 +418,51 @@ uint8_t *pt_index_ref(uint8_t *dst, size_t prefix_len, pt_slice sid)
     }
     uint8_t *e = put_digest(dst, sid.p, sid.n);
     return e ? e : dst;
+}
+
+uint64_t pt_series_ref(pt_slice sid, unsigned bits)
+{
+    uint64_t h = XXH3_64bits(sid.p, sid.n);
+    return bits == 0 || bits >= 64 ? h : h & ((UINT64_C(1) << bits) - 1);
+}
+
+uint8_t *pt_ref_hex(uint8_t *dst, uint64_t ref)
+{
+    for (int i = PT_REF_HEX - 1; i >= 0; i--, ref >>= 4)
+        dst[i] = (uint8_t)hexdig[ref & 15];
+    return dst + PT_REF_HEX;
+}
+
+int pt_ref_parse(const uint8_t *p, uint64_t *ref)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < PT_REF_HEX; i++) {
+        uint8_t c = p[i];
+        if (c >= '0' && c <= '9')
+            v = v << 4 | (uint64_t)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            v = v << 4 | (uint64_t)(c - 'a' + 10);
+        else
+            return -1;
+    }
+    *ref = v;
+    return 0;
+}
+
+uint64_t pt_label_mask_add(uint64_t mask, pt_slice name, pt_slice value)
+{
+    /* name ‖ 0xff ‖ value, hashed without copying: 0xff never occurs in UTF-8 text, but
+     * this is only a filter, so any collision merely keeps a candidate. */
+    XXH64_hash_t h = XXH3_64bits_withSeed(value.p, value.n, XXH3_64bits(name.p, name.n));
+    return mask | UINT64_C(1) << (h & 63) | UINT64_C(1) << ((h >> 6) & 63);
+}
+
+uint8_t *pt_index_series_prefix(uint8_t *dst, const uint8_t *ref16, int64_t day)
+{
+    *dst++ = '=';
+    *dst++ = '=';
+    memcpy(dst, ref16, PT_REF_HEX);
+    return day_tail(dst + PT_REF_HEX, day);
 }
 
 int pt_index_is_digest(pt_slice s)

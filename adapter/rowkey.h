@@ -77,18 +77,39 @@ int pt_cell_decode(int64_t base, pt_slice qual, pt_slice val, int64_t *t, double
 /* Parses the 13-digit base at the end of a row key; -1 when the key has none. */
 int64_t pt_row_key_base(pt_slice row);
 
-/* Index row keys (DESIGN §3, refined in the README):
- *   series by metric:  <metric> ",@" day13 "," ref
- *   postings:          "~" <name> "=" <value> ",@" day13 "," ref
+/* Index row keys (DESIGN §3, refined in the README), index format 2:
+ *   series by metric:  <metric> ",@" day13 "," ref16         value: label mask (8 bytes)
+ *   postings:          "~" <name> "=" <value> ",@" day13 "," ref16   value: label mask
  *   label values:      "=" <name> ",@" day13 "," <value>
+ *   series:            "==" ref16 ",@" day13 "," <sid>    value: labels when needed
+ * ref16 is the series reference, 16 lowercase hex digits of a 64-bit hash of the sid: the
+ * lists name a series in 16 bytes, and the series row maps a reference back to its sid.
+ * Two series may share a reference; the series rows then list both (one row each), and
+ * every candidate is checked against the query's matchers, so a collision costs a row,
+ * never a wrong answer. The label mask (pt_label_mask) lets a read drop most candidates
+ * of a list without resolving them.
  * Every name, value or metric is a "part": escaped as in row keys, or, when the escaped
  * form is over PT_INDEX_PART_MAX bytes, "\#" + 64 hex digits of its SHA-256 (the index cell
- * then holds what was hashed). ref is the sid, or "\#" + SHA-256(sid) when the key would be
- * over PT_MAX_ROW_KEY. So no index key exceeds Bigtable's 4 KiB whatever the labels are.
- * The prefix functions write the part up to and including the last ',' before the ref or
- * value; a scan of [prefix, pt_prefix_end(prefix)) lists one day. */
+ * then holds what was hashed). In series rows the sid is replaced by "\#" + SHA-256(sid)
+ * when the key would be over PT_MAX_ROW_KEY; that row's cell and the cell of a row for a
+ * hashed sid hold the label set. So no index key exceeds Bigtable's 4 KiB whatever the
+ * labels are. The prefix functions write the part up to and including the last ',' before
+ * the ref or value; a scan of [prefix, pt_prefix_end(prefix)) lists one day. */
 #define PT_INDEX_PART_MAX 1024
 #define PT_DIGEST_LEN 66 /* "\#" + 64 hex digits */
+#define PT_REF_HEX 16
+/* The series reference of a sid; 0 < bits < 64 keeps only the low bits (tests force
+ * collisions with it). */
+uint64_t pt_series_ref(pt_slice sid, unsigned bits);
+uint8_t *pt_ref_hex(uint8_t *dst, uint64_t ref);
+/* Parses 16 hex digits; -1 when they are not. */
+int pt_ref_parse(const uint8_t *p, uint64_t *ref);
+/* Two bits per label (name and value hashed together): mask(query) & ~mask(series) != 0
+ * proves a series lacks one of the query's name=value pairs. */
+uint64_t pt_label_mask_add(uint64_t mask, pt_slice name, pt_slice value);
+/* "==" ref16 ",@" day13 ",": what precedes the sid in a series row. */
+uint8_t *pt_index_series_prefix(uint8_t *dst, const uint8_t *ref16, int64_t day);
+#define PT_INDEX_SERIES_PREFIX_LEN (2 + PT_REF_HEX + 3 + PT_BASE_DIGITS)
 uint8_t *pt_index_part(uint8_t *dst, pt_slice s);
 /* Writes the series reference after a prefix of prefix_len bytes. */
 uint8_t *pt_index_ref(uint8_t *dst, size_t prefix_len, pt_slice sid);

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "bytes.h"
 #include "read_int.h"
 
 static int cands_grow(cands *c)
@@ -175,42 +176,119 @@ typedef struct rowcb {
     valset vals;        /* collected values */
 } rowcb;
 
-/* Whether a plain series id can satisfy q's equality matchers: a cheap look at the
- * escaped text that spares parsing most candidates an index list brings. In a plain sid
- * every '=' inside a name or value is escaped, so ",name=value" followed by ',' or the
- * end can only be that label. */
-static int sid_may_match(const qctx *q, pt_slice sid)
+/* Adds ref unless present: 0, or PT_ELIMIT / PT_ENOMEM. */
+static int refset_add(qctx *q, uint64_t ref)
 {
-    if (q->metric.n && (sid.n < q->metric.n || memcmp(sid.p, q->metric.p, q->metric.n) != 0 ||
-                        (sid.n > q->metric.n && sid.p[q->metric.n] != ',')))
-        return 0;
-    for (size_t i = 0; i < q->npairs; i++) {
-        pt_slice nd = q->pairs[i];
-        const uint8_t *p = sid.p, *end = sid.p + sid.n;
-        int found = 0;
-        while (!found && (p = memmem(p, (size_t)(end - p), nd.p, nd.n)) != NULL) {
-            p += nd.n;
-            found = p == end || *p == ',';
-        }
-        if (!found)
-            return 0;
+    refset *s = &q->refs;
+    uint64_t h = XXH3_64bits(&ref, sizeof(ref)); /* low bits of a test's short refs repeat */
+    size_t mask = s->cap * 2 - 1;
+    if (s->cap) {
+        for (size_t j = h & mask; s->slots[j]; j = (j + 1) & mask)
+            if (s->v[s->slots[j] - 1] == ref)
+                return 0;
     }
-    return 1;
+    if (q->c.limit && s->n >= q->c.limit * 4 + 1024) /* unfiltered candidates: generous */
+        return PT_ELIMIT;
+    if (s->n == s->cap) {
+        size_t ncap = s->cap ? s->cap * 2 : 256;
+        uint64_t *nv = pt_arena_alloc(q->a, ncap * sizeof(*nv));
+        uint32_t *ns = pt_arena_calloc(q->a, ncap * 2 * sizeof(*ns));
+        if (!nv || !ns)
+            return PT_ENOMEM;
+        if (s->n)
+            memcpy(nv, s->v, s->n * sizeof(*nv));
+        s->v = nv;
+        s->slots = ns;
+        s->cap = ncap;
+        mask = ncap * 2 - 1;
+        for (size_t i = 0; i < s->n; i++) {
+            size_t j = XXH3_64bits(&s->v[i], sizeof(s->v[i])) & mask;
+            while (s->slots[j])
+                j = (j + 1) & mask;
+            s->slots[j] = (uint32_t)(i + 1);
+        }
+    }
+    size_t j = h & mask;
+    while (s->slots[j])
+        j = (j + 1) & mask;
+    s->slots[j] = (uint32_t)(s->n + 1);
+    s->v[s->n++] = ref;
+    return 0;
 }
 
-static int on_series_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+/* A row of a metric's list or of a posting list: keep its series reference unless the
+ * label mask proves the series lacks one of the query's name=value pairs. */
+static int on_list_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 {
     (void)qual;
     rowcb *r = ud;
-    if (row.n < r->prefix_len)
+    uint64_t ref;
+    if (row.n < r->prefix_len + PT_REF_HEX || pt_ref_parse(row.p + row.n - PT_REF_HEX, &ref))
         return PT_EINTERNAL;
     int rv = past_deadline(r->q);
     if (rv)
         return rv;
-    pt_slice sid = {row.p + r->prefix_len, row.n - r->prefix_len};
-    if (value.n == 0 && !sid_may_match(r->q, sid))
-        return 0; /* a plain sid the other equality matchers rule out */
-    return cands_add(&r->q->c, sid, value);
+    if (value.n == 8 && (r->q->qmask & ~pt_get_be64(value.p)) != 0)
+        return 0;
+    return refset_add(r->q, ref);
+}
+
+/* A series row: the sid after its prefix, the label set in the cell when needed. */
+static int on_series_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    (void)qual;
+    qctx *q = ud;
+    if (row.n < PT_INDEX_SERIES_PREFIX_LEN)
+        return PT_EINTERNAL;
+    int rv = past_deadline(q);
+    if (rv)
+        return rv;
+    pt_slice sid = {row.p + PT_INDEX_SERIES_PREFIX_LEN, row.n - PT_INDEX_SERIES_PREFIX_LEN};
+    return cands_add(&q->c, sid, value);
+}
+
+static int u64_cmp(const void *x, const void *y)
+{
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* The series behind the collected references: their series rows over the query's days,
+ * read in key order, many references per scan (one row set on Bigtable). */
+static int resolve_refs(qctx *q)
+{
+    enum { PER_SCAN = 4096 };
+    const size_t kl = PT_INDEX_SERIES_PREFIX_LEN;
+    refset *rs = &q->refs;
+    if (rs->n == 0)
+        return 0;
+    qsort(rs->v, rs->n, sizeof(*rs->v), u64_cmp);
+    size_t per = rs->n < PER_SCAN ? rs->n : PER_SCAN;
+    pt_row_range *r = pt_arena_alloc(q->a, per * sizeof(*r));
+    uint8_t *keys = pt_arena_alloc(q->a, per * 2 * kl);
+    if (!r || !keys)
+        return PT_ENOMEM;
+    int64_t after = q->day_last + q->st->index_bucket_ms;
+    for (size_t i = 0; i < rs->n; i += per) {
+        size_t m = rs->n - i < per ? rs->n - i : per;
+        for (size_t j = 0; j < m; j++) {
+            uint8_t ref16[PT_REF_HEX], *k0 = keys + 2 * j * kl, *k1 = k0 + kl;
+            pt_ref_hex(ref16, rs->v[i + j]);
+            pt_index_series_prefix(k0, ref16, q->day_first);
+            pt_index_series_prefix(k1, ref16, after);
+            r[j] = (pt_row_range){{k0, kl}, {k1, kl}};
+        }
+        int rv = deadline_passed(q);
+        if (rv)
+            return rv;
+        size_t visited = 0;
+        pt_scan s = {PT_TABLE_INDEX, r, m, {0}, {0}, 0, &visited};
+        rv = pt_backend_scan(q->st->be, &s, on_series_row, q);
+        pt_m.read_rows_scanned += visited;
+        if (rv)
+            return rv;
+    }
+    return 0;
 }
 
 static int on_value_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
@@ -315,7 +393,7 @@ static int collect(qctx *q, const pt_slice *name, pt_slice value)
     if (rv)
         return rv;
     rowcb r = {.q = q, .prefix_len = ir.n0};
-    return scan_days(q, (pt_slice){ir.b0, ir.n0}, (pt_slice){ir.b1, ir.n1}, on_series_row, &r);
+    return scan_days(q, (pt_slice){ir.b0, ir.n0}, (pt_slice){ir.b1, ir.n1}, on_list_row, &r);
 }
 
 /* A way to list candidates: the index lists of one selective matcher (one list for an
@@ -466,41 +544,19 @@ static int shortest(qctx *q, source *c, size_t n, size_t *best)
     return rv;
 }
 
-/* The escaped forms sid_may_match looks for: every selective equality matcher but skip
- * (whose list is read). A part too long to stand in a plain sid as it is (a digest there)
- * is not looked for. */
-static int sid_filters(qctx *q, const pt_matcher *skip)
+/* The label mask of the query's equality matchers that need a label (pt_label_mask_add):
+ * a list row whose mask lacks a bit of it is not a candidate. */
+static uint64_t query_mask(const qctx *q)
 {
-    q->pairs = pt_arena_alloc(q->a, (q->nms ? q->nms : 1) * sizeof(*q->pairs));
-    if (!q->pairs)
-        return PT_ENOMEM;
-    for (size_t i = 0; i < q->nms; i++) {
-        const pt_matcher *m = &q->ms[i];
-        if (m == skip || m->type != PT_MATCH_EQ || m->matches_empty)
-            continue;
-        pt_slice n = m->name, v = m->value;
-        size_t en = pt_escaped_len(n), ev = pt_escaped_len(v);
-        if (en > PT_INDEX_PART_MAX || ev > PT_INDEX_PART_MAX)
-            continue;
-        uint8_t *b = pt_arena_alloc(q->a, en + ev + 2);
-        if (!b)
-            return PT_ENOMEM;
-        if (is_metric_name(n)) {
-            q->metric = (pt_slice){b, (size_t)(pt_escape(b, v) - b)};
-            continue;
-        }
-        uint8_t *e = b;
-        *e++ = ',';
-        e = pt_escape(e, n);
-        *e++ = '=';
-        e = pt_escape(e, v);
-        q->pairs[q->npairs++] = (pt_slice){b, (size_t)(e - b)};
-    }
-    return 0;
+    uint64_t m = 0;
+    for (size_t i = 0; i < q->nms; i++)
+        if (q->ms[i].type == PT_MATCH_EQ && !q->ms[i].matches_empty)
+            m = pt_label_mask_add(m, q->ms[i].name, q->ms[i].value);
+    return m;
 }
 
-/* Picks the cheapest way to list candidates, then collects them; every candidate is then
- * checked against all matchers. */
+/* Picks the cheapest way to list candidates, collects their references, then resolves
+ * them to series; every candidate is then checked against all matchers. */
 static int resolve(qctx *q)
 {
     source *src = pt_arena_calloc(q->a, (q->nms ? q->nms : 1) * sizeof(*src));
@@ -508,6 +564,7 @@ static int resolve(qctx *q)
     int rv;
     if (!src)
         return PT_ENOMEM;
+    q->qmask = query_mask(q);
     for (size_t i = 0; i < q->nms; i++)
         if (!q->ms[i].matches_empty && (rv = source_init(q, &q->ms[i], &src[n++])) != 0)
             return rv;
@@ -519,22 +576,21 @@ static int resolve(qctx *q)
         for (size_t i = 0; i < r.vals.n; i++)
             if ((rv = collect(q, NULL, r.vals.v[i])) != 0)
                 return rv;
-        return 0;
+        return resolve_refs(q);
     }
     size_t best = 0;
     if (n > 1 && (rv = shortest(q, src, n, &best)) != 0)
         return rv;
-    if ((rv = source_finish_listing(q, &src[best])) != 0 || (rv = sid_filters(q, src[best].m)) != 0)
+    if ((rv = source_finish_listing(q, &src[best])) != 0)
         return rv;
     for (size_t i = 0; i < src[best].nlists; i++) {
         const irange *ir = &src[best].lists[i];
         rowcb r = {.q = q, .prefix_len = ir->n0};
-        rv =
-            scan_days(q, (pt_slice){ir->b0, ir->n0}, (pt_slice){ir->b1, ir->n1}, on_series_row, &r);
+        rv = scan_days(q, (pt_slice){ir->b0, ir->n0}, (pt_slice){ir->b1, ir->n1}, on_list_row, &r);
         if (rv)
             return rv;
     }
-    return 0;
+    return resolve_refs(q);
 }
 
 static pt_slice label_value(const series *s, pt_slice name)

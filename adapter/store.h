@@ -20,6 +20,7 @@ typedef struct pt_store {
     pt_backend *be;
     pt_index_cache *cache;
     int64_t index_bucket_ms; /* index bucket length, default one day */
+    unsigned ref_bits;       /* bits of a series reference; 0 = all 64 (tests use fewer) */
     /* Read limits, per query: 0 = unlimited. */
     size_t max_series;
     size_t max_samples;
@@ -42,6 +43,11 @@ typedef struct pt_write_result {
  * or a backend error (retryable → 503). */
 int pt_store_write(pt_store *st, const Prometheus__WriteRequest *wr, pt_arena *a,
                    pt_write_result *res);
+
+/* Checks the index table's format marker, writing it into an empty table; PT_EINTERNAL
+ * with err set for a store whose index has another format (format 1 had no marker), or a
+ * storage error. */
+int pt_store_check_index(pt_store *st, char *err, size_t errlen);
 
 /* Validates one label set and copies it to out (arena), dropping empty values; *plain
  * (when not NULL) tells whether no name or value needs escaping in keys.

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "buf.h"
+#include "bytes.h"
 #include "error.h"
 #include "metrics.h"
 #include "store.h"
@@ -189,51 +190,80 @@ static int sid_is_hashed(pt_slice sid)
     return 0;
 }
 
-/* Index rows of one series in one index bucket (README: "Index rows"). */
-static int add_index_rows(batch *b, pt_arena *a, const pt_label *ls, size_t n, pt_slice sid,
-                          int64_t day, int64_t bucket_ms, size_t *rows)
+/* The rows of one series in one index bucket (README: "Index rows"): its list entries
+ * under its metric and each of its other labels, and its series row. Values rows apart. */
+static int add_series_rows(batch *b, pt_arena *a, const pt_store *st, const pt_label *ls,
+                           size_t n, pt_slice sid, int64_t day, size_t *rows)
 {
-    /* The label set goes into a cell whenever a key cannot name the series by its plain
-     * sid: the sid is hashed, or the key had to reference it by digest. */
-    pt_slice labels = {(const uint8_t *)"", 0};
-    size_t len = pt_labels_encoded_len(ls, n);
-    uint8_t *enc = pt_arena_alloc(a, len ? len : 1);
-    if (!enc)
-        return PT_ENOMEM;
-    pt_labels_encode(enc, ls, n);
     /* Versioned at the bucket's last millisecond: a max-age GC rule (storage.retention)
      * then keeps a bucket's index rows as long as its newest samples. */
-    int64_t ver = (day + bucket_ms - 1) * 1000;
+    int64_t ver = (day + st->index_bucket_ms - 1) * 1000;
     pt_slice qual = {index_qual, sizeof(index_qual)};
-    const pt_slice none = {(const uint8_t *)"", 0};
+    uint64_t mask = 0;
+    for (size_t i = 0; i < n; i++)
+        mask = pt_label_mask_add(mask, ls[i].name, ls[i].value);
+    uint8_t *mr = pt_arena_alloc(a, 8 + PT_REF_HEX);
+    if (!mr)
+        return PT_ENOMEM;
+    pt_put_be64(mr, mask);
+    const uint8_t *ref = mr + 8;
+    pt_ref_hex(mr + 8, pt_series_ref(sid, st->ref_bits));
     int rv;
     for (size_t i = 0; i < n; i++) {
         const pt_label *l = &ls[i];
-        /* Every label: its value listed under the name ("=" rows). A digested value keeps
-         * the value itself in the cell. */
-        uint8_t *k = pt_arena_alloc(a, PT_INDEX_PREFIX_MAX(l->name.n, l->value.n));
+        uint8_t *k = pt_arena_alloc(a, PT_INDEX_PREFIX_MAX(l->name.n, l->value.n) + PT_REF_HEX);
         if (!k)
             return PT_ENOMEM;
-        uint8_t *vs = pt_index_values_prefix(k, l->name, day);
-        uint8_t *e = pt_index_part(vs, l->value);
-        pt_slice cell = pt_index_is_digest((pt_slice){vs, (size_t)(e - vs)}) ? l->value : none;
-        if ((rv = push(b, PT_TABLE_INDEX, (pt_slice){k, (size_t)(e - k)}, qual, cell, ver)) != 0)
+        uint8_t *e = is_name_label(l) ? pt_index_metric_prefix(k, l->value, day)
+                                      : pt_index_posting_prefix(k, l->name, l->value, day);
+        memcpy(e, ref, PT_REF_HEX);
+        e += PT_REF_HEX;
+        if ((rv = push(b, PT_TABLE_INDEX, (pt_slice){k, (size_t)(e - k)}, qual,
+                       (pt_slice){mr, 8}, ver)) != 0)
             return rv;
-        /* The series under its metric, or under each of its other labels (postings). */
-        k = pt_arena_alloc(a, PT_INDEX_PREFIX_MAX(l->name.n, l->value.n) + sid.n + PT_DIGEST_LEN);
-        if (!k)
-            return PT_ENOMEM;
-        e = is_name_label(l) ? pt_index_metric_prefix(k, l->value, day)
-                             : pt_index_posting_prefix(k, l->name, l->value, day);
-        uint8_t *re = pt_index_ref(e, (size_t)(e - k), sid);
-        labels = sid_is_hashed(sid) || pt_index_is_digest((pt_slice){e, (size_t)(re - e)})
-                     ? (pt_slice){enc, len}
-                     : none;
-        if ((rv = push(b, PT_TABLE_INDEX, (pt_slice){k, (size_t)(re - k)}, qual, labels,
-                       ver)) != 0)
-            return rv;
-        *rows += 2;
     }
+    /* The series row: the sid, or its digest and then the label set in the cell. */
+    uint8_t *k = pt_arena_alloc(a, PT_INDEX_SERIES_PREFIX_LEN + sid.n + PT_DIGEST_LEN);
+    if (!k)
+        return PT_ENOMEM;
+    uint8_t *e = pt_index_series_prefix(k, ref, day);
+    uint8_t *re = pt_index_ref(e, (size_t)(e - k), sid);
+    pt_slice labels = {(const uint8_t *)"", 0};
+    if (sid_is_hashed(sid) || pt_index_is_digest((pt_slice){e, (size_t)(re - e)})) {
+        size_t len = pt_labels_encoded_len(ls, n);
+        uint8_t *enc = pt_arena_alloc(a, len ? len : 1);
+        if (!enc)
+            return PT_ENOMEM;
+        pt_labels_encode(enc, ls, n);
+        labels = (pt_slice){enc, len};
+    }
+    if ((rv = push(b, PT_TABLE_INDEX, (pt_slice){k, (size_t)(re - k)}, qual, labels, ver)) != 0)
+        return rv;
+    *rows += n + 1;
+    return 0;
+}
+
+/* A values row ("=name,@day,value") that a series of this request needs; written unless
+ * the cache knows it (many series share a value). */
+typedef struct valrow {
+    pt_slice key, cell;
+    int64_t ver;
+} valrow;
+
+static int values_row(pt_arena *a, const pt_store *st, const pt_label *l, int64_t day,
+                      valrow *out, pt_index_key *key)
+{
+    uint8_t *k = pt_arena_alloc(a, PT_INDEX_PREFIX_MAX(l->name.n, l->value.n));
+    if (!k)
+        return PT_ENOMEM;
+    uint8_t *vs = pt_index_values_prefix(k, l->name, day);
+    uint8_t *e = pt_index_part(vs, l->value);
+    int digest = pt_index_is_digest((pt_slice){vs, (size_t)(e - vs)});
+    out->key = (pt_slice){k, (size_t)(e - k)};
+    out->cell = digest ? l->value : (pt_slice){(const uint8_t *)"", 0};
+    out->ver = (day + st->index_bucket_ms - 1) * 1000;
+    /* Seed -1: no (series, day) key has it, so the two kinds share the cache. */
+    *key = pt_index_key_of(out->key, -1);
     return 0;
 }
 
@@ -253,7 +283,8 @@ typedef struct pendings {
 } pendings;
 
 /* Adds the index rows of every pending pair that neither the cache nor an earlier pair of
- * this request has; seen collects the keys written. */
+ * this request has, and the values rows they need that the cache does not know; seen
+ * collects the keys written. */
 static int index_pending(batch *b, pt_arena *a, pt_store *st, const pendings *pd,
                          pt_keyset *seen, pt_write_result *res)
 {
@@ -263,26 +294,42 @@ static int index_pending(batch *b, pt_arena *a, pt_store *st, const pendings *pd
     if (!found)
         return PT_ENOMEM;
     pt_index_cache_lookup(st->cache, pd->keys, pd->n, found);
-    size_t miss = 0;
+    size_t miss = 0, nvals = 0;
     for (size_t i = 0; i < pd->n; i++)
-        miss += !found[i];
+        if (!found[i])
+            miss++, nvals += pd->p[i].nl;
     if (miss == 0)
         return 0;
     size_t slots = 16;
-    while (slots < 2 * miss)
+    while (slots < 2 * (miss + nvals))
         slots <<= 1;
     seen->slots = pt_arena_calloc(a, slots * sizeof(pt_index_key));
     seen->mask = slots - 1;
-    if (!seen->slots)
+    valrow *vr = pt_arena_alloc(a, nvals * sizeof(*vr));
+    pt_index_key *vk = pt_arena_alloc(a, nvals * sizeof(*vk));
+    uint8_t *vfound = pt_arena_alloc(a, nvals);
+    if (!seen->slots || !vr || !vk || !vfound)
         return PT_ENOMEM;
+    size_t nv = 0;
+    int rv;
     for (size_t i = 0; i < pd->n; i++) {
         if (found[i] || !pt_keyset_add(seen, pd->keys[i]))
             continue;
         const pending *p = &pd->p[i];
-        int rv = add_index_rows(b, a, p->ls, p->nl, p->sid, p->day, st->index_bucket_ms,
-                                &res->index_rows);
-        if (rv != 0)
+        if ((rv = add_series_rows(b, a, st, p->ls, p->nl, p->sid, p->day, &res->index_rows)))
             return rv;
+        for (size_t j = 0; j < p->nl; j++, nv++)
+            if ((rv = values_row(a, st, &p->ls[j], p->day, &vr[nv], &vk[nv])) != 0)
+                return rv;
+    }
+    pt_index_cache_lookup(st->cache, vk, nv, vfound);
+    pt_slice qual = {index_qual, sizeof(index_qual)};
+    for (size_t i = 0; i < nv; i++) {
+        if (vfound[i] || !pt_keyset_add(seen, vk[i]))
+            continue;
+        if ((rv = push(b, PT_TABLE_INDEX, vr[i].key, qual, vr[i].cell, vr[i].ver)) != 0)
+            return rv;
+        res->index_rows++;
     }
     return 0;
 }
@@ -437,3 +484,64 @@ int pt_store_write(pt_store *st, const Prometheus__WriteRequest *wr, pt_arena *a
     pt_m.index_rows_written += res->index_rows;
     return 0;
 }
+
+/* ---- the index format marker ---- */
+
+/* One row of the index table names its key layout; "==" + a non-hex letter is no series
+ * row. Format 1 (the sid repeated in every list row, before series references) had no
+ * marker. */
+static const char format_row[] = "==format";
+static const char format_now[] = "2";
+
+typedef struct found_row {
+    int n;
+    char value[8];
+} found_row;
+
+static int note_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    (void)row, (void)qual;
+    found_row *f = ud;
+    f->n++;
+    size_t n = value.n < sizeof(f->value) - 1 ? value.n : sizeof(f->value) - 1;
+    memcpy(f->value, value.p, n);
+    f->value[n] = '\0';
+    return 1;
+}
+
+int pt_store_check_index(pt_store *st, char *err, size_t errlen)
+{
+    const size_t fl = sizeof(format_row) - 1;
+    const uint8_t *fr = (const uint8_t *)format_row;
+    pt_row_range marker = {{fr, fl}, {fr, fl + 1}}; /* the row, then its 0x00 */
+    pt_row_range all = {{(const uint8_t *)"", 0}, {0}};
+    found_row f = {0};
+    pt_scan s = {PT_TABLE_INDEX, &marker, 1, {0}, {0}, 1, NULL};
+    int rv = pt_backend_scan(st->be, &s, note_row, &f);
+    if (rv == 0 && f.n == 0) {
+        s.ranges = &all; /* no marker: an empty table is a new store */
+        rv = pt_backend_scan(st->be, &s, note_row, &f);
+        if (rv == 0 && f.n == 0) {
+            pt_mutation m = {PT_TABLE_INDEX, {fr, fl}, {index_qual, sizeof(index_qual)},
+                             {(const uint8_t *)format_now, 1}, 0};
+            rv = pt_backend_write(st->be, &m, 1);
+            if (rv == 0)
+                return 0;
+        } else if (rv == 0) {
+            snprintf(err, errlen,
+                     "the index table holds index format 1 (written by a promtable before "
+                     "series references); this version reads format %s only: read the data "
+                     "out with the promtable that wrote it, or start on an empty store",
+                     format_now);
+            return PT_EINTERNAL;
+        }
+    } else if (rv == 0 && strcmp(f.value, format_now) != 0) {
+        snprintf(err, errlen, "the index table holds index format \"%s\"; this version "
+                 "knows format %s", f.value, format_now);
+        return PT_EINTERNAL;
+    }
+    if (rv != 0)
+        snprintf(err, errlen, "the index format could not be checked: %s", pt_strerror(rv));
+    return rv;
+}
+

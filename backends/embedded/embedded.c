@@ -108,7 +108,9 @@ static int embedded_open(void *state, const pt_backend_config *cfg, char *err, s
     int rv = mkdir_p(path, err, errlen);
     if (rv != 0)
         return rv;
-    if ((rv = pt_emb_rocks_open(&e->r, path, sync, err, errlen)) != 0)
+    if ((rv = pt_emb_rocks_open(&e->r, path, sync,
+                                 ec->block_cache ? ec->block_cache : EMB_DEFAULT_BLOCK_CACHE, err,
+                                 errlen)) != 0)
         goto fail;
     if (pthread_mutex_init(&e->mu, NULL) != 0) {
         rv = PT_ENOMEM;
@@ -258,6 +260,8 @@ static const pt_conf_key conf_keys[] = {
      "fsync the embedded store's logs before acknowledging each write."},
     {"head_memory", "storage.head_memory", PT_CONF_BYTES, "256MiB", 1LL << 20, 1LL << 40,
      C(head_memory), "Samples held in memory (16 B each) before a flush into RocksDB."},
+    {"block_cache", NULL, PT_CONF_BYTES, "64MiB", 8LL << 20, 1LL << 40, C(block_cache),
+     "RocksDB block cache (uncompressed table blocks of the index and the points)."},
 };
 #undef C
 

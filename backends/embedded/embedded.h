@@ -17,6 +17,7 @@ typedef struct pt_embedded_conf {
     char *path;          /* data directory */
     int sync;            /* fdatasync the logs before acknowledging a write */
     size_t head_memory;  /* bytes of samples held before a flush; 0 = the default */
+    size_t block_cache;  /* RocksDB block cache for both tables; 0 = the default */
 } pt_embedded_conf;
 
 typedef struct pt_embedded_stats {

@@ -46,7 +46,8 @@ typedef struct rocks {
 
 /* Opens (creating) the store in the existing directory path; refuses the first version's
  * layout. On failure err says why and close() releases what was made. */
-int pt_emb_rocks_open(rocks *r, const char *path, int sync, char *err, size_t errlen);
+int pt_emb_rocks_open(rocks *r, const char *path, int sync, size_t block_cache, char *err,
+                      size_t errlen);
 /* Releases everything; a zeroed or half-opened rocks is fine. */
 void pt_emb_rocks_close(rocks *r);
 
@@ -260,6 +261,7 @@ void pt_emb_wal_close(wal *w);
 /* ---- the backend (embedded.c) ---- */
 
 #define EMB_DEFAULT_BUDGET ((size_t)256 << 20)
+#define EMB_DEFAULT_BLOCK_CACHE ((size_t)64 << 20)
 
 typedef struct embedded {
     rocks r;

@@ -112,6 +112,7 @@ typedef struct tstore {
 __attribute__((unused)) static int tstore_open(tstore *s)
 {
     char err[256];
+    s->cancel = NULL;
     strcpy(s->dir, "/tmp/pt-test-XXXXXX");
     if (!mkdtemp(s->dir))
         return -1;

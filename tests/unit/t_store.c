@@ -104,7 +104,8 @@ static void read_cost(tstore *s)
     long n1, n2;
     uint64_t small_name = rows_visited(s, by_name, 1, &n1);
     uint64_t small_label = rows_visited(s, by_label, 2, &n2);
-    ok(n1 == 2 && n2 == 2 && small_name > 0 && small_name <= 8 && small_label <= 32,
+    /* Per series: its list row, its series row (a few steps to it), its data rows. */
+    ok(n1 == 2 && n2 == 2 && small_name > 0 && small_name <= 16 && small_label <= 40,
        "a read of 2 series visits %llu and %llu rows (%ld, %ld series)", (unsigned long long)small_name,
        (unsigned long long)small_label, n1, n2);
     write_noise(s, "a", 3000);
@@ -144,6 +145,128 @@ static void read_cost(tstore *s)
     ok(n1 == 3002 && v_name > 3000, "the name alone reads its whole list (%llu rows)",
        (unsigned long long)v_name);
     pt_arena_free(&a);
+}
+
+/* The index format marker: a new store gets it, a format-1 index is refused. */
+static void index_format(void)
+{
+    tstore s;
+    if (tstore_open(&s) != 0) {
+        ok(0, "store for the format test");
+        return;
+    }
+    char err[512] = "";
+    ok(pt_store_check_index(&s.st, err, sizeof(err)) == 0, "an empty store gets the marker");
+    ok(pt_store_check_index(&s.st, err, sizeof(err)) == 0, "and passes the check again");
+    /* A new series whose metric and job are known: its list rows, its series row, and
+     * only the values row of its new instance. */
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    pt_write_result res;
+    tseries one[] = {{{"__name__", "m", "instance", "a", "job", "x", NULL}, {T0}, {1}, 1}};
+    tseries two[] = {{{"__name__", "m", "instance", "b", "job", "x", NULL}, {T0}, {1}, 1}};
+    ok(pt_store_write(&s.st, mk_write(&a, one, 1), &a, &res) == 0 && res.index_rows == 7,
+       "a first series: 3 list rows, its series row, 3 values rows");
+    ok(pt_store_write(&s.st, mk_write(&a, two, 1), &a, &res) == 0 && res.index_rows == 5,
+       "a second one: 3 list rows, its series row, the values row of its new instance");
+    pt_arena_free(&a);
+    tstore_close(&s);
+    if (tstore_open(&s) != 0)
+        return;
+    /* What the first version wrote: the sid itself after the day, no marker. */
+    static const char old[] = "up,@1699920000000,up,instance=a:9100";
+    pt_mutation m = {PT_TABLE_INDEX, {(const uint8_t *)old, sizeof(old) - 1},
+                     {(const uint8_t *)"l", 1}, {(const uint8_t *)"", 0}, 0};
+    ok(pt_backend_write(&s.faulty, &m, 1) == 0, "a format-1 index row written");
+    int rv = pt_store_check_index(&s.st, err, sizeof(err));
+    ok(rv == PT_EINTERNAL && strstr(err, "format 1"), "a format-1 index is refused: %s", err);
+    tstore_close(&s);
+}
+
+/* Series rows under one reference: counts rows per ref in ud (refs as 16 hex digits). */
+typedef struct refcount {
+    char last[17];
+    int run, max_run, refs;
+} refcount;
+
+static int count_refs(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    (void)qual, (void)value;
+    refcount *c = ud;
+    if (row.n < 2 + PT_REF_HEX || memcmp(row.p, "==", 2) != 0 || row.p[2] == 'f')
+        return 0;
+    if (memcmp(c->last, row.p + 2, PT_REF_HEX) == 0) {
+        c->run++;
+    } else {
+        memcpy(c->last, row.p + 2, PT_REF_HEX);
+        c->run = 1;
+        c->refs++;
+    }
+    if (c->run > c->max_run)
+        c->max_run = c->run;
+    return 0;
+}
+
+/* Series references are hashes: with 2-bit references nearly every series shares its
+ * reference with others, and every answer must still be the one full references give. */
+static void ref_collisions(void)
+{
+    tstore full, tiny;
+    if (tstore_open(&full) != 0 || tstore_open(&tiny) != 0) {
+        ok(0, "stores for the collision test");
+        return;
+    }
+    tiny.st.ref_bits = 2;
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    static char big[4001];
+    memset(big, 'q', 4000); /* a hashed sid: its labels live in the series row's cell */
+    static const char *const modes[] = {"idle", "user", "sys"};
+    tseries ts[49];
+    char inst[48][8];
+    for (int i = 0; i < 48; i++) {
+        snprintf(inst[i], sizeof(inst[i]), "i%d", i % 16);
+        ts[i] = (tseries){{"__name__", i % 3 ? "cpu" : "mem", "instance", inst[i], "mode",
+                           modes[(i / 16) % 3], "shard", i % 2 ? "a" : "b", NULL},
+                          {T0}, {i}, 1};
+    }
+    ts[48] = (tseries){{"__name__", "cpu", "huge", big, "instance", "i1", "mode", "idle", NULL},
+                       {T0}, {99}, 1};
+    pt_write_result r1, r2;
+    int w1 = pt_store_write(&full.st, mk_write(&a, ts, 49), &a, &r1);
+    int w2 = pt_store_write(&tiny.st, mk_write(&a, ts, 49), &a, &r2);
+    ok(w1 == 0 && w2 == 0 && r1.samples_written == 49 && r2.samples_written == 49,
+       "49 series written with full and with 2-bit references");
+    refcount rc;
+    memset(&rc, 0, sizeof(rc));
+    pt_row_range all = {{(const uint8_t *)"==", 2}, {(const uint8_t *)"==g", 3}};
+    pt_scan sc = {PT_TABLE_INDEX, &all, 1, {0}, {0}, 0, NULL};
+    int scan_rv = pt_backend_scan(&tiny.faulty, &sc, count_refs, &rc);
+    ok(scan_rv == 0 && rc.refs <= 4 && rc.max_run > 10,
+       "2-bit references collide: %d references, up to %d series under one", rc.refs, rc.max_run);
+    static const tmatch q[][3] = {
+        {{0, "__name__", "cpu"}},
+        {{0, "__name__", "cpu"}, {0, "instance", "i3"}},
+        {{0, "instance", "i1"}, {0, "mode", "idle"}},
+        {{2, "instance", "i[1-3]"}, {1, "mode", "idle"}},
+        {{0, "__name__", "mem"}, {3, "mode", "idle|user"}},
+        {{2, "__name__", ".+"}, {0, "shard", "a"}},
+        {{0, "huge", big}},
+        {{0, "__name__", "cpu"}, {0, "huge", ""}},
+        {{0, "instance", "i99"}},
+    };
+    static const long want[] = {33, 2, 2, 6, 5, 24, 1, 32, 0};
+    for (size_t i = 0; i < sizeof(q) / sizeof(q[0]); i++) {
+        size_t n = 0;
+        while (n < 3 && q[i][n].name)
+            n++;
+        long f = count(&full, q[i], n), t = count(&tiny, q[i], n);
+        ok(f == want[i] && t == f, "query %zu: %ld series with full references, %ld with 2-bit ones", i,
+           f, t);
+    }
+    pt_arena_free(&a);
+    tstore_close(&full);
+    tstore_close(&tiny);
 }
 
 int main(void)
@@ -417,7 +540,8 @@ int main(void)
         int64_t day_end = (T0 / 86400000 + 3) * 86400000;
         tseries late[] = {{{"__name__", "late", NULL}, {day_end - 1}, {1}, 1}};
         rv = pt_store_write(&s.st, mk_write(&a, late, 1), &a, &res);
-        ok(rv == 0 && res.index_rows == 4, "last ms of a day: this day and the next indexed");
+        /* Per day: the metric's list row, the series row, the values row of __name__. */
+        ok(rv == 0 && res.index_rows == 6, "last ms of a day: this day and the next indexed");
         tseries next[] = {{{"__name__", "late", NULL}, {day_end + 15000}, {2}, 1}};
         rv = pt_store_write(&s.st, mk_write(&a, next, 1), &a, &res);
         ok(rv == 0 && res.index_rows == 0, "first scrape of the new day writes no index rows");
@@ -491,5 +615,7 @@ int main(void)
     pt_arena_free(&a);
     read_cost(&s);
     tstore_close(&s);
+    ref_collisions();
+    index_format();
     return done_testing();
 }
