@@ -78,8 +78,8 @@ int pt_cell_decode(int64_t base, pt_slice qual, pt_slice val, int64_t *t, double
 int64_t pt_row_key_base(pt_slice row);
 
 /* Index row keys (DESIGN §3, refined in the README), index format 2:
- *   series by metric:  <metric> ",@" day13 "," ref16         value: label mask (8 bytes)
- *   postings:          "~" <name> "=" <value> ",@" day13 "," ref16   value: label mask
+ *   series by metric:  <metric> ",@" day13 "," ref16         qualifier: label mask
+ *   postings:          "~" <name> "=" <value> ",@" day13 "," ref16   qualifier: label mask
  *   label values:      "=" <name> ",@" day13 "," <value>
  *   series:            "==" ref16 ",@" day13 "," <sid>    value: labels when needed
  * ref16 is the series reference, 16 lowercase hex digits of a 64-bit hash of the sid: the

@@ -216,11 +216,12 @@ static int refset_add(qctx *q, uint64_t ref)
     return 0;
 }
 
-/* A row of a metric's list or of a posting list: keep its series reference unless the
- * label mask proves the series lacks one of the query's name=value pairs. */
+/* A cell of a metric's list or of a posting list: keep its series reference unless the
+ * label mask (the qualifier; one cell per distinct mask of the series sharing the
+ * reference) proves the series lacks one of the query's name=value pairs. */
 static int on_list_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 {
-    (void)qual;
+    (void)value;
     rowcb *r = ud;
     uint64_t ref;
     if (row.n < r->prefix_len + PT_REF_HEX || pt_ref_parse(row.p + row.n - PT_REF_HEX, &ref))
@@ -228,7 +229,7 @@ static int on_list_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     int rv = past_deadline(r->q);
     if (rv)
         return rv;
-    if (value.n == 8 && (r->q->qmask & ~pt_get_be64(value.p)) != 0)
+    if (qual.n == 8 && (r->q->qmask & ~pt_get_be64(qual.p)) != 0)
         return 0;
     return refset_add(r->q, ref);
 }

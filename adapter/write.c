@@ -218,8 +218,10 @@ static int add_series_rows(batch *b, pt_arena *a, const pt_store *st, const pt_l
                                       : pt_index_posting_prefix(k, l->name, l->value, day);
         memcpy(e, ref, PT_REF_HEX);
         e += PT_REF_HEX;
-        if ((rv = push(b, PT_TABLE_INDEX, (pt_slice){k, (size_t)(e - k)}, qual,
-                       (pt_slice){mr, 8}, ver)) != 0)
+        /* The mask is the qualifier, not the value: series that share a reference share
+         * this row, and each keeps its own mask in it. */
+        if ((rv = push(b, PT_TABLE_INDEX, (pt_slice){k, (size_t)(e - k)}, (pt_slice){mr, 8},
+                       (pt_slice){(const uint8_t *)"", 0}, ver)) != 0)
             return rv;
     }
     /* The series row: the sid, or its digest and then the label set in the cell. */

@@ -33,6 +33,7 @@
 
 #include "tap.h"
 #include "conformance.h"
+#include "index_conformance.h"
 #include "bigtable.h"
 #include "bigtable_int.h"
 #include "log.h"
@@ -985,6 +986,20 @@ int main(void)
     test_init(&b, endpoint);
     pt_conformance_run(&b, "bigtable(emulator)");
     test_bigtable_only(&b);
+    {
+        /* The index on Bigtable: two stores on their own tables. */
+        pt_backend full, tiny;
+        int fo = open_bt(&full, endpoint, "ixfull_", 0, err, sizeof(err));
+        int to = open_bt(&tiny, endpoint, "ixtiny_", 0, err, sizeof(err));
+        if (ok(fo == 0 && to == 0 && init_bt(&full, err, sizeof(err)) == 0 &&
+                   init_bt(&tiny, err, sizeof(err)) == 0,
+               "tables for the index conformance %s", err))
+            pt_index_conformance(&full, &tiny, "bigtable(emulator)");
+        if (fo == 0)
+            pt_backend_close(&full);
+        if (to == 0)
+            pt_backend_close(&tiny);
+    }
     test_fanout(&b);
     test_split_wide(&b);
     test_env_endpoint(endpoint);

@@ -5,6 +5,7 @@
 #include "metrics.h"
 #include "embedded.h"
 #include "store_helpers.h"
+#include "index_conformance.h"
 #include "tap.h"
 
 static const int64_t T0 = 1700000000000; /* 2023-11-14 */
@@ -181,92 +182,6 @@ static void index_format(void)
     int rv = pt_store_check_index(&s.st, err, sizeof(err));
     ok(rv == PT_EINTERNAL && strstr(err, "format 1"), "a format-1 index is refused: %s", err);
     tstore_close(&s);
-}
-
-/* Series rows under one reference: counts rows per ref in ud (refs as 16 hex digits). */
-typedef struct refcount {
-    char last[17];
-    int run, max_run, refs;
-} refcount;
-
-static int count_refs(void *ud, pt_slice row, pt_slice qual, pt_slice value)
-{
-    (void)qual, (void)value;
-    refcount *c = ud;
-    if (row.n < 2 + PT_REF_HEX || memcmp(row.p, "==", 2) != 0 || row.p[2] == 'f')
-        return 0;
-    if (memcmp(c->last, row.p + 2, PT_REF_HEX) == 0) {
-        c->run++;
-    } else {
-        memcpy(c->last, row.p + 2, PT_REF_HEX);
-        c->run = 1;
-        c->refs++;
-    }
-    if (c->run > c->max_run)
-        c->max_run = c->run;
-    return 0;
-}
-
-/* Series references are hashes: with 2-bit references nearly every series shares its
- * reference with others, and every answer must still be the one full references give. */
-static void ref_collisions(void)
-{
-    tstore full, tiny;
-    if (tstore_open(&full) != 0 || tstore_open(&tiny) != 0) {
-        ok(0, "stores for the collision test");
-        return;
-    }
-    tiny.st.ref_bits = 2;
-    pt_arena a;
-    pt_arena_init(&a, 0, 0);
-    static char big[4001];
-    memset(big, 'q', 4000); /* a hashed sid: its labels live in the series row's cell */
-    static const char *const modes[] = {"idle", "user", "sys"};
-    tseries ts[49];
-    char inst[48][8];
-    for (int i = 0; i < 48; i++) {
-        snprintf(inst[i], sizeof(inst[i]), "i%d", i % 16);
-        ts[i] = (tseries){{"__name__", i % 3 ? "cpu" : "mem", "instance", inst[i], "mode",
-                           modes[(i / 16) % 3], "shard", i % 2 ? "a" : "b", NULL},
-                          {T0}, {i}, 1};
-    }
-    ts[48] = (tseries){{"__name__", "cpu", "huge", big, "instance", "i1", "mode", "idle", NULL},
-                       {T0}, {99}, 1};
-    pt_write_result r1, r2;
-    int w1 = pt_store_write(&full.st, mk_write(&a, ts, 49), &a, &r1);
-    int w2 = pt_store_write(&tiny.st, mk_write(&a, ts, 49), &a, &r2);
-    ok(w1 == 0 && w2 == 0 && r1.samples_written == 49 && r2.samples_written == 49,
-       "49 series written with full and with 2-bit references");
-    refcount rc;
-    memset(&rc, 0, sizeof(rc));
-    pt_row_range all = {{(const uint8_t *)"==", 2}, {(const uint8_t *)"==g", 3}};
-    pt_scan sc = {PT_TABLE_INDEX, &all, 1, {0}, {0}, 0, NULL};
-    int scan_rv = pt_backend_scan(&tiny.faulty, &sc, count_refs, &rc);
-    ok(scan_rv == 0 && rc.refs <= 4 && rc.max_run > 10,
-       "2-bit references collide: %d references, up to %d series under one", rc.refs, rc.max_run);
-    static const tmatch q[][3] = {
-        {{0, "__name__", "cpu"}},
-        {{0, "__name__", "cpu"}, {0, "instance", "i3"}},
-        {{0, "instance", "i1"}, {0, "mode", "idle"}},
-        {{2, "instance", "i[1-3]"}, {1, "mode", "idle"}},
-        {{0, "__name__", "mem"}, {3, "mode", "idle|user"}},
-        {{2, "__name__", ".+"}, {0, "shard", "a"}},
-        {{0, "huge", big}},
-        {{0, "__name__", "cpu"}, {0, "huge", ""}},
-        {{0, "instance", "i99"}},
-    };
-    static const long want[] = {33, 2, 2, 6, 5, 24, 1, 32, 0};
-    for (size_t i = 0; i < sizeof(q) / sizeof(q[0]); i++) {
-        size_t n = 0;
-        while (n < 3 && q[i][n].name)
-            n++;
-        long f = count(&full, q[i], n), t = count(&tiny, q[i], n);
-        ok(f == want[i] && t == f, "query %zu: %ld series with full references, %ld with 2-bit ones", i,
-           f, t);
-    }
-    pt_arena_free(&a);
-    tstore_close(&full);
-    tstore_close(&tiny);
 }
 
 int main(void)
@@ -615,7 +530,14 @@ int main(void)
     pt_arena_free(&a);
     read_cost(&s);
     tstore_close(&s);
-    ref_collisions();
     index_format();
+    {
+        tstore full, tiny;
+        if (tstore_open(&full) == 0 && tstore_open(&tiny) == 0) {
+            pt_index_conformance(&full.faulty, &tiny.faulty, "embedded");
+            tstore_close(&full);
+            tstore_close(&tiny);
+        }
+    }
     return done_testing();
 }

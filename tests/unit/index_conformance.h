@@ -1,0 +1,169 @@
+/*
+ * The index over any backend (index format 2, README "Index rows"): the same series written
+ * through two stores, one with full series references and one with references cut to 2
+ * bits (so that nearly every series shares its reference), must answer every selector the
+ * same, and as a brute-force evaluation says. Covers every matcher type, empty-value
+ * matchers, values holding the key separators and hex digits, a hashed (long) series, and
+ * the format marker. The caller gives each store its own fresh tables.
+ */
+#ifndef PT_TEST_INDEX_CONFORMANCE_H
+#define PT_TEST_INDEX_CONFORMANCE_H
+
+#include "rowkey.h"
+#include "store_helpers.h"
+#include "tap.h"
+
+#define IX_T0 INT64_C(1700000000000)
+
+/* Series of one query (or -1 on error), over two days around IX_T0. */
+static long ix_count(pt_store *st, const tmatch *ms, size_t n)
+{
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    char msg[512];
+    Prometheus__ReadResponse resp;
+    int rv = pt_store_read(st, mk_read(&a, IX_T0 - 86400000, IX_T0 + 86400000, ms, n), &a, NULL,
+                           &resp, msg, sizeof(msg));
+    long c = rv ? -1 : (long)resp.results[0]->n_timeseries;
+    if (rv)
+        diag("read failed: %s", msg);
+    pt_arena_free(&a);
+    return c;
+}
+
+typedef struct ix_refs {
+    char last[PT_REF_HEX];
+    int run, max_run, refs;
+} ix_refs;
+
+/* Series rows ("==" ref ",@"...; not the "==format" marker) counted per reference. */
+static int ix_count_refs(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    (void)qual, (void)value;
+    ix_refs *c = ud;
+    uint64_t ref;
+    if (row.n < 2 + PT_REF_HEX || pt_ref_parse(row.p + 2, &ref) != 0)
+        return 0;
+    if (c->refs && memcmp(c->last, row.p + 2, PT_REF_HEX) == 0) {
+        c->run++;
+    } else {
+        memcpy(c->last, row.p + 2, PT_REF_HEX);
+        c->run = 1;
+        c->refs++;
+    }
+    if (c->run > c->max_run)
+        c->max_run = c->run;
+    return 0;
+}
+
+static int ix_match(const char *v, int type, const char *want)
+{
+    switch (type) {
+    case 0: return strcmp(v, want) == 0;
+    case 1: return strcmp(v, want) != 0;
+    default: return -1; /* regexes: expected counts are given */
+    }
+}
+
+static void pt_index_conformance(pt_backend *full_be, pt_backend *tiny_be, const char *label)
+{
+    pt_store full = {.be = full_be, .cache = pt_index_cache_new(1 << 12),
+                     .index_bucket_ms = 86400000, .max_series = 1000, .max_samples = 100000};
+    pt_store tiny = full;
+    tiny.be = tiny_be;
+    tiny.cache = pt_index_cache_new(1 << 12);
+    tiny.ref_bits = 2;
+    char err[512] = "";
+    ok(pt_store_check_index(&full, err, sizeof(err)) == 0 &&
+           pt_store_check_index(&tiny, err, sizeof(err)) == 0,
+       "%s: new stores get the format marker %s", label, err);
+
+    static char big[4001];
+    memset(big, 'q', 4000); /* a hashed sid: its labels live in the series row's cell */
+    /* Values with the key separators, escapes, and text that looks like a reference. */
+    static const char *const odd[] = {",", "=", "@", "\\", ",@1700000000000,", "0123456789abcdef",
+                                      "==", "~a=b"};
+    static const char *const modes[] = {"idle", "user", "sys"};
+    enum { N = 48, ALL = N + 1 };
+    tseries ts[ALL];
+    char inst[N][8];
+    for (int i = 0; i < N; i++) {
+        snprintf(inst[i], sizeof(inst[i]), "i%d", i % 16);
+        ts[i] = (tseries){{"__name__", i % 3 ? "cpu" : "mem", "instance", inst[i], "mode",
+                           modes[(i / 16) % 3], "odd", odd[i % 8], NULL},
+                          {IX_T0}, {i}, 1};
+    }
+    ts[N] = (tseries){{"__name__", "cpu", "huge", big, "instance", "i1", "mode", "idle", NULL},
+                      {IX_T0}, {99}, 1};
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    pt_write_result r1, r2;
+    int w1 = pt_store_write(&full, mk_write(&a, ts, ALL), &a, &r1);
+    int w2 = pt_store_write(&tiny, mk_write(&a, ts, ALL), &a, &r2);
+    ok(w1 == 0 && w2 == 0 && r1.samples_written == ALL && r2.samples_written == ALL,
+       "%s: %d series written with full and with 2-bit references", label, ALL);
+
+    ix_refs rc;
+    memset(&rc, 0, sizeof(rc));
+    pt_row_range series_rows = {{(const uint8_t *)"==", 2}, {(const uint8_t *)"==g", 3}};
+    pt_scan sc = {PT_TABLE_INDEX, &series_rows, 1, {0}, {0}, 0, NULL};
+    int scan_rv = pt_backend_scan(tiny_be, &sc, ix_count_refs, &rc);
+    ok(scan_rv == 0 && rc.refs <= 4 && rc.max_run > 10,
+       "%s: 2-bit references collide: %d references, up to %d series rows under one", label,
+       rc.refs, rc.max_run);
+
+    /* Equality and inequality selectors, with expectations computed here. */
+    static const tmatch eqs[][2] = {
+        {{0, "__name__", "cpu"}},
+        {{0, "__name__", "cpu"}, {0, "instance", "i3"}},
+        {{0, "instance", "i1"}, {0, "mode", "idle"}},
+        {{0, "odd", ","}},
+        {{0, "odd", ",@1700000000000,"}},
+        {{0, "odd", "0123456789abcdef"}},
+        {{0, "__name__", "mem"}, {0, "odd", "=="}},
+        {{0, "odd", "\\"}, {1, "mode", "idle"}},
+        {{0, "__name__", "cpu"}, {0, "huge", ""}},
+        {{0, "huge", big}},
+        {{1, "odd", "@"}, {0, "__name__", "mem"}},
+        {{0, "instance", "i99"}},
+    };
+    for (size_t i = 0; i < sizeof(eqs) / sizeof(eqs[0]); i++) {
+        size_t n = eqs[i][1].name ? 2 : 1;
+        long want = 0;
+        for (int s = 0; s < ALL; s++) {
+            int all = 1;
+            for (size_t k = 0; k < n && all; k++) {
+                const char *v = "";
+                for (int l = 0; ts[s].labels[l]; l += 2)
+                    if (strcmp(ts[s].labels[l], eqs[i][k].name) == 0)
+                        v = ts[s].labels[l + 1];
+                all = ix_match(v, eqs[i][k].type, eqs[i][k].value);
+            }
+            want += all;
+        }
+        long f = ix_count(&full, eqs[i], n), t = ix_count(&tiny, eqs[i], n);
+        ok(f == want && t == want, "%s: selector %zu: %ld series expected, %ld and %ld", label, i,
+           want, f, t);
+    }
+    /* Regexes, counted by hand from the series above. */
+    static const tmatch res[][2] = {
+        {{2, "instance", "i[1-3]"}, {1, "mode", "idle"}},
+        {{0, "__name__", "mem"}, {3, "mode", "idle|user"}},
+        {{2, "__name__", ".+"}, {2, "odd", "[,=@]"}},
+        {{2, "odd", ""}},
+        {{3, "odd", ".*@.*"}},
+        {{2, "instance", "i1"}, {2, "huge", ".+"}},
+    };
+    static const long res_want[] = {6, 5, 18, 1, 37, 1};
+    for (size_t i = 0; i < sizeof(res) / sizeof(res[0]); i++) {
+        size_t n = res[i][1].name ? 2 : 1;
+        long f = ix_count(&full, res[i], n), t = ix_count(&tiny, res[i], n);
+        ok(f == res_want[i] && t == f, "%s: regex selector %zu: %ld series expected, %ld and %ld",
+           label, i, res_want[i], f, t);
+    }
+    pt_arena_free(&a);
+    pt_index_cache_free(full.cache);
+    pt_index_cache_free(tiny.cache);
+}
+
+#endif
