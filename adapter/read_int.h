@@ -18,16 +18,22 @@ typedef struct series {
     pt_slice sid;
     pt_label *labels;
     size_t nlabels;
-    uint64_t hash;
 } series;
+
+/* A hash index over an array its owner keeps, in insertion order (select.c): item i has
+ * hash h[i]; slots hold i + 1 (0 = empty), 2 × cap of them; arena memory. */
+typedef struct hindex {
+    uint64_t *h;
+    uint32_t *slots;
+    size_t n, cap;
+} hindex;
 
 /* Candidate series of one query, deduplicated by sid. */
 typedef struct cands {
     pt_arena *a;
     series *v;
-    size_t n, cap;
-    uint32_t *slots; /* index + 1 into v; 0 = empty */
-    size_t mask;
+    size_t n;     /* == x.n while collecting; pt_select then keeps the matching ones */
+    hindex x;
     size_t limit; /* max series, 0 = none */
     int err;
 } cands;
@@ -35,8 +41,7 @@ typedef struct cands {
 /* Series references collected from index lists, deduplicated. */
 typedef struct refset {
     uint64_t *v;
-    size_t n, cap;
-    uint32_t *slots; /* index + 1 into v; 0 = empty; 2 * cap of them */
+    hindex x;
 } refset;
 
 /* One query being answered: its matchers, days, candidates and deadline. */

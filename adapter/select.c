@@ -7,26 +7,76 @@
 #include "bytes.h"
 #include "read_int.h"
 
-static int cands_grow(cands *c)
+/* ---- hindex (read_int.h) ---- */
+
+static void hindex_link(hindex *x, size_t i)
 {
-    size_t ncap = c->cap ? c->cap * 2 : 256;
-    series *nv = pt_arena_alloc(c->a, ncap * sizeof(*nv));
-    uint32_t *ns = pt_arena_calloc(c->a, ncap * 2 * sizeof(*ns));
-    if (!nv || !ns)
+    size_t mask = x->cap * 2 - 1, j = x->h[i] & mask;
+    while (x->slots[j])
+        j = (j + 1) & mask;
+    x->slots[j] = (uint32_t)(i + 1);
+}
+
+/* Makes room for item x->n: when full, doubles *items (isz bytes each, copied) and the
+ * index. */
+static int hindex_reserve(hindex *x, pt_arena *a, void **items, size_t isz)
+{
+    if (x->n < x->cap)
+        return 0; /* *items unchanged */
+    size_t ncap = x->cap ? x->cap * 2 : 256;
+    void *ni = pt_arena_alloc(a, ncap * isz);
+    uint64_t *nh = pt_arena_alloc(a, ncap * sizeof(*nh));
+    uint32_t *ns = pt_arena_calloc(a, ncap * 2 * sizeof(*ns));
+    if (!ni || !nh || !ns)
         return PT_ENOMEM;
-    if (c->n)
-        memcpy(nv, c->v, c->n * sizeof(*nv));
-    c->v = nv;
-    c->cap = ncap;
-    c->slots = ns;
-    c->mask = ncap * 2 - 1;
-    for (size_t i = 0; i < c->n; i++) {
-        size_t j = c->v[i].hash & c->mask;
-        while (c->slots[j])
-            j = (j + 1) & c->mask;
-        c->slots[j] = (uint32_t)(i + 1);
+    if (x->n) {
+        memcpy(ni, *items, x->n * isz);
+        memcpy(nh, x->h, x->n * sizeof(*nh));
     }
+    *items = ni;
+    x->h = nh;
+    x->slots = ns;
+    x->cap = ncap;
+    for (size_t i = 0; i < x->n; i++)
+        hindex_link(x, i);
     return 0;
+}
+
+/* Indexes item x->n, which the owner has stored, under hash h. */
+static void hindex_add(hindex *x, uint64_t h)
+{
+    x->h[x->n] = h;
+    hindex_link(x, x->n++);
+}
+
+/* The item with hash h for which eq(items, i, key) holds, or -1. */
+static long hindex_find(const hindex *x, uint64_t h, int (*eq)(const void *, size_t, const void *),
+                        const void *items, const void *key)
+{
+    if (!x->cap)
+        return -1;
+    size_t mask = x->cap * 2 - 1;
+    for (size_t j = h & mask; x->slots[j]; j = (j + 1) & mask) {
+        size_t i = x->slots[j] - 1;
+        if (x->h[i] == h && eq(items, i, key))
+            return (long)i;
+    }
+    return -1;
+}
+
+static int sid_eq(const void *items, size_t i, const void *key)
+{
+    return pt_slice_eq(((const series *)items)[i].sid, *(const pt_slice *)key);
+}
+
+static int slice_eq(const void *items, size_t i, const void *key)
+{
+    return pt_slice_eq(((const pt_slice *)items)[i], *(const pt_slice *)key);
+}
+
+static int u64_eq(const void *items, size_t i, const void *key)
+{
+    return ((const uint64_t *)items)[i] == *(const uint64_t *)key;
 }
 
 /* Adds the series named by an index row (sid after the prefix, labels in value or sid). */
@@ -49,29 +99,21 @@ static int cands_add(cands *c, pt_slice sid, pt_slice value)
             return rv;
     }
     uint64_t h = XXH3_64bits(sid.p, sid.n);
-    if (c->cap) {
-        size_t j = h & c->mask;
-        while (c->slots[j]) {
-            series *s = &c->v[c->slots[j] - 1];
-            if (s->hash == h && pt_slice_eq(s->sid, sid))
-                return 0;
-            j = (j + 1) & c->mask;
-        }
-    }
+    if (hindex_find(&c->x, h, sid_eq, c->v, &sid) >= 0)
+        return 0;
     if (c->limit && c->n >= c->limit * 4 + 1024) /* unfiltered candidates: generous bound */
         return PT_ELIMIT;
-    if (c->n == c->cap) {
-        int rv = cands_grow(c);
-        if (rv)
-            return rv;
-    }
+    void *items = c->v;
+    int rv = hindex_reserve(&c->x, c->a, &items, sizeof(*c->v));
+    if (rv)
+        return rv;
+    c->v = items;
     series *s = &c->v[c->n];
     uint8_t *copy = pt_arena_alloc(c->a, sid.n);
     if (!copy)
         return PT_ENOMEM;
     memcpy(copy, sid.p, sid.n);
     s->sid = (pt_slice){copy, sid.n};
-    s->hash = h;
     long nl;
     if (value.n) {
         s->labels = cell_labels;
@@ -92,10 +134,7 @@ static int cands_add(cands *c, pt_slice sid, pt_slice value)
     if (nl < 0)
         return nl == PT_ENOMEM ? PT_ENOMEM : PT_EINTERNAL;
     s->nlabels = (size_t)nl;
-    size_t j = h & c->mask;
-    while (c->slots[j])
-        j = (j + 1) & c->mask;
-    c->slots[j] = (uint32_t)(c->n + 1);
+    hindex_add(&c->x, h);
     c->n++;
     return 0;
 }
@@ -120,52 +159,22 @@ static int scan_days(qctx *q, pt_slice first, pt_slice last, pt_cell_fn fn, void
 typedef struct valset {
     pt_arena *a;
     pt_slice *v;
-    uint64_t *h;
-    size_t n, cap;
-    uint32_t *slots; /* index + 1 into v; 0 = empty; 2 * cap of them */
+    hindex x;
 } valset;
 
 /* Adds val unless present: 1 added, 0 present, PT_ENOMEM. */
 static int valset_add(valset *s, pt_slice val)
 {
     uint64_t h = XXH3_64bits(val.p, val.n);
-    size_t mask = s->cap * 2 - 1;
-    if (s->cap) {
-        for (size_t j = h & mask; s->slots[j]; j = (j + 1) & mask) {
-            size_t i = s->slots[j] - 1;
-            if (s->h[i] == h && pt_slice_eq(s->v[i], val))
-                return 0;
-        }
-    }
-    if (s->n == s->cap) {
-        size_t ncap = s->cap ? s->cap * 2 : 64;
-        pt_slice *nv = pt_arena_alloc(s->a, ncap * sizeof(*nv));
-        uint64_t *nh = pt_arena_alloc(s->a, ncap * sizeof(*nh));
-        uint32_t *ns = pt_arena_calloc(s->a, ncap * 2 * sizeof(*ns));
-        if (!nv || !nh || !ns)
-            return PT_ENOMEM;
-        if (s->n) {
-            memcpy(nv, s->v, s->n * sizeof(*nv));
-            memcpy(nh, s->h, s->n * sizeof(*nh));
-        }
-        s->v = nv;
-        s->h = nh;
-        s->slots = ns;
-        s->cap = ncap;
-        mask = ncap * 2 - 1;
-        for (size_t i = 0; i < s->n; i++) {
-            size_t j = s->h[i] & mask;
-            while (s->slots[j])
-                j = (j + 1) & mask;
-            s->slots[j] = (uint32_t)(i + 1);
-        }
-    }
-    size_t j = h & mask;
-    while (s->slots[j])
-        j = (j + 1) & mask;
-    s->slots[j] = (uint32_t)(s->n + 1);
-    s->v[s->n] = val;
-    s->h[s->n++] = h;
+    if (hindex_find(&s->x, h, slice_eq, s->v, &val) >= 0)
+        return 0;
+    void *items = s->v;
+    int rv = hindex_reserve(&s->x, s->a, &items, sizeof(*s->v));
+    if (rv)
+        return rv;
+    s->v = items;
+    s->v[s->x.n] = val;
+    hindex_add(&s->x, h);
     return 1;
 }
 
@@ -180,39 +189,18 @@ typedef struct rowcb {
 static int refset_add(qctx *q, uint64_t ref)
 {
     refset *s = &q->refs;
-    uint64_t h = XXH3_64bits(&ref, sizeof(ref)); /* low bits of a test's short refs repeat */
-    size_t mask = s->cap * 2 - 1;
-    if (s->cap) {
-        for (size_t j = h & mask; s->slots[j]; j = (j + 1) & mask)
-            if (s->v[s->slots[j] - 1] == ref)
-                return 0;
-    }
-    if (q->c.limit && s->n >= q->c.limit * 4 + 1024) /* unfiltered candidates: generous */
+    uint64_t h = XXH3_64bits(&ref, sizeof(ref)); /* a test's short refs share low bits */
+    if (hindex_find(&s->x, h, u64_eq, s->v, &ref) >= 0)
+        return 0;
+    if (q->c.limit && s->x.n >= q->c.limit * 4 + 1024) /* unfiltered candidates: generous */
         return PT_ELIMIT;
-    if (s->n == s->cap) {
-        size_t ncap = s->cap ? s->cap * 2 : 256;
-        uint64_t *nv = pt_arena_alloc(q->a, ncap * sizeof(*nv));
-        uint32_t *ns = pt_arena_calloc(q->a, ncap * 2 * sizeof(*ns));
-        if (!nv || !ns)
-            return PT_ENOMEM;
-        if (s->n)
-            memcpy(nv, s->v, s->n * sizeof(*nv));
-        s->v = nv;
-        s->slots = ns;
-        s->cap = ncap;
-        mask = ncap * 2 - 1;
-        for (size_t i = 0; i < s->n; i++) {
-            size_t j = XXH3_64bits(&s->v[i], sizeof(s->v[i])) & mask;
-            while (s->slots[j])
-                j = (j + 1) & mask;
-            s->slots[j] = (uint32_t)(i + 1);
-        }
-    }
-    size_t j = h & mask;
-    while (s->slots[j])
-        j = (j + 1) & mask;
-    s->slots[j] = (uint32_t)(s->n + 1);
-    s->v[s->n++] = ref;
+    void *items = s->v;
+    int rv = hindex_reserve(&s->x, q->a, &items, sizeof(*s->v));
+    if (rv)
+        return rv;
+    s->v = items;
+    s->v[s->x.n] = ref;
+    hindex_add(&s->x, h);
     return 0;
 }
 
@@ -261,17 +249,17 @@ static int resolve_refs(qctx *q)
     enum { PER_SCAN = 4096 };
     const size_t kl = PT_INDEX_SERIES_PREFIX_LEN;
     refset *rs = &q->refs;
-    if (rs->n == 0)
+    if (rs->x.n == 0)
         return 0;
-    qsort(rs->v, rs->n, sizeof(*rs->v), u64_cmp);
-    size_t per = rs->n < PER_SCAN ? rs->n : PER_SCAN;
+    qsort(rs->v, rs->x.n, sizeof(*rs->v), u64_cmp); /* the set is complete: its index goes stale */
+    size_t per = rs->x.n < PER_SCAN ? rs->x.n : PER_SCAN;
     pt_row_range *r = pt_arena_alloc(q->a, per * sizeof(*r));
     uint8_t *keys = pt_arena_alloc(q->a, per * 2 * kl);
     if (!r || !keys)
         return PT_ENOMEM;
     int64_t after = q->day_last + q->st->index_bucket_ms;
-    for (size_t i = 0; i < rs->n; i += per) {
-        size_t m = rs->n - i < per ? rs->n - i : per;
+    for (size_t i = 0; i < rs->x.n; i += per) {
+        size_t m = rs->x.n - i < per ? rs->x.n - i : per;
         for (size_t j = 0; j < m; j++) {
             uint8_t ref16[PT_REF_HEX], *k0 = keys + 2 * j * kl, *k1 = k0 + kl;
             pt_ref_hex(ref16, rs->v[i + j]);
@@ -447,7 +435,7 @@ static int source_lists(qctx *q, source *c)
 {
     const pt_slice *label = is_metric_name(c->m->name) ? NULL : &c->m->name;
     c->listing = 0;
-    c->nlists = c->vals.vals.n;
+    c->nlists = c->vals.vals.x.n;
     c->lists = pt_arena_alloc(q->a, (c->nlists ? c->nlists : 1) * sizeof(*c->lists));
     if (!c->lists)
         return PT_ENOMEM;
@@ -574,7 +562,7 @@ static int resolve(qctx *q)
         rowcb r;
         if ((rv = list_values(q, PT_SLICE_LIT("__name__"), NULL, &r)) != 0)
             return rv;
-        for (size_t i = 0; i < r.vals.n; i++)
+        for (size_t i = 0; i < r.vals.x.n; i++)
             if ((rv = collect(q, NULL, r.vals.v[i])) != 0)
                 return rv;
         return resolve_refs(q);
