@@ -131,7 +131,7 @@ LOADGEN_ARGS=(--series "$SERIES" --connections "$CONNECTIONS" --duration "$DURAT
     --warmup "$WARMUP" --samples-per-request "$SAMPLES_PER_REQUEST"
     --samples-per-series "$SAMPLES_PER_SERIES" --labels "$LABELS" --pool-mb "$POOL_MB")
 
-declare -A RATE P99 ERRS PERCPU UTIL OTHER DISK CHECK CMD SRV
+declare -A RATE P99 ERRS PERCPU UTIL OTHER DISK PEAK CHECK CMD SRV
 FAILED=0
 
 # run_load NAME URL: runs the load generator; sets RESULT to its result line.
@@ -159,6 +159,9 @@ run_load() {
     OTHER[$name]=$(field other_cpu_util "$RESULT")
     return 0
 }
+
+# The running server's peak resident memory (VmHWM), MiB.
+peak_rss_mib() { awk '/^VmHWM:/ {printf "%d", $2 / 1024}' "/proc/$SERVER_PID/status" 2>/dev/null || echo -; }
 
 bench_promtable() {
     local port dir base
@@ -191,6 +194,7 @@ bench_promtable() {
     else
         CHECK[promtable]="FAILED: promtable_samples_received_total=$got < sent $sent"
     fi
+    PEAK[promtable]=$(peak_rss_mib)
     stop_server
     DISK[promtable]=$(du -sm "$dir" | cut -f1)
     [[ ${CHECK[promtable]} == ok* ]]
@@ -243,6 +247,7 @@ bench_victoriametrics() {
         # keep or drop those duplicates, so only a single pass is checked exactly.
         CHECK[victoriametrics]="ok: $series series, $samples samples queryable, sent $sent"
     fi
+    PEAK[victoriametrics]=$(peak_rss_mib)
     stop_server
     DISK[victoriametrics]=$(du -sm "$dir" | cut -f1)
     [[ ${CHECK[victoriametrics]} == ok* ]]
@@ -295,14 +300,14 @@ echo "host: $(nproc) CPUs ($CPU_MODEL), $(uname -sr); server on CPU $SERVER_CPU,
 echo
 # samples/CPU-s: samples per second of server CPU time (all its threads) in the timed
 # phase; srv CPU: server cores busy; other CPU: cores busy with neither server nor loadgen.
-FMT='%-16s %11s %8s %6s %13s %7s %9s %8s  %s\n'
+FMT='%-16s %11s %8s %6s %13s %7s %9s %8s %8s  %s\n'
 # shellcheck disable=SC2059  # the format is a variable on purpose
 printf "$FMT" target samples/s "p99 ms" errors samples/CPU-s "srv CPU" "other CPU" "disk MiB" \
-    check
+    "peak RSS" check
 for t in $TARGETS; do
     # shellcheck disable=SC2059
     printf "$FMT" "$t" "${RATE[$t]:--}" "${P99[$t]:--}" "${ERRS[$t]:--}" "${PERCPU[$t]:--}" \
-        "${UTIL[$t]:--}" "${OTHER[$t]:--}" "${DISK[$t]:--}" "${CHECK[$t]:-}"
+        "${UTIL[$t]:--}" "${OTHER[$t]:--}" "${DISK[$t]:--}" "${PEAK[$t]:--}" "${CHECK[$t]:-}"
 done
 if ((ROUNDS > 1)); then
     for t in $TARGETS; do
