@@ -13,6 +13,7 @@
 #include "error.h"
 #include "log.h"
 #include "metrics.h"
+#include "samples.h"
 #include "xor.h"
 
 enum { ALLOW_GET = 1, ALLOW_POST = 2, NEEDS_AUTH = 4 };
@@ -168,19 +169,64 @@ static void handle_write(pt_app *app, pt_req *req, pt_resp *resp)
     resp->status = 204;
 }
 
-/* A streamed answer reads a group of series at a time: one group's samples and chunks,
- * and the frames made of them, are the only per-series memory it holds. The group is
- * sized by samples (about STREAM_SAMPLES), from what the previous group held. */
-enum { STREAM_GROUP_FIRST = 64, STREAM_GROUP_MAX = 1024, STREAM_SAMPLES = 65536 };
+/* A read taken a group of series at a time: one group's series and samples (and what is
+ * made of them) are the only per-series memory it holds. The group is sized by samples
+ * (about GROUP_SAMPLES), from what the previous group held. */
+enum { GROUP_FIRST = 64, GROUP_MAX = 1024, GROUP_SAMPLES = 65536 };
+
+typedef struct grouped {
+    pt_read *r;
+    size_t size;    /* series in the next group */
+    pt_arena arena; /* the current group's series and samples */
+} grouped;
+
+/* 0 or PT_ENOMEM; g is to be released with grouped_free either way. */
+static int grouped_start(pt_app *app, pt_req *req, const Prometheus__ReadRequest *rr, grouped *g)
+{
+    g->r = NULL;
+    g->size = GROUP_FIRST;
+    pt_arena_init(&g->arena, 64 << 10, req->arena->max);
+    return pt_read_start(&app->store, rr, req->arena, req->cancelled, &g->r);
+}
+
+/* The next group into g->arena, where it stays until the next call: 1 with *bt set, 0 when
+ * every query is answered, or an error with msg set (pt_read_next's). */
+static int grouped_next(grouped *g, pt_read_batch *bt, char *msg, size_t msglen)
+{
+    pt_arena_reset(&g->arena);
+    int rv = pt_read_next(g->r, &g->arena, g->size, bt, msg, msglen);
+    if (rv != 1)
+        return rv;
+    size_t samples = 0;
+    for (size_t i = 0; i < bt->n; i++)
+        samples += bt->ts[i]->n_samples;
+    if (samples > GROUP_SAMPLES && bt->n)
+        g->size = bt->n * GROUP_SAMPLES / samples + 1;
+    else if (samples < GROUP_SAMPLES / 4 && g->size < GROUP_MAX)
+        g->size *= 2;
+    return 1;
+}
+
+/* Whether a failed read ran out of web.max_request_memory. */
+static int grouped_out_of_memory(const grouped *g, const pt_req *req, int rv)
+{
+    return rv == PT_ENOMEM && (req->arena->exhausted || g->arena.exhausted);
+}
+
+/* Releases the matchers and the group; safe twice. */
+static void grouped_free(grouped *g)
+{
+    pt_read_free(g->r);
+    g->r = NULL;
+    pt_arena_free(&g->arena);
+}
 
 /* A STREAMED_XOR_CHUNKS answer in progress. Made by the handler, then owned by the
  * server's producer calls until stream_done. */
 typedef struct stream_read {
-    pt_read *r;
-    size_t group_size; /* series in the next group */
-    pt_arena group;  /* the current group's samples and chunks */
-    pt_buf pending;  /* frames made and not yet handed to the server */
-    int end;         /* every query answered */
+    grouped g;
+    pt_buf pending; /* frames made and not yet handed to the server */
+    int end;        /* every query answered */
     char msg[PT_MSG_MAX];
 } stream_read;
 
@@ -189,24 +235,16 @@ static int stream_fill(stream_read *sr)
 {
     while (pt_buf_used(&sr->pending) == 0 && !sr->end) {
         pt_read_batch bt;
-        pt_arena_reset(&sr->group);
-        int rv = pt_read_next(sr->r, &sr->group, sr->group_size, &bt, sr->msg, sizeof(sr->msg));
+        int rv = grouped_next(&sr->g, &bt, sr->msg, sizeof(sr->msg));
         if (rv < 0)
             return rv;
         if (rv == 0) {
             sr->end = 1;
             break;
         }
-        size_t samples = 0;
-        for (size_t i = 0; i < bt.n; i++) {
-            samples += bt.ts[i]->n_samples;
-            if ((rv = pt_stream_series(&sr->pending, bt.query, bt.ts[i], &sr->group)) != 0)
+        for (size_t i = 0; i < bt.n; i++)
+            if ((rv = pt_stream_series(&sr->pending, bt.query, bt.ts[i], &sr->g.arena)) != 0)
                 return rv;
-        }
-        if (samples > STREAM_SAMPLES && bt.n)
-            sr->group_size = bt.n * STREAM_SAMPLES / samples + 1;
-        else if (samples < STREAM_SAMPLES / 4 && sr->group_size < STREAM_GROUP_MAX)
-            sr->group_size *= 2;
     }
     return 0;
 }
@@ -235,8 +273,7 @@ static void stream_done(void *ud, int cancelled)
     stream_read *sr = ud;
     if (cancelled)
         pt_m.read_cancelled++;
-    pt_read_free(sr->r);
-    pt_arena_free(&sr->group);
+    grouped_free(&sr->g);
     pt_buf_free(&sr->pending);
 }
 
@@ -250,14 +287,12 @@ static void handle_read_streamed(pt_app *app, pt_req *req, pt_resp *resp,
         reply_memory(app, req, resp, 1);
         return;
     }
-    pt_arena_init(&sr->group, 64 << 10, req->arena->max);
     pt_buf_init(&sr->pending, req->arena->max);
-    sr->group_size = STREAM_GROUP_FIRST;
-    int rv = pt_read_start(&app->store, rr, req->arena, req->cancelled, &sr->r);
+    int rv = grouped_start(app, req, rr, &sr->g);
     if (rv == 0)
         rv = stream_fill(sr);
     if (rv != 0) {
-        if (rv == PT_ENOMEM && (req->arena->exhausted || sr->group.exhausted))
+        if (grouped_out_of_memory(&sr->g, req, rv))
             reply_memory(app, req, resp, 1);
         else
             reply_error(req, resp, rv, sr->msg);
@@ -267,6 +302,68 @@ static void handle_read_streamed(pt_app *app, pt_req *req, pt_resp *resp,
     resp->status = 200;
     resp->content_type = "application/x-streamed-protobuf; proto=prometheus.ChunkedReadResponse";
     resp->producer = (pt_producer){stream_pull, stream_done, sr};
+}
+
+/* Snappy of the answer's wire bytes into the request arena. The wire bytes live on the heap
+ * while it is made, so they take their part of web.max_request_memory: the arena may grow
+ * only into what they leave. 0, PT_ENOMEM (over the limit) or PT_EINTERNAL. */
+static int compress_answer(pt_req *req, const pt_samples *enc, pt_slice *z)
+{
+    size_t max = req->arena->max, held = pt_samples_size(enc);
+    if (max && held >= max)
+        return PT_ENOMEM;
+    if (max)
+        req->arena->max = max - held;
+    pt_slice wire = pt_samples_bytes(enc);
+    int rv = pt_snappy_encode(wire.p, wire.n, req->arena, z);
+    req->arena->max = max;
+    return rv;
+}
+
+/* A SAMPLES answer, built lean: a group of series at a time, written straight to protobuf
+ * wire bytes, then compressed whole (a snappy block needs its length first). Its memory is
+ * the wire bytes, the compressed bytes and one group. */
+static void handle_read_samples(pt_app *app, pt_req *req, pt_resp *resp,
+                                const Prometheus__ReadRequest *rr)
+{
+    char msg[PT_MSG_MAX];
+    msg[0] = '\0';
+    grouped g;
+    pt_samples enc;
+    pt_read_batch bt;
+    pt_slice z;
+    size_t max = req->arena->max, used = req->arena->used_total;
+    /* The wire bytes may have what the request has not used yet (1: nothing, not "no
+     * ceiling"). */
+    pt_samples_init(&enc, !max ? 0 : max > used ? max - used : 1);
+    int rv = grouped_start(app, req, rr, &g);
+    while (rv == 0 && (rv = grouped_next(&g, &bt, msg, sizeof(msg))) == 1)
+        rv = pt_samples_add(&enc, &bt);
+    if (rv == PT_ECANCELLED)
+        pt_m.read_cancelled++; /* the answer below goes nowhere */
+    if (rv != 0) {
+        if (rv == PT_ETOOLARGE || grouped_out_of_memory(&g, req, rv))
+            reply_memory(app, req, resp, 1);
+        else
+            reply_error(req, resp, rv, msg);
+        goto out;
+    }
+    grouped_free(&g); /* before the compressed copy is made */
+    if ((rv = compress_answer(req, &enc, &z)) != 0) {
+        if (rv == PT_ENOMEM)
+            reply_memory(app, req, resp, 1);
+        else
+            reply_error(req, resp, rv, "compressing the answer failed");
+        goto out;
+    }
+    resp->status = 200;
+    resp->content_type = "application/x-protobuf";
+    resp->content_encoding = "snappy";
+    resp->body = z.p;
+    resp->body_len = z.n;
+out:
+    pt_samples_free(&enc);
+    grouped_free(&g);
 }
 
 static void handle_read(pt_app *app, pt_req *req, pt_resp *resp)
@@ -297,29 +394,7 @@ static void handle_read(pt_app *app, pt_req *req, pt_resp *resp)
         handle_read_streamed(app, req, resp, rr);
         return;
     }
-    Prometheus__ReadResponse out;
-    rv = pt_store_read(&app->store, rr, req->arena, req->cancelled, &out, msg, sizeof(msg));
-    if (rv == PT_ECANCELLED)
-        pt_m.read_cancelled++; /* the answer below goes nowhere */
-    if (rv != 0) {
-        if (rv == PT_ENOMEM && req->arena->exhausted)
-            reply_memory(app, req, resp, 1);
-        else
-            reply_error(req, resp, rv, msg);
-        return;
-    }
-    size_t n = protobuf_c_message_get_packed_size(&out.base);
-    uint8_t *raw = pt_arena_alloc(req->arena, n ? n : 1);
-    pt_slice z;
-    if (!raw || (protobuf_c_message_pack(&out.base, raw), pt_snappy_encode(raw, n, req->arena, &z)) != 0) {
-        reply_memory(app, req, resp, 1);
-        return;
-    }
-    resp->status = 200;
-    resp->content_type = "application/x-protobuf";
-    resp->content_encoding = "snappy";
-    resp->body = z.p;
-    resp->body_len = z.n;
+    handle_read_samples(app, req, resp, rr);
 }
 
 static void handle_metrics(pt_app *app, pt_req *req, pt_resp *resp)

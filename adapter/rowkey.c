@@ -484,26 +484,6 @@ void pt_prefix_end(uint8_t *dst, pt_slice prefix, pt_slice *end)
     *end = (pt_slice){dst, n};
 }
 
-static size_t uvarint_len(size_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
-static uint8_t *put_uvarint(uint8_t *p, size_t v)
-{
-    while (v >= 0x80) {
-        *p++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *p++ = (uint8_t)v;
-    return p;
-}
-
 static int get_uvarint(pt_slice b, size_t *i, size_t *v)
 {
     size_t r = 0;
@@ -524,18 +504,18 @@ size_t pt_labels_encoded_len(const pt_label *labels, size_t n)
 {
     size_t len = 0;
     for (size_t i = 0; i < n; i++)
-        len += uvarint_len(labels[i].name.n) + labels[i].name.n +
-               uvarint_len(labels[i].value.n) + labels[i].value.n;
+        len += pt_uvarint_size(labels[i].name.n) + labels[i].name.n +
+               pt_uvarint_size(labels[i].value.n) + labels[i].value.n;
     return len;
 }
 
 uint8_t *pt_labels_encode(uint8_t *dst, const pt_label *labels, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        dst = put_uvarint(dst, labels[i].name.n);
+        dst = pt_put_uvarint(dst, labels[i].name.n);
         memcpy(dst, labels[i].name.p, labels[i].name.n);
         dst += labels[i].name.n;
-        dst = put_uvarint(dst, labels[i].value.n);
+        dst = pt_put_uvarint(dst, labels[i].value.n);
         memcpy(dst, labels[i].value.p, labels[i].value.n);
         dst += labels[i].value.n;
     }

@@ -88,7 +88,9 @@ int pt_read_next(pt_read *r, pt_arena *b, size_t max_series, pt_read_batch *out,
 void pt_read_free(pt_read *r);
 
 /* Runs every query of a read request; fills resp (arena-allocated). Returns 0 or an
- * error with msg set (bad matcher/limit → 4xx, backend → 503). */
+ * error with msg set (bad matcher/limit → 4xx, backend → 503). The whole answer as structs
+ * at once: the handler answers a group at a time (pt_read_next) instead; tests compare
+ * with this. */
 int pt_store_read(pt_store *st, const Prometheus__ReadRequest *rr, pt_arena *a,
                   const atomic_int *cancel, Prometheus__ReadResponse *resp, char *msg,
                   size_t msglen);

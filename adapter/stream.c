@@ -19,12 +19,7 @@ static int frame(pt_buf *o, Prometheus__ChunkedReadResponse *m)
     if (!p)
         return PT_ENOMEM;
     uint8_t *start = p;
-    size_t v = len;
-    while (v >= 0x80) {
-        *p++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *p++ = (uint8_t)v;
+    p = pt_put_uvarint(p, len);
     protobuf_c_message_pack(&m->base, p + 4);
     pt_put_be32(p, pt_crc32c(p + 4, len));
     pt_buf_commit(o, (size_t)(p + 4 - start) + len);

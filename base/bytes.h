@@ -1,10 +1,12 @@
 /*
  * Fixed-width integers in byte order, for the formats promtable writes itself: qualifiers
- * and values (big-endian, DESIGN §3) and the embedded store's log (little-endian).
+ * and values (big-endian, DESIGN §3) and the embedded store's log (little-endian). And
+ * unsigned varints (LEB128, protobuf's): index cells, frames, protobuf written by hand.
  */
 #ifndef PT_BYTES_H
 #define PT_BYTES_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 static inline void pt_put_be32(uint8_t *p, uint32_t v)
@@ -42,6 +44,28 @@ static inline void pt_put_le32(uint8_t *p, uint32_t v)
 static inline uint32_t pt_get_le32(const uint8_t *p)
 {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* The bytes v takes as a varint: 1 to 10. */
+static inline size_t pt_uvarint_size(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+/* Writes v as a varint at p (pt_uvarint_size(v) bytes); returns the byte after it. */
+static inline uint8_t *pt_put_uvarint(uint8_t *p, uint64_t v)
+{
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
 }
 
 #endif

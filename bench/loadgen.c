@@ -42,6 +42,7 @@
 #include <snappy-c.h>
 #include <xxhash.h>
 
+#include "bytes.h"
 #include "remote.pb-c.h"
 
 #ifndef PT_VERSION /* set by CMake */
@@ -787,26 +788,6 @@ static void grow(void *pp, size_t *cap, size_t need)
     *cap = need;
 }
 
-static size_t varint_len(uint64_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
-static uint8_t *put_varint(uint8_t *p, uint64_t v)
-{
-    while (v >= 0x80) {
-        *p++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *p++ = (uint8_t)v;
-    return p;
-}
-
 /* Largest encoding of one Sample message: fixed64 value + varint timestamp, tagged. */
 #define SAMPLE_MAX (1 + 8 + 1 + 10)
 
@@ -834,10 +815,10 @@ static void pack_body(const opts *o, const model *m, pool *pl, packer *pk, uint6
         for (uint64_t k = 0; k < M; k++) {
             uint64_t round = group * M + k;
             int64_t t = pl->start_ms + (int64_t)(round * o->interval_ms) + s->phase_ms;
-            ts_len += 2 + 9 + 1 + varint_len((uint64_t)t); /* field 2 tag, len < 128 */
+            ts_len += 2 + 9 + 1 + pt_uvarint_size((uint64_t)t); /* field 2 tag, len < 128 */
         }
         *p++ = 0x0a; /* WriteRequest.timeseries = 1, length-delimited */
-        p = put_varint(p, ts_len);
+        p = pt_put_uvarint(p, ts_len);
         memcpy(p, s->blob, s->blob_len);
         p += s->blob_len;
         for (uint64_t k = 0; k < M; k++) {
@@ -851,7 +832,7 @@ static void pack_body(const opts *o, const model *m, pool *pl, packer *pk, uint6
             for (int i = 0; i < 8; i++)
                 *q++ = (uint8_t)(bits >> (8 * i));
             *q++ = 0x10; /* Sample.timestamp = 2, varint */
-            q = put_varint(q, (uint64_t)t);
+            q = pt_put_uvarint(q, (uint64_t)t);
             *p++ = 0x12; /* TimeSeries.samples = 2 */
             *p++ = (uint8_t)(q - smp);
             memcpy(p, smp, (size_t)(q - smp));

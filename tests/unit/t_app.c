@@ -1,4 +1,6 @@
 /* Routes and handlers: status codes and messages, with no socket in between. */
+#include <math.h>
+
 #include "faulty.h"
 #include "log.h"
 #include "metrics.h"
@@ -421,6 +423,72 @@ int main(void)
            "a piece is at most what the server asks for; a cancelled stream is released and counted");
         pt_buf_free(&piece);
         pt_arena_free(&c.arena);
+        pt_arena_free(&b);
+    }
+
+    /* A SAMPLES answer is built a group at a time as wire bytes: one that protobuf-c structs
+     * alone would take past web.max_request_memory is answered, byte for byte. */
+    {
+        pt_arena b;
+        pt_arena_init(&b, 0, 0);
+        enum { NS = 300, ROUNDS = 8 };
+        tseries *lean = pt_arena_calloc(&b, NS * sizeof(*lean));
+        int written = 1;
+        for (int r = 0; r < ROUNDS; r++) {
+            for (int i = 0; i < NS; i++) {
+                char *inst = pt_arena_alloc(&b, 16);
+                snprintf(inst, 16, "i%04d", i);
+                lean[i] = (tseries){{"__name__", "lean_m", "instance", inst, NULL}, {0}, {0}, 8};
+                for (int j = 0; j < 8; j++) {
+                    lean[i].t[j] = 1000 + 15000 * (r * 8 + j);
+                    lean[i].v[j] = j == 3 ? -0.0 : j == 5 ? NAN : i * 0.25 + r - j;
+                }
+            }
+            pt_write_result res;
+            written &= pt_store_write(&app.store, mk_write(&b, lean, NS), &b, &res) == 0 &&
+                       res.samples_rejected == 0;
+        }
+        ok(written, "%d series of %d samples written", NS, ROUNDS * 8);
+        const tmatch lm[] = {{0, "__name__", "lean_m"}};
+        Prometheus__ReadRequest *rr = mk_read(&b, 0, 10000000, lm, 1);
+        pt_slice body = mk_body(&b, &rr->base);
+
+        /* What the answer took as structs: the least the old way needed before packing. */
+        pt_arena st;
+        pt_arena_init(&st, 0, 0);
+        Prometheus__ReadResponse want;
+        char msg[512];
+        int rv = pt_store_read(&app.store, rr, &st, NULL, &want, msg, sizeof(msg));
+        size_t structs = st.used_total, wn = protobuf_c_message_get_packed_size(&want.base);
+        uint8_t *wire = pt_arena_alloc(&b, wn);
+        protobuf_c_message_pack(&want.base, wire);
+        ok(rv == 0 && want.results[0]->n_timeseries == NS &&
+               want.results[0]->timeseries[0]->n_samples == ROUNDS * 8,
+           "the answer as structs: %zu bytes, %zu on the wire", structs, wn);
+
+        cfg.max_request_memory = structs;
+        is(post(&c, "/api/v1/read", body), 200,
+           "SAMPLES read within web.max_request_memory = its structs' size: 200");
+        pt_arena d;
+        pt_arena_init(&d, 0, 0);
+        pt_slice raw = {0};
+        rv = c.resp.status == 200 ? pt_snappy_decode(c.resp.body, c.resp.body_len, 1 << 26, &d,
+                                                     &raw, msg, sizeof(msg))
+                                  : -1;
+        ok(rv == 0 && raw.n == wn && memcmp(raw.p, wire, wn) == 0,
+           "the answer is the bytes protobuf-c packs for the same series and samples");
+        ok(c.arena.used_total + raw.n <= structs,
+           "request arena (%zu) and wire bytes (%zu) stayed within the limit", c.arena.used_total,
+           raw.n);
+        pt_arena_free(&c.arena);
+        pt_arena_free(&d);
+
+        cfg.max_request_memory = wn / 2;
+        is(post(&c, "/api/v1/read", body), 413, "the same read with half its wire size: 413");
+        ok(strstr(c.body, "web.max_request_memory"), "naming the limit: %s", c.body);
+        pt_arena_free(&c.arena);
+        cfg.max_request_memory = 512u << 20;
+        pt_arena_free(&st);
         pt_arena_free(&b);
     }
 

@@ -1,0 +1,279 @@
+/* SAMPLES answers written as wire bytes: the bytes protobuf-c packs for the same message. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "samples.h"
+#include "tap.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15u;
+
+/* xorshift64*: the same answers on every run. */
+static uint64_t rnd(void)
+{
+    rng ^= rng >> 12;
+    rng ^= rng << 25;
+    rng ^= rng >> 27;
+    return rng * 0x2545f4914f6cdd1du;
+}
+
+static double bits(uint64_t b)
+{
+    double d;
+    memcpy(&d, &b, sizeof(d));
+    return d;
+}
+
+/* Values whose encodings differ: zeros of both signs, NaNs (the staleness marker among
+ * them), infinities, subnormals, ordinary numbers, any bit pattern. */
+static double any_value(void)
+{
+    switch (rnd() % 12) {
+    case 0: return 0.0;
+    case 1: return -0.0;
+    case 2: return bits(0x7ff0000000000002u); /* Prometheus' staleness marker */
+    case 3: return NAN;
+    case 4: return INFINITY;
+    case 5: return -INFINITY;
+    case 6: return bits(1); /* the smallest subnormal */
+    case 7: return (double)(rnd() % 1000);
+    case 8: return -(double)(rnd() % 1000) / 7;
+    default: return bits(rnd());
+    }
+}
+
+/* Timestamps of every varint length, zero and negatives included. */
+static int64_t any_time(void)
+{
+    switch (rnd() % 6) {
+    case 0: return 0;
+    case 1: return -(int64_t)(rnd() % 100000) - 1;
+    case 2: return (int64_t)(rnd() % 128);
+    case 3: return INT64_MAX - (int64_t)(rnd() % 10);
+    case 4: return INT64_MIN + (int64_t)(rnd() % 10);
+    default: return 1700000000000 + (int64_t)(rnd() % 100000000);
+    }
+}
+
+/* Label bytes: empty, short, over 127 bytes (a two-byte length), any byte. */
+static ProtobufCBinaryData any_bytes(pt_arena *a)
+{
+    size_t n;
+    switch (rnd() % 5) {
+    case 0: n = 0; break;
+    case 1: n = 130 + rnd() % 200; break;
+    default: n = 1 + rnd() % 20; break;
+    }
+    uint8_t *p = pt_arena_alloc(a, n ? n : 1);
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)rnd();
+    return (ProtobufCBinaryData){n, n ? p : NULL};
+}
+
+static Prometheus__TimeSeries *any_series(pt_arena *a, size_t max_samples)
+{
+    Prometheus__TimeSeries *ts = pt_arena_alloc(a, sizeof(*ts));
+    prometheus__time_series__init(ts);
+    ts->n_labels = rnd() % 6;
+    ts->labels = pt_arena_alloc(a, (ts->n_labels + 1) * sizeof(*ts->labels));
+    for (size_t i = 0; i < ts->n_labels; i++) {
+        Prometheus__Label *l = pt_arena_alloc(a, sizeof(*l));
+        prometheus__label__init(l);
+        l->name = any_bytes(a);
+        l->value = any_bytes(a);
+        ts->labels[i] = l;
+    }
+    ts->n_samples = max_samples ? rnd() % (max_samples + 1) : 0;
+    ts->samples = pt_arena_alloc(a, (ts->n_samples + 1) * sizeof(*ts->samples));
+    for (size_t i = 0; i < ts->n_samples; i++) {
+        Prometheus__Sample *s = pt_arena_alloc(a, sizeof(*s));
+        prometheus__sample__init(s);
+        s->value = any_value();
+        s->timestamp = any_time();
+        ts->samples[i] = s;
+    }
+    return ts;
+}
+
+/* An answer of nq queries, query i having nseries[i] series. */
+static Prometheus__ReadResponse *any_answer(pt_arena *a, size_t nq, const size_t *nseries,
+                                            size_t max_samples)
+{
+    Prometheus__ReadResponse *r = pt_arena_alloc(a, sizeof(*r));
+    prometheus__read_response__init(r);
+    r->n_results = nq;
+    r->results = pt_arena_alloc(a, (nq + 1) * sizeof(*r->results));
+    for (size_t q = 0; q < nq; q++) {
+        Prometheus__QueryResult *qr = pt_arena_alloc(a, sizeof(*qr));
+        prometheus__query_result__init(qr);
+        qr->n_timeseries = nseries[q];
+        qr->timeseries = pt_arena_alloc(a, (nseries[q] + 1) * sizeof(*qr->timeseries));
+        for (size_t i = 0; i < nseries[q]; i++)
+            qr->timeseries[i] = any_series(a, max_samples);
+        r->results[q] = qr;
+    }
+    return r;
+}
+
+/* Encodes r as pt_read_next would hand it over: each query in batches of 0..max_batch
+ * series (empty batches too), the last one marked. 0 or the encoder's error. */
+static int encode(const Prometheus__ReadResponse *r, size_t max_batch, pt_samples *e)
+{
+    for (size_t q = 0; q < r->n_results; q++) {
+        const Prometheus__QueryResult *qr = r->results[q];
+        size_t next = 0;
+        for (;;) {
+            size_t n = rnd() % (max_batch + 1);
+            if (n > qr->n_timeseries - next)
+                n = qr->n_timeseries - next;
+            pt_read_batch bt = {q, qr->timeseries + next, n, 0};
+            next += n;
+            bt.last_of_query = next == qr->n_timeseries && rnd() % 2;
+            int rv = pt_samples_add(e, &bt);
+            if (rv != 0)
+                return rv;
+            if (bt.last_of_query)
+                break;
+        }
+    }
+    return 0;
+}
+
+/* The unpacked answer says what r says: the same series, labels and sample bits, but for
+ * -0, which protobuf leaves out and so reads back as +0. */
+static int same_answer(const Prometheus__ReadResponse *got, const Prometheus__ReadResponse *r)
+{
+    if (got->n_results != r->n_results)
+        return 0;
+    for (size_t q = 0; q < r->n_results; q++) {
+        const Prometheus__QueryResult *gq = got->results[q], *wq = r->results[q];
+        if (gq->n_timeseries != wq->n_timeseries)
+            return 0;
+        for (size_t i = 0; i < wq->n_timeseries; i++) {
+            const Prometheus__TimeSeries *g = gq->timeseries[i], *w = wq->timeseries[i];
+            if (g->n_labels != w->n_labels || g->n_samples != w->n_samples)
+                return 0;
+            for (size_t j = 0; j < w->n_labels; j++) {
+                const Prometheus__Label *gl = g->labels[j], *wl = w->labels[j];
+                if (gl->name.len != wl->name.len || gl->value.len != wl->value.len ||
+                    (wl->name.len && memcmp(gl->name.data, wl->name.data, wl->name.len)) ||
+                    (wl->value.len && memcmp(gl->value.data, wl->value.data, wl->value.len)))
+                    return 0;
+            }
+            for (size_t j = 0; j < w->n_samples; j++) {
+                double wv = w->samples[j]->value == 0 ? 0.0 : w->samples[j]->value;
+                if (g->samples[j]->timestamp != w->samples[j]->timestamp ||
+                    memcmp(&g->samples[j]->value, &wv, sizeof(wv)) != 0)
+                    return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+/* Encodes r, compares with protobuf-c's packing and unpacks the result. */
+static int check(const char *what, const Prometheus__ReadResponse *r, size_t max_batch)
+{
+    size_t n = protobuf_c_message_get_packed_size(&r->base);
+    uint8_t *want = malloc(n ? n : 1);
+    protobuf_c_message_pack(&r->base, want);
+    pt_samples e;
+    pt_samples_init(&e, 0);
+    int rv = encode(r, max_batch, &e);
+    pt_slice got = rv ? (pt_slice){NULL, 0} : pt_samples_bytes(&e);
+    size_t at = 0;
+    while (at < n && at < got.n && want[at] == got.p[at])
+        at++;
+    int same = rv == 0 && got.n == n && at == n;
+    ok(same, "%s: the bytes protobuf-c packs (%zu bytes)", what, n);
+    if (!same)
+        diag("rv %d, %zu bytes, first difference at %zu", rv, got.n, at);
+    Prometheus__ReadResponse *back =
+        rv ? NULL : prometheus__read_response__unpack(NULL, got.n, got.p);
+    ok(back && same_answer(back, r), "%s: unpacks to the same answer", what);
+    if (back)
+        prometheus__read_response__free_unpacked(back, NULL);
+    pt_samples_free(&e);
+    free(want);
+    return same;
+}
+
+int main(void)
+{
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+
+    check("no queries", any_answer(&a, 0, NULL, 0), 1);
+    size_t one_empty[] = {0};
+    check("one query without series", any_answer(&a, 1, one_empty, 0), 1);
+    size_t empties[] = {0, 3, 0, 0, 5, 0};
+    check("queries without series between others", any_answer(&a, 6, empties, 4), 2);
+    size_t bare[] = {4};
+    check("series without samples", any_answer(&a, 1, bare, 0), 2);
+
+    /* The edge values one by one, each in a series of its own. */
+    {
+        static const uint64_t vbits[] = {0,
+                                         0x8000000000000000u,
+                                         0x7ff0000000000002u,
+                                         0x7ff8000000000001u,
+                                         0x7ff0000000000000u,
+                                         0xfff0000000000000u,
+                                         1,
+                                         0x3ff0000000000000u};
+        static const int64_t times[] = {0, -1, 1, 127, 128, INT64_MAX, INT64_MIN, 1700000000000};
+        enum { NV = sizeof(vbits) / sizeof(vbits[0]) };
+        size_t ns[] = {NV};
+        Prometheus__ReadResponse *r = any_answer(&a, 1, ns, 0);
+        for (size_t i = 0; i < NV; i++) {
+            Prometheus__TimeSeries *ts = r->results[0]->timeseries[i];
+            ts->n_samples = 1;
+            ts->samples[0] = pt_arena_alloc(&a, sizeof(Prometheus__Sample));
+            prometheus__sample__init(ts->samples[0]);
+            ts->samples[0]->value = bits(vbits[i]);
+            ts->samples[0]->timestamp = times[i];
+        }
+        check("0, -0, staleness NaN, NaN, +Inf, -Inf, subnormal, 1", r, 3);
+    }
+
+    /* Random answers: many queries, batches of every size. */
+    for (int round = 0; round < 40; round++) {
+        size_t nq = 1 + rnd() % 12, ns[12];
+        for (size_t q = 0; q < nq; q++)
+            ns[q] = rnd() % 3 == 0 ? 0 : rnd() % 40;
+        char what[64];
+        snprintf(what, sizeof(what), "random answer %d (%zu queries)", round, nq);
+        check(what, any_answer(&a, nq, ns, 30), 1 + rnd() % 10);
+        pt_arena_reset(&a);
+    }
+
+    /* Queries past 16 KiB and 2 MiB: lengths of three and four varint bytes, after a small
+     * first query and before a later one (the content moves down by different amounts). */
+    {
+        size_t ns[] = {1, 300, 4000, 2};
+        check("queries of 3- and 4-byte lengths", any_answer(&a, 4, ns, 60), 500);
+        pt_arena_reset(&a);
+        size_t big_first[] = {4000, 1};
+        check("a 4-byte length first", any_answer(&a, 2, big_first, 60), 700);
+        pt_arena_reset(&a);
+    }
+
+    /* The ceiling: past it, PT_ETOOLARGE, not growth. */
+    {
+        size_t ns[] = {200};
+        Prometheus__ReadResponse *r = any_answer(&a, 1, ns, 30);
+        size_t n = protobuf_c_message_get_packed_size(&r->base);
+        pt_samples e;
+        pt_samples_init(&e, n / 2);
+        is(encode(r, 50, &e), PT_ETOOLARGE, "an answer over its ceiling: PT_ETOOLARGE");
+        pt_samples_free(&e);
+        pt_samples_init(&e, n + 11);
+        is(encode(r, 50, &e), 0, "the same answer within ceiling = its size + the kept room");
+        ok(pt_samples_bytes(&e).n == n, "and it is whole");
+        pt_samples_free(&e);
+    }
+
+    pt_arena_free(&a);
+    return done_testing();
+}
