@@ -87,7 +87,7 @@ LOADGEN_ARGS=(--series "$SERIES" --connections "$CONNECTIONS" --duration "$DURAT
     --pool-mb "$POOL_MB" --start-ms "$START_MS" --churn-percent "$CHURN_PERCENT"
     --churn-every-ms "$CHURN_EVERY_MS")
 
-declare -A RATE P99 ERRS NEWS DISTINCT UTIL PEAK DISK CHECK CMD SRV
+declare -A RATE P99 ERRS NEWS DISTINCT UTIL OTHER PEAK DISK CHECK CMD SRV
 FAILED=0
 SERVER_PID=
 
@@ -138,6 +138,7 @@ run_load() {
     NEWS[$name]=$(field new_series_per_sec "$RESULT")
     DISTINCT[$name]=$(field series_total "$RESULT")
     UTIL[$name]=$(field server_cpu_util "$RESULT")
+    OTHER[$name]=$(field other_cpu_util "$RESULT")
     return 0
 }
 
@@ -297,15 +298,16 @@ echo "host: $(nproc) CPUs ($CPU_MODEL), $(uname -sr); server on CPU $SERVER_CPU,
     "load generator on CPU $LOADGEN_CPU"
 echo
 # new series/s: series sent for the first time per second of the timed phase; distinct:
-# every series sent (warm-up included), what the server must now hold; peak RSS: VmHWM.
-FMT='%-16s %11s %8s %6s %13s %9s %7s %9s %8s  %s\n'
+# every series sent (warm-up included), what the server must now hold; srv CPU: server
+# cores busy; other CPU: cores busy with neither server nor loadgen; peak: VmHWM.
+FMT='%-16s %11s %8s %6s %13s %9s %7s %9s %9s %8s  %s\n'
 # shellcheck disable=SC2059  # the format is a variable on purpose
-printf "$FMT" target samples/s "p99 ms" errors "new series/s" distinct "srv CPU" \
+printf "$FMT" target samples/s "p99 ms" errors "new series/s" distinct "srv CPU" "other CPU" \
     "peak MiB" "disk MiB" check
 for t in $TARGETS; do
     # shellcheck disable=SC2059
     printf "$FMT" "$t" "${RATE[$t]:--}" "${P99[$t]:--}" "${ERRS[$t]:--}" "${NEWS[$t]:--}" \
-        "${DISTINCT[$t]:--}" "${UTIL[$t]:--}" "${PEAK[$t]:--}" "${DISK[$t]:--}" \
+        "${DISTINCT[$t]:--}" "${UTIL[$t]:--}" "${OTHER[$t]:--}" "${PEAK[$t]:--}" "${DISK[$t]:--}" \
         "${CHECK[$t]:-}"
 done
 if ((ROUNDS > 1)); then
@@ -322,6 +324,12 @@ if [[ -n ${RATE[promtable]:-} && -n ${RATE[victoriametrics]:-} ]]; then
         print ""
     }'
 fi
+for t in $TARGETS; do
+    if awk -v o="${OTHER[$t]:-0}" 'BEGIN {exit !(o > 0.1)}'; then
+        echo "warning: other processes kept ${OTHER[$t]} CPUs busy during the $t run;" \
+            "its figures are disturbed"
+    fi
+done
 echo
 echo "commands:"
 for t in $TARGETS; do
