@@ -13,10 +13,26 @@
  * sequence (so warm-up and timed phase continue the same stream of timestamps) and
  * measures latency from the first byte sent to the last byte of the response.
  *
+ * Series churn (--churn-percent P --churn-every-ms M) models pods being replaced, as a
+ * Kubernetes rollout or autoscaling does: the active set stays --series series, but at
+ * every M ms of sample time (the generator's own timestamps, which advance one scrape
+ * interval per pass over the series, much faster than wall time) the next P % of the
+ * series in model order, round robin, are replaced by new ones: their `pod` label (or
+ * `instance`, when a series has no `pod`) gets a generation suffix "-g<n>". Consecutive
+ * series belong to one target, so pods are mostly replaced whole. The distinct series
+ * a receiver must store grow with every step while the active count stays constant.
+ * Churn changes no body's size much and adds no memory beyond one counter per body, but
+ * a churn run must not outrun the pool: a run that sends the pool again re-sends old
+ * series and old timestamps, so size --pool-mb for warm-up + timed phase at the
+ * expected rate (the startup line says how much sample time and how many churn steps
+ * the pool holds). Without the churn options the bodies are byte for byte those of a
+ * build without churn support.
+ *
  * Output: progress on stderr; one "result:" line of key=value pairs on stdout, which
  * bench/run.sh parses. Exit status 0 when every request got a 2xx, 1 when some failed,
  * 2 on bad usage or setup failure.
  */
+#include <assert.h>
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -70,6 +86,8 @@ typedef struct opts {
     uint64_t pool_mb;
     double timeout_s;
     long server_pid;            /* 0: none; else report its CPU time per phase */
+    double churn_percent;       /* of --series replaced per churn step; 0: no churn */
+    uint64_t churn_every_ms;    /* sample time between churn steps */
     int check;
 } opts;
 
@@ -97,6 +115,10 @@ static void usage(FILE *f)
         "                           needs more sends the pool again from the start\n"
         "  --timeout S              per-request socket timeout (default 60)\n"
         "  --server-pid PID         also report the CPU time that process used per phase\n"
+        "  --churn-percent P        series churn: replace P %% of the series (their pod\n"
+        "                           label gets a new generation) at every churn step\n"
+        "  --churn-every-ms M       sample time between churn steps (needed with\n"
+        "                           --churn-percent)\n"
         "  --check                  build the bodies, decode and verify some, send nothing\n";
     fputs(text, f);
 }
@@ -125,8 +147,26 @@ static int parse_secs(const char *s, double *out)
 
 static int parse_opts(int argc, char **argv, opts *o)
 {
-    enum { O_URL = 1, O_SERIES, O_SPR, O_SPS, O_CONN, O_DUR, O_REQ, O_WARM, O_LABELS,
-           O_INTERVAL, O_START, O_POOL, O_TIMEOUT, O_SERVER_PID, O_CHECK, O_HELP };
+    enum {
+        O_URL = 1,
+        O_SERIES,
+        O_SPR,
+        O_SPS,
+        O_CONN,
+        O_DUR,
+        O_REQ,
+        O_WARM,
+        O_LABELS,
+        O_INTERVAL,
+        O_START,
+        O_POOL,
+        O_TIMEOUT,
+        O_SERVER_PID,
+        O_CHURN_PCT,
+        O_CHURN_EVERY,
+        O_CHECK,
+        O_HELP
+    };
     static const struct option lo[] = {
         {"url", required_argument, 0, O_URL},
         {"series", required_argument, 0, O_SERIES},
@@ -142,6 +182,8 @@ static int parse_opts(int argc, char **argv, opts *o)
         {"pool-mb", required_argument, 0, O_POOL},
         {"timeout", required_argument, 0, O_TIMEOUT},
         {"server-pid", required_argument, 0, O_SERVER_PID},
+        {"churn-percent", required_argument, 0, O_CHURN_PCT},
+        {"churn-every-ms", required_argument, 0, O_CHURN_EVERY},
         {"check", no_argument, 0, O_CHECK},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
@@ -182,6 +224,10 @@ static int parse_opts(int argc, char **argv, opts *o)
             bad |= parse_u64(optarg, 1, INT32_MAX, &v);
             o->server_pid = (long)v;
             break;
+        case O_CHURN_PCT:
+            bad |= parse_secs(optarg, &o->churn_percent) || o->churn_percent > 100;
+            break;
+        case O_CHURN_EVERY: bad |= parse_u64(optarg, 1, 86400000, &o->churn_every_ms); break;
         case O_CHECK: o->check = 1; break;
         case O_HELP: usage(stdout); exit(0);
         default: bad = 1;
@@ -202,6 +248,10 @@ static int parse_opts(int argc, char **argv, opts *o)
     }
     if (o->duration_s == 0 && o->requests == 0)
         o->duration_s = 30;
+    if ((o->churn_percent > 0) != (o->churn_every_ms > 0)) {
+        fprintf(stderr, "loadgen: give --churn-percent and --churn-every-ms together\n");
+        return -1;
+    }
     if (o->samples_per_request % o->samples_per_entry) {
         fprintf(stderr, "loadgen: --samples-per-request must be a multiple of "
                         "--samples-per-series\n");
@@ -236,6 +286,16 @@ static uint64_t hash_str(const char *s)
     for (; *s; s++)
         h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
     return h;
+}
+
+static const uint8_t *get_varint(const uint8_t *p, uint64_t *v)
+{
+    uint64_t x = 0;
+    int shift = 0;
+    for (; *p & 0x80; shift += 7)
+        x |= (uint64_t)(*p++ & 0x7f) << shift;
+    *v = x | (uint64_t)*p++ << shift;
+    return p;
 }
 
 static void *xmalloc(size_t n)
@@ -433,6 +493,10 @@ typedef struct series {
      * labels: a body splices it with the samples (see pack_body). */
     uint8_t *blob;
     size_t blob_len;
+    /* The label churn renames, inside blob: its TimeSeries.labels field starts at
+     * churn_at and is churn_len bytes long; its Label.name field starts at churn_name;
+     * its value (Label's last field) is the last churn_vlen bytes of the field. */
+    uint32_t churn_at, churn_len, churn_name, churn_vlen;
     unsigned char kind;
     uint32_t phase_ms;
     double base, step;
@@ -445,6 +509,7 @@ typedef struct model {
     uint64_t total_labels;
     uint64_t max_blob;
     uint64_t targets;
+    uint64_t churn_step; /* series replaced per churn step; 0: no churn */
     bump mem;
 } model;
 
@@ -527,6 +592,32 @@ static const char *pad_value(builder *b, const target *t, const char *container,
     return bump_printf(m, "k8s_%s_%s_%s_%s_0", c, t->podname, t->ns, t->uid);
 }
 
+/* Locates label j of the series' packed labels (see series.churn_at). protobuf-c packs
+ * a Label as name (field 1) then value (field 2); both are non-empty here. */
+static void locate_churn_label(series *s, int j)
+{
+    const uint8_t *p = s->blob;
+    uint64_t len, vlen;
+    for (int i = 0; i < j; i++) {
+        assert(*p == 0x0a);
+        p = get_varint(p + 1, &len);
+        p += len;
+    }
+    s->churn_at = (uint32_t)(p - s->blob);
+    assert(*p == 0x0a);
+    p = get_varint(p + 1, &len);
+    const uint8_t *end = p + len;
+    s->churn_name = (uint32_t)(p - s->blob);
+    assert(*p == 0x0a);
+    p = get_varint(p + 1, &len);
+    p += len;
+    assert(*p == 0x12);
+    p = get_varint(p + 1, &vlen);
+    assert(p + vlen == end);
+    s->churn_len = (uint32_t)(end - s->blob) - s->churn_at;
+    s->churn_vlen = (uint32_t)vlen;
+}
+
 /* Completes the label set of one series (core + dimension labels already pushed) and
  * stores it. Returns 1 when enough series exist. */
 static int emit(builder *b, const target *t, const char *container, unsigned char kind)
@@ -558,6 +649,15 @@ static int emit(builder *b, const target *t, const char *container, unsigned cha
     s->blob_len = prometheus__time_series__get_packed_size(&ts);
     s->blob = bump_alloc(&m->mem, s->blob_len);
     prometheus__time_series__pack(&ts, s->blob);
+    int churned = -1;
+    for (int i = 0; i < b->nl && churned < 0; i++)
+        if (!strcmp(b->l[i].name, "pod"))
+            churned = i;
+    for (int i = 0; i < b->nl && churned < 0; i++)
+        if (!strcmp(b->l[i].name, "instance"))
+            churned = i;
+    assert(churned >= 0); /* every target sets instance */
+    locate_churn_label(s, churned);
     if (s->blob_len > m->max_blob)
         m->max_blob = s->blob_len;
     uint64_t h = mix(m->n * 0x100000001b3ull);
@@ -742,6 +842,11 @@ static void build_model(const opts *o, model *m)
         if (t.is_node ? node_target(&b, &t) : pod_target(&b, &t))
             break;
     }
+    if (o->churn_percent > 0) {
+        m->churn_step = (uint64_t)((double)m->n * o->churn_percent / 100.0 + 0.5);
+        if (m->churn_step < 1)
+            m->churn_step = 1;
+    }
 }
 
 static double sample_value(const series *s, uint64_t round)
@@ -751,6 +856,79 @@ static double sample_value(const series *s, uint64_t round)
     /* A gauge wobbles within +-10 % of its level, with two decimals. */
     double f = 0.9 + (double)(mix(s->seed ^ round) % 2001) / 10000.0;
     return floor(s->base * f * 100.0 + 0.5) / 100.0;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Series churn                                                                         */
+
+#define GEN_SUFFIX_MAX 24
+
+/* How many times churn has replaced series i by the time of pass `pass` over all series
+ * (that pass's first scrape, without the target's phase, so a pass sees one set). Step k
+ * happens at k * --churn-every-ms of sample time and replaces the next churn_step series
+ * in model order, round robin: after k steps, positions [0, k * churn_step) of the
+ * endless cycle over the series have been replaced. */
+static uint64_t generation(const opts *o, const model *m, uint64_t i, uint64_t pass)
+{
+    if (!m->churn_step)
+        return 0;
+    uint64_t k = pass * o->samples_per_entry * o->interval_ms / o->churn_every_ms;
+    uint64_t done = k * m->churn_step;
+    return done > i ? (done - 1 - i) / m->n + 1 : 0;
+}
+
+/* What generation gen appends to the churned label's value; empty for generation 0. */
+static size_t gen_suffix(uint64_t gen, char out[GEN_SUFFIX_MAX])
+{
+    if (!gen)
+        return 0;
+    return (size_t)snprintf(out, GEN_SUFFIX_MAX, "-g%llu", (unsigned long long)gen);
+}
+
+/* Length of the rewritten churn label's Label message for a suffix of sl bytes. */
+static size_t churn_inner_len(const series *s, size_t sl)
+{
+    size_t vlen = s->churn_vlen;
+    size_t name = s->churn_at + s->churn_len - vlen - pt_uvarint_size(vlen) - 1 - s->churn_name;
+    return name + 1 + pt_uvarint_size(vlen + sl) + vlen + sl;
+}
+
+/* Bytes put_labels writes for the series with a value suffix of sl bytes. */
+static size_t labels_len(const series *s, size_t sl)
+{
+    if (!sl)
+        return s->blob_len;
+    size_t inner = churn_inner_len(s, sl);
+    return s->blob_len - s->churn_len + 1 + pt_uvarint_size(inner) + inner;
+}
+
+/* Writes the series' packed labels, the churned label's value followed by the suffix
+ * sfx (sl bytes; none: the blob as it is). Returns the end of what it wrote. */
+static uint8_t *put_labels(uint8_t *p, const series *s, const char *sfx, size_t sl)
+{
+    if (!sl) {
+        memcpy(p, s->blob, s->blob_len);
+        return p + s->blob_len;
+    }
+    const uint8_t *end = s->blob + s->churn_at + s->churn_len;
+    size_t vlen = s->churn_vlen;
+    const uint8_t *value = end - vlen;
+    const uint8_t *name = s->blob + s->churn_name;
+    size_t name_len = (size_t)(value - pt_uvarint_size(vlen) - 1 - name);
+    memcpy(p, s->blob, s->churn_at);
+    p += s->churn_at;
+    *p++ = 0x0a; /* TimeSeries.labels = 1 */
+    p = pt_put_uvarint(p, churn_inner_len(s, sl));
+    memcpy(p, name, name_len);
+    p += name_len;
+    *p++ = 0x12; /* Label.value = 2 */
+    p = pt_put_uvarint(p, vlen + sl);
+    memcpy(p, value, vlen);
+    p += vlen;
+    memcpy(p, sfx, sl);
+    p += sl;
+    memcpy(p, end, (size_t)(s->blob + s->blob_len - end));
+    return p + (s->blob + s->blob_len - end);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -767,6 +945,9 @@ typedef struct pool {
     uint64_t entries_per_body;
     uint64_t samples_per_body;
     int64_t start_ms;
+    /* fresh[b]: distinct series in bodies [0, b) (b <= n): the series a receiver has
+     * seen once it got those bodies. */
+    uint64_t *fresh;
     _Atomic uint64_t next;      /* next body to build */
     _Atomic uint64_t bytes, raw_bytes;
 } pool;
@@ -790,6 +971,8 @@ static void grow(void *pp, size_t *cap, size_t need)
 
 /* Largest encoding of one Sample message: fixed64 value + varint timestamp, tagged. */
 #define SAMPLE_MAX (1 + 8 + 1 + 10)
+/* Largest growth of a series' labels by churn: the suffix and three longer varints. */
+#define CHURN_MAX (GEN_SUFFIX_MAX + 3)
 
 /* Body bi holds entries [bi*E, (bi+1)*E) of one endless stream: entry e is series
  * e % N carrying scrapes (e / N) * M .. + M-1, so each pass over all series is one
@@ -799,19 +982,27 @@ static void grow(void *pp, size_t *cap, size_t need)
  * (repeated fields append), so a TimeSeries is the series' pre-packed labels followed
  * by its samples; only the samples are encoded here, by hand, since running protobuf-c's
  * reflective packer over every label of every entry made building the pool (not the
- * run) take minutes. --check decodes the result with protobuf-c and compares. */
-static void pack_body(const opts *o, const model *m, pool *pl, packer *pk, uint64_t bi)
+ * run) take minutes. --check decodes the result with protobuf-c and compares.
+ *
+ * Returns how many entries carry a series no earlier body carried: a first pass, or a
+ * generation churn gave the series since the previous pass. */
+static uint64_t pack_body(const opts *o, const model *m, pool *pl, packer *pk, uint64_t bi)
 {
-    uint64_t E = pl->entries_per_body, M = o->samples_per_entry;
-    size_t bound = (size_t)(E * (m->max_blob + 1 + 10 + M * (2 + SAMPLE_MAX)));
+    uint64_t E = pl->entries_per_body, M = o->samples_per_entry, fresh = 0;
+    size_t bound = (size_t)(E * (m->max_blob + CHURN_MAX + 1 + 10 + M * (2 + SAMPLE_MAX)));
     grow(&pk->raw, &pk->rawcap, bound);
     uint8_t *p = pk->raw;
     for (uint64_t j = 0; j < E; j++) {
         uint64_t e = bi * E + j;
         const series *s = &m->s[e % m->n];
         uint64_t group = e / m->n;
+        uint64_t gen = generation(o, m, e % m->n, group);
+        if (!group || gen != generation(o, m, e % m->n, group - 1))
+            fresh++;
+        char sfx[GEN_SUFFIX_MAX];
+        size_t sl = gen_suffix(gen, sfx);
         uint8_t smp[SAMPLE_MAX];
-        size_t ts_len = s->blob_len;
+        size_t ts_len = labels_len(s, sl);
         for (uint64_t k = 0; k < M; k++) {
             uint64_t round = group * M + k;
             int64_t t = pl->start_ms + (int64_t)(round * o->interval_ms) + s->phase_ms;
@@ -819,8 +1010,7 @@ static void pack_body(const opts *o, const model *m, pool *pl, packer *pk, uint6
         }
         *p++ = 0x0a; /* WriteRequest.timeseries = 1, length-delimited */
         p = pt_put_uvarint(p, ts_len);
-        memcpy(p, s->blob, s->blob_len);
-        p += s->blob_len;
+        p = put_labels(p, s, sfx, sl);
         for (uint64_t k = 0; k < M; k++) {
             uint64_t round = group * M + k;
             int64_t t = pl->start_ms + (int64_t)(round * o->interval_ms) + s->phase_ms;
@@ -852,6 +1042,7 @@ static void pack_body(const opts *o, const model *m, pool *pl, packer *pk, uint6
     pl->b[bi].n = zlen;
     atomic_fetch_add(&pl->bytes, zlen);
     atomic_fetch_add(&pl->raw_bytes, raw);
+    return fresh;
 }
 
 typedef struct build_arg {
@@ -868,7 +1059,7 @@ static void *build_thread(void *arg)
         uint64_t bi = atomic_fetch_add(&a->pl->next, 1);
         if (bi >= a->pl->n)
             break;
-        pack_body(a->o, a->m, a->pl, &pk, bi);
+        a->pl->fresh[bi + 1] = pack_body(a->o, a->m, a->pl, &pk, bi);
     }
     free(pk.raw);
     free(pk.z);
@@ -896,7 +1087,7 @@ static void build_pool(const opts *o, const model *m, pool *pl)
     packer pk = {0};
     body first;
     pl->b = &first;
-    pack_body(o, m, pl, &pk, 0);
+    uint64_t fresh0 = pack_body(o, m, pl, &pk, 0);
     free(pk.raw);
     free(pk.z);
 
@@ -917,6 +1108,9 @@ static void build_pool(const opts *o, const model *m, pool *pl)
     pl->n = n;
     pl->b = xmalloc(sizeof(*pl->b) * n);
     pl->b[0] = first;
+    pl->fresh = xmalloc(sizeof(*pl->fresh) * (n + 1));
+    pl->fresh[0] = 0;
+    pl->fresh[1] = fresh0;
     atomic_store(&pl->next, 1);
 
     cpu_set_t cs;
@@ -936,6 +1130,15 @@ static void build_pool(const opts *o, const model *m, pool *pl)
     build_thread(&a);
     for (int i = 0; i < started; i++)
         pthread_join(th[i], NULL);
+    for (uint64_t i = 1; i <= n; i++)
+        pl->fresh[i] += pl->fresh[i - 1];
+}
+
+/* Distinct series in the first `bodies` bodies of the stream. A run longer than the
+ * pool sends it again from the start, which adds none. */
+static uint64_t series_sent(const pool *pl, uint64_t bodies)
+{
+    return pl->fresh[bodies < pl->n ? bodies : pl->n];
 }
 
 /* Byte order of two label fields, shorter first on a common prefix. */
@@ -976,15 +1179,18 @@ static int check_body(const opts *o, const model *m, const pool *pl, uint64_t bi
         }
         uint64_t e = bi * pl->entries_per_body + i;
         const series *s = &m->s[e % m->n];
+        char sfx[GEN_SUFFIX_MAX];
+        size_t sl = gen_suffix(generation(o, m, e % m->n, e / m->n), sfx);
         Prometheus__TimeSeries lo = PROMETHEUS__TIME_SERIES__INIT;
         lo.n_labels = ts->n_labels;
         lo.labels = ts->labels;
-        uint8_t again[4096];
-        if (prometheus__time_series__get_packed_size(&lo) != s->blob_len ||
-            s->blob_len > sizeof again)
+        uint8_t again[4096], want[4096];
+        size_t want_len = labels_len(s, sl);
+        if (prometheus__time_series__get_packed_size(&lo) != want_len || want_len > sizeof again)
             goto out;
         prometheus__time_series__pack(&lo, again);
-        if (memcmp(again, s->blob, s->blob_len))
+        put_labels(want, s, sfx, sl);
+        if (memcmp(again, want, want_len))
             goto out;
         for (size_t j = 0; j < ts->n_samples; j++) {
             uint64_t round = e / m->n * o->samples_per_entry + j;
@@ -1442,6 +1648,11 @@ static uint64_t run_phase(run *r, conn *conns, const char *tag, FILE *f)
             (unsigned long long)samples, elapsed,
             (double)(seq0 + sent) / (double)r->pl->n,
             (unsigned long long)atomic_load(&r->ok_samples));
+    /* Series sent for the first time, counted when sent (a failed request's too). */
+    uint64_t fresh = series_sent(r->pl, seq0 + sent) - series_sent(r->pl, seq0);
+    fprintf(f, " series_total=%llu new_series=%llu new_series_per_sec=%.0f",
+            (unsigned long long)series_sent(r->pl, seq0 + sent), (unsigned long long)fresh,
+            elapsed > 0 ? (double)fresh / elapsed : 0);
     if (cpu0 >= 0 && cpu1 >= 0) {
         double cpu = cpu1 - cpu0;
         fprintf(f, " server_cpu_s=%.2f server_cpu_util=%.2f samples_per_server_cpu_s=%.0f", cpu,
@@ -1467,6 +1678,7 @@ static void free_pool(pool *pl)
     for (uint64_t i = 0; i < pl->n; i++)
         free(pl->b[i].p);
     free(pl->b);
+    free(pl->fresh);
 }
 
 /* Sends the pool: an optional warm-up, then the timed phase. Returns the exit status. */
@@ -1506,6 +1718,9 @@ static int send_load(const opts *o, const endpoint *ep, const model *m, const po
     r.deadline_ns = o->requests ? 0 : now_ns() + (uint64_t)(o->duration_s * 1e9);
     r.seq_limit = o->requests ? atomic_load(&r.seq) + o->requests : UINT64_MAX;
     rv = run_phase(&r, conns, "result:", stdout) ? 1 : 0;
+    if (m->churn_step && atomic_load(&r.seq) > pl->n)
+        fprintf(stderr, "loadgen: warning: the run sent the pool again from the start, old "
+                        "series with old timestamps: churn stopped; raise --pool-mb\n");
 out:
     for (uint64_t i = 0; i < opened; i++)
         conn_close(&conns[i]);
@@ -1547,6 +1762,18 @@ int main(int argc, char **argv)
             (double)pl.raw_bytes / (double)pl.n / 1024.0,
             (unsigned long long)(pl.n * pl.samples_per_body / m.n),
             (long long)pl.start_ms, (double)(t2 - t1) / 1e9);
+    uint64_t passes = pl.n * pl.entries_per_body / m.n;
+    if (m.churn_step) {
+        uint64_t span_ms = passes * o.samples_per_entry * o.interval_ms;
+        fprintf(stderr,
+                "loadgen: churn: %llu series replaced every %llu ms of sample time; the pool "
+                "spans %llu passes, %.0f s of sample time, %llu churn steps, %llu distinct "
+                "series\n",
+                (unsigned long long)m.churn_step, (unsigned long long)o.churn_every_ms,
+                (unsigned long long)passes, (double)span_ms / 1e3,
+                (unsigned long long)(span_ms / o.churn_every_ms),
+                (unsigned long long)series_sent(&pl, pl.n));
+    }
 
     if (o.check) {
         int bad = check_body(&o, &m, &pl, 0, 1) || check_body(&o, &m, &pl, pl.n - 1, 1);

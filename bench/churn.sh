@@ -1,0 +1,339 @@
+#!/usr/bin/env bash
+# Series-churn ingest benchmark: promtable on its embedded store vs VictoriaMetrics (single
+# node) under Kubernetes-style pod churn, both fed the same load by build/bench/loadgen.
+#
+# The active set stays $SERIES series, but every $CHURN_EVERY_MS ms of *sample time* the
+# next $CHURN_PERCENT % of them are replaced by new series (their pod label gets a new
+# generation; see loadgen's header). loadgen sends sample time much faster than wall time
+# (one scrape interval per pass over the series), so a 60 s run goes through many churn
+# steps: at ~650,000 samples/s and 100,000 series, about 100 s of sample time per second,
+# one 2-minute step every ~1.2 s. What a receiver pays for new series (index rows, series
+# lookups, memory per series) is in the figure, which the plain benchmark (bench/run.sh)
+# keeps out by warming up.
+#
+# Same conventions as bench/run.sh: each server runs alone on CPU $SERVER_CPU, the load
+# generator on CPU $LOADGEN_CPU, on a fresh data directory and a free loopback port; the
+# load generator pre-builds its bodies, warms up (one pass over the first active set),
+# then runs the timed phase. Afterwards the script checks that every distinct series sent
+# is stored: VictoriaMetrics's /api/v1/series/count, and for promtable one streamed remote
+# read of every series over the whole sample range (build/bench/readbench) next to its
+# samples counter.
+#
+# Memory: the pool of pre-built bodies must cover warm-up + timed phase (a run that sends
+# the pool again re-sends old series, and churn stops): about 36 KiB per 1000 samples, so
+# 70 s at 700,000 samples/s needs ~1.7 GiB (POOL_MB). The check fails when it wrapped.
+#
+# Usage: bench/churn.sh          (environment variables below change the load)
+#        SERIES=20000 DURATION=20 bench/churn.sh
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source-path=SCRIPTDIR source=../tests/e2e/lib.sh
+. "$ROOT/tests/e2e/lib.sh"
+
+BUILD_DIR=${BUILD_DIR:-$ROOT/build-bench}
+SKIP_BUILD=${SKIP_BUILD:-0}                  # 1: use the binaries already in $BUILD_DIR
+TARGETS=${TARGETS:-"promtable victoriametrics"}
+SERIES=${SERIES:-100000}                     # active series at any time
+CHURN_PERCENT=${CHURN_PERCENT:-10}           # of the active series replaced per step
+CHURN_EVERY_MS=${CHURN_EVERY_MS:-120000}     # sample time between churn steps
+CONNECTIONS=${CONNECTIONS:-8}
+DURATION=${DURATION:-60}                     # seconds, timed phase
+WARMUP=${WARMUP:-10}                         # seconds, at least one pass over all series
+SAMPLES_PER_REQUEST=${SAMPLES_PER_REQUEST:-2000}
+LABELS=${LABELS:-10}
+POOL_MB=${POOL_MB:-2048}
+SERVER_CPU=${SERVER_CPU:-0}
+LOADGEN_CPU=${LOADGEN_CPU:-1}
+VM_BIN=${VM_BIN:-$(command -v victoria-metrics || echo /usr/bin/victoria-metrics)}
+PROMTABLE_ARGS=${PROMTABLE_ARGS:-}           # extra flags for promtable
+VM_ARGS=${VM_ARGS:-}                         # extra flags for VictoriaMetrics
+READ_CHECK=${READ_CHECK:-1}                  # 0: skip promtable's remote read count
+KEEP=${KEEP:-0}                              # 1: keep the work directory (logs, data)
+ROUNDS=${ROUNDS:-1}                          # runs of every target, alternating; medians
+                                             # are reported (other columns: last round)
+export PT_KEEP_TMP=$KEEP
+
+log() { printf '%s\n' "$*" >&2; }
+
+# field NAME LINE: the value of NAME=... in a result line.
+field() { sed -n "s/.*[ :]$1=\([^ ]*\).*/\1/p" <<<"$2"; }
+
+# median LIST: the median of whitespace-separated numbers (the lower middle for an even
+# count).
+median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+
+pt_mktemp WORK promtable-churn
+if [[ $SKIP_BUILD != 1 ]]; then
+    log "+ cmake -S $ROOT -B $BUILD_DIR -DCMAKE_BUILD_TYPE=Release && cmake --build ..."
+    { cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release &&
+        cmake --build "$BUILD_DIR" -j2 --target promtable loadgen readbench; } \
+        >"$WORK/build.log" 2>&1 || { tail -n 30 "$WORK/build.log" >&2; exit 1; }
+fi
+LOADGEN=$BUILD_DIR/bench/loadgen
+READBENCH=$BUILD_DIR/bench/readbench
+PROMTABLE=$BUILD_DIR/promtable
+[[ -x $LOADGEN ]] || { log "missing $LOADGEN"; exit 1; }
+if [[ $(nproc) -lt 2 ]]; then
+    log "warning: fewer than 2 CPUs; server and load generator share a core"
+fi
+
+# The first scrape, as loadgen would pick it (now - 24 h, on the hour), given explicitly
+# so the read check knows the range every series lies in.
+# shellcheck disable=SC2017  # truncating to the hour is the point
+START_MS=$((($(date +%s) - 86400) / 3600 * 3600000))
+LOADGEN_ARGS=(--series "$SERIES" --connections "$CONNECTIONS" --duration "$DURATION"
+    --warmup "$WARMUP" --samples-per-request "$SAMPLES_PER_REQUEST" --labels "$LABELS"
+    --pool-mb "$POOL_MB" --start-ms "$START_MS" --churn-percent "$CHURN_PERCENT"
+    --churn-every-ms "$CHURN_EVERY_MS")
+
+declare -A RATE P99 ERRS NEWS DISTINCT UTIL OTHER PEAK DISK CHECK CMD SRV
+FAILED=0
+SERVER_PID=
+
+# start_server NAME URL-TO-POLL CMD... ; sets SERVER_PID, returns 1 if it never got ready.
+start_server() {
+    local name=$1 ready=$2
+    shift 2
+    SRV[$name]="taskset -c $SERVER_CPU $*"
+    log "+ ${SRV[$name]}"
+    pt_spawn "$WORK/$name.log" taskset -c "$SERVER_CPU" "$@"
+    SERVER_PID=$PT_PID
+    pt_wait_http "$ready" 30 "$SERVER_PID" && return 0
+    log "$name did not get ready; its log:"
+    tail -n 20 "$WORK/$name.log" >&2 || true
+    stop_server
+    return 1
+}
+
+# Graceful stop (SIGTERM: both servers flush), then SIGKILL after 60 s.
+stop_server() {
+    pt_stop "$SERVER_PID" 60 || true
+    SERVER_PID=
+}
+
+# The running server's peak resident memory (VmHWM), MiB.
+peak_rss_mib() { awk '/^VmHWM:/ {printf "%d", $2 / 1024}' "/proc/$SERVER_PID/status" 2>/dev/null || echo -; }
+
+# run_load NAME URL: runs the load generator; sets RESULT to its result line.
+run_load() {
+    local name=$1 url=$2 rc
+    local args=(--url "$url" "${LOADGEN_ARGS[@]}" --server-pid "$SERVER_PID")
+    CMD[$name]="taskset -c $LOADGEN_CPU $LOADGEN ${args[*]}"
+    log "+ ${CMD[$name]}"
+    # stdout (the result line) to a file, progress to the terminal and a log.
+    set +e
+    taskset -c "$LOADGEN_CPU" "$LOADGEN" "${args[@]}" 2>&1 >"$WORK/$name.result" |
+        tee "$WORK/$name.loadgen.log" >&2
+    rc=${PIPESTATUS[0]}
+    set -e
+    RESULT=$(grep '^result:' "$WORK/$name.result" || true)
+    if [[ -z $RESULT ]]; then
+        log "$name: the load generator failed (exit $rc)"
+        return 1
+    fi
+    RATE[$name]=$(field samples_per_sec "$RESULT")
+    P99[$name]=$(field p99_ms "$RESULT")
+    ERRS[$name]=$(field errors "$RESULT")
+    NEWS[$name]=$(field new_series_per_sec "$RESULT")
+    DISTINCT[$name]=$(field series_total "$RESULT")
+    UTIL[$name]=$(field server_cpu_util "$RESULT")
+    OTHER[$name]=$(field other_cpu_util "$RESULT")
+    return 0
+}
+
+# common_check NAME: what both targets must pass; sets CHECK[NAME] on failure.
+common_check() {
+    local name=$1
+    if [[ ${ERRS[$name]} != 0 ]]; then
+        CHECK[$name]="FAILED: ${ERRS[$name]} request errors"
+    elif awk -v p="$(field pool_passes "$RESULT")" 'BEGIN {exit !(p > 1)}'; then
+        CHECK[$name]="FAILED: the run outran the pool (churn stopped); raise POOL_MB"
+    else
+        return 0
+    fi
+    return 1
+}
+
+bench_promtable() {
+    local port dir base
+    if [[ ! -x $PROMTABLE ]]; then
+        CHECK[promtable]="not built ($PROMTABLE)"
+        return 1
+    fi
+    pt_free_port port
+    dir=$WORK/promtable-data
+    rm -rf "$dir" && mkdir -p "$dir"
+    base=http://127.0.0.1:$port
+    # The read limits are lifted only so the check below can read every series.
+    # shellcheck disable=SC2086  # PROMTABLE_ARGS is a list of flags
+    start_server promtable "$base/-/ready" "$PROMTABLE" --web.listen-address="127.0.0.1:$port" \
+        --storage.embedded.path="$dir" --read.max-series=0 --read.max-samples=0 \
+        $PROMTABLE_ARGS || { CHECK[promtable]="did not start"; return 1; }
+    run_load promtable "$base/api/v1/write" ||
+        { stop_server; CHECK[promtable]="no result"; return 1; }
+    PEAK[promtable]=$(peak_rss_mib)
+
+    # promtable answers 2xx only after the store acknowledged the batch; its counter must
+    # agree, and a remote read of the whole range must find every distinct series.
+    local sent got want r series=-
+    sent=$(field total_ok_samples "$RESULT")
+    want=${DISTINCT[promtable]}
+    curl -s "$base/metrics" >"$WORK/promtable.metrics"
+    got=$(pt_metric_sum "$WORK/promtable.metrics" promtable_samples_received_total)
+    if [[ $READ_CHECK == 1 && -x $READBENCH ]]; then
+        log "+ $READBENCH --streamed --requests 1 --warmup 0 (every series, whole range)"
+        r=$(taskset -c "$LOADGEN_CPU" "$READBENCH" --url "$base/api/v1/read" --streamed \
+            --requests 1 --warmup 0 --start-ms "$START_MS" --end-ms "$(($(date +%s) * 1000))" \
+            '__name__=~.+' 2>>"$WORK/readbench.log") || true
+        series=$(field series "$r")
+        log "  $r"
+    fi
+    if ! common_check promtable; then
+        :
+    elif awk -v g="$got" -v s="$sent" 'BEGIN {exit !(g < s)}'; then
+        CHECK[promtable]="FAILED: promtable_samples_received_total=$got < sent $sent"
+    elif [[ $series != - && $series != "$want" ]]; then
+        CHECK[promtable]="FAILED: remote read found ${series:-no} series, sent $want"
+    else
+        CHECK[promtable]="ok: samples_received_total=$got, sent $sent"
+        [[ $series == - ]] || CHECK[promtable]+="; remote read: $series series, sent $want"
+    fi
+    stop_server
+    DISK[promtable]=$(du -sm "$dir" | cut -f1)
+    [[ ${CHECK[promtable]} == ok* ]]
+}
+
+bench_victoriametrics() {
+    local port dir base
+    if [[ ! -x $VM_BIN ]]; then
+        CHECK[victoriametrics]="not installed ($VM_BIN)"
+        return 1
+    fi
+    pt_free_port port
+    dir=$WORK/vm-data
+    rm -rf "$dir"
+    base=http://127.0.0.1:$port
+    # Query limits are raised only so the check below can count every series (churn
+    # makes many times $SERIES); ingest flags stay at their defaults.
+    # shellcheck disable=SC2086  # VM_ARGS is a list of flags
+    start_server victoriametrics "$base/health" "$VM_BIN" -httpListenAddr="127.0.0.1:$port" \
+        -storageDataPath="$dir" -search.maxUniqueTimeseries=$((SERIES * 200 + 1000)) \
+        $VM_ARGS || { CHECK[victoriametrics]="did not start"; return 1; }
+    run_load victoriametrics "$base/api/v1/write" ||
+        { stop_server; CHECK[victoriametrics]="no result"; return 1; }
+    PEAK[victoriametrics]=$(peak_rss_mib)
+
+    # Make the freshly written samples searchable, then count what a query sees.
+    local sent want series samples ignored
+    sent=$(field total_ok_samples "$RESULT")
+    want=${DISTINCT[victoriametrics]}
+    curl -s -o /dev/null "$base/internal/force_flush"
+    series=$(curl -s "$base/api/v1/series/count" | sed -n 's/.*"data":\[\([0-9]*\)\].*/\1/p')
+    samples=$(curl -s "$base/api/v1/query" --data-urlencode "time=$(date +%s)" \
+        --data-urlencode 'query=sum(count_over_time({__name__=~".+"}[3d]))' |
+        sed -n 's/.*"value":\[[0-9.]*,"\([0-9]*\)"\].*/\1/p')
+    curl -s "$base/metrics" >"$WORK/vm.metrics"
+    ignored=$(pt_metric_sum "$WORK/vm.metrics" vm_rows_ignored_total)
+    if ! common_check victoriametrics; then
+        :
+    elif [[ -z $series || -z $samples ]]; then
+        CHECK[victoriametrics]="FAILED: could not count stored data"
+    elif [[ $series -ne $want || $ignored != 0 ]]; then
+        CHECK[victoriametrics]="FAILED: $series series stored (sent $want), $ignored rows ignored"
+    elif [[ $samples -ne $sent ]]; then
+        CHECK[victoriametrics]="FAILED: $samples samples queryable, sent $sent"
+    else
+        CHECK[victoriametrics]="ok: $series series, $samples samples queryable, as sent"
+    fi
+    stop_server
+    DISK[victoriametrics]=$(du -sm "$dir" | cut -f1)
+    [[ ${CHECK[victoriametrics]} == ok* ]]
+}
+
+# ---------------------------------------------------------------------------------------
+declare -A ALL_RATE ALL_NEWS ALL_P99 ALL_PEAK
+log "work directory: $WORK"
+for ((round = 1; round <= ROUNDS; round++)); do
+    for t in $TARGETS; do
+        log ""
+        log "=== $t (round $round of $ROUNDS)"
+        case $t in
+        promtable) bench_promtable || FAILED=1 ;;
+        victoriametrics) bench_victoriametrics || FAILED=1 ;;
+        *) log "unknown target $t"; FAILED=1 ;;
+        esac
+        ALL_RATE[$t]+=" ${RATE[$t]:-}"
+        ALL_NEWS[$t]+=" ${NEWS[$t]:-}"
+        ALL_P99[$t]+=" ${P99[$t]:-}"
+        ALL_PEAK[$t]+=" ${PEAK[$t]:-}"
+    done
+done
+# The figures below are the medians over the rounds; the rounds alternate the targets, so
+# a slow spell of the host hits both.
+if ((ROUNDS > 1)); then
+    for t in $TARGETS; do
+        RATE[$t]=$(median "${ALL_RATE[$t]}")
+        NEWS[$t]=$(median "${ALL_NEWS[$t]}")
+        P99[$t]=$(median "${ALL_P99[$t]}")
+        PEAK[$t]=$(median "${ALL_PEAK[$t]}")
+    done
+fi
+
+# The Debian build prints an empty -version; the package version says it.
+VM_VERSION=$("$VM_BIN" -version 2>/dev/null | head -n 1 || true)
+if [[ -z $VM_VERSION ]]; then
+    VM_VERSION=$(dpkg-query -W -f '${Version}' victoria-metrics 2>/dev/null || echo unknown)
+fi
+PT_VERSION=$("$PROMTABLE" --version 2>/dev/null || echo "promtable (not built)")
+COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo none)
+CPU_MODEL=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
+echo
+echo "churn benchmark: $SERIES active series, $CHURN_PERCENT % replaced every" \
+    "${CHURN_EVERY_MS} ms of sample time, $LABELS labels/series, $SAMPLES_PER_REQUEST" \
+    "samples/request, $CONNECTIONS connections, ${WARMUP}s warm-up + ${DURATION}s timed," \
+    "$ROUNDS round(s), medians"
+echo "$PT_VERSION (commit $COMMIT), VictoriaMetrics $VM_VERSION"
+echo "host: $(nproc) CPUs ($CPU_MODEL), $(uname -sr); server on CPU $SERVER_CPU," \
+    "load generator on CPU $LOADGEN_CPU"
+echo
+# new series/s: series sent for the first time per second of the timed phase; distinct:
+# every series sent (warm-up included), what the server must now hold; srv CPU: server
+# cores busy; other CPU: cores busy with neither server nor loadgen; peak: VmHWM.
+FMT='%-16s %11s %8s %6s %13s %9s %7s %9s %9s %8s  %s\n'
+# shellcheck disable=SC2059  # the format is a variable on purpose
+printf "$FMT" target samples/s "p99 ms" errors "new series/s" distinct "srv CPU" "other CPU" \
+    "peak MiB" "disk MiB" check
+for t in $TARGETS; do
+    # shellcheck disable=SC2059
+    printf "$FMT" "$t" "${RATE[$t]:--}" "${P99[$t]:--}" "${ERRS[$t]:--}" "${NEWS[$t]:--}" \
+        "${DISTINCT[$t]:--}" "${UTIL[$t]:--}" "${OTHER[$t]:--}" "${PEAK[$t]:--}" "${DISK[$t]:--}" \
+        "${CHECK[$t]:-}"
+done
+if ((ROUNDS > 1)); then
+    for t in $TARGETS; do
+        echo "$t by round: samples/s${ALL_RATE[$t]}; new series/s${ALL_NEWS[$t]};" \
+            "p99 ms${ALL_P99[$t]}; peak MiB${ALL_PEAK[$t]}"
+    done
+fi
+if [[ -n ${RATE[promtable]:-} && -n ${RATE[victoriametrics]:-} ]]; then
+    awk -v a="${RATE[promtable]}" -v b="${RATE[victoriametrics]}" \
+        -v c="${PEAK[promtable]:-0}" -v d="${PEAK[victoriametrics]:-0}" 'BEGIN {
+        if (b > 0) printf "\nratio promtable/VictoriaMetrics: %.2f (samples/s)", a / b
+        if (c > 0 && d > 0) printf ", %.2f (peak RSS)", c / d
+        print ""
+    }'
+fi
+for t in $TARGETS; do
+    if awk -v o="${OTHER[$t]:-0}" 'BEGIN {exit !(o > 0.1)}'; then
+        echo "warning: other processes kept ${OTHER[$t]} CPUs busy during the $t run;" \
+            "its figures are disturbed"
+    fi
+done
+echo
+echo "commands:"
+for t in $TARGETS; do
+    if [[ -n ${SRV[$t]:-} ]]; then echo "  $t server: ${SRV[$t]}"; fi
+    if [[ -n ${CMD[$t]:-} ]]; then echo "  $t load:   ${CMD[$t]}"; fi
+done
+exit "$FAILED"
