@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2317  # bench_<target> and what they call run from run_rounds (bench/lib.sh)
 # Series-churn ingest benchmark: promtable on its embedded store vs VictoriaMetrics (single
 # node) under Kubernetes-style pod churn, both fed the same load by build/bench/loadgen.
 #
@@ -30,6 +31,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source-path=SCRIPTDIR source=../tests/e2e/lib.sh
 . "$ROOT/tests/e2e/lib.sh"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$ROOT/bench/lib.sh"
 
 BUILD_DIR=${BUILD_DIR:-$ROOT/build-bench}
 SKIP_BUILD=${SKIP_BUILD:-0}                  # 1: use the binaries already in $BUILD_DIR
@@ -58,10 +61,6 @@ log() { printf '%s\n' "$*" >&2; }
 
 # field NAME LINE: the value of NAME=... in a result line.
 field() { sed -n "s/.*[ :]$1=\([^ ]*\).*/\1/p" <<<"$2"; }
-
-# median LIST: the median of whitespace-separated numbers (the lower middle for an even
-# count).
-median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
 
 pt_mktemp WORK promtable-churn
 if [[ $SKIP_BUILD != 1 ]]; then
@@ -112,8 +111,6 @@ stop_server() {
     SERVER_PID=
 }
 
-# The running server's peak resident memory (VmHWM), MiB.
-peak_rss_mib() { awk '/^VmHWM:/ {printf "%d", $2 / 1024}' "/proc/$SERVER_PID/status" 2>/dev/null || echo -; }
 
 # run_load NAME URL: runs the load generator; sets RESULT to its result line.
 run_load() {
@@ -252,51 +249,12 @@ bench_victoriametrics() {
 }
 
 # ---------------------------------------------------------------------------------------
-declare -A ALL_RATE ALL_NEWS ALL_P99 ALL_PEAK
 log "work directory: $WORK"
-for ((round = 1; round <= ROUNDS; round++)); do
-    for t in $TARGETS; do
-        log ""
-        log "=== $t (round $round of $ROUNDS)"
-        case $t in
-        promtable) bench_promtable || FAILED=1 ;;
-        victoriametrics) bench_victoriametrics || FAILED=1 ;;
-        *) log "unknown target $t"; FAILED=1 ;;
-        esac
-        ALL_RATE[$t]+=" ${RATE[$t]:-}"
-        ALL_NEWS[$t]+=" ${NEWS[$t]:-}"
-        ALL_P99[$t]+=" ${P99[$t]:-}"
-        ALL_PEAK[$t]+=" ${PEAK[$t]:-}"
-    done
-done
-# The figures below are the medians over the rounds; the rounds alternate the targets, so
-# a slow spell of the host hits both.
-if ((ROUNDS > 1)); then
-    for t in $TARGETS; do
-        RATE[$t]=$(median "${ALL_RATE[$t]}")
-        NEWS[$t]=$(median "${ALL_NEWS[$t]}")
-        P99[$t]=$(median "${ALL_P99[$t]}")
-        PEAK[$t]=$(median "${ALL_PEAK[$t]}")
-    done
-fi
-
-# The Debian build prints an empty -version; the package version says it.
-VM_VERSION=$("$VM_BIN" -version 2>/dev/null | head -n 1 || true)
-if [[ -z $VM_VERSION ]]; then
-    VM_VERSION=$(dpkg-query -W -f '${Version}' victoria-metrics 2>/dev/null || echo unknown)
-fi
-PT_VERSION=$("$PROMTABLE" --version 2>/dev/null || echo "promtable (not built)")
-COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo none)
-CPU_MODEL=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
-echo
-echo "churn benchmark: $SERIES active series, $CHURN_PERCENT % replaced every" \
+run_rounds RATE NEWS P99 PEAK
+print_header "churn benchmark: $SERIES active series, $CHURN_PERCENT % replaced every" \
     "${CHURN_EVERY_MS} ms of sample time, $LABELS labels/series, $SAMPLES_PER_REQUEST" \
     "samples/request, $CONNECTIONS connections, ${WARMUP}s warm-up + ${DURATION}s timed," \
     "$ROUNDS round(s), medians"
-echo "$PT_VERSION (commit $COMMIT), VictoriaMetrics $VM_VERSION"
-echo "host: $(nproc) CPUs ($CPU_MODEL), $(uname -sr); server on CPU $SERVER_CPU," \
-    "load generator on CPU $LOADGEN_CPU"
-echo
 # new series/s: series sent for the first time per second of the timed phase; distinct:
 # every series sent (warm-up included), what the server must now hold; srv CPU: server
 # cores busy; other CPU: cores busy with neither server nor loadgen; peak: VmHWM.
@@ -312,8 +270,9 @@ for t in $TARGETS; do
 done
 if ((ROUNDS > 1)); then
     for t in $TARGETS; do
-        echo "$t by round: samples/s${ALL_RATE[$t]}; new series/s${ALL_NEWS[$t]};" \
-            "p99 ms${ALL_P99[$t]}; peak MiB${ALL_PEAK[$t]}"
+        echo "$t by round: samples/s${ROUND_VALUES[RATE|$t]};" \
+            "new series/s${ROUND_VALUES[NEWS|$t]}; p99 ms${ROUND_VALUES[P99|$t]};" \
+            "peak MiB${ROUND_VALUES[PEAK|$t]}"
     done
 fi
 if [[ -n ${RATE[promtable]:-} && -n ${RATE[victoriametrics]:-} ]]; then

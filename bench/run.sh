@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2317  # bench_<target> and what they call run from run_rounds (bench/lib.sh)
 # Ingest benchmark: promtable on its embedded store vs VictoriaMetrics (single node), both
 # fed the same Prometheus remote_write load by build/bench/loadgen.
 #
@@ -12,6 +13,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$ROOT/bench/lib.sh"
 BUILD_DIR=${BUILD_DIR:-$ROOT/build-bench}
 SKIP_BUILD=${SKIP_BUILD:-0}                  # 1: use the binaries already in $BUILD_DIR
 TARGETS=${TARGETS:-"promtable victoriametrics"}
@@ -160,8 +163,6 @@ run_load() {
     return 0
 }
 
-# The running server's peak resident memory (VmHWM), MiB.
-peak_rss_mib() { awk '/^VmHWM:/ {printf "%d", $2 / 1024}' "/proc/$SERVER_PID/status" 2>/dev/null || echo -; }
 
 bench_promtable() {
     local port dir base
@@ -254,50 +255,11 @@ bench_victoriametrics() {
 }
 
 # ---------------------------------------------------------------------------------------
-# median LIST: the median of whitespace-separated numbers (the lower middle for an even
-# count).
-median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
-
-declare -A ALL_RATE ALL_PERCPU
 log "work directory: $WORK"
-for ((round = 1; round <= ROUNDS; round++)); do
-    for t in $TARGETS; do
-        log ""
-        log "=== $t (round $round of $ROUNDS)"
-        case $t in
-        promtable) bench_promtable || FAILED=1 ;;
-        victoriametrics) bench_victoriametrics || FAILED=1 ;;
-        *) log "unknown target $t"; FAILED=1 ;;
-        esac
-        ALL_RATE[$t]+=" ${RATE[$t]:-}"
-        ALL_PERCPU[$t]+=" ${PERCPU[$t]:-}"
-    done
-done
-# The figures below are the medians over the rounds; the rounds alternate the targets, so
-# a slow spell of the host hits both.
-if ((ROUNDS > 1)); then
-    for t in $TARGETS; do
-        RATE[$t]=$(median "${ALL_RATE[$t]}")
-        PERCPU[$t]=$(median "${ALL_PERCPU[$t]}")
-    done
-fi
-
-# The Debian build prints an empty -version; the package version says it.
-VM_VERSION=$("$VM_BIN" -version 2>/dev/null | head -n 1 || true)
-if [[ -z $VM_VERSION ]]; then
-    VM_VERSION=$(dpkg-query -W -f '${Version}' victoria-metrics 2>/dev/null || echo unknown)
-fi
-PT_VERSION=$("$PROMTABLE" --version 2>/dev/null || echo "promtable (not built)")
-COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo none)
-CPU_MODEL=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
-echo
-echo "ingest benchmark: $SERIES series, $LABELS labels/series, $SAMPLES_PER_REQUEST" \
+run_rounds RATE PERCPU
+print_header "ingest benchmark: $SERIES series, $LABELS labels/series, $SAMPLES_PER_REQUEST" \
     "samples/request, $CONNECTIONS connections, ${WARMUP}s warm-up + ${DURATION}s timed," \
     "$ROUNDS round(s), medians"
-echo "$PT_VERSION (commit $COMMIT), VictoriaMetrics $VM_VERSION"
-echo "host: $(nproc) CPUs ($CPU_MODEL), $(uname -sr); server on CPU $SERVER_CPU," \
-    "load generator on CPU $LOADGEN_CPU"
-echo
 # samples/CPU-s: samples per second of server CPU time (all its threads) in the timed
 # phase; srv CPU: server cores busy; other CPU: cores busy with neither server nor loadgen.
 FMT='%-16s %11s %8s %6s %13s %7s %9s %8s %8s  %s\n'
@@ -311,7 +273,7 @@ for t in $TARGETS; do
 done
 if ((ROUNDS > 1)); then
     for t in $TARGETS; do
-        echo "$t samples/s by round:${ALL_RATE[$t]}"
+        echo "$t samples/s by round:${ROUND_VALUES[RATE|$t]}"
     done
 fi
 if [[ -n ${RATE[promtable]:-} && -n ${RATE[victoriametrics]:-} ]]; then
