@@ -59,8 +59,6 @@ export PT_KEEP_TMP=$KEEP
 
 log() { printf '%s\n' "$*" >&2; }
 
-# field NAME LINE: the value of NAME=... in a result line.
-field() { sed -n "s/.*[ :]$1=\([^ ]*\).*/\1/p" <<<"$2"; }
 
 pt_mktemp WORK promtable-churn
 if [[ $SKIP_BUILD != 1 ]]; then
@@ -88,6 +86,7 @@ LOADGEN_ARGS=(--series "$SERIES" --connections "$CONNECTIONS" --duration "$DURAT
 
 declare -A RATE P99 ERRS NEWS DISTINCT UTIL OTHER PEAK DISK CHECK CMD SRV
 FAILED=0
+LOAD_FIGURES=(NEWS=new_series_per_sec DISTINCT=series_total)
 SERVER_PID=
 
 # start_server NAME URL-TO-POLL CMD... ; sets SERVER_PID, returns 1 if it never got ready.
@@ -109,34 +108,6 @@ start_server() {
 stop_server() {
     pt_stop "$SERVER_PID" 60 || true
     SERVER_PID=
-}
-
-
-# run_load NAME URL: runs the load generator; sets RESULT to its result line.
-run_load() {
-    local name=$1 url=$2 rc
-    local args=(--url "$url" "${LOADGEN_ARGS[@]}" --server-pid "$SERVER_PID")
-    CMD[$name]="taskset -c $LOADGEN_CPU $LOADGEN ${args[*]}"
-    log "+ ${CMD[$name]}"
-    # stdout (the result line) to a file, progress to the terminal and a log.
-    set +e
-    taskset -c "$LOADGEN_CPU" "$LOADGEN" "${args[@]}" 2>&1 >"$WORK/$name.result" |
-        tee "$WORK/$name.loadgen.log" >&2
-    rc=${PIPESTATUS[0]}
-    set -e
-    RESULT=$(grep '^result:' "$WORK/$name.result" || true)
-    if [[ -z $RESULT ]]; then
-        log "$name: the load generator failed (exit $rc)"
-        return 1
-    fi
-    RATE[$name]=$(field samples_per_sec "$RESULT")
-    P99[$name]=$(field p99_ms "$RESULT")
-    ERRS[$name]=$(field errors "$RESULT")
-    NEWS[$name]=$(field new_series_per_sec "$RESULT")
-    DISTINCT[$name]=$(field series_total "$RESULT")
-    UTIL[$name]=$(field server_cpu_util "$RESULT")
-    OTHER[$name]=$(field other_cpu_util "$RESULT")
-    return 0
 }
 
 # common_check NAME: what both targets must pass; sets CHECK[NAME] on failure.

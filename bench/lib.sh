@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2004  # RATE, CMD, ... are the caller's associative arrays
 # Shared by the benchmark scripts (sourced): medians over rounds, the rounds loop over the
 # targets, and the header naming versions and host. Uses the caller's ROUNDS, TARGETS,
 # PROMTABLE, VM_BIN, ROOT, SERVER_CPU, LOADGEN_CPU and log().
@@ -63,3 +64,40 @@ print_header() {
         "load generator on CPU $LOADGEN_CPU"
     echo
 }
+
+# field NAME LINE: the value of NAME=... in a loadgen result line.
+field() { sed -n "s/.*[ :]$1=\([^ ]*\).*/\1/p" <<<"$2"; }
+
+# run_load NAME URL: runs the load generator ($LOADGEN with LOADGEN_ARGS, pinned to
+# LOADGEN_CPU, told the server's SERVER_PID) against URL. Sets RESULT to its result line
+# and, for target NAME, the caller's RATE, P99, ERRS, UTIL and OTHER, plus each
+# ARRAY=field of the caller's LOAD_FIGURES; CMD[NAME] is the command.
+run_load() {
+    local name=$1 url=$2 rc f
+    local args=(--url "$url" "${LOADGEN_ARGS[@]}" --server-pid "$SERVER_PID")
+    CMD[$name]="taskset -c $LOADGEN_CPU $LOADGEN ${args[*]}"
+    log "+ ${CMD[$name]}"
+    # stdout (the result line) to a file, progress to the terminal and a log.
+    set +e
+    taskset -c "$LOADGEN_CPU" "$LOADGEN" "${args[@]}" 2>&1 >"$WORK/$name.result" |
+        tee "$WORK/$name.loadgen.log" >&2
+    rc=${PIPESTATUS[0]}
+    set -e
+    RESULT=$(grep '^result:' "$WORK/$name.result" || true)
+    if [[ -z $RESULT ]]; then
+        log "$name: the load generator failed (exit $rc)"
+        return 1
+    fi
+    RATE[$name]=$(field samples_per_sec "$RESULT")
+    P99[$name]=$(field p99_ms "$RESULT")
+    ERRS[$name]=$(field errors "$RESULT")
+    UTIL[$name]=$(field server_cpu_util "$RESULT")
+    OTHER[$name]=$(field other_cpu_util "$RESULT")
+    for f in "${LOAD_FIGURES[@]}"; do
+        local -n fig=${f%%=*}
+        fig[$name]=$(field "${f#*=}" "$RESULT")
+        unset -n fig
+    done
+    return 0
+}
+

@@ -99,8 +99,6 @@ stop_server() {
     wait "$pid" 2>/dev/null || true
 }
 
-# field NAME LINE: the value of NAME=... in a loadgen result line.
-field() { sed -n "s/.*[ :]$1=\([^ ]*\).*/\1/p" <<<"$2"; }
 
 # ---------------------------------------------------------------------------------------
 if [[ $SKIP_BUILD != 1 ]]; then
@@ -136,32 +134,7 @@ LOADGEN_ARGS=(--series "$SERIES" --connections "$CONNECTIONS" --duration "$DURAT
 
 declare -A RATE P99 ERRS PERCPU UTIL OTHER DISK PEAK CHECK CMD SRV
 FAILED=0
-
-# run_load NAME URL: runs the load generator; sets RESULT to its result line.
-run_load() {
-    local name=$1 url=$2 rc
-    local args=(--url "$url" "${LOADGEN_ARGS[@]}" --server-pid "$SERVER_PID")
-    CMD[$name]="taskset -c $LOADGEN_CPU $LOADGEN ${args[*]}"
-    log "+ ${CMD[$name]}"
-    # stdout (the result line) to a file, progress to the terminal and a log.
-    set +e
-    taskset -c "$LOADGEN_CPU" "$LOADGEN" "${args[@]}" 2>&1 >"$WORK/$name.result" |
-        tee "$WORK/$name.loadgen.log" >&2
-    rc=${PIPESTATUS[0]}
-    set -e
-    RESULT=$(grep '^result:' "$WORK/$name.result" || true)
-    if [[ -z $RESULT ]]; then
-        log "$name: the load generator failed (exit $rc)"
-        return 1
-    fi
-    RATE[$name]=$(field samples_per_sec "$RESULT")
-    P99[$name]=$(field p99_ms "$RESULT")
-    ERRS[$name]=$(field errors "$RESULT")
-    PERCPU[$name]=$(field samples_per_server_cpu_s "$RESULT")
-    UTIL[$name]=$(field server_cpu_util "$RESULT")
-    OTHER[$name]=$(field other_cpu_util "$RESULT")
-    return 0
-}
+LOAD_FIGURES=(PERCPU=samples_per_server_cpu_s)
 
 
 bench_promtable() {
