@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# shellcheck disable=SC2004  # RATE, CMD, ... are the caller's associative arrays
+# shellcheck disable=SC2004,SC2034  # RATE, CMD, FAILED, ... are the caller's (associative arrays)
 # Shared by the benchmark scripts (sourced): medians over rounds, the rounds loop over the
 # targets, and the header naming versions and host. Uses the caller's ROUNDS, TARGETS,
 # PROMTABLE, VM_BIN, ROOT, SERVER_CPU, LOADGEN_CPU and log().
@@ -22,7 +22,6 @@ run_rounds() {
         for t in $TARGETS; do
             log ""
             log "=== $t (round $round of $ROUNDS)"
-            # shellcheck disable=SC2034  # FAILED is the caller's
             if declare -F "bench_$t" >/dev/null; then
                 "bench_$t" || FAILED=1
             else
@@ -40,7 +39,6 @@ run_rounds() {
     for t in $TARGETS; do
         for v in "$@"; do
             local -n fig=$v
-            # shellcheck disable=SC2004  # fig names an associative array
             fig[$t]=$(median "${ROUND_VALUES[$v|$t]}")
             unset -n fig
         done
@@ -94,6 +92,7 @@ run_load() {
     UTIL[$name]=$(field server_cpu_util "$RESULT")
     OTHER[$name]=$(field other_cpu_util "$RESULT")
     for f in "${LOAD_FIGURES[@]}"; do
+        # shellcheck disable=SC2178  # a nameref to an array
         local -n fig=${f%%=*}
         fig[$name]=$(field "${f#*=}" "$RESULT")
         unset -n fig
