@@ -246,24 +246,5 @@ if ((ROUNDS > 1)); then
             "peak MiB${ROUND_VALUES[PEAK|$t]}"
     done
 fi
-if [[ -n ${RATE[promtable]:-} && -n ${RATE[victoriametrics]:-} ]]; then
-    awk -v a="${RATE[promtable]}" -v b="${RATE[victoriametrics]}" \
-        -v c="${PEAK[promtable]:-0}" -v d="${PEAK[victoriametrics]:-0}" 'BEGIN {
-        if (b > 0) printf "\nratio promtable/VictoriaMetrics: %.2f (samples/s)", a / b
-        if (c > 0 && d > 0) printf ", %.2f (peak RSS)", c / d
-        print ""
-    }'
-fi
-for t in $TARGETS; do
-    if awk -v o="${OTHER[$t]:-0}" 'BEGIN {exit !(o > 0.1)}'; then
-        echo "warning: other processes kept ${OTHER[$t]} CPUs busy during the $t run;" \
-            "its figures are disturbed"
-    fi
-done
-echo
-echo "commands:"
-for t in $TARGETS; do
-    if [[ -n ${SRV[$t]:-} ]]; then echo "  $t server: ${SRV[$t]}"; fi
-    if [[ -n ${CMD[$t]:-} ]]; then echo "  $t load:   ${CMD[$t]}"; fi
-done
+print_footer PEAK "peak RSS"
 exit "$FAILED"

@@ -100,3 +100,31 @@ run_load() {
     return 0
 }
 
+# print_footer FIGURE LABEL: the promtable / VictoriaMetrics ratio of samples/s and of the
+# per-target FIGURE (an associative array, called LABEL), a warning for each run that other
+# processes disturbed, and the commands that were run.
+print_footer() {
+    # shellcheck disable=SC2178  # a nameref to an array
+    local -n second=$1
+    local t
+    if [[ -n ${RATE[promtable]:-} && -n ${RATE[victoriametrics]:-} ]]; then
+        awk -v a="${RATE[promtable]}" -v b="${RATE[victoriametrics]}" -v l="$2" \
+            -v c="${second[promtable]:-0}" -v d="${second[victoriametrics]:-0}" 'BEGIN {
+            if (b > 0) printf "\nratio promtable/VictoriaMetrics: %.2f (samples/s)", a / b
+            if (c > 0 && d > 0) printf ", %.2f (%s)", c / d, l
+            print ""
+        }'
+    fi
+    for t in $TARGETS; do
+        if awk -v o="${OTHER[$t]:-0}" 'BEGIN {exit !(o > 0.1)}'; then
+            echo "warning: other processes kept ${OTHER[$t]} CPUs busy during the $t run;" \
+                "its figures are disturbed"
+        fi
+    done
+    echo
+    echo "commands:"
+    for t in $TARGETS; do
+        if [[ -n ${SRV[$t]:-} ]]; then echo "  $t server: ${SRV[$t]}"; fi
+        if [[ -n ${CMD[$t]:-} ]]; then echo "  $t load:   ${CMD[$t]}"; fi
+    done
+}
