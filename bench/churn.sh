@@ -174,22 +174,10 @@ bench_promtable() {
 
 bench_victoriametrics() {
     local port dir base
-    if [[ ! -x $VM_BIN ]]; then
-        CHECK[victoriametrics]="not installed ($VM_BIN)"
-        return 1
-    fi
     pt_free_port port
-    dir=$WORK/vm-data
-    rm -rf "$dir"
-    base=http://127.0.0.1:$port
-    # Query limits are raised only so the check below can count every series (churn
-    # makes many times $SERIES); ingest flags stay at their defaults.
-    # shellcheck disable=SC2086  # VM_ARGS is a list of flags
-    start_server victoriametrics "$base/health" "$VM_BIN" -httpListenAddr="127.0.0.1:$port" \
-        -storageDataPath="$dir" -search.maxUniqueTimeseries=$((SERIES * 200 + 1000)) \
-        $VM_ARGS || { CHECK[victoriametrics]="did not start"; return 1; }
-    run_load victoriametrics "$base/api/v1/write" ||
-        { stop_server; CHECK[victoriametrics]="no result"; return 1; }
+    # churn makes many times $SERIES series
+    vm_load "$port" $((SERIES * 200 + 1000)) || return 1
+    dir=$VM_DIR base=$VM_BASE
     PEAK[victoriametrics]=$(peak_rss_mib)
 
     # Make the freshly written samples searchable, then count what a query sees.
