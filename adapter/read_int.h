@@ -32,7 +32,7 @@ typedef struct hindex {
 typedef struct cands {
     pt_arena *a;
     series *v;
-    size_t n;     /* == x.n while collecting; pt_select then keeps the matching ones */
+    size_t n;     /* the selected ones, v[0, n), set by pt_select; x.n while collecting */
     hindex x;
     size_t limit; /* max series, 0 = none */
     int err;

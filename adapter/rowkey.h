@@ -86,7 +86,7 @@ int64_t pt_row_key_base(pt_slice row);
  * lists name a series in 16 bytes, and the series row maps a reference back to its sid.
  * Two series may share a reference; the series rows then list both (one row each), and
  * every candidate is checked against the query's matchers, so a collision costs a row,
- * never a wrong answer. The label mask (pt_label_mask) lets a read drop most candidates
+ * never a wrong answer. The label mask (pt_label_mask_add) lets a read drop most candidates
  * of a list without resolving them.
  * Every name, value or metric is a "part": escaped as in row keys, or, when the escaped
  * form is over PT_INDEX_PART_MAX bytes, "\#" + 64 hex digits of its SHA-256 (the index cell

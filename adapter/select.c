@@ -79,9 +79,17 @@ static int u64_eq(const void *items, size_t i, const void *key)
     return ((const uint64_t *)items)[i] == *(const uint64_t *)key;
 }
 
-/* Adds the series named by an index row (sid after the prefix, labels in value or sid). */
-static int cands_add(cands *c, pt_slice sid, pt_slice value)
+/* Candidates before the matchers are checked may pass the series limit by a generous
+ * margin; past it the query is refused (PT_ELIMIT). */
+static int over_limit(const qctx *q, size_t n)
 {
+    return q->c.limit && n >= q->c.limit * 4 + 1024;
+}
+
+/* Adds the series named by an index row (sid after the prefix, labels in value or sid). */
+static int cands_add(qctx *q, pt_slice sid, pt_slice value)
+{
+    cands *c = &q->c;
     pt_label *cell_labels = NULL;
     long cell_n = 0;
     if (value.n) {
@@ -101,14 +109,14 @@ static int cands_add(cands *c, pt_slice sid, pt_slice value)
     uint64_t h = XXH3_64bits(sid.p, sid.n);
     if (hindex_find(&c->x, h, sid_eq, c->v, &sid) >= 0)
         return 0;
-    if (c->limit && c->n >= c->limit * 4 + 1024) /* unfiltered candidates: generous bound */
+    if (over_limit(q, c->x.n))
         return PT_ELIMIT;
     void *items = c->v;
     int rv = hindex_reserve(&c->x, c->a, &items, sizeof(*c->v));
     if (rv)
         return rv;
     c->v = items;
-    series *s = &c->v[c->n];
+    series *s = &c->v[c->x.n];
     uint8_t *copy = pt_arena_alloc(c->a, sid.n);
     if (!copy)
         return PT_ENOMEM;
@@ -135,7 +143,6 @@ static int cands_add(cands *c, pt_slice sid, pt_slice value)
         return nl == PT_ENOMEM ? PT_ENOMEM : PT_EINTERNAL;
     s->nlabels = (size_t)nl;
     hindex_add(&c->x, h);
-    c->n++;
     return 0;
 }
 
@@ -192,7 +199,7 @@ static int refset_add(qctx *q, uint64_t ref)
     uint64_t h = XXH3_64bits(&ref, sizeof(ref)); /* a test's short refs share low bits */
     if (hindex_find(&s->x, h, u64_eq, s->v, &ref) >= 0)
         return 0;
-    if (q->c.limit && s->x.n >= q->c.limit * 4 + 1024) /* unfiltered candidates: generous */
+    if (over_limit(q, s->x.n))
         return PT_ELIMIT;
     void *items = s->v;
     int rv = hindex_reserve(&s->x, q->a, &items, sizeof(*s->v));
@@ -233,7 +240,7 @@ static int on_series_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     if (rv)
         return rv;
     pt_slice sid = {row.p + PT_INDEX_SERIES_PREFIX_LEN, row.n - PT_INDEX_SERIES_PREFIX_LEN};
-    return cands_add(&q->c, sid, value);
+    return cands_add(q, sid, value);
 }
 
 static int u64_cmp(const void *x, const void *y)
@@ -311,8 +318,7 @@ static int on_value_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     return rv < 0 ? rv : 0;
 }
 
-/* Values of label `name` over the query's days, kept when `filter` accepts them. */
-/* The values rows of label name over the query's days: keys [b0, b1) in r. */
+/* The values rows of label name over the query's days: keys [b0, b1). */
 static int values_range(qctx *q, pt_slice name, uint8_t **b0, uint8_t **b1, size_t *n0, size_t *n1)
 {
     size_t cap = PT_INDEX_PREFIX_MAX(name.n, 0);
@@ -374,15 +380,19 @@ static int index_range(qctx *q, const pt_slice *name, pt_slice value, irange *r)
     return 0;
 }
 
+/* Collects the references of one list over the query's days. */
+static int scan_list(qctx *q, const irange *ir)
+{
+    rowcb r = {.q = q, .prefix_len = ir->n0};
+    return scan_days(q, (pt_slice){ir->b0, ir->n0}, (pt_slice){ir->b1, ir->n1}, on_list_row, &r);
+}
+
 /* Series of the metric (name == NULL) or of the posting name=value, over all days. */
 static int collect(qctx *q, const pt_slice *name, pt_slice value)
 {
     irange ir;
     int rv = index_range(q, name, value, &ir);
-    if (rv)
-        return rv;
-    rowcb r = {.q = q, .prefix_len = ir.n0};
-    return scan_days(q, (pt_slice){ir.b0, ir.n0}, (pt_slice){ir.b1, ir.n1}, on_list_row, &r);
+    return rv ? rv : scan_list(q, &ir);
 }
 
 /* A way to list candidates: the index lists of one selective matcher (one list for an
@@ -572,13 +582,9 @@ static int resolve(qctx *q)
         return rv;
     if ((rv = source_finish_listing(q, &src[best])) != 0)
         return rv;
-    for (size_t i = 0; i < src[best].nlists; i++) {
-        const irange *ir = &src[best].lists[i];
-        rowcb r = {.q = q, .prefix_len = ir->n0};
-        rv = scan_days(q, (pt_slice){ir->b0, ir->n0}, (pt_slice){ir->b1, ir->n1}, on_list_row, &r);
-        if (rv)
+    for (size_t i = 0; i < src[best].nlists; i++)
+        if ((rv = scan_list(q, &src[best].lists[i])) != 0)
             return rv;
-    }
     return resolve_refs(q);
 }
 
@@ -603,7 +609,7 @@ int pt_select(qctx *q)
         return rv;
     /* Keep the candidates every matcher accepts. */
     size_t k = 0;
-    for (size_t i = 0; i < q->c.n; i++) {
+    for (size_t i = 0; i < q->c.x.n; i++) {
         series *se = &q->c.v[i];
         size_t j = 0;
         while (j < q->nms && pt_matcher_match(&q->ms[j], label_value(se, q->ms[j].name)))

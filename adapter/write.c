@@ -190,14 +190,19 @@ static int sid_is_hashed(pt_slice sid)
     return 0;
 }
 
+/* Index cells are versioned at their bucket's last millisecond: a max-age GC rule
+ * (storage.retention) then keeps a bucket's index rows as long as its newest samples. */
+static int64_t index_version(const pt_store *st, int64_t day)
+{
+    return (day + st->index_bucket_ms - 1) * 1000;
+}
+
 /* The rows of one series in one index bucket (README: "Index rows"): its list entries
  * under its metric and each of its other labels, and its series row. Values rows apart. */
 static int add_series_rows(batch *b, pt_arena *a, const pt_store *st, const pt_label *ls,
                            size_t n, pt_slice sid, int64_t day, size_t *rows)
 {
-    /* Versioned at the bucket's last millisecond: a max-age GC rule (storage.retention)
-     * then keeps a bucket's index rows as long as its newest samples. */
-    int64_t ver = (day + st->index_bucket_ms - 1) * 1000;
+    int64_t ver = index_version(st, day);
     pt_slice qual = {index_qual, sizeof(index_qual)};
     uint64_t mask = 0;
     for (size_t i = 0; i < n; i++)
@@ -263,7 +268,7 @@ static int values_row(pt_arena *a, const pt_store *st, const pt_label *l, int64_
     int digest = pt_index_is_digest((pt_slice){vs, (size_t)(e - vs)});
     out->key = (pt_slice){k, (size_t)(e - k)};
     out->cell = digest ? l->value : (pt_slice){(const uint8_t *)"", 0};
-    out->ver = (day + st->index_bucket_ms - 1) * 1000;
+    out->ver = index_version(st, day);
     /* Seed -1: no (series, day) key has it, so the two kinds share the cache. */
     *key = pt_index_key_of(out->key, -1);
     return 0;

@@ -109,6 +109,10 @@ const pt_backend_ops *pt_backend_find(const char *name);
 /* Every registered backend, *n of them (at most PT_MAX_BACKENDS). */
 const pt_backend_ops *const *pt_backend_list(size_t *n);
 
+/* qsort comparator over pointers into one mutation batch: by table, then row, then batch
+ * position, so a later write of a cell in the batch still comes after (and wins). */
+int pt_mutation_ptr_cmp(const void *pa, const void *pb);
+
 /* Allocates the state, opens; on failure frees and returns the error with err set. */
 int pt_backend_open(pt_backend *b, const pt_backend_ops *ops, const pt_backend_config *cfg,
                     char *err, size_t errlen);

@@ -55,3 +55,12 @@ void pt_backend_close(pt_backend *b)
     free(b->state);
     b->state = NULL;
 }
+
+int pt_mutation_ptr_cmp(const void *pa, const void *pb)
+{
+    const pt_mutation *a = *(const pt_mutation *const *)pa, *b = *(const pt_mutation *const *)pb;
+    if (a->table != b->table)
+        return a->table < b->table ? -1 : 1;
+    int c = pt_slice_cmp(a->row, b->row);
+    return c ? c : (a > b) - (a < b);
+}

@@ -51,18 +51,6 @@ typedef struct entry {
     int done;
 } entry;
 
-static int cmp_mutation(const void *pa, const void *pb)
-{
-    const pt_mutation *a = *(const pt_mutation *const *)pa, *b = *(const pt_mutation *const *)pb;
-    if (a->table != b->table)
-        return a->table < b->table ? -1 : 1;
-    int c = pt_slice_cmp(a->row, b->row);
-    if (c != 0)
-        return c;
-    /* Same row: keep the batch order, so a later SetCell of one cell wins. */
-    return (a > b) - (a < b);
-}
-
 static int valid_mutation(const pt_mutation *m)
 {
     return m->table < PT_TABLE_COUNT && m->row.n > 0 && m->row.n <= PT_BT_MAX_ROW_KEY &&
@@ -264,7 +252,7 @@ int pt_bt_data_write(void *state, const pt_mutation *m, size_t n)
         return PT_ENOMEM;
     for (size_t i = 0; i < n; i++)
         v[i] = &m[i];
-    qsort(v, n, sizeof(*v), cmp_mutation);
+    qsort(v, n, sizeof(*v), pt_mutation_ptr_cmp);
 
     pt_bt_retry rt;
     pt_bt_retry_init(&rt, bt->data, bt->retry_ms);

@@ -294,19 +294,13 @@ static const char *bytes(pt_slice s)
     return s.n ? (const char *)s.p : "";
 }
 
-static int mutation_cmp(const void *x, const void *y)
-{
-    const pt_mutation *a = *(const pt_mutation *const *)x, *b = *(const pt_mutation *const *)y;
-    int c = pt_slice_cmp(a->row, b->row);
-    return c ? c : pt_slice_cmp(a->qual, b->qual);
-}
-
 int pt_emb_rocks_write_index(rocks *r, const pt_mutation *m, size_t n)
 {
     static const char sep = '\0';
-    /* In key order: with the per-batch insert hint, each memtable insert then starts its
-     * search from the previous one instead of the skip list's top (the cells of a
-     * request's new series are spread over the whole key space). */
+    /* In row order (a row's cells in batch order, so a later write of a cell still wins):
+     * with the per-batch insert hint, each memtable insert then starts its search from
+     * the previous one instead of the skip list's top (the cells of a request's new
+     * series are spread over the whole key space). */
     size_t k = 0;
     const pt_mutation **v = malloc((n ? n : 1) * sizeof(*v));
     if (!v)
@@ -314,7 +308,7 @@ int pt_emb_rocks_write_index(rocks *r, const pt_mutation *m, size_t n)
     for (size_t i = 0; i < n; i++)
         if (m[i].table == PT_TABLE_INDEX)
             v[k++] = &m[i];
-    qsort(v, k, sizeof(*v), mutation_cmp);
+    qsort(v, k, sizeof(*v), pt_mutation_ptr_cmp);
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
     for (size_t i = 0; i < k; i++) {
         const char *kp[3] = {bytes(v[i]->row), &sep, bytes(v[i]->qual)};
@@ -359,7 +353,7 @@ static void seek_to(rocksdb_iterator_t *it, const pt_buf *k)
 
 /* Puts the range iterator on the first key >= sc->seek. When the previous range ended at
  * its bound the iterator stands at or before that key, so a few steps forward replace a
- * seek when the ranges are close (the series rows of many references of one metric).
+ * seek when the ranges are close (the series rows of a dense set of references).
  * When steps did not get there, the next ranges seek directly for a while: sparse ranges
  * then cost a seek each and no wasted steps. */
 static void advance_to(scanner *sc, rocksdb_iterator_t *it)
