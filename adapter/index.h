@@ -35,6 +35,26 @@ void pt_index_cache_add(pt_index_cache *c, const pt_index_key *keys, size_t n);
 size_t pt_index_cache_size(pt_index_cache *c);
 size_t pt_index_cache_capacity(pt_index_cache *c);
 
+/*
+ * Hints for reads: how many index rows a way of listing candidates (one matcher's lists
+ * over a range of days) took the last time a read counted or scanned it. A read with a
+ * hint for each of its matchers goes straight to the shortest instead of counting them
+ * all in lock-step. Only cost depends on a hint, never an answer, so a stale or lost one
+ * (lists grow; another process writes the same store; two keys share a slot) is harmless:
+ * the next read that scans the list corrects it.
+ *
+ * A fixed direct-mapped table of 64-bit words, tag | complete | rows, read and written
+ * with relaxed atomics: no lock, 32 KiB.
+ */
+typedef struct pt_list_hints pt_list_hints;
+
+pt_list_hints *pt_list_hints_new(void);
+void pt_list_hints_free(pt_list_hints *h);
+/* 1 with *rows set when key has a hint; *complete = 0 makes *rows a lower bound (the
+ * list was not read to its end). */
+int pt_list_hints_get(pt_list_hints *h, uint64_t key, size_t *rows, int *complete);
+void pt_list_hints_put(pt_list_hints *h, uint64_t key, size_t rows, int complete);
+
 /* A small set for deduplicating keys inside one request (arena-free: caller gives slots). */
 typedef struct pt_keyset {
     pt_index_key *slots;

@@ -84,6 +84,7 @@ int main(int argc, char **argv)
     char err[512] = "";
     pt_backend be = {0};
     pt_index_cache *cache = NULL;
+    pt_list_hints *hints = NULL;
     pt_server *srv = NULL;
 
     if (pt_config_defaults(&cfg) != 0) {
@@ -126,13 +127,15 @@ int main(int argc, char **argv)
     }
 
     cache = pt_index_cache_new((size_t)cfg.index_cache_entries);
-    if (!cache) {
+    hints = pt_list_hints_new();
+    if (!cache || !hints) {
         pt_log_msg(PT_LOG_ERROR, "out of memory for the index cache");
-        goto fail_backend;
+        goto fail_cache;
     }
     static pt_app app;
     app.cfg = &cfg;
-    app.store = (pt_store){.be = &be, .cache = cache, .index_bucket_ms = cfg.index_bucket_ms,
+    app.store = (pt_store){.be = &be, .cache = cache, .hints = hints,
+                           .index_bucket_ms = cfg.index_bucket_ms,
                            .max_series = (size_t)cfg.read_max_series,
                            .max_samples = (size_t)cfg.read_max_samples,
                            .read_timeout_ms = cfg.read_timeout_ms};
@@ -191,6 +194,7 @@ int main(int argc, char **argv)
 fail_cache:
     pt_app_free_auth(&app);
     pt_index_cache_free(cache);
+    pt_list_hints_free(hints);
 fail_backend:
     pt_backend_close(&be);
 fail_config:

@@ -158,6 +158,7 @@ static int scan_days(qctx *q, pt_slice first, pt_slice last, pt_cell_fn fn, void
     pt_scan s = {PT_TABLE_INDEX, &r, 1, {0}, {0}, 0, &visited};
     rv = pt_backend_scan(q->st->be, &s, fn, ud);
     pt_m.read_rows_scanned += visited;
+    q->rows += visited;
     return rv;
 }
 
@@ -407,7 +408,11 @@ typedef struct source {
     size_t nlists, cur; /* the list being counted */
     pt_buf next;        /* where the next slice starts: just after the last row seen */
     size_t rows;        /* rows seen so far, values rows included */
+    size_t vrows;       /* of which values rows */
     int complete;       /* no rows are left */
+    uint64_t hkey;      /* its key in the list hints */
+    size_t hint;        /* the hint's rows, a lower bound unless hint_complete */
+    int hint_complete;
 } source;
 
 /* Notes row as the last one seen. */
@@ -427,6 +432,7 @@ static int count_value_row(void *ud, pt_slice row, pt_slice qual, pt_slice value
 {
     source *c = ud;
     int rv = count_row(c, row, qual, value);
+    c->vrows++;
     return rv ? rv : on_value_row(&c->vals, row, qual, value);
 }
 
@@ -471,6 +477,7 @@ static int count_more(qctx *q, source *c, size_t budget)
         pt_scan s = {PT_TABLE_INDEX, &r, 1, {0}, {0}, budget, &visited};
         rv = pt_backend_scan(q->st->be, &s, c->listing ? count_value_row : count_row, c);
         pt_m.read_rows_scanned += visited;
+        q->rows += visited;
         if (rv)
             return rv;
         size_t got = c->rows - before;
@@ -487,9 +494,19 @@ static int count_more(qctx *q, source *c, size_t budget)
     return 0;
 }
 
+/* A source's key in the list hints: the matcher and the query's days. */
+static uint64_t source_key(const qctx *q, const pt_matcher *m)
+{
+    uint64_t seed = XXH3_64bits_withSeed(&q->day_first, sizeof(q->day_first),
+                                         (uint64_t)q->day_last * 8 + (uint64_t)m->type);
+    seed = XXH3_64bits_withSeed(m->name.p, m->name.n, seed);
+    return XXH3_64bits_withSeed(m->value.p, m->value.n, seed);
+}
+
 static int source_init(qctx *q, pt_matcher *m, source *c)
 {
     c->m = m;
+    c->hkey = source_key(q, m);
     pt_buf_init_arena(&c->next, q->a, 0);
     if (m->type == PT_MATCH_EQ) {
         const pt_slice *label = is_metric_name(m->name) ? NULL : &m->name;
@@ -543,6 +560,37 @@ static int shortest(qctx *q, source *c, size_t n, size_t *best)
     return rv;
 }
 
+/* The shortest source by the hints alone: every source has a hint, the shortest of them
+ * is exact, and no lower bound is below it. 1 with *best set, else 0 (count them). */
+static int hinted_shortest(qctx *q, source *c, size_t n, size_t *best)
+{
+    pt_list_hints *h = q->st->hints;
+    size_t found = n;
+    if (!h)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!pt_list_hints_get(h, c[i].hkey, &c[i].hint, &c[i].hint_complete))
+            return 0;
+        if (c[i].hint_complete && (found == n || c[i].hint < c[found].hint))
+            found = i;
+    }
+    if (found == n)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (c[i].hint < c[found].hint)
+            return 0;
+    *best = found;
+    return 1;
+}
+
+/* What counting learnt about every source. */
+static void note_counts(qctx *q, const source *c, size_t n)
+{
+    if (q->st->hints)
+        for (size_t i = 0; i < n; i++)
+            pt_list_hints_put(q->st->hints, c[i].hkey, c[i].rows, c[i].complete);
+}
+
 /* The label mask of the query's equality matchers that need a label (pt_label_mask_add):
  * a list row whose mask lacks a bit of it is not a candidate. */
 static uint64_t query_mask(const qctx *q)
@@ -578,13 +626,20 @@ static int resolve(qctx *q)
         return resolve_refs(q);
     }
     size_t best = 0;
-    if (n > 1 && (rv = shortest(q, src, n, &best)) != 0)
-        return rv;
-    if ((rv = source_finish_listing(q, &src[best])) != 0)
-        return rv;
-    for (size_t i = 0; i < src[best].nlists; i++)
-        if ((rv = scan_list(q, &src[best].lists[i])) != 0)
+    if (n > 1 && !hinted_shortest(q, src, n, &best)) {
+        if ((rv = shortest(q, src, n, &best)) != 0)
             return rv;
+        note_counts(q, src, n);
+    }
+    source *c = &src[best];
+    if ((rv = source_finish_listing(q, c)) != 0)
+        return rv;
+    size_t before = q->rows;
+    for (size_t i = 0; i < c->nlists; i++)
+        if ((rv = scan_list(q, &c->lists[i])) != 0)
+            return rv;
+    if (q->st->hints)
+        pt_list_hints_put(q->st->hints, c->hkey, c->vrows + (q->rows - before), 1);
     return resolve_refs(q);
 }
 

@@ -19,6 +19,7 @@
 typedef struct pt_store {
     pt_backend *be;
     pt_index_cache *cache;
+    pt_list_hints *hints;    /* index list sizes earlier reads saw; NULL = none kept */
     int64_t index_bucket_ms; /* index bucket length, default one day */
     unsigned ref_bits;       /* bits of a series reference; 0 = all 64 (tests use fewer) */
     /* Read limits, per query: 0 = unlimited. */
