@@ -53,6 +53,8 @@ static const pt_conf_key table[] = {
      "Samples one remote read query may return (0 = no limit)."},
     {"read.timeout", NULL, PT_CONF_DURATION, "2m", 0, 86400000LL, F(read_timeout_ms),
      "A remote read running longer ends with 503 (0 = no deadline)."},
+    {"read.series_cache", NULL, PT_CONF_BYTES, "64MiB", 0, 1048576 * MiB, F(read_series_cache),
+     "Series rows kept for resolving index references (embedded store only; 0 = none)."},
     {"log.level", NULL, PT_CONF_STR, "info", 0, 0, F(log_level),
      "Log level: debug, info, warn, error."},
 };

@@ -38,6 +38,7 @@ typedef struct pt_config {
     long read_max_series;
     long read_max_samples;
     long read_timeout_ms;
+    long read_series_cache;
 
     char *log_level;
 } pt_config;

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "buf.h"
 #include "slice.h"
 
 typedef struct pt_index_key {
@@ -54,6 +55,31 @@ void pt_list_hints_free(pt_list_hints *h);
  * list was not read to its end). */
 int pt_list_hints_get(pt_list_hints *h, uint64_t key, size_t *rows, int *complete);
 void pt_list_hints_put(pt_list_hints *h, uint64_t key, size_t rows, int complete);
+
+/*
+ * The series-row cache (refcache.c): the series rows of a (series reference, index
+ * bucket) as a read found them, so the next read resolving that reference needs no
+ * storage seek. Exact only while this process is the store's one writer (the embedded
+ * store): every series row the write path stores drops its entry, and a fill raced by such
+ * a write is not kept. Bounded to max_bytes (clock eviction).
+ *
+ * An entry's bytes are the rows back to back, each: u32 BE length, the row's key after
+ * its prefix (PT_INDEX_SERIES_PREFIX_LEN), u32 BE length, the cell's value.
+ */
+typedef struct pt_ref_cache pt_ref_cache;
+
+pt_ref_cache *pt_ref_cache_new(size_t max_bytes);
+void pt_ref_cache_free(pt_ref_cache *c);
+/* Appends the entry's bytes to out: 1 (maybe none: no rows), 0 when not cached, PT_ENOMEM. */
+int pt_ref_cache_get(pt_ref_cache *c, uint64_t ref, int64_t bucket, pt_buf *out);
+/* Taken before the read that will fill the entry; the fill passes it back. */
+uint32_t pt_ref_cache_epoch(pt_ref_cache *c, uint64_t ref, int64_t bucket);
+/* Keeps the entry unless a series row of its stripe was written since epoch was taken. */
+void pt_ref_cache_put(pt_ref_cache *c, uint64_t ref, int64_t bucket, uint32_t epoch,
+                      const uint8_t *data, size_t len);
+/* After a series row of (ref, bucket) is stored. */
+void pt_ref_cache_invalidate(pt_ref_cache *c, uint64_t ref, int64_t bucket);
+size_t pt_ref_cache_bytes(pt_ref_cache *c);
 
 /* A small set for deduplicating keys inside one request (arena-free: caller gives slots). */
 typedef struct pt_keyset {

@@ -85,6 +85,7 @@ int main(int argc, char **argv)
     pt_backend be = {0};
     pt_index_cache *cache = NULL;
     pt_list_hints *hints = NULL;
+    pt_ref_cache *refs = NULL;
     pt_server *srv = NULL;
 
     if (pt_config_defaults(&cfg) != 0) {
@@ -128,13 +129,18 @@ int main(int argc, char **argv)
 
     cache = pt_index_cache_new((size_t)cfg.index_cache_entries);
     hints = pt_list_hints_new();
-    if (!cache || !hints) {
+    /* Only a store no other process writes keeps the series-row cache exact. */
+    int want_refs = (ops->caps & PT_BACKEND_CAP_EXCLUSIVE) && cfg.read_series_cache > 0;
+    if (want_refs)
+        refs = pt_ref_cache_new((size_t)cfg.read_series_cache);
+    if (!cache || !hints || (want_refs && !refs)) {
         pt_log_msg(PT_LOG_ERROR, "out of memory for the index cache");
         goto fail_cache;
     }
     static pt_app app;
     app.cfg = &cfg;
     app.store = (pt_store){.be = &be, .cache = cache, .hints = hints,
+                           .refs = refs,
                            .index_bucket_ms = cfg.index_bucket_ms,
                            .max_series = (size_t)cfg.read_max_series,
                            .max_samples = (size_t)cfg.read_max_samples,
@@ -195,6 +201,7 @@ fail_cache:
     pt_app_free_auth(&app);
     pt_index_cache_free(cache);
     pt_list_hints_free(hints);
+    pt_ref_cache_free(refs);
 fail_backend:
     pt_backend_close(&be);
 fail_config:

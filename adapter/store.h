@@ -20,6 +20,8 @@ typedef struct pt_store {
     pt_backend *be;
     pt_index_cache *cache;
     pt_list_hints *hints;    /* index list sizes earlier reads saw; NULL = none kept */
+    pt_ref_cache *refs;      /* series rows earlier reads resolved; NULL = none kept. Only
+                                for a store no other process writes (index.h) */
     int64_t index_bucket_ms; /* index bucket length, default one day */
     unsigned ref_bits;       /* bits of a series reference; 0 = all 64 (tests use fewer) */
     /* Read limits, per query: 0 = unlimited. */

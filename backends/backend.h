@@ -73,6 +73,7 @@ typedef struct pt_backend_config {
 enum {
     PT_BACKEND_CAP_ADMIN = 1u << 0, /* has init: tables to create before use */
     PT_BACKEND_CAP_TEST = 1u << 1,  /* for tests only: the daemon refuses to run on it */
+    PT_BACKEND_CAP_EXCLUSIVE = 1u << 2, /* one process at a time owns the store */
 };
 
 /* Most backends a registry holds (sizes the configuration's per-backend settings). */

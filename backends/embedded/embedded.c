@@ -267,7 +267,7 @@ static const pt_conf_key conf_keys[] = {
 
 const pt_backend_ops pt_backend_embedded = {
     .name = "embedded",
-    .caps = 0,
+    .caps = PT_BACKEND_CAP_EXCLUSIVE, /* RocksDB's lock file */
     .state_size = sizeof(embedded),
     .conf = conf_keys,
     .nconf = sizeof(conf_keys) / sizeof(conf_keys[0]),

@@ -77,11 +77,13 @@ static int ix_match(const char *v, int type, const char *want)
 static void pt_index_conformance(pt_backend *full_be, pt_backend *tiny_be, const char *label)
 {
     pt_store full = {.be = full_be, .cache = pt_index_cache_new(1 << 12),
-                     .hints = pt_list_hints_new(), .index_bucket_ms = 86400000, .max_series = 1000, .max_samples = 100000};
+                     .hints = pt_list_hints_new(), .refs = pt_ref_cache_new(1 << 20),
+                     .index_bucket_ms = 86400000, .max_series = 1000, .max_samples = 100000};
     pt_store tiny = full;
     tiny.be = tiny_be;
     tiny.cache = pt_index_cache_new(1 << 12);
     tiny.hints = pt_list_hints_new();
+    tiny.refs = pt_ref_cache_new(1 << 20);
     tiny.ref_bits = 2;
     char err[512] = "";
     ok(pt_store_check_index(&full, err, sizeof(err)) == 0 &&
@@ -172,6 +174,18 @@ static void pt_index_conformance(pt_backend *full_be, pt_backend *tiny_be, const
            label, i, res_want[i], f, t);
     }
 
+    /* The series-row caches are filled now (the queries above ran twice). A new series
+     * shares a cached reference in the 2-bit store: its write must drop the entry. */
+    static const tmatch i3[] = {{0, "instance", "i3"}};
+    long before = ix_count(&tiny, i3, 1);
+    tseries late = {{"__name__", "cpu", "instance", "i3", "mode", "late", NULL}, {IX_T0}, {7}, 1};
+    int w4 = pt_store_write(&full, mk_write(&a, &late, 1), &a, &r1);
+    int w5 = pt_store_write(&tiny, mk_write(&a, &late, 1), &a, &r2);
+    long f3 = ix_count(&full, i3, 1), t3 = ix_count(&tiny, i3, 1);
+    ok(w4 == 0 && w5 == 0 && before == 3 && f3 == 4 && t3 == 4,
+       "%s: a series written after its reference was cached is found (%ld, then %ld and %ld)",
+       label, before, f3, t3);
+
     /* List hints: a repeated query goes straight to its shortest list and reads fewer
      * rows; once that list has grown past another, a read still answers right. */
     static const tmatch two[] = {{0, "__name__", "cpu"}, {0, "instance", "i5"}};
@@ -202,6 +216,8 @@ static void pt_index_conformance(pt_backend *full_be, pt_backend *tiny_be, const
     pt_index_cache_free(tiny.cache);
     pt_list_hints_free(full.hints);
     pt_list_hints_free(tiny.hints);
+    pt_ref_cache_free(full.refs);
+    pt_ref_cache_free(tiny.refs);
 }
 
 #endif
