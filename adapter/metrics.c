@@ -215,6 +215,8 @@ long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
           g->index_cache_entries);
     gauge(&o, "promtable_index_cache_capacity", "Capacity of the index cache.",
           g->index_cache_capacity);
+    gauge(&o, "promtable_read_series_cache_bytes",
+          "Memory of the series-row cache (read.series_cache).", g->series_cache_bytes);
     if (o.failed)
         return PT_ENOMEM;
     *res = (char *)o.buf.p;

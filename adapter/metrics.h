@@ -60,6 +60,7 @@ typedef struct pt_metrics_gauges {
     long connections;
     long index_cache_entries;
     long index_cache_capacity;
+    long series_cache_bytes;
 } pt_metrics_gauges;
 
 /* Renders everything into arena memory; returns the text length or a negative error. */
