@@ -94,6 +94,10 @@ int main(int argc, char **argv)
     }
     if (parse_args(argc, argv, &cfg, &init_cmd) != 0)
         goto fail_config;
+    if (pt_config_check(&cfg, err, sizeof(err)) != 0) {
+        fprintf(stderr, "promtable: %s\n", err);
+        goto fail_config;
+    }
     if (pt_log_set_level(cfg.log_level) != 0) {
         fprintf(stderr, "promtable: unknown log.level \"%s\"\n", cfg.log_level);
         goto fail_config;
