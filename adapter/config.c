@@ -633,6 +633,13 @@ static int print_usage(void *ud, conf_ref *r)
             fputs(*p == '|' ? ", " : (char[2]){*p, '\0'}, f);
         fputc('.', f);
     }
+    if (r->e->type == PT_CONF_LONG || r->e->type == PT_CONF_BYTES ||
+        r->e->type == PT_CONF_DURATION || r->e->type == PT_CONF_ADDR) {
+        char lo[32], hi[32];
+        pt_conf_type t = r->e->type == PT_CONF_ADDR ? PT_CONF_LONG : r->e->type;
+        fprintf(f, " %s %s to %s.", r->e->type == PT_CONF_ADDR ? "Port" : "Range",
+                fmt_value(t, r->e->min, lo, sizeof(lo)), fmt_value(t, r->e->max, hi, sizeof(hi)));
+    }
     if (r->e->alias)
         fprintf(f, " Formerly %s.", r->e->alias);
     fprintf(f, " (YAML: %s)\n", r->key);
