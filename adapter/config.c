@@ -207,7 +207,8 @@ static const char *fmt_value(pt_conf_type t, long long n, char *buf, size_t cap)
     const char *unit = t == PT_CONF_DURATION ? "ms" : "";
     long long mul = 1;
     if (n > 0 && (t == PT_CONF_DURATION || t == PT_CONF_BYTES)) {
-        size_t nu = t == PT_CONF_DURATION ? sizeof(dur) / sizeof(dur[0]) : sizeof(size) / sizeof(size[0]);
+        size_t nu = t == PT_CONF_DURATION ? sizeof(dur) / sizeof(dur[0])
+                                          : sizeof(size) / sizeof(size[0]);
         for (size_t i = 0; i < nu; i++) {
             long long m = t == PT_CONF_DURATION ? dur[i].mul : size[i].mul;
             if (n % m == 0) {
@@ -313,6 +314,17 @@ bad:
     return -1;
 }
 
+static int set_string(const conf_ref *r, const char *v)
+{
+    char *dup = strdup(v);
+    if (!dup)
+        return -1;
+    char **slot = (char **)(r->base + r->e->off);
+    free(*slot);
+    *slot = dup;
+    return 0;
+}
+
 static int set_value(const conf_ref *r, const char *v, char *err, size_t errlen)
 {
     const pt_conf_key *e = r->e;
@@ -322,7 +334,7 @@ static int set_value(const conf_ref *r, const char *v, char *err, size_t errlen)
     case PT_CONF_ADDR:
         if (check_addr(r, v, err, errlen) != 0)
             return -1;
-        goto string;
+        return set_string(r, v);
     case PT_CONF_ENUM:
         if (!enum_has(e->def, v)) {
             char words[256];
@@ -332,18 +344,15 @@ static int set_value(const conf_ref *r, const char *v, char *err, size_t errlen)
             snprintf(err, errlen, "%s: \"%s\" is not one of %s", r->key, v, words);
             return -1;
         }
-        goto string;
+        return set_string(r, v);
     case PT_CONF_STR:
-    case PT_CONF_FILE:
-    string: {
-        char *dup = strdup(v);
-        if (!dup)
+        if (!v[0] && e->def[0]) {
+            snprintf(err, errlen, "%s: cannot be empty (default %s)", r->key, e->def);
             return -1;
-        char **slot = (char **)(base + e->off);
-        free(*slot);
-        *slot = dup;
-        return 0;
-    }
+        }
+        return set_string(r, v);
+    case PT_CONF_FILE:
+        return set_string(r, v);
     case PT_CONF_BOOL:
         if (strcmp(v, "true") == 0 || strcmp(v, "1") == 0 || strcmp(v, "yes") == 0)
             *(int *)(base + e->off) = 1;
@@ -420,10 +429,15 @@ int pt_config_defaults(pt_config *c)
     return each_key(c, set_default, NULL) ? -1 : 0;
 }
 
+static int is_string(pt_conf_type t)
+{
+    return t == PT_CONF_STR || t == PT_CONF_ADDR || t == PT_CONF_FILE || t == PT_CONF_ENUM;
+}
+
 static int free_string(void *ud, conf_ref *r)
 {
     (void)ud;
-    if (r->e->type == PT_CONF_STR) {
+    if (is_string(r->e->type)) {
         char **slot = (char **)(r->base + r->e->off);
         free(*slot);
         *slot = NULL;

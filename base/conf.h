@@ -15,7 +15,7 @@
 /* Every type refuses, naming the key, a value it cannot parse or one outside [min, max].
  * Strings (STR, ADDR, FILE, ENUM) are char *, malloc'd and owned by the configuration. */
 typedef enum pt_conf_type {
-    PT_CONF_STR,      /* any text */
+    PT_CONF_STR,      /* any text; empty only when the default is empty */
     PT_CONF_LONG,     /* long, decimal */
     PT_CONF_BYTES,    /* size_t, "32MiB" */
     PT_CONF_BOOL,     /* int, 0 or 1 ("true"/"false", "yes"/"no", "1"/"0") */

@@ -43,8 +43,10 @@ static int bad_values(const pt_conf_key *e, values *vs)
 {
     vs->n = 0;
     switch (e->type) {
-    case PT_CONF_STR:
-        return 1; /* free text: nothing is malformed */
+    case PT_CONF_STR: /* free text: only empty can be wrong */
+        if (e->def[0])
+            add(vs, 0, "%s", "");
+        return 1;
     case PT_CONF_LONG:
         if (e->min > LLONG_MIN)
             add(vs, 1, "%lld", e->min - 1);
@@ -155,7 +157,9 @@ static void good_values(const pt_conf_key *e, values *vs)
     switch (e->type) {
     case PT_CONF_STR:
         add(vs, 0, "x");
-        add(vs, 0, "%s", "");
+        add(vs, 0, "a value with spaces, 'quotes' and \"more\"");
+        if (!e->def[0])
+            add(vs, 0, "%s", "");
         break;
     case PT_CONF_LONG:
         add(vs, 0, "%lld", e->min);
