@@ -96,7 +96,11 @@ int pt_emb_chunk_cells(const chunk *c, vcells *out)
         const uint8_t *v = c->vals;
         for (uint32_t i = 0; i < c->count && rv == 0; i++) {
             uint32_t len = c->lens ? pt_get_be32(c->lens + 4 * (size_t)i) : 8;
-            rv = vcells_push(out, pt_get_be32(c->quals + 4 * (size_t)i), len, v);
+            uint32_t q = pt_get_be32(c->quals + 4 * (size_t)i);
+            if (i > 0 && q <= out->c[out->n - 1].q)
+                rv = PT_EINTERNAL;
+            else
+                rv = vcells_push(out, q, len, v);
             v += len;
         }
     }

@@ -144,11 +144,12 @@ typedef struct chunk {
  * wrote. A fmt 3 stream is checked as pt_emb_chunk_cells decodes it. */
 int pt_emb_chunk_parse(const uint8_t *p, size_t n, chunk *c);
 /* Appends the chunk's cells to out (values of fmt 2 longer than 8 bytes point into the
- * chunk's bytes); PT_EINTERNAL, and out as it was, when the chunk is corrupt. Allocates
- * only to grow out. */
+ * chunk's bytes); PT_EINTERNAL, and out as it was, when the chunk is corrupt (its
+ * qualifiers not strictly increasing, a fmt 3 stream that does not decode to exactly count
+ * cells). Allocates only to grow out. */
 int pt_emb_chunk_cells(const chunk *c, vcells *out);
-/* The chunk's last (greatest) qualifier; PT_EINTERNAL when the chunk is corrupt. Decodes a
- * fmt 3 chunk without storing it. */
+/* The chunk's last qualifier: decodes a fmt 3 chunk without storing it (PT_EINTERNAL when
+ * it is corrupt), reads that of the others. */
 int pt_emb_chunk_last(const chunk *c, uint32_t *q);
 /* out = the chunk of n cells, c strictly increasing by qualifier, n > 0: fmt 3 when every
  * value has 8 bytes, else fmt 2. */
