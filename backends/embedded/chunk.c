@@ -41,7 +41,7 @@ int pt_emb_chunk_parse(const uint8_t *p, size_t n, chunk *c)
         /* The first sample takes at least 72 bits, every other one 2. */
         if (body > SIZE_MAX / 8 || body * 8 < 72 + 2 * (uint64_t)(count - 1))
             return PT_EINTERNAL;
-        c->xor = (pt_slice){p + HDR, body};
+        c->stream = (pt_slice){p + HDR, body};
         return 0;
     }
     size_t fixed = c->fmt == 1 ? 12 : 8; /* bytes a cell takes before its value's */
@@ -62,12 +62,12 @@ int pt_emb_chunk_parse(const uint8_t *p, size_t n, chunk *c)
     return vbytes == 0 ? 0 : PT_EINTERNAL;
 }
 
-/* Decodes a fmt 3 stream: its cells appended to out unless out is NULL, its last
+/* Decodes a fmt 3 stream: its cells appended to out unless out is NULL, then its last
  * qualifier in *last. */
 static int walk_xor(const chunk *c, vcells *out, uint32_t *last)
 {
     pt_gorilla_dec d;
-    pt_gorilla_dec_init(&d, c->xor.p, c->xor.n);
+    pt_gorilla_dec_init(&d, c->stream.p, c->stream.n);
     int64_t prev = -1;
     for (uint32_t i = 0; i < c->count; i++) {
         int64_t t;
@@ -81,8 +81,10 @@ static int walk_xor(const chunk *c, vcells *out, uint32_t *last)
         if (out && vcells_push(out, (uint32_t)t, 8, v) != 0)
             return PT_ENOMEM;
     }
+    if (!pt_gorilla_dec_done(&d))
+        return PT_EINTERNAL;
     *last = (uint32_t)prev;
-    return pt_gorilla_dec_done(&d) ? 0 : PT_EINTERNAL;
+    return 0;
 }
 
 int pt_emb_chunk_cells(const chunk *c, vcells *out)

@@ -137,7 +137,7 @@ typedef struct chunk {
     uint8_t fmt; /* 1: every value 8 bytes, 2: values of any length, 3: XOR'ed samples */
     uint32_t count;
     const uint8_t *quals, *lens, *vals; /* fmt 1 and 2 */
-    pt_slice xor;                        /* fmt 3: the sample stream */
+    pt_slice stream;                     /* fmt 3: the sample stream */
 } chunk;
 
 /* Checks the chunk's framing: 0, or PT_EINTERNAL when p is not a chunk this backend
