@@ -33,16 +33,7 @@ VM_ARGS=${VM_ARGS:-}
 KEEP=${KEEP:-0}
 ROUNDS=${ROUNDS:-3}
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/promtable-disk.XXXXXX")
-SERVER_PID=
-cleanup() {
-    if [[ -n $SERVER_PID ]]; then stop_server; fi
-    if [[ $KEEP == 1 ]]; then echo "work directory kept: $WORK"; else rm -rf "$WORK"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-log() { printf '%s\n' "$*" >&2; }
+bench_work promtable-disk
 
 if [[ $SKIP_BUILD != 1 ]]; then
     log "+ cmake -S $ROOT -B $BUILD_DIR -DCMAKE_BUILD_TYPE=Release && cmake --build ..."
@@ -62,6 +53,7 @@ LOADGEN_ARGS=(--series "$SERIES" --connections "$CONNECTIONS" --warmup 0
     --requests $((TOTAL / SAMPLES_PER_REQUEST)) --samples-per-request "$SAMPLES_PER_REQUEST"
     --labels "$LABELS" --interval-ms "$INTERVAL_MS" --pool-mb "$POOL_MB")
 
+# shellcheck disable=SC2034  # run_load (bench/lib.sh) sets P99 and UTIL too
 declare -A RATE P99 ERRS UTIL OTHER BYTES PERSAMPLE CHECK CMD SRV
 LOAD_FIGURES=()
 FAILED=0
@@ -116,14 +108,5 @@ for t in $TARGETS; do
     printf "$FMT" "$t" "$TOTAL" "${BYTES[$t]:--}" "${PERSAMPLE[$t]:--}" "${CHECK[$t]:-}"
     if ((ROUNDS > 1)); then echo "  bytes/sample by round:${ROUND_VALUES[PERSAMPLE|$t]}"; fi
 done
-if [[ -n ${PERSAMPLE[promtable]:-} && -n ${PERSAMPLE[victoriametrics]:-} ]]; then
-    awk -v a="${PERSAMPLE[promtable]}" -v b="${PERSAMPLE[victoriametrics]}" \
-        'BEGIN {printf "\nratio promtable/VictoriaMetrics: %.2f (bytes per sample)\n", a / b}'
-fi
-echo
-echo "commands:"
-for t in $TARGETS; do
-    if [[ -n ${SRV[$t]:-} ]]; then echo "  $t server: ${SRV[$t]}"; fi
-    if [[ -n ${CMD[$t]:-} ]]; then echo "  $t load:   ${CMD[$t]}"; fi
-done
+print_footer PERSAMPLE "bytes per sample"
 exit "$FAILED"

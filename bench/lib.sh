@@ -2,8 +2,24 @@
 # shellcheck disable=SC2004,SC2034  # RATE, CMD, FAILED, ... are the caller's (associative arrays)
 # Shared by the benchmark scripts (sourced): starting and stopping a server, medians over
 # rounds, the rounds loop over the targets, and the header naming versions and host. Uses
-# the caller's ROUNDS, TARGETS, PROMTABLE, VM_BIN, ROOT, SERVER_CPU, LOADGEN_CPU, WORK, SRV
-# and log().
+# the caller's ROUNDS, TARGETS, PROMTABLE, VM_BIN, ROOT, SERVER_CPU, LOADGEN_CPU and SRV.
+
+log() { printf '%s\n' "$*" >&2; }
+
+# bench_work NAME: a fresh work directory WORK, removed at exit unless KEEP is 1, and an
+# exit trap that first stops a server still running.
+bench_work() {
+    WORK=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX")
+    SERVER_PID=
+    trap bench_cleanup EXIT
+    trap 'exit 130' INT TERM
+}
+
+# shellcheck disable=SC2317  # invoked by the EXIT trap
+bench_cleanup() {
+    if [[ -n $SERVER_PID ]]; then stop_server; fi
+    if [[ ${KEEP:-0} == 1 ]]; then echo "work directory kept: $WORK"; else rm -rf "$WORK"; fi
+}
 
 # median LIST: the median of whitespace-separated numbers (the lower middle for an even
 # count).

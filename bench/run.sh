@@ -35,17 +35,7 @@ KEEP=${KEEP:-0}                              # 1: keep the work directory (logs,
 ROUNDS=${ROUNDS:-1}                          # runs of every target, alternating; medians
                                              # are reported (other columns: last round)
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/promtable-bench.XXXXXX")
-SERVER_PID=
-# shellcheck disable=SC2317  # invoked by the EXIT trap
-cleanup() {
-    if [[ -n $SERVER_PID ]]; then stop_server; fi
-    if [[ $KEEP == 1 ]]; then echo "work directory kept: $WORK"; else rm -rf "$WORK"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-log() { printf '%s\n' "$*" >&2; }
+bench_work promtable-bench
 
 # ---------------------------------------------------------------------------------------
 if [[ $SKIP_BUILD != 1 ]]; then
