@@ -25,6 +25,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <rocksdb/c.h>
 #include <xxhash.h>
@@ -90,12 +91,22 @@ int pt_emb_rocks_scan_index(rocks *r, const pt_scan *s, pt_cell_fn fn, void *ud)
  * few samples per flush still end up in chunks of a useful size. */
 enum { CHUNK_MAX = 1024, CHUNK_SMALL = 256 };
 
-/* A cell seen by merges and the codec; v points into memory the holder keeps alive. */
+/* A cell seen by merges and the codec: a value of up to 8 bytes is held inline (a decoded
+ * fmt 3 value has no bytes to point to), a longer one points into memory the holder keeps
+ * alive. */
 typedef struct vcell {
     uint32_t q;
     uint32_t vlen;
-    const uint8_t *v;
+    union {
+        uint8_t in[8];
+        const uint8_t *p;
+    } v;
 } vcell;
+
+static inline const uint8_t *vcell_val(const vcell *c)
+{
+    return c->vlen <= 8 ? c->v.in : c->v.p;
+}
 
 typedef struct vcells {
     vcell *c;
@@ -109,36 +120,43 @@ static inline int vcells_push(vcells *vc, uint32_t q, uint32_t vlen, const uint8
         if (rv != 0)
             return rv;
     }
-    vc->c[vc->n++] = (vcell){q, vlen, v};
+    vcell *c = &vc->c[vc->n++];
+    c->q = q;
+    c->vlen = vlen;
+    if (vlen <= 8) {
+        if (vlen)
+            memcpy(c->v.in, v, vlen);
+    } else {
+        c->v.p = v;
+    }
     return 0;
 }
 
 /* A parsed chunk value; its pointers point into the value parsed. */
 typedef struct chunk {
+    uint8_t fmt; /* 1: every value 8 bytes, 2: values of any length, 3: XOR'ed samples */
     uint32_t count;
-    int fixed; /* every value is 8 bytes */
-    const uint8_t *quals, *lens, *vals;
+    const uint8_t *quals, *lens, *vals; /* fmt 1 and 2 */
+    pt_slice stream;                     /* fmt 3: the sample stream */
 } chunk;
 
-/* 0, or PT_EINTERNAL when p is not a chunk this backend wrote. */
+/* Checks the chunk's framing: 0, or PT_EINTERNAL when p is not a chunk this backend
+ * wrote. A fmt 3 stream is checked as pt_emb_chunk_cells decodes it. */
 int pt_emb_chunk_parse(const uint8_t *p, size_t n, chunk *c);
-/* Appends the chunk's cells to out; their values point into the chunk's bytes. */
+/* Appends the chunk's cells to out (values of fmt 2 longer than 8 bytes point into the
+ * chunk's bytes); PT_EINTERNAL, and out as it was, when the chunk is corrupt (its
+ * qualifiers not strictly increasing, a fmt 3 stream that does not decode to exactly count
+ * cells). Allocates only to grow out. */
 int pt_emb_chunk_cells(const chunk *c, vcells *out);
-/* out = the chunk of n cells, c strictly increasing by qualifier, n > 0. */
+/* The chunk's last qualifier: decodes a fmt 3 chunk without storing it (PT_EINTERNAL when
+ * it is corrupt), reads that of the others. */
+int pt_emb_chunk_last(const chunk *c, uint32_t *q);
+/* out = the chunk of n cells, c strictly increasing by qualifier, n > 0: fmt 3 when every
+ * value has 8 bytes, else fmt 2. */
 int pt_emb_chunk_encode(pt_buf *out, const vcell *c, size_t n);
 /* Splits a points key into its row (pointing into k) and the chunk's first qualifier;
  * PT_EINTERNAL when it is not such a key. */
 int pt_emb_chunk_key_split(const char *k, size_t kn, pt_slice *row, uint32_t *first);
-
-static inline uint32_t chunk_qual(const chunk *c, uint32_t i)
-{
-    return pt_get_be32(c->quals + 4 * (size_t)i);
-}
-
-static inline uint32_t chunk_vlen(const chunk *c, uint32_t i)
-{
-    return c->fixed ? 8 : pt_get_be32(c->lens + 4 * (size_t)i);
-}
 
 /* ---- head.c ---- */
 
