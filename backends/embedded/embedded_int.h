@@ -134,10 +134,13 @@ static inline int vcells_push(vcells *vc, uint32_t q, uint32_t vlen, const uint8
 
 /* A parsed chunk value; its pointers point into the value parsed. */
 typedef struct chunk {
-    uint8_t fmt; /* 1: every value 8 bytes, 2: values of any length, 3: XOR'ed samples */
+    uint8_t fmt; /* 1: every value 8 bytes, 2: values of any length, 3: XOR'ed samples,
+                    4: decimal samples */
+    uint8_t k;   /* fmt 4: values are integers / 10^k */
     uint32_t count;
-    const uint8_t *quals, *lens, *vals; /* fmt 1 and 2 */
-    pt_slice stream;                     /* fmt 3: the sample stream */
+    const uint8_t *quals, *lens, *vals; /* fmt 1 and 2; fmt 4: the value varints */
+    size_t vlen_total;                   /* fmt 4: bytes of the value varints */
+    pt_slice stream;                     /* fmt 3: the sample stream; fmt 4: timestamps */
 } chunk;
 
 /* Checks the chunk's framing: 0, or PT_EINTERNAL when p is not a chunk this backend
@@ -151,8 +154,8 @@ int pt_emb_chunk_cells(const chunk *c, vcells *out);
 /* The chunk's last qualifier: decodes a fmt 3 chunk without storing it (PT_EINTERNAL when
  * it is corrupt), reads that of the others. */
 int pt_emb_chunk_last(const chunk *c, uint32_t *q);
-/* out = the chunk of n cells, c strictly increasing by qualifier, n > 0: fmt 3 when every
- * value has 8 bytes, else fmt 2. */
+/* out = the chunk of n cells, c strictly increasing by qualifier, n > 0: when every value
+ * has 8 bytes the shorter of fmt 3 and (if the values are decimals) fmt 4, else fmt 2. */
 int pt_emb_chunk_encode(pt_buf *out, const vcell *c, size_t n);
 /* Splits a points key into its row (pointing into k) and the chunk's first qualifier;
  * PT_EINTERNAL when it is not such a key. */

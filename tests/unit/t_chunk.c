@@ -210,7 +210,7 @@ static void test_round_trips(void)
     quals_of(0, qs, MAXN);
     for (size_t i = 0; i < MAXN; i++)
         set_cell(i, qs[i], dbl(1e6 + 17.5 * (double)i));
-    ok(round_trip(MAXN, 3, "counter"), "10,000 cells of a counter scraped every 15 s");
+    ok(round_trip(MAXN, 4, "counter"), "10,000 cells of a counter scraped every 15 s: fmt 4");
     diag("a regular counter: %.2f bytes per cell (fmt 1: 12); jittered mixed: %.2f",
          (double)enc.len / MAXN, (double)len / MAXN);
     ok(enc.len < MAXN * 4, "a regular counter takes under 4 bytes a cell (%zu bytes)", enc.len);
@@ -243,7 +243,7 @@ static int refused(const uint8_t *p, size_t n)
     int rv2 = rv;
     if (rv == 0) {
         rv = pt_emb_chunk_cells(&c, &dec);
-        rv2 = c.fmt == 3 ? pt_emb_chunk_last(&c, &last) : rv;
+        rv2 = c.fmt >= 3 ? pt_emb_chunk_last(&c, &last) : rv;
     }
     free(copy);
     return rv == PT_EINTERNAL && rv2 == PT_EINTERNAL && dec.n == 0;
@@ -543,9 +543,106 @@ static void test_old_store(void)
         diag("could not remove %s", dir);
 }
 
+/* fmt 4: decimal values, the shorter form chosen, every value that is no decimal falling
+ * back to fmt 3, corrupt chunks refused. */
+static void test_decimal(void)
+{
+    enum { N = 1000 };
+    uint64_t prev = dbl(5000);
+    quals_of(0, qs, N);
+    for (size_t i = 0; i < N; i++) {
+        double g;
+        memcpy(&g, &prev, 8);
+        prev = dbl(floor((g + (double)((int)rnd(2001) - 1000) / 100) * 100 + 0.5) / 100);
+        set_cell(i, qs[i], prev);
+    }
+    ok(round_trip(N, 4, "gauge"), "a gauge with two decimals: fmt 4");
+    ok(enc.len < 3 * N, "  %.2f bytes a cell", (double)enc.len / N);
+    double c = 0;
+    for (size_t i = 0; i < N; i++)
+        set_cell(i, qs[i], dbl(c += (double)rnd(100)));
+    int counter_ok = round_trip(N, 4, "int counter");
+    ok(counter_ok && enc.len < 2 * N, "an integer counter: fmt 4, %.2f bytes a cell",
+       (double)enc.len / N);
+    set_cell(0, qs[0], dbl(7));
+    ok(round_trip(1, 3, "one 7"), "one sample: fmt 3 (as short, and written first)");
+
+    /* Values fmt 4 cannot hold: the chunk stays fmt 3. */
+    static const double odd[] = {-0.0, 1e-10, 9007199254740993.0 * 4, 0.1 + 0.2, 1.0 / 3};
+    int all = 1;
+    for (size_t k = 0; k < sizeof(odd) / sizeof(odd[0]); k++) {
+        for (size_t i = 0; i < 100; i++)
+            set_cell(i, qs[i], dbl((double)i));
+        set_cell(50, qs[50], dbl(odd[k]));
+        all &= round_trip(100, 3, "odd value");
+    }
+    for (size_t k = 0; k < NSPECIALS; k++) {
+        for (size_t i = 0; i < 100; i++)
+            set_cell(i, qs[i], dbl((double)i));
+        set_cell(99, qs[99], specials[k]);
+        /* +0, 1 and -1 are decimals: either form may be the shorter. */
+        int dec_ok = specials[k] == 0 || specials[k] == dbl(1) || specials[k] == dbl(-1);
+        pt_emb_chunk_encode(&enc, cells, 100);
+        all &= round_trip(100, dec_ok ? enc.p[0] : 3, "special");
+    }
+    ok(all, "-0, NaNs, infinities, denormals, 1e-10, 2^55 and 0.1 + 0.2 keep fmt 3");
+
+    /* Random decimals of every precision fmt 4 has, and random integers up to 2^53. */
+    all = 1;
+    for (int iter = 0; iter < 500; iter++) {
+        int k = (int)rnd(10), n = 1 + (int)rnd(300);
+        double p = 1;
+        for (int j = 0; j < k; j++)
+            p *= 10;
+        for (int i = 0; i < n; i++) {
+            int64_t m = (int64_t)(rnd64() % ((uint64_t)1 << (1 + rnd(53)))) * (rnd(2) ? 1 : -1);
+            set_cell((size_t)i, qs[i], dbl((double)m / p));
+        }
+        /* Either form may be the shorter: accept the one written. */
+        pt_emb_chunk_encode(&enc, cells, (size_t)n);
+        all &= round_trip((size_t)n, enc.p[0], "random decimals");
+    }
+    ok(all, "500 chunks of random decimals (k 0-9, |m| up to 2^53) round trip");
+
+    /* Corrupt fmt 4 chunks. */
+    for (size_t i = 0; i < 300; i++)
+        set_cell(i, qs[i], dbl((double)(int)rnd(100000) / 100));
+    pt_emb_chunk_encode(&enc, cells, 300);
+    size_t len = enc.len;
+    uint8_t *good = malloc(len + 1);
+    memcpy(good, enc.p, len);
+    all = good[0] == 4;
+    for (size_t cut = 0; cut < len; cut++)
+        all &= refused(good, cut);
+    good[len] = 0;
+    all &= refused(good, len + 1);
+    ok(all, "every truncation of a %zu-byte fmt 4 chunk, and a trailing byte, is refused", len);
+    good[5] = 10;
+    ok(refused(good, len), "k = 10 is refused");
+    good[5] = 2;
+    uint32_t tlen = pt_get_be32(good + 6);
+    pt_put_be32(good + 6, (uint32_t)len);
+    ok(refused(good, len), "a timestamp stream longer than the chunk is refused");
+    pt_put_be32(good + 6, tlen - 1);
+    ok(refused(good, len), "a timestamp stream one byte short is refused");
+    pt_put_be32(good + 6, tlen);
+    /* The last value's varint (the final bytes) replaced by one past 2^53. */
+    uint8_t big[16], *e = pt_put_uvarint(big, (uint64_t)1 << 60);
+    size_t bl = (size_t)(e - big), last = len - 1;
+    while (last > 0 && (good[last - 1] & 0x80))
+        last--;
+    uint8_t *m = malloc(last + bl);
+    memcpy(m, good, last);
+    memcpy(m + last, big, bl);
+    ok(refused(m, last + bl), "a value past 2^53 is refused");
+    free(m);
+    free(good);
+}
+
 int main(void)
 {
     test_round_trips();
+    test_decimal();
     test_corrupt();
     test_old_store();
     free(cells);
