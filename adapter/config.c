@@ -45,7 +45,8 @@ static const pt_conf_key table[] = {
     {"storage.backend", NULL, PT_CONF_ENUM, "embedded|bigtable", 0, 0, F(backend),
      "Where samples go: embedded = RocksDB in storage.embedded.path, bigtable = Bigtable."},
     {"storage.retention", NULL, PT_CONF_DURATION, "0", 0, 100 * 31536000000LL, F(retention_ms),
-     "Bigtable: GC cells older than this, set by init (0 = keep forever)."},
+     "Keep samples this long (0 = forever): reads start at now - retention; embedded: "
+     "compactions delete older data; Bigtable: init sets the GC rule."},
     {"index.bucket", NULL, PT_CONF_DURATION, "1d", 3600000LL, 49LL * 86400000LL,
      F(index_bucket_ms), "Index bucket length: series are listed per bucket."},
     {"index.cache_entries", NULL, PT_CONF_LONG, "4000000", 1024, 1000000000LL,

@@ -10,6 +10,7 @@
 #include "config.h"
 #include "error.h"
 #include "log.h"
+#include "metrics.h"
 
 static pt_server *volatile the_server;
 
@@ -115,6 +116,8 @@ int main(int argc, char **argv)
     pt_backend_config bc = {
         .own = pt_config_backend(&cfg, ops),
         .retention_seconds = (cfg.retention_ms + 999) / 1000,
+        .index_span_ms = cfg.index_bucket_ms,
+        .retention_dropped = &pt_m.retention_dropped,
     };
     int rv = pt_backend_open(&be, ops, &bc, err, sizeof(err));
     if (rv != 0) {
@@ -148,7 +151,8 @@ int main(int argc, char **argv)
                            .index_bucket_ms = cfg.index_bucket_ms,
                            .max_series = (size_t)cfg.read_max_series,
                            .max_samples = (size_t)cfg.read_max_samples,
-                           .read_timeout_ms = cfg.read_timeout_ms};
+                           .read_timeout_ms = cfg.read_timeout_ms,
+                           .retention_ms = cfg.retention_ms};
     app.lim.max_decoded = cfg.max_decoded_bytes;
     rv = pt_store_check_index(&app.store, err, sizeof(err));
     if (rv == PT_EINTERNAL) {

@@ -170,6 +170,10 @@ long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
             LOAD(pt_m.samples_rejected[i]));
     counter(&o, "promtable_index_rows_written_total", "Series index rows written.",
             LOAD(pt_m.index_rows_written));
+    counter(&o, "promtable_retention_dropped_total",
+            "Stored entries (points chunks, index cells) the embedded store's compactions "
+            "removed as older than storage.retention.",
+            LOAD(pt_m.retention_dropped));
     counter(&o, "promtable_read_queries_total", "Remote read queries answered.",
             LOAD(pt_m.read_queries));
     counter(&o, "promtable_read_series_total", "Series returned by remote read.",

@@ -42,6 +42,7 @@ typedef struct pt_metrics {
     _Atomic uint64_t read_timeouts;         /* reads ended by read.timeout */
     _Atomic uint64_t read_rows_scanned;     /* rows the backends visited for reads */
     _Atomic uint64_t read_cancelled;       /* reads whose client went away */
+    _Atomic uint64_t retention_dropped;     /* stored entries storage.retention removed */
     _Atomic uint64_t backend_write_errors;
     _Atomic uint64_t backend_read_errors;
     pt_histogram request_duration[PT_ROUTE_COUNT];

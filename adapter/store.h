@@ -28,6 +28,10 @@ typedef struct pt_store {
     size_t max_series;
     size_t max_samples;
     int64_t read_timeout_ms; /* a read running longer ends with 503; 0 = no deadline */
+    /* storage.retention: reads start no earlier than now - retention_ms (0 = forever), so
+     * they never return what a backend is about to delete or has not deleted yet. */
+    int64_t retention_ms;
+    int64_t now_ms; /* tests: the wall clock that retention counts from; 0 = the real one */
 } pt_store;
 
 #define PT_MSG_MAX 1024

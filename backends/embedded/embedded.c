@@ -72,6 +72,7 @@ static int flush_now(embedded *e)
 static void embedded_close(void *state)
 {
     embedded *e = state;
+    pt_emb_expire_stop(&e->x);
     /* Only a head that opened completely may flush: after a failed replay the log holds
      * cells the head does not, and a flush would truncate them away. */
     if (e->ready) {
@@ -89,6 +90,7 @@ static void embedded_close(void *state)
         pthread_mutex_destroy(&e->mu);
     e->mu_init = 0;
     pt_emb_rocks_close(&e->r);
+    pt_emb_expire_free(&e->x);
 }
 
 /* Every setting this backend uses is read here. */
@@ -108,7 +110,9 @@ static int embedded_open(void *state, const pt_backend_config *cfg, char *err, s
     int rv = mkdir_p(path, err, errlen);
     if (rv != 0)
         return rv;
-    if ((rv = pt_emb_rocks_open(&e->r, path, sync,
+    if ((rv = pt_emb_expire_init(&e->x, &e->r, (int64_t)cfg->retention_seconds * 1000,
+                                  cfg->index_span_ms, cfg->retention_dropped)) != 0 ||
+        (rv = pt_emb_rocks_open(&e->r, path, sync,
                                  ec->block_cache ? ec->block_cache : EMB_DEFAULT_BLOCK_CACHE, err,
                                  errlen)) != 0)
         goto fail;
@@ -124,6 +128,10 @@ static int embedded_open(void *state, const pt_backend_config *cfg, char *err, s
     /* Start from an empty log: replayed cells go to RocksDB now. */
     if ((rv = flush_now(e)) != 0) {
         snprintf(err, errlen, "embedded: flushing the replayed log of %s failed", path);
+        goto fail;
+    }
+    if ((rv = pt_emb_expire_start(&e->x, &e->r)) != 0) {
+        snprintf(err, errlen, "embedded: cannot start the retention thread");
         goto fail;
     }
     e->ready = 1;
@@ -243,13 +251,23 @@ void pt_embedded_get_stats(pt_backend *b, pt_embedded_stats *out)
                                .head_rows = e->h.nrows,
                                .head_cells = e->h.cells,
                                .head_bytes = e->h.bytes,
-                               .wal_bytes = e->w.size};
+                               .wal_bytes = e->w.size,
+                               .expired_chunks = atomic_load(&e->x.dropped[0]),
+                               .expired_index = atomic_load(&e->x.dropped[1]),
+                               .compactions = atomic_load(&e->x.compactions)};
     pthread_mutex_unlock(&e->mu);
 }
 
 int pt_embedded_flush(pt_backend *b)
 {
     return flush_now(b->state);
+}
+
+void pt_embedded_compact(pt_backend *b, int64_t now_ms)
+{
+    embedded *e = b->state;
+    atomic_store(&e->x.now_ms, now_ms);
+    pt_emb_expire_compact(&e->x, &e->r);
 }
 
 #define C(field) offsetof(pt_embedded_conf, field)

@@ -26,6 +26,9 @@ typedef struct pt_embedded_stats {
     size_t head_cells;   /* cells waiting in the head, rewrites included */
     size_t head_bytes;   /* memory the head holds, counted against the budget */
     uint64_t wal_bytes;  /* size of the head's write-ahead log */
+    uint64_t expired_chunks;  /* points chunks compactions dropped as past the retention */
+    uint64_t expired_index;   /* index cells dropped likewise */
+    uint64_t compactions;     /* whole-store compactions run for the retention */
 } pt_embedded_stats;
 
 /* Memory the head may hold before it is flushed into RocksDB (default 256 MiB; 0 = the
@@ -34,5 +37,9 @@ void pt_embedded_set_budget(pt_backend *b, size_t bytes);
 void pt_embedded_get_stats(pt_backend *b, pt_embedded_stats *out);
 /* Flushes the head into RocksDB now and empties the WAL. */
 int pt_embedded_flush(pt_backend *b);
+/* Compacts the whole store now, as the retention thread does, with the clock of the
+ * retention set to now_ms from then on (tests; 0 = the real clock). Stored entries past
+ * the retention are gone when it returns; the head's cells are not touched. */
+void pt_embedded_compact(pt_backend *b, int64_t now_ms);
 
 #endif

@@ -6,14 +6,16 @@
  *
  *     rocks.c     RocksDB: options, open/close, errors, keys, the index table  (none)
  *     chunk.c     the stored form of points: chunk values and keys, no I/O     (none)
+ *     expire.c    retention: compaction filters, the compacting thread         rocks chunk
  *     head.c      the head: a hash table of rows and their unflushed cells     (none)
  *     wal.c       the points log (points.wal): records, replay                 head
  *     flush.c     head -> chunks, merged with the stored ones                  rocks chunk head wal
  *     scan.c      points scans merging the head and the chunks                 rocks chunk head
  *     embedded.c  the ops table: open/close, write, scan; the public knobs     all
  *
- * Ownership: an embedded holds one rocks, head and wal, each made and released only by
- * its module's open/init and close/free, which embedded.c calls.
+ * Ownership: an embedded holds one rocks, expire, head and wal, each made and released
+ * only by its module's open/init and close/free, which embedded.c calls. The compaction
+ * filters of expire outlive the rocks that uses them (RocksDB does not own them).
  *
  * Locking: embedded.mu guards the head, the log, budget, epoch and flushes. head.c and
  * wal.c never lock; their callers hold mu, except open and close, which own the backend
@@ -23,6 +25,7 @@
 #define PT_EMBEDDED_INT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -43,10 +46,13 @@ typedef struct rocks {
     rocksdb_column_family_handle_t *cf[NCF];
     rocksdb_writeoptions_t *wopts;       /* index writes: RocksDB's WAL, synced if asked */
     rocksdb_writeoptions_t *flush_wopts; /* no RocksDB WAL: the points log covers these */
+    /* Set before open, NULL = none: each family's compaction filter (expire.c's). */
+    rocksdb_compactionfilter_t *filter[NCF];
 } rocks;
 
 /* Opens (creating) the store in the existing directory path; refuses the first version's
- * layout. On failure err says why and close() releases what was made. */
+ * layout. On failure err says why and close() releases what was made (but not the
+ * filters). */
 int pt_emb_rocks_open(rocks *r, const char *path, int sync, size_t block_cache, char *err,
                       size_t errlen);
 /* Releases everything; a zeroed or half-opened rocks is fine. */
@@ -160,6 +166,37 @@ int pt_emb_chunk_encode(pt_buf *out, const vcell *c, size_t n);
 /* Splits a points key into its row (pointing into k) and the chunk's first qualifier;
  * PT_EINTERNAL when it is not such a key. */
 int pt_emb_chunk_key_split(const char *k, size_t kn, pt_slice *row, uint32_t *first);
+
+/* ---- expire.c ---- */
+
+typedef struct expire {
+    int64_t keep_ms;       /* storage.retention; 0 = keep everything, no filter */
+    int64_t index_span_ms; /* what an index row's day spans (index.bucket) */
+    _Atomic int64_t now_ms; /* the clock, for tests; 0 = the real one */
+    _Atomic uint64_t dropped[2];   /* points chunks, index cells */
+    _Atomic uint64_t compactions;  /* whole-store compactions done */
+    _Atomic uint64_t *counter;     /* the core's count of dropped entries, or NULL */
+    rocksdb_compactionfilter_t *filter[NCF];
+    rocks *r;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_int stop;
+    int running;
+} expire;
+
+/* Makes the filters of a retention of keep_ms (none for 0) and sets them in r, which
+ * must not be open yet; index_span_ms <= 0 means unknown (the longest, 2^32 ms). */
+int pt_emb_expire_init(expire *x, rocks *r, int64_t keep_ms, int64_t index_span_ms,
+                       _Atomic uint64_t *counter);
+/* Starts the thread compacting r every keep_ms / 4 (no thread without a retention). */
+int pt_emb_expire_start(expire *x, rocks *r);
+/* Compacts both tables whole, now: expired entries go (blocks until done). */
+void pt_emb_expire_compact(expire *x, rocks *r);
+/* Stops the thread; before r closes. */
+void pt_emb_expire_stop(expire *x);
+/* Destroys the filters; after r closed. */
+void pt_emb_expire_free(expire *x);
 
 /* ---- head.c ---- */
 
@@ -286,6 +323,7 @@ void pt_emb_wal_close(wal *w);
 
 typedef struct embedded {
     rocks r;
+    expire x;
     pthread_mutex_t mu;
     int mu_init;
     int ready;      /* opened and replayed: close may flush */
