@@ -7,21 +7,23 @@
  *                    timestamp is the qualifier and whose value is the 8 value bytes read
  *                    as a big-endian integer (a float64's bits); the stream fills the rest
  *                    of the value exactly, its padding bits zero
- *             fmt 4: decimal samples: k (1 byte) || tlen (4 bytes BE) || the timestamps as
- *                    a fmt 3 stream of tlen bytes whose values are all 0 || then per sample
- *                    a zig-zag varint: the first the integer m0, the others the difference
- *                    from the previous one (wrapping modulo 2^64), where each sample's value
- *                    is the float64 m / 10^k (|m| <= 2^53, k <= 9) and that division gives
- *                    back its exact bits
+ *             fmt 4: decimal samples: mode (1 byte: k = bits 0-3, k <= 9; bit 4: values as
+ *                    delta-of-delta; bit 5: corrections follow each value) || tlen (4
+ *                    bytes BE) || the timestamps as a fmt 3 stream of tlen bytes whose values
+ *                    are all 0 || per sample a zig-zag varint of m (the first), of its
+ *                    difference from the previous m (the second, and the others without bit
+ *                    4) or of the difference of differences (the others with bit 4), all
+ *                    modulo 2^64, then with bit 5 a zig-zag varint c; the value's bits are
+ *                    those of the float64 m / 10^k plus c (|m| <= 2^53)
  *             fmt 2: count qualifiers (4 bytes BE each, strictly increasing), count value
  *                    lengths (4 bytes BE each), then the values back to back
  *             fmt 1: count qualifiers, then count values of exactly 8 bytes
  *
  * Flushes write fmt 3 when every value of the chunk has 8 bytes (a sample: about 1-2 bytes
- * where fmt 1 took 12), fmt 4 instead when every value is a decimal with at most 9
- * digits after the point and fmt 4 comes out shorter (integer counters, values with two
- * decimals: XOR of such floats leaves 5-7 bytes, a varint difference 1-3), and fmt 2
- * otherwise; fmt 1 is read only, so stores written before
+ * where fmt 1 took 12), fmt 4 instead when every value lies within 2^20 units in the last
+ * place of a decimal with at most 9 digits after the point and fmt 4 comes out shorter
+ * (values parsed from text, or sums of them: XOR of such floats leaves 5-7 bytes, a varint
+ * difference 1-3), and fmt 2 otherwise; fmt 1 is read only, so stores written before
  * fmt 3 open unchanged and their chunks turn into fmt 3 as merges rewrite them.
  *
  * The chunks of one row never overlap: every qualifier of a row is in at most one chunk,
@@ -36,7 +38,8 @@
 #include "error.h"
 #include "gorilla.h"
 
-enum { HDR = 5, DEC_K_MAX = 9 };
+enum { HDR = 5, DEC_K_MAX = 9, DEC_DOD = 0x10, DEC_FIX = 0x20 };
+#define DEC_FIX_MAX ((int64_t)1 << 20) /* the largest correction a flush writes */
 
 static const double pow10[DEC_K_MAX + 1] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9};
 #define DEC_M_MAX ((int64_t)1 << 53) /* integers a double holds exactly */
@@ -76,14 +79,15 @@ int pt_emb_chunk_parse(const uint8_t *p, size_t n, chunk *c)
         return 0;
     }
     if (c->fmt == 4) {
-        if (body < 5 || p[HDR] > DEC_K_MAX)
+        if (body < 5 || (p[HDR] & 0xf) > DEC_K_MAX || p[HDR] > (DEC_DOD | DEC_FIX | 0xf))
             return PT_EINTERNAL;
         uint32_t tlen = pt_get_be32(p + HDR + 1);
         /* The timestamps take at least 72 bits, then 2 per sample; a value 1 byte. */
         if (tlen > body - 5 || (uint64_t)tlen * 8 < 72 + 2 * (uint64_t)(count - 1) ||
             body - 5 - tlen < count)
             return PT_EINTERNAL;
-        c->k = p[HDR];
+        c->k = p[HDR] & 0xf;
+        c->mode = p[HDR] & (DEC_DOD | DEC_FIX);
         c->stream = (pt_slice){p + HDR + 5, tlen};
         c->vals = p + HDR + 5 + tlen;
         c->vlen_total = body - 5 - tlen;
@@ -114,7 +118,7 @@ static int walk_xor(const chunk *c, vcells *out, uint32_t *last)
     pt_gorilla_dec d;
     pt_gorilla_dec_init(&d, c->stream.p, c->stream.n);
     int64_t prev = -1;
-    uint64_t m = 0;
+    uint64_t m = 0, d1 = 0; /* fmt 4: the value and its last difference */
     size_t vi = 0;
     for (uint32_t i = 0; i < c->count; i++) {
         int64_t t;
@@ -125,13 +129,19 @@ static int walk_xor(const chunk *c, vcells *out, uint32_t *last)
             return PT_EINTERNAL;
         prev = t;
         if (c->fmt == 4) {
-            uint64_t z;
-            if (bits != 0 || pt_get_uvarint(c->vals, c->vlen_total, &vi, &z) != 0)
+            uint64_t z, fix = 0;
+            if (bits != 0 || pt_get_uvarint(c->vals, c->vlen_total, &vi, &z) != 0 ||
+                ((c->mode & DEC_FIX) && pt_get_uvarint(c->vals, c->vlen_total, &vi, &fix) != 0))
                 return PT_EINTERNAL;
-            m += unzigzag(z); /* wraps; only the result is checked */
+            /* Wrapping arithmetic; only the result is checked. */
+            if (i >= 2 && (c->mode & DEC_DOD))
+                d1 += unzigzag(z);
+            else
+                d1 = unzigzag(z);
+            m += d1;
             if ((int64_t)m > DEC_M_MAX || (int64_t)m < -DEC_M_MAX)
                 return PT_EINTERNAL;
-            bits = dec_bits((int64_t)m, c->k);
+            bits = dec_bits((int64_t)m, c->k) + unzigzag(fix);
         }
         pt_put_be64(v, bits);
         if (out && vcells_push(out, (uint32_t)t, 8, v) != 0)
@@ -192,33 +202,35 @@ static int encode_xor(pt_buf *out, const vcell *c, size_t n)
     return 0;
 }
 
-/* m with m / 10^k giving back exactly the bits of v, if there is one. */
-static int dec_of(uint64_t bits, unsigned k, int64_t *m)
+/* m and the correction fix such that the bits of m / 10^k, plus fix, are those of v, when
+ * |fix| <= DEC_FIX_MAX: 1, else 0 (NaNs, infinities, values past 2^53 / 10^k, values far
+ * from every decimal at k digits). */
+static int dec_of(uint64_t bits, unsigned k, int64_t *m, int64_t *fix)
 {
     double v;
     memcpy(&v, &bits, sizeof(v));
     double x = v * pow10[k];
-    /* Also false for NaN; -0 and the infinities fail the check below or this one. */
     if (!(x > -(double)DEC_M_MAX && x < (double)DEC_M_MAX))
         return 0;
     *m = (int64_t)(x < 0 ? x - 0.5 : x + 0.5);
-    return dec_bits(*m, k) == bits;
+    *fix = (int64_t)(bits - dec_bits(*m, k));
+    return *fix >= -DEC_FIX_MAX && *fix <= DEC_FIX_MAX;
 }
 
-/* The smallest k at which every value is a decimal, or -1. */
+/* The smallest k at which every value is near a decimal, or -1. */
 static int dec_k(const vcell *c, size_t n)
 {
     unsigned k = 0;
-    int64_t m;
+    int64_t m, fix;
     for (size_t i = 0; i < n; i++) {
         uint64_t bits = pt_get_be64(c[i].v.in);
-        while (!dec_of(bits, k, &m))
+        while (!dec_of(bits, k, &m, &fix))
             if (++k > DEC_K_MAX)
                 return -1;
     }
-    /* A value that fit at a smaller k need not fit at the final one: check again. */
+    /* A value that was near a decimal at a smaller k need not be at the final one. */
     for (size_t i = 0; i < n; i++)
-        if (!dec_of(pt_get_be64(c[i].v.in), k, &m))
+        if (!dec_of(pt_get_be64(c[i].v.in), k, &m, &fix))
             return -1;
     return (int)k;
 }
@@ -230,14 +242,29 @@ static int encode_dec(pt_buf *out, const vcell *c, size_t n, int *made)
     int k = dec_k(c, n);
     if (k < 0)
         return 0;
-    size_t at = out->len, cap = HDR + 5 + pt_gorilla_max_bytes(n) + 10 * n;
-    if (pt_buf_reserve(out, cap) != 0)
+    /* The mode: corrections only when needed; differences or their differences, whichever
+     * take fewer bytes. */
+    size_t dbytes = 0, ddbytes = 0;
+    int fixes = 0;
+    int64_t m = 0, fix = 0, prev = 0, prevd = 0;
+    for (size_t i = 0; i < n; i++) {
+        dec_of(pt_get_be64(c[i].v.in), (unsigned)k, &m, &fix);
+        uint64_t d = (uint64_t)m - (uint64_t)prev;
+        dbytes += pt_uvarint_size(zigzag(d));
+        ddbytes += pt_uvarint_size(zigzag(i < 2 ? d : d - (uint64_t)prevd));
+        fixes |= fix != 0;
+        prev = m;
+        prevd = (int64_t)d;
+    }
+    uint8_t mode = (uint8_t)k | (ddbytes < dbytes ? DEC_DOD : 0) | (fixes ? DEC_FIX : 0);
+    size_t at = out->len, tcap = pt_gorilla_max_bytes(n);
+    if (pt_buf_reserve(out, HDR + 5 + tcap + 20 * n) != 0)
         return PT_ENOMEM;
     uint8_t *p = out->p + at;
-    memset(p, 0, HDR + 5 + pt_gorilla_max_bytes(n));
+    memset(p, 0, HDR + 5 + tcap);
     p[0] = 4;
     pt_put_be32(p + 1, (uint32_t)n);
-    p[HDR] = (uint8_t)k;
+    p[HDR] = mode;
     pt_gorilla_enc e;
     pt_gorilla_enc_init(&e, p + HDR + 5);
     for (size_t i = 0; i < n; i++)
@@ -245,11 +272,15 @@ static int encode_dec(pt_buf *out, const vcell *c, size_t n, int *made)
     size_t tlen = pt_gorilla_enc_len(&e);
     pt_put_be32(p + HDR + 1, (uint32_t)tlen);
     uint8_t *v = p + HDR + 5 + tlen;
-    int64_t prev = 0, m = 0;
+    prev = prevd = 0;
     for (size_t i = 0; i < n; i++) {
-        dec_of(pt_get_be64(c[i].v.in), (unsigned)k, &m);
-        v = pt_put_uvarint(v, zigzag((uint64_t)m - (uint64_t)prev));
+        dec_of(pt_get_be64(c[i].v.in), (unsigned)k, &m, &fix);
+        uint64_t d = (uint64_t)m - (uint64_t)prev;
+        v = pt_put_uvarint(v, zigzag((mode & DEC_DOD) && i >= 2 ? d - (uint64_t)prevd : d));
+        if (mode & DEC_FIX)
+            v = pt_put_uvarint(v, zigzag((uint64_t)fix));
         prev = m;
+        prevd = (int64_t)d;
     }
     pt_buf_commit(out, (size_t)(v - p));
     *made = 1;

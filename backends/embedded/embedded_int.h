@@ -142,7 +142,8 @@ static inline int vcells_push(vcells *vc, uint32_t q, uint32_t vlen, const uint8
 typedef struct chunk {
     uint8_t fmt; /* 1: every value 8 bytes, 2: values of any length, 3: XOR'ed samples,
                     4: decimal samples */
-    uint8_t k;   /* fmt 4: values are integers / 10^k */
+    uint8_t k;    /* fmt 4: values are integers / 10^k */
+    uint8_t mode; /* fmt 4: delta-of-delta, corrections (chunk.c) */
     uint32_t count;
     const uint8_t *quals, *lens, *vals; /* fmt 1 and 2; fmt 4: the value varints */
     size_t vlen_total;                   /* fmt 4: bytes of the value varints */

@@ -101,10 +101,17 @@ static uint32_t *qs;
 static pt_buf enc = PT_BUF_INIT(0);
 static vcells dec;
 
-/* Encodes cells[0..n), checks the format byte, decodes and compares bit for bit. */
+/* Encodes cells[0..n), checks the format byte (SAMPLE_FMT: 3 or 4, whichever the encoder
+ * found shorter), decodes and compares bit for bit. */
+enum { SAMPLE_FMT = 34 };
+
 static int round_trip(size_t n, int want_fmt, const char *what)
 {
-    if (pt_emb_chunk_encode(&enc, cells, n) != 0 || enc.len < 5 || enc.p[0] != want_fmt) {
+    int fmt_ok = 0;
+    pt_buf_reset(&enc);
+    if (pt_emb_chunk_encode(&enc, cells, n) == 0 && enc.len >= 5)
+        fmt_ok = want_fmt == SAMPLE_FMT ? enc.p[0] == 3 || enc.p[0] == 4 : enc.p[0] == want_fmt;
+    if (!fmt_ok) {
         diag("%s: encode failed or fmt %d", what, enc.len ? enc.p[0] : -1);
         return 0;
     }
@@ -152,10 +159,10 @@ static void test_round_trips(void)
             set_cell(i, qs[i], prev = value_of(vk, i, prev));
         char what[64];
         snprintf(what, sizeof(what), "chunk %d (values %d, qualifiers %d)", iter, vk, qk);
-        bad += !round_trip(n, 3, what);
+        bad += !round_trip(n, SAMPLE_FMT, what);
         total += n;
     }
-    ok(bad == 0, "3000 random fmt 3 chunks (%zu cells: special floats, random bits, counters, "
+    ok(bad == 0, "3000 random fmt 3 / fmt 4 chunks (%zu cells: special floats, random bits, counters, "
                  "gauges, repeats; regular, jittered, huge-jump qualifiers) round-trip bit-exact",
        total);
 
@@ -188,7 +195,7 @@ static void test_round_trips(void)
             set_cell(n, (uint32_t)t, (uint64_t)n);
             n++;
         }
-    ok(round_trip(n, 3, "dod edges"), "delta-of-deltas at the edges of every bucket");
+    ok(round_trip(n, SAMPLE_FMT, "dod edges"), "delta-of-deltas at the edges of every bucket");
 
     set_cell(0, 0, specials[0]);
     ok(round_trip(1, 3, "q 0"), "one cell at qualifier 0 (a staleness marker)");
@@ -568,7 +575,7 @@ static void test_decimal(void)
     ok(round_trip(1, 3, "one 7"), "one sample: fmt 3 (as short, and written first)");
 
     /* Values fmt 4 cannot hold: the chunk stays fmt 3. */
-    static const double odd[] = {-0.0, 1e-10, 9007199254740993.0 * 4, 0.1 + 0.2, 1.0 / 3};
+    static const double odd[] = {-0.0, 1e-10, 9007199254740993.0 * 4, 1.0 / 3, 1e300};
     int all = 1;
     for (size_t k = 0; k < sizeof(odd) / sizeof(odd[0]); k++) {
         for (size_t i = 0; i < 100; i++)
@@ -582,10 +589,19 @@ static void test_decimal(void)
         set_cell(99, qs[99], specials[k]);
         /* +0, 1 and -1 are decimals: either form may be the shorter. */
         int dec_ok = specials[k] == 0 || specials[k] == dbl(1) || specials[k] == dbl(-1);
-        pt_emb_chunk_encode(&enc, cells, 100);
-        all &= round_trip(100, dec_ok ? enc.p[0] : 3, "special");
+        all &= round_trip(100, dec_ok ? SAMPLE_FMT : 3, "special");
     }
-    ok(all, "-0, NaNs, infinities, denormals, 1e-10, 2^55 and 0.1 + 0.2 keep fmt 3");
+    ok(all, "-0, NaNs, infinities, 1e-10, 1/3, 2^55 and 1e300 keep fmt 3");
+
+    /* Sums of decimals are a few units in the last place off a decimal: corrections. */
+    double base = 1234.56, step = 7.89;
+    for (size_t i = 0; i < N; i++)
+        set_cell(i, qs[i], dbl(base + step * (double)i));
+    int sums_ok = round_trip(N, 4, "sums") && (enc.p[5] & 0x20);
+    ok(sums_ok && enc.len < 3 * N, "a counter computed as base + step * i: fmt 4 with "
+       "corrections, %.2f bytes a cell", (double)enc.len / N);
+    set_cell(0, qs[0], dbl(0.1 + 0.2));
+    ok(round_trip(1, SAMPLE_FMT, "0.1 + 0.2"), "0.1 + 0.2 round-trips");
 
     /* Random decimals of every precision fmt 4 has, and random integers up to 2^53. */
     all = 1;
@@ -598,9 +614,8 @@ static void test_decimal(void)
             int64_t m = (int64_t)(rnd64() % ((uint64_t)1 << (1 + rnd(53)))) * (rnd(2) ? 1 : -1);
             set_cell((size_t)i, qs[i], dbl((double)m / p));
         }
-        /* Either form may be the shorter: accept the one written. */
-        pt_emb_chunk_encode(&enc, cells, (size_t)n);
-        all &= round_trip((size_t)n, enc.p[0], "random decimals");
+        /* Either form may be the shorter. */
+        all &= round_trip((size_t)n, SAMPLE_FMT, "random decimals");
     }
     ok(all, "500 chunks of random decimals (k 0-9, |m| up to 2^53) round trip");
 
@@ -617,9 +632,12 @@ static void test_decimal(void)
     good[len] = 0;
     all &= refused(good, len + 1);
     ok(all, "every truncation of a %zu-byte fmt 4 chunk, and a trailing byte, is refused", len);
+    uint8_t mode = good[5];
     good[5] = 10;
     ok(refused(good, len), "k = 10 is refused");
-    good[5] = 2;
+    good[5] = 0x40 | (mode & 0xf);
+    ok(refused(good, len), "an unknown mode bit is refused");
+    good[5] = mode;
     uint32_t tlen = pt_get_be32(good + 6);
     pt_put_be32(good + 6, (uint32_t)len);
     ok(refused(good, len), "a timestamp stream longer than the chunk is refused");
