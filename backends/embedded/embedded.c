@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "embedded.h"
 #include "embedded_int.h"
@@ -61,12 +62,152 @@ static int mkdir_p(const char *path, char *err, size_t errlen)
     return rv;
 }
 
-static int flush_now(embedded *e)
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- the flush thread ---- */
+
+/* The current generation becomes the frozen one, with its log, and goes to the flush
+ * thread; an empty generation and log take the writes. Called with mu held and no frozen
+ * generation. */
+static int freeze_locked(embedded *e)
+{
+    int rv = pt_emb_wal_freeze(&e->w);
+    if (rv != 0)
+        return rv;
+    pt_emb_head_freeze(&e->h);
+    e->frozen = 1;
+    e->freezes++;
+    pthread_cond_signal(&e->work);
+    return 0;
+}
+
+/* After a flush wrote the frozen generation into RocksDB: its cells and its log go. */
+static void drop_frozen_locked(embedded *e)
+{
+    pt_emb_head_drop_frozen(&e->h);
+    e->frozen = 0;
+    e->epoch++;
+    e->flushes++;
+    /* A log left behind holds cells RocksDB has, older than points.wal's: replaying it
+     * is harmless, and the next freeze renames over it. */
+    if (pt_emb_wal_drop_frozen(&e->w) != 0)
+        fprintf(stderr, "promtable: embedded: delete %s: %s\n", e->w.frozen_path,
+                strerror(errno));
+}
+
+static void *flush_main(void *arg)
+{
+    embedded *e = arg;
+    uint64_t backoff_ms = 0;
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        while (!e->stop && !e->frozen)
+            pthread_cond_wait(&e->work, &e->mu);
+        if (!e->frozen)
+            break;
+        unsigned fz = e->h.cur ^ 1;
+        emb_hook hook = e->hook;
+        void *ud = e->hook_ud;
+        pthread_mutex_unlock(&e->mu);
+        uint64_t t0 = now_ns();
+        int rv = pt_emb_flush_frozen(e, fz, hook, ud);
+        uint64_t took = now_ns() - t0;
+        pthread_mutex_lock(&e->mu);
+        e->flush_err = rv;
+        e->flush_ns += took;
+        e->last_flush_ns = took;
+        if (rv == 0) {
+            drop_frozen_locked(e);
+            backoff_ms = 0;
+        } else {
+            e->flush_failures++;
+            backoff_ms = backoff_ms ? (backoff_ms < 5000 ? backoff_ms * 2 : 10000) : 100;
+            fprintf(stderr,
+                    "promtable: embedded: flush failed (%s); %zu frozen bytes kept in memory "
+                    "and in %s, retrying in %llu ms\n",
+                    pt_strerror(rv), e->h.cell_bytes[fz], e->w.frozen_path,
+                    (unsigned long long)backoff_ms);
+        }
+        pthread_cond_broadcast(&e->flushed);
+        if (rv == 0)
+            continue;
+        /* Back off; a synchronous flush or close cuts the wait short. */
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += (time_t)(backoff_ms / 1000);
+        until.tv_nsec += (long)(backoff_ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        while (!e->stop && !e->retry_now &&
+               pthread_cond_timedwait(&e->work, &e->mu, &until) != ETIMEDOUT)
+            ;
+        e->retry_now = 0;
+        if (e->stop)
+            break; /* the logs keep the frozen cells for the next open */
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* Waits until every cell written before the call is in RocksDB. A failed flush ends the
+ * wait with its error; its frozen generation stays with the flush thread's retries. */
+static int flush_sync(embedded *e)
 {
     pthread_mutex_lock(&e->mu);
-    int rv = pt_emb_flush_locked(e);
+    uint64_t failures = e->flush_failures;
+    int rv = 0;
+    if (e->frozen) {
+        e->retry_now = 1;
+        pthread_cond_signal(&e->work);
+    }
+    while (e->frozen && e->flush_failures == failures)
+        pthread_cond_wait(&e->flushed, &e->mu);
+    if (e->frozen) {
+        rv = e->flush_err;
+    } else if ((rv = freeze_locked(e)) == 0) {
+        uint64_t target = e->freezes;
+        while (e->flushes < target && e->flush_failures == failures)
+            pthread_cond_wait(&e->flushed, &e->mu);
+        rv = e->flushes < target ? e->flush_err : 0;
+    }
     pthread_mutex_unlock(&e->mu);
     return rv;
+}
+
+/* At open, alone: the replayed cells (both logs) go into RocksDB and the logs are
+ * emptied, frozen one first (its cells may be older than points.wal's). */
+static int flush_replayed(embedded *e)
+{
+    pt_emb_head_freeze(&e->h);
+    int rv = pt_emb_flush_frozen(e, e->h.cur ^ 1, NULL, NULL);
+    if (rv != 0)
+        return rv;
+    pt_emb_head_drop_frozen(&e->h);
+    if ((rv = pt_emb_wal_drop_frozen(&e->w)) != 0 || (rv = pt_emb_wal_truncate(&e->w)) != 0)
+        return rv;
+    e->epoch++;
+    e->freezes++;
+    e->flushes++;
+    return 0;
+}
+
+static void stop_thread(embedded *e)
+{
+    if (!e->thread_started)
+        return;
+    pthread_mutex_lock(&e->mu);
+    e->stop = 1;
+    pthread_cond_signal(&e->work);
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->thread, NULL);
+    e->thread_started = 0;
 }
 
 static void embedded_close(void *state)
@@ -75,20 +216,48 @@ static void embedded_close(void *state)
     /* Only a head that opened completely may flush: after a failed replay the log holds
      * cells the head does not, and a flush would truncate them away. */
     if (e->ready) {
-        int rv = flush_now(e);
+        int rv = flush_sync(e);
         if (rv != 0)
             fprintf(stderr,
-                    "promtable: embedded: flush on close failed (%d); the log %s "
-                    "keeps the data for the next open\n",
-                    rv, e->w.path);
+                    "promtable: embedded: flush on close failed (%s); the logs in %s "
+                    "keep the data for the next open\n",
+                    pt_strerror(rv), e->w.dir);
     }
     e->ready = 0;
+    stop_thread(e);
     pt_emb_head_free(&e->h);
     pt_emb_wal_close(&e->w);
+    if (e->cond_init) {
+        pthread_cond_destroy(&e->work);
+        pthread_cond_destroy(&e->flushed);
+    }
+    e->cond_init = 0;
     if (e->mu_init)
         pthread_mutex_destroy(&e->mu);
     e->mu_init = 0;
     pt_emb_rocks_close(&e->r);
+}
+
+static int init_sync(embedded *e)
+{
+    if (pthread_mutex_init(&e->mu, NULL) != 0)
+        return PT_ENOMEM;
+    e->mu_init = 1;
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) != 0)
+        return PT_ENOMEM;
+    int rv = PT_ENOMEM;
+    if (pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
+        pthread_cond_init(&e->work, &ca) == 0) {
+        if (pthread_cond_init(&e->flushed, &ca) == 0) {
+            e->cond_init = 1;
+            rv = 0;
+        } else {
+            pthread_cond_destroy(&e->work);
+        }
+    }
+    pthread_condattr_destroy(&ca);
+    return rv;
 }
 
 /* Every setting this backend uses is read here. */
@@ -112,20 +281,24 @@ static int embedded_open(void *state, const pt_backend_config *cfg, char *err, s
                                  ec->block_cache ? ec->block_cache : EMB_DEFAULT_BLOCK_CACHE, err,
                                  errlen)) != 0)
         goto fail;
-    if (pthread_mutex_init(&e->mu, NULL) != 0) {
-        rv = PT_ENOMEM;
+    if ((rv = init_sync(e)) != 0)
         goto fail;
-    }
-    e->mu_init = 1;
     if ((rv = pt_emb_head_init(&e->h)) != 0 ||
         (rv = pt_emb_wal_open(&e->w, path, sync, err, errlen)) != 0 ||
         (rv = pt_emb_wal_replay(&e->w, &e->h, err, errlen)) != 0)
         goto fail;
-    /* Start from an empty log: replayed cells go to RocksDB now. */
-    if ((rv = flush_now(e)) != 0) {
-        snprintf(err, errlen, "embedded: flushing the replayed log of %s failed", path);
+    /* Start from empty logs: replayed cells go to RocksDB now. */
+    if ((rv = flush_replayed(e)) != 0) {
+        snprintf(err, errlen, "embedded: flushing the replayed logs of %s failed (%s)", path,
+                 pt_strerror(rv));
         goto fail;
     }
+    if (pthread_create(&e->thread, NULL, flush_main, e) != 0) {
+        snprintf(err, errlen, "embedded: cannot start the flush thread");
+        rv = PT_ENOMEM;
+        goto fail;
+    }
+    e->thread_started = 1;
     e->ready = 1;
     return 0;
 
@@ -135,6 +308,31 @@ fail:
 }
 
 /* ---- write ---- */
+
+/* A full current generation is frozen and handed to the flush thread. When the previous
+ * one is still being flushed, the writer waits for that flush (back-pressure: a flush
+ * takes about as long as the writes that filled the generation); when it failed, the
+ * writer gets PT_EBUSY (503: Prometheus backs off and retries) rather than wait for an
+ * outage. The budget counts samples, not the rows that stay between flushes: with more
+ * series than fit in it, counting rows would flush on every write. */
+static int make_room_locked(embedded *e)
+{
+    while (e->h.cell_bytes[e->h.cur] > e->budget) {
+        if (!e->frozen) {
+            int rv = freeze_locked(e);
+            /* A failed freeze keeps the generation; accept writes up to twice the
+             * budget, then make the client back off and retry. */
+            if (rv != 0 && e->h.cell_bytes[e->h.cur] > 2 * e->budget)
+                return rv;
+            return 0;
+        }
+        if (e->flush_err != 0)
+            return PT_EBUSY;
+        e->waits++;
+        pthread_cond_wait(&e->flushed, &e->mu);
+    }
+    return 0;
+}
 
 static int write_points(embedded *e, const pt_mutation *m, size_t n)
 {
@@ -159,22 +357,11 @@ static int write_points(embedded *e, const pt_mutation *m, size_t n)
     }
 
     pthread_mutex_lock(&e->mu);
-    int rv = 0;
-    /* The budget counts samples, not the rows that stay between flushes: with more series
-     * than fit in it, counting rows would flush on every write. */
-    if (e->h.cell_bytes > e->budget) {
-        rv = pt_emb_flush_locked(e);
-        /* A failed flush keeps the head; accept writes up to twice the budget, then make
-         * the client back off and retry. */
-        if (rv != 0 && e->h.cell_bytes > 2 * e->budget)
-            goto out;
-        rv = 0;
-    }
     /* Out of memory in apply leaves cells logged but not in the head; the error makes
      * the client retry the batch, which logs and applies it again. */
-    if ((rv = pt_emb_wal_log(&e->w, &e->h, m, n, hashes, k)) == 0)
+    int rv = make_room_locked(e);
+    if (rv == 0 && (rv = pt_emb_wal_log(&e->w, &e->h, m, n, hashes, k)) == 0)
         rv = pt_emb_head_apply(&e->h, e->w.rows, m, n, k);
-out:
     pthread_mutex_unlock(&e->mu);
     free(hashes);
     return rv;
@@ -239,17 +426,31 @@ void pt_embedded_get_stats(pt_backend *b, pt_embedded_stats *out)
 {
     embedded *e = b->state;
     pthread_mutex_lock(&e->mu);
+    unsigned fz = e->h.cur ^ 1;
     *out = (pt_embedded_stats){.flushes = e->flushes,
+                               .flush_failures = e->flush_failures,
+                               .flush_seconds = (double)e->flush_ns / 1e9,
+                               .last_flush_seconds = (double)e->last_flush_ns / 1e9,
+                               .write_waits = e->waits,
                                .head_rows = e->h.nrows,
-                               .head_cells = e->h.cells,
+                               .head_cells = e->h.cells[0] + e->h.cells[1],
                                .head_bytes = e->h.bytes,
+                               .frozen_cell_bytes = e->frozen ? e->h.cell_bytes[fz] : 0,
                                .wal_bytes = e->w.size};
     pthread_mutex_unlock(&e->mu);
 }
 
 int pt_embedded_flush(pt_backend *b)
 {
-    return flush_now(b->state);
+    return flush_sync(b->state);
+}
+
+void pt_emb_set_hook(embedded *e, emb_hook hook, void *ud)
+{
+    pthread_mutex_lock(&e->mu);
+    e->hook = hook;
+    e->hook_ud = ud;
+    pthread_mutex_unlock(&e->mu);
 }
 
 #define C(field) offsetof(pt_embedded_conf, field)
