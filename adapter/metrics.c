@@ -215,6 +215,12 @@ long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
           g->index_cache_entries);
     gauge(&o, "promtable_index_cache_capacity", "Capacity of the index cache.",
           g->index_cache_capacity);
+    for (size_t i = 0; i < g->nbackend; i++) {
+        const pt_backend_stat *b = &g->backend[i];
+        const char *type = b->counter ? "counter" : "gauge";
+        put(&o, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", b->name, b->help, b->name, type,
+            b->name, b->value);
+    }
     if (o.failed)
         return PT_ENOMEM;
     *res = (char *)o.buf.p;

@@ -34,6 +34,7 @@
 #include "embedded.h"
 #include "embedded_int.h"
 #include "error.h"
+#include "log.h"
 
 /* ---- open / close ---- */
 
@@ -96,8 +97,8 @@ static void drop_frozen_locked(embedded *e)
     /* A log left behind holds cells RocksDB has, older than points.wal's: replaying it
      * is harmless, and the next freeze renames over it. */
     if (pt_emb_wal_drop_frozen(&e->w) != 0)
-        fprintf(stderr, "promtable: embedded: delete %s: %s\n", e->w.frozen_path,
-                strerror(errno));
+        pt_log(PT_LOG_WARN, "embedded: deleting the flushed log failed", "error=\"%s\"",
+               strerror(errno));
 }
 
 static void *flush_main(void *arg)
@@ -122,16 +123,16 @@ static void *flush_main(void *arg)
         e->flush_ns += took;
         e->last_flush_ns = took;
         if (rv == 0) {
+            pt_log(PT_LOG_DEBUG, "embedded: flushed", "cells=%zu seconds=%.3f",
+                   e->h.cells[fz], (double)took / 1e9);
             drop_frozen_locked(e);
             backoff_ms = 0;
         } else {
             e->flush_failures++;
             backoff_ms = backoff_ms ? (backoff_ms < 5000 ? backoff_ms * 2 : 10000) : 100;
-            fprintf(stderr,
-                    "promtable: embedded: flush failed (%s); %zu frozen bytes kept in memory "
-                    "and in %s, retrying in %llu ms\n",
-                    pt_strerror(rv), e->h.cell_bytes[fz], e->w.frozen_path,
-                    (unsigned long long)backoff_ms);
+            pt_log(PT_LOG_ERROR, "embedded: flush failed, retrying",
+                   "code=%s frozen_bytes=%zu retry_ms=%llu", pt_strerror(rv),
+                   e->h.cell_bytes[fz], (unsigned long long)backoff_ms);
         }
         pthread_cond_broadcast(&e->flushed);
         if (rv == 0)
@@ -440,6 +441,41 @@ void pt_embedded_get_stats(pt_backend *b, pt_embedded_stats *out)
     pthread_mutex_unlock(&e->mu);
 }
 
+static size_t embedded_stats(void *state, pt_backend_stat *out, size_t max)
+{
+    pt_embedded_stats st;
+    pt_backend b = {.ops = &pt_backend_embedded, .state = state};
+    pt_embedded_get_stats(&b, &st);
+    const pt_backend_stat all[] = {
+        {"promtable_embedded_flushes_total", "Head flushes into RocksDB.", 1,
+         (double)st.flushes},
+        {"promtable_embedded_flush_failures_total",
+         "Head flushes that failed (the frozen head is kept and the flush retried).", 1,
+         (double)st.flush_failures},
+        {"promtable_embedded_flush_seconds_total", "Time spent flushing the head.", 1,
+         st.flush_seconds},
+        {"promtable_embedded_last_flush_seconds", "Duration of the last flush attempt.", 0,
+         st.last_flush_seconds},
+        {"promtable_embedded_write_waits_total",
+         "Writes that waited for a flush because both head generations were full.", 1,
+         (double)st.write_waits},
+        {"promtable_embedded_head_rows", "Rows the head tracks.", 0, (double)st.head_rows},
+        {"promtable_embedded_head_cells", "Samples in the head, both generations.", 0,
+         (double)st.head_cells},
+        {"promtable_embedded_head_bytes", "Memory the head holds.", 0, (double)st.head_bytes},
+        {"promtable_embedded_frozen_bytes",
+         "Samples (bytes) of the frozen head generation being flushed.", 0,
+         (double)st.frozen_cell_bytes},
+        {"promtable_embedded_wal_bytes", "Size of the current points log.", 0,
+         (double)st.wal_bytes},
+    };
+    size_t n = sizeof(all) / sizeof(all[0]);
+    if (n > max)
+        n = max;
+    memcpy(out, all, n * sizeof(*out));
+    return n;
+}
+
 int pt_embedded_flush(pt_backend *b)
 {
     return flush_sync(b->state);
@@ -478,4 +514,5 @@ const pt_backend_ops pt_backend_embedded = {
     .write = embedded_write,
     .scan = embedded_scan,
     .init = NULL,
+    .stats = embedded_stats,
 };
