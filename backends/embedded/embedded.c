@@ -131,7 +131,7 @@ static void *flush_main(void *arg)
             e->flush_failures++;
             backoff_ms = backoff_ms ? (backoff_ms < 5000 ? backoff_ms * 2 : 10000) : 100;
             pt_log(PT_LOG_ERROR, "embedded: flush failed, retrying",
-                   "code=%s frozen_bytes=%zu retry_ms=%llu", pt_strerror(rv),
+                   "code=\"%s\" frozen_bytes=%zu retry_ms=%llu", pt_strerror(rv),
                    e->h.cell_bytes[fz], (unsigned long long)backoff_ms);
         }
         pthread_cond_broadcast(&e->flushed);
