@@ -20,7 +20,11 @@
  *
  * Durability: write() returns after every cell is in a log (RocksDB's for the index, the
  * head's for points), fdatasync'ed with storage.embedded.sync; without it it survives a process
- * crash but not a power loss. An acknowledged points cell is in the log and in the head.
+ * crash but not a power loss. An acknowledged points cell is in a log (points.wal, or
+ * points.frozen.wal while its flush runs) and in the head until it is durable in RocksDB.
+ *
+ * Flushes run on the backend's own thread (flush_main): the head is double-buffered (see
+ * embedded_int.h), so a writer only freezes a full head and goes on.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -496,7 +500,9 @@ static const pt_conf_key conf_keys[] = {
     {"sync", "storage.sync", PT_CONF_BOOL, "false", 0, 1, C(sync),
      "fsync the embedded store's logs before acknowledging each write."},
     {"head_memory", "storage.head_memory", PT_CONF_BYTES, "256MiB", 1LL << 20, 1LL << 40,
-     C(head_memory), "Samples held in memory (16 B each) before a flush into RocksDB."},
+     C(head_memory),
+     "Samples held in memory (16 B each) before a background flush into RocksDB; up to "
+     "twice this while a flush runs."},
     {"block_cache", NULL, PT_CONF_BYTES, "64MiB", 8LL << 20, 1LL << 40, C(block_cache),
      "RocksDB block cache (uncompressed table blocks of the index and the points)."},
 };

@@ -1,6 +1,7 @@
 /*
- * The points log (<path>/points.wal): every acknowledged points cell not yet flushed into
- * RocksDB is in it. A sequence of records:
+ * The points logs (<path>/points.wal, and <path>/points.frozen.wal during a flush): every
+ * acknowledged points cell not yet flushed into RocksDB is in one of them. Each is a
+ * sequence of records:
  *
  *     magic "PTW1" | generation (4 LE) | payload length (4 LE) | XXH3-64 of the payload
  *     seeded with the generation (8 LE) | payload
