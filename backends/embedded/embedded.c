@@ -27,6 +27,7 @@
  * embedded_int.h), so a writer only freezes a full head and goes on.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -91,18 +92,41 @@ static int freeze_locked(embedded *e)
     return 0;
 }
 
-/* After a flush wrote the frozen generation into RocksDB: its cells and its log go. */
-static void drop_frozen_locked(embedded *e)
+/* After a flush wrote the frozen generation into RocksDB: its cells and its log go, a few
+ * thousand rows per hold of mu so that writers do not wait for a walk of the whole head.
+ * The epoch moves first: a scan from then on renews its iterator, which sees the chunks,
+ * and the frozen cells it may still merge hold the same values. Returns the longest hold
+ * of mu, ns. */
+static uint64_t drop_frozen_locked(embedded *e)
 {
-    pt_emb_head_drop_frozen(&e->h);
-    e->frozen = 0;
+    enum { STEP = 4096 };
     e->epoch++;
+    size_t b = 0, i = 0;
+    int evicted = 0, cleared = 0;
+    uint64_t t = now_ns(), longest = 0;
+    for (;;) {
+        /* Before the frozen cells go: a row flushed now is not idle. */
+        if (!evicted)
+            evicted = pt_emb_head_evict_step(&e->h, &b, STEP);
+        else
+            cleared = pt_emb_head_clear_step(&e->h, &i, STEP);
+        uint64_t now = now_ns();
+        longest = now - t > longest ? now - t : longest;
+        if (cleared)
+            break;
+        pthread_mutex_unlock(&e->mu);
+        sched_yield(); /* let a waiting writer in: unlock-lock alone would not */
+        pthread_mutex_lock(&e->mu);
+        t = now_ns();
+    }
+    e->frozen = 0;
     e->flushes++;
     /* A log left behind holds cells RocksDB has, older than points.wal's: replaying it
      * is harmless, and the next freeze renames over it. */
     if (pt_emb_wal_drop_frozen(&e->w) != 0)
         pt_log(PT_LOG_WARN, "embedded: deleting the flushed log failed", "error=\"%s\"",
                strerror(errno));
+    return longest;
 }
 
 static void *flush_main(void *arg)
@@ -127,9 +151,10 @@ static void *flush_main(void *arg)
         e->flush_ns += took;
         e->last_flush_ns = took;
         if (rv == 0) {
-            pt_log(PT_LOG_DEBUG, "embedded: flushed", "cells=%zu seconds=%.3f",
-                   e->h.cells[fz], (double)took / 1e9);
-            drop_frozen_locked(e);
+            size_t cells = e->h.cells[fz];
+            uint64_t held = drop_frozen_locked(e);
+            pt_log(PT_LOG_DEBUG, "embedded: flushed", "cells=%zu seconds=%.3f max_hold_ms=%.3f",
+                   cells, (double)took / 1e9, (double)held / 1e6);
             backoff_ms = 0;
         } else {
             e->flush_failures++;

@@ -32,8 +32,10 @@
  * because under mu nobody writes those: writers touch only s[h.cur] and h.dirty[h.cur],
  * scans only read s[fz] (and normalize s[h.cur]), rows on the frozen list are never
  * evicted, and h.cur flips only when there is no frozen generation. The flush ends by
- * dropping the frozen cells under mu (pt_emb_head_drop_frozen), which is also the only
- * place rows are evicted. Conditions: work (to the thread) and flushed (from it), both
+ * moving the epoch, evicting idle rows and dropping the frozen cells, under mu but in
+ * steps of a few thousand rows with mu released in between (embedded.c
+ * drop_frozen_locked); e->frozen is cleared only after the last step. That is the only
+ * place rows are evicted, and only empty ones, never a row on the frozen list. Conditions: work (to the thread) and flushed (from it), both
  * with mu. rocks.c and chunk.c hold no shared mutable state; RocksDB is thread-safe.
  */
 #ifndef PT_EMBEDDED_INT_H
@@ -264,6 +266,11 @@ void pt_emb_head_freeze(head *h);
 /* Ends the frozen generation once it is in RocksDB: drops rows that stayed empty since the
  * previous call, marks the empty ones idle, and empties the frozen cells. */
 void pt_emb_head_drop_frozen(head *h);
+/* The same in steps, so that mu can be released in between: evict_step walks up to n
+ * buckets from *b, clear_step empties up to n frozen rows from *i; each returns 1 once
+ * done (start both at 0, evict first: a row flushed now is not idle). */
+int pt_emb_head_evict_step(head *h, size_t *b, size_t n);
+int pt_emb_head_clear_step(head *h, size_t *i, size_t n);
 
 /* ---- wal.c ---- */
 

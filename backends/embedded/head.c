@@ -281,11 +281,13 @@ void pt_emb_head_freeze(head *h)
     h->cur ^= 1;
 }
 
-/* Series churn must not grow the head forever. */
-static void evict_idle(head *h)
+/* Series churn must not grow the head forever. A row is dropped when it stayed empty
+ * since the previous walk; evicting an empty row early is harmless (it holds no cells,
+ * only caches), so a walk in steps may miss or revisit rows a table growth moved. */
+int pt_emb_head_evict_step(head *h, size_t *b, size_t n)
 {
-    for (size_t b = 0; b <= h->mask; b++) {
-        hrow **pp = &h->tab[b];
+    for (size_t end = *b + n; *b <= h->mask && *b < end; (*b)++) {
+        hrow **pp = &h->tab[*b];
         while (*pp) {
             hrow *r = *pp;
             int empty = r->s[0].n == 0 && r->s[1].n == 0;
@@ -303,14 +305,24 @@ static void evict_idle(head *h)
             pp = &r->next;
         }
     }
+    return *b > h->mask;
+}
+
+int pt_emb_head_clear_step(head *h, size_t *i, size_t n)
+{
+    unsigned fz = h->cur ^ 1;
+    for (size_t end = *i + n; *i < h->ndirty[fz] && *i < end; (*i)++)
+        clear(h, h->dirty[fz][*i], fz);
+    if (*i < h->ndirty[fz])
+        return 0;
+    h->ndirty[fz] = 0;
+    return 1;
 }
 
 void pt_emb_head_drop_frozen(head *h)
 {
-    unsigned fz = h->cur ^ 1;
+    size_t b = 0, i = 0;
     /* Before the frozen cells go: a row flushed now is not idle. */
-    evict_idle(h);
-    for (size_t i = 0; i < h->ndirty[fz]; i++)
-        clear(h, h->dirty[fz][i], fz);
-    h->ndirty[fz] = 0;
+    pt_emb_head_evict_step(h, &b, SIZE_MAX / 2);
+    pt_emb_head_clear_step(h, &i, SIZE_MAX / 2);
 }
