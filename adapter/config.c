@@ -1,10 +1,13 @@
 #include "config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml.h>
 
 #include "buf.h"
@@ -14,16 +17,16 @@
 
 /* The daemon's own keys; each backend adds its fragment under storage.<backend>. */
 static const pt_conf_key table[] = {
-    {"web.listen_address", NULL, PT_CONF_STR, ":9201", 0, 0, F(listen_address),
-     "Address to listen on for remote write/read, metrics and health."},
-    {"web.tls_cert_file", NULL, PT_CONF_STR, "", 0, 0, F(tls_cert_file),
+    {"web.listen_address", NULL, PT_CONF_ADDR, ":9201", 0, 65535, F(listen_address),
+     "Address to listen on for remote write/read, metrics and health (port 0 = any free)."},
+    {"web.tls_cert_file", NULL, PT_CONF_FILE, "", 0, 0, F(tls_cert_file),
      "TLS certificate (PEM). With the key: TLS only, ALPN h2 and http/1.1."},
-    {"web.tls_key_file", NULL, PT_CONF_STR, "", 0, 0, F(tls_key_file), "TLS private key (PEM)."},
-    {"web.bearer_token_file", NULL, PT_CONF_STR, "", 0, 0, F(bearer_token_file),
+    {"web.tls_key_file", NULL, PT_CONF_FILE, "", 0, 0, F(tls_key_file), "TLS private key (PEM)."},
+    {"web.bearer_token_file", NULL, PT_CONF_FILE, "", 0, 0, F(bearer_token_file),
      "File holding a token: write and read then need \"Authorization: Bearer <token>\"."},
     {"web.basic_auth_username", NULL, PT_CONF_STR, "", 0, 0, F(basic_auth_username),
      "With the password file: write and read need this basic auth."},
-    {"web.basic_auth_password_file", NULL, PT_CONF_STR, "", 0, 0, F(basic_auth_password_file),
+    {"web.basic_auth_password_file", NULL, PT_CONF_FILE, "", 0, 0, F(basic_auth_password_file),
      "File holding the basic auth password."},
     {"web.workers", NULL, PT_CONF_LONG, "0", 0, 256, F(workers),
      "Worker threads running requests (0 = 2 per CPU)."},
@@ -39,10 +42,11 @@ static const pt_conf_key table[] = {
      F(max_decoded_bytes), "Largest declared snappy-decoded size; larger gets 413."},
     {"web.max_request_memory", NULL, PT_CONF_BYTES, "512MiB", MiB, 65536 * MiB,
      F(max_request_memory), "Memory one request may use to decode and answer; over it 413."},
-    {"storage.backend", NULL, PT_CONF_STR, "embedded", 0, 0, F(backend),
-     "Backend: embedded (RocksDB in storage.embedded.path) or bigtable."},
+    {"storage.backend", NULL, PT_CONF_ENUM, "embedded|bigtable", 0, 0, F(backend),
+     "Where samples go: embedded = RocksDB in storage.embedded.path, bigtable = Bigtable."},
     {"storage.retention", NULL, PT_CONF_DURATION, "0", 0, 100 * 31536000000LL, F(retention_ms),
-     "Bigtable: GC cells older than this, set by init (0 = keep forever)."},
+     "Keep samples this long (0 = forever): reads start at now - retention; embedded: "
+     "compactions delete older data; Bigtable: init sets the GC rule."},
     {"index.bucket", NULL, PT_CONF_DURATION, "1d", 3600000LL, 49LL * 86400000LL,
      F(index_bucket_ms), "Index bucket length: series are listed per bucket."},
     {"index.cache_entries", NULL, PT_CONF_LONG, "4000000", 1024, 1000000000LL,
@@ -53,8 +57,10 @@ static const pt_conf_key table[] = {
      "Samples one remote read query may return (0 = no limit)."},
     {"read.timeout", NULL, PT_CONF_DURATION, "2m", 0, 86400000LL, F(read_timeout_ms),
      "A remote read running longer ends with 503 (0 = no deadline)."},
-    {"log.level", NULL, PT_CONF_STR, "info", 0, 0, F(log_level),
-     "Log level: debug, info, warn, error."},
+    {"read.series_cache", NULL, PT_CONF_BYTES, "64MiB", 0, 1048576 * MiB, F(read_series_cache),
+     "Series rows kept for resolving index references (embedded store only; 0 = none)."},
+    {"log.level", NULL, PT_CONF_ENUM, "info|debug|warn|error", 0, 0, F(log_level),
+     "Log level."},
 };
 
 #define NENTRIES (sizeof(table) / sizeof(table[0]))
@@ -135,6 +141,7 @@ int pt_parse_bytes(const char *s, size_t *out)
 typedef struct conf_ref {
     const pt_conf_key *e;
     char *base;
+    const char *backend; /* the backend whose fragment holds the key, NULL for the daemon's */
     char key[192];
 } conf_ref;
 
@@ -149,6 +156,7 @@ static int each_backend_key(pt_config *c, int (*fn)(void *ud, conf_ref *r), void
         for (size_t i = 0; i < all[b]->nconf; i++) {
             r.e = &all[b]->conf[i];
             r.base = c ? c->backend_conf[b] : NULL;
+            r.backend = all[b]->name;
             snprintf(r.key, sizeof(r.key), "storage.%s.%s", all[b]->name, r.e->key);
             int rv = r.base || !c ? fn(ud, &r) : 0;
             if (rv)
@@ -166,6 +174,7 @@ static int each_key(pt_config *c, int (*fn)(void *ud, conf_ref *r), void *ud)
     for (size_t i = 0; i < NENTRIES; i++) {
         r.e = &table[i];
         r.base = (char *)c;
+        r.backend = NULL;
         snprintf(r.key, sizeof(r.key), "%s", table[i].key);
         int rv = fn(ud, &r);
         if (rv)
@@ -187,21 +196,164 @@ static int flag_names(const char *flag, const char *key)
     return *flag == *key;
 }
 
+/* n in the units of the key's type: "86400000" ms is "1d", 1073741824 bytes "1GiB". */
+static const char *fmt_value(pt_conf_type t, long long n, char *buf, size_t cap)
+{
+    static const struct {
+        const char *unit;
+        long long mul;
+    } dur[] = {{"y", 31536000000LL}, {"w", 604800000}, {"d", 86400000}, {"h", 3600000},
+               {"m", 60000},         {"s", 1000}},
+      size[] = {{"TiB", 1LL << 40}, {"GiB", 1LL << 30}, {"MiB", 1LL << 20}, {"KiB", 1LL << 10}};
+    const char *unit = t == PT_CONF_DURATION ? "ms" : "";
+    long long mul = 1;
+    if (n > 0 && (t == PT_CONF_DURATION || t == PT_CONF_BYTES)) {
+        size_t nu = t == PT_CONF_DURATION ? sizeof(dur) / sizeof(dur[0])
+                                          : sizeof(size) / sizeof(size[0]);
+        for (size_t i = 0; i < nu; i++) {
+            long long m = t == PT_CONF_DURATION ? dur[i].mul : size[i].mul;
+            if (n % m == 0) {
+                unit = t == PT_CONF_DURATION ? dur[i].unit : size[i].unit;
+                mul = m;
+                break;
+            }
+        }
+    }
+    if (n == 0 && t == PT_CONF_DURATION)
+        unit = "";
+    snprintf(buf, cap, "%lld%s", n / mul, unit);
+    return buf;
+}
+
+static int out_of_range(const conf_ref *r, const char *what, const char *v, char *err,
+                        size_t errlen)
+{
+    char lo[32], hi[32];
+    pt_conf_type t = r->e->type == PT_CONF_ADDR ? PT_CONF_LONG : r->e->type;
+    snprintf(err, errlen, "%s: %s%s is out of range [%s, %s]", r->key, what, v,
+             fmt_value(t, r->e->min, lo, sizeof(lo)), fmt_value(t, r->e->max, hi, sizeof(hi)));
+    return -1;
+}
+
+/* Whether word is one of the '|'-separated words of list. */
+static int enum_has(const char *list, const char *word)
+{
+    size_t n = strlen(word);
+    for (const char *p = list;; p++) {
+        const char *bar = strchr(p, '|');
+        size_t l = bar ? (size_t)(bar - p) : strlen(p);
+        if (l == n && n > 0 && strncmp(p, word, n) == 0)
+            return 1;
+        if (!bar)
+            return 0;
+        p = bar;
+    }
+}
+
+/* The default of a key as text: an ENUM's first word. */
+static const char *default_of(const pt_conf_key *e, char *buf, size_t cap)
+{
+    if (e->type != PT_CONF_ENUM)
+        return e->def;
+    size_t l = strcspn(e->def, "|");
+    snprintf(buf, cap, "%.*s", (int)(l < cap ? l : cap - 1), e->def);
+    return buf;
+}
+
+/* "host:port", ":port" or "[v6]:port", as the HTTP server's listener takes it; the port
+ * decimal in [min, max]. IPv6 must be in brackets, or its last group would read as a port. */
+static int check_addr(const conf_ref *r, const char *v, char *err, size_t errlen)
+{
+    const char *port;
+    if (!v[0]) {
+        if (!r->e->def[0])
+            return 0;
+        snprintf(err, errlen, "%s: empty (want host:port, :port or [v6]:port)", r->key);
+        return -1;
+    }
+    if (v[0] == '[') {
+        const char *rb = strchr(v, ']');
+        size_t colons = 0;
+        if (!rb || rb == v + 1 || rb[1] != ':')
+            goto bad;
+        for (const char *h = v + 1; h < rb; h++) {
+            colons += *h == ':';
+            if (!isalnum((unsigned char)*h) && !strchr(":.%-_", *h))
+                goto bad;
+        }
+        if (!colons)
+            goto bad;
+        port = rb + 2;
+    } else {
+        const char *colon = strchr(v, ':');
+        if (!colon)
+            goto bad;
+        if (strchr(colon + 1, ':')) {
+            snprintf(err, errlen, "%s: \"%s\": write an IPv6 address in brackets, [::1]:9201",
+                     r->key, v);
+            return -1;
+        }
+        for (const char *h = v; h < colon; h++)
+            if (!isalnum((unsigned char)*h) && !strchr(".-_", *h))
+                goto bad;
+        port = colon + 1;
+    }
+    if ((size_t)(port - v) > 256)
+        goto bad;
+    size_t digits = strspn(port, "0123456789");
+    if (digits == 0 || port[digits] != '\0') {
+        snprintf(err, errlen, "%s: \"%s\": the port must be a decimal number", r->key, v);
+        return -1;
+    }
+    long long pn = digits > 6 ? LLONG_MAX : strtoll(port, NULL, 10);
+    if (pn < r->e->min || pn > r->e->max)
+        return out_of_range(r, "port ", port, err, errlen);
+    return 0;
+bad:
+    snprintf(err, errlen, "%s: \"%s\" is not an address (want host:port, :port or [v6]:port)",
+             r->key, v);
+    return -1;
+}
+
+static int set_string(const conf_ref *r, const char *v)
+{
+    char *dup = strdup(v);
+    if (!dup)
+        return -1;
+    char **slot = (char **)(r->base + r->e->off);
+    free(*slot);
+    *slot = dup;
+    return 0;
+}
+
 static int set_value(const conf_ref *r, const char *v, char *err, size_t errlen)
 {
     const pt_conf_key *e = r->e;
     char *base = r->base;
     long long n = 0;
     switch (e->type) {
-    case PT_CONF_STR: {
-        char *dup = strdup(v);
-        if (!dup)
+    case PT_CONF_ADDR:
+        if (check_addr(r, v, err, errlen) != 0)
             return -1;
-        char **slot = (char **)(base + e->off);
-        free(*slot);
-        *slot = dup;
-        return 0;
-    }
+        return set_string(r, v);
+    case PT_CONF_ENUM:
+        if (!enum_has(e->def, v)) {
+            char words[256];
+            size_t o = 0;
+            for (const char *p = e->def; *p && o + 3 < sizeof(words); p++)
+                o += (size_t)snprintf(words + o, sizeof(words) - o, *p == '|' ? ", " : "%c", *p);
+            snprintf(err, errlen, "%s: \"%s\" is not one of %s", r->key, v, words);
+            return -1;
+        }
+        return set_string(r, v);
+    case PT_CONF_STR:
+        if (!v[0] && e->def[0]) {
+            snprintf(err, errlen, "%s: cannot be empty (default %s)", r->key, e->def);
+            return -1;
+        }
+        return set_string(r, v);
+    case PT_CONF_FILE:
+        return set_string(r, v);
     case PT_CONF_BOOL:
         if (strcmp(v, "true") == 0 || strcmp(v, "1") == 0 || strcmp(v, "yes") == 0)
             *(int *)(base + e->off) = 1;
@@ -212,10 +364,15 @@ static int set_value(const conf_ref *r, const char *v, char *err, size_t errlen)
         return 0;
     case PT_CONF_LONG: {
         char *end;
+        /* strtoll would also take leading blanks and a '+' */
+        if (!isdigit((unsigned char)v[v[0] == '-']))
+            goto bad;
         errno = 0;
         n = strtoll(v, &end, 10);
-        if (errno || *end || end == v)
+        if (*end)
             goto bad;
+        if (errno == ERANGE)
+            return out_of_range(r, "", v, err, errlen);
         break;
     }
     case PT_CONF_DURATION: {
@@ -227,31 +384,35 @@ static int set_value(const conf_ref *r, const char *v, char *err, size_t errlen)
     }
     case PT_CONF_BYTES: {
         size_t b;
-        if (pt_parse_bytes(v, &b) != 0 || b > (size_t)LLONG_MAX)
+        if (pt_parse_bytes(v, &b) != 0)
             goto bad;
+        if (b > (size_t)LLONG_MAX)
+            return out_of_range(r, "", v, err, errlen);
         n = (long long)b;
         break;
     }
     }
-    if (n < e->min || n > e->max) {
-        snprintf(err, errlen, "%s: %s is out of range [%lld, %lld]", r->key, v, e->min, e->max);
-        return -1;
-    }
+    if (n < e->min || n > e->max)
+        return out_of_range(r, "", v, err, errlen);
     if (e->type == PT_CONF_BYTES)
         *(size_t *)(base + e->off) = (size_t)n;
     else
         *(long *)(base + e->off) = (long)n;
     return 0;
 bad:
-    snprintf(err, errlen, "%s: cannot parse \"%s\"", r->key, v);
+    snprintf(err, errlen, "%s: cannot parse \"%s\" (want %s)", r->key, v,
+             e->type == PT_CONF_BOOL       ? "true or false"
+             : e->type == PT_CONF_LONG     ? "a decimal integer"
+             : e->type == PT_CONF_DURATION ? "a duration: 250ms, 30s, 5m, 1h30m, 2d, 1w, 1y or 0"
+                                           : "a size: 4096, 512KiB, 64MiB, 1GiB or 1GB");
     return -1;
 }
 
 static int set_default(void *ud, conf_ref *r)
 {
-    char err[256];
+    char err[256], def[64];
     (void)ud;
-    return set_value(r, r->e->def, err, sizeof(err)) != 0;
+    return set_value(r, default_of(r->e, def, sizeof(def)), err, sizeof(err)) != 0;
 }
 
 int pt_config_defaults(pt_config *c)
@@ -269,10 +430,15 @@ int pt_config_defaults(pt_config *c)
     return each_key(c, set_default, NULL) ? -1 : 0;
 }
 
+static int is_string(pt_conf_type t)
+{
+    return t == PT_CONF_STR || t == PT_CONF_ADDR || t == PT_CONF_FILE || t == PT_CONF_ENUM;
+}
+
 static int free_string(void *ud, conf_ref *r)
 {
     (void)ud;
-    if (r->e->type == PT_CONF_STR) {
+    if (is_string(r->e->type)) {
         char **slot = (char **)(r->base + r->e->off);
         free(*slot);
         *slot = NULL;
@@ -473,7 +639,22 @@ static int print_usage(void *ud, conf_ref *r)
     fputs("  --", f);
     for (const char *k = r->key; *k; k++)
         fputc(*k == '_' ? '-' : *k, f);
-    fprintf(f, "=%s\n      %s", r->e->def[0] ? r->e->def : "\"\"", r->e->help);
+    char def[64];
+    const char *d = default_of(r->e, def, sizeof(def));
+    fprintf(f, "=%s\n      %s", d[0] ? d : "\"\"", r->e->help);
+    if (r->e->type == PT_CONF_ENUM) {
+        fputs(" One of: ", f);
+        for (const char *p = r->e->def; *p; p++)
+            fputs(*p == '|' ? ", " : (char[2]){*p, '\0'}, f);
+        fputc('.', f);
+    }
+    if (r->e->type == PT_CONF_LONG || r->e->type == PT_CONF_BYTES ||
+        r->e->type == PT_CONF_DURATION || r->e->type == PT_CONF_ADDR) {
+        char lo[32], hi[32];
+        pt_conf_type t = r->e->type == PT_CONF_ADDR ? PT_CONF_LONG : r->e->type;
+        fprintf(f, " %s %s to %s.", r->e->type == PT_CONF_ADDR ? "Port" : "Range",
+                fmt_value(t, r->e->min, lo, sizeof(lo)), fmt_value(t, r->e->max, hi, sizeof(hi)));
+    }
     if (r->e->alias)
         fprintf(f, " Formerly %s.", r->e->alias);
     fprintf(f, " (YAML: %s)\n", r->key);
@@ -489,4 +670,69 @@ void pt_config_usage(FILE *f, const char *argv0)
                "  --config.file=FILE     YAML configuration file (keys below, dotted = nested).\n",
             argv0, argv0);
     each_key(NULL, print_usage, f);
+}
+
+typedef struct key_walk {
+    int (*fn)(void *ud, const char *key, const pt_conf_key *e);
+    void *ud;
+} key_walk;
+
+static int walk_key(void *ud, conf_ref *r)
+{
+    key_walk *w = ud;
+    return w->fn(w->ud, r->key, r->e);
+}
+
+int pt_config_each_key(int (*fn)(void *ud, const char *key, const pt_conf_key *e), void *ud)
+{
+    key_walk w = {fn, ud};
+    return each_key(NULL, walk_key, &w);
+}
+
+typedef struct check {
+    const char *backend;
+    char *err;
+    size_t errlen;
+} check;
+
+static int check_file(void *ud, conf_ref *r)
+{
+    check *ck = ud;
+    if (r->e->type != PT_CONF_FILE || (r->backend && strcmp(r->backend, ck->backend) != 0))
+        return 0;
+    const char *path = *(char **)(r->base + r->e->off);
+    if (!path || !path[0])
+        return 0;
+    struct stat st;
+    if (stat(path, &st) != 0 || access(path, R_OK) != 0) {
+        snprintf(ck->err, ck->errlen, "%s: %s: %s", r->key, path, strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(ck->err, ck->errlen, "%s: %s is not a regular file", r->key, path);
+        return -1;
+    }
+    return 0;
+}
+
+int pt_config_check(pt_config *c, char *err, size_t errlen)
+{
+    check ck = {c->backend, err, errlen};
+    if (each_key(c, check_file, &ck) != 0)
+        return -1;
+    if (!c->tls_cert_file[0] != !c->tls_key_file[0]) {
+        snprintf(err, errlen, "%s is set without %s: TLS needs both",
+                 c->tls_cert_file[0] ? "web.tls_cert_file" : "web.tls_key_file",
+                 c->tls_cert_file[0] ? "web.tls_key_file" : "web.tls_cert_file");
+        return -1;
+    }
+    if (!c->basic_auth_username[0] != !c->basic_auth_password_file[0]) {
+        snprintf(err, errlen, "%s is set without %s: basic auth needs both",
+                 c->basic_auth_username[0] ? "web.basic_auth_username"
+                                           : "web.basic_auth_password_file",
+                 c->basic_auth_username[0] ? "web.basic_auth_password_file"
+                                           : "web.basic_auth_username");
+        return -1;
+    }
+    return 0;
 }

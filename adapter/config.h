@@ -38,6 +38,7 @@ typedef struct pt_config {
     long read_max_series;
     long read_max_samples;
     long read_timeout_ms;
+    size_t read_series_cache;
 
     char *log_level;
 } pt_config;
@@ -54,6 +55,14 @@ int pt_config_load_yaml(pt_config *c, const char *buf, size_t len, char *err, si
 /* Applies one "--flag=value" / "--flag value" style setting by flag name (without --). */
 int pt_config_set_flag(pt_config *c, const char *flag, const char *value, char *err,
                        size_t errlen);
+/* What flags and YAML cannot check one value at a time, run once all are applied, before
+ * anything starts: every file key (of the daemon and of the selected backend) names a
+ * readable regular file, and keys that only work together are set together. 0, or -1 with
+ * err naming the key. */
+int pt_config_check(pt_config *c, char *err, size_t errlen);
+/* Calls fn with every key (full dotted name) and its table entry, the daemon's and every
+ * backend's, in --help order, until fn returns non-zero; returns that value or 0. */
+int pt_config_each_key(int (*fn)(void *ud, const char *key, const pt_conf_key *e), void *ud);
 void pt_config_usage(FILE *f, const char *argv0);
 void pt_config_free(pt_config *c);
 

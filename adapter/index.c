@@ -1,6 +1,7 @@
 #include "index.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <xxhash.h>
 
@@ -150,4 +151,48 @@ int pt_keyset_add(pt_keyset *s, pt_index_key k)
     *slot = k;
     s->n++;
     return 1;
+}
+
+/* ---- list hints ---- */
+
+enum { HINT_SLOTS = 4096, HINT_ROW_BITS = 24 };
+#define HINT_ROWS_MAX (((uint64_t)1 << HINT_ROW_BITS) - 1)
+#define HINT_COMPLETE ((uint64_t)1 << HINT_ROW_BITS)
+/* The key's top 39 bits with bit 38 set, so a used slot is never 0. */
+#define HINT_TAG(key) ((key) >> (HINT_ROW_BITS + 1) | (uint64_t)1 << (62 - HINT_ROW_BITS))
+
+struct pt_list_hints {
+    _Atomic uint64_t slot[HINT_SLOTS];
+};
+
+pt_list_hints *pt_list_hints_new(void)
+{
+    pt_list_hints *h = malloc(sizeof(*h));
+    if (!h)
+        return NULL;
+    for (size_t i = 0; i < HINT_SLOTS; i++)
+        atomic_init(&h->slot[i], 0);
+    return h;
+}
+
+void pt_list_hints_free(pt_list_hints *h)
+{
+    free(h);
+}
+
+int pt_list_hints_get(pt_list_hints *h, uint64_t key, size_t *rows, int *complete)
+{
+    uint64_t w = atomic_load_explicit(&h->slot[key % HINT_SLOTS], memory_order_relaxed);
+    if (w >> (HINT_ROW_BITS + 1) != HINT_TAG(key))
+        return 0;
+    *rows = (size_t)(w & HINT_ROWS_MAX);
+    *complete = (w & HINT_COMPLETE) != 0;
+    return 1;
+}
+
+void pt_list_hints_put(pt_list_hints *h, uint64_t key, size_t rows, int complete)
+{
+    uint64_t r = rows < HINT_ROWS_MAX ? rows : HINT_ROWS_MAX;
+    uint64_t w = HINT_TAG(key) << (HINT_ROW_BITS + 1) | (complete ? HINT_COMPLETE : 0) | r;
+    atomic_store_explicit(&h->slot[key % HINT_SLOTS], w, memory_order_relaxed);
 }

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "buf.h"
 #include "slice.h"
 
 typedef struct pt_index_key {
@@ -34,6 +35,51 @@ void pt_index_cache_lookup(pt_index_cache *c, const pt_index_key *keys, size_t n
 void pt_index_cache_add(pt_index_cache *c, const pt_index_key *keys, size_t n);
 size_t pt_index_cache_size(pt_index_cache *c);
 size_t pt_index_cache_capacity(pt_index_cache *c);
+
+/*
+ * Hints for reads: how many index rows a way of listing candidates (one matcher's lists
+ * over a range of days) took the last time a read counted or scanned it. A read with a
+ * hint for each of its matchers goes straight to the shortest instead of counting them
+ * all in lock-step. Only cost depends on a hint, never an answer, so a stale or lost one
+ * (lists grow; another process writes the same store; two keys share a slot) is harmless:
+ * the next read that scans the list corrects it.
+ *
+ * A fixed direct-mapped table of 64-bit words, tag | complete | rows, read and written
+ * with relaxed atomics: no lock, 32 KiB.
+ */
+typedef struct pt_list_hints pt_list_hints;
+
+pt_list_hints *pt_list_hints_new(void);
+void pt_list_hints_free(pt_list_hints *h);
+/* 1 with *rows set when key has a hint; *complete = 0 makes *rows a lower bound (the
+ * list was not read to its end). */
+int pt_list_hints_get(pt_list_hints *h, uint64_t key, size_t *rows, int *complete);
+void pt_list_hints_put(pt_list_hints *h, uint64_t key, size_t rows, int complete);
+
+/*
+ * The series-row cache (refcache.c): the series rows of a (series reference, index
+ * bucket) as a read found them, so the next read resolving that reference needs no
+ * storage seek. Exact only while this process is the store's one writer (the embedded
+ * store): every series row the write path stores drops its entry, and a fill raced by such
+ * a write is not kept. Bounded to max_bytes (clock eviction).
+ *
+ * An entry's bytes are the rows back to back, each: u32 BE length, the row's key after
+ * its prefix (PT_INDEX_SERIES_PREFIX_LEN), u32 BE length, the cell's value.
+ */
+typedef struct pt_ref_cache pt_ref_cache;
+
+pt_ref_cache *pt_ref_cache_new(size_t max_bytes);
+void pt_ref_cache_free(pt_ref_cache *c);
+/* Appends the entry's bytes to out: 1 (maybe none: no rows), 0 when not cached, PT_ENOMEM. */
+int pt_ref_cache_get(pt_ref_cache *c, uint64_t ref, int64_t bucket, pt_buf *out);
+/* Taken before the read that will fill the entry; the fill passes it back. */
+uint32_t pt_ref_cache_epoch(pt_ref_cache *c, uint64_t ref, int64_t bucket);
+/* Keeps the entry unless a series row of its stripe was written since epoch was taken. */
+void pt_ref_cache_put(pt_ref_cache *c, uint64_t ref, int64_t bucket, uint32_t epoch,
+                      const uint8_t *data, size_t len);
+/* After a series row of (ref, bucket) is stored. */
+void pt_ref_cache_invalidate(pt_ref_cache *c, uint64_t ref, int64_t bucket);
+size_t pt_ref_cache_bytes(pt_ref_cache *c);
 
 /* A small set for deduplicating keys inside one request (arena-free: caller gives slots). */
 typedef struct pt_keyset {

@@ -10,6 +10,7 @@
 #include "config.h"
 #include "error.h"
 #include "log.h"
+#include "metrics.h"
 
 static pt_server *volatile the_server;
 
@@ -84,6 +85,8 @@ int main(int argc, char **argv)
     char err[512] = "";
     pt_backend be = {0};
     pt_index_cache *cache = NULL;
+    pt_list_hints *hints = NULL;
+    pt_ref_cache *refs = NULL;
     pt_server *srv = NULL;
 
     if (pt_config_defaults(&cfg) != 0) {
@@ -92,6 +95,10 @@ int main(int argc, char **argv)
     }
     if (parse_args(argc, argv, &cfg, &init_cmd) != 0)
         goto fail_config;
+    if (pt_config_check(&cfg, err, sizeof(err)) != 0) {
+        fprintf(stderr, "promtable: %s\n", err);
+        goto fail_config;
+    }
     if (pt_log_set_level(cfg.log_level) != 0) {
         fprintf(stderr, "promtable: unknown log.level \"%s\"\n", cfg.log_level);
         goto fail_config;
@@ -109,6 +116,8 @@ int main(int argc, char **argv)
     pt_backend_config bc = {
         .own = pt_config_backend(&cfg, ops),
         .retention_seconds = (cfg.retention_ms + 999) / 1000,
+        .index_span_ms = cfg.index_bucket_ms,
+        .retention_dropped = &pt_m.retention_dropped,
     };
     int rv = pt_backend_open(&be, ops, &bc, err, sizeof(err));
     if (rv != 0) {
@@ -126,16 +135,24 @@ int main(int argc, char **argv)
     }
 
     cache = pt_index_cache_new((size_t)cfg.index_cache_entries);
-    if (!cache) {
+    hints = pt_list_hints_new();
+    /* Only a store no other process writes keeps the series-row cache exact. */
+    int want_refs = (ops->caps & PT_BACKEND_CAP_EXCLUSIVE) && cfg.read_series_cache > 0;
+    if (want_refs)
+        refs = pt_ref_cache_new((size_t)cfg.read_series_cache);
+    if (!cache || !hints || (want_refs && !refs)) {
         pt_log_msg(PT_LOG_ERROR, "out of memory for the index cache");
-        goto fail_backend;
+        goto fail_cache;
     }
     static pt_app app;
     app.cfg = &cfg;
-    app.store = (pt_store){.be = &be, .cache = cache, .index_bucket_ms = cfg.index_bucket_ms,
+    app.store = (pt_store){.be = &be, .cache = cache, .hints = hints,
+                           .refs = refs,
+                           .index_bucket_ms = cfg.index_bucket_ms,
                            .max_series = (size_t)cfg.read_max_series,
                            .max_samples = (size_t)cfg.read_max_samples,
-                           .read_timeout_ms = cfg.read_timeout_ms};
+                           .read_timeout_ms = cfg.read_timeout_ms,
+                           .retention_ms = cfg.retention_ms};
     app.lim.max_decoded = cfg.max_decoded_bytes;
     rv = pt_store_check_index(&app.store, err, sizeof(err));
     if (rv == PT_EINTERNAL) {
@@ -191,6 +208,8 @@ int main(int argc, char **argv)
 fail_cache:
     pt_app_free_auth(&app);
     pt_index_cache_free(cache);
+    pt_list_hints_free(hints);
+    pt_ref_cache_free(refs);
 fail_backend:
     pt_backend_close(&be);
 fail_config:

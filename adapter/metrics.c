@@ -170,6 +170,10 @@ long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
             LOAD(pt_m.samples_rejected[i]));
     counter(&o, "promtable_index_rows_written_total", "Series index rows written.",
             LOAD(pt_m.index_rows_written));
+    counter(&o, "promtable_retention_dropped_total",
+            "Stored entries (points chunks, index cells) the embedded store's compactions "
+            "removed as older than storage.retention.",
+            LOAD(pt_m.retention_dropped));
     counter(&o, "promtable_read_queries_total", "Remote read queries answered.",
             LOAD(pt_m.read_queries));
     counter(&o, "promtable_read_series_total", "Series returned by remote read.",
@@ -215,6 +219,8 @@ long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
           g->index_cache_entries);
     gauge(&o, "promtable_index_cache_capacity", "Capacity of the index cache.",
           g->index_cache_capacity);
+    gauge(&o, "promtable_read_series_cache_bytes",
+          "Memory of the series-row cache (read.series_cache).", g->series_cache_bytes);
     for (size_t i = 0; i < g->nbackend; i++) {
         const pt_backend_stat *b = &g->backend[i];
         const char *type = b->counter ? "counter" : "gauge";

@@ -43,6 +43,7 @@ typedef struct pt_metrics {
     _Atomic uint64_t read_timeouts;         /* reads ended by read.timeout */
     _Atomic uint64_t read_rows_scanned;     /* rows the backends visited for reads */
     _Atomic uint64_t read_cancelled;       /* reads whose client went away */
+    _Atomic uint64_t retention_dropped;     /* stored entries storage.retention removed */
     _Atomic uint64_t backend_write_errors;
     _Atomic uint64_t backend_read_errors;
     pt_histogram request_duration[PT_ROUTE_COUNT];
@@ -61,6 +62,7 @@ typedef struct pt_metrics_gauges {
     long connections;
     long index_cache_entries;
     long index_cache_capacity;
+    long series_cache_bytes;
     const pt_backend_stat *backend; /* the backend's own figures, nbackend of them */
     size_t nbackend;
 } pt_metrics_gauges;

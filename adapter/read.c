@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bytes.h"
 #include "read_int.h"
@@ -170,6 +171,21 @@ static void read_failed(const pt_read *r, int rv, char *msg, size_t msglen)
     snprintf(msg, msglen, "storage read failed: %s", pt_strerror(rv));
 }
 
+/* The first millisecond a read may return: retention ends the past, for every backend
+ * (Bigtable's garbage collection of old cells runs lazily, up to days late). */
+static int64_t oldest_kept(const pt_store *st)
+{
+    if (st->retention_ms <= 0)
+        return 0;
+    int64_t now = st->now_ms;
+    if (!now) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    }
+    return now - st->retention_ms > 0 ? now - st->retention_ms : 0;
+}
+
 static void query_end(pt_read *r)
 {
     for (size_t i = 0; i < r->inited; i++)
@@ -206,7 +222,8 @@ static int query_begin(pt_read *r, char *msg, size_t msglen)
         if (rv)
             return rv;
     }
-    r->start = pq->start_timestamp_ms < 0 ? 0 : pq->start_timestamp_ms;
+    int64_t oldest = oldest_kept(st);
+    r->start = pq->start_timestamp_ms < oldest ? oldest : pq->start_timestamp_ms;
     r->end = pq->end_timestamp_ms;
     if (r->end > PT_MAX_TIME_MS)
         r->end = PT_MAX_TIME_MS; /* 13 decimal digits of base; keeps the bucket loop finite */

@@ -57,6 +57,7 @@ typedef struct qctx {
     size_t ticks;         /* rows and cells seen, for the deadline checks */
     uint64_t qmask; /* label mask of the equality matchers (pt_label_mask_add) */
     refset refs;    /* series references the index lists gave */
+    size_t rows;    /* index rows scanned so far */
 } qctx;
 
 /* Every so many index rows or cells, a read checks its deadline. */

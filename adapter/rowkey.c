@@ -486,18 +486,11 @@ void pt_prefix_end(uint8_t *dst, pt_slice prefix, pt_slice *end)
 
 static int get_uvarint(pt_slice b, size_t *i, size_t *v)
 {
-    size_t r = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-        if (*i >= b.n)
-            return -1;
-        uint8_t c = b.p[(*i)++];
-        r |= (size_t)(c & 0x7f) << shift;
-        if (!(c & 0x80)) {
-            *v = r;
-            return 0;
-        }
-    }
-    return -1;
+    uint64_t r;
+    if (pt_get_uvarint(b.p, b.n, i, &r) != 0 || r > SIZE_MAX)
+        return -1;
+    *v = (size_t)r;
+    return 0;
 }
 
 size_t pt_labels_encoded_len(const pt_label *labels, size_t n)

@@ -158,6 +158,7 @@ static int scan_days(qctx *q, pt_slice first, pt_slice last, pt_cell_fn fn, void
     pt_scan s = {PT_TABLE_INDEX, &r, 1, {0}, {0}, 0, &visited};
     rv = pt_backend_scan(q->st->be, &s, fn, ud);
     pt_m.read_rows_scanned += visited;
+    q->rows += visited;
     return rv;
 }
 
@@ -249,8 +250,153 @@ static int u64_cmp(const void *x, const void *y)
     return a < b ? -1 : a > b;
 }
 
-/* The series behind the collected references: their series rows over the query's days,
- * read in key order, many references per scan (one row set on Bigtable). */
+/* Filling the series-row cache from a scan of series rows: a reference's rows arrive
+ * together, in day order; when the next reference starts, each of the query's days of the
+ * previous one becomes an entry (maybe empty). */
+typedef struct filler {
+    qctx *q;
+    const uint64_t *miss; /* the references scanned, sorted */
+    const uint32_t *epochs; /* epoch of (miss[i], day d) at [i * ndays + d] */
+    size_t nmiss, at, ndays;
+    uint64_t cur;
+    int have_cur, odd; /* odd: a row outside the query's bucket grid; keep nothing */
+    pt_buf rows;       /* cur's rows: u32 day index, then the entry's record */
+    pt_buf entry;
+} filler;
+
+static int64_t fill_day(const filler *f, size_t d)
+{
+    return f->q->day_first + (int64_t)d * f->q->st->index_bucket_ms;
+}
+
+/* Stores the entries of every reference before `upto` (all when last): cur's rows, and
+ * none for the references the scan found no row of. */
+static void fill_flush(filler *f, uint64_t upto, int last)
+{
+    pt_ref_cache *c = f->q->st->refs;
+    for (; f->at < f->nmiss && (last || f->miss[f->at] < upto); f->at++) {
+        uint64_t ref = f->miss[f->at];
+        int mine = f->have_cur && ref == f->cur;
+        if (mine && f->odd)
+            continue;
+        for (size_t d = 0; d < f->ndays; d++) {
+            pt_buf_reset(&f->entry);
+            for (size_t i = 0; mine && i < f->rows.len;) {
+                uint32_t day = pt_get_be32(f->rows.p + i);
+                uint32_t kn = pt_get_be32(f->rows.p + i + 4);
+                uint32_t vn = pt_get_be32(f->rows.p + i + 8 + kn);
+                size_t rec = 8 + (size_t)kn + vn;
+                if (day == d && pt_buf_append(&f->entry, f->rows.p + i + 4, rec) != 0)
+                    return; /* out of memory: the cache just misses these */
+                i += 4 + rec;
+            }
+            pt_ref_cache_put(c, ref, fill_day(f, d), f->epochs[f->at * f->ndays + d], f->entry.p,
+                             f->entry.len);
+        }
+    }
+}
+
+/* Parses the 13-digit bucket of a series row. */
+static int64_t row_day(pt_slice row)
+{
+    int64_t v = 0;
+    for (size_t i = 0; i < PT_BASE_DIGITS; i++) {
+        uint8_t ch = row.p[2 + PT_REF_HEX + 2 + i];
+        if (ch < '0' || ch > '9')
+            return -1;
+        v = v * 10 + (ch - '0');
+    }
+    return v;
+}
+
+static int on_series_row_fill(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    filler *f = ud;
+    uint64_t ref;
+    if (row.n < PT_INDEX_SERIES_PREFIX_LEN || pt_ref_parse(row.p + 2, &ref) != 0)
+        return PT_EINTERNAL;
+    if (!f->have_cur || ref != f->cur) {
+        fill_flush(f, ref, 0);
+        f->cur = ref;
+        f->have_cur = 1;
+        f->odd = 0;
+        pt_buf_reset(&f->rows);
+    }
+    int64_t day = row_day(row), bucket = f->q->st->index_bucket_ms, into = day - f->q->day_first;
+    size_t d = (size_t)(into / bucket);
+    if (day < 0 || into < 0 || into % bucket != 0 || d >= f->ndays)
+        f->odd = 1;
+    pt_slice tail = {row.p + PT_INDEX_SERIES_PREFIX_LEN, row.n - PT_INDEX_SERIES_PREFIX_LEN};
+    uint8_t h[8];
+    pt_put_be32(h, (uint32_t)d);
+    pt_put_be32(h + 4, (uint32_t)tail.n);
+    uint8_t vl[4];
+    pt_put_be32(vl, (uint32_t)value.n);
+    if (!f->odd && (pt_buf_append(&f->rows, h, 8) != 0 ||
+                    pt_buf_append(&f->rows, tail.p, tail.n) != 0 ||
+                    pt_buf_append(&f->rows, vl, 4) != 0 ||
+                    pt_buf_append(&f->rows, value.p, value.n) != 0))
+        return PT_ENOMEM;
+    return on_series_row(f->q, row, qual, value);
+}
+
+/* The candidates in the cache's rows of one reference (records as in index.h). */
+static int cands_from_cache(qctx *q, const pt_buf *b)
+{
+    for (size_t i = 0; i < b->len;) {
+        uint32_t kn = pt_get_be32(b->p + i);
+        pt_slice sid = {b->p + i + 4, kn};
+        uint32_t vn = pt_get_be32(b->p + i + 4 + kn);
+        pt_slice value = {b->p + i + 8 + kn, vn};
+        int rv = cands_add(q, sid, value);
+        if (rv)
+            return rv;
+        i += 8 + (size_t)kn + vn;
+    }
+    return 0;
+}
+
+/* Looks every reference up in the series-row cache: the ones found for all the query's
+ * days become candidates now; the others are left in rs->v[0, *nmiss), their epochs
+ * taken (before the scan that will fill them). */
+static int resolve_cached(qctx *q, size_t ndays, size_t *nmiss, uint32_t **epochs)
+{
+    refset *rs = &q->refs;
+    pt_ref_cache *c = q->st->refs;
+    pt_buf hit;
+    pt_buf_init(&hit, 0);
+    int rv = 0;
+    size_t k = 0;
+    *epochs = pt_arena_alloc(q->a, rs->x.n * ndays * sizeof(**epochs));
+    if (!*epochs)
+        return PT_ENOMEM;
+    for (size_t i = 0; i < rs->x.n && rv == 0; i++) {
+        uint64_t ref = rs->v[i];
+        size_t d = 0;
+        pt_buf_reset(&hit);
+        while (d < ndays && (rv = pt_ref_cache_get(c, ref, q->day_first +
+                                                   (int64_t)d * q->st->index_bucket_ms, &hit)) == 1)
+            d++;
+        if (rv < 0)
+            break;
+        if (d == ndays) {
+            rv = cands_from_cache(q, &hit);
+            continue;
+        }
+        rv = 0;
+        for (d = 0; d < ndays; d++)
+            (*epochs)[k * ndays + d] =
+                pt_ref_cache_epoch(c, ref, q->day_first + (int64_t)d * q->st->index_bucket_ms);
+        rs->v[k++] = ref;
+    }
+    pt_buf_free(&hit);
+    *nmiss = k;
+    return rv;
+}
+
+/* The series behind the collected references: from the series-row cache when it has
+ * them, else their series rows over the query's days, read in key order, many
+ * references per scan (one row set on Bigtable). */
 static int resolve_refs(qctx *q)
 {
     enum { PER_SCAN = 4096 };
@@ -259,14 +405,33 @@ static int resolve_refs(qctx *q)
     if (rs->x.n == 0)
         return 0;
     qsort(rs->v, rs->x.n, sizeof(*rs->v), u64_cmp); /* the set is complete: its index goes stale */
-    size_t per = rs->x.n < PER_SCAN ? rs->x.n : PER_SCAN;
+    size_t nref = rs->x.n, ndays = 0;
+    uint32_t *epochs = NULL;
+    int rv;
+    /* Long queries skip the cache: an entry per reference and bucket would cost more to
+     * look up and keep than the scan it saves. */
+    enum { CACHED_BUCKETS_MAX = 8 };
+    if (q->st->refs)
+        ndays = (size_t)((q->day_last - q->day_first) / q->st->index_bucket_ms) + 1;
+    int cached = q->st->refs && ndays <= CACHED_BUCKETS_MAX;
+    if (cached) {
+        if ((rv = resolve_cached(q, ndays, &nref, &epochs)) != 0)
+            return rv;
+        if (nref == 0)
+            return 0;
+    }
+    size_t per = nref < PER_SCAN ? nref : PER_SCAN;
     pt_row_range *r = pt_arena_alloc(q->a, per * sizeof(*r));
     uint8_t *keys = pt_arena_alloc(q->a, per * 2 * kl);
     if (!r || !keys)
         return PT_ENOMEM;
     int64_t after = q->day_last + q->st->index_bucket_ms;
-    for (size_t i = 0; i < rs->x.n; i += per) {
-        size_t m = rs->x.n - i < per ? rs->x.n - i : per;
+    filler f = {.q = q, .ndays = ndays};
+    pt_buf_init(&f.rows, 0);
+    pt_buf_init(&f.entry, 0);
+    rv = 0;
+    for (size_t i = 0; i < nref && rv == 0; i += per) {
+        size_t m = nref - i < per ? nref - i : per;
         for (size_t j = 0; j < m; j++) {
             uint8_t ref16[PT_REF_HEX], *k0 = keys + 2 * j * kl, *k1 = k0 + kl;
             pt_ref_hex(ref16, rs->v[i + j]);
@@ -274,17 +439,28 @@ static int resolve_refs(qctx *q)
             pt_index_series_prefix(k1, ref16, after);
             r[j] = (pt_row_range){{k0, kl}, {k1, kl}};
         }
-        int rv = deadline_passed(q);
-        if (rv)
-            return rv;
+        if ((rv = deadline_passed(q)) != 0)
+            break;
         size_t visited = 0;
         pt_scan s = {PT_TABLE_INDEX, r, m, {0}, {0}, 0, &visited};
-        rv = pt_backend_scan(q->st->be, &s, on_series_row, q);
+        if (cached) {
+            f.miss = rs->v + i;
+            f.epochs = epochs + i * ndays;
+            f.nmiss = m;
+            f.at = 0;
+            f.have_cur = 0;
+            rv = pt_backend_scan(q->st->be, &s, on_series_row_fill, &f);
+            if (rv == 0)
+                fill_flush(&f, 0, 1);
+        } else {
+            rv = pt_backend_scan(q->st->be, &s, on_series_row, q);
+        }
         pt_m.read_rows_scanned += visited;
-        if (rv)
-            return rv;
+        q->rows += visited;
     }
-    return 0;
+    pt_buf_free(&f.rows);
+    pt_buf_free(&f.entry);
+    return rv;
 }
 
 static int on_value_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
@@ -407,7 +583,11 @@ typedef struct source {
     size_t nlists, cur; /* the list being counted */
     pt_buf next;        /* where the next slice starts: just after the last row seen */
     size_t rows;        /* rows seen so far, values rows included */
+    size_t vrows;       /* of which values rows */
     int complete;       /* no rows are left */
+    uint64_t hkey;      /* its key in the list hints */
+    size_t hint;        /* the hint's rows, a lower bound unless hint_complete */
+    int hint_complete;
 } source;
 
 /* Notes row as the last one seen. */
@@ -427,6 +607,7 @@ static int count_value_row(void *ud, pt_slice row, pt_slice qual, pt_slice value
 {
     source *c = ud;
     int rv = count_row(c, row, qual, value);
+    c->vrows++;
     return rv ? rv : on_value_row(&c->vals, row, qual, value);
 }
 
@@ -471,6 +652,7 @@ static int count_more(qctx *q, source *c, size_t budget)
         pt_scan s = {PT_TABLE_INDEX, &r, 1, {0}, {0}, budget, &visited};
         rv = pt_backend_scan(q->st->be, &s, c->listing ? count_value_row : count_row, c);
         pt_m.read_rows_scanned += visited;
+        q->rows += visited;
         if (rv)
             return rv;
         size_t got = c->rows - before;
@@ -487,9 +669,19 @@ static int count_more(qctx *q, source *c, size_t budget)
     return 0;
 }
 
+/* A source's key in the list hints: the matcher and the query's days. */
+static uint64_t source_key(const qctx *q, const pt_matcher *m)
+{
+    uint64_t seed = XXH3_64bits_withSeed(&q->day_first, sizeof(q->day_first),
+                                         (uint64_t)q->day_last * 8 + (uint64_t)m->type);
+    seed = XXH3_64bits_withSeed(m->name.p, m->name.n, seed);
+    return XXH3_64bits_withSeed(m->value.p, m->value.n, seed);
+}
+
 static int source_init(qctx *q, pt_matcher *m, source *c)
 {
     c->m = m;
+    c->hkey = source_key(q, m);
     pt_buf_init_arena(&c->next, q->a, 0);
     if (m->type == PT_MATCH_EQ) {
         const pt_slice *label = is_metric_name(m->name) ? NULL : &m->name;
@@ -543,6 +735,37 @@ static int shortest(qctx *q, source *c, size_t n, size_t *best)
     return rv;
 }
 
+/* The shortest source by the hints alone: every source has a hint, the shortest of them
+ * is exact, and no lower bound is below it. 1 with *best set, else 0 (count them). */
+static int hinted_shortest(qctx *q, source *c, size_t n, size_t *best)
+{
+    pt_list_hints *h = q->st->hints;
+    size_t found = n;
+    if (!h)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!pt_list_hints_get(h, c[i].hkey, &c[i].hint, &c[i].hint_complete))
+            return 0;
+        if (c[i].hint_complete && (found == n || c[i].hint < c[found].hint))
+            found = i;
+    }
+    if (found == n)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (c[i].hint < c[found].hint)
+            return 0;
+    *best = found;
+    return 1;
+}
+
+/* What counting learnt about every source. */
+static void note_counts(qctx *q, const source *c, size_t n)
+{
+    if (q->st->hints)
+        for (size_t i = 0; i < n; i++)
+            pt_list_hints_put(q->st->hints, c[i].hkey, c[i].rows, c[i].complete);
+}
+
 /* The label mask of the query's equality matchers that need a label (pt_label_mask_add):
  * a list row whose mask lacks a bit of it is not a candidate. */
 static uint64_t query_mask(const qctx *q)
@@ -578,13 +801,20 @@ static int resolve(qctx *q)
         return resolve_refs(q);
     }
     size_t best = 0;
-    if (n > 1 && (rv = shortest(q, src, n, &best)) != 0)
-        return rv;
-    if ((rv = source_finish_listing(q, &src[best])) != 0)
-        return rv;
-    for (size_t i = 0; i < src[best].nlists; i++)
-        if ((rv = scan_list(q, &src[best].lists[i])) != 0)
+    if (n > 1 && !hinted_shortest(q, src, n, &best)) {
+        if ((rv = shortest(q, src, n, &best)) != 0)
             return rv;
+        note_counts(q, src, n);
+    }
+    source *c = &src[best];
+    if ((rv = source_finish_listing(q, c)) != 0)
+        return rv;
+    size_t before = q->rows;
+    for (size_t i = 0; i < c->nlists; i++)
+        if ((rv = scan_list(q, &c->lists[i])) != 0)
+            return rv;
+    if (q->st->hints)
+        pt_list_hints_put(q->st->hints, c->hkey, c->vrows + (q->rows - before), 1);
     return resolve_refs(q);
 }
 

@@ -19,12 +19,19 @@
 typedef struct pt_store {
     pt_backend *be;
     pt_index_cache *cache;
+    pt_list_hints *hints;    /* index list sizes earlier reads saw; NULL = none kept */
+    pt_ref_cache *refs;      /* series rows earlier reads resolved; NULL = none kept. Only
+                                for a store no other process writes (index.h) */
     int64_t index_bucket_ms; /* index bucket length, default one day */
     unsigned ref_bits;       /* bits of a series reference; 0 = all 64 (tests use fewer) */
     /* Read limits, per query: 0 = unlimited. */
     size_t max_series;
     size_t max_samples;
     int64_t read_timeout_ms; /* a read running longer ends with 503; 0 = no deadline */
+    /* storage.retention: reads start no earlier than now - retention_ms (0 = forever), so
+     * they never return what a backend is about to delete or has not deleted yet. */
+    int64_t retention_ms;
+    int64_t now_ms; /* tests: the wall clock that retention counts from; 0 = the real one */
 } pt_store;
 
 #define PT_MSG_MAX 1024

@@ -157,6 +157,7 @@ long pt_labels_validate(Prometheus__Label *const *in, size_t n, pt_arena *a, pt_
 typedef struct batch {
     pt_buf buf;
     size_t n;
+    pt_buf srows; /* (ref, bucket) of each series row, for the series-row cache */
 } batch;
 
 static int push(batch *b, uint8_t table, pt_slice row, pt_slice qual,
@@ -212,8 +213,14 @@ static int add_series_rows(batch *b, pt_arena *a, const pt_store *st, const pt_l
         return PT_ENOMEM;
     pt_put_be64(mr, mask);
     const uint8_t *ref = mr + 8;
-    pt_ref_hex(mr + 8, pt_series_ref(sid, st->ref_bits));
+    uint64_t r = pt_series_ref(sid, st->ref_bits);
+    pt_ref_hex(mr + 8, r);
     int rv;
+    if (st->refs) {
+        uint64_t pair[2] = {r, (uint64_t)day};
+        if ((rv = pt_buf_append(&b->srows, pair, sizeof(pair))) != 0)
+            return rv;
+    }
     for (size_t i = 0; i < n; i++) {
         const pt_label *l = &ls[i];
         uint8_t *k = pt_arena_alloc(a, PT_INDEX_PREFIX_MAX(l->name.n, l->value.n) + PT_REF_HEX);
@@ -369,6 +376,7 @@ int pt_store_write(pt_store *st, const Prometheus__WriteRequest *wr, pt_arena *a
 
     batch b = {0};
     pt_buf_init_arena(&b.buf, a, 0);
+    pt_buf_init_arena(&b.srows, a, 0);
     int brv = pt_buf_reserve(&b.buf, (nsamples + 16) * sizeof(pt_mutation));
     /* (series, day) pairs to index, at most two per sample; the ones this request writes
      * end up in seen. */
@@ -468,6 +476,12 @@ int pt_store_write(pt_store *st, const Prometheus__WriteRequest *wr, pt_arena *a
         uint64_t t0 = pt_now_ns();
         rv = pt_backend_write(st->be, (const pt_mutation *)(const void *)b.buf.p, b.n);
         pt_metrics_observe(&pt_m.backend_write_duration, pt_now_ns() - t0);
+        /* Also after a failure: some of the rows may be stored. */
+        for (size_t i = 0; i + 16 <= b.srows.len; i += 16) {
+            uint64_t pair[2];
+            memcpy(pair, b.srows.p + i, sizeof(pair));
+            pt_ref_cache_invalidate(st->refs, pair[0], (int64_t)pair[1]);
+        }
         if (rv != 0) {
             pt_m.backend_write_errors++;
             res->samples_written = 0;

@@ -1,5 +1,6 @@
 /*
- * Prometheus XOR chunks (tsdb/chunkenc "XOR" encoding) and the framing of streamed remote
+ * Prometheus XOR chunks (tsdb/chunkenc "XOR" encoding: a 2-byte big-endian sample count,
+ * then base/gorilla.h's sample stream) and the framing of streamed remote
  * read responses: uvarint(len) ‖ CRC-32C(payload) big-endian ‖ payload.
  */
 #ifndef PT_XOR_H

@@ -16,6 +16,7 @@
 #ifndef PT_BACKEND_H
 #define PT_BACKEND_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -67,12 +68,19 @@ typedef struct pt_backend_config {
      * for a backend without keys. Valid until close. */
     const void *own;
     long retention_seconds;  /* storage.retention: keep samples this long; 0 = forever */
+    /* index.bucket: an index row lists the series of this span after its day, so a
+     * backend that expires index rows by their key keeps them this long past it.
+     * 0 = unknown (the longest: 2^32 ms). */
+    int64_t index_span_ms;
+    /* Optional: where a backend counts the entries its retention removed. */
+    _Atomic uint64_t *retention_dropped;
     void *inner;             /* wrapper backends: the backend they wrap (pt_backend *) */
 } pt_backend_config;
 
 enum {
     PT_BACKEND_CAP_ADMIN = 1u << 0, /* has init: tables to create before use */
     PT_BACKEND_CAP_TEST = 1u << 1,  /* for tests only: the daemon refuses to run on it */
+    PT_BACKEND_CAP_EXCLUSIVE = 1u << 2, /* one process at a time owns the store */
 };
 
 /* Most backends a registry holds (sizes the configuration's per-backend settings). */

@@ -68,4 +68,24 @@ static inline uint8_t *pt_put_uvarint(uint8_t *p, uint64_t v)
     return p;
 }
 
+/* Reads a varint from p[*i, n), advancing *i: 0, or -1 when it runs past n or past 64
+ * bits (a tenth byte may hold only bit 63). */
+static inline int pt_get_uvarint(const uint8_t *p, size_t n, size_t *i, uint64_t *v)
+{
+    uint64_t r = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (*i >= n)
+            return -1;
+        uint8_t c = p[(*i)++];
+        if (shift == 63 && c > 1)
+            return -1;
+        r |= (uint64_t)(c & 0x7f) << shift;
+        if (!(c & 0x80)) {
+            *v = r;
+            return 0;
+        }
+    }
+    return -1;
+}
+
 #endif

@@ -12,12 +12,20 @@
 
 #include <stddef.h>
 
+/* Every type refuses, naming the key, a value it cannot parse or one outside [min, max].
+ * Strings (STR, ADDR, FILE, ENUM) are char *, malloc'd and owned by the configuration. */
 typedef enum pt_conf_type {
-    PT_CONF_STR,      /* char *, malloc'd and owned by the configuration */
-    PT_CONF_LONG,     /* long */
+    PT_CONF_STR,      /* any text; empty only when the default is empty */
+    PT_CONF_LONG,     /* long, decimal */
     PT_CONF_BYTES,    /* size_t, "32MiB" */
-    PT_CONF_BOOL,     /* int, 0 or 1 */
+    PT_CONF_BOOL,     /* int, 0 or 1 ("true"/"false", "yes"/"no", "1"/"0") */
     PT_CONF_DURATION, /* long milliseconds, "5m" */
+    PT_CONF_ADDR,     /* "host:port", ":port" (all interfaces) or "[v6]:port"; the port is
+                         decimal in [min, max]; empty only when the default is empty */
+    PT_CONF_FILE,     /* a path; empty = not set. pt_config_check() refuses one that is not
+                         a readable regular file */
+    PT_CONF_ENUM,     /* one of the words of def, which lists them separated by '|'; the
+                         first is the default: "info|debug|warn|error" */
 } pt_conf_type;
 
 typedef struct pt_conf_key {
@@ -26,7 +34,7 @@ typedef struct pt_conf_key {
     const char *alias; /* a former key that still sets it (full dotted path), or NULL */
     pt_conf_type type;
     const char *def;
-    long long min, max; /* bounds of numeric values */
+    long long min, max; /* bounds of numeric values, of an ADDR's port */
     size_t off;         /* offset of the field in the struct the table fills */
     const char *help;
 } pt_conf_key;

@@ -1,8 +1,25 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2004,SC2034  # RATE, CMD, FAILED, ... are the caller's (associative arrays)
-# Shared by the benchmark scripts (sourced): medians over rounds, the rounds loop over the
-# targets, and the header naming versions and host. Uses the caller's ROUNDS, TARGETS,
-# PROMTABLE, VM_BIN, ROOT, SERVER_CPU, LOADGEN_CPU and log().
+# Shared by the benchmark scripts (sourced): starting and stopping a server, medians over
+# rounds, the rounds loop over the targets, and the header naming versions and host. Uses
+# the caller's ROUNDS, TARGETS, PROMTABLE, VM_BIN, ROOT, SERVER_CPU, LOADGEN_CPU and SRV.
+
+log() { printf '%s\n' "$*" >&2; }
+
+# bench_work NAME: a fresh work directory WORK, removed at exit unless KEEP is 1, and an
+# exit trap that first stops a server still running.
+bench_work() {
+    WORK=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX")
+    SERVER_PID=
+    trap bench_cleanup EXIT
+    trap 'exit 130' INT TERM
+}
+
+# shellcheck disable=SC2317  # invoked by the EXIT trap
+bench_cleanup() {
+    if [[ -n $SERVER_PID ]]; then stop_server; fi
+    if [[ ${KEEP:-0} == 1 ]]; then echo "work directory kept: $WORK"; else rm -rf "$WORK"; fi
+}
 
 # median LIST: the median of whitespace-separated numbers (the lower middle for an even
 # count).
@@ -147,4 +164,56 @@ vm_load() {
         $VM_ARGS || { CHECK[victoriametrics]="did not start"; return 1; }
     run_load victoriametrics "$VM_BASE/api/v1/write" ||
         { stop_server; CHECK[victoriametrics]="no result"; return 1; }
+}
+
+# A free loopback port: bash's /dev/tcp fails to connect when nothing listens.
+free_port() {
+    local p
+    for _ in $(seq 100); do
+        p=$((20000 + RANDOM % 30000))
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+            echo "$p"
+            return 0
+        fi
+    done
+    log "no free port found"
+    return 1
+}
+
+# start_server NAME URL-TO-POLL CMD... ; sets SERVER_PID, returns 1 if it never got ready.
+start_server() {
+    local name=$1 ready=$2
+    shift 2
+    SRV[$name]="taskset -c $SERVER_CPU $*"
+    log "+ ${SRV[$name]}"
+    taskset -c "$SERVER_CPU" "$@" >"$WORK/$name.log" 2>&1 &
+    SERVER_PID=$!
+    for _ in $(seq 300); do
+        if [[ $(curl -s -o /dev/null -w '%{http_code}' "$ready" 2>/dev/null) == 200 ]]; then
+            return 0
+        fi
+        if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+            log "$name exited before it was ready; its log:"
+            tail -n 20 "$WORK/$name.log" >&2 || true
+            wait "$SERVER_PID" 2>/dev/null || true
+            SERVER_PID=
+            return 1
+        fi
+        sleep 0.1
+    done
+    log "$name not ready after 30 s ($ready)"
+    return 1
+}
+
+# Graceful stop (SIGTERM: both servers flush), then SIGKILL after 60 s.
+stop_server() {
+    local pid=$SERVER_PID
+    SERVER_PID=
+    kill -TERM "$pid" 2>/dev/null || return 0
+    for _ in $(seq 600); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
 }

@@ -35,70 +35,7 @@ KEEP=${KEEP:-0}                              # 1: keep the work directory (logs,
 ROUNDS=${ROUNDS:-1}                          # runs of every target, alternating; medians
                                              # are reported (other columns: last round)
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/promtable-bench.XXXXXX")
-SERVER_PID=
-# shellcheck disable=SC2317  # invoked by the EXIT trap
-cleanup() {
-    if [[ -n $SERVER_PID ]]; then stop_server; fi
-    if [[ $KEEP == 1 ]]; then echo "work directory kept: $WORK"; else rm -rf "$WORK"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-log() { printf '%s\n' "$*" >&2; }
-
-# A free loopback port: bash's /dev/tcp fails to connect when nothing listens.
-free_port() {
-    local p
-    for _ in $(seq 100); do
-        p=$((20000 + RANDOM % 30000))
-        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-            echo "$p"
-            return 0
-        fi
-    done
-    log "no free port found"
-    return 1
-}
-
-# start_server NAME URL-TO-POLL CMD... ; sets SERVER_PID, returns 1 if it never got ready.
-start_server() {
-    local name=$1 ready=$2
-    shift 2
-    SRV[$name]="taskset -c $SERVER_CPU $*"
-    log "+ ${SRV[$name]}"
-    taskset -c "$SERVER_CPU" "$@" >"$WORK/$name.log" 2>&1 &
-    SERVER_PID=$!
-    for _ in $(seq 300); do
-        if [[ $(curl -s -o /dev/null -w '%{http_code}' "$ready" 2>/dev/null) == 200 ]]; then
-            return 0
-        fi
-        if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-            log "$name exited before it was ready; its log:"
-            tail -n 20 "$WORK/$name.log" >&2 || true
-            wait "$SERVER_PID" 2>/dev/null || true
-            SERVER_PID=
-            return 1
-        fi
-        sleep 0.1
-    done
-    log "$name not ready after 30 s ($ready)"
-    return 1
-}
-
-# Graceful stop (SIGTERM: both servers flush), then SIGKILL after 60 s.
-stop_server() {
-    local pid=$SERVER_PID
-    SERVER_PID=
-    kill -TERM "$pid" 2>/dev/null || return 0
-    for _ in $(seq 600); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-}
-
+bench_work promtable-bench
 
 # ---------------------------------------------------------------------------------------
 if [[ $SKIP_BUILD != 1 ]]; then

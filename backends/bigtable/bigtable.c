@@ -167,7 +167,7 @@ void pt_bt_get_stats(void *state, pt_bt_stats *out)
 static const pt_conf_key conf_keys[] = {
     {"project", NULL, PT_CONF_STR, "", 0, 0, C(project), "Bigtable project ID."},
     {"instance", NULL, PT_CONF_STR, "", 0, 0, C(instance), "Bigtable instance ID."},
-    {"endpoint", NULL, PT_CONF_STR, "", 0, 0, C(endpoint),
+    {"endpoint", NULL, PT_CONF_ADDR, "", 1, 65535, C(endpoint),
      "Emulator host:port (plaintext); empty = $BIGTABLE_EMULATOR_HOST, else Cloud Bigtable "
      "with application default credentials."},
     {"table_prefix", "storage.table_prefix", PT_CONF_STR, "", 0, 0, C(table_prefix),

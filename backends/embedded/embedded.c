@@ -243,6 +243,7 @@ static void stop_thread(embedded *e)
 static void embedded_close(void *state)
 {
     embedded *e = state;
+    pt_emb_expire_stop(&e->x);
     /* Only a head that opened completely may flush: after a failed replay the log holds
      * cells the head does not, and a flush would truncate them away. */
     if (e->ready) {
@@ -266,6 +267,7 @@ static void embedded_close(void *state)
         pthread_mutex_destroy(&e->mu);
     e->mu_init = 0;
     pt_emb_rocks_close(&e->r);
+    pt_emb_expire_free(&e->x);
 }
 
 static int init_sync(embedded *e)
@@ -307,7 +309,9 @@ static int embedded_open(void *state, const pt_backend_config *cfg, char *err, s
     int rv = mkdir_p(path, err, errlen);
     if (rv != 0)
         return rv;
-    if ((rv = pt_emb_rocks_open(&e->r, path, sync,
+    if ((rv = pt_emb_expire_init(&e->x, &e->r, (int64_t)cfg->retention_seconds * 1000,
+                                  cfg->index_span_ms, cfg->retention_dropped)) != 0 ||
+        (rv = pt_emb_rocks_open(&e->r, path, sync,
                                  ec->block_cache ? ec->block_cache : EMB_DEFAULT_BLOCK_CACHE, err,
                                  errlen)) != 0)
         goto fail;
@@ -329,6 +333,10 @@ static int embedded_open(void *state, const pt_backend_config *cfg, char *err, s
         goto fail;
     }
     e->thread_started = 1;
+    if ((rv = pt_emb_expire_start(&e->x, &e->r)) != 0) {
+        snprintf(err, errlen, "embedded: cannot start the retention thread");
+        goto fail;
+    }
     e->ready = 1;
     return 0;
 
@@ -466,7 +474,10 @@ void pt_embedded_get_stats(pt_backend *b, pt_embedded_stats *out)
                                .head_cells = e->h.cells[0] + e->h.cells[1],
                                .head_bytes = e->h.bytes,
                                .frozen_cell_bytes = e->frozen ? e->h.cell_bytes[fz] : 0,
-                               .wal_bytes = e->w.size};
+                               .wal_bytes = e->w.size,
+                               .expired_chunks = atomic_load(&e->x.dropped[0]),
+                               .expired_index = atomic_load(&e->x.dropped[1]),
+                               .compactions = atomic_load(&e->x.compactions)};
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -518,6 +529,13 @@ void pt_emb_set_hook(embedded *e, emb_hook hook, void *ud)
     pthread_mutex_unlock(&e->mu);
 }
 
+void pt_embedded_compact(pt_backend *b, int64_t now_ms)
+{
+    embedded *e = b->state;
+    atomic_store(&e->x.now_ms, now_ms);
+    pt_emb_expire_compact(&e->x, &e->r);
+}
+
 #define C(field) offsetof(pt_embedded_conf, field)
 static const pt_conf_key conf_keys[] = {
     {"path", "storage.path", PT_CONF_STR, "./data", 0, 0, C(path),
@@ -535,7 +553,7 @@ static const pt_conf_key conf_keys[] = {
 
 const pt_backend_ops pt_backend_embedded = {
     .name = "embedded",
-    .caps = 0,
+    .caps = PT_BACKEND_CAP_EXCLUSIVE, /* RocksDB's lock file */
     .state_size = sizeof(embedded),
     .conf = conf_keys,
     .nconf = sizeof(conf_keys) / sizeof(conf_keys[0]),

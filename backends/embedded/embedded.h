@@ -31,6 +31,9 @@ typedef struct pt_embedded_stats {
     size_t head_bytes;         /* memory the head holds: rows, cells, both generations */
     size_t frozen_cell_bytes;  /* samples of the frozen generation being flushed */
     uint64_t wal_bytes;        /* size of the current generation's log */
+    uint64_t expired_chunks;   /* points chunks compactions dropped as past the retention */
+    uint64_t expired_index;    /* index cells dropped likewise */
+    uint64_t compactions;      /* whole-store compactions run for the retention */
 } pt_embedded_stats;
 
 /* Samples the head's current generation may hold before it is frozen and flushed into
@@ -41,5 +44,9 @@ void pt_embedded_get_stats(pt_backend *b, pt_embedded_stats *out);
 /* Flushes every cell written before the call into RocksDB (on the flush thread) and waits
  * for it; empties the logs. On failure the flush thread keeps retrying. */
 int pt_embedded_flush(pt_backend *b);
+/* Compacts the whole store now, as the retention thread does, with the clock of the
+ * retention set to now_ms from then on (tests; 0 = the real clock). Stored entries past
+ * the retention are gone when it returns; the head's cells are not touched. */
+void pt_embedded_compact(pt_backend *b, int64_t now_ms);
 
 #endif

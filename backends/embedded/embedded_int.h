@@ -6,14 +6,17 @@
  *
  *     rocks.c     RocksDB: options, open/close, errors, keys, the index table  (none)
  *     chunk.c     the stored form of points: chunk values and keys, no I/O     (none)
+ *     expire.c    retention: compaction filters, the compacting thread         rocks chunk
  *     head.c      the head: a hash table of rows and their unflushed cells     (none)
  *     wal.c       the points log (points.wal): records, replay                 head
  *     flush.c     frozen head -> chunks, merged with the stored ones           rocks chunk head
  *     scan.c      points scans merging the head and the chunks                 rocks chunk head
  *     embedded.c  the ops table: open/close, write, scan; the flush thread     all
  *
- * Ownership: an embedded holds one rocks, head and wal, each made and released only by
- * its module's open/init and close/free, which embedded.c calls, and one flush thread.
+ * Ownership: an embedded holds one rocks, expire, head and wal, each made and released
+ * only by its module's open/init and close/free, which embedded.c calls, and one flush
+ * thread. The compaction filters of expire outlive the rocks that uses them (RocksDB does
+ * not own them).
  *
  * Double buffering: the head holds two generations of cells, each with its log. Writers
  * append to the current one (points.wal); when it passes the budget, a writer freezes it
@@ -42,8 +45,10 @@
 #define PT_EMBEDDED_INT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <rocksdb/c.h>
 #include <xxhash.h>
@@ -61,10 +66,13 @@ typedef struct rocks {
     rocksdb_column_family_handle_t *cf[NCF];
     rocksdb_writeoptions_t *wopts;       /* index writes: RocksDB's WAL, synced if asked */
     rocksdb_writeoptions_t *flush_wopts; /* no RocksDB WAL: the points log covers these */
+    /* Set before open, NULL = none: each family's compaction filter (expire.c's). */
+    rocksdb_compactionfilter_t *filter[NCF];
 } rocks;
 
 /* Opens (creating) the store in the existing directory path; refuses the first version's
- * layout. On failure err says why and close() releases what was made. */
+ * layout. On failure err says why and close() releases what was made (but not the
+ * filters). */
 int pt_emb_rocks_open(rocks *r, const char *path, int sync, size_t block_cache, char *err,
                       size_t errlen);
 /* Releases everything; a zeroed or half-opened rocks is fine. */
@@ -109,12 +117,22 @@ int pt_emb_rocks_scan_index(rocks *r, const pt_scan *s, pt_cell_fn fn, void *ud)
  * few samples per flush still end up in chunks of a useful size. */
 enum { CHUNK_MAX = 1024, CHUNK_SMALL = 256 };
 
-/* A cell seen by merges and the codec; v points into memory the holder keeps alive. */
+/* A cell seen by merges and the codec: a value of up to 8 bytes is held inline (a decoded
+ * fmt 3 value has no bytes to point to), a longer one points into memory the holder keeps
+ * alive. */
 typedef struct vcell {
     uint32_t q;
     uint32_t vlen;
-    const uint8_t *v;
+    union {
+        uint8_t in[8];
+        const uint8_t *p;
+    } v;
 } vcell;
+
+static inline const uint8_t *vcell_val(const vcell *c)
+{
+    return c->vlen <= 8 ? c->v.in : c->v.p;
+}
 
 typedef struct vcells {
     vcell *c;
@@ -128,36 +146,77 @@ static inline int vcells_push(vcells *vc, uint32_t q, uint32_t vlen, const uint8
         if (rv != 0)
             return rv;
     }
-    vc->c[vc->n++] = (vcell){q, vlen, v};
+    vcell *c = &vc->c[vc->n++];
+    c->q = q;
+    c->vlen = vlen;
+    if (vlen <= 8) {
+        if (vlen)
+            memcpy(c->v.in, v, vlen);
+    } else {
+        c->v.p = v;
+    }
     return 0;
 }
 
 /* A parsed chunk value; its pointers point into the value parsed. */
 typedef struct chunk {
+    uint8_t fmt; /* 1: every value 8 bytes, 2: values of any length, 3: XOR'ed samples,
+                    4: decimal samples */
+    uint8_t k;   /* fmt 4: values are integers / 10^k */
     uint32_t count;
-    int fixed; /* every value is 8 bytes */
-    const uint8_t *quals, *lens, *vals;
+    const uint8_t *quals, *lens, *vals; /* fmt 1 and 2; fmt 4: the value varints */
+    size_t vlen_total;                   /* fmt 4: bytes of the value varints */
+    pt_slice stream;                     /* fmt 3: the sample stream; fmt 4: timestamps */
 } chunk;
 
-/* 0, or PT_EINTERNAL when p is not a chunk this backend wrote. */
+/* Checks the chunk's framing: 0, or PT_EINTERNAL when p is not a chunk this backend
+ * wrote. A fmt 3 stream is checked as pt_emb_chunk_cells decodes it. */
 int pt_emb_chunk_parse(const uint8_t *p, size_t n, chunk *c);
-/* Appends the chunk's cells to out; their values point into the chunk's bytes. */
+/* Appends the chunk's cells to out (values of fmt 2 longer than 8 bytes point into the
+ * chunk's bytes); PT_EINTERNAL, and out as it was, when the chunk is corrupt (its
+ * qualifiers not strictly increasing, a fmt 3 stream that does not decode to exactly count
+ * cells). Allocates only to grow out. */
 int pt_emb_chunk_cells(const chunk *c, vcells *out);
-/* out = the chunk of n cells, c strictly increasing by qualifier, n > 0. */
+/* The chunk's last qualifier: decodes a fmt 3 chunk without storing it (PT_EINTERNAL when
+ * it is corrupt), reads that of the others. */
+int pt_emb_chunk_last(const chunk *c, uint32_t *q);
+/* out = the chunk of n cells, c strictly increasing by qualifier, n > 0: when every value
+ * has 8 bytes the shorter of fmt 3 and (if the values are decimals) fmt 4, else fmt 2. */
 int pt_emb_chunk_encode(pt_buf *out, const vcell *c, size_t n);
 /* Splits a points key into its row (pointing into k) and the chunk's first qualifier;
  * PT_EINTERNAL when it is not such a key. */
 int pt_emb_chunk_key_split(const char *k, size_t kn, pt_slice *row, uint32_t *first);
 
-static inline uint32_t chunk_qual(const chunk *c, uint32_t i)
-{
-    return pt_get_be32(c->quals + 4 * (size_t)i);
-}
+/* ---- expire.c ---- */
 
-static inline uint32_t chunk_vlen(const chunk *c, uint32_t i)
-{
-    return c->fixed ? 8 : pt_get_be32(c->lens + 4 * (size_t)i);
-}
+typedef struct expire {
+    int64_t keep_ms;       /* storage.retention; 0 = keep everything, no filter */
+    int64_t index_span_ms; /* what an index row's day spans (index.bucket) */
+    _Atomic int64_t now_ms; /* the clock, for tests; 0 = the real one */
+    _Atomic uint64_t dropped[2];   /* points chunks, index cells */
+    _Atomic uint64_t compactions;  /* whole-store compactions done */
+    _Atomic uint64_t *counter;     /* the core's count of dropped entries, or NULL */
+    rocksdb_compactionfilter_t *filter[NCF];
+    rocks *r;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_int stop;
+    int running;
+} expire;
+
+/* Makes the filters of a retention of keep_ms (none for 0) and sets them in r, which
+ * must not be open yet; index_span_ms <= 0 means unknown (the longest, 2^32 ms). */
+int pt_emb_expire_init(expire *x, rocks *r, int64_t keep_ms, int64_t index_span_ms,
+                       _Atomic uint64_t *counter);
+/* Starts the thread compacting r every keep_ms / 4 (no thread without a retention). */
+int pt_emb_expire_start(expire *x, rocks *r);
+/* Compacts both tables whole, now: expired entries go (blocks until done). */
+void pt_emb_expire_compact(expire *x, rocks *r);
+/* Stops the thread; before r closes. */
+void pt_emb_expire_stop(expire *x);
+/* Destroys the filters; after r closed. */
+void pt_emb_expire_free(expire *x);
 
 /* ---- head.c ---- */
 
@@ -324,6 +383,7 @@ typedef int (*emb_hook)(void *ud, int stage);
 
 typedef struct embedded {
     rocks r;
+    expire x;
     pthread_mutex_t mu;
     pthread_cond_t work;    /* to the flush thread: a frozen generation, a retry, or stop */
     pthread_cond_t flushed; /* from it: a flush attempt ended */

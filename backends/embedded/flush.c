@@ -129,12 +129,12 @@ static int fl_learn_last(flusher *f, hrow *r)
     r->has_last = 0;
     if (it_row_is(it, r, &first, &v, &vn)) {
         chunk c;
-        if (pt_emb_chunk_parse((const uint8_t *)v, vn, &c) != 0)
+        if (pt_emb_chunk_parse((const uint8_t *)v, vn, &c) != 0 ||
+            pt_emb_chunk_last(&c, &r->last_max) != 0)
             return PT_EINTERNAL;
         r->has_last = 1;
         r->last_first = first;
         r->last_n = c.count;
-        r->last_max = chunk_qual(&c, c.count - 1);
     }
     return pt_emb_rocks_iter_error(it);
 }
@@ -201,7 +201,7 @@ static int fl_merge_row(flusher *f, hrow *r)
             rv = vcells_push(&f->merged, hc->q, hc->vlen, cell_val(hc));
             j++;
         } else {
-            rv = vcells_push(&f->merged, o->q, o->vlen, o->v);
+            rv = vcells_push(&f->merged, o->q, o->vlen, vcell_val(o));
             i++;
         }
         if (rv != 0)

@@ -82,7 +82,8 @@ static void row_prefix_destroy(void *st)
 /* Options tuned for ingest: large memtables written concurrently, LZ4 for the upper
  * levels and ZSTD for the bottom one of the points (row keys repeat a lot), a row bloom
  * filter, and one block cache shared by both column families. */
-static rocksdb_options_t *make_options(rocksdb_cache_t *cache, int index)
+static rocksdb_options_t *make_options(rocksdb_cache_t *cache, int index,
+                                       rocksdb_compactionfilter_t *filter)
 {
     rocksdb_options_t *o = rocksdb_options_create();
     rocksdb_options_set_create_if_missing(o, 1);
@@ -105,6 +106,9 @@ static rocksdb_options_t *make_options(rocksdb_cache_t *cache, int index)
      * (about 4x faster to decompress than ZSTD) at every level there, and small blocks. */
     rocksdb_options_set_bottommost_compression(o, index ? rocksdb_lz4_compression
                                                         : rocksdb_zstd_compression);
+
+    if (filter)
+        rocksdb_options_set_compaction_filter(o, filter);
 
     rocksdb_options_set_prefix_extractor(
         o, rocksdb_slicetransform_create(NULL, row_prefix_destroy, row_prefix, row_prefix_in_domain,
@@ -170,11 +174,14 @@ int pt_emb_rocks_open(rocks *r, const char *path, int sync, size_t block_cache, 
     /* Options and the cache are reference-counted inside RocksDB once the DB holds
      * them, so our handles are released right after open. */
     rocksdb_cache_t *cache = rocksdb_cache_create_lru(block_cache);
-    rocksdb_options_t *opts = make_options(cache, 0), *iopts = make_options(cache, 1);
-    const rocksdb_options_t *cfopts[NCF] = {opts, opts, iopts};
+    rocksdb_options_t *opts = make_options(cache, 0, NULL),
+                      *popts = make_options(cache, 0, r->filter[CF_POINTS]),
+                      *iopts = make_options(cache, 1, r->filter[CF_INDEX]);
+    const rocksdb_options_t *cfopts[NCF] = {opts, popts, iopts};
     char *msg = NULL;
     r->db = rocksdb_open_column_families(opts, path, NCF, cf_names, cfopts, r->cf, &msg);
     rocksdb_options_destroy(opts);
+    rocksdb_options_destroy(popts);
     rocksdb_options_destroy(iopts);
     rocksdb_cache_destroy(cache);
     if (msg) {

@@ -27,7 +27,8 @@ typedef struct pscan {
     rocks_iters its;
     uint64_t epoch[2];
     pt_buf seek, row;
-    vcells hc; /* the current row's head cells (values in hbytes) */
+    vcells hc; /* the current row's head cells (long values in hbytes) */
+    vcells cc; /* the current chunk's cells */
     pt_buf hbytes;
     cell *fsort; /* a sorted copy of a row's frozen cells, and room to sort it */
     size_t fsort_cap;
@@ -195,16 +196,17 @@ static int scan_row(pscan *sc, pt_slice row_in, int one_row)
         chunk c;
         if (pt_emb_chunk_parse((const uint8_t *)v, vn, &c) != 0)
             return PT_EINTERNAL;
-        const uint8_t *vp = c.vals;
-        for (uint32_t i = 0; i < c.count && !sc->done; i++) {
-            uint32_t q = chunk_qual(&c, i), len = chunk_vlen(&c, i);
-            const uint8_t *val = vp;
-            vp += len;
+        sc->cc.n = 0;
+        if ((rv = pt_emb_chunk_cells(&c, &sc->cc)) != 0)
+            return rv;
+        for (size_t i = 0; i < sc->cc.n && !sc->done; i++) {
+            uint32_t q = sc->cc.c[i].q, len = sc->cc.c[i].vlen;
+            const uint8_t *val = vcell_val(&sc->cc.c[i]);
             if (!in_quals(s, q))
                 continue;
             while (hi < sc->hc.n && sc->hc.c[hi].q < q && !sc->done) {
                 const vcell *x = &sc->hc.c[hi++];
-                if ((rv = emit(sc, row, &started, x->q, x->vlen, x->v)) != 0)
+                if ((rv = emit(sc, row, &started, x->q, x->vlen, vcell_val(x))) != 0)
                     return rv;
             }
             if (sc->done)
@@ -218,7 +220,7 @@ static int scan_row(pscan *sc, pt_slice row_in, int one_row)
     }
     while (hi < sc->hc.n && !sc->done) {
         const vcell *x = &sc->hc.c[hi++];
-        if ((rv = emit(sc, row, &started, x->q, x->vlen, x->v)) != 0)
+        if ((rv = emit(sc, row, &started, x->q, x->vlen, vcell_val(x))) != 0)
             return rv;
     }
     return pt_emb_rocks_iter_error(it);
@@ -352,6 +354,7 @@ int pt_emb_scan_points(embedded *e, const pt_scan *s, pt_cell_fn fn, void *ud)
     pt_buf_free(&sc.row);
     free(sc.hc.c);
     free(sc.fsort);
+    free(sc.cc.c);
     pt_buf_free(&sc.hbytes);
     pt_buf_free(&sc.keys);
     free(sc.hrows);

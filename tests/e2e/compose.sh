@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The local stack (docker-compose.yml: Bigtable emulator, promtable-init, promtable,
-# Prometheus), checked without a Docker engine:
+# Prometheus, Grafana), checked without a Docker engine:
 #
 #   - docker-compose accepts the file, and its normalized output (`docker-compose config`)
 #     is itself a valid compose file;
-#   - the four services have the expected images, commands, ports, depends_on conditions
+#   - the five services have the expected images, commands, ports, depends_on conditions
 #     and healthchecks, and agree with each other (emulator port = promtable's endpoint,
-#     promtable's listen port = published port = healthcheck = Prometheus' URLs);
+#     promtable's listen port = published port = healthcheck = Prometheus' URLs; Grafana's
+#     data source = the Prometheus service, its dashboard provider = the mounted
+#     configs/grafana/dashboards);
 #   - the Dockerfile the promtable services build matches (entrypoint, configs in
 #     /etc/promtable, curl for the healthcheck), and every file the stack mounts or names
 #     exists;
@@ -161,8 +163,8 @@ F=$T/compose.flat
 flatten "$NORM" >"$F"
 
 services=$(docker-compose -f docker-compose.yml config --services 2>/dev/null | sort | tr '\n' ' ')
-tap_is "$services" "bigtable prometheus promtable promtable-init " \
-    "services: bigtable, promtable-init, promtable, prometheus"
+tap_is "$services" "bigtable grafana prometheus promtable promtable-init " \
+    "services: bigtable, promtable-init, promtable, prometheus, grafana"
 
 # ------------------------------------------------------------------------------ services
 
@@ -223,6 +225,36 @@ prom_cfg=$(flag_value "$prom_cmd" config.file)
 prom_src=$(mounts "$F" prometheus | awk -v d="$prom_cfg" '$2 == d { print $1 }')
 tap_is "$prom_src" "$ROOT/configs/prometheus-compose.yml" \
     "prometheus: --config.file ($prom_cfg) is configs/prometheus-compose.yml, mounted"
+
+case $(get "$F" services.grafana.image) in
+grafana/grafana:[0-9]*) tap_ok "grafana: a pinned grafana/grafana image" ;;
+*) tap_not_ok "grafana: a pinned grafana/grafana image" ;;
+esac
+tap_is "$(ports "$F" grafana)" "3000:3000" "grafana: publishes 3000"
+tap_is "$(get "$F" services.grafana.depends_on.prometheus.condition)" service_healthy \
+    "grafana: starts once Prometheus is ready"
+tap_is "$(mounts "$F" grafana | awk '$2 == "/etc/grafana/provisioning" { print $1 }')" \
+    "$ROOT/configs/grafana/provisioning" \
+    "grafana: configs/grafana/provisioning mounted on /etc/grafana/provisioning"
+G=$T/grafana-ds.flat
+flatten configs/grafana/provisioning/datasources/prometheus.yml >"$G" 2>/dev/null
+prom_port=$(ports "$F" prometheus)
+tap_is "$(get "$G" 'datasources[0].url')" "http://prometheus:${prom_port##*:}" \
+    "grafana: the data source is the prometheus service (http://prometheus:${prom_port##*:})"
+D=$T/grafana-dash.flat
+flatten configs/grafana/provisioning/dashboards/promtable.yml >"$D" 2>/dev/null
+dash_path=$(get "$D" 'providers[0].options.path')
+tap_is "$(mounts "$F" grafana | awk -v d="$dash_path" '$2 == d { print $1 }')" \
+    "$ROOT/configs/grafana/dashboards" \
+    "grafana: the dashboard provider's path ($dash_path) is configs/grafana/dashboards, mounted"
+gf_home=$(get "$F" services.grafana.environment.GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH)
+if [ -n "$gf_home" ] && [ "${gf_home%/*}" = "$dash_path" ] &&
+    [ -f "configs/grafana/dashboards/${gf_home##*/}" ]; then
+    tap_ok "grafana: the home dashboard is a provisioned file (${gf_home##*/})"
+else
+    tap_not_ok "grafana: the home dashboard is a provisioned file"
+    tap_diag "GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH=$gf_home, provider path $dash_path"
+fi
 
 # ------------------------------------------------------------------- files and Dockerfile
 

@@ -9,6 +9,7 @@
 #ifndef PT_TEST_INDEX_CONFORMANCE_H
 #define PT_TEST_INDEX_CONFORMANCE_H
 
+#include "metrics.h"
 #include "rowkey.h"
 #include "store_helpers.h"
 #include "tap.h"
@@ -16,7 +17,7 @@
 #define IX_T0 INT64_C(1700000000000)
 
 /* Series of one query (or -1 on error), over two days around IX_T0. */
-static long ix_count(pt_store *st, const tmatch *ms, size_t n)
+static long ix_count_once(pt_store *st, const tmatch *ms, size_t n)
 {
     pt_arena a;
     pt_arena_init(&a, 0, 0);
@@ -29,6 +30,14 @@ static long ix_count(pt_store *st, const tmatch *ms, size_t n)
         diag("read failed: %s", msg);
     pt_arena_free(&a);
     return c;
+}
+
+/* The same, asked twice: the second time the store has list hints from the first (when it
+ * keeps them), and must answer the same (-2 when it does not). */
+static long ix_count(pt_store *st, const tmatch *ms, size_t n)
+{
+    long first = ix_count_once(st, ms, n), second = ix_count_once(st, ms, n);
+    return first == second ? first : -2;
 }
 
 typedef struct ix_refs {
@@ -68,10 +77,13 @@ static int ix_match(const char *v, int type, const char *want)
 static void pt_index_conformance(pt_backend *full_be, pt_backend *tiny_be, const char *label)
 {
     pt_store full = {.be = full_be, .cache = pt_index_cache_new(1 << 12),
+                     .hints = pt_list_hints_new(), .refs = pt_ref_cache_new(1 << 20),
                      .index_bucket_ms = 86400000, .max_series = 1000, .max_samples = 100000};
     pt_store tiny = full;
     tiny.be = tiny_be;
     tiny.cache = pt_index_cache_new(1 << 12);
+    tiny.hints = pt_list_hints_new();
+    tiny.refs = pt_ref_cache_new(1 << 20);
     tiny.ref_bits = 2;
     char err[512] = "";
     ok(pt_store_check_index(&full, err, sizeof(err)) == 0 &&
@@ -161,9 +173,51 @@ static void pt_index_conformance(pt_backend *full_be, pt_backend *tiny_be, const
         ok(f == res_want[i] && t == f, "%s: regex selector %zu: %ld series expected, %ld and %ld",
            label, i, res_want[i], f, t);
     }
+
+    /* The series-row caches are filled now (the queries above ran twice). A new series
+     * shares a cached reference in the 2-bit store: its write must drop the entry. */
+    static const tmatch i3[] = {{0, "instance", "i3"}};
+    long before = ix_count(&tiny, i3, 1);
+    tseries late = {{"__name__", "cpu", "instance", "i3", "mode", "late", NULL}, {IX_T0}, {7}, 1};
+    int w4 = pt_store_write(&full, mk_write(&a, &late, 1), &a, &r1);
+    int w5 = pt_store_write(&tiny, mk_write(&a, &late, 1), &a, &r2);
+    long f3 = ix_count(&full, i3, 1), t3 = ix_count(&tiny, i3, 1);
+    ok(w4 == 0 && w5 == 0 && before == 3 && f3 == 4 && t3 == 4,
+       "%s: a series written after its reference was cached is found (%ld, then %ld and %ld)",
+       label, before, f3, t3);
+
+    /* List hints: a repeated query goes straight to its shortest list and reads fewer
+     * rows; once that list has grown past another, a read still answers right. */
+    static const tmatch two[] = {{0, "__name__", "cpu"}, {0, "instance", "i5"}};
+    size_t rows0 = pt_m.read_rows_scanned;
+    long c1 = ix_count_once(&full, two, 2);
+    size_t rows1 = pt_m.read_rows_scanned;
+    long c2 = ix_count_once(&full, two, 2);
+    size_t rows2 = pt_m.read_rows_scanned;
+    ok(c1 == 2 && c2 == 2 && rows2 - rows1 < rows1 - rows0,
+       "%s: the repeated query reads fewer index rows (%zu, then %zu)", label, rows1 - rows0,
+       rows2 - rows1);
+    enum { MORE = 40 };
+    tseries more[MORE];
+    char inst5[MORE][8];
+    for (int i = 0; i < MORE; i++) {
+        snprintf(inst5[i], sizeof(inst5[i]), "x%d", i);
+        more[i] = (tseries){{"__name__", "other", "instance", "i5", "k", inst5[i], NULL},
+                            {IX_T0}, {i}, 1};
+    }
+    more[0].labels[1] = "cpu"; /* one more answer */
+    int w3 = pt_store_write(&full, mk_write(&a, more, MORE), &a, &r1);
+    long c3 = ix_count_once(&full, two, 2), c4 = ix_count_once(&full, two, 2);
+    ok(w3 == 0 && c3 == 3 && c4 == 3,
+       "%s: a stale hint costs rows, not answers (%ld, then %ld series)", label, c3, c4);
+
     pt_arena_free(&a);
     pt_index_cache_free(full.cache);
     pt_index_cache_free(tiny.cache);
+    pt_list_hints_free(full.hints);
+    pt_list_hints_free(tiny.hints);
+    pt_ref_cache_free(full.refs);
+    pt_ref_cache_free(tiny.refs);
 }
 
 #endif

@@ -109,7 +109,8 @@ typedef struct tstore {
     const atomic_int *cancel; /* handed to reads */
 } tstore;
 
-__attribute__((unused)) static int tstore_open(tstore *s)
+/* Opens with the settings of c, whose own (the embedded settings) is filled in here. */
+__attribute__((unused)) static int tstore_open_with(tstore *s, pt_backend_config c)
 {
     char err[256];
     s->cancel = NULL;
@@ -117,7 +118,7 @@ __attribute__((unused)) static int tstore_open(tstore *s)
     if (!mkdtemp(s->dir))
         return -1;
     pt_embedded_conf ec = {.path = s->dir};
-    pt_backend_config c = {.own = &ec};
+    c.own = &ec;
     if (pt_backend_open(&s->emb, pt_backend_find("embedded"), &c, err, sizeof(err)) != 0) {
         fprintf(stderr, "open: %s\n", err);
         return -1;
@@ -128,6 +129,11 @@ __attribute__((unused)) static int tstore_open(tstore *s)
     s->st = (pt_store){.be = &s->faulty, .cache = pt_index_cache_new(1 << 16),
                        .index_bucket_ms = 86400000, .max_series = 1000, .max_samples = 100000};
     return 0;
+}
+
+__attribute__((unused)) static int tstore_open(tstore *s)
+{
+    return tstore_open_with(s, (pt_backend_config){0});
 }
 
 __attribute__((unused)) static void tstore_close(tstore *s)

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "index.h"
 #include "rowkey.h"
 #include "tap.h"
 
@@ -68,9 +69,44 @@ static void test_text_flags(void)
     ok(!bad, "pt_text_flags finds non-ASCII and escaped bytes at every position and length");
 }
 
+/* The series-row cache: entries, empty entries, epochs, invalidation, its memory bound. */
+static void test_ref_cache(void)
+{
+    pt_ref_cache *c = pt_ref_cache_new(1 << 20);
+    pt_buf b;
+    pt_buf_init(&b, 0);
+    ok(pt_ref_cache_get(c, 7, 100, &b) == 0, "ref cache: a miss");
+    uint32_t e = pt_ref_cache_epoch(c, 7, 100);
+    pt_ref_cache_put(c, 7, 100, e, (const uint8_t *)"abc", 3);
+    pt_ref_cache_put(c, 7, 200, pt_ref_cache_epoch(c, 7, 200), NULL, 0);
+    ok(pt_ref_cache_get(c, 7, 100, &b) == 1 && b.len == 3 && memcmp(b.p, "abc", 3) == 0,
+       "ref cache: an entry comes back");
+    pt_buf_reset(&b);
+    ok(pt_ref_cache_get(c, 7, 200, &b) == 1 && b.len == 0 && pt_ref_cache_get(c, 8, 100, &b) == 0,
+       "ref cache: an empty entry is a hit; another reference misses");
+    pt_ref_cache_invalidate(c, 7, 100);
+    ok(pt_ref_cache_get(c, 7, 100, &b) == 0, "ref cache: a written series row drops its entry");
+    pt_ref_cache_put(c, 7, 100, e, (const uint8_t *)"old", 3);
+    ok(pt_ref_cache_get(c, 7, 100, &b) == 0,
+       "ref cache: a fill that began before the write is not kept");
+    size_t most = 0;
+    static uint8_t row[1000];
+    for (uint64_t r = 0; r < 20000; r++) {
+        pt_ref_cache_put(c, r, 0, pt_ref_cache_epoch(c, r, 0), row, sizeof(row));
+        size_t now = pt_ref_cache_bytes(c);
+        most = now > most ? now : most;
+    }
+    pt_buf_reset(&b);
+    ok(most <= (1 << 20) && pt_ref_cache_get(c, 19999, 0, &b) == 1,
+       "ref cache: 20 MB of entries held in at most 1 MiB (%zu B); the newest kept", most);
+    pt_buf_free(&b);
+    pt_ref_cache_free(c);
+}
+
 int main(void)
 {
     test_text_flags();
+    test_ref_cache();
     pt_arena a;
     pt_arena_init(&a, 0, 0);
 

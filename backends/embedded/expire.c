@@ -1,0 +1,251 @@
+/*
+ * Retention (storage.retention) on the embedded store: compaction filters drop the
+ * entries whose samples are all older than now - retention, and a thread compacts the
+ * whole store every quarter of the retention so that they go even when nothing else
+ * compacts (an idle store, or table files that leveled compaction leaves alone).
+ *
+ * What is expired is read off the keys, so this module knows the schema's row keys
+ * (DESIGN §3): every data and index row holds its time as the first unescaped ",@"
+ * followed by 13 decimal digits, and '\' escapes the byte after it.
+ *
+ * - points ("row || 0x00 || first qualifier", row = sid ",@" base): a chunk goes when its
+ *   last sample, base + its last qualifier, is before the cutoff. The key gives only the
+ *   first qualifier; the value is read for the last (pt_emb_chunk_last, which decodes an
+ *   XOR'ed chunk) only for a chunk that starts before the cutoff in a bucket that ends
+ *   after it.
+ * - index ("row || 0x00 || qualifier", row = prefix ",@" day "," ...): a cell goes when
+ *   the newest sample its index bucket can list, day + index bucket - 1, is before the
+ *   cutoff: the index of a bucket lives as long as its samples (Bigtable's GC rule does
+ *   the same through the cells' versions, write.c).
+ *
+ * A key that does not parse (the "==format" row, anything unknown) is kept; so is a chunk
+ * whose value does not parse. The head's cells are not in RocksDB: they go at a later
+ * compaction once flushed. Reads never see expired samples anyway: the read path starts
+ * every query at now - retention.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#include "embedded_int.h"
+#include "error.h"
+
+enum { TIME_DIGITS = 13 };
+#define BUCKET_MS ((int64_t)1 << 32)
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t cutoff(const expire *x)
+{
+    int64_t now = atomic_load_explicit(&x->now_ms, memory_order_relaxed);
+    return (now ? now : wall_ms()) - x->keep_ms;
+}
+
+/* The time after the first unescaped ",@" of row, and where its digits end; -1 when the
+ * row has none. */
+static int64_t row_time(const uint8_t *p, size_t n, size_t *end)
+{
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (p[i] == '\\') {
+            i++;
+            continue;
+        }
+        if (p[i] != ',' || p[i + 1] != '@')
+            continue;
+        if (n - i - 2 < TIME_DIGITS)
+            return -1;
+        int64_t t = 0;
+        for (size_t j = i + 2; j < i + 2 + TIME_DIGITS; j++) {
+            if (p[j] < '0' || p[j] > '9')
+                return -1;
+            t = t * 10 + (p[j] - '0');
+        }
+        *end = i + 2 + TIME_DIGITS;
+        return t;
+    }
+    return -1;
+}
+
+static int points_expired(const expire *x, const uint8_t *k, size_t kn, const uint8_t *v, size_t vn)
+{
+    const uint8_t *z = memchr(k, 0, kn);
+    size_t rn = z ? (size_t)(z - k) : 0, end;
+    if (!z || kn != rn + 5)
+        return 0;
+    int64_t base = row_time(k, rn, &end);
+    if (base < 0 || end != rn || base % BUCKET_MS != 0)
+        return 0;
+    int64_t cut = cutoff(x);
+    if (base + pt_get_be32(z + 1) >= cut)
+        return 0;
+    if (base + BUCKET_MS <= cut)
+        return 1;
+    chunk c;
+    uint32_t last;
+    if (pt_emb_chunk_parse(v, vn, &c) != 0 || pt_emb_chunk_last(&c, &last) != 0)
+        return 0;
+    return base + last < cut;
+}
+
+static int index_expired(const expire *x, const uint8_t *k, size_t kn)
+{
+    const uint8_t *z = memchr(k, 0, kn);
+    size_t rn = z ? (size_t)(z - k) : 0, end;
+    if (!z)
+        return 0;
+    int64_t day = row_time(k, rn, &end);
+    if (day < 0 || end >= rn || k[end] != ',')
+        return 0;
+    return day + x->index_span_ms <= cutoff(x);
+}
+
+static unsigned char filter(expire *x, int cf, const char *k, size_t kn, const char *v, size_t vn,
+                            unsigned char *changed)
+{
+    *changed = 0;
+    int gone = cf == CF_POINTS ? points_expired(x, (const uint8_t *)k, kn, (const uint8_t *)v, vn)
+                               : index_expired(x, (const uint8_t *)k, kn);
+    if (gone) {
+        atomic_fetch_add_explicit(&x->dropped[cf == CF_POINTS ? 0 : 1], 1, memory_order_relaxed);
+        if (x->counter)
+            atomic_fetch_add_explicit(x->counter, 1, memory_order_relaxed);
+    }
+    return (unsigned char)gone;
+}
+
+/* RocksDB calls these from its compaction threads, several at once: they only read x
+ * and add to its counters. */
+static unsigned char filter_points(void *st, int level, const char *k, size_t kn, const char *v,
+                                   size_t vn, char **nv, size_t *nvn, unsigned char *changed)
+{
+    (void)level, (void)nv, (void)nvn;
+    return filter(st, CF_POINTS, k, kn, v, vn, changed);
+}
+
+static unsigned char filter_index(void *st, int level, const char *k, size_t kn, const char *v,
+                                  size_t vn, char **nv, size_t *nvn, unsigned char *changed)
+{
+    (void)level, (void)nv, (void)nvn;
+    return filter(st, CF_INDEX, k, kn, v, vn, changed);
+}
+
+static const char *filter_name(void *st)
+{
+    (void)st;
+    return "promtable.Expire.v1";
+}
+
+static void filter_destroy(void *st)
+{
+    (void)st; /* x belongs to the embedded backend */
+}
+
+int pt_emb_expire_init(expire *x, rocks *r, int64_t keep_ms, int64_t index_span_ms,
+                       _Atomic uint64_t *counter)
+{
+    x->keep_ms = keep_ms;
+    x->index_span_ms = index_span_ms > 0 ? index_span_ms : BUCKET_MS;
+    x->counter = counter;
+    if (keep_ms <= 0)
+        return 0;
+    x->filter[CF_POINTS] =
+        rocksdb_compactionfilter_create(x, filter_destroy, filter_points, filter_name);
+    x->filter[CF_INDEX] =
+        rocksdb_compactionfilter_create(x, filter_destroy, filter_index, filter_name);
+    if (!x->filter[CF_POINTS] || !x->filter[CF_INDEX])
+        return PT_ENOMEM;
+    for (int cf = 0; cf < NCF; cf++) {
+        if (x->filter[cf])
+            rocksdb_compactionfilter_set_ignore_snapshots(x->filter[cf], 1);
+        r->filter[cf] = x->filter[cf];
+    }
+    return 0;
+}
+
+void pt_emb_expire_compact(expire *x, rocks *r)
+{
+    rocksdb_compactoptions_t *o = rocksdb_compactoptions_create();
+    /* Alongside the automatic compactions, which ingest needs to go on. */
+    rocksdb_compactoptions_set_exclusive_manual_compaction(o, 0);
+    /* Rewrite the bottom level too: that is where most expired entries are. */
+    rocksdb_compactoptions_set_bottommost_level_compaction(o, 2 /* kForce */);
+    for (int cf = CF_POINTS; cf <= CF_INDEX; cf++)
+        if (!atomic_load(&x->stop))
+            rocksdb_compact_range_cf_opt(r->db, r->cf[cf], o, NULL, 0, NULL, 0);
+    rocksdb_compactoptions_destroy(o);
+    atomic_fetch_add(&x->compactions, 1);
+}
+
+/* Compacts at every multiple of the interval on the wall clock, so that restarts more
+ * frequent than the interval do not put it off forever. */
+static void *expire_main(void *arg)
+{
+    expire *x = arg;
+    int64_t every = x->keep_ms / 4 > 1000 ? x->keep_ms / 4 : 1000;
+    pthread_mutex_lock(&x->mu);
+    while (!atomic_load(&x->stop)) {
+        int64_t next = (wall_ms() / every + 1) * every;
+        struct timespec ts = {(time_t)(next / 1000), (long)(next % 1000) * 1000000};
+        int rc = 0;
+        while (!atomic_load(&x->stop) && rc != ETIMEDOUT)
+            rc = pthread_cond_timedwait(&x->cv, &x->mu, &ts);
+        if (atomic_load(&x->stop))
+            break;
+        pthread_mutex_unlock(&x->mu);
+        pt_emb_expire_compact(x, x->r);
+        pthread_mutex_lock(&x->mu);
+    }
+    pthread_mutex_unlock(&x->mu);
+    return NULL;
+}
+
+int pt_emb_expire_start(expire *x, rocks *r)
+{
+    if (x->keep_ms <= 0)
+        return 0;
+    x->r = r;
+    if (pthread_mutex_init(&x->mu, NULL) != 0)
+        return PT_ENOMEM;
+    if (pthread_cond_init(&x->cv, NULL) != 0) {
+        pthread_mutex_destroy(&x->mu);
+        return PT_ENOMEM;
+    }
+    if (pthread_create(&x->thread, NULL, expire_main, x) != 0) {
+        pthread_cond_destroy(&x->cv);
+        pthread_mutex_destroy(&x->mu);
+        return PT_ENOMEM;
+    }
+    x->running = 1;
+    return 0;
+}
+
+void pt_emb_expire_stop(expire *x)
+{
+    if (!x->running)
+        return;
+    pthread_mutex_lock(&x->mu);
+    atomic_store(&x->stop, 1);
+    pthread_cond_signal(&x->cv);
+    pthread_mutex_unlock(&x->mu);
+    /* A compaction under way gives up at its next step. */
+    rocksdb_disable_manual_compaction(x->r->db);
+    pthread_join(x->thread, NULL);
+    pthread_cond_destroy(&x->cv);
+    pthread_mutex_destroy(&x->mu);
+    x->running = 0;
+}
+
+void pt_emb_expire_free(expire *x)
+{
+    for (int cf = 0; cf < NCF; cf++) {
+        if (x->filter[cf])
+            rocksdb_compactionfilter_destroy(x->filter[cf]);
+        x->filter[cf] = NULL;
+    }
+}
