@@ -404,6 +404,12 @@ static void handle_metrics(pt_app *app, pt_req *req, pt_resp *resp)
     g.index_cache_entries = (long)pt_index_cache_size(app->store.cache);
     g.index_cache_capacity = (long)pt_index_cache_capacity(app->store.cache);
     g.series_cache_bytes = app->store.refs ? (long)pt_ref_cache_bytes(app->store.refs) : 0;
+    pt_backend_stat bs[16];
+    const pt_backend *be = app->store.be;
+    if (be && be->ops->stats) {
+        g.backend = bs;
+        g.nbackend = be->ops->stats(be->state, bs, sizeof(bs) / sizeof(bs[0]));
+    }
     char *text;
     long n = pt_metrics_render(req->arena, &g, &text);
     if (n < 0) {

@@ -221,6 +221,12 @@ long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
           g->index_cache_capacity);
     gauge(&o, "promtable_read_series_cache_bytes",
           "Memory of the series-row cache (read.series_cache).", g->series_cache_bytes);
+    for (size_t i = 0; i < g->nbackend; i++) {
+        const pt_backend_stat *b = &g->backend[i];
+        const char *type = b->counter ? "counter" : "gauge";
+        put(&o, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", b->name, b->help, b->name, type,
+            b->name, b->value);
+    }
     if (o.failed)
         return PT_ENOMEM;
     *res = (char *)o.buf.p;

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "arena.h"
+#include "backend.h"
 
 #define PT_HIST_BUCKETS 14
 
@@ -62,6 +63,8 @@ typedef struct pt_metrics_gauges {
     long index_cache_entries;
     long index_cache_capacity;
     long series_cache_bytes;
+    const pt_backend_stat *backend; /* the backend's own figures, nbackend of them */
+    size_t nbackend;
 } pt_metrics_gauges;
 
 /* Renders everything into arena memory; returns the text length or a negative error. */

@@ -86,6 +86,14 @@ enum {
 /* Most backends a registry holds (sizes the configuration's per-backend settings). */
 #define PT_MAX_BACKENDS 8
 
+/* A figure a backend reports on /metrics. */
+typedef struct pt_backend_stat {
+    const char *name; /* the whole metric name, promtable_<backend>_... */
+    const char *help;
+    int counter;      /* 1: a counter, 0: a gauge */
+    double value;
+} pt_backend_stat;
+
 typedef struct pt_backend_ops {
     const char *name;
     unsigned caps;           /* PT_BACKEND_CAP_* */
@@ -104,6 +112,9 @@ typedef struct pt_backend_ops {
     int (*scan)(void *state, const pt_scan *scan, pt_cell_fn fn, void *ud);
     /* Optional: create tables (idempotent). NULL when the backend needs no setup. */
     int (*init)(void *state, char *err, size_t errlen);
+    /* Optional: writes up to max figures of its own into out, returns how many. Called
+     * from any thread while the backend is open. */
+    size_t (*stats)(void *state, pt_backend_stat *out, size_t max);
 } pt_backend_ops;
 
 /* An open backend: the ops table and its state. */

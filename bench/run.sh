@@ -69,9 +69,9 @@ LOADGEN_ARGS=(--series "$SERIES" --connections "$CONNECTIONS" --duration "$DURAT
     --warmup "$WARMUP" --samples-per-request "$SAMPLES_PER_REQUEST"
     --samples-per-series "$SAMPLES_PER_SERIES" --labels "$LABELS" --pool-mb "$POOL_MB")
 
-declare -A RATE P99 ERRS PERCPU UTIL OTHER DISK PEAK CHECK CMD SRV
+declare -A RATE P99 MAXMS ERRS PERCPU UTIL OTHER DISK PEAK CHECK CMD SRV
 FAILED=0
-LOAD_FIGURES=(PERCPU=samples_per_server_cpu_s)
+LOAD_FIGURES=(PERCPU=samples_per_server_cpu_s MAXMS=max_ms)
 
 
 bench_promtable() {
@@ -153,24 +153,26 @@ bench_victoriametrics() {
 
 # ---------------------------------------------------------------------------------------
 log "work directory: $WORK"
-run_rounds RATE PERCPU
+run_rounds RATE PERCPU P99 MAXMS
 print_header "ingest benchmark: $SERIES series, $LABELS labels/series, $SAMPLES_PER_REQUEST" \
     "samples/request, $CONNECTIONS connections, ${WARMUP}s warm-up + ${DURATION}s timed," \
     "$ROUNDS round(s), medians"
 # samples/CPU-s: samples per second of server CPU time (all its threads) in the timed
-# phase; srv CPU: server cores busy; other CPU: cores busy with neither server nor loadgen.
-FMT='%-16s %11s %8s %6s %13s %7s %9s %8s %8s  %s\n'
+# phase; p99/max ms: write latency (with ROUNDS > 1 the medians of the rounds' figures);
+# srv CPU: server cores busy; other CPU: cores busy with neither server nor loadgen.
+FMT='%-16s %11s %8s %8s %6s %13s %7s %9s %8s %8s  %s\n'
 # shellcheck disable=SC2059  # the format is a variable on purpose
-printf "$FMT" target samples/s "p99 ms" errors samples/CPU-s "srv CPU" "other CPU" "disk MiB" \
+printf "$FMT" target samples/s "p99 ms" "max ms" errors samples/CPU-s "srv CPU" "other CPU" "disk MiB" \
     "peak RSS" check
 for t in $TARGETS; do
     # shellcheck disable=SC2059
-    printf "$FMT" "$t" "${RATE[$t]:--}" "${P99[$t]:--}" "${ERRS[$t]:--}" "${PERCPU[$t]:--}" \
+    printf "$FMT" "$t" "${RATE[$t]:--}" "${P99[$t]:--}" "${MAXMS[$t]:--}" "${ERRS[$t]:--}" "${PERCPU[$t]:--}" \
         "${UTIL[$t]:--}" "${OTHER[$t]:--}" "${DISK[$t]:--}" "${PEAK[$t]:--}" "${CHECK[$t]:-}"
 done
 if ((ROUNDS > 1)); then
     for t in $TARGETS; do
         echo "$t samples/s by round:${ROUND_VALUES[RATE|$t]}"
+        echo "$t p99 / max ms by round:${ROUND_VALUES[P99|$t]} /${ROUND_VALUES[MAXMS|$t]}"
     done
 fi
 print_footer PERCPU "samples per server CPU-second"

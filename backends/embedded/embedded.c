@@ -20,19 +20,26 @@
  *
  * Durability: write() returns after every cell is in a log (RocksDB's for the index, the
  * head's for points), fdatasync'ed with storage.embedded.sync; without it it survives a process
- * crash but not a power loss. An acknowledged points cell is in the log and in the head.
+ * crash but not a power loss. An acknowledged points cell is in a log (points.wal, or
+ * points.frozen.wal while its flush runs) and in the head until it is durable in RocksDB.
+ *
+ * Flushes run on the backend's own thread (flush_main): the head is double-buffered (see
+ * embedded_int.h), so a writer only freezes a full head and goes on.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "embedded.h"
 #include "embedded_int.h"
 #include "error.h"
+#include "log.h"
 
 /* ---- open / close ---- */
 
@@ -61,12 +68,176 @@ static int mkdir_p(const char *path, char *err, size_t errlen)
     return rv;
 }
 
-static int flush_now(embedded *e)
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- the flush thread ---- */
+
+/* The current generation becomes the frozen one, with its log, and goes to the flush
+ * thread; an empty generation and log take the writes. Called with mu held and no frozen
+ * generation. */
+static int freeze_locked(embedded *e)
+{
+    int rv = pt_emb_wal_freeze(&e->w);
+    if (rv != 0)
+        return rv;
+    pt_emb_head_freeze(&e->h);
+    e->frozen = 1;
+    e->freezes++;
+    pthread_cond_signal(&e->work);
+    return 0;
+}
+
+/* After a flush wrote the frozen generation into RocksDB: its cells and its log go, a few
+ * thousand rows per hold of mu so that writers do not wait for a walk of the whole head.
+ * The epoch moves first: a scan from then on renews its iterator, which sees the chunks,
+ * and the frozen cells it may still merge hold the same values. Returns the longest hold
+ * of mu, ns. */
+static uint64_t drop_frozen_locked(embedded *e)
+{
+    enum { STEP = 4096 };
+    e->epoch++;
+    size_t b = 0, i = 0;
+    int evicted = 0, cleared = 0;
+    uint64_t t = now_ns(), longest = 0;
+    for (;;) {
+        /* Before the frozen cells go: a row flushed now is not idle. */
+        if (!evicted)
+            evicted = pt_emb_head_evict_step(&e->h, &b, STEP);
+        else
+            cleared = pt_emb_head_clear_step(&e->h, &i, STEP);
+        uint64_t now = now_ns();
+        longest = now - t > longest ? now - t : longest;
+        if (cleared)
+            break;
+        pthread_mutex_unlock(&e->mu);
+        sched_yield(); /* let a waiting writer in: unlock-lock alone would not */
+        pthread_mutex_lock(&e->mu);
+        t = now_ns();
+    }
+    e->frozen = 0;
+    e->flushes++;
+    /* A log left behind holds cells RocksDB has, older than points.wal's: replaying it
+     * is harmless, and the next freeze renames over it. */
+    if (pt_emb_wal_drop_frozen(&e->w) != 0)
+        pt_log(PT_LOG_WARN, "embedded: deleting the flushed log failed", "error=\"%s\"",
+               strerror(errno));
+    return longest;
+}
+
+static void *flush_main(void *arg)
+{
+    embedded *e = arg;
+    uint64_t backoff_ms = 0;
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        while (!e->stop && !e->frozen)
+            pthread_cond_wait(&e->work, &e->mu);
+        if (!e->frozen)
+            break;
+        unsigned fz = e->h.cur ^ 1;
+        emb_hook hook = e->hook;
+        void *ud = e->hook_ud;
+        pthread_mutex_unlock(&e->mu);
+        uint64_t t0 = now_ns();
+        int rv = pt_emb_flush_frozen(e, fz, hook, ud);
+        uint64_t took = now_ns() - t0;
+        pthread_mutex_lock(&e->mu);
+        e->flush_err = rv;
+        e->flush_ns += took;
+        e->last_flush_ns = took;
+        if (rv == 0) {
+            size_t cells = e->h.cells[fz];
+            uint64_t held = drop_frozen_locked(e);
+            pt_log(PT_LOG_DEBUG, "embedded: flushed", "cells=%zu seconds=%.3f max_hold_ms=%.3f",
+                   cells, (double)took / 1e9, (double)held / 1e6);
+            backoff_ms = 0;
+        } else {
+            e->flush_failures++;
+            backoff_ms = backoff_ms ? (backoff_ms < 5000 ? backoff_ms * 2 : 10000) : 100;
+            pt_log(PT_LOG_ERROR, "embedded: flush failed, retrying",
+                   "code=\"%s\" frozen_bytes=%zu retry_ms=%llu", pt_strerror(rv),
+                   e->h.cell_bytes[fz], (unsigned long long)backoff_ms);
+        }
+        pthread_cond_broadcast(&e->flushed);
+        if (rv == 0)
+            continue;
+        /* Back off; a synchronous flush or close cuts the wait short. */
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += (time_t)(backoff_ms / 1000);
+        until.tv_nsec += (long)(backoff_ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        while (!e->stop && !e->retry_now &&
+               pthread_cond_timedwait(&e->work, &e->mu, &until) != ETIMEDOUT)
+            ;
+        e->retry_now = 0;
+        if (e->stop)
+            break; /* the logs keep the frozen cells for the next open */
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* Waits until every cell written before the call is in RocksDB. A failed flush ends the
+ * wait with its error; its frozen generation stays with the flush thread's retries. */
+static int flush_sync(embedded *e)
 {
     pthread_mutex_lock(&e->mu);
-    int rv = pt_emb_flush_locked(e);
+    uint64_t failures = e->flush_failures;
+    int rv = 0;
+    if (e->frozen) {
+        e->retry_now = 1;
+        pthread_cond_signal(&e->work);
+    }
+    while (e->frozen && e->flush_failures == failures)
+        pthread_cond_wait(&e->flushed, &e->mu);
+    if (e->frozen) {
+        rv = e->flush_err;
+    } else if ((rv = freeze_locked(e)) == 0) {
+        uint64_t target = e->freezes;
+        while (e->flushes < target && e->flush_failures == failures)
+            pthread_cond_wait(&e->flushed, &e->mu);
+        rv = e->flushes < target ? e->flush_err : 0;
+    }
     pthread_mutex_unlock(&e->mu);
     return rv;
+}
+
+/* At open, alone: the replayed cells (both logs) go into RocksDB and the logs are
+ * emptied, frozen one first (its cells may be older than points.wal's). */
+static int flush_replayed(embedded *e)
+{
+    pt_emb_head_freeze(&e->h);
+    int rv = pt_emb_flush_frozen(e, e->h.cur ^ 1, NULL, NULL);
+    if (rv != 0)
+        return rv;
+    pt_emb_head_drop_frozen(&e->h);
+    if ((rv = pt_emb_wal_drop_frozen(&e->w)) != 0 || (rv = pt_emb_wal_truncate(&e->w)) != 0)
+        return rv;
+    e->epoch++;
+    e->freezes++;
+    e->flushes++;
+    return 0;
+}
+
+static void stop_thread(embedded *e)
+{
+    if (!e->thread_started)
+        return;
+    pthread_mutex_lock(&e->mu);
+    e->stop = 1;
+    pthread_cond_signal(&e->work);
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->thread, NULL);
+    e->thread_started = 0;
 }
 
 static void embedded_close(void *state)
@@ -76,21 +247,49 @@ static void embedded_close(void *state)
     /* Only a head that opened completely may flush: after a failed replay the log holds
      * cells the head does not, and a flush would truncate them away. */
     if (e->ready) {
-        int rv = flush_now(e);
+        int rv = flush_sync(e);
         if (rv != 0)
             fprintf(stderr,
-                    "promtable: embedded: flush on close failed (%d); the log %s "
-                    "keeps the data for the next open\n",
-                    rv, e->w.path);
+                    "promtable: embedded: flush on close failed (%s); the logs in %s "
+                    "keep the data for the next open\n",
+                    pt_strerror(rv), e->w.dir);
     }
     e->ready = 0;
+    stop_thread(e);
     pt_emb_head_free(&e->h);
     pt_emb_wal_close(&e->w);
+    if (e->cond_init) {
+        pthread_cond_destroy(&e->work);
+        pthread_cond_destroy(&e->flushed);
+    }
+    e->cond_init = 0;
     if (e->mu_init)
         pthread_mutex_destroy(&e->mu);
     e->mu_init = 0;
     pt_emb_rocks_close(&e->r);
     pt_emb_expire_free(&e->x);
+}
+
+static int init_sync(embedded *e)
+{
+    if (pthread_mutex_init(&e->mu, NULL) != 0)
+        return PT_ENOMEM;
+    e->mu_init = 1;
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) != 0)
+        return PT_ENOMEM;
+    int rv = PT_ENOMEM;
+    if (pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
+        pthread_cond_init(&e->work, &ca) == 0) {
+        if (pthread_cond_init(&e->flushed, &ca) == 0) {
+            e->cond_init = 1;
+            rv = 0;
+        } else {
+            pthread_cond_destroy(&e->work);
+        }
+    }
+    pthread_condattr_destroy(&ca);
+    return rv;
 }
 
 /* Every setting this backend uses is read here. */
@@ -116,20 +315,24 @@ static int embedded_open(void *state, const pt_backend_config *cfg, char *err, s
                                  ec->block_cache ? ec->block_cache : EMB_DEFAULT_BLOCK_CACHE, err,
                                  errlen)) != 0)
         goto fail;
-    if (pthread_mutex_init(&e->mu, NULL) != 0) {
-        rv = PT_ENOMEM;
+    if ((rv = init_sync(e)) != 0)
         goto fail;
-    }
-    e->mu_init = 1;
     if ((rv = pt_emb_head_init(&e->h)) != 0 ||
         (rv = pt_emb_wal_open(&e->w, path, sync, err, errlen)) != 0 ||
         (rv = pt_emb_wal_replay(&e->w, &e->h, err, errlen)) != 0)
         goto fail;
-    /* Start from an empty log: replayed cells go to RocksDB now. */
-    if ((rv = flush_now(e)) != 0) {
-        snprintf(err, errlen, "embedded: flushing the replayed log of %s failed", path);
+    /* Start from empty logs: replayed cells go to RocksDB now. */
+    if ((rv = flush_replayed(e)) != 0) {
+        snprintf(err, errlen, "embedded: flushing the replayed logs of %s failed (%s)", path,
+                 pt_strerror(rv));
         goto fail;
     }
+    if (pthread_create(&e->thread, NULL, flush_main, e) != 0) {
+        snprintf(err, errlen, "embedded: cannot start the flush thread");
+        rv = PT_ENOMEM;
+        goto fail;
+    }
+    e->thread_started = 1;
     if ((rv = pt_emb_expire_start(&e->x, &e->r)) != 0) {
         snprintf(err, errlen, "embedded: cannot start the retention thread");
         goto fail;
@@ -143,6 +346,31 @@ fail:
 }
 
 /* ---- write ---- */
+
+/* A full current generation is frozen and handed to the flush thread. When the previous
+ * one is still being flushed, the writer waits for that flush (back-pressure: a flush
+ * takes about as long as the writes that filled the generation); when it failed, the
+ * writer gets PT_EBUSY (503: Prometheus backs off and retries) rather than wait for an
+ * outage. The budget counts samples, not the rows that stay between flushes: with more
+ * series than fit in it, counting rows would flush on every write. */
+static int make_room_locked(embedded *e)
+{
+    while (e->h.cell_bytes[e->h.cur] > e->budget) {
+        if (!e->frozen) {
+            int rv = freeze_locked(e);
+            /* A failed freeze keeps the generation; accept writes up to twice the
+             * budget, then make the client back off and retry. */
+            if (rv != 0 && e->h.cell_bytes[e->h.cur] > 2 * e->budget)
+                return rv;
+            return 0;
+        }
+        if (e->flush_err != 0)
+            return PT_EBUSY;
+        e->waits++;
+        pthread_cond_wait(&e->flushed, &e->mu);
+    }
+    return 0;
+}
 
 static int write_points(embedded *e, const pt_mutation *m, size_t n)
 {
@@ -167,22 +395,11 @@ static int write_points(embedded *e, const pt_mutation *m, size_t n)
     }
 
     pthread_mutex_lock(&e->mu);
-    int rv = 0;
-    /* The budget counts samples, not the rows that stay between flushes: with more series
-     * than fit in it, counting rows would flush on every write. */
-    if (e->h.cell_bytes > e->budget) {
-        rv = pt_emb_flush_locked(e);
-        /* A failed flush keeps the head; accept writes up to twice the budget, then make
-         * the client back off and retry. */
-        if (rv != 0 && e->h.cell_bytes > 2 * e->budget)
-            goto out;
-        rv = 0;
-    }
     /* Out of memory in apply leaves cells logged but not in the head; the error makes
      * the client retry the batch, which logs and applies it again. */
-    if ((rv = pt_emb_wal_log(&e->w, &e->h, m, n, hashes, k)) == 0)
+    int rv = make_room_locked(e);
+    if (rv == 0 && (rv = pt_emb_wal_log(&e->w, &e->h, m, n, hashes, k)) == 0)
         rv = pt_emb_head_apply(&e->h, e->w.rows, m, n, k);
-out:
     pthread_mutex_unlock(&e->mu);
     free(hashes);
     return rv;
@@ -247,10 +464,16 @@ void pt_embedded_get_stats(pt_backend *b, pt_embedded_stats *out)
 {
     embedded *e = b->state;
     pthread_mutex_lock(&e->mu);
+    unsigned fz = e->h.cur ^ 1;
     *out = (pt_embedded_stats){.flushes = e->flushes,
+                               .flush_failures = e->flush_failures,
+                               .flush_seconds = (double)e->flush_ns / 1e9,
+                               .last_flush_seconds = (double)e->last_flush_ns / 1e9,
+                               .write_waits = e->waits,
                                .head_rows = e->h.nrows,
-                               .head_cells = e->h.cells,
+                               .head_cells = e->h.cells[0] + e->h.cells[1],
                                .head_bytes = e->h.bytes,
+                               .frozen_cell_bytes = e->frozen ? e->h.cell_bytes[fz] : 0,
                                .wal_bytes = e->w.size,
                                .expired_chunks = atomic_load(&e->x.dropped[0]),
                                .expired_index = atomic_load(&e->x.dropped[1]),
@@ -258,9 +481,52 @@ void pt_embedded_get_stats(pt_backend *b, pt_embedded_stats *out)
     pthread_mutex_unlock(&e->mu);
 }
 
+static size_t embedded_stats(void *state, pt_backend_stat *out, size_t max)
+{
+    pt_embedded_stats st;
+    pt_backend b = {.ops = &pt_backend_embedded, .state = state};
+    pt_embedded_get_stats(&b, &st);
+    const pt_backend_stat all[] = {
+        {"promtable_embedded_flushes_total", "Head flushes into RocksDB.", 1,
+         (double)st.flushes},
+        {"promtable_embedded_flush_failures_total",
+         "Head flushes that failed (the frozen head is kept and the flush retried).", 1,
+         (double)st.flush_failures},
+        {"promtable_embedded_flush_seconds_total", "Time spent flushing the head.", 1,
+         st.flush_seconds},
+        {"promtable_embedded_last_flush_seconds", "Duration of the last flush attempt.", 0,
+         st.last_flush_seconds},
+        {"promtable_embedded_write_waits_total",
+         "Writes that waited for a flush because both head generations were full.", 1,
+         (double)st.write_waits},
+        {"promtable_embedded_head_rows", "Rows the head tracks.", 0, (double)st.head_rows},
+        {"promtable_embedded_head_cells", "Samples in the head, both generations.", 0,
+         (double)st.head_cells},
+        {"promtable_embedded_head_bytes", "Memory the head holds.", 0, (double)st.head_bytes},
+        {"promtable_embedded_frozen_bytes",
+         "Samples (bytes) of the frozen head generation being flushed.", 0,
+         (double)st.frozen_cell_bytes},
+        {"promtable_embedded_wal_bytes", "Size of the current points log.", 0,
+         (double)st.wal_bytes},
+    };
+    size_t n = sizeof(all) / sizeof(all[0]);
+    if (n > max)
+        n = max;
+    memcpy(out, all, n * sizeof(*out));
+    return n;
+}
+
 int pt_embedded_flush(pt_backend *b)
 {
-    return flush_now(b->state);
+    return flush_sync(b->state);
+}
+
+void pt_emb_set_hook(embedded *e, emb_hook hook, void *ud)
+{
+    pthread_mutex_lock(&e->mu);
+    e->hook = hook;
+    e->hook_ud = ud;
+    pthread_mutex_unlock(&e->mu);
 }
 
 void pt_embedded_compact(pt_backend *b, int64_t now_ms)
@@ -277,7 +543,9 @@ static const pt_conf_key conf_keys[] = {
     {"sync", "storage.sync", PT_CONF_BOOL, "false", 0, 1, C(sync),
      "fsync the embedded store's logs before acknowledging each write."},
     {"head_memory", "storage.head_memory", PT_CONF_BYTES, "256MiB", 1LL << 20, 1LL << 40,
-     C(head_memory), "Samples held in memory (16 B each) before a flush into RocksDB."},
+     C(head_memory),
+     "Samples held in memory (16 B each) before a background flush into RocksDB; up to "
+     "twice this while a flush runs."},
     {"block_cache", NULL, PT_CONF_BYTES, "64MiB", 8LL << 20, 1LL << 40, C(block_cache),
      "RocksDB block cache (uncompressed table blocks of the index and the points)."},
 };
@@ -295,4 +563,5 @@ const pt_backend_ops pt_backend_embedded = {
     .write = embedded_write,
     .scan = embedded_scan,
     .init = NULL,
+    .stats = embedded_stats,
 };

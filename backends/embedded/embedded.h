@@ -21,21 +21,28 @@ typedef struct pt_embedded_conf {
 } pt_embedded_conf;
 
 typedef struct pt_embedded_stats {
-    uint64_t flushes;    /* head flushes into RocksDB since open */
-    size_t head_rows;    /* rows the head tracks (with or without cells) */
-    size_t head_cells;   /* cells waiting in the head, rewrites included */
-    size_t head_bytes;   /* memory the head holds, counted against the budget */
-    uint64_t wal_bytes;  /* size of the head's write-ahead log */
-    uint64_t expired_chunks;  /* points chunks compactions dropped as past the retention */
-    uint64_t expired_index;   /* index cells dropped likewise */
-    uint64_t compactions;     /* whole-store compactions run for the retention */
+    uint64_t flushes;          /* head flushes into RocksDB since open */
+    uint64_t flush_failures;   /* flush attempts that failed (each is retried) */
+    double flush_seconds;      /* time spent flushing since open */
+    double last_flush_seconds; /* duration of the last flush attempt */
+    uint64_t write_waits;      /* writes that waited for a flush (both generations full) */
+    size_t head_rows;          /* rows the head tracks (with or without cells) */
+    size_t head_cells;         /* cells waiting in the head, rewrites included */
+    size_t head_bytes;         /* memory the head holds: rows, cells, both generations */
+    size_t frozen_cell_bytes;  /* samples of the frozen generation being flushed */
+    uint64_t wal_bytes;        /* size of the current generation's log */
+    uint64_t expired_chunks;   /* points chunks compactions dropped as past the retention */
+    uint64_t expired_index;    /* index cells dropped likewise */
+    uint64_t compactions;      /* whole-store compactions run for the retention */
 } pt_embedded_stats;
 
-/* Memory the head may hold before it is flushed into RocksDB (default 256 MiB; 0 = the
- * default). Takes effect at the next write. */
+/* Samples the head's current generation may hold before it is frozen and flushed into
+ * RocksDB in the background (default 256 MiB; 0 = the default; the frozen generation
+ * holds up to as much again). Takes effect at the next write. */
 void pt_embedded_set_budget(pt_backend *b, size_t bytes);
 void pt_embedded_get_stats(pt_backend *b, pt_embedded_stats *out);
-/* Flushes the head into RocksDB now and empties the WAL. */
+/* Flushes every cell written before the call into RocksDB (on the flush thread) and waits
+ * for it; empties the logs. On failure the flush thread keeps retrying. */
 int pt_embedded_flush(pt_backend *b);
 /* Compacts the whole store now, as the retention thread does, with the clock of the
  * retention set to now_ms from then on (tests; 0 = the real clock). Stored entries past

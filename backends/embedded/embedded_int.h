@@ -9,17 +9,37 @@
  *     expire.c    retention: compaction filters, the compacting thread         rocks chunk
  *     head.c      the head: a hash table of rows and their unflushed cells     (none)
  *     wal.c       the points log (points.wal): records, replay                 head
- *     flush.c     head -> chunks, merged with the stored ones                  rocks chunk head wal
+ *     flush.c     frozen head -> chunks, merged with the stored ones           rocks chunk head
  *     scan.c      points scans merging the head and the chunks                 rocks chunk head
- *     embedded.c  the ops table: open/close, write, scan; the public knobs     all
+ *     embedded.c  the ops table: open/close, write, scan; the flush thread     all
  *
  * Ownership: an embedded holds one rocks, expire, head and wal, each made and released
- * only by its module's open/init and close/free, which embedded.c calls. The compaction
- * filters of expire outlive the rocks that uses them (RocksDB does not own them).
+ * only by its module's open/init and close/free, which embedded.c calls, and one flush
+ * thread. The compaction filters of expire outlive the rocks that uses them (RocksDB does
+ * not own them).
  *
- * Locking: embedded.mu guards the head, the log, budget, epoch and flushes. head.c and
- * wal.c never lock; their callers hold mu, except open and close, which own the backend
- * alone. rocks.c and chunk.c hold no shared mutable state; RocksDB is thread-safe.
+ * Double buffering: the head holds two generations of cells, each with its log. Writers
+ * append to the current one (points.wal); when it passes the budget, a writer freezes it
+ * (points.wal becomes points.frozen.wal, a new points.wal is started, h.cur flips: O(1))
+ * and the flush thread writes the frozen one into RocksDB, then drops it and its log.
+ * Only when the frozen generation is still being flushed and the current one is full
+ * too does a writer wait (embedded.c make_room_locked).
+ *
+ * Locking: embedded.mu guards the head (table, rows, both generations' counters and row
+ * lists, h.cur), the log, budget, epoch, the flush state and statistics. head.c and wal.c
+ * never lock; their callers hold mu, except open and close, which own the backend alone
+ * (close joins the flush thread first). The one exception to "mu guards the head" is the
+ * frozen generation while a flush runs (e->frozen set): the flush thread reads, without
+ * mu, the frozen cells (r->s[fz]), the frozen row list (h.dirty[fz], which it sorts), the
+ * rows' keys and writes their flush fields (known, has_last, last_*). That is safe
+ * because under mu nobody writes those: writers touch only s[h.cur] and h.dirty[h.cur],
+ * scans only read s[fz] (and normalize s[h.cur]), rows on the frozen list are never
+ * evicted, and h.cur flips only when there is no frozen generation. The flush ends by
+ * moving the epoch, evicting idle rows and dropping the frozen cells, under mu but in
+ * steps of a few thousand rows with mu released in between (embedded.c
+ * drop_frozen_locked); e->frozen is cleared only after the last step. That is the only
+ * place rows are evicted, and only empty ones, never a row on the frozen list. Conditions: work (to the thread) and flushed (from it), both
+ * with mu. rocks.c and chunk.c hold no shared mutable state; RocksDB is thread-safe.
  */
 #ifndef PT_EMBEDDED_INT_H
 #define PT_EMBEDDED_INT_H
@@ -216,20 +236,30 @@ static inline const uint8_t *cell_val(const cell *c)
     return c->vlen <= 8 ? c->v.in : c->v.p;
 }
 
-/* A row of the head. head.c owns it; it lives until the head evicts it (a flush after it
- * stayed empty for a whole flush interval) or is freed, so a pointer to it is good only
- * while mu is held. */
+/* One generation's cells of a row, in write order. */
+typedef struct hcells {
+    cell *c;
+    size_t cap;
+    uint32_t n;
+    uint8_t sorted; /* strictly increasing by qualifier */
+} hcells;
+
+/* A row of the head. head.c owns it; it lives until the head evicts it (at the end of a
+ * flush, after it stayed empty for a whole flush interval) or is freed, so a pointer to
+ * it is good only while mu is held, or, for the flush thread, while the row is in the
+ * frozen generation's list (such a row is never evicted).
+ *
+ * The head holds two generations of cells (double buffering): s[h->cur] takes the writes,
+ * s[!h->cur] is the frozen generation a flush is writing into RocksDB. */
 typedef struct hrow hrow;
 struct hrow {
     hrow *next; /* hash chain */
     uint64_t hash;
-    cell *cells;
-    size_t cap;
-    uint32_t n;
+    hcells s[2];
     uint32_t wal_gen, wal_id; /* wal.c's: the row's id in the log generation wal_gen */
-    /* flush.c's: the row's last RocksDB chunk, valid when known; has_last = 0: none. */
+    /* flush.c's: the row's last RocksDB chunk, valid when known; has_last = 0: none.
+     * Only the flush (thread) reads and writes them. */
     uint32_t last_first, last_max, last_n;
-    uint8_t sorted; /* cells strictly increasing by qualifier */
     uint8_t known, has_last;
     uint8_t idle; /* had no cells at the previous flush */
     uint32_t keylen;
@@ -239,9 +269,13 @@ struct hrow {
 typedef struct head {
     hrow **tab; /* hash table, chained, 2^k buckets */
     size_t mask, nrows;
-    size_t cells;      /* cells held, duplicates included */
-    size_t bytes;      /* memory held: rows, cell arrays, values, the hash table */
-    size_t cell_bytes; /* the samples held (16 bytes a cell, longer values), against budget */
+    unsigned cur;         /* the generation taking writes, 0 or 1 */
+    size_t cells[2];      /* cells held by each generation, duplicates included */
+    size_t cell_bytes[2]; /* the samples each holds (16 bytes a cell, longer values) */
+    size_t bytes;         /* memory held: rows, cell arrays, values, the hash table */
+    /* The rows with cells in each generation, in the order they got their first one. */
+    hrow **dirty[2];
+    size_t ndirty[2], dirty_cap[2];
 } head;
 
 static inline uint64_t pt_emb_head_hash(const uint8_t *key, size_t n)
@@ -272,28 +306,41 @@ static inline void pt_emb_head_prefetch_row(const head *h, uint64_t hash)
     }
 }
 
+/* Appends a cell to the row's current generation. */
 int pt_emb_head_append(head *h, hrow *r, uint32_t q, pt_slice v);
 /* Appends the points cells of a batch; rows[j] is the row of its j-th points cell, k of
  * them. A failure leaves the cells before it appended. */
 int pt_emb_head_apply(head *h, hrow *const *rows, const pt_mutation *m, size_t n, size_t k);
-/* Sorts a row's cells by qualifier, keeping the last write of each. */
+/* Sorts a row's current cells by qualifier, keeping the last write of each. */
 int pt_emb_head_normalize(head *h, hrow *r);
-/* The rows holding cells whose key is in range r (NULL: every row), in table order, into
- * the array *rows (capacity *cap, grown as needed); their number in *n. */
+/* Sorts c[0..n) by qualifier, keeping the last write of each (tmp: room for n cells);
+ * returns how many are left. Drops cells without freeing their values: for copies. */
+uint32_t pt_emb_cells_sort(cell *c, cell *tmp, uint32_t n);
+/* The rows holding cells (of either generation) whose key is in range r (NULL: every
+ * row), in table order, into the array *rows (capacity *cap, grown as needed); their
+ * number in *n. */
 int pt_emb_head_collect(head *h, const pt_row_range *r, hrow ***rows, size_t *cap, size_t *n);
-/* Empties a flushed row. */
-void pt_emb_head_clear(head *h, hrow *r);
-/* Drops rows that stayed empty since the previous call and marks the empty ones idle.
- * Must run before the flushed rows are cleared: a row flushed now is not idle. */
-void pt_emb_head_evict_idle(head *h);
+/* Makes the current generation the frozen one; the other, which must be empty, takes the
+ * writes from now on. */
+void pt_emb_head_freeze(head *h);
+/* Ends the frozen generation once it is in RocksDB: drops rows that stayed empty since the
+ * previous call, marks the empty ones idle, and empties the frozen cells. */
+void pt_emb_head_drop_frozen(head *h);
+/* The same in steps, so that mu can be released in between: evict_step walks up to n
+ * buckets from *b, clear_step empties up to n frozen rows from *i; each returns 1 once
+ * done (start both at 0, evict first: a row flushed now is not idle). */
+int pt_emb_head_evict_step(head *h, size_t *b, size_t n);
+int pt_emb_head_clear_step(head *h, size_t *i, size_t n);
 
 /* ---- wal.c ---- */
 
-/* The points log. Its records hold cells not yet flushed; a flush truncates it and starts
- * a new generation, whose records define their rows anew. */
+/* The points logs. points.wal holds the cells of the head's current generation;
+ * points.frozen.wal, while it exists, those of the frozen generation being flushed. A
+ * freeze renames the first to the second and starts an empty points.wal in a new log
+ * generation, whose records define their rows anew. */
 typedef struct wal {
     int fd; /* -1 when not open */
-    char *path;
+    char *path, *frozen_path, *dir;
     int sync;         /* fdatasync every record */
     uint32_t gen;     /* generation of the records now being appended */
     uint32_t next_id; /* next row id of this generation */
@@ -305,7 +352,9 @@ typedef struct wal {
 
 /* Opens (creating) dir/points.wal for appending. */
 int pt_emb_wal_open(wal *w, const char *dir, int sync, char *err, size_t errlen);
-/* Replays the log into the head and cuts off a torn or stale tail. */
+/* Replays points.frozen.wal, if there is one, then points.wal into the head's current
+ * generation (so the newer write of a cell comes last), and cuts a torn or stale tail off
+ * points.wal. */
 int pt_emb_wal_replay(wal *w, head *h, char *err, size_t errlen);
 /* Writes the points cells of a batch (k of them, hashes[j] the row hash of the j-th) as
  * one record, creating their rows in the head; then w->rows[0..k) are their rows, valid
@@ -313,7 +362,12 @@ int pt_emb_wal_replay(wal *w, head *h, char *err, size_t errlen);
  * and no row keeps an id the record would have defined. */
 int pt_emb_wal_log(wal *w, head *h, const pt_mutation *m, size_t n, const uint64_t *hashes,
                    size_t k);
-/* Empties the log (synced) and starts the next generation. */
+/* points.wal becomes points.frozen.wal (which must not exist) and a new, empty
+ * points.wal in the next log generation takes the records. On failure nothing changed. */
+int pt_emb_wal_freeze(wal *w);
+/* Deletes points.frozen.wal (missing is fine): its cells are in RocksDB. */
+int pt_emb_wal_drop_frozen(wal *w);
+/* Empties points.wal (synced) and starts the next generation. */
 int pt_emb_wal_truncate(wal *w);
 void pt_emb_wal_close(wal *w);
 
@@ -322,29 +376,51 @@ void pt_emb_wal_close(wal *w);
 #define EMB_DEFAULT_BUDGET ((size_t)256 << 20)
 #define EMB_DEFAULT_BLOCK_CACHE ((size_t)64 << 20)
 
+/* Where a flush calls a test's hook: after its first chunks went into RocksDB, and after
+ * they all are durable there (before the frozen log is deleted). */
+enum { EMB_HOOK_WRITTEN, EMB_HOOK_DURABLE };
+/* Called by the flushing thread without mu; a nonzero return fails the flush with it. */
+typedef int (*emb_hook)(void *ud, int stage);
+
 typedef struct embedded {
     rocks r;
     expire x;
     pthread_mutex_t mu;
-    int mu_init;
+    pthread_cond_t work;    /* to the flush thread: a frozen generation, a retry, or stop */
+    pthread_cond_t flushed; /* from it: a flush attempt ended */
+    pthread_t thread;
+    int mu_init, cond_init, thread_started;
     int ready;      /* opened and replayed: close may flush */
-    size_t budget;  /* head cell_bytes that trigger a flush */
+    size_t budget;  /* cell_bytes of the current generation that freeze it */
     uint64_t epoch; /* flushes completed; scans refresh their iterators when it moves */
-    uint64_t flushes;
+    int frozen;     /* the head has a frozen generation (waiting for or in its flush) */
+    int stop;       /* the flush thread is to exit */
+    int retry_now;  /* a synchronous flush waits: skip the backoff */
+    int flush_err;  /* the last flush attempt's result */
+    uint64_t freezes, flushes, flush_failures, waits;
+    uint64_t flush_ns, last_flush_ns; /* time spent in flushes, in total and the last one */
+    emb_hook hook;  /* tests only */
+    void *hook_ud;
     head h;
     wal w;
 } embedded;
 
 /* ---- flush.c ---- */
 
-/* Writes the head into RocksDB as chunks, makes them durable there, then empties the head
- * and the log. Called with mu held. On failure the head and the log are left as they
+/* Writes the rows of the head's frozen generation fz into RocksDB as chunks and makes them
+ * durable there; the caller then drops them (pt_emb_head_drop_frozen, under mu) and their
+ * log. Called without mu by the one thread that flushes. On failure the rows are as they
  * were (some chunks may be in RocksDB already; flushing them again is harmless). */
-int pt_emb_flush_locked(embedded *e);
+int pt_emb_flush_frozen(embedded *e, unsigned fz, emb_hook hook, void *ud);
 
 /* ---- scan.c ---- */
 
 /* The points table's part of the ops table's scan; takes mu only briefly per row. */
 int pt_emb_scan_points(embedded *e, const pt_scan *s, pt_cell_fn fn, void *ud);
+
+/* ---- tests ---- */
+
+/* Sets the flush hook (NULL: none) for the flushes that start from now on. */
+void pt_emb_set_hook(embedded *e, emb_hook hook, void *ud);
 
 #endif

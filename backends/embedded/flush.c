@@ -1,8 +1,14 @@
 /*
- * Flush: the head's rows, sorted, go into RocksDB as chunks (chunk.c) with RocksDB's own
- * WAL off; the points column family is flushed to table files (synced), and only then the
- * log is truncated and its generation bumped. A crash anywhere in between replays the log
- * into the head; flushing it again rewrites the same cells with the same values.
+ * Flush: the rows of the head's frozen generation, sorted, go into RocksDB as chunks
+ * (chunk.c) with RocksDB's own WAL off; the points column family is flushed to table files
+ * (synced), and only then does the caller drop the frozen cells and their log
+ * (points.frozen.wal). A crash anywhere in between replays that log into the head;
+ * flushing it again rewrites the same cells with the same values.
+ *
+ * It runs without the mutex, on the flush thread (or in open, alone): writers append to
+ * the other generation meanwhile. So it only reads the frozen cells, which nothing writes
+ * until the caller drops them under the mutex; an unsorted row is sorted in a copy, since
+ * scans read the frozen cells too.
  *
  * A row's chunks must not overlap, so a flush whose cells fall inside or before the row's
  * existing chunks reads those chunks, merges (the head wins), deletes them and writes the
@@ -17,10 +23,15 @@
 
 typedef struct flusher {
     embedded *e;
+    unsigned fz; /* the frozen generation */
+    const cell *hc; /* the current row's frozen cells, sorted, hn of them */
+    uint32_t hn;
+    cell *sorted, *tmp; /* copies for sorting a row's cells */
+    size_t sorted_cap, tmp_cap;
     rocksdb_writebatch_t *wb;
     rocks_iters its; /* its.it[0]: the flush's reads */
-    hrow **rows;
-    size_t nrows, rows_cap;
+    hrow **rows; /* the head's list of the frozen generation's rows */
+    size_t nrows;
     pt_buf key, val;
     vcells old, merged;
     pt_buf oldbytes; /* copies of the chunks read back */
@@ -133,7 +144,7 @@ static int fl_learn_last(flusher *f, hrow *r)
 static int fl_merge_row(flusher *f, hrow *r)
 {
     rocksdb_iterator_t *it = f->its.it[0];
-    uint32_t h_min = r->cells[0].q, h_max = r->cells[r->n - 1].q;
+    uint32_t h_min = f->hc[0].q, h_max = f->hc[f->hn - 1].q;
     int rv = chunk_key(f, r, h_min);
     if (rv != 0)
         return rv;
@@ -181,9 +192,9 @@ static int fl_merge_row(flusher *f, hrow *r)
 
     f->merged.n = 0;
     size_t i = 0, j = 0;
-    while (i < f->old.n || j < r->n) {
+    while (i < f->old.n || j < f->hn) {
         const vcell *o = i < f->old.n ? &f->old.c[i] : NULL;
-        const cell *hc = j < r->n ? &r->cells[j] : NULL;
+        const cell *hc = j < f->hn ? &f->hc[j] : NULL;
         if (hc && (!o || hc->q <= o->q)) {
             if (o && o->q == hc->q)
                 i++; /* the head wins */
@@ -209,40 +220,62 @@ static int fl_merge_row(flusher *f, hrow *r)
     return 0;
 }
 
+/* f->hc = the row's frozen cells in qualifier order, the last write of each. */
+static int fl_cells(flusher *f, const hrow *r)
+{
+    const hcells *s = &r->s[f->fz];
+    f->hc = s->c;
+    f->hn = s->n;
+    if (s->sorted)
+        return 0;
+    int rv;
+    if ((rv = pt_array_reserve(&f->sorted, &f->sorted_cap, s->n, sizeof(cell), 0)) != 0 ||
+        (rv = pt_array_reserve(&f->tmp, &f->tmp_cap, s->n, sizeof(cell), 0)) != 0)
+        return rv;
+    memcpy(f->sorted, s->c, (size_t)s->n * sizeof(cell));
+    f->hc = f->sorted;
+    f->hn = pt_emb_cells_sort(f->sorted, f->tmp, s->n);
+    return 0;
+}
+
 static int fl_row(flusher *f, hrow *r)
 {
-    int rv = pt_emb_head_normalize(&f->e->h, r);
+    int rv = fl_cells(f, r);
     if (rv != 0)
         return rv;
     if (!r->known && (rv = fl_learn_last(f, r)) != 0)
         return rv;
-    if (r->has_last && (r->cells[0].q <= r->last_max || r->last_n < CHUNK_SMALL))
+    if (r->has_last && (f->hc[0].q <= r->last_max || r->last_n < CHUNK_SMALL))
         return fl_merge_row(f, r);
     /* In-order ingest into a row whose last chunk is big enough: a new chunk. */
     f->merged.n = 0;
-    for (uint32_t i = 0; i < r->n; i++)
-        if ((rv = vcells_push(&f->merged, r->cells[i].q, r->cells[i].vlen,
-                              cell_val(&r->cells[i]))) != 0)
+    for (uint32_t i = 0; i < f->hn; i++)
+        if ((rv = vcells_push(&f->merged, f->hc[i].q, f->hc[i].vlen, cell_val(&f->hc[i]))) != 0)
             return rv;
     return fl_put_all(f, r, f->merged.c, f->merged.n);
 }
 
 /* Writes the sorted rows and makes them durable in RocksDB. */
-static int fl_write(flusher *f)
+static int fl_write(flusher *f, emb_hook hook, void *ud)
 {
     f->wb = rocksdb_writebatch_create();
     if (!f->wb)
         return PT_ENOMEM;
-    int rv = fl_iter(f);
+    int rv = fl_iter(f), committed = 0;
     for (size_t i = 0; i < f->nrows && rv == 0; i++) {
         rv = fl_row(f, f->rows[i]);
         size_t sz = 0;
         rocksdb_writebatch_data(f->wb, &sz);
-        if (rv == 0 && sz >= (8u << 20))
+        if (rv == 0 && sz >= (8u << 20)) {
             rv = fl_commit(f);
+            if (rv == 0 && !committed++ && hook)
+                rv = hook(ud, EMB_HOOK_WRITTEN);
+        }
     }
     if (rv == 0)
         rv = fl_commit(f);
+    if (rv == 0 && !committed && hook)
+        rv = hook(ud, EMB_HOOK_WRITTEN);
     if (rv == 0) {
         rocksdb_flushoptions_t *fo = rocksdb_flushoptions_create();
         rocksdb_flushoptions_set_wait(fo, 1);
@@ -252,41 +285,33 @@ static int fl_write(flusher *f)
         if (msg)
             rv = pt_emb_rocks_error(msg);
     }
+    if (rv == 0 && hook)
+        rv = hook(ud, EMB_HOOK_DURABLE);
     return rv;
 }
 
-int pt_emb_flush_locked(embedded *e)
+int pt_emb_flush_frozen(embedded *e, unsigned fz, emb_hook hook, void *ud)
 {
     head *h = &e->h;
-    flusher f = {.e = e};
-    int rv = pt_emb_head_collect(h, NULL, &f.rows, &f.rows_cap, &f.nrows);
-    if (rv != 0)
-        goto out;
+    flusher f = {.e = e, .fz = fz, .rows = h->dirty[fz], .nrows = h->ndirty[fz]};
+    int rv = 0;
     if (f.nrows > 0) {
         qsort(f.rows, f.nrows, sizeof(*f.rows), row_key_cmp);
-        if ((rv = fl_write(&f)) != 0) {
+        if ((rv = fl_write(&f, hook, ud)) != 0) {
             /* What we believed about the rows' last chunks may be wrong now. */
             for (size_t i = 0; i < f.nrows; i++)
                 f.rows[i]->known = 0;
-            goto out;
         }
     }
-    pt_emb_head_evict_idle(h);
-    for (size_t i = 0; i < f.nrows; i++)
-        pt_emb_head_clear(h, f.rows[i]);
-    if ((rv = pt_emb_wal_truncate(&e->w)) != 0)
-        goto out;
-    e->epoch++;
-    e->flushes++;
-out:
     pt_emb_rocks_iters_free(&f.its);
     if (f.wb)
         rocksdb_writebatch_destroy(f.wb);
-    free(f.rows);
     pt_buf_free(&f.key);
     pt_buf_free(&f.val);
     free(f.old.c);
     free(f.merged.c);
+    free(f.sorted);
+    free(f.tmp);
     pt_buf_free(&f.oldbytes);
     return rv;
 }

@@ -66,7 +66,7 @@ hrow *pt_emb_head_get(head *h, const uint8_t *key, size_t n, uint64_t hash)
         return NULL;
     r->hash = hash;
     r->keylen = (uint32_t)n;
-    r->sorted = 1;
+    r->s[0].sorted = r->s[1].sorted = 1;
     memcpy(r->key, key, n);
     r->next = h->tab[hash & h->mask];
     h->tab[hash & h->mask] = r;
@@ -75,42 +75,45 @@ hrow *pt_emb_head_get(head *h, const uint8_t *key, size_t n, uint64_t hash)
     return r;
 }
 
-static void free_value(head *h, cell *c)
+static void free_value(head *h, unsigned g, cell *c)
 {
     if (c->vlen > 8) {
         free(c->v.p);
         h->bytes -= c->vlen;
-        h->cell_bytes -= c->vlen;
+        h->cell_bytes[g] -= c->vlen;
     }
 }
 
 /* The cell array stays for the next samples (no heap call per row and flush in steady
  * state); one that was far too big this time is halved. */
-void pt_emb_head_clear(head *h, hrow *r)
+static void clear(head *h, hrow *r, unsigned g)
 {
-    for (uint32_t i = 0; i < r->n; i++)
-        free_value(h, &r->cells[i]);
-    h->cells -= r->n;
-    h->cell_bytes -= (size_t)r->n * sizeof(cell);
-    if (r->cap > 16 && r->n < r->cap / 4) {
-        cell *c = realloc(r->cells, (r->cap / 2) * sizeof(*c));
+    hcells *s = &r->s[g];
+    for (uint32_t i = 0; i < s->n; i++)
+        free_value(h, g, &s->c[i]);
+    h->cells[g] -= s->n;
+    h->cell_bytes[g] -= (size_t)s->n * sizeof(cell);
+    if (s->cap > 16 && s->n < s->cap / 4) {
+        cell *c = realloc(s->c, (s->cap / 2) * sizeof(*c));
         if (c) {
-            h->bytes -= (r->cap - r->cap / 2) * sizeof(cell);
-            r->cells = c;
-            r->cap /= 2;
+            h->bytes -= (s->cap - s->cap / 2) * sizeof(cell);
+            s->c = c;
+            s->cap /= 2;
         }
     }
-    r->n = 0;
-    r->sorted = 1;
+    s->n = 0;
+    s->sorted = 1;
 }
 
-/* Gives an idle row's cell array back. */
+/* Gives an idle row's cell arrays back. */
 static void release_cells(head *h, hrow *r)
 {
-    h->bytes -= r->cap * sizeof(cell);
-    free(r->cells);
-    r->cells = NULL;
-    r->cap = 0;
+    for (unsigned g = 0; g < 2; g++) {
+        h->bytes -= r->s[g].cap * sizeof(cell);
+        free(r->s[g].c);
+        r->s[g].c = NULL;
+        r->s[g].cap = 0;
+    }
 }
 
 void pt_emb_head_free(head *h)
@@ -120,7 +123,8 @@ void pt_emb_head_free(head *h)
             hrow *r = h->tab[b];
             while (r) {
                 hrow *next = r->next;
-                pt_emb_head_clear(h, r);
+                clear(h, r, 0);
+                clear(h, r, 1);
                 release_cells(h, r);
                 free(r);
                 r = next;
@@ -128,19 +132,30 @@ void pt_emb_head_free(head *h)
         }
     }
     free(h->tab);
+    free(h->dirty[0]);
+    free(h->dirty[1]);
     memset(h, 0, sizeof(*h));
 }
 
 int pt_emb_head_append(head *h, hrow *r, uint32_t q, pt_slice v)
 {
-    if (r->n == r->cap) {
-        size_t cap = r->cap;
-        int rv = pt_array_reserve(&r->cells, &r->cap, (size_t)r->n + 1, sizeof(cell), UINT32_MAX);
-        if (rv != 0)
+    unsigned g = h->cur;
+    hcells *s = &r->s[g];
+    int rv;
+    if (s->n == 0) {
+        size_t cap = h->dirty_cap[g];
+        if ((rv = pt_array_reserve(&h->dirty[g], &h->dirty_cap[g], h->ndirty[g] + 1,
+                                   sizeof(*h->dirty[g]), 0)) != 0)
             return rv;
-        h->bytes += (r->cap - cap) * sizeof(cell);
+        h->bytes += (h->dirty_cap[g] - cap) * sizeof(*h->dirty[g]);
     }
-    cell *c = &r->cells[r->n];
+    if (s->n == s->cap) {
+        size_t cap = s->cap;
+        if ((rv = pt_array_reserve(&s->c, &s->cap, (size_t)s->n + 1, sizeof(cell), UINT32_MAX)))
+            return rv;
+        h->bytes += (s->cap - cap) * sizeof(cell);
+    }
+    cell *c = &s->c[s->n];
     c->q = q;
     c->vlen = (uint32_t)v.n;
     if (v.n <= 8) {
@@ -152,13 +167,15 @@ int pt_emb_head_append(head *h, hrow *r, uint32_t q, pt_slice v)
             return PT_ENOMEM;
         memcpy(c->v.p, v.p, v.n);
         h->bytes += v.n;
-        h->cell_bytes += v.n;
+        h->cell_bytes[g] += v.n;
     }
-    h->cell_bytes += sizeof(cell);
-    if (r->n && r->cells[r->n - 1].q >= q)
-        r->sorted = 0;
-    r->n++;
-    h->cells++;
+    if (s->n == 0)
+        h->dirty[g][h->ndirty[g]++] = r;
+    h->cell_bytes[g] += sizeof(cell);
+    if (s->n && s->c[s->n - 1].q >= q)
+        s->sorted = 0;
+    s->n++;
+    h->cells[g]++;
     return 0;
 }
 
@@ -171,9 +188,9 @@ int pt_emb_head_apply(head *h, hrow *const *rows, const pt_mutation *m, size_t n
             continue;
         /* The rows are scattered over memory and the end of each one's cell array is
          * another cold line: load it early so the misses overlap instead of queueing. */
-        if (j + AHEAD < k && rows[j + AHEAD]->cells) {
-            const hrow *ahead = rows[j + AHEAD];
-            __builtin_prefetch(&ahead->cells[ahead->n], 1);
+        if (j + AHEAD < k && rows[j + AHEAD]->s[h->cur].c) {
+            const hcells *ahead = &rows[j + AHEAD]->s[h->cur];
+            __builtin_prefetch(&ahead->c[ahead->n], 1);
         }
         rv = pt_emb_head_append(h, rows[j++], pt_get_be32(m[i].qual.p), m[i].value);
     }
@@ -198,27 +215,43 @@ static void msort(cell *a, cell *tmp, size_t n)
     }
 }
 
-int pt_emb_head_normalize(head *h, hrow *r)
+/* Sorts and keeps the last write of each qualifier; h non-NULL: frees the values of the
+ * cells dropped, which generation g of h owns. */
+static uint32_t sort_dedup(head *h, unsigned g, cell *c, cell *tmp, uint32_t n)
 {
-    if (r->sorted)
-        return 0;
-    cell *tmp = malloc((size_t)r->n * sizeof(*tmp));
-    if (!tmp)
-        return PT_ENOMEM;
-    msort(r->cells, tmp, r->n);
-    free(tmp);
+    msort(c, tmp, n);
     uint32_t k = 0;
-    for (uint32_t i = 0; i < r->n; i++) {
-        if (i + 1 < r->n && r->cells[i + 1].q == r->cells[i].q) {
-            free_value(h, &r->cells[i]);
+    for (uint32_t i = 0; i < n; i++) {
+        if (i + 1 < n && c[i + 1].q == c[i].q) {
+            if (h)
+                free_value(h, g, &c[i]);
             continue;
         }
-        r->cells[k++] = r->cells[i];
+        c[k++] = c[i];
     }
-    h->cells -= r->n - k;
-    h->cell_bytes -= (size_t)(r->n - k) * sizeof(cell);
-    r->n = k;
-    r->sorted = 1;
+    return k;
+}
+
+uint32_t pt_emb_cells_sort(cell *c, cell *tmp, uint32_t n)
+{
+    return sort_dedup(NULL, 0, c, tmp, n);
+}
+
+int pt_emb_head_normalize(head *h, hrow *r)
+{
+    unsigned g = h->cur;
+    hcells *s = &r->s[g];
+    if (s->sorted)
+        return 0;
+    cell *tmp = malloc((size_t)s->n * sizeof(*tmp));
+    if (!tmp)
+        return PT_ENOMEM;
+    uint32_t k = sort_dedup(h, g, s->c, tmp, s->n);
+    free(tmp);
+    h->cells[g] -= s->n - k;
+    h->cell_bytes[g] -= (size_t)(s->n - k) * sizeof(cell);
+    s->n = k;
+    s->sorted = 1;
     return 0;
 }
 
@@ -232,7 +265,8 @@ int pt_emb_head_collect(head *h, const pt_row_range *r, hrow ***rows, size_t *ca
     *n = 0;
     for (size_t b = 0; b <= h->mask; b++)
         for (hrow *x = h->tab[b]; x; x = x->next) {
-            if (x->n == 0 || (r && !in_range((pt_slice){x->key, x->keylen}, r)))
+            if ((x->s[0].n == 0 && x->s[1].n == 0) ||
+                (r && !in_range((pt_slice){x->key, x->keylen}, r)))
                 continue;
             int rv = pt_array_reserve(rows, cap, *n + 1, sizeof(**rows), 0);
             if (rv != 0)
@@ -242,14 +276,22 @@ int pt_emb_head_collect(head *h, const pt_row_range *r, hrow ***rows, size_t *ca
     return 0;
 }
 
-/* Series churn must not grow the head forever. */
-void pt_emb_head_evict_idle(head *h)
+void pt_emb_head_freeze(head *h)
 {
-    for (size_t b = 0; b <= h->mask; b++) {
-        hrow **pp = &h->tab[b];
+    h->cur ^= 1;
+}
+
+/* Series churn must not grow the head forever. A row is dropped when it stayed empty
+ * since the previous walk; evicting an empty row early is harmless (it holds no cells,
+ * only caches), so a walk in steps may miss or revisit rows a table growth moved. */
+int pt_emb_head_evict_step(head *h, size_t *b, size_t n)
+{
+    for (size_t end = *b + n; *b <= h->mask && *b < end; (*b)++) {
+        hrow **pp = &h->tab[*b];
         while (*pp) {
             hrow *r = *pp;
-            if (r->n == 0 && r->idle) {
+            int empty = r->s[0].n == 0 && r->s[1].n == 0;
+            if (empty && r->idle) {
                 *pp = r->next;
                 release_cells(h, r);
                 h->bytes -= sizeof(*r) + r->keylen;
@@ -257,10 +299,30 @@ void pt_emb_head_evict_idle(head *h)
                 free(r);
                 continue;
             }
-            r->idle = r->n == 0;
+            r->idle = (uint8_t)empty;
             if (r->idle)
                 release_cells(h, r);
             pp = &r->next;
         }
     }
+    return *b > h->mask;
+}
+
+int pt_emb_head_clear_step(head *h, size_t *i, size_t n)
+{
+    unsigned fz = h->cur ^ 1;
+    for (size_t end = *i + n; *i < h->ndirty[fz] && *i < end; (*i)++)
+        clear(h, h->dirty[fz][*i], fz);
+    if (*i < h->ndirty[fz])
+        return 0;
+    h->ndirty[fz] = 0;
+    return 1;
+}
+
+void pt_emb_head_drop_frozen(head *h)
+{
+    size_t b = 0, i = 0;
+    /* Before the frozen cells go: a row flushed now is not idle. */
+    pt_emb_head_evict_step(h, &b, SIZE_MAX / 2);
+    pt_emb_head_clear_step(h, &i, SIZE_MAX / 2);
 }

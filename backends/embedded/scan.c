@@ -1,7 +1,12 @@
 /*
  * Scans of the points table: the rows of a range are the union of the head's rows and the
  * rows with chunks in RocksDB, in key order; a row's cells are its head cells merged with
- * its chunks' cells (the head wins).
+ * its chunks' cells. Newest wins: the head's current generation, then its frozen one
+ * (being flushed), then the chunks.
+ *
+ * A flush ends (frozen cells dropped, epoch moved) in one critical section: a row copied
+ * under mu either still has its frozen cells, or the epoch has moved and the iterator is
+ * renewed to see the chunks they became.
  *
  * The mutex is taken only to copy one row's head cells (or the keys of a range's head
  * rows) and to refresh a RocksDB iterator when a flush happened since it was made; the
@@ -25,6 +30,8 @@ typedef struct pscan {
     vcells hc; /* the current row's head cells (long values in hbytes) */
     vcells cc; /* the current chunk's cells */
     pt_buf hbytes;
+    cell *fsort; /* a sorted copy of a row's frozen cells, and room to sort it */
+    size_t fsort_cap;
     size_t rows;
     int done;
     /* head rows of the current range, sorted: keys back to back in keys */
@@ -60,34 +67,57 @@ static int in_quals(const pt_scan *s, uint32_t q)
     return 1;
 }
 
-/* Copies row's head cells in the qualifier range. */
+static int push_locked(pscan *sc, const cell *c)
+{
+    if (!in_quals(sc->s, c->q))
+        return 0;
+    const uint8_t *dst = sc->hbytes.p + sc->hbytes.len;
+    int rv = pt_buf_append(&sc->hbytes, cell_val(c), c->vlen);
+    return rv ? rv : vcells_push(&sc->hc, c->q, c->vlen, dst);
+}
+
+/* Copies row's head cells in the qualifier range: both generations merged, the current
+ * one winning. The frozen cells are only read: the flush thread reads them meanwhile. */
 static int copy_head_locked(pscan *sc, pt_slice row)
 {
     head *h = &sc->e->h;
     sc->hc.n = 0;
     pt_buf_reset(&sc->hbytes);
     hrow *r = pt_emb_head_find(h, row.p, row.n, pt_emb_head_hash(row.p, row.n));
-    if (!r || r->n == 0)
+    if (!r)
         return 0;
     int rv = pt_emb_head_normalize(h, r);
     if (rv != 0)
         return rv;
+    const hcells *cur = &r->s[h->cur], *fz = &r->s[h->cur ^ 1];
+    const cell *fc = fz->c;
+    uint32_t fn = fz->n;
+    if (!fz->sorted) {
+        if ((rv = pt_array_reserve(&sc->fsort, &sc->fsort_cap, 2 * (size_t)fn, sizeof(cell), 0)))
+            return rv;
+        memcpy(sc->fsort, fz->c, (size_t)fn * sizeof(cell));
+        fn = pt_emb_cells_sort(sc->fsort, sc->fsort + fn, fn);
+        fc = sc->fsort;
+    }
     size_t vb = 0;
-    for (uint32_t i = 0; i < r->n; i++)
-        vb += r->cells[i].vlen;
+    for (uint32_t i = 0; i < cur->n; i++)
+        vb += cur->c[i].vlen;
+    for (uint32_t i = 0; i < fn; i++)
+        vb += fc[i].vlen;
     /* Reserved once: the cells point into hbytes, which must not move. */
     if ((rv = pt_buf_reserve(&sc->hbytes, vb ? vb : 1)) != 0)
         return rv;
-    for (uint32_t i = 0; i < r->n; i++) {
-        const cell *c = &r->cells[i];
-        if (!in_quals(sc->s, c->q))
-            continue;
-        const uint8_t *dst = sc->hbytes.p + sc->hbytes.len;
-        if ((rv = pt_buf_append(&sc->hbytes, cell_val(c), c->vlen)) != 0 ||
-            (rv = vcells_push(&sc->hc, c->q, c->vlen, dst)) != 0)
-            return rv;
+    uint32_t i = 0, j = 0;
+    while (rv == 0 && (i < fn || j < cur->n)) {
+        if (j == cur->n || (i < fn && fc[i].q < cur->c[j].q)) {
+            rv = push_locked(sc, &fc[i++]);
+        } else {
+            if (i < fn && fc[i].q == cur->c[j].q)
+                i++; /* overwritten since the freeze */
+            rv = push_locked(sc, &cur->c[j++]);
+        }
     }
-    return 0;
+    return rv;
 }
 
 static int emit(pscan *sc, pt_slice row, int *row_started, uint32_t q, uint32_t vlen,
@@ -213,7 +243,7 @@ static int head_rows_locked(pscan *sc, const pt_row_range *r, int one_row)
     pt_buf_reset(&sc->keys);
     if (one_row) {
         one = pt_emb_head_find(h, r->start.p, r->start.n, pt_emb_head_hash(r->start.p, r->start.n));
-        n = one && one->n > 0;
+        n = one && (one->s[0].n > 0 || one->s[1].n > 0);
     } else {
         if ((rv = pt_emb_head_collect(h, r, &sc->found, &sc->found_cap, &n)) != 0)
             return rv;
@@ -323,6 +353,7 @@ int pt_emb_scan_points(embedded *e, const pt_scan *s, pt_cell_fn fn, void *ud)
     pt_buf_free(&sc.seek);
     pt_buf_free(&sc.row);
     free(sc.hc.c);
+    free(sc.fsort);
     free(sc.cc.c);
     pt_buf_free(&sc.hbytes);
     pt_buf_free(&sc.keys);

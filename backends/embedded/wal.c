@@ -1,6 +1,7 @@
 /*
- * The points log (<path>/points.wal): every acknowledged points cell not yet flushed into
- * RocksDB is in it. A sequence of records:
+ * The points logs (<path>/points.wal, and <path>/points.frozen.wal during a flush): every
+ * acknowledged points cell not yet flushed into RocksDB is in one of them. Each is a
+ * sequence of records:
  *
  *     magic "PTW1" | generation (4 LE) | payload length (4 LE) | XXH3-64 of the payload
  *     seeded with the generation (8 LE) | payload
@@ -15,6 +16,14 @@
  * Replay keeps the records of the first record's generation and stops at the first record
  * that is torn, corrupt or of another generation (truncation is fdatasync'ed, so older
  * records cannot show up behind newer ones).
+ *
+ * Two files (double buffering, see embedded.c): a freeze renames points.wal to
+ * points.frozen.wal and creates an empty points.wal, under the mutex, so every record of
+ * the frozen file is older than every record of the new one; a flush deletes the frozen
+ * file once its cells are durable in RocksDB. Replay reads the frozen file first, so for
+ * a cell in both the newer write is applied last and wins. With sync, the directory is
+ * fsync'ed after the rename and after the delete: a frozen file that came back after a
+ * power loss would replay old values over newer flushed ones.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -37,11 +46,14 @@ int pt_emb_wal_open(wal *w, const char *dir, int sync, char *err, size_t errlen)
     w->gen = 1;
     /* The payload length field is 4 bytes. */
     pt_buf_init(&w->rec, WAL_HDR + (size_t)UINT32_MAX);
-    size_t pl = strlen(dir) + sizeof("/points.wal");
+    size_t pl = strlen(dir) + sizeof("/points.frozen.wal");
     w->path = malloc(pl);
-    if (!w->path)
+    w->frozen_path = malloc(pl);
+    w->dir = strdup(dir);
+    if (!w->path || !w->frozen_path || !w->dir)
         return PT_ENOMEM;
     snprintf(w->path, pl, "%s/points.wal", dir);
+    snprintf(w->frozen_path, pl, "%s/points.frozen.wal", dir);
     w->fd = open(w->path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (w->fd < 0) {
         snprintf(err, errlen, "embedded: open %s: %s", w->path, strerror(errno));
@@ -55,22 +67,71 @@ void pt_emb_wal_close(wal *w)
     if (w->fd >= 0)
         close(w->fd);
     free(w->path);
+    free(w->frozen_path);
+    free(w->dir);
     pt_buf_free(&w->rec);
     free(w->rows);
     memset(w, 0, sizeof(*w));
     w->fd = -1;
 }
 
-int pt_emb_wal_truncate(wal *w)
+static void next_gen(wal *w)
 {
-    if (ftruncate(w->fd, 0) != 0 || fdatasync(w->fd) != 0)
-        return PT_EIO;
     w->size = 0;
     w->gen++;
     if (w->gen == 0)
         w->gen = 1;
     w->next_id = 0;
+}
+
+int pt_emb_wal_truncate(wal *w)
+{
+    if (ftruncate(w->fd, 0) != 0 || fdatasync(w->fd) != 0)
+        return PT_EIO;
+    next_gen(w);
     return 0;
+}
+
+/* Makes renames, creations and deletions in the directory durable (with sync only). */
+static int sync_dir(const wal *w)
+{
+    if (!w->sync)
+        return 0;
+    int fd = open(w->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return PT_EIO;
+    int rv = fsync(fd) == 0 ? 0 : PT_EIO;
+    close(fd);
+    return rv;
+}
+
+int pt_emb_wal_freeze(wal *w)
+{
+    if (rename(w->path, w->frozen_path) != 0)
+        return PT_EIO;
+    int fd = open(w->path, O_RDWR | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
+    if (fd >= 0 && sync_dir(w) == 0) {
+        close(w->fd);
+        w->fd = fd;
+        next_gen(w);
+        return 0;
+    }
+    /* Back as it was; w->fd still points to the renamed file. */
+    if (fd >= 0) {
+        close(fd);
+        unlink(w->path);
+    }
+    if (rename(w->frozen_path, w->path) != 0)
+        fprintf(stderr, "promtable: embedded: rename %s back to %s: %s\n", w->frozen_path,
+                w->path, strerror(errno));
+    return PT_EIO;
+}
+
+int pt_emb_wal_drop_frozen(wal *w)
+{
+    if (unlink(w->frozen_path) != 0 && errno != ENOENT)
+        return PT_EIO;
+    return sync_dir(w);
 }
 
 /* ---- append ---- */
@@ -278,22 +339,44 @@ static int read_file(int fd, uint8_t **out, size_t *n)
     return 0;
 }
 
-int pt_emb_wal_replay(wal *w, head *h, char *err, size_t errlen)
+/* Replays one file; *good and *size: where its valid records end, and its size. */
+static int replay_fd(wal *w, head *h, int fd, const char *path, size_t *good, size_t *size,
+                     char *err, size_t errlen)
 {
     uint8_t *buf = NULL;
-    size_t size = 0, good = 0;
-    int rv = read_file(w->fd, &buf, &size);
+    *size = *good = 0;
+    int rv = read_file(fd, &buf, size);
     if (rv == 0)
-        rv = replay(w, h, buf, size, &good);
+        rv = replay(w, h, buf, *size, good);
     free(buf);
     if (rv != 0) {
-        snprintf(err, errlen, "embedded: replay %s failed at byte %zu (%s)", w->path, good,
+        snprintf(err, errlen, "embedded: replay %s failed at byte %zu (%s)", path, *good,
                  rv == PT_ENOMEM ? "out of memory" : "corrupt record");
         return rv;
     }
-    if (good < size)
+    if (*good < *size)
         fprintf(stderr, "promtable: embedded: %s: dropped %zu bytes of a torn or stale tail\n",
-                w->path, size - good);
+                path, *size - *good);
+    return 0;
+}
+
+int pt_emb_wal_replay(wal *w, head *h, char *err, size_t errlen)
+{
+    size_t size, good;
+    int rv;
+    /* The frozen generation first: what points.wal holds is newer. */
+    int fd = open(w->frozen_path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        rv = replay_fd(w, h, fd, w->frozen_path, &good, &size, err, errlen);
+        close(fd);
+        if (rv != 0)
+            return rv;
+    } else if (errno != ENOENT) {
+        snprintf(err, errlen, "embedded: open %s: %s", w->frozen_path, strerror(errno));
+        return PT_EIO;
+    }
+    if ((rv = replay_fd(w, h, w->fd, w->path, &good, &size, err, errlen)) != 0)
+        return rv;
     w->size = good;
     if (ftruncate(w->fd, (off_t)good) != 0) {
         snprintf(err, errlen, "embedded: truncate %s: %s", w->path, strerror(errno));

@@ -182,6 +182,12 @@ static int faulty_init(void *state, char *err, size_t errlen)
     return f->inner->ops->init(f->inner->state, err, errlen);
 }
 
+static size_t faulty_stats(void *state, pt_backend_stat *out, size_t max)
+{
+    faulty *f = state;
+    return f->inner->ops->stats ? f->inner->ops->stats(f->inner->state, out, max) : 0;
+}
+
 const pt_backend_ops pt_backend_faulty = {
     .name = "faulty",
     .caps = PT_BACKEND_CAP_TEST,
@@ -191,4 +197,5 @@ const pt_backend_ops pt_backend_faulty = {
     .write = faulty_write,
     .scan = faulty_scan,
     .init = faulty_init,
+    .stats = faulty_stats,
 };

@@ -363,6 +363,9 @@ int main(void)
                strstr(text, "promtable_backend_errors_total{op=\"write\"} 1"),
            "backend duration and errors");
         ok(strstr(text, "promtable_index_cache_entries "), "index cache size");
+        ok(strstr(text, "# TYPE promtable_embedded_flushes_total counter\npromtable_embedded_flushes_total ") &&
+               strstr(text, "promtable_embedded_frozen_bytes "),
+           "the embedded store's flush figures");
     }
     pt_arena_free(&c.arena);
 

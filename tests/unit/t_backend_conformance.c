@@ -17,6 +17,8 @@
 #include "tap.h"
 #include "conformance.h"
 #include "embedded.h"
+#include "embedded_int.h"
+#include "error.h"
 #include "faulty.h"
 
 extern const pt_backend_ops pt_backend_embedded;
@@ -179,9 +181,12 @@ static void test_embedded_flushing(const char *tmp, size_t budget, uint64_t min_
         return;
     pt_embedded_set_budget(&b, budget);
     pt_conformance_run(&b, label);
+    /* Flushes run in the background: wait for them, then count (open's flush, the
+     * budget's, this one). */
+    is(pt_embedded_flush(&b), 0, "%s: flush", label);
     pt_embedded_stats st;
     pt_embedded_get_stats(&b, &st);
-    ok(st.flushes >= min_flushes, "%s: the head was flushed %llu times", label,
+    ok(st.flushes >= min_flushes + 1, "%s: the head was flushed %llu times", label,
        (unsigned long long)st.flushes);
     digest pts = table_digest(&b, PT_TABLE_POINTS);
     pt_backend_close(&b);
@@ -350,9 +355,37 @@ static void test_embedded_model(const char *tmp)
     free(m);
 }
 
+/* The crash child's flush hook: from the third flush on, at its stage, it waits until the
+ * current generation holds cells too (both logs then matter), says "F" and stops the
+ * flush thread there for good; the parent kills the child then. */
+typedef struct stall {
+    embedded *e;
+    int stage, calls;
+} stall;
+
+static int stall_hook(void *ud, int stage)
+{
+    stall *st = ud;
+    if (stage != st->stage || ++st->calls < 3)
+        return 0;
+    for (;;) {
+        pthread_mutex_lock(&st->e->mu);
+        size_t cur = st->e->h.cells[st->e->h.cur];
+        pthread_mutex_unlock(&st->e->mu);
+        if (cur >= 20 * 17)
+            break;
+        usleep(1000);
+    }
+    if (write(1, "F\n", 2) != 2)
+        _exit(1);
+    for (;;)
+        pause();
+}
+
 /* The child of the crash test: writes batch after batch and prints the number of each one
- * acknowledged, until it is killed. */
-static int crash_child(const char *path, size_t budget)
+ * acknowledged, until it is killed. Batch i also rewrites cell w/rw:0 with "i". stage >= 0:
+ * the flush thread stalls there (stall_hook). */
+static int crash_child(const char *path, size_t budget, int stage)
 {
     pt_backend b;
     char err[256];
@@ -364,6 +397,10 @@ static int crash_child(const char *path, size_t budget)
     }
     if (budget)
         pt_embedded_set_budget(&b, budget);
+    static stall st;
+    st = (stall){.e = b.state, .stage = stage};
+    if (stage >= 0)
+        pt_emb_set_hook(b.state, stall_hook, &st);
     static char vals[CT_BATCH_MAX][16];
     for (uint32_t i = 0; i < 1000000; i++) {
         ct_batch bt = {0};
@@ -374,6 +411,8 @@ static int crash_child(const char *path, size_t budget)
             snprintf(vals[j], sizeof(vals[j]), "%u.%u", i, j);
             ct_add(&bt, PT_TABLE_POINTS, rows[(i + j) % 8], i * 16 + j, vals[j]);
         }
+        snprintf(vals[16], sizeof(vals[16]), "%u", i);
+        ct_add(&bt, PT_TABLE_POINTS, "w/rw", 0, vals[16]);
         if (ct_write(&b, &bt) != 0)
             return 1;
         char line[32];
@@ -387,7 +426,19 @@ static int crash_child(const char *path, size_t budget)
 typedef struct crash_check {
     uint32_t acked;  /* batches 0..acked-1 were acknowledged */
     size_t found, bad;
+    long rw;         /* w/rw:0, -1 if missing */
 } crash_check;
+
+static int rw_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    crash_check *c = ud;
+    char v[16];
+    (void)row;
+    (void)qual;
+    snprintf(v, sizeof(v), "%.*s", (int)(value.n < 15 ? value.n : 15), (const char *)value.p);
+    c->rw = strtol(v, NULL, 10);
+    return 0;
+}
 
 static int crash_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 {
@@ -404,7 +455,7 @@ static int crash_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 }
 
 static void test_crash(const char *self, const char *tmp, size_t budget, const char *label,
-                       int garbage)
+                       int garbage, int stage)
 {
     char path[512], err[256] = "";
     snprintf(path, sizeof(path), "%s/%s", tmp, label);
@@ -418,22 +469,29 @@ static void test_crash(const char *self, const char *tmp, size_t budget, const c
         dup2(fds[1], 1);
         close(fds[0]);
         close(fds[1]);
-        char bud[32];
+        char bud[32], stg[16];
         snprintf(bud, sizeof(bud), "%zu", budget);
-        execl(self, self, "--crash-child", path, bud, (char *)NULL);
+        snprintf(stg, sizeof(stg), "%d", stage);
+        execl(self, self, "--crash-child", path, bud, stg, (char *)NULL);
         _exit(127);
     }
     close(fds[1]);
-    /* Read acknowledgements until enough came, then kill without warning. */
+    /* Read acknowledgements until enough came (or the flush stalled), then kill without
+     * warning. */
     uint32_t acked = 0;
+    int stalled = 0;
     char buf[4096], line[32];
     size_t ln = 0;
     ssize_t got;
-    while (acked < 3000 && (got = read(fds[0], buf, sizeof(buf))) > 0) {
-        for (ssize_t i = 0; i < got; i++) {
+    while (!stalled && (stage >= 0 || acked < 3000) &&
+           (got = read(fds[0], buf, sizeof(buf))) > 0) {
+        for (ssize_t i = 0; i < got && !stalled; i++) {
             if (buf[i] == '\n') {
                 line[ln] = '\0';
-                acked = (uint32_t)strtoul(line, NULL, 10) + 1;
+                if (strcmp(line, "F") == 0)
+                    stalled = 1;
+                else
+                    acked = (uint32_t)strtoul(line, NULL, 10) + 1;
                 ln = 0;
             } else if (ln + 1 < sizeof(line)) {
                 line[ln++] = buf[i];
@@ -444,14 +502,15 @@ static void test_crash(const char *self, const char *tmp, size_t budget, const c
     int status = 0;
     waitpid(pid, &status, 0);
     close(fds[0]);
-    ok(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && acked >= 3000,
+    ok(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL &&
+           (stage >= 0 ? stalled && acked > 0 : acked >= 3000),
        "%s: child killed with SIGKILL after %u acknowledged batches", label, acked);
 
     if (garbage) {
         /* A torn record at the end of the log, as a crash in the middle of write(). */
-        char wal[600];
-        snprintf(wal, sizeof(wal), "%s/points.wal", path);
-        int fd = open(wal, O_WRONLY | O_APPEND);
+        char log[600];
+        snprintf(log, sizeof(log), "%s/points.wal", path);
+        int fd = open(log, O_WRONLY | O_APPEND);
         static const char junk[] = "PTW1\x05\0\0\0\xff\xff\0\0torn";
         ok(fd >= 0 && write(fd, junk, sizeof(junk)) == (ssize_t)sizeof(junk),
            "%s: append a torn record to the log", label);
@@ -469,9 +528,16 @@ static void test_crash(const char *self, const char *tmp, size_t budget, const c
     pt_row_range all[] = {CT_RANGE("k/", "k/\xff")};
     pt_scan s = {.table = PT_TABLE_POINTS, .ranges = all, .nranges = 1};
     is(pt_backend_scan(&b, &s, crash_cell, &c), 0, "%s: scan", label);
-    is(c.found, (size_t)acked * 16, "%s: every acknowledged cell is there (%zu)", label,
+    is(c.found, (size_t)acked * 16, "%s: every acknowledged cell is there, once (%zu)", label,
        c.found);
     is(c.bad, 0, "%s: with its value", label);
+    /* The cell rewritten by every batch holds the last acknowledged write (or a later
+     * one the parent had not read yet), not an older one from the frozen log. */
+    c.rw = -1;
+    pt_row_range rw[] = {CT_RANGE("w/rw", "w/rw\0")};
+    pt_scan srw = {.table = PT_TABLE_POINTS, .ranges = rw, .nranges = 1};
+    is(pt_backend_scan(&b, &srw, rw_cell, &c), 0, "%s: scan the rewritten cell", label);
+    ok(c.rw >= (long)acked - 1, "%s: the newest write wins (%ld, acked %u)", label, c.rw, acked);
     /* The store takes writes again after recovery, and keeps them. */
     ct_batch bt = {0};
     ct_add(&bt, PT_TABLE_POINTS, "k/after", 1, "x");
@@ -483,6 +549,72 @@ static void test_crash(const char *self, const char *tmp, size_t budget, const c
     pt_row_range one[] = {CT_RANGE("k/after", "k/after\0")};
     is_str(ct_show(&b, PT_TABLE_POINTS, one, 1), "k/after:00000001=x;",
            "%s: the write after recovery persisted", label);
+    pt_backend_close(&b);
+}
+
+/* A flush that keeps failing: the frozen generation stays (readable), writers are asked
+ * to come back (PT_EBUSY, a 503) once the current one is full too, a synchronous flush
+ * reports the error; once the fault is gone everything reaches RocksDB. */
+static int fail_hook(void *ud, int stage)
+{
+    (void)stage;
+    (*(int *)ud)++;
+    return PT_EIO;
+}
+
+static void test_flush_failure(const char *tmp)
+{
+    char path[512], err[256] = "";
+    snprintf(path, sizeof(path), "%s/flush-failure", tmp);
+    pt_backend b;
+    is(open_embedded(&b, path, err, sizeof(err)), 0, "flush failure: open");
+    if (!b.state)
+        return;
+    pt_embedded_set_budget(&b, 4 << 10);
+    int calls = 0;
+    pt_emb_set_hook(b.state, fail_hook, &calls);
+    static char vals[16][16];
+    uint32_t acked = 0;
+    int rv = 0;
+    for (; acked < 100000; acked++) {
+        ct_batch bt = {0};
+        for (uint32_t j = 0; j < 16; j++) {
+            snprintf(vals[j], sizeof(vals[j]), "%u.%u", acked, j);
+            ct_add(&bt, PT_TABLE_POINTS, j % 2 ? "k/a" : "k/b", acked * 16 + j, vals[j]);
+        }
+        if ((rv = ct_write(&b, &bt)) != 0)
+            break;
+    }
+    is(rv, PT_EBUSY, "flush failure: writes are refused, retryable, after %u batches", acked);
+    pt_embedded_stats st;
+    pt_embedded_get_stats(&b, &st);
+    ok(st.flush_failures >= 1 && calls >= 1 && st.frozen_cell_bytes > 0,
+       "flush failure: counted (%llu), the frozen generation kept (%zu bytes)",
+       (unsigned long long)st.flush_failures, st.frozen_cell_bytes);
+    pt_row_range all[] = {CT_RANGE("k/", "k/\xff")};
+    pt_scan s = {.table = PT_TABLE_POINTS, .ranges = all, .nranges = 1};
+    crash_check c = {.acked = acked};
+    is(pt_backend_scan(&b, &s, crash_cell, &c), 0, "flush failure: scan");
+    ok(c.found == (size_t)acked * 16 && c.bad == 0,
+       "flush failure: both generations read (%zu cells)", c.found);
+    is(pt_embedded_flush(&b), PT_EIO, "flush failure: a synchronous flush reports it");
+
+    pt_emb_set_hook(b.state, NULL, NULL);
+    is(pt_embedded_flush(&b), 0, "flush failure: fault gone, flushed");
+    pt_embedded_get_stats(&b, &st);
+    ok(st.frozen_cell_bytes == 0 && st.head_cells == 0, "flush failure: the head is empty");
+    ct_batch bt = {0};
+    snprintf(vals[0], sizeof(vals[0]), "%u.0", acked);
+    ct_add(&bt, PT_TABLE_POINTS, "k/b", acked * 16, vals[0]);
+    is(ct_write(&b, &bt), 0, "flush failure: writes are accepted again");
+    pt_backend_close(&b);
+    is(open_embedded(&b, path, err, sizeof(err)), 0, "flush failure: reopen");
+    if (!b.state)
+        return;
+    c = (crash_check){.acked = acked + 1};
+    is(pt_backend_scan(&b, &s, crash_cell, &c), 0, "flush failure: scan after reopen");
+    ok(c.found == (size_t)acked * 16 + 1 && c.bad == 0,
+       "flush failure: every acknowledged cell after reopen (%zu)", c.found);
     pt_backend_close(&b);
 }
 
@@ -734,8 +866,8 @@ static void test_faulty(const char *tmp)
 
 int main(int argc, char **argv)
 {
-    if (argc == 4 && strcmp(argv[1], "--crash-child") == 0)
-        return crash_child(argv[2], (size_t)strtoull(argv[3], NULL, 10));
+    if (argc == 5 && strcmp(argv[1], "--crash-child") == 0)
+        return crash_child(argv[2], (size_t)strtoull(argv[3], NULL, 10), atoi(argv[4]));
     ok(pt_backend_find("embedded") == &pt_backend_embedded, "registry: embedded");
     ok(pt_backend_find("faulty") == &pt_backend_faulty, "registry: faulty");
 
@@ -747,13 +879,16 @@ int main(int argc, char **argv)
     }
     /* The crash children first: a fork after RocksDB started its threads is not safe,
      * and they exec this program afresh anyway. */
-    test_crash(argv[0], t1, 0, "crash(log only)", 1);
-    test_crash(argv[0], t1, 16 << 10, "crash(flushing)", 0);
+    test_crash(argv[0], t1, 0, "crash(log only)", 1, -1);
+    test_crash(argv[0], t1, 16 << 10, "crash(flushing)", 0, -1);
+    test_crash(argv[0], t1, 16 << 10, "crash(mid-flush, chunks written)", 0, EMB_HOOK_WRITTEN);
+    test_crash(argv[0], t1, 16 << 10, "crash(mid-flush, chunks durable)", 0, EMB_HOOK_DURABLE);
     test_embedded(t1);
     test_embedded_batch_order(t1);
     test_embedded_flushing(t1, 1, 100, "embedded(flush every write)");
     test_embedded_flushing(t1, 64 << 10, 2, "embedded(64 KiB head)");
     test_embedded_model(t1);
+    test_flush_failure(t1);
     test_faulty(t2);
     rm_rf(t1);
     rm_rf(t2);
