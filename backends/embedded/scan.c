@@ -29,6 +29,7 @@ typedef struct pscan {
     pt_buf seek, row;
     vcells hc; /* the current row's head cells (long values in hbytes) */
     vcells cc; /* the current chunk's cells */
+    int no_chunks; /* the head knows the current row has no chunk in the window */
     pt_buf hbytes;
     cell *fsort; /* a sorted copy of a row's frozen cells, and room to sort it */
     size_t fsort_cap;
@@ -82,10 +83,17 @@ static int copy_head_locked(pscan *sc, pt_slice row)
 {
     head *h = &sc->e->h;
     sc->hc.n = 0;
+    sc->no_chunks = 0;
     pt_buf_reset(&sc->hbytes);
     hrow *r = pt_emb_head_find(h, row.p, row.n, pt_emb_head_hash(row.p, row.n));
     if (!r)
         return 0;
+    /* What the last flush learnt of the row's chunks holds until the next flush starts
+     * (the flush thread writes it): no chunk at all, or the last one ending before the
+     * window. Only deletions (retention) change RocksDB meanwhile. */
+    const pt_slice qs = sc->s->qual_start;
+    sc->no_chunks = !sc->e->frozen && r->known &&
+                    (!r->has_last || (qs.n == 4 && r->last_max < pt_get_be32(qs.p)));
     int rv = pt_emb_head_normalize(h, r);
     if (rv != 0)
         return rv;
@@ -152,12 +160,16 @@ static int scan_row(pscan *sc, pt_slice row_in, int one_row)
     pt_slice row = buf_slice(&sc->row);
 
     pthread_mutex_lock(&sc->e->mu);
-    rv = iter_locked(sc, one_row);
-    if (rv == 0)
-        rv = copy_head_locked(sc, row);
+    rv = copy_head_locked(sc, row);
+    if (rv == 0 && !sc->no_chunks)
+        rv = iter_locked(sc, one_row);
     pthread_mutex_unlock(&sc->e->mu);
     if (rv != 0)
         return rv;
+    int started = 0;
+    size_t hi = 0;
+    if (sc->no_chunks)
+        goto head_only;
     rocksdb_iterator_t *it = sc->its.it[one_row];
 
     if (s->qual_start.n) {
@@ -179,8 +191,6 @@ static int scan_row(pscan *sc, pt_slice row_in, int one_row)
         rocksdb_iter_seek(it, (const char *)sc->seek.p, sc->seek.len);
     }
 
-    int started = 0;
-    size_t hi = 0;
     while (!sc->done && rocksdb_iter_valid(it)) {
         size_t kn, vn;
         const char *k = rocksdb_iter_key(it, &kn);
@@ -218,12 +228,15 @@ static int scan_row(pscan *sc, pt_slice row_in, int one_row)
         }
         rocksdb_iter_next(it);
     }
+    if ((rv = pt_emb_rocks_iter_error(it)) != 0)
+        return rv;
+head_only:
     while (hi < sc->hc.n && !sc->done) {
         const vcell *x = &sc->hc.c[hi++];
         if ((rv = emit(sc, row, &started, x->q, x->vlen, vcell_val(x))) != 0)
             return rv;
     }
-    return pt_emb_rocks_iter_error(it);
+    return 0;
 }
 
 static int slice_ptr_cmp(const void *x, const void *y)
@@ -273,6 +286,14 @@ static int scan_range(pscan *sc, const pt_row_range *r)
     int one_row = pt_emb_rocks_one_row(r);
     int bounded = r->end.n > 0;
     int rv;
+    if (one_row) {
+        /* One row: scan_row finds its head cells and its chunks itself. */
+        size_t before = sc->rows;
+        rv = scan_row(sc, r->start, 1);
+        if (sc->s->visited)
+            *sc->s->visited += sc->rows > before;
+        return rv;
+    }
     pt_buf upper = PT_BUF_INIT(0), cur = PT_BUF_INIT(0);
 
     pthread_mutex_lock(&sc->e->mu);

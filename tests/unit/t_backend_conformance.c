@@ -107,6 +107,44 @@ static void test_embedded_batch_order(const char *tmp)
     pt_backend_close(&b);
 }
 
+/* A one-row read whose window starts after the row's last chunk (as the head learnt it at
+ * the last flush) reads only the head; one starting inside it reads the chunk too. */
+static void test_embedded_known_chunks(const char *tmp)
+{
+    char path[512], err[256] = "";
+    snprintf(path, sizeof(path), "%s/known-chunks", tmp);
+    pt_backend b;
+    if (open_embedded(&b, path, err, sizeof(err)) != 0) {
+        ok(0, "embedded(known chunks): open: %s", err);
+        return;
+    }
+    ct_batch bt = {0};
+    ct_add(&bt, PT_TABLE_POINTS, "r", 100, "a");
+    ct_add(&bt, PT_TABLE_POINTS, "r", 200, "b");
+    int w1 = ct_write(&b, &bt), f = pt_embedded_flush(&b);
+    ct_batch b2 = {0};
+    ct_add(&b2, PT_TABLE_POINTS, "r", 300, "c");
+    ct_add(&b2, PT_TABLE_POINTS, "r", 150, "d"); /* before the chunk's end: a merge later */
+    int w2 = ct_write(&b, &b2);
+    ok(w1 == 0 && f == 0 && w2 == 0, "embedded(known chunks): written, flushed, written");
+    pt_row_range one[] = {{PT_SLICE_LIT("r"), {(const uint8_t *)"r\0", 2}}};
+    uint8_t q[4][4];
+    const uint32_t at[4] = {150, 201, 250, 400};
+    for (int i = 0; i < 4; i++)
+        pt_put_be32(q[i], at[i]);
+    pt_slice s150 = {q[0], 4}, s201 = {q[1], 4}, s250 = {q[2], 4}, s400 = {q[3], 4};
+    is_str(ct_show_q(&b, PT_TABLE_POINTS, one, 1, s150, s400, 0),
+           "r:00000096=d;r:000000c8=b;r:0000012c=c;",
+           "embedded(known chunks): a window starting inside the last chunk reads it");
+    is_str(ct_show_q(&b, PT_TABLE_POINTS, one, 1, s201, s400, 0), "r:0000012c=c;",
+           "embedded(known chunks): a window after the last chunk reads the head");
+    is_str(ct_show_q(&b, PT_TABLE_POINTS, one, 1, s250, s400, 0), "r:0000012c=c;",
+           "embedded(known chunks): the same, further on");
+    is_str(ct_show(&b, PT_TABLE_POINTS, one, 1), "r:00000064=a;r:00000096=d;r:000000c8=b;r:0000012c=c;",
+           "embedded(known chunks): the whole row");
+    pt_backend_close(&b);
+}
+
 static void test_embedded(const char *tmp)
 {
     char path[512], err[256] = "";
@@ -885,6 +923,7 @@ int main(int argc, char **argv)
     test_crash(argv[0], t1, 16 << 10, "crash(mid-flush, chunks durable)", 0, EMB_HOOK_DURABLE);
     test_embedded(t1);
     test_embedded_batch_order(t1);
+    test_embedded_known_chunks(t1);
     test_embedded_flushing(t1, 1, 100, "embedded(flush every write)");
     test_embedded_flushing(t1, 64 << 10, 2, "embedded(64 KiB head)");
     test_embedded_model(t1);
