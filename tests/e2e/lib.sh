@@ -218,6 +218,16 @@ pt_require() {
     done
 }
 
+# pt_tools: PROMTABLE, LOADGEN and READBENCH from the build directory (PT_BUILD_DIR, else
+# build/), the whole test skipped when one is not built.
+pt_tools() {
+    local x b=${PT_BUILD_DIR:-$here/build}
+    PROMTABLE=$b/promtable LOADGEN=$b/bench/loadgen READBENCH=$b/bench/readbench
+    for x in "$PROMTABLE" "$LOADGEN" "$READBENCH"; do
+        [ -x "$x" ] || tap_skip_all "$x is not built"
+    done
+}
+
 # -------------------------------------------------------------------------- ports, HTTP
 
 PT_PORTS_GIVEN=" "

@@ -6,11 +6,7 @@ set -u
 here=$(cd "$(dirname "$0")/../.." && pwd)
 . "$here/tests/e2e/lib.sh"
 pt_require curl
-B=${PT_BUILD_DIR:-$here/build}
-PROMTABLE=$B/promtable LOADGEN=$B/bench/loadgen READBENCH=$B/bench/readbench
-for x in "$PROMTABLE" "$LOADGEN" "$READBENCH"; do
-    [ -x "$x" ] || { tap_skip_all "$x is not built"; exit 0; }
-done
+pt_tools
 
 pt_mktemp DIR retention
 pt_free_port PORT

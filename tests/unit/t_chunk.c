@@ -8,22 +8,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "rnd.h"
 #include "tap.h"
 #include "embedded.h"
 #include "embedded_int.h"
 #include "error.h"
 #include "gorilla.h"
-
-/* xorshift64*: the same answers on every run. */
-static uint64_t rnd_state = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rnd64(void)
-{
-    rnd_state ^= rnd_state >> 12;
-    rnd_state ^= rnd_state << 25;
-    rnd_state ^= rnd_state >> 27;
-    return rnd_state * 0x2545f4914f6cdd1dull;
-}
 
 static uint64_t rnd(uint64_t n)
 {

@@ -5,18 +5,8 @@
 
 #include "error.h"
 #include "samples.h"
+#include "rnd.h"
 #include "tap.h"
-
-static uint64_t rng = 0x9e3779b97f4a7c15u;
-
-/* xorshift64*: the same answers on every run. */
-static uint64_t rnd(void)
-{
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return rng * 0x2545f4914f6cdd1du;
-}
 
 static double bits(uint64_t b)
 {
@@ -29,7 +19,7 @@ static double bits(uint64_t b)
  * them), infinities, subnormals, ordinary numbers, any bit pattern. */
 static double any_value(void)
 {
-    switch (rnd() % 12) {
+    switch (rnd64() % 12) {
     case 0: return 0.0;
     case 1: return -0.0;
     case 2: return bits(0x7ff0000000000002u); /* Prometheus' staleness marker */
@@ -37,22 +27,22 @@ static double any_value(void)
     case 4: return INFINITY;
     case 5: return -INFINITY;
     case 6: return bits(1); /* the smallest subnormal */
-    case 7: return (double)(rnd() % 1000);
-    case 8: return -(double)(rnd() % 1000) / 7;
-    default: return bits(rnd());
+    case 7: return (double)(rnd64() % 1000);
+    case 8: return -(double)(rnd64() % 1000) / 7;
+    default: return bits(rnd64());
     }
 }
 
 /* Timestamps of every varint length, zero and negatives included. */
 static int64_t any_time(void)
 {
-    switch (rnd() % 6) {
+    switch (rnd64() % 6) {
     case 0: return 0;
-    case 1: return -(int64_t)(rnd() % 100000) - 1;
-    case 2: return (int64_t)(rnd() % 128);
-    case 3: return INT64_MAX - (int64_t)(rnd() % 10);
-    case 4: return INT64_MIN + (int64_t)(rnd() % 10);
-    default: return 1700000000000 + (int64_t)(rnd() % 100000000);
+    case 1: return -(int64_t)(rnd64() % 100000) - 1;
+    case 2: return (int64_t)(rnd64() % 128);
+    case 3: return INT64_MAX - (int64_t)(rnd64() % 10);
+    case 4: return INT64_MIN + (int64_t)(rnd64() % 10);
+    default: return 1700000000000 + (int64_t)(rnd64() % 100000000);
     }
 }
 
@@ -60,14 +50,14 @@ static int64_t any_time(void)
 static ProtobufCBinaryData any_bytes(pt_arena *a)
 {
     size_t n;
-    switch (rnd() % 5) {
+    switch (rnd64() % 5) {
     case 0: n = 0; break;
-    case 1: n = 130 + rnd() % 200; break;
-    default: n = 1 + rnd() % 20; break;
+    case 1: n = 130 + rnd64() % 200; break;
+    default: n = 1 + rnd64() % 20; break;
     }
     uint8_t *p = pt_arena_alloc(a, n ? n : 1);
     for (size_t i = 0; i < n; i++)
-        p[i] = (uint8_t)rnd();
+        p[i] = (uint8_t)rnd64();
     return (ProtobufCBinaryData){n, n ? p : NULL};
 }
 
@@ -75,7 +65,7 @@ static Prometheus__TimeSeries *any_series(pt_arena *a, size_t max_samples)
 {
     Prometheus__TimeSeries *ts = pt_arena_alloc(a, sizeof(*ts));
     prometheus__time_series__init(ts);
-    ts->n_labels = rnd() % 6;
+    ts->n_labels = rnd64() % 6;
     ts->labels = pt_arena_alloc(a, (ts->n_labels + 1) * sizeof(*ts->labels));
     for (size_t i = 0; i < ts->n_labels; i++) {
         Prometheus__Label *l = pt_arena_alloc(a, sizeof(*l));
@@ -84,7 +74,7 @@ static Prometheus__TimeSeries *any_series(pt_arena *a, size_t max_samples)
         l->value = any_bytes(a);
         ts->labels[i] = l;
     }
-    ts->n_samples = max_samples ? rnd() % (max_samples + 1) : 0;
+    ts->n_samples = max_samples ? rnd64() % (max_samples + 1) : 0;
     ts->samples = pt_arena_alloc(a, (ts->n_samples + 1) * sizeof(*ts->samples));
     for (size_t i = 0; i < ts->n_samples; i++) {
         Prometheus__Sample *s = pt_arena_alloc(a, sizeof(*s));
@@ -124,12 +114,12 @@ static int encode(const Prometheus__ReadResponse *r, size_t max_batch, pt_sample
         const Prometheus__QueryResult *qr = r->results[q];
         size_t next = 0;
         for (;;) {
-            size_t n = rnd() % (max_batch + 1);
+            size_t n = rnd64() % (max_batch + 1);
             if (n > qr->n_timeseries - next)
                 n = qr->n_timeseries - next;
             pt_read_batch bt = {q, qr->timeseries + next, n, 0};
             next += n;
-            bt.last_of_query = next == qr->n_timeseries && rnd() % 2;
+            bt.last_of_query = next == qr->n_timeseries && rnd64() % 2;
             int rv = pt_samples_add(e, &bt);
             if (rv != 0)
                 return rv;
@@ -239,12 +229,12 @@ int main(void)
 
     /* Random answers: many queries, batches of every size. */
     for (int round = 0; round < 40; round++) {
-        size_t nq = 1 + rnd() % 12, ns[12];
+        size_t nq = 1 + rnd64() % 12, ns[12];
         for (size_t q = 0; q < nq; q++)
-            ns[q] = rnd() % 3 == 0 ? 0 : rnd() % 40;
+            ns[q] = rnd64() % 3 == 0 ? 0 : rnd64() % 40;
         char what[64];
         snprintf(what, sizeof(what), "random answer %d (%zu queries)", round, nq);
-        check(what, any_answer(&a, nq, ns, 30), 1 + rnd() % 10);
+        check(what, any_answer(&a, nq, ns, 30), 1 + rnd64() % 10);
         pt_arena_reset(&a);
     }
 
