@@ -246,24 +246,18 @@ static int slice_ptr_cmp(const void *x, const void *y)
 
 /* Copies the keys of the head rows with cells in range r, sorted: the rows themselves may
  * be evicted once mu is released. */
-static int head_rows_locked(pscan *sc, const pt_row_range *r, int one_row)
+static int head_rows_locked(pscan *sc, const pt_row_range *r)
 {
     head *h = &sc->e->h;
-    hrow *one = NULL, **found = &one;
     size_t n = 0, bytes = 0;
     int rv;
     sc->nh = 0;
     pt_buf_reset(&sc->keys);
-    if (one_row) {
-        one = pt_emb_head_find(h, r->start.p, r->start.n, pt_emb_head_hash(r->start.p, r->start.n));
-        n = one && (one->s[0].n > 0 || one->s[1].n > 0);
-    } else {
-        if ((rv = pt_emb_head_collect(h, r, &sc->found, &sc->found_cap, &n)) != 0)
-            return rv;
-        if (sc->s->visited)
-            *sc->s->visited += h->nrows; /* a range is found by walking the whole head */
-        found = sc->found;
-    }
+    if ((rv = pt_emb_head_collect(h, r, &sc->found, &sc->found_cap, &n)) != 0)
+        return rv;
+    if (sc->s->visited)
+        *sc->s->visited += h->nrows; /* a range is found by walking the whole head */
+    hrow **found = sc->found;
     if (n == 0)
         return 0;
     for (size_t i = 0; i < n; i++)
@@ -283,10 +277,9 @@ static int head_rows_locked(pscan *sc, const pt_row_range *r, int one_row)
 
 static int scan_range(pscan *sc, const pt_row_range *r)
 {
-    int one_row = pt_emb_rocks_one_row(r);
     int bounded = r->end.n > 0;
     int rv;
-    if (one_row) {
+    if (pt_emb_rocks_one_row(r)) {
         /* One row: scan_row finds its head cells and its chunks itself. */
         size_t before = sc->rows;
         rv = scan_row(sc, r->start, 1);
@@ -297,9 +290,9 @@ static int scan_range(pscan *sc, const pt_row_range *r)
     pt_buf upper = PT_BUF_INIT(0), cur = PT_BUF_INIT(0);
 
     pthread_mutex_lock(&sc->e->mu);
-    rv = iter_locked(sc, one_row);
+    rv = iter_locked(sc, 0);
     if (rv == 0)
-        rv = head_rows_locked(sc, r, one_row);
+        rv = head_rows_locked(sc, r);
     pthread_mutex_unlock(&sc->e->mu);
     if (rv != 0)
         goto out;
@@ -309,11 +302,11 @@ static int scan_range(pscan *sc, const pt_row_range *r)
         goto out;
     if (bounded && pt_slice_cmp(buf_slice(&sc->seek), buf_slice(&upper)) >= 0)
         goto out;
-    rocksdb_iter_seek(sc->its.it[one_row], (const char *)sc->seek.p, sc->seek.len);
+    rocksdb_iter_seek(sc->its.it[0], (const char *)sc->seek.p, sc->seek.len);
 
     size_t hi = 0;
     while (!sc->done) {
-        rocksdb_iterator_t *it = sc->its.it[one_row];
+        rocksdb_iterator_t *it = sc->its.it[0];
         pt_slice rrow = {0};
         int have_r = 0;
         if (rocksdb_iter_valid(it)) {
@@ -349,14 +342,12 @@ static int scan_range(pscan *sc, const pt_row_range *r)
             goto out;
         if (sc->s->visited)
             (*sc->s->visited)++;
-        if ((rv = scan_row(sc, row, one_row)) != 0)
+        if ((rv = scan_row(sc, row, 0)) != 0)
             goto out;
-        if (one_row)
-            break;
         /* Next row: the first key after every chunk of this one. */
         if ((rv = pt_emb_rocks_key(&sc->seek, cur.p, cur.len, 1, NULL, 0)) != 0)
             goto out;
-        rocksdb_iter_seek(sc->its.it[one_row], (const char *)sc->seek.p, sc->seek.len);
+        rocksdb_iter_seek(sc->its.it[0], (const char *)sc->seek.p, sc->seek.len);
     }
 out:
     pt_buf_free(&upper);
