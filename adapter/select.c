@@ -286,8 +286,12 @@ static void fill_flush(filler *f, uint64_t upto, int last)
                 uint32_t kn = pt_get_be32(f->rows.p + i + 4);
                 uint32_t vn = pt_get_be32(f->rows.p + i + 8 + kn);
                 size_t rec = 8 + (size_t)kn + vn;
-                if (day == d && pt_buf_append(&f->entry, f->rows.p + i + 4, rec) != 0)
-                    return; /* out of memory: the cache just misses these */
+                if (day == d && pt_buf_append(&f->entry, f->rows.p + i + 4, rec) != 0) {
+                    /* Out of memory: fill nothing more from this scan (an entry left out
+                     * is a miss; one filled without its rows would hide a series). */
+                    f->at = f->nmiss;
+                    return;
+                }
                 i += 4 + rec;
             }
             pt_ref_cache_put(c, ref, fill_day(f, d), f->epochs[f->at * f->ndays + d], f->entry.p,
@@ -779,11 +783,15 @@ static uint64_t query_mask(const qctx *q)
 
 /* Picks the cheapest way to list candidates, collects their references, then resolves
  * them to series; every candidate is then checked against all matchers. */
-static int resolve(qctx *q)
+/* Picks the cheapest way to list candidates (from the list hints when use_hints and they
+ * suffice: *hinted then set), collects their references, then resolves them to series;
+ * every candidate is then checked against all matchers. */
+static int resolve(qctx *q, int use_hints, int *hinted)
 {
     source *src = pt_arena_calloc(q->a, (q->nms ? q->nms : 1) * sizeof(*src));
     size_t n = 0;
     int rv;
+    *hinted = 0;
     if (!src)
         return PT_ENOMEM;
     q->qmask = query_mask(q);
@@ -801,21 +809,21 @@ static int resolve(qctx *q)
         return resolve_refs(q);
     }
     size_t best = 0;
-    if (n > 1 && !hinted_shortest(q, src, n, &best)) {
+    if (n > 1 && !(use_hints && (*hinted = hinted_shortest(q, src, n, &best)))) {
         if ((rv = shortest(q, src, n, &best)) != 0)
             return rv;
         note_counts(q, src, n);
     }
     source *c = &src[best];
-    if ((rv = source_finish_listing(q, c)) != 0)
-        return rv;
+    rv = source_finish_listing(q, c);
     size_t before = q->rows;
-    for (size_t i = 0; i < c->nlists; i++)
-        if ((rv = scan_list(q, &c->lists[i])) != 0)
-            return rv;
+    for (size_t i = 0; i < c->nlists && rv == 0; i++)
+        rv = scan_list(q, &c->lists[i]);
+    /* Its size, or at least what was read of it before an error (limit, deadline): a
+     * stale hint that led here is then no longer trusted. */
     if (q->st->hints)
-        pt_list_hints_put(q->st->hints, c->hkey, c->vrows + (q->rows - before), 1);
-    return resolve_refs(q);
+        pt_list_hints_put(q->st->hints, c->hkey, c->vrows + (q->rows - before), rv == 0);
+    return rv ? rv : resolve_refs(q);
 }
 
 static pt_slice label_value(const series *s, pt_slice name)
@@ -834,7 +842,16 @@ static int series_cmp(const void *x, const void *y)
 
 int pt_select(qctx *q)
 {
-    int rv = resolve(q);
+    int hinted;
+    int rv = resolve(q, 1, &hinted);
+    if (rv == PT_ELIMIT && hinted) {
+        /* The list a hint picked grew past the limit; counting may pick a shorter one, and
+         * a hint must never change an answer. Start over without them. */
+        q->refs = (refset){0};
+        q->c.v = NULL;
+        q->c.x = (hindex){0};
+        rv = resolve(q, 0, &hinted);
+    }
     if (rv)
         return rv;
     /* Keep the candidates every matcher accepts. */

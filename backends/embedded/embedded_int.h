@@ -258,7 +258,8 @@ struct hrow {
     hcells s[2];
     uint32_t wal_gen, wal_id; /* wal.c's: the row's id in the log generation wal_gen */
     /* flush.c's: the row's last RocksDB chunk, valid when known; has_last = 0: none.
-     * Only the flush (thread) reads and writes them. */
+     * The flush (thread) writes them; scans read them under mu, and only while no flush
+     * runs (scan.c: a row with no chunk from a read's window on skips RocksDB). */
     uint32_t last_first, last_max, last_n;
     uint8_t known, has_last;
     uint8_t idle; /* had no cells at the previous flush */
