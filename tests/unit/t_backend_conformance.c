@@ -82,17 +82,24 @@ static digest table_digest(pt_backend *b, pt_table t)
 
 /* ---- embedded-only cases ---- */
 
+/* Opens an embedded store in tmp/name for a test of its own; a failure is a failed test. */
+static int open_named(pt_backend *b, const char *tmp, const char *name, const char *label)
+{
+    char path[512], err[256] = "";
+    snprintf(path, sizeof(path), "%s/%s", tmp, name);
+    if (open_embedded(b, path, err, sizeof(err)) == 0)
+        return 0;
+    ok(0, "%s: open: %s", label, err);
+    return -1;
+}
+
 /* One batch writing a cell twice, among other rows: the later write wins on both tables
  * (the index is written in row order; the sort must keep a cell's writes in order). */
 static void test_embedded_batch_order(const char *tmp)
 {
-    char path[512], err[256] = "";
-    snprintf(path, sizeof(path), "%s/batch-order", tmp);
     pt_backend b;
-    if (open_embedded(&b, path, err, sizeof(err)) != 0) {
-        ok(0, "embedded(batch order): open: %s", err);
+    if (open_named(&b, tmp, "batch-order", "embedded(batch order)") != 0)
         return;
-    }
     for (int t = 0; t < PT_TABLE_COUNT; t++) {
         ct_batch bt = {0};
         ct_add(&bt, (pt_table)t, "z", 1, "first");
@@ -111,13 +118,9 @@ static void test_embedded_batch_order(const char *tmp)
  * the last flush) reads only the head; one starting inside it reads the chunk too. */
 static void test_embedded_known_chunks(const char *tmp)
 {
-    char path[512], err[256] = "";
-    snprintf(path, sizeof(path), "%s/known-chunks", tmp);
     pt_backend b;
-    if (open_embedded(&b, path, err, sizeof(err)) != 0) {
-        ok(0, "embedded(known chunks): open: %s", err);
+    if (open_named(&b, tmp, "known-chunks", "embedded(known chunks)") != 0)
         return;
-    }
     ct_batch bt = {0};
     ct_add(&bt, PT_TABLE_POINTS, "r", 100, "a");
     ct_add(&bt, PT_TABLE_POINTS, "r", 200, "b");
