@@ -479,6 +479,8 @@ void pt_embedded_get_stats(pt_backend *b, pt_embedded_stats *out)
                                .expired_index = atomic_load(&e->x.dropped[1]),
                                .compactions = atomic_load(&e->x.compactions)};
     pthread_mutex_unlock(&e->mu);
+    pt_emb_rocks_memory(&e->r, &out->memtable_bytes, &out->table_reader_bytes,
+                        &out->block_cache_bytes);
 }
 
 static size_t embedded_stats(void *state, pt_backend_stat *out, size_t max)
@@ -508,6 +510,13 @@ static size_t embedded_stats(void *state, pt_backend_stat *out, size_t max)
          (double)st.frozen_cell_bytes},
         {"promtable_embedded_wal_bytes", "Size of the current points log.", 0,
          (double)st.wal_bytes},
+        {"promtable_embedded_memtable_bytes", "Memory of RocksDB's memtables, both tables.", 0,
+         (double)st.memtable_bytes},
+        {"promtable_embedded_table_reader_bytes",
+         "Memory of RocksDB's index and filter blocks held outside the block cache.", 0,
+         (double)st.table_reader_bytes},
+        {"promtable_embedded_block_cache_bytes", "Memory the RocksDB block cache holds.", 0,
+         (double)st.block_cache_bytes},
     };
     size_t n = sizeof(all) / sizeof(all[0]);
     if (n > max)

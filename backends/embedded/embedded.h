@@ -34,6 +34,9 @@ typedef struct pt_embedded_stats {
     uint64_t expired_chunks;   /* points chunks compactions dropped as past the retention */
     uint64_t expired_index;    /* index cells dropped likewise */
     uint64_t compactions;      /* whole-store compactions run for the retention */
+    uint64_t memtable_bytes;   /* RocksDB memtables, both tables */
+    uint64_t table_reader_bytes; /* RocksDB index and filter blocks outside the cache */
+    uint64_t block_cache_bytes;  /* what the block cache holds */
 } pt_embedded_stats;
 
 /* Samples the head's current generation may hold before it is frozen and flushed into

@@ -68,6 +68,7 @@ typedef struct rocks {
     rocksdb_writeoptions_t *flush_wopts; /* no RocksDB WAL: the points log covers these */
     /* Set before open, NULL = none: each family's compaction filter (expire.c's). */
     rocksdb_compactionfilter_t *filter[NCF];
+    rocksdb_cache_t *cache; /* the block cache of every family */
 } rocks;
 
 /* Opens (creating) the store in the existing directory path; refuses the first version's
@@ -77,6 +78,9 @@ int pt_emb_rocks_open(rocks *r, const char *path, int sync, size_t block_cache, 
                       size_t errlen);
 /* Releases everything; a zeroed or half-opened rocks is fine. */
 void pt_emb_rocks_close(rocks *r);
+/* Memory RocksDB holds: memtables of every family, table readers (index and filter
+ * blocks outside the cache), the block cache's usage. */
+void pt_emb_rocks_memory(rocks *r, uint64_t *memtables, uint64_t *readers, uint64_t *cache);
 
 /* Maps a RocksDB error string to a pt code (timeouts and busy states retryable) and frees
  * it. */
@@ -236,13 +240,36 @@ static inline const uint8_t *cell_val(const cell *c)
     return c->vlen <= 8 ? c->v.in : c->v.p;
 }
 
-/* One generation's cells of a row, in write order. */
+/* A run of a row's cells XOR-compressed (base/gorilla.h, the qualifier as the timestamp,
+ * the value's 8 bytes big-endian as the value): 8-byte values with strictly increasing
+ * qualifiers, what in-order ingest writes, in about 1-3 bytes a sample instead of 16. The
+ * encoder's state is kept here, so a sample is appended to the run where it is. */
+typedef struct zrun {
+    uint32_t cap;  /* bytes of data, zeroed past the bits written */
+    uint32_t n;    /* samples */
+    uint32_t bits; /* written */
+    uint32_t t, tdelta;
+    uint8_t leading, trailing;
+    uint64_t v;
+    uint8_t data[];
+} zrun;
+
+/* One generation's cells of a row, in write order: those of the run z, then c[0..n). A
+ * cell goes into the run while c is empty, its value has 8 bytes and its qualifier is
+ * past the run's last; otherwise into c. */
 typedef struct hcells {
+    zrun *z;
     cell *c;
     size_t cap;
     uint32_t n;
     uint8_t sorted; /* strictly increasing by qualifier */
 } hcells;
+
+/* Cells of the generation, run and array. */
+static inline uint32_t hcells_count(const hcells *s)
+{
+    return (s->z ? s->z->n : 0) + s->n;
+}
 
 /* A row of the head. head.c owns it; it lives until the head evicts it (at the end of a
  * flush, after it stayed empty for a whole flush interval) or is freed, so a pointer to
@@ -314,6 +341,11 @@ int pt_emb_head_append(head *h, hrow *r, uint32_t q, pt_slice v);
 int pt_emb_head_apply(head *h, hrow *const *rows, const pt_mutation *m, size_t n, size_t k);
 /* Sorts a row's current cells by qualifier, keeping the last write of each. */
 int pt_emb_head_normalize(head *h, hrow *r);
+/* The cells of s in write order, *n of them: *out = s->c when it has no run, else the run
+ * decoded into *buf (capacity *cap cells, grown as needed) followed by c. Reads s only:
+ * the flush thread calls it on frozen cells without mu. PT_EINTERNAL when the run does
+ * not decode (never, unless memory is corrupt). */
+int pt_emb_hcells_get(const hcells *s, cell **buf, size_t *cap, const cell **out, uint32_t *n);
 /* Sorts c[0..n) by qualifier, keeping the last write of each (tmp: room for n cells);
  * returns how many are left. Drops cells without freeing their values: for copies. */
 uint32_t pt_emb_cells_sort(cell *c, cell *tmp, uint32_t n);

@@ -224,17 +224,22 @@ static int fl_merge_row(flusher *f, hrow *r)
 static int fl_cells(flusher *f, const hrow *r)
 {
     const hcells *s = &r->s[f->fz];
-    f->hc = s->c;
-    f->hn = s->n;
+    const cell *c;
+    uint32_t n;
+    int rv = pt_emb_hcells_get(s, &f->sorted, &f->sorted_cap, &c, &n);
+    if (rv != 0)
+        return rv;
+    f->hc = c;
+    f->hn = n;
     if (s->sorted)
         return 0;
-    int rv;
-    if ((rv = pt_array_reserve(&f->sorted, &f->sorted_cap, s->n, sizeof(cell), 0)) != 0 ||
-        (rv = pt_array_reserve(&f->tmp, &f->tmp_cap, s->n, sizeof(cell), 0)) != 0)
+    if ((rv = pt_array_reserve(&f->sorted, &f->sorted_cap, n, sizeof(cell), 0)) != 0 ||
+        (rv = pt_array_reserve(&f->tmp, &f->tmp_cap, n, sizeof(cell), 0)) != 0)
         return rv;
-    memcpy(f->sorted, s->c, (size_t)s->n * sizeof(cell));
+    if (c != f->sorted)
+        memcpy(f->sorted, c, (size_t)n * sizeof(cell));
     f->hc = f->sorted;
-    f->hn = pt_emb_cells_sort(f->sorted, f->tmp, s->n);
+    f->hn = pt_emb_cells_sort(f->sorted, f->tmp, n);
     return 0;
 }
 

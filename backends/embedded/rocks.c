@@ -171,8 +171,8 @@ int pt_emb_rocks_open(rocks *r, const char *path, int sync, size_t block_cache, 
                  path);
         return PT_EINTERNAL;
     }
-    /* Options and the cache are reference-counted inside RocksDB once the DB holds
-     * them, so our handles are released right after open. */
+    /* Options are reference-counted inside RocksDB once the DB holds them, so our
+     * handles are released right after open; the cache's is kept for its usage. */
     rocksdb_cache_t *cache = rocksdb_cache_create_lru(block_cache);
     rocksdb_options_t *opts = make_options(cache, 0, NULL),
                       *popts = make_options(cache, 0, r->filter[CF_POINTS]),
@@ -183,7 +183,7 @@ int pt_emb_rocks_open(rocks *r, const char *path, int sync, size_t block_cache, 
     rocksdb_options_destroy(opts);
     rocksdb_options_destroy(popts);
     rocksdb_options_destroy(iopts);
-    rocksdb_cache_destroy(cache);
+    r->cache = cache;
     if (msg) {
         snprintf(err, errlen, "embedded: open %s: %s", path, msg);
         return pt_emb_rocks_error(msg);
@@ -206,12 +206,28 @@ void pt_emb_rocks_close(rocks *r)
     if (r->db)
         rocksdb_close(r->db);
     r->db = NULL;
+    if (r->cache)
+        rocksdb_cache_destroy(r->cache);
+    r->cache = NULL;
     if (r->wopts)
         rocksdb_writeoptions_destroy(r->wopts);
     r->wopts = NULL;
     if (r->flush_wopts)
         rocksdb_writeoptions_destroy(r->flush_wopts);
     r->flush_wopts = NULL;
+}
+
+void pt_emb_rocks_memory(rocks *r, uint64_t *memtables, uint64_t *readers, uint64_t *cache)
+{
+    *memtables = *readers = 0;
+    for (int i = 0; i < NCF; i++) {
+        uint64_t v;
+        if (rocksdb_property_int_cf(r->db, r->cf[i], "rocksdb.cur-size-all-mem-tables", &v) == 0)
+            *memtables += v;
+        if (rocksdb_property_int_cf(r->db, r->cf[i], "rocksdb.estimate-table-readers-mem", &v) == 0)
+            *readers += v;
+    }
+    *cache = rocksdb_cache_get_usage(r->cache);
 }
 
 int pt_emb_rocks_iter(rocks *r, rocks_iters *its, int cf, int one_row,

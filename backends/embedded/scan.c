@@ -33,6 +33,8 @@ typedef struct pscan {
     pt_buf hbytes;
     cell *fsort; /* a sorted copy of a row's frozen cells, and room to sort it */
     size_t fsort_cap;
+    cell *cur; /* a row's current cells, when they had to be decoded */
+    size_t cur_cap;
     size_t rows;
     int done;
     /* head rows of the current range, sorted: keys back to back in keys */
@@ -97,32 +99,37 @@ static int copy_head_locked(pscan *sc, pt_slice row)
     int rv = pt_emb_head_normalize(h, r);
     if (rv != 0)
         return rv;
-    const hcells *cur = &r->s[h->cur], *fz = &r->s[h->cur ^ 1];
-    const cell *fc = fz->c;
-    uint32_t fn = fz->n;
+    const hcells *fz = &r->s[h->cur ^ 1];
+    const cell *cc, *fc;
+    uint32_t cn, fn;
+    if ((rv = pt_emb_hcells_get(&r->s[h->cur], &sc->cur, &sc->cur_cap, &cc, &cn)) != 0 ||
+        (rv = pt_emb_hcells_get(fz, &sc->fsort, &sc->fsort_cap, &fc, &fn)) != 0)
+        return rv;
     if (!fz->sorted) {
+        int decoded = fc == sc->fsort; /* the reserve may move them */
         if ((rv = pt_array_reserve(&sc->fsort, &sc->fsort_cap, 2 * (size_t)fn, sizeof(cell), 0)))
             return rv;
-        memcpy(sc->fsort, fz->c, (size_t)fn * sizeof(cell));
+        if (!decoded)
+            memcpy(sc->fsort, fc, (size_t)fn * sizeof(cell));
         fn = pt_emb_cells_sort(sc->fsort, sc->fsort + fn, fn);
         fc = sc->fsort;
     }
     size_t vb = 0;
-    for (uint32_t i = 0; i < cur->n; i++)
-        vb += cur->c[i].vlen;
+    for (uint32_t i = 0; i < cn; i++)
+        vb += cc[i].vlen;
     for (uint32_t i = 0; i < fn; i++)
         vb += fc[i].vlen;
     /* Reserved once: the cells point into hbytes, which must not move. */
     if ((rv = pt_buf_reserve(&sc->hbytes, vb ? vb : 1)) != 0)
         return rv;
     uint32_t i = 0, j = 0;
-    while (rv == 0 && (i < fn || j < cur->n)) {
-        if (j == cur->n || (i < fn && fc[i].q < cur->c[j].q)) {
+    while (rv == 0 && (i < fn || j < cn)) {
+        if (j == cn || (i < fn && fc[i].q < cc[j].q)) {
             rv = push_locked(sc, &fc[i++]);
         } else {
-            if (i < fn && fc[i].q == cur->c[j].q)
+            if (i < fn && fc[i].q == cc[j].q)
                 i++; /* overwritten since the freeze */
-            rv = push_locked(sc, &cur->c[j++]);
+            rv = push_locked(sc, &cc[j++]);
         }
     }
     return rv;
@@ -366,6 +373,7 @@ int pt_emb_scan_points(embedded *e, const pt_scan *s, pt_cell_fn fn, void *ud)
     pt_buf_free(&sc.row);
     free(sc.hc.c);
     free(sc.fsort);
+    free(sc.cur);
     free(sc.cc.c);
     pt_buf_free(&sc.hbytes);
     pt_buf_free(&sc.keys);
