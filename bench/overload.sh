@@ -130,13 +130,13 @@ read -r MAX_INFLIGHT_SEEN MAX_BODY_SEEN < <(awk '$1 > i {i = $1} $2 > b {b = $2}
 REJECTED=$(awk '/^promtable_http_overload_rejected_total/ {s += $NF} END {printf "%d", s}' \
     "$WORK/overload.metrics")
 if awk -v p="$PASSES" 'BEGIN { exit !(p > 1) }'; then
-    CHECK="inconclusive: the pool was sent again ($PASSES passes); raise POOL_MB"
+    VERDICT="inconclusive: the pool was sent again ($PASSES passes); raise POOL_MB"
 elif [[ -z $STORED ]]; then
-    CHECK="FAILED: the read-back did not answer ($(tail -n 1 "$WORK/read.log"))"
+    VERDICT="FAILED: the read-back did not answer ($(tail -n 1 "$WORK/read.log"))"
 elif [[ $STORED == "$ACKED" ]]; then
-    CHECK="ok: $STORED samples stored = $ACKED acknowledged"
+    VERDICT="ok: $STORED samples stored = $ACKED acknowledged"
 else
-    CHECK="FAILED: $STORED samples stored, $ACKED acknowledged"
+    VERDICT="FAILED: $STORED samples stored, $ACKED acknowledged"
 fi
 
 print_header "overload benchmark: $SERIES series, $SAMPLES_PER_REQUEST samples/request," \
@@ -156,10 +156,10 @@ printf '%-28s %s\n' \
     "peak RSS" "$OVER_RSS MiB" \
     "highest gauges seen" \
     "in flight $MAX_INFLIGHT_SEEN (limit $MAX_INFLIGHT), body bytes $MAX_BODY_SEEN (limit $MAX_BODY_MEMORY)" \
-    "read-back" "$CHECK"
+    "read-back" "$VERDICT"
 echo
 echo "commands:"
 echo "  server:  ${SRV[overload]}"
 echo "  phase 1: ${CMD[sustain]}"
 echo "  phase 2: ${CMD[overload]}"
-[[ $CHECK == ok* ]]
+[[ $VERDICT == ok* ]]

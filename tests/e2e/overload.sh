@@ -15,6 +15,7 @@ pt_tools
 
 pt_mktemp DIR overload
 pt_free_port PORT
+# shellcheck disable=SC2153 # pt_free_port set PORT
 U=http://127.0.0.1:$PORT
 pt_spawn "$DIR/promtable.log" "$PROMTABLE" --web.listen-address="127.0.0.1:$PORT" \
     --storage.embedded.path="$DIR/data" --web.max-body-bytes=1MiB \
@@ -75,9 +76,8 @@ tap_is "$(curl -sS -o /dev/null -w '%{http_code}' -H 'Content-Type: application/
     -H 'Content-Encoding: snappy' --data-binary @"$DIR/empty.snappy" "$U/api/v1/write")" 204 \
     "then the next upload is admitted and acknowledged"
 tap_is "$(metric promtable_http_inflight_requests)" 0 "nothing stays in flight"
-awk '/^promtable_http_(inflight_requests|body_bytes|overload_rejected_total)/' "$DIR/m.txt" |
-    grep -q . && tap_ok "the overload metrics are on /metrics" ||
-    tap_not_ok "the overload metrics are on /metrics"
+tap_is "$(grep -cE '^promtable_http_(inflight_requests|body_bytes|overload_rejected_total)' \
+    "$DIR/m.txt")" 5 "the overload metrics are on /metrics (2 gauges, 3 limits)"
 
 pt_stop "$PID" 10
 tap_is "$?" 0 "promtable exits cleanly"
