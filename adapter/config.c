@@ -42,6 +42,15 @@ static const pt_conf_key table[] = {
      F(max_decoded_bytes), "Largest declared snappy-decoded size; larger gets 413."},
     {"web.max_request_memory", NULL, PT_CONF_BYTES, "512MiB", MiB, 65536 * MiB,
      F(max_request_memory), "Memory one request may use to decode and answer; over it 413."},
+    /* Overload: past these a request gets 503 with Retry-After (README, Overload). */
+    {"web.max_inflight_requests", NULL, PT_CONF_LONG, "128", 1, 1000000, F(max_inflight_requests),
+     "Requests queued for or running on workers at once; past it 503 (retry)."},
+    {"web.max_connection_body_memory", NULL, PT_CONF_BYTES, "64MiB", MiB, 1048576 * MiB,
+     F(max_connection_body_memory),
+     "Request bodies one connection (all its HTTP/2 streams) holds at once; past it 503 "
+     "(at least web.max_body_bytes, at most web.max_body_memory)."},
+    {"web.overload_retry_after", NULL, PT_CONF_DURATION, "1s", 1000, 3600000LL,
+     F(overload_retry_after_ms), "Retry-After of a 503 for overload (whole seconds, rounded up)."},
     {"storage.backend", NULL, PT_CONF_ENUM, "embedded|bigtable", 0, 0, F(backend),
      "Where samples go: embedded = RocksDB in storage.embedded.path, bigtable = Bigtable."},
     {"storage.retention", NULL, PT_CONF_DURATION, "0", 0, 100 * 31536000000LL, F(retention_ms),

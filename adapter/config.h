@@ -26,6 +26,9 @@ typedef struct pt_config {
     size_t max_body_memory;
     size_t max_decoded_bytes;
     size_t max_request_memory;
+    long max_inflight_requests;
+    size_t max_connection_body_memory;
+    long overload_retry_after_ms;
 
     char *backend;
     long retention_ms;

@@ -215,6 +215,20 @@ long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
                     &pt_m.request_duration[r]);
     }
     gauge(&o, "promtable_http_connections", "Open client connections.", g->connections);
+    static const char *const overload_reasons[PT_OVERLOAD_COUNT] = {
+        "inflight", "connection_body_memory", "body_memory"};
+    put(&o, "# HELP promtable_http_overload_rejected_total Requests answered 503 with "
+            "Retry-After because a limit was reached, by limit.\n"
+            "# TYPE promtable_http_overload_rejected_total counter\n");
+    for (int r = 0; r < PT_OVERLOAD_COUNT; r++)
+        put(&o, "promtable_http_overload_rejected_total{limit=\"%s\"} %llu\n",
+            overload_reasons[r], LOAD(pt_m.http_overload_rejected[r]));
+    gauge(&o, "promtable_http_inflight_requests",
+          "Requests queued for or running on workers (web.max_inflight_requests).",
+          (long)LOAD(pt_m.http_inflight));
+    gauge(&o, "promtable_http_body_bytes",
+          "Request body memory held, kept buffers included (web.max_body_memory).",
+          (long)LOAD(pt_m.http_body_bytes));
     gauge(&o, "promtable_index_cache_entries", "(series, day) pairs known to be indexed.",
           g->index_cache_entries);
     gauge(&o, "promtable_index_cache_capacity", "Capacity of the index cache.",

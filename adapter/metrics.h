@@ -31,6 +31,12 @@ enum pt_reject_reason {
     PT_REJECT_COUNT
 };
 
+/* Why the HTTP server answered 503 for overload (web.max_inflight_requests,
+ * web.max_connection_body_memory, web.max_body_memory). */
+enum pt_overload_reason {
+    PT_OVERLOAD_INFLIGHT, PT_OVERLOAD_CONN_BODY, PT_OVERLOAD_BODY, PT_OVERLOAD_COUNT
+};
+
 typedef struct pt_metrics {
     _Atomic uint64_t samples_received;
     _Atomic uint64_t series_received;       /* TimeSeries entries */
@@ -46,6 +52,11 @@ typedef struct pt_metrics {
     _Atomic uint64_t retention_dropped;     /* stored entries storage.retention removed */
     _Atomic uint64_t backend_write_errors;
     _Atomic uint64_t backend_read_errors;
+    /* The HTTP server's overload figures: requests refused, and two gauges the server keeps
+     * (requests queued for or running on workers; request body bytes held in memory). */
+    _Atomic uint64_t http_overload_rejected[PT_OVERLOAD_COUNT];
+    _Atomic int64_t http_inflight;
+    _Atomic int64_t http_body_bytes;
     pt_histogram request_duration[PT_ROUTE_COUNT];
     pt_histogram backend_write_duration;
     pt_histogram backend_read_duration;

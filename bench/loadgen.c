@@ -44,6 +44,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +89,8 @@ typedef struct opts {
     long server_pid;            /* 0: none; else report its CPU time per phase */
     double churn_percent;       /* of --series replaced per churn step; 0: no churn */
     uint64_t churn_every_ms;    /* sample time between churn steps */
+    double rate;                /* timed phase: requests/s over all connections; 0: closed loop */
+    int retry_503;              /* send a body answered 503 again (as Prometheus does) */
     int check;
 } opts;
 
@@ -119,6 +122,10 @@ static void usage(FILE *f)
         "                           label gets a new generation) at every churn step\n"
         "  --churn-every-ms M       sample time between churn steps (needed with\n"
         "                           --churn-percent)\n"
+        "  --rate R                 open loop in the timed phase: start request i at\n"
+        "                           i / R s (over all connections); default 0 = closed loop\n"
+        "  --retry-503              a body answered 503 is sent again, on the same\n"
+        "                           connection, at its next turn (Prometheus retries 5xx)\n"
         "  --check                  build the bodies, decode and verify some, send nothing\n";
     fputs(text, f);
 }
@@ -164,6 +171,8 @@ static int parse_opts(int argc, char **argv, opts *o)
         O_SERVER_PID,
         O_CHURN_PCT,
         O_CHURN_EVERY,
+        O_RATE,
+        O_RETRY_503,
         O_CHECK,
         O_HELP
     };
@@ -184,6 +193,8 @@ static int parse_opts(int argc, char **argv, opts *o)
         {"server-pid", required_argument, 0, O_SERVER_PID},
         {"churn-percent", required_argument, 0, O_CHURN_PCT},
         {"churn-every-ms", required_argument, 0, O_CHURN_EVERY},
+        {"rate", required_argument, 0, O_RATE},
+        {"retry-503", no_argument, 0, O_RETRY_503},
         {"check", no_argument, 0, O_CHECK},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
@@ -228,6 +239,8 @@ static int parse_opts(int argc, char **argv, opts *o)
             bad |= parse_secs(optarg, &o->churn_percent) || o->churn_percent > 100;
             break;
         case O_CHURN_EVERY: bad |= parse_u64(optarg, 1, 86400000, &o->churn_every_ms); break;
+        case O_RATE: bad |= parse_secs(optarg, &o->rate); break;
+        case O_RETRY_503: o->retry_503 = 1; break;
         case O_CHECK: o->check = 1; break;
         case O_HELP: usage(stdout); exit(0);
         default: bad = 1;
@@ -1434,29 +1447,35 @@ typedef struct run {
     uint64_t min_seq;       /* ...but not before this body has been handed out */
     _Atomic uint64_t ok_samples; /* over all phases: what the receiver should now hold */
     atomic_flag reported;   /* first error printed */
+    double rate;            /* this phase: requests/s (opts.rate), 0: closed loop */
+    uint64_t pace_t0;       /* when the paced phase started */
+    _Atomic uint64_t turns; /* requests started in this phase, retries included */
 } run;
 
 typedef struct worker {
     pthread_t th;
     run *r;
     conn *c;
-    uint64_t ok, errors, samples;
-    uint32_t *lat_us;
-    size_t nlat, latcap;
+    uint64_t ok, errors, samples, busy; /* busy: answered 503 (overload) */
+    /* Latency of every answered request, and of the 2xx ones only. */
+    struct lat {
+        uint32_t *us;
+        size_t n, cap;
+    } all, ok_lat;
 } worker;
 
-static void record(worker *w, uint64_t ns)
+static void record(struct lat *l, uint64_t ns)
 {
-    if (w->nlat == w->latcap) {
-        size_t cap = w->latcap ? w->latcap * 2 : 4096;
-        uint32_t *p = realloc(w->lat_us, cap * sizeof *p);
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 4096;
+        uint32_t *p = realloc(l->us, cap * sizeof *p);
         if (!p) /* losing latency samples beats dying mid-run */
             return;
-        w->lat_us = p;
-        w->latcap = cap;
+        l->us = p;
+        l->cap = cap;
     }
     uint64_t us = ns / 1000;
-    w->lat_us[w->nlat++] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+    l->us[l->n++] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
 }
 
 static void report_error(run *r, int status, const conn *c)
@@ -1476,12 +1495,21 @@ static void *worker_main(void *arg)
     run *r = w->r;
     conn *c = w->c;
     char hdr[1536];
+    uint64_t retry = UINT64_MAX; /* a body answered 503, to send again */
     for (;;) {
         if (r->deadline_ns && now_ns() >= r->deadline_ns && atomic_load(&r->seq) >= r->min_seq)
             break;
-        uint64_t s = atomic_fetch_add(&r->seq, 1);
-        if (s >= r->seq_limit)
+        uint64_t s = retry;
+        if (s == UINT64_MAX && (s = atomic_fetch_add(&r->seq, 1)) >= r->seq_limit)
             break;
+        retry = UINT64_MAX;
+        uint64_t turn = atomic_fetch_add(&r->turns, 1);
+        if (r->rate > 0) {
+            uint64_t due = r->pace_t0 + (uint64_t)((double)turn * 1e9 / r->rate);
+            struct timespec ts = {(time_t)(due / 1000000000u), (long)(due % 1000000000u)};
+            while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+                ;
+        }
         const body *b = &r->pl->b[s % r->pl->n];
         int hl = snprintf(hdr, sizeof hdr,
                           "POST %s HTTP/1.1\r\n"
@@ -1510,11 +1538,15 @@ static void *worker_main(void *arg)
         if (status >= 200 && status < 300) {
             w->ok++;
             w->samples += r->pl->samples_per_body;
-            record(w, t1 - t0);
+            record(&w->all, t1 - t0);
+            record(&w->ok_lat, t1 - t0);
         } else {
             w->errors++;
+            w->busy += status == 503;
+            if (status == 503 && r->o->retry_503)
+                retry = s;
             if (status > 0)
-                record(w, t1 - t0);
+                record(&w->all, t1 - t0);
             report_error(r, status, c);
             if (status < 0) /* do not spin on a dead server */
                 usleep(10000);
@@ -1588,6 +1620,26 @@ static double self_cpu_s(void)
            (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
+/* The latencies of one kind (the struct lat at offset off in every worker), sorted; frees
+ * the workers' arrays. */
+static uint32_t *gather(worker *ws, size_t nw, size_t off, size_t *n)
+{
+    size_t total = 0, at = 0;
+    for (size_t i = 0; i < nw; i++)
+        total += ((struct lat *)(void *)((char *)&ws[i] + off))->n;
+    uint32_t *v = xmalloc(sizeof(*v) * (total ? total : 1));
+    for (size_t i = 0; i < nw; i++) {
+        struct lat *l = (struct lat *)(void *)((char *)&ws[i] + off);
+        if (l->n)
+            memcpy(v + at, l->us, l->n * sizeof *v);
+        at += l->n;
+        free(l->us);
+    }
+    qsort(v, total, sizeof *v, cmp_u32);
+    *n = total;
+    return v;
+}
+
 /* Runs one phase on all connections; prints its line to f. Returns the error count. */
 static uint64_t run_phase(run *r, conn *conns, const char *tag, FILE *f)
 {
@@ -1602,6 +1654,8 @@ static uint64_t run_phase(run *r, conn *conns, const char *tag, FILE *f)
     double cpu0 = o->server_pid ? proc_cpu_s(o->server_pid) : -1;
     double host0 = host_busy_s(), self0 = self_cpu_s();
     uint64_t t0 = now_ns();
+    r->pace_t0 = t0;
+    atomic_store(&r->turns, 0);
     size_t started = 0;
     for (size_t i = 0; i < nw; i++) {
         ws[i].r = r;
@@ -1618,23 +1672,16 @@ static uint64_t run_phase(run *r, conn *conns, const char *tag, FILE *f)
     double cpu1 = o->server_pid ? proc_cpu_s(o->server_pid) : -1;
     double host1 = host_busy_s(), self1 = self_cpu_s();
 
-    uint64_t ok = 0, errors = 0, samples = 0;
-    size_t nlat = 0;
+    uint64_t ok = 0, errors = 0, samples = 0, busy = 0;
     for (size_t i = 0; i < started; i++) {
         ok += ws[i].ok;
         errors += ws[i].errors;
         samples += ws[i].samples;
-        nlat += ws[i].nlat;
+        busy += ws[i].busy;
     }
-    uint32_t *lat = xmalloc(sizeof(*lat) * (nlat ? nlat : 1));
-    size_t at = 0;
-    for (size_t i = 0; i < started; i++) {
-        if (ws[i].nlat)
-            memcpy(lat + at, ws[i].lat_us, ws[i].nlat * sizeof *lat);
-        at += ws[i].nlat;
-        free(ws[i].lat_us);
-    }
-    qsort(lat, nlat, sizeof *lat, cmp_u32);
+    size_t nlat, nok;
+    uint32_t *lat = gather(ws, started, offsetof(worker, all), &nlat);
+    uint32_t *oklat = gather(ws, started, offsetof(worker, ok_lat), &nok);
     uint64_t sent = ok + errors;
     atomic_fetch_add(&r->ok_samples, samples);
     fprintf(f,
@@ -1646,13 +1693,19 @@ static uint64_t run_phase(run *r, conn *conns, const char *tag, FILE *f)
             pct_ms(lat, nlat, 0.99), nlat ? lat[nlat - 1] / 1000.0 : 0.0,
             (unsigned long long)errors, (unsigned long long)sent,
             (unsigned long long)samples, elapsed,
-            (double)(seq0 + sent) / (double)r->pl->n,
+            (double)(r->o->retry_503 ? atomic_load(&r->seq) : seq0 + sent) / (double)r->pl->n,
             (unsigned long long)atomic_load(&r->ok_samples));
     /* Series sent for the first time, counted when sent (a failed request's too). */
     uint64_t fresh = series_sent(r->pl, seq0 + sent) - series_sent(r->pl, seq0);
     fprintf(f, " series_total=%llu new_series=%llu new_series_per_sec=%.0f",
             (unsigned long long)series_sent(r->pl, seq0 + sent), (unsigned long long)fresh,
             elapsed > 0 ? (double)fresh / elapsed : 0);
+    /* Under overload: the offered rate, the 503s, and the latency of the admitted (2xx). */
+    fprintf(f, " offered_per_sec=%.1f rejected_503=%llu ok_p50_ms=%.2f ok_p99_ms=%.2f "
+               "ok_max_ms=%.2f",
+            elapsed > 0 ? (double)sent / elapsed : 0, (unsigned long long)busy,
+            pct_ms(oklat, nok, 0.50), pct_ms(oklat, nok, 0.99),
+            nok ? oklat[nok - 1] / 1000.0 : 0.0);
     if (cpu0 >= 0 && cpu1 >= 0) {
         double cpu = cpu1 - cpu0;
         fprintf(f, " server_cpu_s=%.2f server_cpu_util=%.2f samples_per_server_cpu_s=%.0f", cpu,
@@ -1667,6 +1720,7 @@ static uint64_t run_phase(run *r, conn *conns, const char *tag, FILE *f)
     fputc('\n', f);
     fflush(f);
     free(lat);
+    free(oklat);
     free(ws);
     return errors;
 }
@@ -1706,6 +1760,7 @@ static int send_load(const opts *o, const endpoint *ep, const model *m, const po
     run r = {.o = o, .ep = ep, .pl = pl, .reported = ATOMIC_FLAG_INIT};
     atomic_store(&r.seq, 0);
     atomic_store(&r.ok_samples, 0);
+    r.rate = o->rate; /* paced in the warm-up too: a closed loop of refusals is no warm-up */
     if (o->warmup_s > 0) {
         /* Creating a series costs a receiver far more than appending to one: warm up
          * for at least one pass over all series, so the timed phase is steady state. */

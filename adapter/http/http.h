@@ -116,6 +116,14 @@ typedef struct pt_server_opts {
     size_t max_body;            /* larger bodies get 413 without reaching dispatch */
     size_t max_body_total;      /* all bodies in memory at once; past it 503 (0 = 1 GiB) */
     size_t max_header_bytes;    /* total request header bytes; over it: 431 / stream reset */
+    /* Overload: past these a request is answered 503 with Retry-After, never dispatched.
+     * max_inflight: requests queued for or running on the workers (0 = 1024; requests
+     * answered on the loop do not count). max_conn_body: request bodies one connection
+     * holds at once, all its HTTP/2 streams together (0 = max_body_total; raised to
+     * max_body). retry_after_s: the Retry-After of those answers (0 = 1). */
+    int max_inflight;
+    size_t max_conn_body;
+    int retry_after_s;
     int idle_timeout_ms;        /* close idle keep-alive connections; 0 = never */
     int max_connections;        /* over it new connections are closed at once */
     const char *tls_cert_file;  /* both set: TLS with ALPN h2, http/1.1 */

@@ -380,6 +380,7 @@ static void h1_fail(pt_conn *c)
     pt_resp r = {.status = pt_error_http_status(h->error_rv),
                  .content_type = "text/plain; charset=utf-8",
                  .body_len = len + eol};
+    pt_task_retry_after(c->srv, &r); /* 503: a body past a memory limit */
     if (h->cur) {
         pt_task_free(h->cur);
         h->cur = NULL;

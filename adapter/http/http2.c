@@ -122,6 +122,7 @@ static void reject(pt_conn *c, pt_task *t)
     t->resp.nheaders = 0;
     t->resp.body = (const uint8_t *)msg;
     t->resp.body_len = strlen(msg);
+    pt_task_retry_after(c->srv, &t->resp); /* 503: a body past a memory limit */
     if (submit(c, t) != 0)
         nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, t->stream_id,
                                   NGHTTP2_INTERNAL_ERROR);

@@ -34,6 +34,7 @@
 #define DEFAULT_MAX_BODY_TOTAL ((size_t)1 << 30)
 #define DEFAULT_MAX_HEADER (64u << 10)
 #define DEFAULT_MAX_CONNS 65536
+#define DEFAULT_MAX_INFLIGHT 1024
 
 /*
  * An epoll event names a connection by slot and generation, never by pointer: close()
@@ -146,6 +147,7 @@ static void *worker_main(void *arg)
 static void complete_one(pt_server *s, pt_task *t)
 {
     s->inflight--;
+    pt_task_returned(t);
     int job = t->state;
     t->state = PT_TASK_SEND; /* back on the loop, with an answer or a piece to send */
     pt_conn *c = t->conn;
@@ -392,6 +394,15 @@ static pt_server *server_alloc(const pt_server_opts *opts, pt_dispatch_fn fn, vo
         s->opts.max_body_total = DEFAULT_MAX_BODY_TOTAL;
     if (s->opts.max_body_total < s->opts.max_body)
         s->opts.max_body_total = s->opts.max_body;
+    /* Overload limits: a body that fits max_body always fits its connection's room. */
+    if (s->opts.max_inflight <= 0)
+        s->opts.max_inflight = DEFAULT_MAX_INFLIGHT;
+    if (!s->opts.max_conn_body || s->opts.max_conn_body > s->opts.max_body_total)
+        s->opts.max_conn_body = s->opts.max_body_total;
+    if (s->opts.max_conn_body < s->opts.max_body)
+        s->opts.max_conn_body = s->opts.max_body;
+    snprintf(s->retry_after, sizeof(s->retry_after), "%d",
+             s->opts.retry_after_s > 0 ? s->opts.retry_after_s : 1);
     if (!s->opts.max_header_bytes)
         s->opts.max_header_bytes = DEFAULT_MAX_HEADER;
     if (s->opts.max_connections <= 0)

@@ -68,6 +68,7 @@ struct pt_task {
     uint32_t slot, gen;     /* which connection, checked when a worker posts the task back */
     int32_t stream_id;      /* HTTP/2 stream; 0 for HTTP/1 */
     int heavy;              /* pt_server_opts.heavy said so at dispatch */
+    int admitted;           /* counted in pt_server.requests until posted back */
     int state;              /* enum pt_task_state; written by the loop only */
     atomic_int cancelled;   /* set by the loop when nobody waits for the answer any more */
     int early_rv;           /* HTTP/2: answer this error code without calling dispatch
@@ -217,6 +218,7 @@ struct pt_conn {
     const uint8_t *out_body;
     size_t out_body_len;
     pt_task *tasks;          /* requests of this connection not yet finished */
+    size_t body_bytes;       /* capacity of its tasks' body buffers, against max_conn_body */
     int ntasks;
     pt_conn *prev, *next;    /* all connections */
     pt_conn *cnext;          /* close list */
@@ -280,6 +282,8 @@ struct pt_server {
     pt_task *cache;
     int ncache;
     long inflight;           /* tasks handed to workers and not yet posted back */
+    long requests;           /* of them, requests admitted (against max_inflight) */
+    char retry_after[16];    /* the Retry-After value of a 503 for overload */
     int stopping;
     int64_t stop_deadline_ms, next_sweep_ms;
 };
@@ -295,7 +299,8 @@ pt_task *pt_task_new(pt_conn *c, int proto);
 void pt_task_free(pt_task *t);
 /* Whether a worker holds t (QUEUED, PULL, CANCEL). */
 int pt_task_in_worker(const pt_task *t);
-/* The request is complete: hands it to a worker (or answers it on the loop, on_loop). */
+/* The request is complete: hands it to a worker (or answers it on the loop, on_loop), or
+ * answers 503 when max_inflight requests are queued or running already. */
 void pt_task_dispatch(pt_task *t);
 /* Asks a worker for the next piece of t's produced body (t is SEND, its piece consumed). */
 void pt_task_pull(pt_task *t);
@@ -311,8 +316,13 @@ int pt_task_req_header(pt_task *t, const char *name, size_t nlen, const char *va
 /* Splits a request target into path and query, copied into the arena. */
 int pt_task_req_target(pt_task *t, const char *u, size_t n);
 int pt_task_method(const char *name, size_t n);
-/* PT_ETOOLARGE over max_body, PT_EBUSY over max_body_total (all bodies), PT_ENOMEM. */
+/* PT_ETOOLARGE over max_body, PT_EBUSY over max_conn_body (the connection's bodies) or
+ * max_body_total (all bodies), PT_ENOMEM. */
 int pt_task_body_append(pt_task *t, const uint8_t *p, size_t n);
+/* A worker or the loop posted t back: it no longer counts against max_inflight. */
+void pt_task_returned(pt_task *t);
+/* Adds Retry-After to a 503 the server makes itself (r->headers has room). */
+void pt_task_retry_after(const pt_server *s, pt_resp *r);
 /* Pre-sizes the body for a declared length (already checked against max_body). */
 void pt_task_body_reserve(pt_task *t, uint64_t n);
 /* The plain-text body of an answer the server makes itself for error code rv (its status is

@@ -1,8 +1,10 @@
 /*
  * A request and its response: the task that carries them from the parser through a worker
  * and back, the request fields handlers read, the body under its ceilings (max_body per
- * request, max_body_total for all bodies in memory at once), the cache that lets tasks be
- * reused, and the two queues between the loop and the workers (work, completions).
+ * request, max_conn_body for one connection's bodies, max_body_total for all bodies in
+ * memory at once), admission (max_inflight requests queued or running, else 503), the
+ * cache that lets tasks be reused, and the two queues between the loop and the workers
+ * (work, completions).
  */
 #include <assert.h>
 #include <stddef.h>
@@ -41,6 +43,7 @@ pt_task *pt_task_new(pt_conn *c, int proto)
     atomic_store_explicit(&t->cancelled, 0, memory_order_relaxed);
     t->early_rv = 0;
     t->rejected = 0;
+    t->admitted = 0;
     t->hdr_bytes = 0;
     t->declared_len = UINT64_MAX;
     pt_buf_reset(&t->body);
@@ -76,6 +79,7 @@ pt_task *pt_task_new(pt_conn *c, int proto)
         c->tasks->prev = t;
     c->tasks = t;
     c->ntasks++;
+    c->body_bytes += t->body.cap; /* a cached task keeps its buffer */
     return t;
 }
 
@@ -99,6 +103,7 @@ static void detach(pt_task *t)
     t->prev = t->next = NULL;
     t->conn = NULL;
     c->ntasks--;
+    c->body_bytes -= t->body.cap;
 }
 
 /* Puts t on the workers' queue (loop thread). */
@@ -124,10 +129,19 @@ static void producer_finish(pt_task *t, int cancelled)
     t->producer_done = 1;
 }
 
+/* The server's body memory changed by delta (a gauge on /metrics too). */
+static void body_account(pt_server *s, pt_task *t, ptrdiff_t delta)
+{
+    s->body_bytes += (size_t)delta;
+    if (t->conn)
+        t->conn->body_bytes += (size_t)delta;
+    atomic_fetch_add_explicit(&pt_m.http_body_bytes, delta, memory_order_relaxed);
+}
+
 /* Frees a task's body buffer and takes it off the server's body memory. */
 static void body_release(pt_task *t)
 {
-    t->srv->body_bytes -= t->body.cap;
+    body_account(t->srv, t, -(ptrdiff_t)t->body.cap);
     pt_buf_free(&t->body);
 }
 
@@ -245,6 +259,38 @@ void pt_task_pull(pt_task *t)
     enqueue(t->srv, t);
 }
 
+void pt_task_retry_after(const pt_server *s, pt_resp *r)
+{
+    if (r->status == 503 && r->nheaders < PT_MAX_RESP_HEADERS)
+        r->headers[r->nheaders++] = (pt_resp_header){"Retry-After", s->retry_after};
+}
+
+void pt_task_returned(pt_task *t)
+{
+    if (!t->admitted)
+        return;
+    t->admitted = 0;
+    t->srv->requests--;
+    atomic_fetch_sub_explicit(&pt_m.http_inflight, 1, memory_order_relaxed);
+}
+
+/* Refuses a complete request for overload without running it: a 503 with Retry-After
+ * that goes out through the completion queue like an answer, so the connection (HTTP/1.1
+ * keep-alive, the other HTTP/2 streams) carries on. Nothing of it was acknowledged. */
+static void refuse(pt_server *s, pt_task *t)
+{
+    atomic_fetch_add_explicit(&pt_m.http_overload_rejected[PT_OVERLOAD_INFLIGHT], 1,
+                              memory_order_relaxed);
+    t->resp.status = pt_error_http_status(PT_EBUSY);
+    t->resp.content_type = "text/plain; charset=utf-8";
+    t->resp.body = (const uint8_t *)"server busy: web.max_inflight_requests requests are "
+                                    "queued or running; retry\n";
+    t->resp.body_len = strlen((const char *)t->resp.body);
+    pt_task_retry_after(s, &t->resp);
+    s->inflight++;
+    post(s, t);
+}
+
 void pt_task_dispatch(pt_task *t)
 {
     pt_server *s = t->srv;
@@ -260,6 +306,13 @@ void pt_task_dispatch(pt_task *t)
         pt_task_work(t);
         return;
     }
+    if (s->requests >= s->opts.max_inflight) {
+        refuse(s, t);
+        return;
+    }
+    t->admitted = 1;
+    s->requests++;
+    atomic_fetch_add_explicit(&pt_m.http_inflight, 1, memory_order_relaxed);
     enqueue(s, t);
 }
 
@@ -346,8 +399,8 @@ const char *pt_task_status_text(int rv)
     case PT_ETOOLARGE: return "request body too large\n";
     case PT_EHEADERS: return "request header fields too large\n";
     case PT_EVERSION: return "HTTP version not supported\n";
-    case PT_EBUSY: return "server busy: request bodies in memory are at web.max_body_memory; "
-                          "retry\n";
+    case PT_EBUSY: return "server busy: request bodies in memory are at web.max_body_memory "
+                          "or web.max_connection_body_memory; retry\n";
     case PT_ENOMEM: return "out of memory\n";
     }
     /* By class, so the text never contradicts the status pt_error_http_status() gives. */
@@ -358,32 +411,46 @@ const char *pt_task_status_text(int rv)
     return "internal error\n";
 }
 
-/* Room for n more body bytes within max_body and within the ceiling on all bodies together
- * (many connections each sending up to max_body must not take the process' memory):
- * 0, PT_ETOOLARGE past max_body, PT_EBUSY past max_body_total (the client retries),
- * PT_ENOMEM. */
-static int body_reserve(pt_task *t, size_t n)
+/* Room for n more body bytes within max_body, within the ceiling on the connection's bodies
+ * (HTTP/2 streams each sending up to max_body) and within the ceiling on all bodies
+ * together (many connections must not take the process' memory): 0, PT_ETOOLARGE past
+ * max_body, PT_EBUSY past max_conn_body or max_body_total (the client retries; *limit
+ * says which), PT_ENOMEM. */
+static int body_reserve(pt_task *t, size_t n, int *limit)
 {
     pt_server *s = t->srv;
     pt_buf *b = &t->body;
     if (n > s->opts.max_body - pt_buf_used(b))
         return PT_ETOOLARGE;
     size_t cap = b->cap;
-    /* body_bytes never passes max_body_total and includes this buffer: room >= cap. */
+    /* body_bytes never passes max_body_total and includes this buffer: room >= cap. A
+     * connection's may (buffers cached tasks bring along), hence the check. */
     size_t room = s->opts.max_body_total - (s->body_bytes - cap);
+    *limit = PT_OVERLOAD_BODY;
+    if (t->conn) {
+        size_t others = t->conn->body_bytes - cap;
+        size_t conn_room = others < s->opts.max_conn_body ? s->opts.max_conn_body - others : 0;
+        if (conn_room < room) {
+            room = conn_room;
+            *limit = PT_OVERLOAD_CONN_BODY;
+        }
+    }
     if (room == 0)
         return n ? PT_EBUSY : 0; /* a ceiling of 0 would mean none */
     /* The buffer's own ceiling, lowered for this growth to what other bodies leave. */
     b->max = room < s->opts.max_body ? room : s->opts.max_body;
     int rv = pt_buf_reserve(b, n);
     b->max = s->opts.max_body;
-    s->body_bytes += b->cap - cap;
+    body_account(s, t, (ptrdiff_t)(b->cap - cap));
     return rv == PT_ETOOLARGE ? PT_EBUSY : rv;
 }
 
 int pt_task_body_append(pt_task *t, const uint8_t *p, size_t n)
 {
-    int rv = body_reserve(t, n);
+    int limit;
+    int rv = body_reserve(t, n, &limit);
+    if (rv == PT_EBUSY)
+        atomic_fetch_add_explicit(&pt_m.http_overload_rejected[limit], 1, memory_order_relaxed);
     if (rv != 0)
         return rv;
     memcpy(t->body.p + t->body.len, p, n);
@@ -396,8 +463,9 @@ void pt_task_body_reserve(pt_task *t, uint64_t n)
     /* Capped: a declared length costs memory only as the bytes actually arrive. */
     if (n > BODY_RESERVE_MAX)
         n = BODY_RESERVE_MAX;
+    int limit;
     if (n > t->body.cap)
-        body_reserve(t, (size_t)n); /* on failure the body grows as bytes arrive */
+        body_reserve(t, (size_t)n, &limit); /* on failure the body grows as bytes arrive */
 }
 
 int pt_task_header_ok(const char *name, const char *value)

@@ -1,5 +1,7 @@
 /* ptdump: prints a snappy-compressed remote write or read body in text form.
- * usage: ptdump write|read FILE */
+ * usage: ptdump write|read|answer FILE
+ *   answer: a remote read answer of type SAMPLES, one line per sample:
+ *           {labels as sent} TIMESTAMP_MS VALUE (%.17g) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +21,7 @@ static void label_set(Prometheus__Label **ls, size_t n)
 int main(int argc, char **argv)
 {
     if (argc != 3) {
-        fprintf(stderr, "usage: ptdump write|read FILE\n");
+        fprintf(stderr, "usage: ptdump write|read|answer FILE\n");
         return 2;
     }
     FILE *f = fopen(argv[2], "rb");
@@ -51,6 +53,28 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < wr->n_metadata; i++)
             printf("metadata %s type=%d\n", wr->metadata[i]->metric_family_name,
                    (int)wr->metadata[i]->type);
+    } else if (strcmp(argv[1], "answer") == 0) {
+        pt_slice raw;
+        if (pt_snappy_decode(buf, n, SIZE_MAX / 2, &a, &raw, msg, sizeof(msg)) != 0) {
+            fprintf(stderr, "%s\n", msg);
+            return 1;
+        }
+        Prometheus__ReadResponse *rr = prometheus__read_response__unpack(NULL, raw.n, raw.p);
+        if (!rr) {
+            fprintf(stderr, "not a ReadResponse\n");
+            return 1;
+        }
+        for (size_t q = 0; q < rr->n_results; q++) {
+            for (size_t i = 0; i < rr->results[q]->n_timeseries; i++) {
+                Prometheus__TimeSeries *ts = rr->results[q]->timeseries[i];
+                for (size_t j = 0; j < ts->n_samples; j++) {
+                    label_set(ts->labels, ts->n_labels);
+                    printf(" %lld %.17g\n", (long long)ts->samples[j]->timestamp,
+                           ts->samples[j]->value);
+                }
+            }
+        }
+        prometheus__read_response__free_unpacked(rr, NULL);
     } else {
         Prometheus__ReadRequest *rr;
         if (pt_decode_read(buf, n, &lim, &a, &rr, msg, sizeof(msg)) != 0) {
