@@ -16,7 +16,9 @@ static const double bounds[PT_HIST_BUCKETS - 1] = {0.0005, 0.001, 0.0025, 0.005,
                                                     0.05,   0.1,   0.25,   0.5,   1,    2.5, 10};
 
 static const char *const route_names[PT_ROUTE_COUNT] = {
-    "/api/v1/write", "/api/v1/read", "/metrics", "/-/healthy", "/-/ready", "other"};
+    "/api/v1/write", "/api/v1/read", "/metrics", "/-/healthy", "/-/ready",
+    "/api/v1/labels", "/api/v1/label/:name/values", "/api/v1/series", "/api/v1/metadata",
+    "other"};
 
 static const char *const reject_names[PT_REJECT_COUNT] = {"labels", "timestamp", "histogram",
                                                          "exemplar"};
