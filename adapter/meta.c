@@ -5,6 +5,7 @@
 #include <xxhash.h>
 
 #include "error.h"
+#include "metrics.h"
 #include "rowkey.h"
 
 static const char meta_prefix[] = "==meta,";
@@ -84,8 +85,10 @@ int pt_meta_commit(pt_meta_batch *b)
     if (n == 0)
         return 0;
     int rv = pt_backend_write(b->st->be, (const pt_mutation *)(const void *)b->muts.p, n);
-    if (rv == 0)
+    if (rv == 0) {
         pt_index_cache_add(b->st->cache, (const pt_index_key *)(const void *)b->keys.p, n);
+        pt_m.metadata_written += n;
+    }
     pt_buf_reset(&b->muts);
     pt_buf_reset(&b->keys);
     return rv;

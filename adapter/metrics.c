@@ -163,8 +163,11 @@ long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
     counter(&o, "promtable_series_received_total",
             "TimeSeries entries received by remote write.", LOAD(pt_m.series_received));
     counter(&o, "promtable_metadata_received_total",
-            "Metric metadata entries received by remote write (acknowledged, not stored).",
+            "Metric metadata entries received by remote write.",
             LOAD(pt_m.metadata_received));
+    counter(&o, "promtable_metadata_written_total",
+            "Metric metadata cells written (new or changed, or first sent today).",
+            LOAD(pt_m.metadata_written));
     put(&o, "# HELP promtable_samples_rejected_total Samples, histograms and exemplars "
             "rejected with 400, by reason.\n# TYPE promtable_samples_rejected_total counter\n");
     for (int i = 0; i < PT_REJECT_COUNT; i++)
