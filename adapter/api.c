@@ -618,8 +618,9 @@ static void finish(apictx *c, int rv, const char *warning)
 
 static const char truncated[] = "results truncated due to limit";
 
-/* Parses the common parameters. 0, or an error already answered. */
-static int api_begin(apictx *c, pt_app *app, pt_req *req, pt_resp *resp)
+/* Parses the common parameters (limit too unless the endpoint reads its own). 0, or an
+ * error already answered. */
+static int api_begin(apictx *c, pt_app *app, pt_req *req, pt_resp *resp, int own_limit)
 {
     memset(c, 0, sizeof(*c));
     c->app = app;
@@ -650,7 +651,7 @@ static int api_begin(apictx *c, pt_app *app, pt_req *req, pt_resp *resp)
     int64_t oldest = pt_oldest_kept(&app->store);
     c->start = t[0] < oldest ? oldest : t[0];
     c->end = t[1] > PT_MAX_TIME_MS ? PT_MAX_TIME_MS : t[1];
-    const char *l = param_get(c, "limit");
+    const char *l = own_limit ? NULL : param_get(c, "limit");
     if (l && *l) {
         char *e;
         long long v = strtoll(l, &e, 10);
@@ -900,7 +901,7 @@ static int list_names(qctx *q, size_t max, pt_slice **out, size_t *n, int *cappe
 void pt_api_labels(pt_app *app, pt_req *req, pt_resp *resp)
 {
     apictx c;
-    if (api_begin(&c, app, req, resp) != 0)
+    if (api_begin(&c, app, req, resp, 0) != 0)
         return;
     pt_slice *v = NULL;
     size_t n = 0;
@@ -935,7 +936,7 @@ void pt_api_labels(pt_app *app, pt_req *req, pt_resp *resp)
 void pt_api_label_values(pt_app *app, pt_req *req, pt_resp *resp)
 {
     apictx c;
-    if (api_begin(&c, app, req, resp) != 0)
+    if (api_begin(&c, app, req, resp, 0) != 0)
         return;
     static const char pre[] = "/api/v1/label/", post[] = "/values";
     size_t pl = strlen(req->path), nl = pl - (sizeof(pre) - 1) - (sizeof(post) - 1);
@@ -989,7 +990,7 @@ void pt_api_label_values(pt_app *app, pt_req *req, pt_resp *resp)
 void pt_api_series(pt_app *app, pt_req *req, pt_resp *resp)
 {
     apictx c;
-    if (api_begin(&c, app, req, resp) != 0)
+    if (api_begin(&c, app, req, resp, 0) != 0)
         return;
     if (!param_count(&c, "match[]")) {
         json_error(&c, PT_EBADREQ, "no match[] parameter provided");
@@ -1071,8 +1072,9 @@ static int on_meta_entry(void *ud, const pt_meta_entry *e)
 void pt_api_metadata(pt_app *app, pt_req *req, pt_resp *resp)
 {
     apictx c;
-    if (api_begin(&c, app, req, resp) != 0)
+    if (api_begin(&c, app, req, resp, 1) != 0)
         return;
+    /* As Prometheus: limit < 0 is none (0 answers nothing), limit_per_metric <= 0 none. */
     metaout m = {.c = &c, .limit = -1, .per_metric = -1};
     static const char *const names[2] = {"limit", "limit_per_metric"};
     long *dst[2] = {&m.limit, &m.per_metric};
@@ -1083,14 +1085,12 @@ void pt_api_metadata(pt_app *app, pt_req *req, pt_resp *resp)
             continue;
         long long x = strtoll(v, &e, 10);
         if (*e) {
-            snprintf(c.msg, sizeof(c.msg), "invalid parameter \"%s\": not a number", names[i]);
+            snprintf(c.msg, sizeof(c.msg), "%s must be a number", names[i]);
             json_error(&c, PT_EBADREQ, c.msg);
             return;
         }
-        *dst[i] = x < 0 ? -1 : (long)x;
+        *dst[i] = x < 0 || (i == 1 && x == 0) ? -1 : (long)x;
     }
-    if (m.limit == 0)
-        m.limit = -1; /* 0 = no limit, as for the other endpoints */
     pt_buf_init_arena(&m.last, req->arena, 0);
     const char *metric = param_get(&c, "metric");
     int rv = begin_ok(&c);

@@ -88,6 +88,9 @@ same '/api/v1/metadata?metric=promtable_samples_received_total' '.' \
     "metadata of promtable_samples_received_total: as Prometheus answers"
 same '/api/v1/metadata?metric=prometheus_http_request_duration_seconds' '.' \
     "metadata of a histogram family: as Prometheus answers"
+same '/api/v1/metadata?limit=0' '.' "metadata limit=0: as Prometheus answers"
+same '/api/v1/metadata?metric=up&limit_per_metric=0' '.' "metadata limit_per_metric=0: as Prometheus answers"
+same '/api/v1/metadata?limit=x' '.' "metadata limit=x: the same 400 answer"
 same '/api/v1/series' '.' "series without match[]: the same 400 answer"
 same '/api/v1/series?match[]=up&start=nope' '.status, .errorType' "a bad start: bad_data as in Prometheus"
 
