@@ -31,8 +31,12 @@ int pt_json_str(pt_buf *b, pt_slice s)
         if (c == '"' || c == '\\') {
             esc[0] = '\\', esc[1] = (char)c, en = 2;
         } else if (c < 0x20 || c == 0x7f) {
-            const char *shortc = c == '\n' ? "n" : c == '\r' ? "r" : c == '\t' ? "t"
-                               : c == '\b' ? "b" : c == '\f' ? "f" : NULL;
+            const char *shortc = c == '\n'   ? "n"
+                                 : c == '\r' ? "r"
+                                 : c == '\t' ? "t"
+                                 : c == '\b' ? "b"
+                                 : c == '\f' ? "f"
+                                             : NULL;
             if (shortc) {
                 esc[0] = '\\', esc[1] = shortc[0], en = 2;
             } else {
@@ -192,22 +196,27 @@ static int is_alpha(char c)
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
 }
 
-static int is_digit(char c) { return c >= '0' && c <= '9'; }
+static int is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
 
 /* An identifier; colons allowed for metric names. 0 when there is none. */
 static size_t ident(lexer *lx, int colons)
 {
     size_t j = lx->i;
-    while (j < lx->n && (is_alpha(lx->s[j]) || (j > lx->i && is_digit(lx->s[j])) ||
-                         (colons && lx->s[j] == ':')))
+    while (j < lx->n &&
+           (is_alpha(lx->s[j]) || (j > lx->i && is_digit(lx->s[j])) || (colons && lx->s[j] == ':')))
         j++;
     return j - lx->i;
 }
 
 static int hexval(char c)
 {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-         : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
 }
 
 static size_t put_utf8(uint8_t *o, uint32_t cp)
@@ -305,7 +314,10 @@ static int string_lit(lexer *lx, pt_slice *out)
     return 0;
 }
 
-static int is_quote(char c) { return c == '"' || c == '\'' || c == '`'; }
+static int is_quote(char c)
+{
+    return c == '"' || c == '\'' || c == '`';
+}
 
 typedef struct rawm {
     int type;
@@ -376,8 +388,8 @@ static int braces(lexer *lx, rawm *v, size_t *n, int *quoted_metric)
     }
 }
 
-int pt_selector_parse(pt_arena *a, const char *s, size_t n, pt_matcher **ms, size_t *nms,
-                      char *msg, size_t msglen)
+int pt_selector_parse(pt_arena *a, const char *s, size_t n, pt_matcher **ms, size_t *nms, char *msg,
+                      size_t msglen)
 {
     lexer lx = {s, n, 0, a, msg, msglen};
     *ms = NULL;
@@ -548,11 +560,11 @@ static size_t param_count(const apictx *c, const char *key)
 static void json_error(apictx *c, int rv, const char *text)
 {
     pt_resp *resp = c->resp;
-    const char *type = rv == PT_ELIMIT          ? "execution"
-                       : PT_IS_BAD_INPUT(rv)    ? "bad_data"
-                       : rv == PT_ETIMEOUT      ? "timeout"
-                       : PT_IS_RETRYABLE(rv)    ? "unavailable"
-                                                : "internal";
+    const char *type = rv == PT_ELIMIT       ? "execution"
+                       : PT_IS_BAD_INPUT(rv) ? "bad_data"
+                       : rv == PT_ETIMEOUT   ? "timeout"
+                       : PT_IS_RETRYABLE(rv) ? "unavailable"
+                                             : "internal";
     resp->status = rv == PT_ELIMIT ? 422 : pt_error_http_status(rv);
     resp->content_type = "application/json";
     pt_buf_reset(&c->out);
@@ -578,7 +590,8 @@ static void fail_store(apictx *c, int rv)
     if (rv == PT_ELIMIT)
         snprintf(c->msg, sizeof(c->msg),
                  "the selectors match more than %zu series (api.max_results); narrow them or "
-                 "the time range", c->max);
+                 "the time range",
+                 c->max);
     else if (rv == PT_ETIMEOUT)
         snprintf(c->msg, sizeof(c->msg), "the query took longer than read.timeout (%lld ms)",
                  (long long)c->app->store.read_timeout_ms);
@@ -603,7 +616,8 @@ static void finish(apictx *c, int rv, const char *warning)
     }
     rv = rv ? rv : put(&c->out, "}");
     if (rv) {
-        snprintf(c->msg, sizeof(c->msg), "the answer needs more than web.max_request_memory "
+        snprintf(c->msg, sizeof(c->msg),
+                 "the answer needs more than web.max_request_memory "
                  "(%zu bytes); pass a limit or narrow the query",
                  c->app->cfg ? c->app->cfg->max_request_memory : (size_t)0);
         json_error(c, PT_ETOOLARGE, c->msg);
@@ -703,8 +717,8 @@ static int select_union(apictx *c, series **out, size_t *n)
             continue;
         qctx q;
         qctx_init(c, &q);
-        int rv = pt_selector_parse(c->req->arena, c->p[i].val, strlen(c->p[i].val), &q.ms,
-                                   &q.nms, c->msg, sizeof(c->msg));
+        int rv = pt_selector_parse(c->req->arena, c->p[i].val, strlen(c->p[i].val), &q.ms, &q.nms,
+                                   c->msg, sizeof(c->msg));
         if (rv == 0)
             rv = pt_select(&q);
         pt_selector_free(q.ms, q.nms);
@@ -898,39 +912,65 @@ static int list_names(qctx *q, size_t max, pt_slice **out, size_t *n, int *cappe
     return rv;
 }
 
-void pt_api_labels(pt_app *app, pt_req *req, pt_resp *resp)
+/* From the series of every match[]: their label names (name NULL) or their values of
+ * label *name. 0, or an error already answered. */
+static int strings_of_union(apictx *c, const pt_slice *name, pt_slice **out, size_t *n)
 {
-    apictx c;
-    if (api_begin(&c, app, req, resp, 0) != 0)
-        return;
+    series *s;
+    size_t ns, total = 0, k = 0;
+    int rv = select_union(c, &s, &ns);
+    if (rv)
+        return rv;
+    for (size_t i = 0; i < ns; i++)
+        total += s[i].nlabels;
+    pt_slice *v = pt_arena_alloc(c->req->arena, (total + 1) * sizeof(*v));
+    if (!v) {
+        fail_store(c, PT_ENOMEM);
+        return PT_ENOMEM;
+    }
+    for (size_t i = 0; i < ns; i++)
+        for (size_t j = 0; j < s[i].nlabels; j++)
+            if (!name)
+                v[k++] = s[i].labels[j].name;
+            else if (pt_slice_eq(s[i].labels[j].name, *name))
+                v[k++] = s[i].labels[j].value;
+    *out = v;
+    *n = k;
+    return 0;
+}
+
+/* Label names (name NULL) or the values of label *name: from match[] when given, else
+ * from the index over the window. */
+static void answer_labels(apictx *c, const pt_slice *name)
+{
     pt_slice *v = NULL;
     size_t n = 0;
     int capped = 0, rv = 0;
-    if (param_count(&c, "match[]")) {
-        series *s;
-        size_t ns, total = 0;
-        if (select_union(&c, &s, &ns) != 0)
+    if (param_count(c, "match[]")) {
+        if (strings_of_union(c, name, &v, &n) != 0)
             return;
-        for (size_t i = 0; i < ns; i++)
-            total += s[i].nlabels;
-        v = pt_arena_alloc(req->arena, (total + 1) * sizeof(*v));
-        if (!v) {
-            fail_store(&c, PT_ENOMEM);
-            return;
-        }
-        for (size_t i = 0; i < ns; i++)
-            for (size_t j = 0; j < s[i].nlabels; j++)
-                v[n++] = s[i].labels[j].name;
-    } else if (c.end >= c.start) {
+    } else if (c->end >= c->start) {
         qctx q;
-        qctx_init(&c, &q);
-        rv = list_names(&q, c.max, &v, &n, &capped);
+        qctx_init(c, &q);
+        if (name) {
+            rv = pt_select_values(&q, *name, c->max, &v, &n);
+            if (rv == PT_ELIMIT)
+                capped = 1, rv = 0;
+        } else {
+            rv = list_names(&q, c->max, &v, &n, &capped);
+        }
     }
-    if (rv) {
-        fail_store(&c, rv);
-        return;
-    }
-    answer_strings(&c, v, n, capped);
+    if (rv)
+        fail_store(c, rv);
+    else
+        answer_strings(c, v, n, capped);
+}
+
+void pt_api_labels(pt_app *app, pt_req *req, pt_resp *resp)
+{
+    apictx c;
+    if (api_begin(&c, app, req, resp, 0) == 0)
+        answer_labels(&c, NULL);
 }
 
 void pt_api_label_values(pt_app *app, pt_req *req, pt_resp *resp)
@@ -939,52 +979,24 @@ void pt_api_label_values(pt_app *app, pt_req *req, pt_resp *resp)
     if (api_begin(&c, app, req, resp, 0) != 0)
         return;
     static const char pre[] = "/api/v1/label/", post[] = "/values";
-    size_t pl = strlen(req->path), nl = pl - (sizeof(pre) - 1) - (sizeof(post) - 1);
+    const size_t fixed = sizeof(pre) - 1 + sizeof(post) - 1;
+    size_t pl = strlen(req->path);
     int bad = 0;
     char *name = NULL;
-    if (pl > sizeof(pre) - 1 + sizeof(post) - 1 &&
-        strcmp(req->path + pl - (sizeof(post) - 1), post) == 0)
-        name = form_decode(req->arena, req->path + sizeof(pre) - 1, nl, &bad);
-    if (!name || !*name || strchr(name, '/') ||
-        !pt_utf8_valid(pt_slice_str(name))) {
-        if (!name && !bad && pl > sizeof(pre) - 1 + sizeof(post) - 1) {
+    if (pl > fixed && strcmp(req->path + pl - (sizeof(post) - 1), post) == 0) {
+        name = form_decode(req->arena, req->path + sizeof(pre) - 1, pl - fixed, &bad);
+        if (!name && !bad) {
             fail_store(&c, PT_ENOMEM);
             return;
         }
+    }
+    if (!name || strchr(name, '/') || !pt_utf8_valid(pt_slice_str(name))) {
         snprintf(c.msg, sizeof(c.msg), "invalid label name: \"%.200s\"", req->path);
         json_error(&c, PT_EBADREQ, c.msg);
         return;
     }
     pt_slice ln = pt_slice_str(name);
-    pt_slice *v = NULL;
-    size_t n = 0;
-    int capped = 0, rv = 0;
-    if (param_count(&c, "match[]")) {
-        series *s;
-        size_t ns;
-        if (select_union(&c, &s, &ns) != 0)
-            return;
-        v = pt_arena_alloc(req->arena, (ns + 1) * sizeof(*v));
-        if (!v) {
-            fail_store(&c, PT_ENOMEM);
-            return;
-        }
-        for (size_t i = 0; i < ns; i++)
-            for (size_t j = 0; j < s[i].nlabels; j++)
-                if (pt_slice_eq(s[i].labels[j].name, ln))
-                    v[n++] = s[i].labels[j].value;
-    } else if (c.end >= c.start) {
-        qctx q;
-        qctx_init(&c, &q);
-        rv = pt_select_values(&q, ln, c.max, &v, &n);
-        if (rv == PT_ELIMIT)
-            capped = 1, rv = 0;
-    }
-    if (rv) {
-        fail_store(&c, rv);
-        return;
-    }
-    answer_strings(&c, v, n, capped);
+    answer_labels(&c, &ln);
 }
 
 void pt_api_series(pt_app *app, pt_req *req, pt_resp *resp)

@@ -73,8 +73,11 @@ int pt_meta_put(pt_meta_batch *b, pt_slice family, int type, pt_slice help, pt_s
         return PT_ENOMEM;
     uint8_t *e = family_prefix(row, family);
     e = pt_ref_hex(e, XXH3_64bits(val, vlen));
-    pt_mutation m = {PT_TABLE_INDEX, {row, (size_t)(e - row)}, {meta_qual, sizeof(meta_qual)},
-                     {val, vlen}, t * 1000};
+    pt_mutation m = {PT_TABLE_INDEX,
+                     {row, (size_t)(e - row)},
+                     {meta_qual, sizeof(meta_qual)},
+                     {val, vlen},
+                     t * 1000};
     int rv = pt_buf_append(&b->muts, &m, sizeof(m));
     return rv ? rv : pt_buf_append(&b->keys, &key, sizeof(key));
 }

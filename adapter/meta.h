@@ -33,8 +33,8 @@ const char *pt_meta_type_name(int type);
 typedef struct pt_meta_batch {
     pt_store *st;
     pt_arena *a;
-    pt_buf muts;  /* pt_mutation */
-    pt_buf keys;  /* pt_index_key of each mutation, for the cache after the write */
+    pt_buf muts;    /* pt_mutation */
+    pt_buf keys;    /* pt_index_key of each mutation, for the cache after the write */
     size_t skipped; /* entries refused (empty family, invalid UTF-8, over the size limit) */
 } pt_meta_batch;
 

@@ -27,12 +27,18 @@ static int api_run(pt_app *app, api_call *c, int method, const char *path, const
 {
     memset(c, 0, sizeof(*c));
     pt_arena_init(&c->arena, 0, 0);
-    c->req = (pt_req){.method = method, .method_name = method == PT_M_POST ? "POST" : "GET",
-                      .path = path, .query = query ? query : "",
+    c->req = (pt_req){.method = method,
+                      .method_name = method == PT_M_POST ? "POST" : "GET",
+                      .path = path,
+                      .query = query ? query : "",
                       .content_type = form ? "application/x-www-form-urlencoded" : "",
-                      .content_encoding = "", .authorization = "", .user_agent = "t",
-                      .remote_write_version = "", .body = (const uint8_t *)(form ? form : ""),
-                      .body_len = form ? strlen(form) : 0, .proto = PT_PROTO_HTTP1,
+                      .content_encoding = "",
+                      .authorization = "",
+                      .user_agent = "t",
+                      .remote_write_version = "",
+                      .body = (const uint8_t *)(form ? form : ""),
+                      .body_len = form ? strlen(form) : 0,
+                      .proto = PT_PROTO_HTTP1,
                       .arena = &c->arena};
     static atomic_int never;
     c->req.cancelled = &never;
@@ -80,8 +86,8 @@ static const tseries api_series[] = {
     {{"__name__", "later", "zz", "1", NULL}, {API_T0 + 2 * API_DAY}, {3}, 1},
 };
 
-static Prometheus__MetricMetadata *api_md(pt_arena *a, int type, const char *fam,
-                                          const char *help, const char *unit)
+static Prometheus__MetricMetadata *api_md(pt_arena *a, int type, const char *fam, const char *help,
+                                          const char *unit)
 {
     Prometheus__MetricMetadata *m = pt_arena_alloc(a, sizeof(*m));
     prometheus__metric_metadata__init(m);
@@ -114,11 +120,147 @@ static int api_write_metadata(pt_store *st)
     return rv;
 }
 
+/* The window of API_T0's day only, in both forms the API takes. */
+#define API_ONE_DAY "start=1699920000&end=2023-11-14T23:59:59.999Z"
+
+/* A request (GET path?query, or POST path with query as its form body) and the exact
+ * answer. */
+typedef struct api_case {
+    int post;
+    int status;
+    const char *path, *query, *want, *what;
+} api_case;
+
+static const api_case api_cases[] = {
+    {0, 200, "/api/v1/labels", "",
+     "{\"status\":\"success\",\"data\":[\"__name__\",\"code\",\"handler\",\"instance\","
+     "\"job\",\"label\",\"zz\"]}",
+     "labels, all time"},
+    {0, 200, "/api/v1/labels", API_ONE_DAY,
+     "{\"status\":\"success\",\"data\":[\"__name__\",\"code\",\"handler\",\"instance\","
+     "\"job\",\"label\"]}",
+     "labels in one day: not the later one's"},
+    {0, 200, "/api/v1/labels", "start=1700172800.5",
+     "{\"status\":\"success\",\"data\":[\"__name__\",\"zz\"]}",
+     "labels from a later day (a name whose first row is before the window)"},
+    {0, 200, "/api/v1/labels", "match[]=up",
+     "{\"status\":\"success\",\"data\":[\"__name__\",\"instance\",\"job\"]}",
+     "labels of match[]=up"},
+    {0, 200, "/api/v1/labels", "limit=2",
+     "{\"status\":\"success\",\"data\":[\"__name__\",\"code\"],"
+     "\"warnings\":[\"results truncated due to limit\"]}",
+     "labels limit=2: truncated with the warning"},
+    {1, 200, "/api/v1/labels", "match%5B%5D=%7Bjob%3D%22api%22%7D",
+     "{\"status\":\"success\",\"data\":[\"__name__\",\"code\",\"handler\",\"job\"]}",
+     "POST labels with a form body"},
+    {0, 200, "/api/v1/label/job/values", "",
+     "{\"status\":\"success\",\"data\":[\"api\",\"node\",\"old\"]}", "job values"},
+    {0, 200, "/api/v1/label/job/values", API_ONE_DAY,
+     "{\"status\":\"success\",\"data\":[\"api\",\"node\"]}", "job values in one day"},
+    {0, 200, "/api/v1/label/job/values", "match[]=up",
+     "{\"status\":\"success\",\"data\":[\"node\",\"old\"]}", "job values of up"},
+    {0, 200, "/api/v1/label/job/values", "match[]=up&match[]=http_requests_total&limit=2",
+     "{\"status\":\"success\",\"data\":[\"api\",\"node\"],"
+     "\"warnings\":[\"results truncated due to limit\"]}",
+     "job values of two selectors, limit 2"},
+    {0, 200, "/api/v1/label/__name__/values", "",
+     "{\"status\":\"success\",\"data\":[\"http_requests_total\",\"later\",\"up\","
+     "\"weird\"]}",
+     "metric names"},
+    {0, 200, "/api/v1/label/nope/values", "", "{\"status\":\"success\",\"data\":[]}",
+     "values of an unknown label: []"},
+    {0, 200, "/api/v1/label/label/values", "",
+     "{\"status\":\"success\",\"data\":[\"q\\\" b\\\\ n\\n t\\t c\\u0001 \xc3\xa9 "
+     "\xe6\x97\xa5 ,=@\"]}",
+     "a value with quotes, backslashes, control bytes and UTF-8, escaped"},
+    {0, 200, "/api/v1/series", "match[]=up&start=1699920000&end=1700006399",
+     "{\"status\":\"success\",\"data\":[{\"__name__\":\"up\",\"instance\":\"a:9100\","
+     "\"job\":\"node\"},{\"__name__\":\"up\",\"instance\":\"b:9100\",\"job\":\"node\"}]}",
+     "series of up in one day"},
+    {0, 200, "/api/v1/series", "match[]=%7Bjob%3D~%22n.*%7Cold%22%2Cinstance!~%22b.*%22%7D",
+     "{\"status\":\"success\",\"data\":[{\"__name__\":\"up\",\"instance\":\"a:9100\","
+     "\"job\":\"node\"},{\"__name__\":\"up\",\"instance\":\"c\",\"job\":\"old\"}]}",
+     "series of {job=~\"n.*|old\",instance!~\"b.*\"}"},
+    {0, 200, "/api/v1/series",
+     "match[]=http_requests_total&match[]=up{job=\"old\"}&match[]=up{job!=\"node\"}",
+     "{\"status\":\"success\",\"data\":[{\"__name__\":\"http_requests_total\","
+     "\"code\":\"200\",\"handler\":\"/x\",\"job\":\"api\"},{\"__name__\":\"up\","
+     "\"instance\":\"c\",\"job\":\"old\"}]}",
+     "three match[]: their union, once each"},
+    {0, 200, "/api/v1/series", "match[]={__name__=~\"up|later\",job!=\"\"}&limit=1",
+     "{\"status\":\"success\",\"data\":[{\"__name__\":\"up\",\"instance\":\"a:9100\","
+     "\"job\":\"node\"}],\"warnings\":[\"results truncated due to limit\"]}",
+     "series limit=1"},
+    {1, 200, "/api/v1/series", "match[]=later&end=1800000000",
+     "{\"status\":\"success\",\"data\":[{\"__name__\":\"later\",\"zz\":\"1\"}]}", "POST series"},
+    {0, 200, "/api/v1/series", "match[]=up&start=1800000000",
+     "{\"status\":\"success\",\"data\":[]}", "series after the data: []"},
+    {0, 200, "/api/v1/series", "match[]=up&start=1700000000&end=1600000000",
+     "{\"status\":\"success\",\"data\":[]}", "end before start: []"},
+    /* Bad input: 400 with Prometheus' error shape. */
+    {0, 400, "/api/v1/series", "",
+     "{\"status\":\"error\",\"errorType\":\"bad_data\",\"error\":\"no match[] parameter "
+     "provided\"}",
+     "series without match[]"},
+    {0, 400, "/api/v1/series", "match[]={job=\"\"}",
+     "{\"status\":\"error\",\"errorType\":\"bad_data\",\"error\":\"invalid parameter "
+     "\\\"match[]\\\": vector selector must contain at least one non-empty matcher\"}",
+     "a selector of empty matchers only"},
+    {0, 400, "/api/v1/labels", "match[]=up{",
+     "{\"status\":\"error\",\"errorType\":\"bad_data\",\"error\":\"invalid parameter "
+     "\\\"match[]\\\": parse error at char 4: expected a label name or '}', found the "
+     "end\"}",
+     "an unterminated selector"},
+    {0, 400, "/api/v1/series", "start=yesterday&match[]=up",
+     "{\"status\":\"error\",\"errorType\":\"bad_data\",\"error\":\"invalid parameter "
+     "\\\"start\\\": cannot parse \\\"yesterday\\\" to a valid timestamp\"}",
+     "a bad start"},
+    {0, 400, "/api/v1/labels", "limit=-1",
+     "{\"status\":\"error\",\"errorType\":\"bad_data\",\"error\":\"invalid parameter "
+     "\\\"limit\\\": limit must be non-negative\"}",
+     "a negative limit"},
+    {0, 400, "/api/v1/labels", "match[]=%zz",
+     "{\"status\":\"error\",\"errorType\":\"bad_data\",\"error\":\"invalid form encoding "
+     "in \\\"match[]=%zz\\\"\"}",
+     "a bad percent escape"},
+    {0, 400, "/api/v1/label//values", "",
+     "{\"status\":\"error\",\"errorType\":\"bad_data\",\"error\":\"invalid label name: "
+     "\\\"/api/v1/label//values\\\"\"}",
+     "an empty label name"},
+};
+
+/* With api.max_results = 2. */
+static const api_case api_capped[] = {
+    {0, 200, "/api/v1/label/__name__/values", "",
+     "{\"status\":\"success\",\"data\":[\"http_requests_total\",\"up\"],"
+     "\"warnings\":[\"results truncated at api.max_results (2)\"]}",
+     "values past api.max_results: cut, with a warning"},
+    {0, 200, "/api/v1/labels", "",
+     "{\"status\":\"success\",\"data\":[\"__name__\",\"code\"],"
+     "\"warnings\":[\"results truncated at api.max_results (2)\"]}",
+     "names past api.max_results: cut, with a warning"},
+    {0, 422, "/api/v1/series", "match[]=up",
+     "{\"status\":\"error\",\"errorType\":\"execution\",\"error\":\"the selectors match "
+     "more than 2 series (api.max_results); narrow them or the time range\"}",
+     "series past api.max_results: 422"},
+};
+
+static void api_case_run(pt_app *app, const api_case *k)
+{
+    if (k->post)
+        api_post_is(app, k->status, k->path, k->query, k->want, k->what);
+    else
+        api_is(app, k->status, k->path, k->query, k->want, k->what);
+}
+
 static void pt_api_conformance(pt_backend *be, const char *name)
 {
     diag("api conformance on %s", name);
-    pt_store st = {.be = be, .cache = pt_index_cache_new(1 << 16), .index_bucket_ms = API_DAY,
-                   .max_series = 1000, .max_samples = 100000};
+    pt_store st = {.be = be,
+                   .cache = pt_index_cache_new(1 << 16),
+                   .index_bucket_ms = API_DAY,
+                   .max_series = 1000,
+                   .max_samples = 100000};
     static pt_config cfg;
     pt_config_defaults(&cfg);
     pt_app app = {.cfg = &cfg, .store = st};
@@ -126,111 +268,12 @@ static void pt_api_conformance(pt_backend *be, const char *name)
     pt_arena_init(&a, 0, 0);
     pt_write_result res;
     size_t ns = sizeof(api_series) / sizeof(api_series[0]);
-    is(pt_store_write(&st, mk_write(&a, api_series, ns), &a, &res), 0, "%s: series written",
-       name);
+    is(pt_store_write(&st, mk_write(&a, api_series, ns), &a, &res), 0, "%s: series written", name);
     pt_arena_free(&a);
     is(api_write_metadata(&st), 0, "%s: metadata written", name);
 
-    /* The window of API_T0's day only, in both forms the API takes. */
-    const char *day = "start=1699920000&end=2023-11-14T23:59:59.999Z";
-    api_is(&app, 200, "/api/v1/labels", "",
-           "{\"status\":\"success\",\"data\":[\"__name__\",\"code\",\"handler\",\"instance\","
-           "\"job\",\"label\",\"zz\"]}",
-           "labels, all time");
-    api_is(&app, 200, "/api/v1/labels", day,
-           "{\"status\":\"success\",\"data\":[\"__name__\",\"code\",\"handler\",\"instance\","
-           "\"job\",\"label\"]}",
-           "labels in one day: not the later one's");
-    api_is(&app, 200, "/api/v1/labels", "start=1700172800.5",
-           "{\"status\":\"success\",\"data\":[\"__name__\",\"zz\"]}",
-           "labels from a later day (a name whose first row is before the window)");
-    api_is(&app, 200, "/api/v1/labels", "match[]=up",
-           "{\"status\":\"success\",\"data\":[\"__name__\",\"instance\",\"job\"]}",
-           "labels of match[]=up");
-    api_is(&app, 200, "/api/v1/labels", "limit=2",
-           "{\"status\":\"success\",\"data\":[\"__name__\",\"code\"],"
-           "\"warnings\":[\"results truncated due to limit\"]}",
-           "labels limit=2: truncated with the warning");
-    api_post_is(&app, 200, "/api/v1/labels", "match%5B%5D=%7Bjob%3D%22api%22%7D",
-                "{\"status\":\"success\",\"data\":[\"__name__\",\"code\",\"handler\",\"job\"]}",
-                "POST labels with a form body");
-    api_is(&app, 200, "/api/v1/label/job/values", "",
-           "{\"status\":\"success\",\"data\":[\"api\",\"node\",\"old\"]}", "job values");
-    api_is(&app, 200, "/api/v1/label/job/values", day,
-           "{\"status\":\"success\",\"data\":[\"api\",\"node\"]}", "job values in one day");
-    api_is(&app, 200, "/api/v1/label/job/values", "match[]=up",
-           "{\"status\":\"success\",\"data\":[\"node\",\"old\"]}", "job values of up");
-    api_is(&app, 200, "/api/v1/label/job/values", "match[]=up&match[]=http_requests_total&limit=2",
-           "{\"status\":\"success\",\"data\":[\"api\",\"node\"],"
-           "\"warnings\":[\"results truncated due to limit\"]}",
-           "job values of two selectors, limit 2");
-    api_is(&app, 200, "/api/v1/label/__name__/values", "",
-           "{\"status\":\"success\",\"data\":[\"http_requests_total\",\"later\",\"up\","
-           "\"weird\"]}",
-           "metric names");
-    api_is(&app, 200, "/api/v1/label/nope/values", "",
-           "{\"status\":\"success\",\"data\":[]}", "values of an unknown label: []");
-    api_is(&app, 200, "/api/v1/label/label/values", "",
-           "{\"status\":\"success\",\"data\":[\"q\\\" b\\\\ n\\n t\\t c\\u0001 \xc3\xa9 "
-           "\xe6\x97\xa5 ,=@\"]}",
-           "a value with quotes, backslashes, control bytes and UTF-8, escaped");
-    api_is(&app, 200, "/api/v1/series", "match[]=up&start=1699920000&end=1700006399",
-           "{\"status\":\"success\",\"data\":[{\"__name__\":\"up\",\"instance\":\"a:9100\","
-           "\"job\":\"node\"},{\"__name__\":\"up\",\"instance\":\"b:9100\",\"job\":\"node\"}]}",
-           "series of up in one day");
-    api_is(&app, 200, "/api/v1/series",
-           "match[]=%7Bjob%3D~%22n.*%7Cold%22%2Cinstance!~%22b.*%22%7D",
-           "{\"status\":\"success\",\"data\":[{\"__name__\":\"up\",\"instance\":\"a:9100\","
-           "\"job\":\"node\"},{\"__name__\":\"up\",\"instance\":\"c\",\"job\":\"old\"}]}",
-           "series of {job=~\"n.*|old\",instance!~\"b.*\"}");
-    api_is(&app, 200, "/api/v1/series",
-           "match[]=http_requests_total&match[]=up{job=\"old\"}&match[]=up{job!=\"node\"}",
-           "{\"status\":\"success\",\"data\":[{\"__name__\":\"http_requests_total\","
-           "\"code\":\"200\",\"handler\":\"/x\",\"job\":\"api\"},{\"__name__\":\"up\","
-           "\"instance\":\"c\",\"job\":\"old\"}]}",
-           "three match[]: their union, once each");
-    api_is(&app, 200, "/api/v1/series", "match[]={__name__=~\"up|later\",job!=\"\"}&limit=1",
-           "{\"status\":\"success\",\"data\":[{\"__name__\":\"up\",\"instance\":\"a:9100\","
-           "\"job\":\"node\"}],\"warnings\":[\"results truncated due to limit\"]}",
-           "series limit=1");
-    api_post_is(&app, 200, "/api/v1/series", "match[]=later&end=1800000000",
-                "{\"status\":\"success\",\"data\":[{\"__name__\":\"later\",\"zz\":\"1\"}]}",
-                "POST series");
-    api_is(&app, 200, "/api/v1/series", "match[]=up&start=1800000000",
-           "{\"status\":\"success\",\"data\":[]}", "series after the data: []");
-    api_is(&app, 200, "/api/v1/series", "match[]=up&start=1700000000&end=1600000000",
-           "{\"status\":\"success\",\"data\":[]}", "end before start: []");
-
-    /* Bad input: 400 with Prometheus' error shape. */
-    api_is(&app, 400, "/api/v1/series", "",
-           "{\"status\":\"error\",\"errorType\":\"bad_data\",\"error\":\"no match[] parameter "
-           "provided\"}",
-           "series without match[]");
-    api_is(&app, 400, "/api/v1/series", "match[]={job=\"\"}",
-           "{\"status\":\"error\",\"errorType\":\"bad_data\",\"error\":\"invalid parameter "
-           "\\\"match[]\\\": vector selector must contain at least one non-empty matcher\"}",
-           "a selector of empty matchers only");
-    api_is(&app, 400, "/api/v1/labels", "match[]=up{",
-           "{\"status\":\"error\",\"errorType\":\"bad_data\",\"error\":\"invalid parameter "
-           "\\\"match[]\\\": parse error at char 4: expected a label name or '}', found the "
-           "end\"}",
-           "an unterminated selector");
-    api_is(&app, 400, "/api/v1/series", "start=yesterday&match[]=up",
-           "{\"status\":\"error\",\"errorType\":\"bad_data\",\"error\":\"invalid parameter "
-           "\\\"start\\\": cannot parse \\\"yesterday\\\" to a valid timestamp\"}",
-           "a bad start");
-    api_is(&app, 400, "/api/v1/labels", "limit=-1",
-           "{\"status\":\"error\",\"errorType\":\"bad_data\",\"error\":\"invalid parameter "
-           "\\\"limit\\\": limit must be non-negative\"}",
-           "a negative limit");
-    api_is(&app, 400, "/api/v1/labels", "match[]=%zz",
-           "{\"status\":\"error\",\"errorType\":\"bad_data\",\"error\":\"invalid form encoding "
-           "in \\\"match[]=%zz\\\"\"}",
-           "a bad percent escape");
-    api_is(&app, 400, "/api/v1/label//values", "",
-           "{\"status\":\"error\",\"errorType\":\"bad_data\",\"error\":\"invalid label name: "
-           "\\\"/api/v1/label//values\\\"\"}",
-           "an empty label name");
+    for (size_t i = 0; i < sizeof(api_cases) / sizeof(api_cases[0]); i++)
+        api_case_run(&app, &api_cases[i]);
     {
         api_call c;
         int s = api_run(&app, &c, PT_M_GET, "/api/v1/series", "match[]={a=~\"(\"}", NULL);
@@ -242,18 +285,8 @@ static void pt_api_conformance(pt_backend *be, const char *name)
 
     /* api.max_results bounds every list. */
     cfg.api_max_results = 2;
-    api_is(&app, 200, "/api/v1/label/__name__/values", "",
-           "{\"status\":\"success\",\"data\":[\"http_requests_total\",\"up\"],"
-           "\"warnings\":[\"results truncated at api.max_results (2)\"]}",
-           "values past api.max_results: cut, with a warning");
-    api_is(&app, 200, "/api/v1/labels", "",
-           "{\"status\":\"success\",\"data\":[\"__name__\",\"code\"],"
-           "\"warnings\":[\"results truncated at api.max_results (2)\"]}",
-           "names past api.max_results: cut, with a warning");
-    api_is(&app, 422, "/api/v1/series", "match[]=up",
-           "{\"status\":\"error\",\"errorType\":\"execution\",\"error\":\"the selectors match "
-           "more than 2 series (api.max_results); narrow them or the time range\"}",
-           "series past api.max_results: 422");
+    for (size_t i = 0; i < sizeof(api_capped) / sizeof(api_capped[0]); i++)
+        api_case_run(&app, &api_capped[i]);
     cfg.api_max_results = 100000;
 
     /* Metadata. */
