@@ -584,10 +584,16 @@ static void json_error(apictx *c, int rv, const char *text)
     resp->body_len = c->out.len;
 }
 
-/* The message for an error of the store or of a limit. */
+/* Answers an error of the store, of a limit or of memory. */
 static void fail_store(apictx *c, int rv)
 {
-    if (rv == PT_ELIMIT)
+    size_t mem = c->app->cfg ? c->app->cfg->max_request_memory : 0;
+    if (rv == PT_ENOMEM && c->req->arena->exhausted)
+        rv = PT_ETOOLARGE, snprintf(c->msg, sizeof(c->msg),
+                                    "the answer needs more than web.max_request_memory (%zu "
+                                    "bytes); pass a limit or narrow the query",
+                                    mem);
+    else if (rv == PT_ELIMIT)
         snprintf(c->msg, sizeof(c->msg),
                  "the selectors match more than %zu series (api.max_results); narrow them or "
                  "the time range",
@@ -595,8 +601,10 @@ static void fail_store(apictx *c, int rv)
     else if (rv == PT_ETIMEOUT)
         snprintf(c->msg, sizeof(c->msg), "the query took longer than read.timeout (%lld ms)",
                  (long long)c->app->store.read_timeout_ms);
-    else if (!PT_IS_BAD_INPUT(rv))
+    else if (PT_IS_RETRYABLE(rv))
         snprintf(c->msg, sizeof(c->msg), "storage read failed: %s", pt_strerror(rv));
+    else if (!PT_IS_BAD_INPUT(rv))
+        snprintf(c->msg, sizeof(c->msg), "%s", pt_strerror(rv));
     json_error(c, rv, c->msg);
 }
 
@@ -616,12 +624,7 @@ static void finish(apictx *c, int rv, const char *warning)
     }
     rv = rv ? rv : put(&c->out, "}");
     if (rv) {
-        snprintf(c->msg, sizeof(c->msg),
-                 "the answer needs more than web.max_request_memory "
-                 "(%zu bytes); pass a limit or narrow the query",
-                 c->app->cfg ? c->app->cfg->max_request_memory : (size_t)0);
-        json_error(c, PT_ETOOLARGE, c->msg);
-        c->resp->status = 413;
+        fail_store(c, PT_ENOMEM);
         return;
     }
     c->resp->status = 200;

@@ -288,6 +288,17 @@ static void pt_api_conformance(pt_backend *be, const char *name)
     for (size_t i = 0; i < sizeof(api_capped) / sizeof(api_capped[0]); i++)
         api_case_run(&app, &api_capped[i]);
     cfg.api_max_results = 100000;
+    {
+        /* An answer past web.max_request_memory: 413, said in JSON. */
+        cfg.max_request_memory = 6000;
+        api_call c;
+        int s = api_run(&app, &c, PT_M_GET, "/api/v1/series", "match[]={__name__=~\".%2B\"}", NULL);
+        ok(s == 413 && strstr(c.body, "\"status\":\"error\"") &&
+               strstr(c.body, "web.max_request_memory (6000 bytes)"),
+           "an answer past web.max_request_memory: 413 (%s)", c.body);
+        pt_arena_free(&c.arena);
+        cfg.max_request_memory = 512 << 20;
+    }
 
     /* Metadata. */
     const char *all_md =
