@@ -737,7 +737,9 @@ static int select_union(apictx *c, series **out, size_t *n)
             }
             return rv;
         }
-        series *grown = pt_arena_alloc(c->req->arena, (k + q.c.n + 1) * sizeof(*grown));
+        if (q.c.n == 0)
+            continue;
+        series *grown = pt_arena_alloc(c->req->arena, (k + q.c.n) * sizeof(*grown));
         if (!grown) {
             fail_store(c, PT_ENOMEM);
             return PT_ENOMEM;
