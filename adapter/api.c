@@ -176,12 +176,14 @@ typedef struct lexer {
 
 static int fail(lexer *lx, const char *what)
 {
-    if (lx->i < lx->n)
-        snprintf(lx->msg, lx->msglen, "parse error at char %zu: %s, found \"%.20s\"", lx->i + 1,
-                 what, lx->s + lx->i);
-    else
+    if (lx->i < lx->n) {
+        size_t show = lx->n - lx->i < 20 ? lx->n - lx->i : 20;
+        snprintf(lx->msg, lx->msglen, "parse error at char %zu: %s, found \"%.*s\"", lx->i + 1,
+                 what, (int)show, lx->s + lx->i);
+    } else {
         snprintf(lx->msg, lx->msglen, "parse error at char %zu: %s, found the end", lx->i + 1,
                  what);
+    }
     return PT_EBADREQ;
 }
 
