@@ -973,6 +973,40 @@ static void answer_labels(apictx *c, const pt_slice *name)
         answer_strings(c, v, n, capped);
 }
 
+/* Prometheus 3's escaping of a label name in a URL path: "U__" then the name with '_'
+ * written "__" and any other character outside [a-zA-Z0-9] as "_<hex code point>_". A
+ * name that does not decode is taken as it is (as Prometheus does). */
+static pt_slice u_unescape(pt_arena *a, pt_slice s)
+{
+    if (s.n < 3 || memcmp(s.p, "U__", 3) != 0)
+        return s;
+    uint8_t *o = pt_arena_alloc(a, s.n);
+    size_t k = 0;
+    if (!o)
+        return s;
+    for (size_t i = 3; i < s.n;) {
+        if (s.p[i] != '_') {
+            o[k++] = s.p[i++];
+            continue;
+        }
+        if (i + 1 < s.n && s.p[i + 1] == '_') {
+            o[k++] = '_';
+            i += 2;
+            continue;
+        }
+        uint32_t cp = 0;
+        size_t j = i + 1;
+        while (j < s.n && j - i <= 8 && hexval((char)s.p[j]) >= 0)
+            cp = cp << 4 | (uint32_t)hexval((char)s.p[j++]);
+        if (j == i + 1 || j >= s.n || s.p[j] != '_' || cp > 0x10ffff ||
+            (cp >= 0xd800 && cp <= 0xdfff) || cp == 0)
+            return s;
+        k += put_utf8(o + k, cp);
+        i = j + 1;
+    }
+    return (pt_slice){o, k};
+}
+
 void pt_api_labels(pt_app *app, pt_req *req, pt_resp *resp)
 {
     apictx c;
@@ -1002,7 +1036,7 @@ void pt_api_label_values(pt_app *app, pt_req *req, pt_resp *resp)
         json_error(&c, PT_EBADREQ, c.msg);
         return;
     }
-    pt_slice ln = pt_slice_str(name);
+    pt_slice ln = u_unescape(req->arena, pt_slice_str(name));
     answer_labels(&c, &ln);
 }
 

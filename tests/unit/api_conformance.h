@@ -167,6 +167,18 @@ static const api_case api_cases[] = {
      "{\"status\":\"success\",\"data\":[\"http_requests_total\",\"later\",\"up\","
      "\"weird\"]}",
      "metric names"},
+    {0, 200, "/api/v1/label/%6aob/values", "",
+     "{\"status\":\"success\",\"data\":[\"api\",\"node\",\"old\"]}",
+     "a percent-encoded label name"},
+    {0, 200, "/api/v1/label/U__job/values", "",
+     "{\"status\":\"success\",\"data\":[\"api\",\"node\",\"old\"]}",
+     "a label name in Prometheus 3's U__ escaping"},
+    {0, 200, "/api/v1/label/U______name____/values", "",
+     "{\"status\":\"success\",\"data\":[\"http_requests_total\",\"later\",\"up\","
+     "\"weird\"]}",
+     "U__ with escaped underscores"},
+    {0, 200, "/api/v1/label/U__j_6f_b/values", "",
+     "{\"status\":\"success\",\"data\":[\"api\",\"node\",\"old\"]}", "U__ with a code point"},
     {0, 200, "/api/v1/label/nope/values", "", "{\"status\":\"success\",\"data\":[]}",
      "values of an unknown label: []"},
     {0, 200, "/api/v1/label/label/values", "",
