@@ -171,7 +171,7 @@ typedef struct valset {
     size_t max; /* values at most (0 = no limit): a new one past it is PT_ELIMIT */
 } valset;
 
-/* Adds val unless present: 1 added, 0 present, PT_ENOMEM. */
+/* Adds val unless present: 1 added, 0 present, PT_ELIMIT (past max), PT_ENOMEM. */
 static int valset_add(valset *s, pt_slice val)
 {
     uint64_t h = XXH3_64bits(val.p, val.n);
