@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "api.h"
 #include "error.h"
 #include "log.h"
 #include "metrics.h"
@@ -528,7 +529,7 @@ static int authorized(const pt_app *app, const pt_req *req)
 }
 
 static const struct route {
-    const char *path;
+    const char *path; /* ending in '/': a prefix */
     int id;
     int allow;
     handler_fn fn;
@@ -538,20 +539,32 @@ static const struct route {
     {"/metrics", PT_ROUTE_METRICS, ALLOW_GET, handle_metrics},
     {"/-/healthy", PT_ROUTE_HEALTHY, ALLOW_GET, handle_healthy},
     {"/-/ready", PT_ROUTE_READY, ALLOW_GET, handle_ready},
+    {"/api/v1/labels", PT_ROUTE_LABELS, ALLOW_GET | ALLOW_POST | NEEDS_AUTH, pt_api_labels},
+    {"/api/v1/label/", PT_ROUTE_LABEL_VALUES, ALLOW_GET | NEEDS_AUTH, pt_api_label_values},
+    {"/api/v1/series", PT_ROUTE_SERIES, ALLOW_GET | ALLOW_POST | NEEDS_AUTH, pt_api_series},
+    {"/api/v1/metadata", PT_ROUTE_METADATA, ALLOW_GET | NEEDS_AUTH, pt_api_metadata},
 };
+
+/* Whether a request for path goes to route r. */
+static int route_matches(const struct route *r, const char *path)
+{
+    size_t n = strlen(r->path);
+    return r->path[n - 1] == '/' ? strncmp(path, r->path, n) == 0 : strcmp(path, r->path) == 0;
+}
 
 int pt_app_heavy(void *ud, const pt_req *req)
 {
     (void)ud;
-    /* A read can hold a worker for seconds; writes must still find one. */
-    return strcmp(req->path, "/api/v1/read") == 0;
+    /* A read (also of the browsing API) can hold a worker for seconds; writes must still
+     * find one. */
+    return strncmp(req->path, "/api/v1/", 8) == 0 && strcmp(req->path, "/api/v1/write") != 0;
 }
 
 int pt_app_on_loop(void *ud, const pt_req *req)
 {
     (void)ud;
-    /* Only write and read touch the store. */
-    return strcmp(req->path, "/api/v1/write") != 0 && strcmp(req->path, "/api/v1/read") != 0;
+    /* Only the /api/ routes touch the store. */
+    return strncmp(req->path, "/api/", 5) != 0;
 }
 
 void pt_app_dispatch(void *ud, pt_req *req, pt_resp *resp)
@@ -565,7 +578,7 @@ void pt_app_dispatch(void *ud, pt_req *req, pt_resp *resp)
     int id = PT_ROUTE_OTHER;
     const struct route *r = NULL;
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
-        if (strcmp(req->path, routes[i].path) == 0)
+        if (route_matches(&routes[i], req->path))
             r = &routes[i];
     if (!r) {
         reply_fail(req, resp, PT_ENOTFOUND, "not found: %.200s", req->path);
@@ -577,8 +590,9 @@ void pt_app_dispatch(void *ud, pt_req *req, pt_resp *resp)
         int post = (r->allow & ALLOW_POST) != 0;
         if (!(m & r->allow)) {
             reply_fail(req, resp, PT_EMETHOD, "method %s not allowed on %s; use %s", req->method_name,
-                       r->path, post ? "POST" : "GET");
-            resp->headers[resp->nheaders++] = (pt_resp_header){"Allow", post ? "POST" : "GET, HEAD"};
+                       r->path, !post ? "GET" : r->allow & ALLOW_GET ? "GET or POST" : "POST");
+            resp->headers[resp->nheaders++] = (pt_resp_header){
+                "Allow", !post ? "GET, HEAD" : r->allow & ALLOW_GET ? "GET, HEAD, POST" : "POST"};
         } else if ((r->allow & NEEDS_AUTH) && (app->bearer_token || app->basic_credentials) &&
                    !authorized(app, req)) {
             reply_fail(req, resp, PT_EUNAUTHORIZED, "missing or wrong credentials (%s)",

@@ -43,6 +43,8 @@ typedef struct pt_config {
     long read_timeout_ms;
     size_t read_series_cache;
 
+    long api_max_results; /* /api/v1/labels, label values, series, metadata */
+
     char *log_level;
 } pt_config;
 

@@ -16,7 +16,9 @@ static const double bounds[PT_HIST_BUCKETS - 1] = {0.0005, 0.001, 0.0025, 0.005,
                                                     0.05,   0.1,   0.25,   0.5,   1,    2.5, 10};
 
 static const char *const route_names[PT_ROUTE_COUNT] = {
-    "/api/v1/write", "/api/v1/read", "/metrics", "/-/healthy", "/-/ready", "other"};
+    "/api/v1/write", "/api/v1/read", "/metrics", "/-/healthy", "/-/ready",
+    "/api/v1/labels", "/api/v1/label/:name/values", "/api/v1/series", "/api/v1/metadata",
+    "other"};
 
 static const char *const reject_names[PT_REJECT_COUNT] = {"labels", "timestamp", "histogram",
                                                          "exemplar"};
@@ -161,8 +163,11 @@ long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
     counter(&o, "promtable_series_received_total",
             "TimeSeries entries received by remote write.", LOAD(pt_m.series_received));
     counter(&o, "promtable_metadata_received_total",
-            "Metric metadata entries received by remote write (acknowledged, not stored).",
+            "Metric metadata entries received by remote write.",
             LOAD(pt_m.metadata_received));
+    counter(&o, "promtable_metadata_written_total",
+            "Metric metadata cells written (new or changed, or first sent today).",
+            LOAD(pt_m.metadata_written));
     put(&o, "# HELP promtable_samples_rejected_total Samples, histograms and exemplars "
             "rejected with 400, by reason.\n# TYPE promtable_samples_rejected_total counter\n");
     for (int i = 0; i < PT_REJECT_COUNT; i++)

@@ -23,6 +23,7 @@ typedef struct pt_histogram {
 
 enum pt_route_id {
     PT_ROUTE_WRITE, PT_ROUTE_READ, PT_ROUTE_METRICS, PT_ROUTE_HEALTHY, PT_ROUTE_READY,
+    PT_ROUTE_LABELS, PT_ROUTE_LABEL_VALUES, PT_ROUTE_SERIES, PT_ROUTE_METADATA,
     PT_ROUTE_OTHER, PT_ROUTE_COUNT
 };
 
@@ -42,6 +43,7 @@ typedef struct pt_metrics {
     _Atomic uint64_t series_received;       /* TimeSeries entries */
     _Atomic uint64_t samples_rejected[PT_REJECT_COUNT];
     _Atomic uint64_t metadata_received;
+    _Atomic uint64_t metadata_written;      /* metadata cells stored (meta.c) */
     _Atomic uint64_t index_rows_written;
     _Atomic uint64_t read_queries;
     _Atomic uint64_t read_series;

@@ -173,7 +173,7 @@ static void read_failed(const pt_read *r, int rv, char *msg, size_t msglen)
 
 /* The first millisecond a read may return: retention ends the past, for every backend
  * (Bigtable's garbage collection of old cells runs lazily, up to days late). */
-static int64_t oldest_kept(const pt_store *st)
+int64_t pt_oldest_kept(const pt_store *st)
 {
     if (st->retention_ms <= 0)
         return 0;
@@ -222,7 +222,7 @@ static int query_begin(pt_read *r, char *msg, size_t msglen)
         if (rv)
             return rv;
     }
-    int64_t oldest = oldest_kept(st);
+    int64_t oldest = pt_oldest_kept(st);
     r->start = pq->start_timestamp_ms < oldest ? oldest : pq->start_timestamp_ms;
     r->end = pq->end_timestamp_ms;
     if (r->end > PT_MAX_TIME_MS)

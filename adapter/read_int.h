@@ -81,4 +81,12 @@ static inline int past_deadline(qctx *q)
  * the deadline), a storage error. */
 int pt_select(qctx *q);
 
+/* The first millisecond a read may return (storage.retention; read.c). */
+int64_t pt_oldest_kept(const pt_store *st);
+
+/* The distinct values of label name over q's days (its values rows), unescaped, in no
+ * particular order, into *out (arena q->a). At most max of them (0 = no limit): past it
+ * PT_ELIMIT, with the first max in *out. Else 0 or a storage error. */
+int pt_select_values(qctx *q, pt_slice name, size_t max, pt_slice **out, size_t *n);
+
 #endif

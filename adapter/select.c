@@ -168,14 +168,17 @@ typedef struct valset {
     pt_arena *a;
     pt_slice *v;
     hindex x;
+    size_t max; /* values at most (0 = no limit): a new one past it is PT_ELIMIT */
 } valset;
 
-/* Adds val unless present: 1 added, 0 present, PT_ENOMEM. */
+/* Adds val unless present: 1 added, 0 present, PT_ELIMIT (past max), PT_ENOMEM. */
 static int valset_add(valset *s, pt_slice val)
 {
     uint64_t h = XXH3_64bits(val.p, val.n);
     if (hindex_find(&s->x, h, slice_eq, s->v, &val) >= 0)
         return 0;
+    if (s->max && s->x.n >= s->max)
+        return PT_ELIMIT;
     void *items = s->v;
     int rv = hindex_reserve(&s->x, s->a, &items, sizeof(*s->v));
     if (rv)
@@ -520,7 +523,7 @@ static void rowcb_init(rowcb *r, qctx *q, pt_matcher *filter, size_t prefix_len)
     r->vals.a = q->a;
 }
 
-static int list_values(qctx *q, pt_slice name, pt_matcher *filter, rowcb *r)
+static int list_values(qctx *q, pt_slice name, pt_matcher *filter, size_t max, rowcb *r)
 {
     uint8_t *b0, *b1;
     size_t n0, n1;
@@ -528,7 +531,17 @@ static int list_values(qctx *q, pt_slice name, pt_matcher *filter, rowcb *r)
     if (rv)
         return rv;
     rowcb_init(r, q, filter, n0);
+    r->vals.max = max;
     return scan_days(q, (pt_slice){b0, n0}, (pt_slice){b1, n1}, on_value_row, r);
+}
+
+int pt_select_values(qctx *q, pt_slice name, size_t max, pt_slice **out, size_t *n)
+{
+    rowcb r = {0};
+    int rv = list_values(q, name, NULL, max, &r);
+    *out = r.vals.v;
+    *n = r.vals.x.n;
+    return rv;
 }
 
 static int is_metric_name(pt_slice s)
@@ -801,7 +814,7 @@ static int resolve(qctx *q, int use_hints, int *hinted)
     if (n == 0) {
         /* Nothing selective at all: every metric. */
         rowcb r;
-        if ((rv = list_values(q, PT_SLICE_LIT("__name__"), NULL, &r)) != 0)
+        if ((rv = list_values(q, PT_SLICE_LIT("__name__"), NULL, 0, &r)) != 0)
             return rv;
         for (size_t i = 0; i < r.vals.x.n; i++)
             if ((rv = collect(q, NULL, r.vals.v[i])) != 0)

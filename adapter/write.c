@@ -8,6 +8,7 @@
 #include "buf.h"
 #include "bytes.h"
 #include "error.h"
+#include "meta.h"
 #include "metrics.h"
 #include "store.h"
 
@@ -498,6 +499,20 @@ int pt_store_write(pt_store *st, const Prometheus__WriteRequest *wr, pt_arena *a
             if (seen.slots[i].lo || seen.slots[i].hi)
                 keys[k++] = seen.slots[i];
         pt_index_cache_add(st->cache, keys, k);
+    }
+    /* Remote write 1.0 metadata, kept per metric family (meta.c). */
+    pt_meta_batch mb;
+    pt_meta_begin(&mb, st, a);
+    for (size_t i = 0; i < wr->n_metadata; i++) {
+        const Prometheus__MetricMetadata *md = wr->metadata[i];
+        if (pt_meta_put(&mb, pt_slice_str(md->metric_family_name), (int)md->type,
+                        pt_slice_str(md->help), pt_slice_str(md->unit)) == PT_ENOMEM)
+            return PT_ENOMEM;
+    }
+    if ((rv = pt_meta_commit(&mb)) != 0) {
+        pt_m.backend_write_errors++;
+        res->samples_written = 0;
+        return rv;
     }
     pt_m.samples_received += res->samples_written;
     pt_m.series_received += res->series;

@@ -34,6 +34,7 @@
 #include "tap.h"
 #include "conformance.h"
 #include "index_conformance.h"
+#include "api_conformance.h"
 #include "bigtable.h"
 #include "bigtable_int.h"
 #include "log.h"
@@ -999,6 +1000,15 @@ int main(void)
             pt_backend_close(&full);
         if (to == 0)
             pt_backend_close(&tiny);
+    }
+    {
+        /* The browsing API on Bigtable: its own tables. */
+        pt_backend api;
+        int ao = open_bt(&api, endpoint, "api_", 0, err, sizeof(err));
+        if (ok(ao == 0 && init_bt(&api, err, sizeof(err)) == 0, "tables for the API %s", err))
+            pt_api_conformance(&api, "bigtable(emulator)");
+        if (ao == 0)
+            pt_backend_close(&api);
     }
     test_fanout(&b);
     test_split_wide(&b);
