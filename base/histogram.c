@@ -35,27 +35,27 @@ int pt_histogram_reserve(pt_histogram *h, size_t n_neg_spans, size_t n_pos_spans
     }
     if (need)
         memset(h->mem, 0, need);
-    uint8_t *p = h->mem;
+    uint8_t *p = h->mem; /* NULL when need is 0: every array is then NULL too */
+    size_t at[4] = {8 * n_neg_spans, 8 * (n_neg_spans + n_pos_spans),
+                    8 * (n_neg_spans + n_pos_spans + n_neg),
+                    8 * (n_neg_spans + n_pos_spans + n_neg + n_pos)};
     h->n_neg_spans = n_neg_spans;
     h->n_pos_spans = n_pos_spans;
     h->n_neg = n_neg;
     h->n_pos = n_pos;
     h->n_custom = n_custom;
     h->neg_spans = n_neg_spans ? (pt_hist_span *)p : NULL;
-    p += 8 * n_neg_spans;
-    h->pos_spans = n_pos_spans ? (pt_hist_span *)p : NULL;
-    p += 8 * n_pos_spans;
+    h->pos_spans = n_pos_spans ? (pt_hist_span *)(p + at[0]) : NULL;
     h->neg_deltas = h->pos_deltas = NULL;
     h->neg_counts = h->pos_counts = NULL;
     if (h->is_float) {
-        h->neg_counts = n_neg ? (double *)p : NULL;
-        h->pos_counts = n_pos ? (double *)(p + 8 * n_neg) : NULL;
+        h->neg_counts = n_neg ? (double *)(p + at[1]) : NULL;
+        h->pos_counts = n_pos ? (double *)(p + at[2]) : NULL;
     } else {
-        h->neg_deltas = n_neg ? (int64_t *)p : NULL;
-        h->pos_deltas = n_pos ? (int64_t *)(p + 8 * n_neg) : NULL;
+        h->neg_deltas = n_neg ? (int64_t *)(p + at[1]) : NULL;
+        h->pos_deltas = n_pos ? (int64_t *)(p + at[2]) : NULL;
     }
-    p += 8 * (n_neg + n_pos);
-    h->custom_values = n_custom ? (double *)p : NULL;
+    h->custom_values = n_custom ? (double *)(p + at[3]) : NULL;
     return 0;
 }
 

@@ -381,10 +381,44 @@ static void test_known_answer(void)
     pt_histogram_free(&back);
 }
 
-typedef struct series {
-    pt_histogram *s;
-    size_t n;
-} series;
+/* A chunk a real Prometheus 2.42 built (tests/data/README.md): read with Prometheus'
+ * hints it gives 100 samples; encoding them again gives back its bytes exactly. */
+static void test_prometheus_chunk(void)
+{
+    static uint8_t want[8192];
+    FILE *f = fopen(PT_TESTDATA "/prom-2.42-histogram-chunk.bin", "rb");
+    size_t n = f ? fread(want, 1, sizeof(want), f) : 0;
+    if (f)
+        fclose(f);
+    ok(n == 4038, "golden Prometheus histogram chunk read (%zu bytes)", n);
+    pt_hchunk_dec d;
+    pt_hchunk_enc e;
+    pt_histogram h = PT_HISTOGRAM_INIT;
+    char why[200];
+    int count = 0, added = 1, valid = 1, hints = 1;
+    int64_t first = 0, last = 0;
+    pt_hchunk_enc_init(&e, 1 << 20);
+    pt_hchunk_dec_init(&d, PT_HCHUNK_HISTOGRAM, want, n, -1);
+    while (pt_hchunk_dec_next(&d, &h) == 1) {
+        if (count == 0)
+            first = h.t;
+        last = h.t;
+        hints &= h.reset_hint == (count ? PT_HIST_RESET_NO : PT_HIST_RESET_UNKNOWN);
+        valid &= pt_histogram_validate(&h, why, sizeof(why)) == 0 && h.schema == 3 &&
+                 h.n_pos == 7 && h.n_neg == 2;
+        added &= pt_hchunk_enc_add(&e, &h) == 0;
+        count++;
+    }
+    ok(count == 100 && first == 1795492860000LL && last == first + 99 * 15000 + 13,
+       "golden chunk: 100 samples from T0 (got %d)", count);
+    ok(valid && hints, "golden chunk: valid schema-3 histograms; unknown, then not-a-reset");
+    pt_slice c = pt_hchunk_enc_bytes(&e);
+    ok(added && c.n == n && memcmp(c.p, want, n) == 0,
+       "golden chunk: promtable's encoder writes Prometheus' bytes");
+    pt_hchunk_dec_free(&d);
+    pt_hchunk_enc_free(&e);
+    pt_histogram_free(&h);
+}
 
 /* Decodes chunk c (hints exact) and compares with want[0, n). */
 static int chunk_matches(pt_slice c, int enc, int hints, const pt_histogram *want, size_t n)
@@ -666,6 +700,7 @@ int main(void)
     test_validate();
     test_cells();
     test_known_answer();
+    test_prometheus_chunk();
     test_cut_rules();
     test_chunks();
     done_testing();
