@@ -331,6 +331,25 @@ static void test_cells(void)
     for (int i = 0; i < 14; i++)
         all &= schemas[i] > 0;
     ok(all, "every schema -4..8 and -53 was covered");
+    /* The worked example of README "Native histograms". */
+    static const uint8_t example[] = {0x01, 0x00, 0x00, 0x40, 0x10, 0,    0,    0,    0,
+                                      0,    0,    0x37, 0xf0, 0,    0,    0,    0,    0,
+                                      0,    0x06, 0x01, 0x00, 0x02, 0x00, 0x02, 0x02, 0x02,
+                                      0x00, 0x04, 0x02, 0x02, 0x01, 0x00, 0x00};
+    pt_histogram_free(&h);
+    h.zero_threshold = ldexp(1, -128);
+    pt_histogram_reserve(&h, 0, 2, 0, 4, 0);
+    h.pos_spans[0] = (pt_hist_span){0, 2};
+    h.pos_spans[1] = (pt_hist_span){1, 2};
+    int64_t d[] = {1, 1, -1, 0};
+    memcpy(h.pos_deltas, d, sizeof(d));
+    h.zero_count_int = 1;
+    h.count_int = 6;
+    h.sum = 4;
+    ok(pt_histogram_cell_size(&h) == sizeof(example) &&
+           pt_histogram_cell_encode(&h, buf) == sizeof(example) &&
+           memcmp(buf, example, sizeof(example)) == 0,
+       "the README's worked example cell, byte for byte");
     static const uint8_t bad[][3] = {{0, 0, 0}, {3, 0, 0}, {1, 4, 0}};
     for (size_t i = 0; i < 3; i++)
         ok(pt_histogram_cell_decode(bad[i], 3, &back) == PT_EINTERNAL, "bad kind/hint %zu", i);
