@@ -282,6 +282,22 @@ static void test_validate(void)
 
 /* ---- the cell ---- */
 
+/* The README's example: schema 0, zero threshold 2^-128, positive spans {0,2} {1,2},
+ * deltas 1 1 -1 0, zero count 1, count 6, sum 4. */
+static void example_int(pt_histogram *h)
+{
+    pt_histogram_free(h);
+    h->zero_threshold = ldexp(1, -128);
+    pt_histogram_reserve(h, 0, 2, 0, 4, 0);
+    h->pos_spans[0] = (pt_hist_span){0, 2};
+    h->pos_spans[1] = (pt_hist_span){1, 2};
+    int64_t d[] = {1, 1, -1, 0};
+    memcpy(h->pos_deltas, d, sizeof(d));
+    h->zero_count_int = 1;
+    h->count_int = 6;
+    h->sum = 4;
+}
+
 static void test_cells(void)
 {
     pt_histogram h = PT_HISTOGRAM_INIT, back = PT_HISTOGRAM_INIT;
@@ -336,16 +352,7 @@ static void test_cells(void)
                                       0,    0,    0x37, 0xf0, 0,    0,    0,    0,    0,
                                       0,    0x06, 0x01, 0x00, 0x02, 0x00, 0x02, 0x02, 0x02,
                                       0x00, 0x04, 0x02, 0x02, 0x01, 0x00, 0x00};
-    pt_histogram_free(&h);
-    h.zero_threshold = ldexp(1, -128);
-    pt_histogram_reserve(&h, 0, 2, 0, 4, 0);
-    h.pos_spans[0] = (pt_hist_span){0, 2};
-    h.pos_spans[1] = (pt_hist_span){1, 2};
-    int64_t d[] = {1, 1, -1, 0};
-    memcpy(h.pos_deltas, d, sizeof(d));
-    h.zero_count_int = 1;
-    h.count_int = 6;
-    h.sum = 4;
+    example_int(&h);
     ok(pt_histogram_cell_size(&h) == sizeof(example) &&
            pt_histogram_cell_encode(&h, buf) == sizeof(example) &&
            memcmp(buf, example, sizeof(example)) == 0,
@@ -368,15 +375,7 @@ static void test_known_answer(void)
     static const uint8_t want[] = {0x00, 0x01, 0x00, 0x74, 0x4a, 0x49, 0x45, 0xe3, 0xe8, 0xb4, 0x50,
                                    0x04, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x23, 0x1b, 0x80};
     pt_histogram h = PT_HISTOGRAM_INIT, back = PT_HISTOGRAM_INIT;
-    h.zero_threshold = ldexp(1, -128);
-    pt_histogram_reserve(&h, 0, 2, 0, 4, 0);
-    h.pos_spans[0] = (pt_hist_span){0, 2};
-    h.pos_spans[1] = (pt_hist_span){1, 2};
-    int64_t d[] = {1, 1, -1, 0};
-    memcpy(h.pos_deltas, d, sizeof(d));
-    h.zero_count_int = 1;
-    h.count_int = 6;
-    h.sum = 4;
+    example_int(&h);
     h.t = 1000;
     pt_hchunk_enc e;
     pt_hchunk_enc_init(&e, 1 << 20);
