@@ -134,6 +134,7 @@ int pt_hchunk_dec_init(pt_hchunk_dec *d, int encoding, const uint8_t *p, size_t 
  * header said, its padding zero; PT_EINTERNAL when it is corrupt (nothing is read past n);
  * PT_ENOMEM. */
 int pt_hchunk_dec_next(pt_hchunk_dec *d, pt_histogram *h);
+/* Releases what the first sample allocated (layout, bucket state); also after an error. */
 void pt_hchunk_dec_free(pt_hchunk_dec *d);
 
 #endif

@@ -713,8 +713,48 @@ static void test_cut_rules(void)
     pt_histogram_free(&got);
 }
 
+/* Bytes per sample of a typical scraped histogram (schema 3, 20 buckets in one span, each
+ * growing by 0-3 a scrape, 15 s apart): 120-sample chunks against one cell per sample. */
+static void test_compactness(void)
+{
+    pt_histogram h = PT_HISTOGRAM_INIT;
+    pt_hchunk_enc e;
+    uint8_t cell[1024];
+    size_t cells = 0;
+    int64_t c[20] = {0};
+    pt_histogram_reserve(&h, 0, 1, 0, 20, 0);
+    h.schema = 3;
+    h.zero_threshold = ldexp(1, -128);
+    h.pos_spans[0] = (pt_hist_span){-10, 20};
+    pt_hchunk_enc_init(&e, 1 << 20);
+    int added = 1;
+    double sum = 0;
+    for (int i = 0; i < 120; i++) {
+        h.t = 1700000000000LL + 15000 * i;
+        int64_t last = 0;
+        h.count_int = h.zero_count_int += rnd64() % 2;
+        for (int k = 0; k < 20; k++) {
+            c[k] += (int64_t)(rnd64() % 4);
+            h.pos_deltas[k] = c[k] - last;
+            last = c[k];
+            h.count_int += (uint64_t)c[k];
+        }
+        sum += (double)(rnd64() % 10000) / 100;
+        h.sum = sum;
+        added &= pt_hchunk_enc_add(&e, &h) == 0;
+        cells += pt_histogram_cell_encode(&h, cell);
+    }
+    size_t chunk = pt_hchunk_enc_bytes(&e).n;
+    diag("a 20-bucket histogram scraped every 15 s: %.1f bytes/sample in a chunk, %.1f as cells",
+         chunk / 120.0, cells / 120.0);
+    ok(added && chunk * 2 < cells, "a chunk takes under half the cells' bytes");
+    pt_hchunk_enc_free(&e);
+    pt_histogram_free(&h);
+}
+
 int main(void)
 {
+    test_compactness();
     test_validate();
     test_cells();
     test_known_answer();
