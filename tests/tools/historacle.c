@@ -55,7 +55,8 @@ static void gen(int64_t t0, int i, pt_histogram *h)
     h->sum = 0.1 * i * i + 0.25;
 }
 
-static int write_snappy(const char *path, const uint8_t *raw, size_t n)
+/* Writes snappy(raw) to path and frees raw. */
+static int write_snappy(const char *path, uint8_t *raw, size_t n)
 {
     size_t cap = snappy_max_compressed_length(n);
     char *out = malloc(cap);
@@ -67,7 +68,15 @@ static int write_snappy(const char *path, const uint8_t *raw, size_t n)
     if (f && fclose(f) != 0)
         rv = 1;
     free(out);
+    free(raw);
     return rv;
+}
+
+static void spans_free(Prometheus__BucketSpan **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
 }
 
 static Prometheus__BucketSpan **spans_pb(const pt_hist_span *s, size_t n)
@@ -122,7 +131,14 @@ static int cmd_write(const char *out, int64_t t0)
     size_t n = prometheus__write_request__get_packed_size(&wr);
     uint8_t *raw = malloc(n);
     prometheus__write_request__pack(&wr, raw);
-    return write_snappy(out, raw, n);
+    int rv = write_snappy(out, raw, n);
+    for (int i = 0; i < N; i++) {
+        spans_free(hs[i]->positive_spans, hs[i]->n_positive_spans);
+        spans_free(hs[i]->negative_spans, hs[i]->n_negative_spans);
+        free(hs[i]);
+        pt_histogram_free(&h[i]);
+    }
+    return rv;
 }
 
 static int cmd_read(const char *out, int64_t t0)

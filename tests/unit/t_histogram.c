@@ -77,8 +77,10 @@ static void gen_layout(pt_histogram *h, int is_float)
     }
     if (pt_histogram_reserve(h, nn, np, nb, pb, nc) != 0)
         abort();
-    memcpy(h->pos_spans, ps, np * sizeof(ps[0]));
-    memcpy(h->neg_spans, ns, nn * sizeof(ns[0]));
+    if (np)
+        memcpy(h->pos_spans, ps, np * sizeof(ps[0]));
+    if (nn)
+        memcpy(h->neg_spans, ns, nn * sizeof(ns[0]));
     double b = rnd64() % 2 ? -1.5 : 0;
     for (size_t i = 0; i < nc; i++) {
         b += rnd64() % 3 == 0 ? (double)(rnd64() % 1000) / 1000 + 0.001
