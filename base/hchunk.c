@@ -417,9 +417,28 @@ static void keep_state(pt_hchunk_enc *e, int restore)
     }
 }
 
+static uint64_t span_buckets(const pt_hist_span *s, size_t n)
+{
+    uint64_t b = 0;
+    for (size_t i = 0; i < n; i++)
+        b += s[i].length;
+    return b;
+}
+
+/* What a chunk cannot hold as it is: a stale marker with more than its sum, custom bounds
+ * on an exponential schema (the layout has no room for them), spans that do not count the
+ * buckets (validation refuses the last two). */
+static int chunkable(const pt_histogram *h)
+{
+    return (!pt_histogram_is_stale(h) || stale_is_bare(h)) &&
+           (h->schema == PT_HIST_SCHEMA_CUSTOM || h->n_custom == 0) &&
+           span_buckets(h->pos_spans, h->n_pos_spans) == h->n_pos &&
+           span_buckets(h->neg_spans, h->n_neg_spans) == h->n_neg;
+}
+
 int pt_hchunk_enc_add(pt_hchunk_enc *e, const pt_histogram *h)
 {
-    if (pt_histogram_is_stale(h) && !stale_is_bare(h))
+    if (!chunkable(h))
         return PT_EUNSUPPORTED;
     uint8_t hdr;
     int go_on = follows(e, h, &hdr);

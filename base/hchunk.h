@@ -90,9 +90,9 @@ void pt_hchunk_enc_free(pt_hchunk_enc *e);
 
 /* Appends h (its t included): 0; PT_HCHUNK_CUT when h belongs in a new chunk (take this
  * one, call pt_hchunk_enc_next, add h again); PT_EUNSUPPORTED when no chunk holds h exactly
- * (a stale marker with other fields set); PT_ETOOLARGE when h alone passes max_bytes;
- * PT_ENOMEM. h must have passed pt_histogram_validate (spans match bucket counts). The
- * chunk is unchanged unless 0 is returned. */
+ * (a stale marker with other fields set; and what pt_histogram_validate refuses: custom
+ * bounds with an exponential schema, spans that do not count the buckets); PT_ETOOLARGE
+ * when h alone passes max_bytes; PT_ENOMEM. The chunk is unchanged unless 0 is returned. */
 int pt_hchunk_enc_add(pt_hchunk_enc *e, const pt_histogram *h);
 /* Starts an empty chunk; the last sample stays known for the new chunk's header. */
 void pt_hchunk_enc_next(pt_hchunk_enc *e);

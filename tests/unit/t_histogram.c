@@ -651,6 +651,14 @@ static void test_cut_rules(void)
     ok(pt_hchunk_enc_add(&e, &a) == PT_EUNSUPPORTED, "a stale marker with buckets: refused");
     make_stale(&a);
     ok(pt_hchunk_enc_add(&e, &a) == 0, "a bare stale marker appends");
+    pt_histogram_copy(&got, &b);
+    got.n_custom = 1;
+    got.custom_values = &got.sum;
+    ok(pt_hchunk_enc_add(&e, &got) == PT_EUNSUPPORTED, "custom bounds, exponential: refused");
+    got.n_custom = 0;
+    got.custom_values = NULL;
+    got.pos_spans[0].length++;
+    ok(pt_hchunk_enc_add(&e, &got) == PT_EUNSUPPORTED, "spans not counting buckets: refused");
     b.t = 10000;
     ok(pt_hchunk_enc_add(&e, &b) == PT_HCHUNK_CUT, "a sample after a stale marker: cut");
     pt_slice c = pt_hchunk_enc_bytes(&e);
