@@ -584,6 +584,37 @@ static void test_chunks(void)
     ok(good, "chunks round-trip every field and hint (%zu samples in %zu chunks)", samples, chunks);
     ok(damage, "cut-short and corrupted chunks are refused, never over-read");
     ok(headers == 0xf, "all four counter-reset headers were written (seen %#x)", headers);
+
+    /* One layout, growing counts, one hint: 1000 samples in one chunk, integer and float. */
+    for (int f = 0; f < 2; f++) {
+        size_t before = chunks;
+        gen_layout(&s[0], f);
+        gen_values(&s[0], NULL);
+        s[0].t = 1700000000000LL;
+        s[0].reset_hint = PT_HIST_RESET_UNKNOWN;
+        if (pt_histogram_is_stale(&s[0]))
+            s[0].sum = 1;
+        for (size_t i = 1; i < N; i++) {
+            pt_histogram *h = &s[i];
+            pt_histogram_copy(h, &s[i - 1]);
+            h->t += 15000 + (int64_t)(rnd64() % 3) - 1;
+            h->sum = odd_float();
+            if (pt_histogram_is_stale(h))
+                h->sum = 1;
+            if (f) {
+                h->count_float += (double)(rnd64() % 3);
+                for (size_t k = 0; k < h->n_pos; k++)
+                    h->pos_counts[k] += (double)(rnd64() % 3);
+            } else {
+                h->count_int += rnd64() % 3;
+                if (h->n_pos)
+                    h->pos_deltas[0] += (int64_t)(rnd64() % 3); /* every bucket grows */
+            }
+        }
+        run_series(s, N, 1 << 24, &good, &damage, &chunks, &headers);
+        ok(good && chunks == before + 1, "%s: 1000 samples in one chunk round-trip",
+           f ? "float" : "integer");
+    }
     for (size_t i = 0; i < N; i++)
         pt_histogram_free(&s[i]);
     free(s);
