@@ -216,6 +216,12 @@ int pt_histogram_validate(const pt_histogram *h, char *why, size_t whylen)
     if (h->reset_hint > PT_HIST_RESET_GAUGE)
         return fail(why, whylen, "reset_hint %u is not one of UNKNOWN, YES, NO, GAUGE",
                     h->reset_hint);
+    if (h->n_neg_spans > PT_HIST_MAX_ELEMS || h->n_pos_spans > PT_HIST_MAX_ELEMS ||
+        h->n_neg > PT_HIST_MAX_ELEMS || h->n_pos > PT_HIST_MAX_ELEMS ||
+        h->n_custom > PT_HIST_MAX_ELEMS ||
+        h->n_neg_spans + h->n_pos_spans + h->n_neg + h->n_pos + h->n_custom > PT_HIST_MAX_ELEMS)
+        return fail(why, whylen, "histogram has more than %zu spans, buckets and custom bounds",
+                    PT_HIST_MAX_ELEMS);
     int custom = h->schema == PT_HIST_SCHEMA_CUSTOM;
     if (!custom && (h->schema < PT_HIST_SCHEMA_MIN || h->schema > PT_HIST_SCHEMA_MAX))
         return fail(why, whylen,

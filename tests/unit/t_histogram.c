@@ -224,6 +224,10 @@ static void test_validate(void)
     h.reset_hint = 4;
     ok(why_has(&h, "reset_hint 4"), "unknown reset hint refused");
     sample_int(&h);
+    h.n_pos = PT_HIST_MAX_ELEMS; /* only the counts are looked at first */
+    ok(why_has(&h, "more than 2097152 spans, buckets and custom bounds"),
+       "more elements than a cell decoder takes refused");
+    sample_int(&h);
     h.pos_deltas[0] = INT64_MAX;
     h.pos_deltas[1] = 1;
     ok(why_has(&h, "overflows"), "a bucket past 2^63 refused");
