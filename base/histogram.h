@@ -95,7 +95,7 @@ static inline int pt_histogram_cell_is(size_t n)
     return n != 8;
 }
 
-/* Bytes pt_histogram_cell_encode writes for h (at least 20). */
+/* Bytes pt_histogram_cell_encode writes for h (at least 26, never 8). */
 size_t pt_histogram_cell_size(const pt_histogram *h);
 /* Writes h (but not h->t: the qualifier holds the time) at out, pt_histogram_cell_size(h)
  * bytes; returns that count. */
