@@ -13,20 +13,13 @@
 #include "hchunk.h"
 #include "histogram.h"
 
+#include "../tests/unit/rnd.h"
+
 static double now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static uint64_t rnd = 0x9e3779b97f4a7c15ull;
-static uint64_t next(void)
-{
-    rnd ^= rnd >> 12;
-    rnd ^= rnd << 25;
-    rnd ^= rnd >> 27;
-    return rnd * 0x2545f4914f6cdd1dull;
 }
 
 int main(int argc, char **argv)
@@ -55,16 +48,16 @@ int main(int argc, char **argv)
             h->zero_threshold = ldexp(1, -128);
             h->pos_spans[0] = (pt_hist_span){-(int32_t)(nb / 2), (uint32_t)nb};
             h->t = 1700000000000LL + 15000 * (int64_t)(done + i);
-            h->zero_count_int = (i ? s[i - 1].zero_count_int : 0) + next() % 2;
+            h->zero_count_int = (i ? s[i - 1].zero_count_int : 0) + rnd64() % 2;
             h->count_int = h->zero_count_int;
             int64_t last = 0;
             for (size_t k = 0; k < nb; k++) {
-                c[k] += (int64_t)(next() % 4);
+                c[k] += (int64_t)(rnd64() % 4);
                 h->pos_deltas[k] = c[k] - last;
                 last = c[k];
                 h->count_int += (uint64_t)c[k];
             }
-            sum += (double)(next() % 10000) / 100;
+            sum += (double)(rnd64() % 10000) / 100;
             h->sum = sum;
         }
         double t0 = now();
