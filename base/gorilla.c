@@ -62,7 +62,7 @@ static int get_uvarint(pt_gorilla_dec *d, uint64_t *v)
 
 void pt_gorilla_enc_init(pt_gorilla_enc *e, uint8_t *zeroed)
 {
-    *e = (pt_gorilla_enc){.p = zeroed, .x.leading = 0xff};
+    *e = (pt_gorilla_enc){.p = zeroed, .leading = 0xff};
 }
 
 void pt_gorilla_put_xor(pt_gorilla_enc *e, pt_gorilla_xor *x, uint64_t v)
@@ -90,17 +90,26 @@ void pt_gorilla_put_xor(pt_gorilla_enc *e, pt_gorilla_xor *x, uint64_t v)
     pt_gorilla_put_bits(e, delta >> tz, sig);
 }
 
+static void put_value(pt_gorilla_enc *e, uint64_t v)
+{
+    pt_gorilla_xor x = {e->v, e->leading, e->trailing};
+    pt_gorilla_put_xor(e, &x, v);
+    e->v = x.v;
+    e->leading = x.leading;
+    e->trailing = x.trailing;
+}
+
 void pt_gorilla_enc_add(pt_gorilla_enc *e, int64_t t, uint64_t v)
 {
     uint64_t ut = (uint64_t)t;
     if (e->n == 0) {
         put_uvarint(e, (ut << 1) ^ (uint64_t)(t >> 63)); /* zig-zag */
         pt_gorilla_put_bits(e, v, 64);
-        e->x.v = v;
+        e->v = v;
     } else if (e->n == 1) {
         e->tdelta = ut - e->t;
         put_uvarint(e, e->tdelta);
-        pt_gorilla_put_xor(e, &e->x, v);
+        put_value(e, v);
     } else {
         uint64_t d = ut - e->t;
         int64_t dod = (int64_t)(d - e->tdelta);
@@ -120,7 +129,7 @@ void pt_gorilla_enc_add(pt_gorilla_enc *e, int64_t t, uint64_t v)
             pt_gorilla_put_bits(e, 0xf, 4);
             pt_gorilla_put_bits(e, (uint64_t)dod, 64);
         }
-        pt_gorilla_put_xor(e, &e->x, v);
+        put_value(e, v);
     }
     e->t = ut;
     e->n++;
@@ -159,15 +168,25 @@ int pt_gorilla_get_xor(pt_gorilla_dec *d, pt_gorilla_xor *xs)
     return 0;
 }
 
+static int get_value(pt_gorilla_dec *d)
+{
+    pt_gorilla_xor x = {d->v, d->leading, d->trailing};
+    int rv = pt_gorilla_get_xor(d, &x);
+    d->v = x.v;
+    d->leading = x.leading;
+    d->trailing = x.trailing;
+    return rv;
+}
+
 int pt_gorilla_dec_next(pt_gorilla_dec *d, int64_t *t, uint64_t *v)
 {
     uint64_t x;
     if (d->n == 0) {
-        if (get_uvarint(d, &x) || pt_gorilla_get_bits(d, 64, &d->x.v))
+        if (get_uvarint(d, &x) || pt_gorilla_get_bits(d, 64, &d->v))
             return -1;
         d->t = (x >> 1) ^ (0 - (x & 1));
     } else if (d->n == 1) {
-        if (get_uvarint(d, &d->tdelta) || pt_gorilla_get_xor(d, &d->x))
+        if (get_uvarint(d, &d->tdelta) || get_value(d))
             return -1;
         d->t += d->tdelta;
     } else {
@@ -189,13 +208,13 @@ int pt_gorilla_dec_next(pt_gorilla_dec *d, int64_t *t, uint64_t *v)
                 x -= 1ULL << sz; /* negative: sign-extend, modulo 2^64 */
             d->tdelta += x;
         }
-        if (pt_gorilla_get_xor(d, &d->x))
+        if (get_value(d))
             return -1;
         d->t += d->tdelta;
     }
     d->n++;
     *t = (int64_t)d->t;
-    *v = d->x.v;
+    *v = d->v;
     return 0;
 }
 

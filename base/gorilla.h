@@ -29,7 +29,7 @@ static inline size_t pt_gorilla_max_bytes(size_t n)
 
 /* One XOR'ed value stream: the last value and the window (leading and trailing zero bits)
  * its last '11' form set. An encoder's starts with leading 0xff (no window yet); a
- * decoder's at zero. */
+ * decoder's at zero. (The sample stream below keeps its own in v, leading, trailing.) */
 typedef struct pt_gorilla_xor {
     uint64_t v;
     int leading, trailing;
@@ -38,8 +38,8 @@ typedef struct pt_gorilla_xor {
 typedef struct pt_gorilla_enc {
     uint8_t *p; /* zeroed, pt_gorilla_max_bytes(samples) long */
     size_t bits;
-    uint64_t n, t, tdelta;
-    pt_gorilla_xor x;
+    uint64_t n, t, tdelta, v;
+    int leading, trailing; /* of the last value written with its window; leading 0xff: none */
 } pt_gorilla_enc;
 
 void pt_gorilla_enc_init(pt_gorilla_enc *e, uint8_t *zeroed);
@@ -54,8 +54,8 @@ static inline size_t pt_gorilla_enc_len(const pt_gorilla_enc *e)
 typedef struct pt_gorilla_dec {
     const uint8_t *p;
     size_t nbits, pos;
-    uint64_t n, t, tdelta;
-    pt_gorilla_xor x;
+    uint64_t n, t, tdelta, v;
+    int leading, trailing;
 } pt_gorilla_dec;
 
 void pt_gorilla_dec_init(pt_gorilla_dec *d, const uint8_t *p, size_t len);
