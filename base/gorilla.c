@@ -3,7 +3,7 @@
 /* ---- bits, MSB first, up to a byte at a time ---- */
 
 /* Appends the low n (0..64) bits of v; the buffer is zeroed, so only set bits are or'ed. */
-static void put_bits(pt_gorilla_enc *e, uint64_t v, int n)
+void pt_gorilla_put_bits(pt_gorilla_enc *e, uint64_t v, int n)
 {
     while (n > 0) {
         int room = 8 - (int)(e->bits & 7);
@@ -18,14 +18,14 @@ static void put_bits(pt_gorilla_enc *e, uint64_t v, int n)
 static void put_uvarint(pt_gorilla_enc *e, uint64_t v)
 {
     while (v >= 0x80) {
-        put_bits(e, (v & 0x7f) | 0x80, 8);
+        pt_gorilla_put_bits(e, (v & 0x7f) | 0x80, 8);
         v >>= 7;
     }
-    put_bits(e, v, 8);
+    pt_gorilla_put_bits(e, v, 8);
 }
 
 /* Reads n (0..64) bits into *v; -1 when fewer are left. */
-static int get_bits(pt_gorilla_dec *d, int n, uint64_t *v)
+int pt_gorilla_get_bits(pt_gorilla_dec *d, int n, uint64_t *v)
 {
     if ((size_t)n > d->nbits - d->pos)
         return -1;
@@ -47,7 +47,7 @@ static int get_uvarint(pt_gorilla_dec *d, uint64_t *v)
     uint64_t x = 0;
     for (int shift = 0; shift < 64; shift += 7) {
         uint64_t byte;
-        if (get_bits(d, 8, &byte))
+        if (pt_gorilla_get_bits(d, 8, &byte))
             return -1;
         x |= (byte & 0x7f) << shift;
         if (!(byte & 0x80)) {
@@ -65,29 +65,38 @@ void pt_gorilla_enc_init(pt_gorilla_enc *e, uint8_t *zeroed)
     *e = (pt_gorilla_enc){.p = zeroed, .leading = 0xff};
 }
 
-static void put_value(pt_gorilla_enc *e, uint64_t v)
+void pt_gorilla_put_xor(pt_gorilla_enc *e, pt_gorilla_xor *x, uint64_t v)
 {
-    uint64_t delta = v ^ e->v;
-    e->v = v;
+    uint64_t delta = v ^ x->v;
+    x->v = v;
     if (delta == 0) {
-        put_bits(e, 0, 1);
+        pt_gorilla_put_bits(e, 0, 1);
         return;
     }
     int lz = __builtin_clzll(delta), tz = __builtin_ctzll(delta);
     if (lz > 31)
         lz = 31; /* 5 bits hold it */
-    if (e->leading != 0xff && lz >= e->leading && tz >= e->trailing) {
-        put_bits(e, 0x2, 2);
-        put_bits(e, delta >> e->trailing, 64 - e->leading - e->trailing);
+    if (x->leading != 0xff && lz >= x->leading && tz >= x->trailing) {
+        pt_gorilla_put_bits(e, 0x2, 2);
+        pt_gorilla_put_bits(e, delta >> x->trailing, 64 - x->leading - x->trailing);
         return;
     }
-    e->leading = lz;
-    e->trailing = tz;
+    x->leading = lz;
+    x->trailing = tz;
     int sig = 64 - lz - tz;
-    put_bits(e, 0x3, 2);
-    put_bits(e, (uint64_t)lz, 5);
-    put_bits(e, (uint64_t)(sig & 63), 6); /* 64 is written as 0 */
-    put_bits(e, delta >> tz, sig);
+    pt_gorilla_put_bits(e, 0x3, 2);
+    pt_gorilla_put_bits(e, (uint64_t)lz, 5);
+    pt_gorilla_put_bits(e, (uint64_t)(sig & 63), 6); /* 64 is written as 0 */
+    pt_gorilla_put_bits(e, delta >> tz, sig);
+}
+
+static void put_value(pt_gorilla_enc *e, uint64_t v)
+{
+    pt_gorilla_xor x = {e->v, e->leading, e->trailing};
+    pt_gorilla_put_xor(e, &x, v);
+    e->v = x.v;
+    e->leading = x.leading;
+    e->trailing = x.trailing;
 }
 
 void pt_gorilla_enc_add(pt_gorilla_enc *e, int64_t t, uint64_t v)
@@ -95,7 +104,7 @@ void pt_gorilla_enc_add(pt_gorilla_enc *e, int64_t t, uint64_t v)
     uint64_t ut = (uint64_t)t;
     if (e->n == 0) {
         put_uvarint(e, (ut << 1) ^ (uint64_t)(t >> 63)); /* zig-zag */
-        put_bits(e, v, 64);
+        pt_gorilla_put_bits(e, v, 64);
         e->v = v;
     } else if (e->n == 1) {
         e->tdelta = ut - e->t;
@@ -106,19 +115,19 @@ void pt_gorilla_enc_add(pt_gorilla_enc *e, int64_t t, uint64_t v)
         int64_t dod = (int64_t)(d - e->tdelta);
         e->tdelta = d;
         if (dod == 0) {
-            put_bits(e, 0, 1);
+            pt_gorilla_put_bits(e, 0, 1);
         } else if (dod >= -8191 && dod <= 8192) {
-            put_bits(e, 0x2, 2);
-            put_bits(e, (uint64_t)dod, 14);
+            pt_gorilla_put_bits(e, 0x2, 2);
+            pt_gorilla_put_bits(e, (uint64_t)dod, 14);
         } else if (dod >= -65535 && dod <= 65536) {
-            put_bits(e, 0x6, 3);
-            put_bits(e, (uint64_t)dod, 17);
+            pt_gorilla_put_bits(e, 0x6, 3);
+            pt_gorilla_put_bits(e, (uint64_t)dod, 17);
         } else if (dod >= -524287 && dod <= 524288) {
-            put_bits(e, 0xe, 4);
-            put_bits(e, (uint64_t)dod, 20);
+            pt_gorilla_put_bits(e, 0xe, 4);
+            pt_gorilla_put_bits(e, (uint64_t)dod, 20);
         } else {
-            put_bits(e, 0xf, 4);
-            put_bits(e, (uint64_t)dod, 64);
+            pt_gorilla_put_bits(e, 0xf, 4);
+            pt_gorilla_put_bits(e, (uint64_t)dod, 64);
         }
         put_value(e, v);
     }
@@ -133,37 +142,47 @@ void pt_gorilla_dec_init(pt_gorilla_dec *d, const uint8_t *p, size_t len)
     *d = (pt_gorilla_dec){.p = p, .nbits = len * 8};
 }
 
-static int get_value(pt_gorilla_dec *d)
+int pt_gorilla_get_xor(pt_gorilla_dec *d, pt_gorilla_xor *xs)
 {
     uint64_t b, lz, sig, x;
-    if (get_bits(d, 1, &b))
+    if (pt_gorilla_get_bits(d, 1, &b))
         return -1;
     if (!b)
         return 0;
-    if (get_bits(d, 1, &b))
+    if (pt_gorilla_get_bits(d, 1, &b))
         return -1;
     if (b) {
-        if (get_bits(d, 5, &lz) || get_bits(d, 6, &sig))
+        if (pt_gorilla_get_bits(d, 5, &lz) || pt_gorilla_get_bits(d, 6, &sig))
             return -1;
         if (sig == 0)
             sig = 64;
         if (lz + sig > 64)
             return -1;
-        d->leading = (int)lz;
-        d->trailing = 64 - (int)lz - (int)sig;
+        xs->leading = (int)lz;
+        xs->trailing = 64 - (int)lz - (int)sig;
     }
-    int n = 64 - d->leading - d->trailing;
-    if (get_bits(d, n, &x))
+    int n = 64 - xs->leading - xs->trailing;
+    if (pt_gorilla_get_bits(d, n, &x))
         return -1;
-    d->v ^= n == 64 ? x : x << d->trailing;
+    xs->v ^= n == 64 ? x : x << xs->trailing;
     return 0;
+}
+
+static int get_value(pt_gorilla_dec *d)
+{
+    pt_gorilla_xor x = {d->v, d->leading, d->trailing};
+    int rv = pt_gorilla_get_xor(d, &x);
+    d->v = x.v;
+    d->leading = x.leading;
+    d->trailing = x.trailing;
+    return rv;
 }
 
 int pt_gorilla_dec_next(pt_gorilla_dec *d, int64_t *t, uint64_t *v)
 {
     uint64_t x;
     if (d->n == 0) {
-        if (get_uvarint(d, &x) || get_bits(d, 64, &d->v))
+        if (get_uvarint(d, &x) || pt_gorilla_get_bits(d, 64, &d->v))
             return -1;
         d->t = (x >> 1) ^ (0 - (x & 1));
     } else if (d->n == 1) {
@@ -175,7 +194,7 @@ int pt_gorilla_dec_next(pt_gorilla_dec *d, int64_t *t, uint64_t *v)
         int prefix = 0;
         uint64_t b = 1;
         while (prefix < 4) {
-            if (get_bits(d, 1, &b))
+            if (pt_gorilla_get_bits(d, 1, &b))
                 return -1;
             if (!b)
                 break;
@@ -183,7 +202,7 @@ int pt_gorilla_dec_next(pt_gorilla_dec *d, int64_t *t, uint64_t *v)
         }
         if (prefix) {
             int sz = sizes[prefix];
-            if (get_bits(d, sz, &x))
+            if (pt_gorilla_get_bits(d, sz, &x))
                 return -1;
             if (sz < 64 && x > (1ULL << (sz - 1)))
                 x -= 1ULL << sz; /* negative: sign-extend, modulo 2^64 */

@@ -27,6 +27,14 @@ static inline size_t pt_gorilla_max_bytes(size_t n)
     return 38 + n * 19;
 }
 
+/* One XOR'ed value stream: the last value and the window (leading and trailing zero bits)
+ * its last '11' form set. An encoder's starts with leading 0xff (no window yet); a
+ * decoder's at zero. (The sample stream below keeps its own in v, leading, trailing.) */
+typedef struct pt_gorilla_xor {
+    uint64_t v;
+    int leading, trailing;
+} pt_gorilla_xor;
+
 typedef struct pt_gorilla_enc {
     uint8_t *p; /* zeroed, pt_gorilla_max_bytes(samples) long */
     size_t bits;
@@ -56,5 +64,14 @@ void pt_gorilla_dec_init(pt_gorilla_dec *d, const uint8_t *p, size_t len);
 int pt_gorilla_dec_next(pt_gorilla_dec *d, int64_t *t, uint64_t *v);
 /* 1 when what is left of the stream is the zero padding of its last byte, else 0. */
 int pt_gorilla_dec_done(const pt_gorilla_dec *d);
+
+/* The pieces, for other layouts on the same bit stream (Prometheus' histogram chunks,
+ * base/hchunk.h). The encoder's buffer must have room, zeroed, for what is appended. */
+void pt_gorilla_put_bits(pt_gorilla_enc *e, uint64_t v, int n); /* the low n (0..64) bits */
+void pt_gorilla_put_xor(pt_gorilla_enc *e, pt_gorilla_xor *x, uint64_t v); /* 1 to 77 bits */
+/* 0, or -1 when the stream ends first (nothing is read past it). */
+int pt_gorilla_get_bits(pt_gorilla_dec *d, int n, uint64_t *v);
+/* The next value of stream x into x->v: 0, or -1 (stream ends, impossible window). */
+int pt_gorilla_get_xor(pt_gorilla_dec *d, pt_gorilla_xor *x);
 
 #endif

@@ -15,8 +15,8 @@ if ! command -v clang >/dev/null; then
     exit 0
 fi
 bdir="${PT_BUILD_DIR:-$here/build}-fuzz"
-targets="fuzz_write fuzz_read fuzz_config fuzz_labels fuzz_http fuzz_bt_merge fuzz_wal fuzz_chunk fuzz_api"
-echo "1..10"
+targets="fuzz_write fuzz_read fuzz_config fuzz_labels fuzz_http fuzz_bt_merge fuzz_wal fuzz_chunk fuzz_api fuzz_histogram"
+echo "1..11"
 if CC=clang cmake -S "$here" -B "$bdir" -DPT_FUZZ=ON -DPT_SANITIZE=address,undefined \
         -DCMAKE_BUILD_TYPE=Debug >"$bdir.log" 2>&1 &&
    cmake --build "$bdir" -j2 --target $targets >>"$bdir.log" 2>&1; then
@@ -40,6 +40,7 @@ for t in $targets; do
     fuzz_chunk) cp "$here"/tests/data/fuzz/chunk-*.bin "$corpus/$t/" ;;
     fuzz_api) printf '%s' 'm{a="b\\x41",c!~`d`,"e.f"=~"g|h"}' >"$corpus/$t/selector"
         printf '%s' '2023-11-14T22:13:20.5+01:00' >"$corpus/$t/time" ;;
+    fuzz_histogram) cp "$here"/tests/data/fuzz/hist-*.bin "$corpus/$t/" ;;
     esac
     if "$bdir/fuzz/$t" -max_total_time="${PT_FUZZ_SECONDS:-10}" -rss_limit_mb=2048 \
             "$corpus/$t" >"$corpus/$t.log" 2>&1; then
