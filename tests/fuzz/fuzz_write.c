@@ -15,13 +15,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     pt_arena_init(&a, 4096, 64u << 20);
     pt_decode_limits lim = {8u << 20};
     char msg[PT_MSG_MAX];
-    Prometheus__WriteRequest *wr;
-    if (pt_decode_write(data, size, &lim, &a, &wr, msg, sizeof(msg)) == 0) {
-        for (size_t i = 0; i < wr->n_timeseries; i++) {
-            pt_label *ls;
+    pt_wreq wr;
+    /* The first byte picks the protocol version. */
+    int version = size && (data[0] & 1) ? 2 : 1;
+    if (size)
+        data++, size--;
+    if (pt_decode_write(data, size, &lim, &a, version, &wr, msg, sizeof(msg)) == 0) {
+        for (size_t i = 0; i < wr.nseries; i++) {
+            pt_label *ls = wr.series[i].labels;
             int plain;
-            long n = pt_labels_validate(wr->timeseries[i]->labels, wr->timeseries[i]->n_labels, &a,
-                                        &ls, &plain, msg, sizeof(msg));
+            long n = pt_labels_validate(ls, wr.series[i].nlabels, &plain, msg, sizeof(msg));
             if (n < 0)
                 continue;
             pt_slice sid, fast;

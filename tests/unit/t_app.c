@@ -254,7 +254,17 @@ int main(void)
     pt_arena_free(&c.arena);
     is(run(&c, PT_M_POST, "/api/v1/write",
            "application/x-protobuf; proto=io.prometheus.write.v2.Request", "snappy", w.p, w.n),
-       415, "remote write 2.0: 415 until supported");
+       204, "a 1.0 body sent as remote write 2.0 decodes as an empty 2.0 request (fields 1-3 "
+            "are reserved there): 204");
+    ok(c.resp.nheaders == 3 &&
+           strcmp(c.resp.headers[0].name, "X-Prometheus-Remote-Write-Samples-Written") == 0 &&
+           strcmp(c.resp.headers[0].value, "0") == 0,
+       "with the written counts, 0");
+    pt_arena_free(&c.arena);
+    is(run(&c, PT_M_POST, "/api/v1/write", "application/x-protobuf;proto=io.prometheus.write.v3",
+           "snappy", w.p, w.n),
+       415, "an unknown proto: 415");
+    ok(strstr(c.body, "io.prometheus.write.v2.Request") != NULL, "the 415 says what is accepted");
     pt_arena_free(&c.arena);
     is(run(&c, PT_M_POST, "/api/v1/write", "application/x-protobuf;proto=prometheus.WriteRequest",
            "snappy", w.p, w.n), 204, "explicit proto=prometheus.WriteRequest: 204");
@@ -273,14 +283,19 @@ int main(void)
         pt_arena_init(&b, 0, 0);
         tseries bad[] = {{{"job", "x", "__name__", "m", NULL}, {1}, {1}, 1},
                          {{"__name__", "ok", NULL}, {1}, {1}, 1}};
-        pt_slice body = mk_body(&b, &mk_write(&b, bad, 2)->base);
-        is(post(&c, "/api/v1/write", body), 400, "unsorted labels: 400");
-        ok(strncmp(c.body, "invalid label set m{job=\"x\"}: label names not sorted", 52) == 0 &&
+        pt_slice body = mk_body(&b, &mk_pb_write(&b, bad, 2)->base);
+        is(post(&c, "/api/v1/write", body), 204, "unsorted labels are sorted: 204");
+        pt_arena_free(&c.arena);
+        tseries dup[] = {{{"job", "x", "__name__", "m", "job", "y", NULL}, {1}, {1}, 1},
+                         {{"__name__", "ok", NULL}, {1}, {1}, 1}};
+        body = mk_body(&b, &mk_pb_write(&b, dup, 2)->base);
+        is(post(&c, "/api/v1/write", body), 400, "duplicate label names (after sorting): 400");
+        ok(strncmp(c.body, "invalid label set m{job=\"x\", job=\"y\"}: duplicate label name", 59) == 0 &&
                strstr(c.body, "stored 1 samples, rejected 1"),
            "message says what and how much: %s", c.body);
         pt_arena_free(&c.arena);
         tseries neg[] = {{{"__name__", "m", NULL}, {-1}, {1}, 1}};
-        is(post(&c, "/api/v1/write", mk_body(&b, &mk_write(&b, neg, 1)->base)), 400,
+        is(post(&c, "/api/v1/write", mk_body(&b, &mk_pb_write(&b, neg, 1)->base)), 400,
            "negative timestamp: 400");
         pt_arena_free(&c.arena);
         pt_arena_free(&b);
@@ -352,7 +367,7 @@ int main(void)
     is(run(&c, PT_M_GET, "/metrics", "", "", NULL, 0), 200, "metrics: 200");
     {
         char *text = pt_arena_strndup(&c.arena, (const char *)c.resp.body, c.resp.body_len);
-        ok(strstr(text, "promtable_samples_received_total 1886"), "samples received counted");
+        ok(strstr(text, "promtable_samples_received_total 1888"), "samples received counted");
         ok(strstr(text, "promtable_http_requests_total{route=\"/api/v1/write\",code=\"204\",proto=\"1\"}"),
            "requests by route, code and protocol");
         ok(strstr(text, "promtable_samples_rejected_total{reason=\"labels\"} 1"),
