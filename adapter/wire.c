@@ -1,6 +1,8 @@
-/* The zero-copy remote write decoder (wire.h). Two passes over the body: the first checks
- * everything and counts the elements of each kind, the second fills arrays of exactly that
- * size. Both run the same code; only the second stores. */
+/* The zero-copy remote write decoder (wire.h). Two passes over the body: the first, shallow
+ * one counts the elements of each kind (reading the request's and each series' fields,
+ * not inside labels, samples, histograms and metadata), the second checks everything and
+ * fills arrays of exactly that size. Both run the same code: the first skips what it need
+ * not read, only the second stores. */
 #include "wire.h"
 
 #include <stdarg.h>
@@ -12,7 +14,7 @@ static const uint8_t empty_bytes[1] = {0};
 
 typedef struct dec {
     const uint8_t *base; /* the body, for offsets in messages */
-    int fill;            /* second pass: store */
+    int fill;            /* second pass: check everything, store */
     int v2;
     int err;
     char *msg;
@@ -70,12 +72,10 @@ static size_t varint(const uint8_t *p, size_t rem, uint64_t *v)
     return 0;
 }
 
-/* Reads the field at *pp: 1, 0 at the end, -1 on error. */
-static int next_field(dec *d, const uint8_t **pp, const uint8_t *e, field *f)
+/* next_field for any field: every tag, length and varint size. */
+static int next_field_any(dec *d, const uint8_t **pp, const uint8_t *e, field *f)
 {
     const uint8_t *p = *pp;
-    if (p == e)
-        return 0;
     size_t rem = (size_t)(e - p);
     f->at = p;
     /* The tag: at most 5 bytes, low 32 bits kept; a first byte naming field 0 is refused. */
@@ -151,6 +151,39 @@ static int next_field(dec *d, const uint8_t **pp, const uint8_t *e, field *f)
     }
     *pp = p;
     return 1;
+}
+
+/* Reads the field at *pp: 1, 0 at the end, -1 on error. Most fields of a remote write
+ * body have a one-byte tag and a one-byte length or varint: those are read here, the rest
+ * by next_field_any. */
+static inline int next_field(dec *d, const uint8_t **pp, const uint8_t *e, field *f)
+{
+    const uint8_t *p = *pp;
+    if (p == e)
+        return 0;
+    size_t rem = (size_t)(e - p);
+    uint8_t b0 = p[0];
+    f->at = p;
+    f->num = b0 >> 3;
+    f->wt = b0 & 7;
+    if (rem >= 2 && b0 < 0x80 && (b0 & 0xf8)) {
+        if (f->wt == WT_LEN && p[1] < 0x80 && p[1] <= rem - 2) {
+            f->s = (pt_slice){p + 2, p[1]};
+            *pp = p + 2 + p[1];
+            return 1;
+        }
+        if (f->wt == WT_I64 && rem >= 9) {
+            memcpy(&f->v, p + 1, 8);
+            *pp = p + 9;
+            return 1;
+        }
+        if (f->wt == WT_VARINT && p[1] < 0x80) {
+            f->v = p[1];
+            *pp = p + 2;
+            return 1;
+        }
+    }
+    return next_field_any(d, pp, e, f);
 }
 
 static int want(dec *d, const field *f, unsigned wt, const char *msg_name)
@@ -380,8 +413,11 @@ static int refs_field(dec *d, const field *f, uint32_t *refs, size_t *pos, uint3
                       const char *msg_name)
 {
     uint32_t k = 0;
-    if (f->wt == WT_LEN) {
-        if (packed_varints(d, f, &k, d->fill ? refs + *pos : NULL))
+    if (f->wt == WT_LEN && !d->fill) {
+        for (size_t i = 0; i < f->s.n; i++) /* a bound; the second pass checks them */
+            k += !(f->s.p[i] & 0x80);
+    } else if (f->wt == WT_LEN) {
+        if (packed_varints(d, f, &k, refs + *pos))
             return -1;
     } else {
         if (want(d, f, WT_VARINT, msg_name))
@@ -496,6 +532,13 @@ static int parse_series(dec *d, pt_slice s)
             continue;
         if (want(d, &f, WT_LEN, name))
             return -1;
+        if (!d->fill && kind != 3) { /* counting: labels, samples, histograms, metadata */
+            ts.nlabels += kind == 1;
+            d->nlabels += kind == 1;
+            d->nsamples += kind == 2;
+            d->nhist += kind == 4;
+            continue;
+        }
         switch (kind) {
         case 1: {
             pt_label l;
@@ -542,6 +585,10 @@ static int parse_meta_v1(dec *d, pt_slice s)
     field f;
     int rv;
     pt_wmeta m = {0, EMPTY, EMPTY, EMPTY};
+    if (!d->fill) {
+        d->nmeta++;
+        return 0;
+    }
     while ((rv = next_field(d, &p, e, &f)) > 0) {
         if (f.num == 1) {
             if (want(d, &f, WT_VARINT, name))
@@ -681,7 +728,7 @@ int pt_wire_decode(const uint8_t *buf, size_t len, int version, pt_arena *a, pt_
         return PT_WIRE_ENOMEM;
     }
     if (parse_request(&d, body) < 0)
-        return d.err; /* cannot happen: the first pass checked it all */
+        return d.err;
     if (d.v2)
         resolve_v2(&d);
     *out = (pt_wreq){d.v2 ? 2 : 1, d.series, d.nseries, d.meta, d.nmeta, d.sym, d.nsym,
