@@ -1052,6 +1052,55 @@ static uint64_t slice_hash(const uint8_t *p, size_t n)
     return mix(h);
 }
 
+/* Entry e of the stream: its series, scrape group and generation suffix (*sl bytes in
+ * sfx); *fresh counts it when its series is new to the receiver. */
+static const series *entry(const opts *o, const model *m, uint64_t e, uint64_t *group,
+                           char sfx[GEN_SUFFIX_MAX], size_t *sl, uint64_t *fresh)
+{
+    *group = e / m->n;
+    uint64_t gen = generation(o, m, e % m->n, *group);
+    if (!*group || gen != generation(o, m, e % m->n, *group - 1))
+        (*fresh)++;
+    *sl = gen_suffix(gen, sfx);
+    return &m->s[e % m->n];
+}
+
+/* An entry's samples as TimeSeries.samples (field 2 in both versions): their length,
+ * then writing them. */
+static size_t samples_len(const opts *o, const pool *pl, const series *s, uint64_t group)
+{
+    size_t n = 0;
+    for (uint64_t k = 0; k < o->samples_per_entry; k++) {
+        uint64_t round = group * o->samples_per_entry + k;
+        int64_t t = pl->start_ms + (int64_t)(round * o->interval_ms) + s->phase_ms;
+        n += 2 + 9 + 1 + pt_uvarint_size((uint64_t)t); /* field 2 tag, len < 128 */
+    }
+    return n;
+}
+
+static uint8_t *put_samples(uint8_t *p, const opts *o, const pool *pl, const series *s,
+                            uint64_t group)
+{
+    for (uint64_t k = 0; k < o->samples_per_entry; k++) {
+        uint64_t round = group * o->samples_per_entry + k;
+        int64_t t = pl->start_ms + (int64_t)(round * o->interval_ms) + s->phase_ms;
+        double v = sample_value(s, round);
+        uint64_t bits;
+        memcpy(&bits, &v, sizeof bits);
+        uint8_t smp[SAMPLE_MAX], *q = smp;
+        *q++ = 0x09; /* Sample.value = 1, fixed64 little-endian */
+        for (int i = 0; i < 8; i++)
+            *q++ = (uint8_t)(bits >> (8 * i));
+        *q++ = 0x10; /* Sample.timestamp = 2, varint */
+        q = pt_put_uvarint(q, (uint64_t)t);
+        *p++ = 0x12; /* TimeSeries.samples = 2 */
+        *p++ = (uint8_t)(q - smp);
+        memcpy(p, smp, (size_t)(q - smp));
+        p += q - smp;
+    }
+    return p;
+}
+
 /* The 2.0 form of the same stream of entries as pack_body: a symbol table per body (each
  * distinct name and value once, "" first), every entry's labels as refs, packed, then its
  * samples. Prometheus builds its 2.0 requests the same way. */
@@ -1063,14 +1112,10 @@ static uint64_t pack_body_v2(const opts *o, const model *m, pool *pl, packer *pk
     grow_n(&pk->first, &pk->firstcap, E + 1, sizeof(*pk->first));
     /* Every entry's label names and values, in order, as slices. */
     for (uint64_t j = 0; j < E; j++) {
-        uint64_t e = bi * E + j;
-        const series *s = &m->s[e % m->n];
-        uint64_t group = e / m->n;
-        uint64_t gen = generation(o, m, e % m->n, group);
-        if (!group || gen != generation(o, m, e % m->n, group - 1))
-            fresh++;
+        uint64_t group;
         char sfx[GEN_SUFFIX_MAX];
-        size_t sl = gen_suffix(gen, sfx);
+        size_t sl;
+        const series *s = entry(o, m, bi * E + j, &group, sfx, &sl, &fresh);
         uint8_t *lb = pk->lab + lo, *le = put_labels(lb, s, sfx, sl);
         lo += (size_t)(le - lb);
         pk->first[j] = (uint32_t)nsl;
@@ -1132,39 +1177,19 @@ static uint64_t pack_body_v2(const opts *o, const model *m, pool *pl, packer *pk
     }
     free(sym_of);
     for (uint64_t j = 0; j < E; j++) {
-        uint64_t e = bi * E + j;
+        uint64_t e = bi * E + j, group = e / m->n;
         const series *s = &m->s[e % m->n];
-        uint64_t group = e / m->n;
         size_t refs_len = 0;
         for (uint32_t i = pk->first[j]; i < pk->first[j + 1]; i++)
             refs_len += pt_uvarint_size(pk->refs[i]);
-        size_t ts_len = 1 + pt_uvarint_size(refs_len) + refs_len;
-        for (uint64_t k = 0; k < M; k++) {
-            uint64_t round = group * M + k;
-            int64_t t = pl->start_ms + (int64_t)(round * o->interval_ms) + s->phase_ms;
-            ts_len += 2 + 9 + 1 + pt_uvarint_size((uint64_t)t);
-        }
+        size_t ts_len = 1 + pt_uvarint_size(refs_len) + refs_len + samples_len(o, pl, s, group);
         *p++ = 0x2a; /* Request.timeseries = 5 */
         p = pt_put_uvarint(p, ts_len);
         *p++ = 0x0a; /* TimeSeries.labels_refs = 1, packed */
         p = pt_put_uvarint(p, refs_len);
         for (uint32_t i = pk->first[j]; i < pk->first[j + 1]; i++)
             p = pt_put_uvarint(p, pk->refs[i]);
-        for (uint64_t k = 0; k < M; k++) {
-            uint64_t round = group * M + k;
-            int64_t t = pl->start_ms + (int64_t)(round * o->interval_ms) + s->phase_ms;
-            double v = sample_value(s, round);
-            uint8_t smp[SAMPLE_MAX], *q = smp;
-            *q++ = 0x09; /* Sample.value = 1 */
-            memcpy(q, &v, 8);
-            q += 8;
-            *q++ = 0x10; /* Sample.timestamp = 2 */
-            q = pt_put_uvarint(q, (uint64_t)t);
-            *p++ = 0x12; /* TimeSeries.samples = 2 */
-            *p++ = (uint8_t)(q - smp);
-            memcpy(p, smp, (size_t)(q - smp));
-            p += q - smp;
-        }
+        p = put_samples(p, o, pl, s, group);
     }
     seal_body(pl, pk, bi, (size_t)(p - pk->raw));
     return fresh;
@@ -1179,41 +1204,15 @@ static uint64_t pack_body(const opts *o, const model *m, pool *pl, packer *pk, u
     grow(&pk->raw, &pk->rawcap, bound);
     uint8_t *p = pk->raw;
     for (uint64_t j = 0; j < E; j++) {
-        uint64_t e = bi * E + j;
-        const series *s = &m->s[e % m->n];
-        uint64_t group = e / m->n;
-        uint64_t gen = generation(o, m, e % m->n, group);
-        if (!group || gen != generation(o, m, e % m->n, group - 1))
-            fresh++;
+        uint64_t group;
         char sfx[GEN_SUFFIX_MAX];
-        size_t sl = gen_suffix(gen, sfx);
-        uint8_t smp[SAMPLE_MAX];
-        size_t ts_len = labels_len(s, sl);
-        for (uint64_t k = 0; k < M; k++) {
-            uint64_t round = group * M + k;
-            int64_t t = pl->start_ms + (int64_t)(round * o->interval_ms) + s->phase_ms;
-            ts_len += 2 + 9 + 1 + pt_uvarint_size((uint64_t)t); /* field 2 tag, len < 128 */
-        }
+        size_t sl;
+        const series *s = entry(o, m, bi * E + j, &group, sfx, &sl, &fresh);
+        size_t ts_len = labels_len(s, sl) + samples_len(o, pl, s, group);
         *p++ = 0x0a; /* WriteRequest.timeseries = 1, length-delimited */
         p = pt_put_uvarint(p, ts_len);
         p = put_labels(p, s, sfx, sl);
-        for (uint64_t k = 0; k < M; k++) {
-            uint64_t round = group * M + k;
-            int64_t t = pl->start_ms + (int64_t)(round * o->interval_ms) + s->phase_ms;
-            double v = sample_value(s, round);
-            uint64_t bits;
-            memcpy(&bits, &v, sizeof bits);
-            uint8_t *q = smp;
-            *q++ = 0x09; /* Sample.value = 1, fixed64 little-endian */
-            for (int i = 0; i < 8; i++)
-                *q++ = (uint8_t)(bits >> (8 * i));
-            *q++ = 0x10; /* Sample.timestamp = 2, varint */
-            q = pt_put_uvarint(q, (uint64_t)t);
-            *p++ = 0x12; /* TimeSeries.samples = 2 */
-            *p++ = (uint8_t)(q - smp);
-            memcpy(p, smp, (size_t)(q - smp));
-            p += q - smp;
-        }
+        p = put_samples(p, o, pl, s, group);
     }
     seal_body(pl, pk, bi, (size_t)(p - pk->raw));
     return fresh;

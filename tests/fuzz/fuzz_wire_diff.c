@@ -44,29 +44,22 @@ static int case_eq(uint8_t mine, unsigned theirs, unsigned int_field)
     return mine == (theirs == int_field ? PT_WCASE_INT : PT_WCASE_FLOAT);
 }
 
-static int deltas_eq(const pt_wrep *r, size_t n, const int64_t *v)
+/* A repeated scalar view against protobuf-c's array: sint64 deltas (zig = 1) or doubles,
+ * compared as the raw bits on the wire. */
+static int rep_eq(const pt_wrep *r, size_t n, const void *arr, int zig)
 {
     if (r->n != n)
         return 0;
     pt_wrep_it it;
     pt_wrep_iter(r, &it);
-    uint64_t raw;
-    for (size_t i = 0; i < n; i++)
-        if (!pt_wrep_next(&it, &raw) || pt_wire_unzigzag64(raw) != v[i])
+    uint64_t raw, want;
+    for (size_t i = 0; i < n; i++) {
+        memcpy(&want, (const char *)arr + 8 * i, 8);
+        if (zig)
+            want = (want << 1) ^ (uint64_t)((int64_t)want >> 63);
+        if (!pt_wrep_next(&it, &raw) || raw != want)
             return 0;
-    return !pt_wrep_next(&it, &raw);
-}
-
-static int doubles_eq(const pt_wrep *r, size_t n, const double *v)
-{
-    if (r->n != n)
-        return 0;
-    pt_wrep_it it;
-    pt_wrep_iter(r, &it);
-    uint64_t raw;
-    for (size_t i = 0; i < n; i++)
-        if (!pt_wrep_next(&it, &raw) || !bits_eq(pt_wire_double(raw), v[i]))
-            return 0;
+    }
     return !pt_wrep_next(&it, &raw);
 }
 
@@ -109,11 +102,11 @@ static int spans_eq_p(const pt_wrep *r, size_t n, void *const *arr, int v2)
                 (void *const *)(h)->negative_spans, v2) &&                                  \
      spans_eq_p(&(mh)->positive_spans, (h)->n_positive_spans,                               \
                 (void *const *)(h)->positive_spans, v2) &&                                  \
-     deltas_eq(&(mh)->negative_deltas, (h)->n_negative_deltas, (h)->negative_deltas) &&     \
-     deltas_eq(&(mh)->positive_deltas, (h)->n_positive_deltas, (h)->positive_deltas) &&     \
-     doubles_eq(&(mh)->negative_counts, (h)->n_negative_counts, (h)->negative_counts) &&    \
-     doubles_eq(&(mh)->positive_counts, (h)->n_positive_counts, (h)->positive_counts) &&    \
-     doubles_eq(&(mh)->custom_values, (h)->n_custom_values, (h)->custom_values))
+     rep_eq(&(mh)->negative_deltas, (h)->n_negative_deltas, (h)->negative_deltas, 1) &&     \
+     rep_eq(&(mh)->positive_deltas, (h)->n_positive_deltas, (h)->positive_deltas, 1) &&     \
+     rep_eq(&(mh)->negative_counts, (h)->n_negative_counts, (h)->negative_counts, 0) &&     \
+     rep_eq(&(mh)->positive_counts, (h)->n_positive_counts, (h)->positive_counts, 0) &&     \
+     rep_eq(&(mh)->custom_values, (h)->n_custom_values, (h)->custom_values, 0))
 
 static int labels_eq(const pt_label *ls, size_t n, Prometheus__Label *const *pl, size_t pn)
 {
