@@ -313,7 +313,30 @@ int main(void)
         pt_faulty_set(&s.faulty, &plan);
         is(post(&c, "/api/v1/read", file("prom-2.42-read.bin")), 503, "read during outage: 503");
         pt_arena_free(&c.arena);
+        /* A 2.0 request, by hand: symbols "", "__name__", "m"; one series m, one sample. */
+        static const uint8_t v2[] = {0x22, 0x00, 0x22, 0x08, '_', '_', 'n', 'a', 'm', 'e', '_',
+                                     '_', 0x22, 0x01, 'm', 0x2a, 0x11, 0x0a, 0x02, 0x01, 0x02,
+                                     0x12, 0x0b, 0x09, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f, 0x10, 0x01};
+        pt_arena z;
+        pt_arena_init(&z, 0, 0);
+        pt_slice body;
+        pt_snappy_encode(v2, sizeof(v2), &z, &body);
+        const char *ct2 = "application/x-protobuf;proto=io.prometheus.write.v2.Request";
+        plan = (pt_faulty_plan){0};
+        plan.write.fail_next = 1;
+        pt_faulty_set(&s.faulty, &plan);
+        is(run(&c, PT_M_POST, "/api/v1/write", ct2, "snappy", body.p, body.n), 503,
+           "2.0 during an outage: 503");
+        ok(c.resp.nheaders == 3 && strcmp(c.resp.headers[0].value, "0") == 0,
+           "with Samples-Written 0");
+        pt_arena_free(&c.arena);
         pt_faulty_set(&s.faulty, NULL);
+        is(run(&c, PT_M_POST, "/api/v1/write", ct2, "snappy", body.p, body.n), 204,
+           "2.0 after it: 204");
+        ok(c.resp.nheaders == 3 && strcmp(c.resp.headers[0].value, "1") == 0,
+           "with Samples-Written 1");
+        pt_arena_free(&c.arena);
+        pt_arena_free(&z);
     }
 
     /* Per-request memory ceiling. */
@@ -367,7 +390,7 @@ int main(void)
     is(run(&c, PT_M_GET, "/metrics", "", "", NULL, 0), 200, "metrics: 200");
     {
         char *text = pt_arena_strndup(&c.arena, (const char *)c.resp.body, c.resp.body_len);
-        ok(strstr(text, "promtable_samples_received_total 1888"), "samples received counted");
+        ok(strstr(text, "promtable_samples_received_total 1889"), "samples received counted");
         ok(strstr(text, "promtable_http_requests_total{route=\"/api/v1/write\",code=\"204\",proto=\"1\"}"),
            "requests by route, code and protocol");
         ok(strstr(text, "promtable_samples_rejected_total{reason=\"labels\"} 1"),
@@ -375,7 +398,7 @@ int main(void)
         ok(strstr(text, "promtable_http_request_duration_seconds_bucket{route=\"/api/v1/write\",le=\"+Inf\"}"),
            "request duration histogram");
         ok(strstr(text, "promtable_backend_write_duration_seconds_count") &&
-               strstr(text, "promtable_backend_errors_total{op=\"write\"} 1"),
+               strstr(text, "promtable_backend_errors_total{op=\"write\"} 2"),
            "backend duration and errors");
         ok(strstr(text, "promtable_index_cache_entries "), "index cache size");
         ok(strstr(text, "# TYPE promtable_embedded_flushes_total counter\npromtable_embedded_flushes_total ") &&
