@@ -16,7 +16,7 @@ if ! command -v clang >/dev/null; then
 fi
 bdir="${PT_BUILD_DIR:-$here/build}-fuzz"
 targets="fuzz_write fuzz_wire_diff fuzz_read fuzz_config fuzz_labels fuzz_http fuzz_bt_merge fuzz_wal fuzz_chunk"
-echo "1..9"
+echo "1..10"
 if CC=clang cmake -S "$here" -B "$bdir" -DPT_FUZZ=ON -DPT_SANITIZE=address,undefined \
         -DCMAKE_BUILD_TYPE=Debug >"$bdir.log" 2>&1 &&
    cmake --build "$bdir" -j2 --target $targets >>"$bdir.log" 2>&1; then
