@@ -34,8 +34,8 @@ typedef struct dec {
 typedef struct field {
     uint32_t num;
     unsigned wt;
-    uint64_t v;     /* varint value, fixed64 or fixed32 bits */
-    pt_slice s;     /* length-delimited content */
+    uint64_t v; /* varint value, fixed64 or fixed32 bits */
+    pt_slice s; /* length-delimited content */
     const uint8_t *at;
 } field;
 
@@ -104,8 +104,7 @@ static int next_field_any(dec *d, const uint8_t **pp, const uint8_t *e, field *f
     case WT_VARINT: {
         size_t n = varint(p, rem, &f->v);
         if (n == 0)
-            return fail(d, p, PT_WIRE_EPROTO, "unterminated or overlong varint in field %u",
-                        tag);
+            return fail(d, p, PT_WIRE_EPROTO, "unterminated or overlong varint in field %u", tag);
         p += n;
         break;
     }
@@ -146,8 +145,7 @@ static int next_field_any(dec *d, const uint8_t **pp, const uint8_t *e, field *f
         p += hdr + len;
         break;
     }
-    default:
-        return fail(d, p, PT_WIRE_EPROTO, "field %u has wire type %u", tag, f->wt);
+    default: return fail(d, p, PT_WIRE_EPROTO, "field %u has wire type %u", tag, f->wt);
     }
     *pp = p;
     return 1;
@@ -229,9 +227,8 @@ static int rep_scalar(dec *d, const field *f, pt_wrep *r, int fixed, const char 
     if (f->wt == WT_LEN) {
         if (fixed) {
             if (f->s.n % 8)
-                return fail(d, f->at, PT_WIRE_EPROTO,
-                            "field %u of %s: packed doubles of %zu bytes", f->num, msg_name,
-                            f->s.n);
+                return fail(d, f->at, PT_WIRE_EPROTO, "field %u of %s: packed doubles of %zu bytes",
+                            f->num, msg_name, f->s.n);
             r->n += (uint32_t)(f->s.n / 8);
             return 0;
         }
@@ -285,8 +282,7 @@ static int parse_histogram(dec *d, pt_slice s)
             if (f.num == 1)
                 h.count_int = f.v, h.count_float = 0, h.count_case = PT_WCASE_INT;
             else
-                h.zero_count_int = f.v, h.zero_count_float = 0,
-                h.zero_count_case = PT_WCASE_INT;
+                h.zero_count_int = f.v, h.zero_count_float = 0, h.zero_count_case = PT_WCASE_INT;
             break;
         case 2:
         case 7:
@@ -351,8 +347,7 @@ static int parse_histogram(dec *d, pt_slice s)
                 return -1;
             h.start_timestamp = (int64_t)f.v;
             break;
-        default:
-            break;
+        default: break;
         }
     }
     if (rv < 0)
@@ -550,15 +545,9 @@ static int parse_series(dec *d, pt_slice s)
             ts.nlabels++;
             break;
         }
-        case 2:
-            rv = parse_sample(d, f.s);
-            break;
-        case 3:
-            rv = parse_exemplar(d, f.s);
-            break;
-        case 4:
-            rv = parse_histogram(d, f.s);
-            break;
+        case 2: rv = parse_sample(d, f.s); break;
+        case 3: rv = parse_exemplar(d, f.s); break;
+        case 4: rv = parse_histogram(d, f.s); break;
         case 5:
             rv = parse_meta_v2(d, f.s, &ts.meta);
             ts.has_meta = 1;
@@ -638,8 +627,7 @@ static void *take(pt_arena *a, size_t n, size_t size)
 }
 
 /* Resolves a run of 2.0 refs into labels; returns the PT_WREF_* problem, *bad the ref. */
-static uint8_t resolve(const dec *d, const uint32_t *refs, uint32_t n, pt_label *out,
-                       uint32_t *bad)
+static uint8_t resolve(const dec *d, const uint32_t *refs, uint32_t n, pt_label *out, uint32_t *bad)
 {
     if (n % 2)
         return PT_WREF_ODD;
@@ -721,18 +709,20 @@ int pt_wire_decode(const uint8_t *buf, size_t len, int version, pt_arena *a, pt_
     d.xrefs = take(a, c.nxrefs, sizeof(*d.xrefs));
     d.labels = take(a, c.nlabels + c.nsrefs / 2, sizeof(*d.labels));
     d.exlabels = take(a, c.nexlabels + c.nxrefs / 2, sizeof(*d.exlabels));
-    if (!d.series || !d.samples || !d.ex || !d.hist || !d.meta || !d.sym || !d.srefs ||
-        !d.xrefs || !d.labels || !d.exlabels) {
-        snprintf(msg, msglen, "decoding the request (%zu series, %zu samples) needs more memory "
-                 "than the per-request limit", c.nseries, c.nsamples);
+    if (!d.series || !d.samples || !d.ex || !d.hist || !d.meta || !d.sym || !d.srefs || !d.xrefs ||
+        !d.labels || !d.exlabels) {
+        snprintf(msg, msglen,
+                 "decoding the request (%zu series, %zu samples) needs more memory "
+                 "than the per-request limit",
+                 c.nseries, c.nsamples);
         return PT_WIRE_ENOMEM;
     }
     if (parse_request(&d, body) < 0)
         return d.err;
     if (d.v2)
         resolve_v2(&d);
-    *out = (pt_wreq){d.v2 ? 2 : 1, d.series, d.nseries, d.meta, d.nmeta, d.sym, d.nsym,
-                     d.nsamples, d.nex, d.nhist};
+    *out = (pt_wreq){d.v2 ? 2 : 1, d.series, d.nseries,  d.meta, d.nmeta,
+                     d.sym,        d.nsym,   d.nsamples, d.nex,  d.nhist};
     return 0;
 }
 

@@ -27,7 +27,7 @@
 typedef struct pt_wrep {
     const uint8_t *msg;
     uint32_t len;
-    uint32_t n;     /* elements */
+    uint32_t n; /* elements */
     uint32_t field;
 } pt_wrep;
 
@@ -106,17 +106,17 @@ enum {
 typedef struct pt_wseries {
     pt_label *labels; /* in wire order; the write path sorts them in place */
     uint32_t nlabels;
-    uint8_t has_meta;     /* 2.0: metadata was sent */
-    uint8_t ref_problem;  /* 2.0: PT_WREF_* for labels_refs or metadata refs */
-    uint32_t bad_ref;     /* the offending ref for PT_WREF_RANGE */
+    uint8_t has_meta;    /* 2.0: metadata was sent */
+    uint8_t ref_problem; /* 2.0: PT_WREF_* for labels_refs or metadata refs */
+    uint32_t bad_ref;    /* the offending ref for PT_WREF_RANGE */
     pt_wsample *samples;
     size_t nsamples;
     pt_wexemplar *exemplars;
     size_t nexemplars;
     pt_whist *histograms;
     size_t nhistograms;
-    pt_wmeta meta;              /* 2.0 */
-    int64_t created_timestamp;  /* 2.0 TimeSeries field 6 (Prometheus 3.0–3.8); 0 = unset */
+    pt_wmeta meta;             /* 2.0 */
+    int64_t created_timestamp; /* 2.0 TimeSeries field 6 (Prometheus 3.0–3.8); 0 = unset */
 } pt_wseries;
 
 typedef struct pt_wreq {

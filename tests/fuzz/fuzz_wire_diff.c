@@ -18,12 +18,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define WIRE_DIFF_FAIL(what) __builtin_trap()
 #endif
 
-#define CHECK(c)                                                                            \
-    do {                                                                                    \
-        if (!(c)) {                                                                         \
-            WIRE_DIFF_FAIL(#c);                                                             \
-            return 0;                                                                       \
-        }                                                                                   \
+#define CHECK(c)                                                                                   \
+    do {                                                                                           \
+        if (!(c)) {                                                                                \
+            WIRE_DIFF_FAIL(#c);                                                                    \
+            return 0;                                                                              \
+        }                                                                                          \
     } while (0)
 
 static int bits_eq(double a, double b)
@@ -88,24 +88,24 @@ static int spans_eq_p(const pt_wrep *r, size_t n, void *const *arr, int v2)
     return !pt_wspan_next(&it, &o, &l);
 }
 
-#define HIST_EQ(mh, h, v2)                                                                  \
-    (case_eq((mh)->count_case, (h)->count_case, 1) &&                                       \
-     case_eq((mh)->zero_count_case, (h)->zero_count_case, 6) &&                             \
-     ((h)->count_case != 1 || (mh)->count_int == (h)->count_int) &&                         \
-     ((h)->count_case != 2 || bits_eq((mh)->count_float, (h)->count_float)) &&              \
-     ((h)->zero_count_case != 6 || (mh)->zero_count_int == (h)->zero_count_int) &&          \
-     ((h)->zero_count_case != 7 || bits_eq((mh)->zero_count_float, (h)->zero_count_float)) && \
-     bits_eq((mh)->sum, (h)->sum) && (mh)->schema == (h)->schema &&                         \
-     bits_eq((mh)->zero_threshold, (h)->zero_threshold) &&                                  \
-     (mh)->reset_hint == (int32_t)(h)->reset_hint && (mh)->timestamp == (h)->timestamp &&   \
-     spans_eq_p(&(mh)->negative_spans, (h)->n_negative_spans,                               \
-                (void *const *)(h)->negative_spans, v2) &&                                  \
-     spans_eq_p(&(mh)->positive_spans, (h)->n_positive_spans,                               \
-                (void *const *)(h)->positive_spans, v2) &&                                  \
-     rep_eq(&(mh)->negative_deltas, (h)->n_negative_deltas, (h)->negative_deltas, 1) &&     \
-     rep_eq(&(mh)->positive_deltas, (h)->n_positive_deltas, (h)->positive_deltas, 1) &&     \
-     rep_eq(&(mh)->negative_counts, (h)->n_negative_counts, (h)->negative_counts, 0) &&     \
-     rep_eq(&(mh)->positive_counts, (h)->n_positive_counts, (h)->positive_counts, 0) &&     \
+#define HIST_EQ(mh, h, v2)                                                                         \
+    (case_eq((mh)->count_case, (h)->count_case, 1) &&                                              \
+     case_eq((mh)->zero_count_case, (h)->zero_count_case, 6) &&                                    \
+     ((h)->count_case != 1 || (mh)->count_int == (h)->count_int) &&                                \
+     ((h)->count_case != 2 || bits_eq((mh)->count_float, (h)->count_float)) &&                     \
+     ((h)->zero_count_case != 6 || (mh)->zero_count_int == (h)->zero_count_int) &&                 \
+     ((h)->zero_count_case != 7 || bits_eq((mh)->zero_count_float, (h)->zero_count_float)) &&      \
+     bits_eq((mh)->sum, (h)->sum) && (mh)->schema == (h)->schema &&                                \
+     bits_eq((mh)->zero_threshold, (h)->zero_threshold) &&                                         \
+     (mh)->reset_hint == (int32_t)(h)->reset_hint && (mh)->timestamp == (h)->timestamp &&          \
+     spans_eq_p(&(mh)->negative_spans, (h)->n_negative_spans, (void *const *)(h)->negative_spans,  \
+                v2) &&                                                                             \
+     spans_eq_p(&(mh)->positive_spans, (h)->n_positive_spans, (void *const *)(h)->positive_spans,  \
+                v2) &&                                                                             \
+     rep_eq(&(mh)->negative_deltas, (h)->n_negative_deltas, (h)->negative_deltas, 1) &&            \
+     rep_eq(&(mh)->positive_deltas, (h)->n_positive_deltas, (h)->positive_deltas, 1) &&            \
+     rep_eq(&(mh)->negative_counts, (h)->n_negative_counts, (h)->negative_counts, 0) &&            \
+     rep_eq(&(mh)->positive_counts, (h)->n_positive_counts, (h)->positive_counts, 0) &&            \
      rep_eq(&(mh)->custom_values, (h)->n_custom_values, (h)->custom_values, 0))
 
 static int labels_eq(const pt_label *ls, size_t n, Prometheus__Label *const *pl, size_t pn)
@@ -168,8 +168,8 @@ static uint8_t refs_problem(const uint32_t *refs, size_t n, size_t nsym, uint32_
     return PT_WREF_OK;
 }
 
-static int refs_eq(const pt_label *ls, size_t nl, const uint32_t *refs, size_t n,
-                   const pt_wreq *w, const Io__Prometheus__Write__V2__Request *r)
+static int refs_eq(const pt_label *ls, size_t nl, const uint32_t *refs, size_t n, const pt_wreq *w,
+                   const Io__Prometheus__Write__V2__Request *r)
 {
     if (nl != n / 2)
         return 0;
@@ -251,10 +251,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         goto out; /* protobuf-c misreads such lengths; out of memory is no verdict */
     ProtobufCAllocator alloc;
     pt_pb_allocator(&b, &alloc);
-    ProtobufCMessage *m = protobuf_c_message_unpack(
-        v2 ? &io__prometheus__write__v2__request__descriptor
-           : &prometheus__write_request__descriptor,
-        &alloc, size, data);
+    ProtobufCMessage *m =
+        protobuf_c_message_unpack(v2 ? &io__prometheus__write__v2__request__descriptor
+                                     : &prometheus__write_request__descriptor,
+                                  &alloc, size, data);
     if (!m && b.exhausted)
         goto out;
     if ((mine == 0) != (m != NULL))

@@ -68,12 +68,12 @@ static int parse(int argc, char **argv)
     series *c = NULL;
     for (int i = 0; i < argc; i++) {
         const char *t = argv[i];
-#define NEED(k)                                                                             \
-    do {                                                                                    \
-        if (i + (k) >= argc || (!c && strcmp(t, "s") && strcmp(t, "sym0"))) {               \
-            fprintf(stderr, "rwtool: %s needs %d arguments and a series\n", t, k);          \
-            return -1;                                                                      \
-        }                                                                                   \
+#define NEED(k)                                                                                    \
+    do {                                                                                           \
+        if (i + (k) >= argc || (!c && strcmp(t, "s") && strcmp(t, "sym0"))) {                      \
+            fprintf(stderr, "rwtool: %s needs %d arguments and a series\n", t, k);                 \
+            return -1;                                                                             \
+        }                                                                                          \
     } while (0)
         if (strcmp(t, "s") == 0) {
             if (NS == MAX_SERIES)

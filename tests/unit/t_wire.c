@@ -32,15 +32,30 @@ static void vi(pb *p, uint64_t v)
     }
     p->b[p->n++] = (uint8_t)v;
 }
-static void tag(pb *p, unsigned f, unsigned wt) { vi(p, (uint64_t)f << 3 | wt); }
-static void fv(pb *p, unsigned f, uint64_t v) { tag(p, f, 0), vi(p, v); }
-static void fd(pb *p, unsigned f, double d) { tag(p, f, 1), put(p, &d, 8); }
-static void fl(pb *p, unsigned f, const pb *m) { tag(p, f, 2), vi(p, m->n), put(p, m->b, m->n); }
+static void tag(pb *p, unsigned f, unsigned wt)
+{
+    vi(p, (uint64_t)f << 3 | wt);
+}
+static void fv(pb *p, unsigned f, uint64_t v)
+{
+    tag(p, f, 0), vi(p, v);
+}
+static void fd(pb *p, unsigned f, double d)
+{
+    tag(p, f, 1), put(p, &d, 8);
+}
+static void fl(pb *p, unsigned f, const pb *m)
+{
+    tag(p, f, 2), vi(p, m->n), put(p, m->b, m->n);
+}
 static void fs(pb *p, unsigned f, const char *s)
 {
     tag(p, f, 2), vi(p, strlen(s)), put(p, s, strlen(s));
 }
-static uint64_t zz(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
+static uint64_t zz(int64_t v)
+{
+    return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+}
 static void label(pb *p, unsigned f, const char *n, const char *v)
 {
     pb l = {.n = 0};
@@ -77,7 +92,7 @@ static void histogram(pb *h, int flt, int v2)
     fv(&s, 1, zz(-1)), fv(&s, 2, 2);
     fl(h, 8, &s);
     vi(&k, zz(1)), vi(&k, zz(-1));
-    fl(h, 9, &k);                   /* negative deltas: packed */
+    fl(h, 9, &k);                        /* negative deltas: packed */
     fv(h, 12, zz(2)), fv(h, 12, zz(-3)); /* positive deltas: unpacked */
     s.n = 0, fv(&s, 1, zz(3)), fv(&s, 2, 2);
     fl(h, 11, &s);
@@ -194,8 +209,8 @@ static void v1_fields(void)
 
 static void v2_fields(void)
 {
-    static const char *syms[] = {"", "__name__", "up", "job", "x", "trace_id", "abc", "help",
-                                 "unit"};
+    static const char *syms[] = {"",         "__name__", "up",   "job", "x",
+                                 "trace_id", "abc",      "help", "unit"};
     pb w = {.n = 0}, ts = {.n = 0}, k = {.n = 0}, s = {.n = 0}, x = {.n = 0}, m = {.n = 0},
        h = {.n = 0};
     for (size_t i = 0; i < 9; i++)
