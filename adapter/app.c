@@ -115,15 +115,32 @@ static int write_version(pt_arena *a, const char *ct, char *msg, size_t msglen)
         if (strcmp(v, "prometheus.WriteRequest") == 0) {
             version = 1;
         } else if (strcmp(v, "io.prometheus.write.v2.Request") == 0) {
-            snprintf(msg, msglen, "remote write 2.0 (io.prometheus.write.v2.Request) is not "
-                                  "supported yet; use protobuf_message: prometheus.WriteRequest");
-            return 0;
+            version = 2;
         } else {
-            snprintf(msg, msglen, "unsupported remote write message \"%.100s\"", v);
+            snprintf(msg, msglen, "unsupported remote write message \"%.100s\"; accepted: "
+                                  "proto=prometheus.WriteRequest (1.0), "
+                                  "proto=io.prometheus.write.v2.Request (2.0)", v);
             return 0;
         }
     }
     return version;
+}
+
+/* Remote write 2.0's X-Prometheus-Remote-Write-*-Written: what is durably stored. Only
+ * float samples are stored so far. */
+static void written_headers(pt_req *req, pt_resp *resp, const pt_write_result *res)
+{
+    static const char *const names[] = {"X-Prometheus-Remote-Write-Samples-Written",
+                                        "X-Prometheus-Remote-Write-Histograms-Written",
+                                        "X-Prometheus-Remote-Write-Exemplars-Written"};
+    size_t counts[] = {res->samples_written, 0, 0};
+    for (size_t i = 0; i < 3 && resp->nheaders < PT_MAX_RESP_HEADERS; i++) {
+        char *v = pt_arena_alloc(req->arena, 24);
+        if (!v)
+            return;
+        snprintf(v, 24, "%zu", counts[i]);
+        resp->headers[resp->nheaders++] = (pt_resp_header){names[i], v};
+    }
 }
 
 static void handle_write(pt_app *app, pt_req *req, pt_resp *resp)
@@ -136,20 +153,25 @@ static void handle_write(pt_app *app, pt_req *req, pt_resp *resp)
                                    "bodies are snappy block compressed", enc);
         return;
     }
-    if (write_version(req->arena, req->content_type, msg, sizeof(msg)) == 0) {
+    int version = write_version(req->arena, req->content_type, msg, sizeof(msg));
+    if (version == 0) {
         reply_fail(req, resp, PT_EMEDIATYPE, "%s", msg);
         return;
     }
-    Prometheus__WriteRequest *wr;
-    int rv = pt_decode_write(req->body, req->body_len, &app->lim, req->arena, &wr, msg,
+    pt_wreq wr;
+    int rv = pt_decode_write(req->body, req->body_len, &app->lim, req->arena, version, &wr, msg,
                              sizeof(msg));
-    if (rv != 0) {
-        reply_error(req, resp, rv, msg);
-        return;
-    }
     pt_write_result res;
-    rv = pt_store_write(&app->store, wr, req->arena, &res);
+    memset(&res, 0, sizeof(res));
+    if (rv == 0)
+        rv = pt_store_write(&app->store, &wr, req->arena, &res);
+    if (version == 2)
+        written_headers(req, resp, &res); /* also on errors: what was stored, maybe 0 */
     if (rv != 0) {
+        if (msg[0]) { /* the body did not decode */
+            reply_error(req, resp, rv, msg);
+            return;
+        }
         if (rv == PT_ENOMEM && req->arena->exhausted) {
             reply_memory(app, req, resp, 0);
             return;
@@ -162,7 +184,7 @@ static void handle_write(pt_app *app, pt_req *req, pt_resp *resp)
                    pt_strerror(rv));
         return;
     }
-    if (res.samples_rejected) {
+    if (res.samples_rejected || res.entries_rejected) {
         reply_fail(req, resp, PT_EBADREQ, "%s (stored %zu samples, rejected %zu)", res.msg,
                    res.samples_written, res.samples_rejected);
         return;

@@ -79,10 +79,16 @@ static int decode_body(const uint8_t *buf, size_t len, const pt_decode_limits *l
 }
 
 int pt_decode_write(const uint8_t *buf, size_t len, const pt_decode_limits *lim, pt_arena *a,
-                    Prometheus__WriteRequest **out, char *msg, size_t msglen)
+                    int version, pt_wreq *out, char *msg, size_t msglen)
 {
-    return decode_body(buf, len, lim, a, &prometheus__write_request__descriptor,
-                       (ProtobufCMessage **)out, msg, msglen);
+    pt_slice raw;
+    int rv = pt_snappy_decode(buf, len, lim->max_decoded, a, &raw, msg, msglen);
+    if (rv != 0)
+        return rv;
+    rv = pt_wire_decode(raw.p, raw.n, version, a, out, msg, msglen);
+    if (rv == PT_WIRE_ENOMEM)
+        return PT_ETOOLARGE;
+    return rv ? PT_EPROTO : 0;
 }
 
 int pt_decode_read(const uint8_t *buf, size_t len, const pt_decode_limits *lim, pt_arena *a,

@@ -12,6 +12,7 @@
 #include "arena.h"
 #include "remote.pb-c.h"
 #include "slice.h"
+#include "wire.h"
 
 typedef struct pt_decode_limits {
     size_t max_decoded; /* declared uncompressed length ceiling (413 above) */
@@ -26,9 +27,11 @@ int pt_snappy_decode(const uint8_t *in, size_t n, size_t max_decoded, pt_arena *
 /* Compresses into arena memory. */
 int pt_snappy_encode(const uint8_t *in, size_t n, pt_arena *a, pt_slice *out);
 
-/* snappy(protobuf(WriteRequest)) → *out, allocated from the arena. */
+/* snappy(protobuf(WriteRequest)) of remote write 1.0 (version 1) or 2.0 (version 2) →
+ * *out, by the zero-copy decoder (wire.h): the decompressed body and the arrays out points
+ * into are arena memory. */
 int pt_decode_write(const uint8_t *buf, size_t len, const pt_decode_limits *lim, pt_arena *a,
-                    Prometheus__WriteRequest **out, char *msg, size_t msglen);
+                    int version, pt_wreq *out, char *msg, size_t msglen);
 
 /* snappy(protobuf(ReadRequest)) → *out, allocated from the arena. */
 int pt_decode_read(const uint8_t *buf, size_t len, const pt_decode_limits *lim, pt_arena *a,

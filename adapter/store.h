@@ -15,6 +15,7 @@
 #include "index.h"
 #include "remote.pb-c.h"
 #include "rowkey.h"
+#include "wire.h"
 
 typedef struct pt_store {
     pt_backend *be;
@@ -48,19 +49,19 @@ typedef struct pt_write_result {
 /* Validates, stores what is valid, and reports what was not. Returns 0 when the backend
  * acknowledged every valid sample (res->samples_rejected tells whether the answer is 400),
  * or a backend error (retryable → 503). */
-int pt_store_write(pt_store *st, const Prometheus__WriteRequest *wr, pt_arena *a,
-                   pt_write_result *res);
+int pt_store_write(pt_store *st, pt_wreq *wr, pt_arena *a, pt_write_result *res);
 
 /* Checks the index table's format marker, writing it into an empty table; PT_EINTERNAL
  * with err set for a store whose index has another format (format 1 had no marker), or a
  * storage error. */
 int pt_store_check_index(pt_store *st, char *err, size_t errlen);
 
-/* Validates one label set and copies it to out (arena), dropping empty values; *plain
- * (when not NULL) tells whether no name or value needs escaping in keys.
- * Returns the label count or PT_ELABELS with msg set. */
-long pt_labels_validate(Prometheus__Label *const *in, size_t n, pt_arena *a, pt_label **out,
-                        int *plain, char *msg, size_t msglen);
+/* Validates one label set in place: sorts it by name (as Prometheus's own receiver does),
+ * refuses empty or duplicate names, invalid UTF-8 and a missing __name__, and drops
+ * labels with an empty value (moving the rest up); *plain (when not NULL) tells whether
+ * no name or value needs escaping in keys. Returns the label count or PT_ELABELS with msg
+ * set. */
+long pt_labels_validate(pt_label *ls, size_t n, int *plain, char *msg, size_t msglen);
 
 /* Returns 1 if s is valid UTF-8. */
 int pt_utf8_valid(pt_slice s);

@@ -60,26 +60,26 @@ int pt_utf8_valid(pt_slice s)
 }
 
 /* Appends `name{a="b",...}` for messages, cut at a readable length. */
-static void describe(char *buf, size_t cap, Prometheus__Label *const *ls, size_t n)
+static void describe(char *buf, size_t cap, const pt_label *ls, size_t n)
 {
     size_t o = 0;
     const char *metric = NULL;
     int metric_len = 0;
     for (size_t i = 0; i < n; i++)
-        if (ls[i]->name.len == 8 && memcmp(ls[i]->name.data, "__name__", 8) == 0) {
-            metric = (const char *)ls[i]->value.data;
-            metric_len = (int)(ls[i]->value.len > 100 ? 100 : ls[i]->value.len);
+        if (ls[i].name.n == 8 && memcmp(ls[i].name.p, "__name__", 8) == 0) {
+            metric = (const char *)ls[i].value.p;
+            metric_len = (int)(ls[i].value.n > 100 ? 100 : ls[i].value.n);
         }
     o += (size_t)snprintf(buf + o, cap - o, "%.*s{", metric_len, metric ? metric : "");
     int first = 1;
     for (size_t i = 0; i < n && o < cap; i++) {
-        if (ls[i]->name.len == 8 && memcmp(ls[i]->name.data, "__name__", 8) == 0)
+        if (ls[i].name.n == 8 && memcmp(ls[i].name.p, "__name__", 8) == 0)
             continue;
-        int nl = (int)(ls[i]->name.len > 60 ? 60 : ls[i]->name.len);
-        int vl = (int)(ls[i]->value.len > 60 ? 60 : ls[i]->value.len);
+        int nl = (int)(ls[i].name.n > 60 ? 60 : ls[i].name.n);
+        int vl = (int)(ls[i].value.n > 60 ? 60 : ls[i].value.n);
         o += (size_t)snprintf(buf + o, cap - o, "%s%.*s=\"%.*s%s\"", first ? "" : ", ", nl,
-                              (const char *)ls[i]->name.data, vl,
-                              (const char *)ls[i]->value.data, ls[i]->value.len > 60 ? "..." : "");
+                              (const char *)ls[i].name.p, vl, (const char *)ls[i].value.p,
+                              ls[i].value.n > 60 ? "..." : "");
         first = 0;
         if (o > 300) {
             snprintf(buf + (o < cap ? o : cap - 1), cap - (o < cap ? o : cap - 1), ", ...");
@@ -90,7 +90,7 @@ static void describe(char *buf, size_t cap, Prometheus__Label *const *ls, size_t
         snprintf(buf + o, cap - o, "}");
 }
 
-static long label_error(char *msg, size_t msglen, Prometheus__Label *const *in, size_t n,
+static long label_error(char *msg, size_t msglen, const pt_label *in, size_t n,
                         const char *fmt, ...)
 {
     char what[256], series[400];
@@ -103,51 +103,52 @@ static long label_error(char *msg, size_t msglen, Prometheus__Label *const *in, 
     return PT_ELABELS;
 }
 
-static pt_slice bin(ProtobufCBinaryData b) { return (pt_slice){b.data, b.len}; }
+/* Sorts by name, stable; senders send labels sorted, so this is one pass for them. */
+static void sort_labels(pt_label *ls, size_t n)
+{
+    for (size_t i = 1; i < n; i++) {
+        if (pt_slice_cmp(ls[i - 1].name, ls[i].name) <= 0)
+            continue;
+        pt_label x = ls[i];
+        size_t j = i;
+        while (j > 0 && pt_slice_cmp(ls[j - 1].name, x.name) > 0) {
+            ls[j] = ls[j - 1];
+            j--;
+        }
+        ls[j] = x;
+    }
+}
 
-long pt_labels_validate(Prometheus__Label *const *in, size_t n, pt_arena *a, pt_label **out,
-                        int *plain, char *msg, size_t msglen)
+long pt_labels_validate(pt_label *ls, size_t n, int *plain, char *msg, size_t msglen)
 {
     unsigned text = 0;
-    pt_label *ls = pt_arena_alloc(a, (n ? n : 1) * sizeof(*ls));
-    if (!ls)
-        return PT_ENOMEM;
+    sort_labels(ls, n);
     size_t k = 0;
     int has_name = 0;
     for (size_t i = 0; i < n; i++) {
-        pt_slice name = bin(in[i]->name), value = bin(in[i]->value);
+        pt_slice name = ls[i].name, value = ls[i].value;
         if (name.n == 0)
-            return label_error(msg, msglen, in, n, "label %zu has an empty name", i);
+            return label_error(msg, msglen, ls, n, "a label has an empty name");
         unsigned f = pt_text_flags(name) | pt_text_flags(value);
         text |= f;
         if ((f & PT_TEXT_NONASCII) && !pt_utf8_valid(name))
-            return label_error(msg, msglen, in, n, "label name %zu is not valid UTF-8", i);
+            return label_error(msg, msglen, ls, n, "a label name is not valid UTF-8");
         if ((f & PT_TEXT_NONASCII) && !pt_utf8_valid(value))
-            return label_error(msg, msglen, in, n, "value of label \"%.*s\" is not valid UTF-8",
+            return label_error(msg, msglen, ls, n, "value of label \"%.*s\" is not valid UTF-8",
                                (int)(name.n > 60 ? 60 : name.n), (const char *)name.p);
-        if (i > 0) {
-            int c = pt_slice_cmp(bin(in[i - 1]->name), name);
-            if (c == 0)
-                return label_error(msg, msglen, in, n, "duplicate label name \"%.*s\"",
-                                   (int)(name.n > 60 ? 60 : name.n), (const char *)name.p);
-            if (c > 0)
-                return label_error(msg, msglen, in, n,
-                                   "label names not sorted: \"%.*s\" comes after \"%.*s\"",
-                                   (int)(name.n > 60 ? 60 : name.n), (const char *)name.p,
-                                   (int)(in[i - 1]->name.len > 60 ? 60 : in[i - 1]->name.len),
-                                   (const char *)in[i - 1]->name.data);
-        }
-        if (value.n == 0)
+        if (i > 0 && pt_slice_eq(ls[i - 1].name, name))
+            return label_error(msg, msglen, ls, n, "duplicate label name \"%.*s\"",
+                               (int)(name.n > 60 ? 60 : name.n), (const char *)name.p);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (ls[i].value.n == 0)
             continue; /* an empty value is the same as no label */
-        if (name.n == 8 && memcmp(name.p, "__name__", 8) == 0)
+        if (ls[i].name.n == 8 && memcmp(ls[i].name.p, "__name__", 8) == 0)
             has_name = 1;
-        ls[k].name = name;
-        ls[k].value = value;
-        k++;
+        ls[k++] = ls[i];
     }
     if (!has_name)
-        return label_error(msg, msglen, in, n, "no metric name (label __name__)");
-    *out = ls;
+        return label_error(msg, msglen, ls, k, "no metric name (label __name__)");
     if (plain)
         *plain = !(text & PT_TEXT_ESCAPE);
     return (long)k;
@@ -366,14 +367,61 @@ static void note(pt_write_result *res, const char *fmt, ...)
     va_end(ap);
 }
 
-int pt_store_write(pt_store *st, const Prometheus__WriteRequest *wr, pt_arena *a,
-                   pt_write_result *res)
+/* Rejects a whole TimeSeries entry: its samples, histograms and exemplars. */
+static void reject_entry(pt_write_result *res, const pt_wseries *ts, int why)
+{
+    size_t n = ts->nsamples + ts->nhistograms + ts->nexemplars;
+    res->entries_rejected++;
+    res->samples_rejected += n;
+    pt_m.samples_rejected[why] += n;
+}
+
+/* Every metadata entry of a request passes here: 1.0 WriteRequest.metadata (family set)
+ * and 2.0 per-series metadata (family = the series' metric name). Counted, and queued
+ * for the metadata rows (meta.c) unless it says nothing (2.0 series without metadata
+ * carry an empty one). 0 or PT_ENOMEM. */
+static int metadata_entry(pt_meta_batch *mb, pt_slice family, const pt_wmeta *m)
+{
+    pt_m.metadata_received++;
+    if (m->type == 0 && m->help.n == 0 && m->unit.n == 0)
+        return 0;
+    return pt_meta_put(mb, family, (int)m->type, m->help, m->unit) == PT_ENOMEM ? PT_ENOMEM : 0;
+}
+
+/* 2.0 checks of one entry that 1.0 does not have; 0 or -1 with the entry rejected. */
+static int check_v2_entry(const pt_wreq *wr, size_t i, pt_write_result *res)
+{
+    const pt_wseries *ts = &wr->series[i];
+    if (ts->ref_problem == PT_WREF_ODD) {
+        reject_entry(res, ts, PT_REJECT_LABELS);
+        note(res, "timeseries %zu: labels_refs has an odd length", i);
+        return -1;
+    }
+    if (ts->ref_problem == PT_WREF_RANGE) {
+        reject_entry(res, ts, PT_REJECT_LABELS);
+        note(res, "timeseries %zu: symbol reference %" PRIu32 " is out of range (the request has "
+                  "%zu symbols)", i, ts->bad_ref, wr->nsymbols);
+        return -1;
+    }
+    if (ts->nsamples == 0 && ts->nhistograms == 0) {
+        reject_entry(res, ts, PT_REJECT_LABELS);
+        note(res, "timeseries %zu has neither samples nor histograms", i);
+        return -1;
+    }
+    if (ts->nsamples && ts->nhistograms) {
+        reject_entry(res, ts, PT_REJECT_HISTOGRAM);
+        note(res, "timeseries %zu has both samples and histograms", i);
+        return -1;
+    }
+    return 0;
+}
+
+int pt_store_write(pt_store *st, pt_wreq *wr, pt_arena *a, pt_write_result *res)
 {
     memset(res, 0, sizeof(*res));
-    res->series = wr->n_timeseries;
-    size_t nsamples = 0;
-    for (size_t i = 0; i < wr->n_timeseries; i++)
-        nsamples += wr->timeseries[i]->n_samples;
+    res->series = wr->nseries;
+    size_t nsamples = wr->nsamples;
+    int v2 = wr->version == 2;
 
     batch b = {0};
     pt_buf_init_arena(&b.buf, a, 0);
@@ -388,36 +436,59 @@ int pt_store_write(pt_store *st, const Prometheus__WriteRequest *wr, pt_arena *a
     if (brv != 0 || !pd.keys || !pd.p)
         return PT_ENOMEM;
 
-    for (size_t i = 0; i < wr->n_timeseries; i++) {
-        const Prometheus__TimeSeries *ts = wr->timeseries[i];
-        if (ts->n_histograms) {
-            res->samples_rejected += ts->n_histograms;
-            pt_m.samples_rejected[PT_REJECT_HISTOGRAM] += ts->n_histograms;
-            note(res, "native histograms are not supported yet (%zu rejected); send classic "
-                      "histograms or disable send_native_histograms", ts->n_histograms);
-        }
-        if (ts->n_exemplars) {
-            res->samples_rejected += ts->n_exemplars;
-            pt_m.samples_rejected[PT_REJECT_EXEMPLAR] += ts->n_exemplars;
-            note(res, "exemplars are not supported yet (%zu rejected); disable send_exemplars",
-                 ts->n_exemplars);
-        }
-        if (ts->n_samples == 0)
+    pt_meta_batch mb;
+    pt_meta_begin(&mb, st, a);
+    for (size_t i = 0; i < wr->nmetadata; i++)
+        if (metadata_entry(&mb, wr->metadata[i].family, &wr->metadata[i]) != 0)
+            return PT_ENOMEM;
+    if (v2 && wr->nsymbols && wr->symbols[0].n) {
+        for (size_t i = 0; i < wr->nseries; i++)
+            reject_entry(res, &wr->series[i], PT_REJECT_LABELS);
+        note(res, "symbols[0] must be the empty string, is \"%.*s\"",
+             (int)(wr->symbols[0].n > 60 ? 60 : wr->symbols[0].n),
+             (const char *)wr->symbols[0].p);
+        return 0;
+    }
+
+    for (size_t i = 0; i < wr->nseries; i++) {
+        pt_wseries *ts = &wr->series[i];
+        if (v2 && check_v2_entry(wr, i, res))
             continue;
-        pt_label *ls;
+        if (ts->nhistograms) {
+            res->samples_rejected += ts->nhistograms;
+            pt_m.samples_rejected[PT_REJECT_HISTOGRAM] += ts->nhistograms;
+            note(res, "native histograms are not supported yet (%zu rejected); send classic "
+                      "histograms or disable send_native_histograms", ts->nhistograms);
+        }
+        if (ts->nexemplars) {
+            res->samples_rejected += ts->nexemplars;
+            pt_m.samples_rejected[PT_REJECT_EXEMPLAR] += ts->nexemplars;
+            note(res, "exemplars are not supported yet (%zu rejected); disable send_exemplars",
+                 ts->nexemplars);
+        }
+        if (ts->nsamples == 0 && !ts->has_meta)
+            continue;
+        pt_label *ls = ts->labels;
         char lmsg[PT_MSG_MAX];
         int plain;
-        long nl = pt_labels_validate(ts->labels, ts->n_labels, a, &ls, &plain, lmsg,
-                                     sizeof(lmsg));
-        if (nl == PT_ENOMEM)
-            return PT_ENOMEM;
+        long nl = pt_labels_validate(ls, ts->nlabels, &plain, lmsg, sizeof(lmsg));
         if (nl < 0) {
             res->entries_rejected++;
-            res->samples_rejected += ts->n_samples;
-            pt_m.samples_rejected[PT_REJECT_LABELS] += ts->n_samples;
+            res->samples_rejected += ts->nsamples;
+            pt_m.samples_rejected[PT_REJECT_LABELS] += ts->nsamples;
             note(res, "%s", lmsg);
             continue;
         }
+        if (ts->has_meta) {
+            pt_slice family = {0};
+            for (long j = 0; j < nl; j++)
+                if (is_name_label(&ls[j]))
+                    family = ls[j].value;
+            if (metadata_entry(&mb, family, &ts->meta) != 0)
+                return PT_ENOMEM;
+        }
+        if (ts->nsamples == 0)
+            continue;
         pt_slice sid;
         int rv = pt_series_id_checked(a, ls, (size_t)nl, !plain, &sid);
         if (rv != 0)
@@ -425,8 +496,8 @@ int pt_store_write(pt_store *st, const Prometheus__WriteRequest *wr, pt_arena *a
 
         uint8_t *row = NULL;
         int64_t row_base = -1, day_done = -1;
-        for (size_t j = 0; j < ts->n_samples; j++) {
-            const Prometheus__Sample *s = ts->samples[j];
+        for (size_t j = 0; j < ts->nsamples; j++) {
+            const pt_wsample *s = &ts->samples[j];
             int64_t t = s->timestamp;
             if (t < 0 || t > PT_MAX_TIME_MS) {
                 res->samples_rejected++;
@@ -500,15 +571,7 @@ int pt_store_write(pt_store *st, const Prometheus__WriteRequest *wr, pt_arena *a
                 keys[k++] = seen.slots[i];
         pt_index_cache_add(st->cache, keys, k);
     }
-    /* Remote write 1.0 metadata, kept per metric family (meta.c). */
-    pt_meta_batch mb;
-    pt_meta_begin(&mb, st, a);
-    for (size_t i = 0; i < wr->n_metadata; i++) {
-        const Prometheus__MetricMetadata *md = wr->metadata[i];
-        if (pt_meta_put(&mb, pt_slice_str(md->metric_family_name), (int)md->type,
-                        pt_slice_str(md->help), pt_slice_str(md->unit)) == PT_ENOMEM)
-            return PT_ENOMEM;
-    }
+    /* The metadata queued above, kept per metric family (meta.c). */
     if ((rv = pt_meta_commit(&mb)) != 0) {
         pt_m.backend_write_errors++;
         res->samples_written = 0;
@@ -516,7 +579,6 @@ int pt_store_write(pt_store *st, const Prometheus__WriteRequest *wr, pt_arena *a
     }
     pt_m.samples_received += res->samples_written;
     pt_m.series_received += res->series;
-    pt_m.metadata_received += wr->n_metadata;
     pt_m.index_rows_written += res->index_rows;
     return 0;
 }

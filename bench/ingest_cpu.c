@@ -2,8 +2,8 @@
  * label validation, row keys, cells, index-cache lookups, batch sort — with a backend that
  * accepts every batch and stores nothing. Storage and HTTP are measured by bench/run.sh.
  *
- * usage: ingest_cpu [FILE [SECONDS]]   (FILE: a snappy remote write body; default: the
- * golden payload from tests/data) */
+ * usage: ingest_cpu [FILE [SECONDS [VERSION]]]   (FILE: a snappy remote write body; default:
+ * the golden payload from tests/data; VERSION: 1 (default) or 2 for a remote write 2.0 body) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +46,7 @@ int main(int argc, char **argv)
 {
     const char *path = argc > 1 ? argv[1] : PT_BENCH_DATA "/prom-2.42-write.bin";
     double seconds = argc > 2 ? atof(argv[2]) : 3;
+    int version = argc > 3 ? atoi(argv[3]) : 1;
     FILE *f = fopen(path, "rb");
     if (!f) {
         perror(path);
@@ -64,10 +65,10 @@ int main(int argc, char **argv)
     size_t samples = 0, requests = 0;
     double t0 = cpu_seconds(), t;
     do {
-        Prometheus__WriteRequest *wr;
+        pt_wreq wr;
         pt_write_result res;
-        if (pt_decode_write(body, n, &lim, &a, &wr, msg, sizeof(msg)) != 0 ||
-            pt_store_write(&st, wr, &a, &res) != 0) {
+        if (pt_decode_write(body, n, &lim, &a, version, &wr, msg, sizeof(msg)) != 0 ||
+            pt_store_write(&st, &wr, &a, &res) != 0) {
             fprintf(stderr, "ingest failed: %s\n", msg);
             return 1;
         }

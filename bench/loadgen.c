@@ -60,7 +60,9 @@
 #include <xxhash.h>
 
 #include "bytes.h"
+#include "decode.h"
 #include "remote.pb-c.h"
+#include "wire.h"
 
 #ifndef PT_VERSION /* set by CMake */
 #define PT_VERSION "dev"
@@ -92,6 +94,7 @@ typedef struct opts {
     double rate;                /* timed phase: requests/s over all connections; 0: closed loop */
     int retry_503;              /* send a body answered 503 again (as Prometheus does) */
     int check;
+    int protocol;               /* remote write 1 (1.0) or 2 (2.0) */
 } opts;
 
 static void usage(FILE *f)
@@ -126,6 +129,8 @@ static void usage(FILE *f)
         "                           i / R s (over all connections); default 0 = closed loop\n"
         "  --retry-503              a body answered 503 is sent again, on the same\n"
         "                           connection, at its next turn (Prometheus retries 5xx)\n"
+        "  --protocol 1|2           remote write 1.0 (default) or 2.0 (symbol table, labels\n"
+        "                           as refs; Content-Type ...;proto=io.prometheus.write.v2.Request)\n"
         "  --check                  build the bodies, decode and verify some, send nothing\n";
     fputs(text, f);
 }
@@ -174,6 +179,7 @@ static int parse_opts(int argc, char **argv, opts *o)
         O_RATE,
         O_RETRY_503,
         O_CHECK,
+        O_PROTOCOL,
         O_HELP
     };
     static const struct option lo[] = {
@@ -196,6 +202,7 @@ static int parse_opts(int argc, char **argv, opts *o)
         {"rate", required_argument, 0, O_RATE},
         {"retry-503", no_argument, 0, O_RETRY_503},
         {"check", no_argument, 0, O_CHECK},
+        {"protocol", required_argument, 0, O_PROTOCOL},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -210,6 +217,7 @@ static int parse_opts(int argc, char **argv, opts *o)
         .start_ms = -1,
         .pool_mb = 1024,
         .timeout_s = 60,
+        .protocol = 1,
     };
     int c, bad = 0;
     uint64_t v;
@@ -242,6 +250,10 @@ static int parse_opts(int argc, char **argv, opts *o)
         case O_RATE: bad |= parse_secs(optarg, &o->rate); break;
         case O_RETRY_503: o->retry_503 = 1; break;
         case O_CHECK: o->check = 1; break;
+        case O_PROTOCOL:
+            bad |= parse_u64(optarg, 1, 2, &v);
+            o->protocol = (int)v;
+            break;
         case O_HELP: usage(stdout); exit(0);
         default: bad = 1;
         }
@@ -971,6 +983,14 @@ typedef struct packer {
     size_t rawcap;
     char *z;
     size_t zcap;
+    /* remote write 2.0: churned label copies, label slices, refs, the symbol table */
+    uint8_t *lab, *ts;
+    size_t labcap, tscap;
+    const uint8_t **sp;
+    uint32_t *sn, *refs, *first;
+    size_t spcap, sncap, refcap, firstcap;
+    uint32_t *slot;
+    size_t slotcap;
 } packer;
 
 static void grow(void *pp, size_t *cap, size_t need)
@@ -999,50 +1019,14 @@ static void grow(void *pp, size_t *cap, size_t need)
  *
  * Returns how many entries carry a series no earlier body carried: a first pass, or a
  * generation churn gave the series since the previous pass. */
-static uint64_t pack_body(const opts *o, const model *m, pool *pl, packer *pk, uint64_t bi)
+static void packer_free(packer *pk)
 {
-    uint64_t E = pl->entries_per_body, M = o->samples_per_entry, fresh = 0;
-    size_t bound = (size_t)(E * (m->max_blob + CHURN_MAX + 1 + 10 + M * (2 + SAMPLE_MAX)));
-    grow(&pk->raw, &pk->rawcap, bound);
-    uint8_t *p = pk->raw;
-    for (uint64_t j = 0; j < E; j++) {
-        uint64_t e = bi * E + j;
-        const series *s = &m->s[e % m->n];
-        uint64_t group = e / m->n;
-        uint64_t gen = generation(o, m, e % m->n, group);
-        if (!group || gen != generation(o, m, e % m->n, group - 1))
-            fresh++;
-        char sfx[GEN_SUFFIX_MAX];
-        size_t sl = gen_suffix(gen, sfx);
-        uint8_t smp[SAMPLE_MAX];
-        size_t ts_len = labels_len(s, sl);
-        for (uint64_t k = 0; k < M; k++) {
-            uint64_t round = group * M + k;
-            int64_t t = pl->start_ms + (int64_t)(round * o->interval_ms) + s->phase_ms;
-            ts_len += 2 + 9 + 1 + pt_uvarint_size((uint64_t)t); /* field 2 tag, len < 128 */
-        }
-        *p++ = 0x0a; /* WriteRequest.timeseries = 1, length-delimited */
-        p = pt_put_uvarint(p, ts_len);
-        p = put_labels(p, s, sfx, sl);
-        for (uint64_t k = 0; k < M; k++) {
-            uint64_t round = group * M + k;
-            int64_t t = pl->start_ms + (int64_t)(round * o->interval_ms) + s->phase_ms;
-            double v = sample_value(s, round);
-            uint64_t bits;
-            memcpy(&bits, &v, sizeof bits);
-            uint8_t *q = smp;
-            *q++ = 0x09; /* Sample.value = 1, fixed64 little-endian */
-            for (int i = 0; i < 8; i++)
-                *q++ = (uint8_t)(bits >> (8 * i));
-            *q++ = 0x10; /* Sample.timestamp = 2, varint */
-            q = pt_put_uvarint(q, (uint64_t)t);
-            *p++ = 0x12; /* TimeSeries.samples = 2 */
-            *p++ = (uint8_t)(q - smp);
-            memcpy(p, smp, (size_t)(q - smp));
-            p += q - smp;
-        }
-    }
-    size_t raw = (size_t)(p - pk->raw);
+    free(pk->raw), free(pk->z), free(pk->lab), free(pk->ts), free(pk->sp), free(pk->sn);
+    free(pk->refs), free(pk->first), free(pk->slot);
+}
+
+static void seal_body(pool *pl, packer *pk, uint64_t bi, size_t raw)
+{
     size_t zmax = snappy_max_compressed_length(raw);
     grow(&pk->z, &pk->zcap, zmax);
     size_t zlen = zmax;
@@ -1055,6 +1039,195 @@ static uint64_t pack_body(const opts *o, const model *m, pool *pl, packer *pk, u
     pl->b[bi].n = zlen;
     atomic_fetch_add(&pl->bytes, zlen);
     atomic_fetch_add(&pl->raw_bytes, raw);
+}
+
+static void grow_n(void *pp, size_t *cap, size_t need, size_t size)
+{
+    if (need <= *cap)
+        return;
+    size_t c = *cap ? *cap : 1024;
+    while (c < need)
+        c *= 2;
+    void *n = realloc(*(void **)pp, c * size);
+    if (!n) {
+        fprintf(stderr, "loadgen: out of memory\n");
+        exit(2);
+    }
+    *(void **)pp = n;
+    *cap = c;
+}
+
+static uint64_t slice_hash(const uint8_t *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211ULL;
+    return mix(h);
+}
+
+/* Entry e of the stream: its series, scrape group and generation suffix (*sl bytes in
+ * sfx); *fresh counts it when its series is new to the receiver. */
+static const series *entry(const opts *o, const model *m, uint64_t e, uint64_t *group,
+                           char sfx[GEN_SUFFIX_MAX], size_t *sl, uint64_t *fresh)
+{
+    *group = e / m->n;
+    uint64_t gen = generation(o, m, e % m->n, *group);
+    if (!*group || gen != generation(o, m, e % m->n, *group - 1))
+        (*fresh)++;
+    *sl = gen_suffix(gen, sfx);
+    return &m->s[e % m->n];
+}
+
+/* An entry's samples as TimeSeries.samples (field 2 in both versions): their length,
+ * then writing them. */
+static size_t samples_len(const opts *o, const pool *pl, const series *s, uint64_t group)
+{
+    size_t n = 0;
+    for (uint64_t k = 0; k < o->samples_per_entry; k++) {
+        uint64_t round = group * o->samples_per_entry + k;
+        int64_t t = pl->start_ms + (int64_t)(round * o->interval_ms) + s->phase_ms;
+        n += 2 + 9 + 1 + pt_uvarint_size((uint64_t)t); /* field 2 tag, len < 128 */
+    }
+    return n;
+}
+
+static uint8_t *put_samples(uint8_t *p, const opts *o, const pool *pl, const series *s,
+                            uint64_t group)
+{
+    for (uint64_t k = 0; k < o->samples_per_entry; k++) {
+        uint64_t round = group * o->samples_per_entry + k;
+        int64_t t = pl->start_ms + (int64_t)(round * o->interval_ms) + s->phase_ms;
+        double v = sample_value(s, round);
+        uint64_t bits;
+        memcpy(&bits, &v, sizeof bits);
+        uint8_t smp[SAMPLE_MAX], *q = smp;
+        *q++ = 0x09; /* Sample.value = 1, fixed64 little-endian */
+        for (int i = 0; i < 8; i++)
+            *q++ = (uint8_t)(bits >> (8 * i));
+        *q++ = 0x10; /* Sample.timestamp = 2, varint */
+        q = pt_put_uvarint(q, (uint64_t)t);
+        *p++ = 0x12; /* TimeSeries.samples = 2 */
+        *p++ = (uint8_t)(q - smp);
+        memcpy(p, smp, (size_t)(q - smp));
+        p += q - smp;
+    }
+    return p;
+}
+
+/* The 2.0 form of the same stream of entries as pack_body: a symbol table per body (each
+ * distinct name and value once, "" first), every entry's labels as refs, packed, then its
+ * samples. Prometheus builds its 2.0 requests the same way. */
+static uint64_t pack_body_v2(const opts *o, const model *m, pool *pl, packer *pk, uint64_t bi)
+{
+    uint64_t E = pl->entries_per_body, M = o->samples_per_entry, fresh = 0;
+    grow(&pk->lab, &pk->labcap, (size_t)(E * (m->max_blob + CHURN_MAX + 1)));
+    size_t nsl = 0, nsym = 1, lo = 0;
+    grow_n(&pk->first, &pk->firstcap, E + 1, sizeof(*pk->first));
+    /* Every entry's label names and values, in order, as slices. */
+    for (uint64_t j = 0; j < E; j++) {
+        uint64_t group;
+        char sfx[GEN_SUFFIX_MAX];
+        size_t sl;
+        const series *s = entry(o, m, bi * E + j, &group, sfx, &sl, &fresh);
+        uint8_t *lb = pk->lab + lo, *le = put_labels(lb, s, sfx, sl);
+        lo += (size_t)(le - lb);
+        pk->first[j] = (uint32_t)nsl;
+        while (lb < le) { /* 0x0a len { 0x0a nlen name 0x12 vlen value } */
+            uint64_t len, n;
+            lb = (uint8_t *)get_varint(lb + 1, &len);
+            const uint8_t *f = lb, *fe = lb + len;
+            while (f < fe) {
+                f = get_varint(f + 1, &n);
+                grow_n(&pk->sp, &pk->spcap, nsl + 1, sizeof(*pk->sp));
+                grow_n(&pk->sn, &pk->sncap, nsl + 1, sizeof(*pk->sn));
+                pk->sp[nsl] = f, pk->sn[nsl++] = (uint32_t)n;
+                f += n;
+            }
+            lb = (uint8_t *)fe;
+        }
+    }
+    pk->first[E] = (uint32_t)nsl;
+    /* Symbols: an open-addressed table of indexes into sp/sn; refs[i] for slice i. */
+    size_t slots = 16;
+    while (slots < 2 * (nsl + 1))
+        slots <<= 1;
+    grow_n(&pk->slot, &pk->slotcap, slots, sizeof(*pk->slot));
+    memset(pk->slot, 0xff, slots * sizeof(*pk->slot));
+    grow_n(&pk->refs, &pk->refcap, nsl + 1, sizeof(*pk->refs));
+    size_t symbytes = 2;
+    uint32_t *sym_of = xmalloc((nsl + 1) * sizeof(*sym_of)); /* symbol k -> first slice */
+    for (size_t i = 0; i < nsl; i++) {
+        if (pk->sn[i] == 0) {
+            pk->refs[i] = 0;
+            continue;
+        }
+        size_t h = (size_t)slice_hash(pk->sp[i], pk->sn[i]) & (slots - 1);
+        for (;; h = (h + 1) & (slots - 1)) {
+            uint32_t k = pk->slot[h];
+            if (k == UINT32_MAX) {
+                pk->slot[h] = (uint32_t)i;
+                pk->refs[i] = (uint32_t)nsym;
+                sym_of[nsym++] = (uint32_t)i;
+                symbytes += 1 + pt_uvarint_size(pk->sn[i]) + pk->sn[i];
+                break;
+            }
+            if (pk->sn[k] == pk->sn[i] && memcmp(pk->sp[k], pk->sp[i], pk->sn[i]) == 0) {
+                pk->refs[i] = pk->refs[k];
+                break;
+            }
+        }
+    }
+    size_t bound = symbytes + (size_t)(E * (16 + 5 * (m->max_blob + 8) + M * (2 + SAMPLE_MAX)));
+    grow(&pk->raw, &pk->rawcap, bound);
+    uint8_t *p = pk->raw;
+    *p++ = 0x22, *p++ = 0x00; /* Request.symbols = 4: "" first */
+    for (size_t k = 1; k < nsym; k++) {
+        uint32_t i = sym_of[k];
+        *p++ = 0x22;
+        p = pt_put_uvarint(p, pk->sn[i]);
+        memcpy(p, pk->sp[i], pk->sn[i]);
+        p += pk->sn[i];
+    }
+    free(sym_of);
+    for (uint64_t j = 0; j < E; j++) {
+        uint64_t e = bi * E + j, group = e / m->n;
+        const series *s = &m->s[e % m->n];
+        size_t refs_len = 0;
+        for (uint32_t i = pk->first[j]; i < pk->first[j + 1]; i++)
+            refs_len += pt_uvarint_size(pk->refs[i]);
+        size_t ts_len = 1 + pt_uvarint_size(refs_len) + refs_len + samples_len(o, pl, s, group);
+        *p++ = 0x2a; /* Request.timeseries = 5 */
+        p = pt_put_uvarint(p, ts_len);
+        *p++ = 0x0a; /* TimeSeries.labels_refs = 1, packed */
+        p = pt_put_uvarint(p, refs_len);
+        for (uint32_t i = pk->first[j]; i < pk->first[j + 1]; i++)
+            p = pt_put_uvarint(p, pk->refs[i]);
+        p = put_samples(p, o, pl, s, group);
+    }
+    seal_body(pl, pk, bi, (size_t)(p - pk->raw));
+    return fresh;
+}
+
+static uint64_t pack_body(const opts *o, const model *m, pool *pl, packer *pk, uint64_t bi)
+{
+    if (o->protocol == 2)
+        return pack_body_v2(o, m, pl, pk, bi);
+    uint64_t E = pl->entries_per_body, M = o->samples_per_entry, fresh = 0;
+    size_t bound = (size_t)(E * (m->max_blob + CHURN_MAX + 1 + 10 + M * (2 + SAMPLE_MAX)));
+    grow(&pk->raw, &pk->rawcap, bound);
+    uint8_t *p = pk->raw;
+    for (uint64_t j = 0; j < E; j++) {
+        uint64_t group;
+        char sfx[GEN_SUFFIX_MAX];
+        size_t sl;
+        const series *s = entry(o, m, bi * E + j, &group, sfx, &sl, &fresh);
+        size_t ts_len = labels_len(s, sl) + samples_len(o, pl, s, group);
+        *p++ = 0x0a; /* WriteRequest.timeseries = 1, length-delimited */
+        p = pt_put_uvarint(p, ts_len);
+        p = put_labels(p, s, sfx, sl);
+        p = put_samples(p, o, pl, s, group);
+    }
+    seal_body(pl, pk, bi, (size_t)(p - pk->raw));
     return fresh;
 }
 
@@ -1074,8 +1247,7 @@ static void *build_thread(void *arg)
             break;
         a->pl->fresh[bi + 1] = pack_body(a->o, a->m, a->pl, &pk, bi);
     }
-    free(pk.raw);
-    free(pk.z);
+    packer_free(&pk);
     return NULL;
 }
 
@@ -1101,8 +1273,7 @@ static void build_pool(const opts *o, const model *m, pool *pl)
     body first;
     pl->b = &first;
     uint64_t fresh0 = pack_body(o, m, pl, &pk, 0);
-    free(pk.raw);
-    free(pk.z);
+    packer_free(&pk);
 
     uint64_t n = (o->pool_mb << 20) / first.n;
     if (n < 1)
@@ -1164,9 +1335,63 @@ static int bin_cmp(ProtobufCBinaryData a, ProtobufCBinaryData b)
 /* Decodes a body the way a receiver would and checks the invariants the spec asks of a
  * sender (sorted, unique, non-empty label names and values) and that every entry carries
  * exactly the series, timestamps and value bits the model says. */
+/* The 2.0 body decoded by promtable's own decoder must carry, entry by entry, the labels
+ * and samples of the 1.0 body of the same index. */
+static int check_body_v2(const opts *o, const model *m, const pool *pl, uint64_t bi)
+{
+    const body *b = &pl->b[bi];
+    pt_arena a;
+    pt_arena_init(&a, 1 << 20, 0);
+    pt_slice raw;
+    pt_wreq w;
+    char msg[256];
+    int rv = -1;
+    if (pt_snappy_decode(b->p, b->n, 1u << 30, &a, &raw, msg, sizeof(msg)) != 0 ||
+        pt_wire_decode(raw.p, raw.n, 2, &a, &w, msg, sizeof(msg)) != 0 ||
+        w.nseries != pl->entries_per_body || w.nsymbols == 0 || w.symbols[0].n != 0)
+        goto out;
+    for (size_t i = 0; i < w.nseries; i++) {
+        const pt_wseries *ts = &w.series[i];
+        uint64_t e = bi * pl->entries_per_body + i;
+        const series *s = &m->s[e % m->n];
+        char sfx[GEN_SUFFIX_MAX];
+        size_t sl = gen_suffix(generation(o, m, e % m->n, e / m->n), sfx);
+        uint8_t want[4096], *q = want, *we;
+        if (ts->ref_problem || ts->nsamples != o->samples_per_entry || labels_len(s, sl) > sizeof want)
+            goto out;
+        we = put_labels(want, s, sfx, sl);
+        for (uint32_t j = 0; j < ts->nlabels; j++) { /* re-encode as 1.0 Label fields */
+            const pt_label *l = &ts->labels[j];
+            size_t inner = 2 + pt_uvarint_size(l->name.n) + l->name.n + pt_uvarint_size(l->value.n) + l->value.n;
+            uint8_t enc[4096], *x = enc;
+            *x++ = 0x0a, x = pt_put_uvarint(x, inner);
+            *x++ = 0x0a, x = pt_put_uvarint(x, l->name.n), memcpy(x, l->name.p, l->name.n), x += l->name.n;
+            *x++ = 0x12, x = pt_put_uvarint(x, l->value.n), memcpy(x, l->value.p, l->value.n), x += l->value.n;
+            if ((size_t)(we - q) < (size_t)(x - enc) || memcmp(q, enc, (size_t)(x - enc)))
+                goto out;
+            q += x - enc;
+        }
+        if (q != we)
+            goto out;
+        for (size_t j = 0; j < ts->nsamples; j++) {
+            uint64_t round = e / m->n * o->samples_per_entry + j;
+            double v = sample_value(s, round);
+            int64_t t = pl->start_ms + (int64_t)(round * o->interval_ms) + s->phase_ms;
+            if (memcmp(&v, &ts->samples[j].value, sizeof v) || ts->samples[j].timestamp != t)
+                goto out;
+        }
+    }
+    rv = 0;
+out:
+    pt_arena_free(&a);
+    return rv;
+}
+
 static int check_body(const opts *o, const model *m, const pool *pl, uint64_t bi,
                       int verbose)
 {
+    if (o->protocol == 2)
+        return check_body_v2(o, m, pl, bi);
     const body *b = &pl->b[bi];
     size_t raw;
     if (snappy_uncompressed_length((const char *)b->p, b->n, &raw) != SNAPPY_OK)
@@ -1515,11 +1740,13 @@ static void *worker_main(void *arg)
                           "POST %s HTTP/1.1\r\n"
                           "Host: %s\r\n"
                           "User-Agent: promtable-loadgen/" PT_VERSION "\r\n"
-                          "Content-Type: application/x-protobuf\r\n"
+                          "Content-Type: application/x-protobuf%s\r\n"
                           "Content-Encoding: snappy\r\n"
-                          "X-Prometheus-Remote-Write-Version: 0.1.0\r\n"
+                          "X-Prometheus-Remote-Write-Version: %s\r\n"
                           "Content-Length: %zu\r\n\r\n",
-                          r->ep->path, r->ep->hostport, b->n);
+                          r->ep->path, r->ep->hostport,
+                          r->o->protocol == 2 ? ";proto=io.prometheus.write.v2.Request" : "",
+                          r->o->protocol == 2 ? "2.0.0" : "0.1.0", b->n);
         uint64_t t0 = now_ns();
         int status = -1, got = 0;
         /* A reused keep-alive connection may have been closed by the peer while idle;

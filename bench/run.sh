@@ -25,6 +25,8 @@ WARMUP=${WARMUP:-10}                         # seconds, at least one pass over a
 SAMPLES_PER_REQUEST=${SAMPLES_PER_REQUEST:-2000}
 SAMPLES_PER_SERIES=${SAMPLES_PER_SERIES:-1}  # samples per TimeSeries entry (Prometheus: 1)
 LABELS=${LABELS:-10}
+PROTOCOL=${PROTOCOL:-1}                      # remote write version promtable is sent (1 or 2);
+                                             # VictoriaMetrics 1.79 takes 1.0 only and always gets it
 POOL_MB=${POOL_MB:-1024}
 SERVER_CPU=${SERVER_CPU:-0}
 LOADGEN_CPU=${LOADGEN_CPU:-1}
@@ -87,8 +89,11 @@ bench_promtable() {
     # shellcheck disable=SC2086  # PROMTABLE_ARGS is a list of flags
     start_server promtable "$base/-/ready" "$PROMTABLE" --web.listen-address="127.0.0.1:$port" \
         --storage.embedded.path="$dir" $PROMTABLE_ARGS || { CHECK[promtable]="did not start"; return 1; }
+    local v1_args=("${LOADGEN_ARGS[@]}")
+    LOADGEN_ARGS+=(--protocol "$PROTOCOL")
     run_load promtable "$base/api/v1/write" ||
-        { stop_server; CHECK[promtable]="no result"; return 1; }
+        { LOADGEN_ARGS=("${v1_args[@]}"); stop_server; CHECK[promtable]="no result"; return 1; }
+    LOADGEN_ARGS=("${v1_args[@]}")
 
     # promtable answers 2xx only after the store acknowledged the batch, so zero errors
     # means every sample was stored; its own counter, when it has one, must agree.
@@ -154,7 +159,7 @@ bench_victoriametrics() {
 # ---------------------------------------------------------------------------------------
 log "work directory: $WORK"
 run_rounds RATE PERCPU P99 MAXMS
-print_header "ingest benchmark: $SERIES series, $LABELS labels/series, $SAMPLES_PER_REQUEST" \
+print_header "ingest benchmark (promtable sent remote write $PROTOCOL.0): $SERIES series, $LABELS labels/series, $SAMPLES_PER_REQUEST" \
     "samples/request, $CONNECTIONS connections, ${WARMUP}s warm-up + ${DURATION}s timed," \
     "$ROUNDS round(s), medians"
 # samples/CPU-s: samples per second of server CPU time (all its threads) in the timed

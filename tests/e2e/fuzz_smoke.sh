@@ -15,8 +15,8 @@ if ! command -v clang >/dev/null; then
     exit 0
 fi
 bdir="${PT_BUILD_DIR:-$here/build}-fuzz"
-targets="fuzz_write fuzz_read fuzz_config fuzz_labels fuzz_http fuzz_bt_merge fuzz_wal fuzz_chunk fuzz_api fuzz_histogram"
-echo "1..11"
+targets="fuzz_write fuzz_wire_diff fuzz_read fuzz_config fuzz_labels fuzz_http fuzz_bt_merge fuzz_wal fuzz_chunk fuzz_api fuzz_histogram"
+echo "1..12"
 if CC=clang cmake -S "$here" -B "$bdir" -DPT_FUZZ=ON -DPT_SANITIZE=address,undefined \
         -DCMAKE_BUILD_TYPE=Debug >"$bdir.log" 2>&1 &&
    cmake --build "$bdir" -j2 --target $targets >>"$bdir.log" 2>&1; then
@@ -32,6 +32,7 @@ for t in $targets; do
     mkdir -p "$corpus/$t"
     case $t in
     fuzz_write) cp "$here"/tests/data/prom-2.42-write.bin "$here"/tests/data/prom-2.42-metadata.bin "$corpus/$t/" ;;
+    fuzz_wire_diff) cp "$here"/tests/data/fuzz/wire-*.bin "$corpus/$t/" ;;
     fuzz_read) cp "$here"/tests/data/prom-2.42-read*.bin "$corpus/$t/" ;;
     fuzz_config) cp "$here"/configs/promtable*.yml "$corpus/$t/" ;;
     fuzz_http) cp "$here"/tests/data/http/* "$corpus/$t/" ;;

@@ -1,4 +1,5 @@
-/* libFuzzer: a remote write body through snappy, protobuf, label validation and row keys. */
+/* libFuzzer: a remote write body (as 1.0 and as 2.0) through snappy, the decoder, label
+ * validation and row keys. */
 #include <stdint.h>
 #include <string.h>
 
@@ -9,40 +10,48 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* Labels of every decoded series through validation, series ids and row keys. */
+static void check(pt_wreq *wr, pt_arena *a)
+{
+    char msg[PT_MSG_MAX];
+    for (size_t i = 0; i < wr->nseries; i++) {
+        pt_label *ls = wr->series[i].labels;
+        int plain;
+        long n = pt_labels_validate(ls, wr->series[i].nlabels, &plain, msg, sizeof(msg));
+        if (n < 0)
+            continue;
+        pt_slice sid, fast;
+        if (pt_series_id(a, ls, (size_t)n, &sid) != 0)
+            break;
+        /* Where validation found nothing to escape, the unchecked path builds the same. */
+        if (plain) {
+            if (pt_series_id_checked(a, ls, (size_t)n, 0, &fast) != 0)
+                break;
+            if (!pt_slice_eq(fast, sid))
+                __builtin_trap();
+        }
+        /* A plain id must parse back to the labels it came from. */
+        pt_label *back;
+        long nb = pt_series_id_parse(a, sid, &back);
+        if (nb >= 0 && nb != n)
+            __builtin_trap();
+        uint8_t *row = pt_arena_alloc(a, PT_ROW_KEY_LEN(sid.n));
+        if (row)
+            pt_row_key(row, sid, 0);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     pt_arena a;
     pt_arena_init(&a, 4096, 64u << 20);
     pt_decode_limits lim = {8u << 20};
     char msg[PT_MSG_MAX];
-    Prometheus__WriteRequest *wr;
-    if (pt_decode_write(data, size, &lim, &a, &wr, msg, sizeof(msg)) == 0) {
-        for (size_t i = 0; i < wr->n_timeseries; i++) {
-            pt_label *ls;
-            int plain;
-            long n = pt_labels_validate(wr->timeseries[i]->labels, wr->timeseries[i]->n_labels, &a,
-                                        &ls, &plain, msg, sizeof(msg));
-            if (n < 0)
-                continue;
-            pt_slice sid, fast;
-            if (pt_series_id(&a, ls, (size_t)n, &sid) != 0)
-                break;
-            /* Where validation found nothing to escape, the unchecked path builds the same. */
-            if (plain) {
-                if (pt_series_id_checked(&a, ls, (size_t)n, 0, &fast) != 0)
-                    break;
-                if (!pt_slice_eq(fast, sid))
-                    __builtin_trap();
-            }
-            /* A plain id must parse back to the labels it came from. */
-            pt_label *back;
-            long nb = pt_series_id_parse(&a, sid, &back);
-            if (nb >= 0 && nb != n)
-                __builtin_trap();
-            uint8_t *row = pt_arena_alloc(&a, PT_ROW_KEY_LEN(sid.n));
-            if (row)
-                pt_row_key(row, sid, 0);
-        }
+    /* Each input as remote write 1.0 and as 2.0. */
+    for (int version = 1; version <= 2; version++) {
+        pt_wreq wr;
+        if (pt_decode_write(data, size, &lim, &a, version, &wr, msg, sizeof(msg)) == 0)
+            check(&wr, &a);
     }
     pt_arena_free(&a);
     return 0;

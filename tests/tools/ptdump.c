@@ -1,5 +1,5 @@
 /* ptdump: prints a snappy-compressed remote write or read body in text form.
- * usage: ptdump write|read|answer FILE
+ * usage: ptdump write|write2|read|answer FILE
  *   answer: a remote read answer of type SAMPLES, one line per sample:
  *           {labels as sent} TIMESTAMP_MS VALUE (%.17g) */
 #include <stdio.h>
@@ -8,20 +8,32 @@
 
 #include "decode.h"
 
-static void label_set(Prometheus__Label **ls, size_t n)
+static void label(size_t i, const uint8_t *name, size_t nn, const uint8_t *value, size_t vn)
+{
+    printf("%s%.*s=\"%.*s\"", i ? ", " : "", (int)nn, (const char *)name, (int)vn,
+           (const char *)value);
+}
+
+static void label_set(const pt_label *ls, size_t n)
 {
     printf("{");
     for (size_t i = 0; i < n; i++)
-        printf("%s%.*s=\"%.*s\"", i ? ", " : "", (int)ls[i]->name.len,
-               (const char *)ls[i]->name.data, (int)ls[i]->value.len,
-               (const char *)ls[i]->value.data);
+        label(i, ls[i].name.p, ls[i].name.n, ls[i].value.p, ls[i].value.n);
+    printf("}");
+}
+
+static void pb_label_set(Prometheus__Label **ls, size_t n)
+{
+    printf("{");
+    for (size_t i = 0; i < n; i++)
+        label(i, ls[i]->name.data, ls[i]->name.len, ls[i]->value.data, ls[i]->value.len);
     printf("}");
 }
 
 int main(int argc, char **argv)
 {
     if (argc != 3) {
-        fprintf(stderr, "usage: ptdump write|read|answer FILE\n");
+        fprintf(stderr, "usage: ptdump write|write2|read|answer FILE\n");
         return 2;
     }
     FILE *f = fopen(argv[2], "rb");
@@ -36,23 +48,23 @@ int main(int argc, char **argv)
     pt_arena_init(&a, 0, 0);
     pt_decode_limits lim = {sizeof(buf)};
     char msg[512];
-    if (strcmp(argv[1], "write") == 0) {
-        Prometheus__WriteRequest *wr;
-        if (pt_decode_write(buf, n, &lim, &a, &wr, msg, sizeof(msg)) != 0) {
+    if (strcmp(argv[1], "write") == 0 || strcmp(argv[1], "write2") == 0) {
+        pt_wreq wr;
+        if (pt_decode_write(buf, n, &lim, &a, argv[1][5] ? 2 : 1, &wr, msg, sizeof(msg)) != 0) {
             fprintf(stderr, "%s\n", msg);
             return 1;
         }
-        printf("timeseries=%zu metadata=%zu\n", wr->n_timeseries, wr->n_metadata);
-        for (size_t i = 0; i < wr->n_timeseries; i++) {
-            Prometheus__TimeSeries *ts = wr->timeseries[i];
-            label_set(ts->labels, ts->n_labels);
-            for (size_t j = 0; j < ts->n_samples; j++)
-                printf(" %lld:%.17g", (long long)ts->samples[j]->timestamp, ts->samples[j]->value);
+        printf("timeseries=%zu metadata=%zu\n", wr.nseries, wr.nmetadata);
+        for (size_t i = 0; i < wr.nseries; i++) {
+            const pt_wseries *ts = &wr.series[i];
+            label_set(ts->labels, ts->nlabels);
+            for (size_t j = 0; j < ts->nsamples; j++)
+                printf(" %lld:%.17g", (long long)ts->samples[j].timestamp, ts->samples[j].value);
             printf("\n");
         }
-        for (size_t i = 0; i < wr->n_metadata; i++)
-            printf("metadata %s type=%d\n", wr->metadata[i]->metric_family_name,
-                   (int)wr->metadata[i]->type);
+        for (size_t i = 0; i < wr.nmetadata; i++)
+            printf("metadata %.*s type=%d\n", (int)wr.metadata[i].family.n,
+                   (const char *)wr.metadata[i].family.p, (int)wr.metadata[i].type);
     } else if (strcmp(argv[1], "answer") == 0) {
         pt_slice raw;
         if (pt_snappy_decode(buf, n, SIZE_MAX / 2, &a, &raw, msg, sizeof(msg)) != 0) {
@@ -68,7 +80,7 @@ int main(int argc, char **argv)
             for (size_t i = 0; i < rr->results[q]->n_timeseries; i++) {
                 Prometheus__TimeSeries *ts = rr->results[q]->timeseries[i];
                 for (size_t j = 0; j < ts->n_samples; j++) {
-                    label_set(ts->labels, ts->n_labels);
+                    pb_label_set(ts->labels, ts->n_labels);
                     printf(" %lld %.17g\n", (long long)ts->samples[j]->timestamp,
                            ts->samples[j]->value);
                 }

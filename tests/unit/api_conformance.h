@@ -86,16 +86,10 @@ static const tseries api_series[] = {
     {{"__name__", "later", "zz", "1", NULL}, {API_T0 + 2 * API_DAY}, {3}, 1},
 };
 
-static Prometheus__MetricMetadata *api_md(pt_arena *a, int type, const char *fam, const char *help,
-                                          const char *unit)
+static pt_wmeta api_md(int type, const char *fam, const char *help, const char *unit)
 {
-    Prometheus__MetricMetadata *m = pt_arena_alloc(a, sizeof(*m));
-    prometheus__metric_metadata__init(m);
-    m->type = (Prometheus__MetricMetadata__MetricType)type;
-    m->metric_family_name = (char *)fam;
-    m->help = (char *)help;
-    m->unit = (char *)unit;
-    return m;
+    return (pt_wmeta){.type = type, .family = pt_slice_str(fam), .help = pt_slice_str(help),
+                      .unit = pt_slice_str(unit)};
 }
 
 /* The metadata of a remote write 1.0 request: two families, one with two helps (two
@@ -104,16 +98,16 @@ static int api_write_metadata(pt_store *st)
 {
     pt_arena a;
     pt_arena_init(&a, 0, 0);
-    Prometheus__WriteRequest *wr = mk_write(&a, NULL, 0);
-    Prometheus__MetricMetadata *md[5] = {
-        api_md(&a, 1, "http_requests_total", "Requests \"served\".\n", ""),
-        api_md(&a, 2, "up", "Target up.", ""),
-        api_md(&a, 2, "up", "Target is up.", "ratio"),
-        api_md(&a, 1, "bad", "\xff", ""),
-        api_md(&a, 42, "odd", "", ""),
+    pt_wreq *wr = mk_write(&a, NULL, 0);
+    pt_wmeta md[5] = {
+        api_md(1, "http_requests_total", "Requests \"served\".\n", ""),
+        api_md(2, "up", "Target up.", ""),
+        api_md(2, "up", "Target is up.", "ratio"),
+        api_md(1, "bad", "\xff", ""),
+        api_md(42, "odd", "", ""),
     };
     wr->metadata = md;
-    wr->n_metadata = 5;
+    wr->nmetadata = 5;
     pt_write_result res;
     int rv = pt_store_write(st, wr, &a, &res);
     pt_arena_free(&a);

@@ -31,7 +31,8 @@ __attribute__((unused)) static Prometheus__Label *mk_label(pt_arena *a, const ch
     return l;
 }
 
-__attribute__((unused)) static Prometheus__WriteRequest *mk_write(pt_arena *a, const tseries *ts, size_t n)
+/* A 1.0 write request as protobuf-c builds it, for request bodies (mk_body). */
+__attribute__((unused)) static Prometheus__WriteRequest *mk_pb_write(pt_arena *a, const tseries *ts, size_t n)
 {
     Prometheus__WriteRequest *wr = pt_arena_alloc(a, sizeof(*wr));
     prometheus__write_request__init(wr);
@@ -57,6 +58,32 @@ __attribute__((unused)) static Prometheus__WriteRequest *mk_write(pt_arena *a, c
             t->samples[j] = s;
         }
         wr->timeseries[i] = t;
+    }
+    return wr;
+}
+
+/* The decoded form (wire.h) of a 1.0 write request, as the write path gets it. */
+__attribute__((unused)) static pt_wreq *mk_write(pt_arena *a, const tseries *ts, size_t n)
+{
+    pt_wreq *wr = pt_arena_calloc(a, sizeof(*wr));
+    wr->version = 1;
+    wr->nseries = n;
+    wr->series = pt_arena_calloc(a, (n ? n : 1) * sizeof(*wr->series));
+    for (size_t i = 0; i < n; i++) {
+        pt_wseries *t = &wr->series[i];
+        size_t nl = 0;
+        while (ts[i].labels[2 * nl])
+            nl++;
+        t->nlabels = (uint32_t)nl;
+        t->labels = pt_arena_alloc(a, (nl ? nl : 1) * sizeof(*t->labels));
+        for (size_t j = 0; j < nl; j++)
+            t->labels[j] = (pt_label){pt_slice_str(ts[i].labels[2 * j]),
+                                      pt_slice_str(ts[i].labels[2 * j + 1])};
+        t->nsamples = (size_t)ts[i].nsamples;
+        t->samples = pt_arena_alloc(a, (t->nsamples ? t->nsamples : 1) * sizeof(*t->samples));
+        for (size_t j = 0; j < t->nsamples; j++)
+            t->samples[j] = (pt_wsample){ts[i].v[j], ts[i].t[j], 0};
+        wr->nsamples += t->nsamples;
     }
     return wr;
 }

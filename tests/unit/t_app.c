@@ -254,7 +254,17 @@ int main(void)
     pt_arena_free(&c.arena);
     is(run(&c, PT_M_POST, "/api/v1/write",
            "application/x-protobuf; proto=io.prometheus.write.v2.Request", "snappy", w.p, w.n),
-       415, "remote write 2.0: 415 until supported");
+       204, "a 1.0 body sent as remote write 2.0 decodes as an empty 2.0 request (fields 1-3 "
+            "are reserved there): 204");
+    ok(c.resp.nheaders == 3 &&
+           strcmp(c.resp.headers[0].name, "X-Prometheus-Remote-Write-Samples-Written") == 0 &&
+           strcmp(c.resp.headers[0].value, "0") == 0,
+       "with the written counts, 0");
+    pt_arena_free(&c.arena);
+    is(run(&c, PT_M_POST, "/api/v1/write", "application/x-protobuf;proto=io.prometheus.write.v3",
+           "snappy", w.p, w.n),
+       415, "an unknown proto: 415");
+    ok(strstr(c.body, "io.prometheus.write.v2.Request") != NULL, "the 415 says what is accepted");
     pt_arena_free(&c.arena);
     is(run(&c, PT_M_POST, "/api/v1/write", "application/x-protobuf;proto=prometheus.WriteRequest",
            "snappy", w.p, w.n), 204, "explicit proto=prometheus.WriteRequest: 204");
@@ -273,14 +283,19 @@ int main(void)
         pt_arena_init(&b, 0, 0);
         tseries bad[] = {{{"job", "x", "__name__", "m", NULL}, {1}, {1}, 1},
                          {{"__name__", "ok", NULL}, {1}, {1}, 1}};
-        pt_slice body = mk_body(&b, &mk_write(&b, bad, 2)->base);
-        is(post(&c, "/api/v1/write", body), 400, "unsorted labels: 400");
-        ok(strncmp(c.body, "invalid label set m{job=\"x\"}: label names not sorted", 52) == 0 &&
+        pt_slice body = mk_body(&b, &mk_pb_write(&b, bad, 2)->base);
+        is(post(&c, "/api/v1/write", body), 204, "unsorted labels are sorted: 204");
+        pt_arena_free(&c.arena);
+        tseries dup[] = {{{"job", "x", "__name__", "m", "job", "y", NULL}, {1}, {1}, 1},
+                         {{"__name__", "ok", NULL}, {1}, {1}, 1}};
+        body = mk_body(&b, &mk_pb_write(&b, dup, 2)->base);
+        is(post(&c, "/api/v1/write", body), 400, "duplicate label names (after sorting): 400");
+        ok(strncmp(c.body, "invalid label set m{job=\"x\", job=\"y\"}: duplicate label name", 59) == 0 &&
                strstr(c.body, "stored 1 samples, rejected 1"),
            "message says what and how much: %s", c.body);
         pt_arena_free(&c.arena);
         tseries neg[] = {{{"__name__", "m", NULL}, {-1}, {1}, 1}};
-        is(post(&c, "/api/v1/write", mk_body(&b, &mk_write(&b, neg, 1)->base)), 400,
+        is(post(&c, "/api/v1/write", mk_body(&b, &mk_pb_write(&b, neg, 1)->base)), 400,
            "negative timestamp: 400");
         pt_arena_free(&c.arena);
         pt_arena_free(&b);
@@ -298,7 +313,30 @@ int main(void)
         pt_faulty_set(&s.faulty, &plan);
         is(post(&c, "/api/v1/read", file("prom-2.42-read.bin")), 503, "read during outage: 503");
         pt_arena_free(&c.arena);
+        /* A 2.0 request, by hand: symbols "", "__name__", "m"; one series m, one sample. */
+        static const uint8_t v2[] = {0x22, 0x00, 0x22, 0x08, '_', '_', 'n', 'a', 'm', 'e', '_',
+                                     '_', 0x22, 0x01, 'm', 0x2a, 0x11, 0x0a, 0x02, 0x01, 0x02,
+                                     0x12, 0x0b, 0x09, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f, 0x10, 0x01};
+        pt_arena z;
+        pt_arena_init(&z, 0, 0);
+        pt_slice body;
+        pt_snappy_encode(v2, sizeof(v2), &z, &body);
+        const char *ct2 = "application/x-protobuf;proto=io.prometheus.write.v2.Request";
+        plan = (pt_faulty_plan){0};
+        plan.write.fail_next = 1;
+        pt_faulty_set(&s.faulty, &plan);
+        is(run(&c, PT_M_POST, "/api/v1/write", ct2, "snappy", body.p, body.n), 503,
+           "2.0 during an outage: 503");
+        ok(c.resp.nheaders == 3 && strcmp(c.resp.headers[0].value, "0") == 0,
+           "with Samples-Written 0");
+        pt_arena_free(&c.arena);
         pt_faulty_set(&s.faulty, NULL);
+        is(run(&c, PT_M_POST, "/api/v1/write", ct2, "snappy", body.p, body.n), 204,
+           "2.0 after it: 204");
+        ok(c.resp.nheaders == 3 && strcmp(c.resp.headers[0].value, "1") == 0,
+           "with Samples-Written 1");
+        pt_arena_free(&c.arena);
+        pt_arena_free(&z);
     }
 
     /* Per-request memory ceiling. */
@@ -352,7 +390,7 @@ int main(void)
     is(run(&c, PT_M_GET, "/metrics", "", "", NULL, 0), 200, "metrics: 200");
     {
         char *text = pt_arena_strndup(&c.arena, (const char *)c.resp.body, c.resp.body_len);
-        ok(strstr(text, "promtable_samples_received_total 1886"), "samples received counted");
+        ok(strstr(text, "promtable_samples_received_total 1889"), "samples received counted");
         ok(strstr(text, "promtable_http_requests_total{route=\"/api/v1/write\",code=\"204\",proto=\"1\"}"),
            "requests by route, code and protocol");
         ok(strstr(text, "promtable_samples_rejected_total{reason=\"labels\"} 1"),
@@ -360,7 +398,7 @@ int main(void)
         ok(strstr(text, "promtable_http_request_duration_seconds_bucket{route=\"/api/v1/write\",le=\"+Inf\"}"),
            "request duration histogram");
         ok(strstr(text, "promtable_backend_write_duration_seconds_count") &&
-               strstr(text, "promtable_backend_errors_total{op=\"write\"} 1"),
+               strstr(text, "promtable_backend_errors_total{op=\"write\"} 2"),
            "backend duration and errors");
         ok(strstr(text, "promtable_index_cache_entries "), "index cache size");
         ok(strstr(text, "# TYPE promtable_embedded_flushes_total counter\npromtable_embedded_flushes_total ") &&

@@ -31,23 +31,18 @@ int main(void)
 
     uint8_t *w = slurp("prom-2.42-write.bin", &n);
     ok(w != NULL, "golden write payload present");
-    Prometheus__WriteRequest *wr = NULL;
-    int rv = pt_decode_write(w, n, &lim, &a, &wr, msg, sizeof(msg));
-    ok(rv == 0 && wr->n_timeseries == 377, "Prometheus 2.42 write request decodes (377 series)");
+    pt_wreq wr;
+    int rv = pt_decode_write(w, n, &lim, &a, 1, &wr, msg, sizeof(msg));
+    ok(rv == 0 && wr.nseries == 377, "Prometheus 2.42 write request decodes (377 series)");
     int sorted = 1, one = 1, replica = 1;
-    for (size_t i = 0; rv == 0 && i < wr->n_timeseries; i++) {
-        Prometheus__TimeSeries *ts = wr->timeseries[i];
-        one &= ts->n_samples == 1 && ts->n_histograms == 0 && ts->n_exemplars == 0;
-        for (size_t j = 1; j < ts->n_labels; j++) {
-            size_t l = ts->labels[j - 1]->name.len < ts->labels[j]->name.len
-                           ? ts->labels[j - 1]->name.len
-                           : ts->labels[j]->name.len;
-            int c = memcmp(ts->labels[j - 1]->name.data, ts->labels[j]->name.data, l);
-            sorted &= c < 0 || (c == 0 && ts->labels[j - 1]->name.len < ts->labels[j]->name.len);
-        }
+    for (size_t i = 0; rv == 0 && i < wr.nseries; i++) {
+        const pt_wseries *ts = &wr.series[i];
+        one &= ts->nsamples == 1 && ts->nhistograms == 0 && ts->nexemplars == 0;
+        for (size_t j = 1; j < ts->nlabels; j++)
+            sorted &= pt_slice_cmp(ts->labels[j - 1].name, ts->labels[j].name) < 0;
         int has = 0;
-        for (size_t j = 0; j < ts->n_labels; j++)
-            has |= ts->labels[j]->name.len == 7 && memcmp(ts->labels[j]->name.data, "replica", 7) == 0;
+        for (size_t j = 0; j < ts->nlabels; j++)
+            has |= pt_slice_eq(ts->labels[j].name, PT_SLICE_LIT("replica"));
         replica &= has;
     }
     ok(one, "one sample per TimeSeries entry, as Prometheus sends");
@@ -55,8 +50,8 @@ int main(void)
     ok(replica, "external label replica is on every series");
 
     uint8_t *md = slurp("prom-2.42-metadata.bin", &n);
-    rv = pt_decode_write(md, n, &lim, &a, &wr, msg, sizeof(msg));
-    ok(rv == 0 && wr->n_timeseries == 0 && wr->n_metadata == 205,
+    rv = pt_decode_write(md, n, &lim, &a, 1, &wr, msg, sizeof(msg));
+    ok(rv == 0 && wr.nseries == 0 && wr.nmetadata == 205,
        "metadata-only request decodes (205 entries, no series)");
 
     size_t rn;
@@ -72,26 +67,26 @@ int main(void)
 
     /* Snappy errors. */
     static const uint8_t framed[] = {0xff, 0x06, 0x00, 0x00, 's', 'N', 'a', 'P', 'p', 'Y', 0, 0};
-    rv = pt_decode_write(framed, sizeof(framed), &lim, &a, &wr, msg, sizeof(msg));
+    rv = pt_decode_write(framed, sizeof(framed), &lim, &a, 1, &wr, msg, sizeof(msg));
     ok(rv == PT_ESNAPPY && strstr(msg, "framed"), "framed snappy is refused by name");
     static const uint8_t bomb[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x00};
-    rv = pt_decode_write(bomb, sizeof(bomb), &lim, &a, &wr, msg, sizeof(msg));
+    rv = pt_decode_write(bomb, sizeof(bomb), &lim, &a, 1, &wr, msg, sizeof(msg));
     ok(rv == PT_ETOOLARGE && strstr(msg, "limit"),
        "a declared length over the limit is refused before allocating (413)");
-    rv = pt_decode_write(w, n / 2, &lim, &a, &wr, msg, sizeof(msg));
+    rv = pt_decode_write(w, n / 2, &lim, &a, 1, &wr, msg, sizeof(msg));
     ok(rv == PT_ESNAPPY, "a truncated snappy block is refused");
-    rv = pt_decode_write((const uint8_t *)"", 0, &lim, &a, &wr, msg, sizeof(msg));
+    rv = pt_decode_write((const uint8_t *)"", 0, &lim, &a, 1, &wr, msg, sizeof(msg));
     ok(rv == PT_ESNAPPY, "an empty body is not a snappy block");
     static const uint8_t empty_msg[] = {0x00};
-    rv = pt_decode_write(empty_msg, 1, &lim, &a, &wr, msg, sizeof(msg));
-    ok(rv == 0 && wr->n_timeseries == 0, "an empty WriteRequest (0x00) decodes");
+    rv = pt_decode_write(empty_msg, 1, &lim, &a, 1, &wr, msg, sizeof(msg));
+    ok(rv == 0 && wr.nseries == 0, "an empty WriteRequest (0x00) decodes");
 
     /* Valid snappy, invalid protobuf. */
     const char junk[] = "\x0a\xff\xff\xff\xff\x0f garbage";
     char z[64];
     size_t zl = sizeof(z);
     snappy_compress(junk, sizeof(junk) - 1, z, &zl);
-    rv = pt_decode_write((const uint8_t *)z, zl, &lim, &a, &wr, msg, sizeof(msg));
+    rv = pt_decode_write((const uint8_t *)z, zl, &lim, &a, 1, &wr, msg, sizeof(msg));
     ok(rv == PT_EPROTO && strstr(msg, "prometheus.WriteRequest"), "bad protobuf is named");
 
     /* failmalloc: every arena ceiling either decodes or fails cleanly with 413. */
@@ -102,7 +97,7 @@ int main(void)
     for (size_t cap = 1024; cap < (1 << 20); cap += cap / 8) {
         pt_arena b;
         pt_arena_init(&b, 4096, cap);
-        rv = pt_decode_write(w, wn, &lim, &b, &wr, msg, sizeof(msg));
+        rv = pt_decode_write(w, wn, &lim, &b, 1, &wr, msg, sizeof(msg));
         if (rv == 0)
             succeeded = 1;
         else if (rv != PT_ETOOLARGE)

@@ -505,7 +505,7 @@ int main(void)
     /* Validation: precise messages, partial ingestion. */
     {
         tseries bad[] = {
-            {{"job", "x", "__name__", "m", NULL}, {T0}, {1}, 1},
+            {{"job", "x", "__name__", "m", "job", "y", NULL}, {T0}, {1}, 1},
             {{"__name__", "m", "a", "1", "a", "2", NULL}, {T0}, {1}, 1},
             {{"__name__", "m", "", "1", NULL}, {T0}, {1}, 1},
             {{"__name__", "m", "a", "\xff", NULL}, {T0}, {1}, 1},
@@ -513,7 +513,7 @@ int main(void)
             {{"__name__", "m", NULL}, {-5}, {1}, 1},
             {{"__name__", "good", NULL}, {T0}, {1}, 1},
         };
-        const char *want[] = {"not sorted", "duplicate label name \"a\"", "empty name",
+        const char *want[] = {"duplicate label name \"job\"", "duplicate label name \"a\"", "empty name",
                               "not valid UTF-8", "no metric name", "negative timestamp"};
         for (int i = 0; i < 6; i++) {
             rv = pt_store_write(&s.st, mk_write(&a, &bad[i], 1), &a, &res);
