@@ -166,6 +166,49 @@ static void test_json(void)
     pt_buf_free(&small);
 }
 
+typedef struct meta_seen {
+    int n;
+    char text[256];
+} meta_seen;
+
+static int on_meta(void *ud, const pt_meta_entry *e)
+{
+    meta_seen *m = ud;
+    m->n++;
+    snprintf(m->text, sizeof(m->text), "%.*s %.*s %.*s %.*s", (int)e->family.n,
+             (const char *)e->family.p, (int)e->type.n, (const char *)e->type.p,
+             (int)e->help.n, (const char *)e->help.p, (int)e->unit.n, (const char *)e->unit.p);
+    return 0;
+}
+
+/* Remote write 2.0 carries metadata per series: kept under the series' metric name; an
+ * empty one (what a 2.0 sender puts on a series without metadata) adds nothing. */
+static void test_v2_metadata(tstore *s)
+{
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    static const tseries ts[] = {
+        {{"__name__", "v2_bytes", "job", "a", NULL}, {1700000000000}, {1}, 1},
+        {{"__name__", "v2_empty", "job", "a", NULL}, {1700000000000}, {2}, 1},
+    };
+    pt_wreq *wr = mk_write(&a, ts, 2);
+    wr->version = 2;
+    wr->series[0].has_meta = 1;
+    wr->series[0].meta = (pt_wmeta){.type = 2, .help = pt_slice_str("Bytes in use."),
+                                    .unit = pt_slice_str("bytes")};
+    wr->series[1].has_meta = 1;
+    pt_write_result res;
+    int rv = pt_store_write(&s->st, wr, &a, &res);
+    meta_seen m = {0}, e = {0};
+    int r1 = pt_meta_scan(&s->st, pt_slice_str("v2_bytes"), on_meta, &m);
+    int r2 = pt_meta_scan(&s->st, pt_slice_str("v2_empty"), on_meta, &e);
+    ok(rv == 0 && res.samples_written == 2 && r1 == 0 && m.n == 1 &&
+           strcmp(m.text, "v2_bytes gauge Bytes in use. bytes") == 0,
+       "2.0 series metadata kept under the metric name: %s", m.text);
+    ok(r2 == 0 && e.n == 0, "an empty 2.0 metadata adds no row (%d)", e.n);
+    pt_arena_free(&a);
+}
+
 int main(void)
 {
     pt_log_set_level("error");
@@ -178,6 +221,7 @@ int main(void)
         return 1;
     }
     pt_api_conformance(&s.faulty, "embedded");
+    test_v2_metadata(&s);
     tstore_close(&s);
     return done_testing();
 }
