@@ -1,5 +1,7 @@
 #include "gorilla.h"
 
+#include "bytes.h"
+
 /* ---- bits, MSB first, up to a byte at a time ---- */
 
 /* Appends the low n (0..64) bits of v; the buffer is zeroed, so only set bits are or'ed. */
@@ -29,6 +31,13 @@ int pt_gorilla_get_bits(pt_gorilla_dec *d, int n, uint64_t *v)
 {
     if ((size_t)n > d->nbits - d->pos)
         return -1;
+    size_t at = d->pos >> 3;
+    if (n > 0 && n <= 56 && at + 8 <= d->nbits / 8) {
+        /* Eight bytes from the current one hold the next 57 bits at least: one load. */
+        *v = (pt_get_be64(d->p + at) << (d->pos & 7)) >> (64 - n);
+        d->pos += (size_t)n;
+        return 0;
+    }
     uint64_t x = 0;
     while (n > 0) {
         int room = 8 - (int)(d->pos & 7);

@@ -228,7 +228,7 @@ int pt_histogram_validate(const pt_histogram *h, char *why, size_t whylen)
                     "invalid histogram schema %d: schemas are -4 to 8 "
                     "(exponential) and -53 (custom buckets)",
                     (int)h->schema);
-    uint64_t reach, ints = 0;
+    uint64_t reach = 0, ints = 0;
     int rv;
     const char *pos = custom ? "custom buckets" : "positive side";
     if (custom) {
@@ -461,7 +461,7 @@ static int rd_buckets(rd *r, int is_float, int64_t *d, double *c, size_t n)
 int pt_histogram_cell_decode(const uint8_t *p, size_t n, pt_histogram *h)
 {
     rd r = {p, n, 0};
-    uint64_t schema, nns, nps, nn, np, nc;
+    uint64_t schema = 0, nns = 0, nps = 0, nn = 0, np = 0, nc = 0;
     const uint8_t *ns_at, *ps_at;
     if (n < 3 || (p[0] != PT_HIST_CELL_INT && p[0] != PT_HIST_CELL_FLOAT) ||
         p[1] > PT_HIST_RESET_GAUGE)
