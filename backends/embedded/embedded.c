@@ -551,10 +551,10 @@ static const pt_conf_key conf_keys[] = {
      "Data directory of the embedded store."},
     {"sync", "storage.sync", PT_CONF_BOOL, "false", 0, 1, C(sync),
      "fsync the embedded store's logs before acknowledging each write."},
-    {"head_memory", "storage.head_memory", PT_CONF_BYTES, "256MiB", 1LL << 20, 1LL << 40,
+    {"head_memory", "storage.head_memory", PT_CONF_BYTES, "256MiB", 64LL << 10, 1LL << 40,
      C(head_memory),
-     "Samples held in memory (16 B each) before a background flush into RocksDB; up to "
-     "twice this while a flush runs."},
+     "Bytes of samples held in memory (in-order ones XOR-compressed, others 16 B each) "
+     "before a background flush into RocksDB; up to twice this while a flush runs."},
     {"block_cache", NULL, PT_CONF_BYTES, "64MiB", 8LL << 20, 1LL << 40, C(block_cache),
      "RocksDB block cache (uncompressed table blocks of the index and the points)."},
 };

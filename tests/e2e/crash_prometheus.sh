@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Crash safety with a real writer: a Prometheus 2.42 (Debian package) scrapes itself under
 # several job names every second and remote-writes everything to promtable on the embedded
-# store, whose head is kept small (1 MiB) so that it flushes into RocksDB every few seconds.
+# store, whose head is kept small (128 KiB; in-order samples are compressed in it) so that it flushes into RocksDB every few seconds.
 # promtable is killed with SIGKILL five times and restarted on the same port:
 #
 #   1. storage.embedded.sync=false, between flushes
@@ -47,7 +47,7 @@ P_PID=
 start_promtable() { # SYNC
     pt_spawn "$DIR/promtable.$RUN.log" "$PROMTABLE" --web.listen-address="127.0.0.1:$P_PORT" \
         --storage.backend=embedded --storage.embedded.path="$DATA" \
-        --storage.embedded.sync="$1" --storage.embedded.head-memory=1MiB
+        --storage.embedded.sync="$1" --storage.embedded.head-memory=128KiB
     P_PID=$PT_PID
     pt_wait_http "http://127.0.0.1:$P_PORT/-/ready" 60 "$P_PID"
 }
