@@ -87,6 +87,10 @@ kill_in_flush() {
     done
     if [ "${f:-0}" = 0 ]; then
         tap_not_ok "run $RUN: no flush seen within 120 s"
+        # Killed anyway: a promtable left running would hold the store's lock and answer
+        # for the next one, which then cannot start.
+        kill -KILL "$P_PID"
+        { pt_stop "$P_PID" 1; } 2>/dev/null
         return 1
     fi
     kill_now "(sync=$sync) during a flush (frozen_bytes=$f just before)"
