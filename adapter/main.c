@@ -16,8 +16,11 @@ static pt_server *volatile the_server;
 
 static void on_signal(int sig)
 {
-    (void)sig;
-    if (the_server)
+    if (!the_server)
+        return;
+    if (sig == SIGHUP)
+        pt_server_reload_tls(the_server);
+    else
         pt_server_stop(the_server);
 }
 
@@ -177,6 +180,7 @@ int main(int argc, char **argv)
         .max_connections = (int)cfg.max_connections,
         .tls_cert_file = cfg.tls_cert_file[0] ? cfg.tls_cert_file : NULL,
         .tls_key_file = cfg.tls_key_file[0] ? cfg.tls_key_file : NULL,
+        .tls_client_ca_file = cfg.tls_client_ca_file[0] ? cfg.tls_client_ca_file : NULL,
         .on_loop = pt_app_on_loop,
         .heavy = pt_app_heavy,
     };
@@ -193,6 +197,7 @@ int main(int argc, char **argv)
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     atomic_store(&app.ready, 1);
