@@ -238,6 +238,14 @@ int pt_emb_verify(void *state, const pt_backend_config *cfg, pt_verify_fn fn, vo
         return PT_EINTERNAL;
     }
     if (!state) {
+        /* Opening would create a store: a mistyped path must not pass as an empty one. */
+        char current[4096];
+        struct stat st;
+        snprintf(current, sizeof(current), "%s/CURRENT", ec->path);
+        if (stat(current, &st) != 0) {
+            snprintf(err, errlen, "no embedded store at %s (no RocksDB CURRENT file)", ec->path);
+            return PT_EINTERNAL;
+        }
         int rv = lock_holder(ec->path, err, errlen);
         if (rv != 0)
             return rv;
