@@ -32,7 +32,8 @@
 
 #define SHOW_MAX 20 /* problems printed; all are counted */
 
-/* A growable set of 128-bit keys (open addressing; zero marks an empty slot). */
+/* A growable set of 128-bit keys: pt_keyset (open addressing; zero marks an empty slot)
+ * rebuilt twice as large when half full. */
 typedef struct keyset {
     pt_keyset s;
 } keyset;
@@ -70,12 +71,12 @@ static int ks_has(const keyset *k, pt_index_key key)
 typedef struct checker {
     FILE *out;
     pt_backend *be;
-    int64_t bucket;  /* index.bucket */
-    int64_t cutoff;  /* now - storage.retention; INT64_MIN without one */
-    keyset cells;    /* every index cell: (row, qualifier) */
-    keyset series;   /* (sid, day) of every series row */
-    keyset data;     /* (sid, day) with samples */
-    size_t problems, notes;
+    int64_t bucket; /* index.bucket */
+    int64_t cutoff; /* now - storage.retention; INT64_MIN without one */
+    keyset cells;   /* every index cell: (row, qualifier) */
+    keyset series;  /* (sid, day) of every series row */
+    keyset data;    /* (sid, day) with samples */
+    size_t problems;
     size_t index_cells, series_rows, points_rows, samples, not_compared;
     pt_buf prev_row;
     int64_t prev_day;
@@ -220,9 +221,11 @@ static int on_points_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     if (!ks_has(&ck->series, k)) {
         uint8_t ref[PT_REF_HEX + 1] = {0};
         pt_ref_hex(ref, pt_series_ref(sid, 0));
-        problem(ck, "points row %s has samples in index bucket %013lld (t=%lld) but no series "
-                    "row ==%s,@%013lld,...: reads cannot find them", quote(q, sizeof(q), row),
-                (long long)day, (long long)t, (const char *)ref, (long long)day);
+        problem(ck,
+                "points row %s has samples in index bucket %013lld (t=%lld) but no series "
+                "row ==%s,@%013lld,...: reads cannot find them",
+                quote(q, sizeof(q), row), (long long)day, (long long)t, (const char *)ref,
+                (long long)day);
     }
     return ks_add(&ck->data, k);
 }
@@ -258,8 +261,10 @@ static int on_series_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
         ck->not_compared++;
     else if (!ks_has(&ck->data, pt_index_key_of(sr.sid, sr.day)) &&
              !ks_has(&ck->data, pt_index_key_of(sr.sid, sr.day - ck->bucket)))
-        problem(ck, "series row %s: the series has no samples in its bucket (nor the one "
-                    "before): its data rows are missing", quote(q, sizeof(q), row));
+        problem(ck,
+                "series row %s: the series has no samples in its bucket (nor the one "
+                "before): its data rows are missing",
+                quote(q, sizeof(q), row));
     /* The cells that list it: under its metric or each label (qualifier: the label mask),
      * and the values rows (qualifier "l"). */
     uint64_t mask = 0;
@@ -270,8 +275,8 @@ static int on_series_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     static const uint8_t l = 'l';
     for (size_t i = 0; i < sr.n; i++) {
         const pt_label *lb = &sr.labels[i];
-        uint8_t *k = pt_arena_alloc(&ck->a, PT_INDEX_PREFIX_MAX(lb->name.n, lb->value.n) +
-                                                PT_REF_HEX);
+        uint8_t *k =
+            pt_arena_alloc(&ck->a, PT_INDEX_PREFIX_MAX(lb->name.n, lb->value.n) + PT_REF_HEX);
         if (!k) {
             rv = PT_ENOMEM;
             goto out;
@@ -280,7 +285,8 @@ static int on_series_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
         uint8_t *e = is_name ? pt_index_metric_prefix(k, lb->value, sr.day)
                              : pt_index_posting_prefix(k, lb->name, lb->value, sr.day);
         memcpy(e, sr.ref16, PT_REF_HEX);
-        want_cell(ck, row, k, e + PT_REF_HEX, (pt_slice){m8, 8}, is_name ? "metric list" : "postings");
+        want_cell(ck, row, k, e + PT_REF_HEX, (pt_slice){m8, 8},
+                  is_name ? "metric list" : "postings");
         e = pt_index_part(pt_index_values_prefix(k, lb->name, sr.day), lb->value);
         want_cell(ck, row, k, e, (pt_slice){&l, 1}, "values");
     }
@@ -311,8 +317,10 @@ static int compare(checker *ck)
     if ((rv = scan(ck, PT_TABLE_INDEX, "==", "=>", on_series_row)) != 0)
         return rv;
     if (ck->not_compared)
-        fprintf(ck->out, "retention: %zu (series, bucket) pairs near or past the retention "
-                         "cutoff not compared\n", ck->not_compared);
+        fprintf(ck->out,
+                "retention: %zu (series, bucket) pairs near or past the retention "
+                "cutoff not compared\n",
+                ck->not_compared);
     return 0;
 }
 

@@ -125,8 +125,8 @@ typedef struct pt_backend_ops {
      * truncates; the check then does not open a store whose log is damaged), then with the
      * open state. Returns 0 when the check ran (problems or not), or an error with err set
      * when it could not (the store is in use by another process: PT_EBUSY). */
-    int (*verify)(void *state, const pt_backend_config *cfg, pt_verify_fn fn, void *ud,
-                  char *err, size_t errlen);
+    int (*verify)(void *state, const pt_backend_config *cfg, pt_verify_fn fn, void *ud, char *err,
+                  size_t errlen);
 } pt_backend_ops;
 
 /* An open backend: the ops table and its state. */

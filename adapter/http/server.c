@@ -423,8 +423,7 @@ static pt_server *server_alloc(const pt_server_opts *opts, pt_dispatch_fn fn, vo
     s->nslots = (uint32_t)s->opts.max_connections;
     s->slots = calloc(s->nslots, sizeof(pt_slot));
     if (!s->listen_copy || (opts->tls_cert_file && (!s->cert_copy || !s->key_copy)) ||
-        (opts->tls_cert_file && opts->tls_client_ca_file && !s->ca_copy) ||
-        !s->rbuf || !s->slots) {
+        (opts->tls_cert_file && opts->tls_client_ca_file && !s->ca_copy) || !s->rbuf || !s->slots) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }

@@ -76,8 +76,10 @@ static int lock_holder(const char *dir, char *err, size_t errlen)
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
     int rv = 0;
     if (fcntl(fd, F_GETLK, &fl) == 0 && fl.l_type != F_UNLCK) {
-        snprintf(err, errlen, "the store %s is in use by process %ld (a running promtable?): "
-                              "stop it, or check a copy of the directory", dir, (long)fl.l_pid);
+        snprintf(err, errlen,
+                 "the store %s is in use by process %ld (a running promtable?): "
+                 "stop it, or check a copy of the directory",
+                 dir, (long)fl.l_pid);
         rv = PT_EBUSY;
     }
     close(fd);
@@ -148,13 +150,16 @@ static void check_log(report *r, const char *dir, const char *name)
         if (why) {
             size_t after = past_end ? 0 : left - LOG_HDR - len;
             if (after == 0)
-                say(r, 1, "%s: the last record (byte %zu, %zu bytes) is damaged: %s; a start "
-                          "replays the %zu records before it and drops it", name, off, left,
-                    why, records);
+                say(r, 1,
+                    "%s: the last record (byte %zu, %zu bytes) is damaged: %s; a start "
+                    "replays the %zu records before it and drops it",
+                    name, off, left, why, records);
             else
-                say(r, 1, "%s: record %zu at byte %zu is damaged in the middle of the log: %s; "
-                          "a start replays the %zu records before it and drops it and the %zu "
-                          "bytes after it", name, records, off, why, records, after);
+                say(r, 1,
+                    "%s: record %zu at byte %zu is damaged in the middle of the log: %s; "
+                    "a start replays the %zu records before it and drops it and the %zu "
+                    "bytes after it",
+                    name, records, off, why, records, after);
             free(buf);
             return;
         }

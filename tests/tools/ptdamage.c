@@ -109,7 +109,7 @@ int main(int argc, char **argv)
         return 2;
     }
     int rv = strcmp(argv[2], "points-sst") == 0 ? points_files(be.state)
-                                                 : damage(be.state, argv[2], argv[3]);
+                                                : damage(be.state, argv[2], argv[3]);
     pt_backend_close(&be);
     return rv;
 }

@@ -515,14 +515,14 @@ int main(void)
         };
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
             int rd = strcmp(cases[i].path, "/api/v1/read") == 0;
-            run(&c, PT_M_POST, cases[i].path, "application/x-protobuf", "snappy",
-                rd ? r.p : w.p, rd ? r.n : w.n);
+            run(&c, PT_M_POST, cases[i].path, "application/x-protobuf", "snappy", rd ? r.p : w.p,
+                rd ? r.n : w.n);
             pt_arena_free(&c.arena);
             c.req.authorization = cases[i].auth;
             is(again(&c), cases[i].want, "%s", cases[i].desc);
             if (cases[i].want == 401)
-                ok(c.resp.nheaders == 1 &&
-                       strcmp(c.resp.headers[0].value, rd ? "Basic realm=\"promtable\"" : "Bearer") == 0,
+                ok(c.resp.nheaders == 1 && strcmp(c.resp.headers[0].value,
+                                                  rd ? "Basic realm=\"promtable\"" : "Bearer") == 0,
                    "  with the route's own WWW-Authenticate");
             pt_arena_free(&c.arena);
         }
