@@ -148,8 +148,6 @@ void pt_server_stop(pt_server *s);
  * again. New connections get the new context, open ones keep theirs; when the files do not
  * load, the old context stays and an error is logged. Nothing happens without TLS. */
 void pt_server_reload_tls(pt_server *s);
-/* Successful TLS reloads so far (any thread). */
-long pt_server_tls_reloads(const pt_server *s);
 void pt_server_free(pt_server *s);
 
 /* Gauge of open connections, for /metrics. */

@@ -409,7 +409,6 @@ static pt_server *server_alloc(const pt_server_opts *opts, pt_dispatch_fn fn, vo
     atomic_init(&s->nconns, 0);
     atomic_init(&s->stop_req, 0);
     atomic_init(&s->reload_req, 0);
-    atomic_init(&s->tls_reloads, 0);
 
     s->listen_copy = strdup(opts->listen_address);
     if (opts->tls_cert_file) {
@@ -532,11 +531,6 @@ void pt_server_reload_tls(pt_server *s)
     (void)r;
 }
 
-long pt_server_tls_reloads(const pt_server *s)
-{
-    return atomic_load(&((pt_server *)s)->tls_reloads);
-}
-
 /* Loop thread: a new context for the connections accepted from now on. Each SSL object
  * holds a reference to the context it was made from, so open connections keep theirs. */
 static void reload_tls(pt_server *s)
@@ -545,18 +539,18 @@ static void reload_tls(pt_server *s)
         pt_log_msg(PT_LOG_WARN, "reload asked but TLS is not configured: nothing to reload");
         return;
     }
-    char err[512];
+    /* Small files read on the loop thread: a reload is rare and takes milliseconds. */
+    char err[512], q[600];
     SSL_CTX *ctx = pt_tls_ctx_new(s->cert_copy, s->key_copy, s->ca_copy, err, sizeof(err));
     if (!ctx) {
-        char q[600];
         pt_log(PT_LOG_ERROR, "TLS reload failed, keeping the previous certificate", "err=%s",
                pt_log_quote(q, sizeof(q), err, strlen(err)));
         return;
     }
     pt_tls_ctx_free(s->ssl_ctx);
     s->ssl_ctx = ctx;
-    atomic_fetch_add(&s->tls_reloads, 1);
-    pt_log(PT_LOG_INFO, "TLS certificate reloaded", "cert_file=%s client_ca=%s", s->cert_copy,
+    pt_log(PT_LOG_INFO, "TLS certificate reloaded", "cert_file=%s client_ca=%s",
+           pt_log_quote(q, sizeof(q), s->cert_copy, strlen(s->cert_copy)),
            s->ca_copy ? "true" : "false");
 }
 

@@ -269,8 +269,7 @@ struct pt_server {
     int csignaled;
 
     atomic_int stop_req;
-    atomic_int reload_req;   /* pt_server_reload_tls asked; the loop reloads */
-    atomic_long tls_reloads; /* successful reloads */
+    atomic_int reload_req; /* pt_server_reload_tls asked; the loop reloads */
 
     /* loop thread only */
     uint8_t *rbuf;
