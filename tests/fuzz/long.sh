@@ -4,7 +4,9 @@
 # executions (default 10 M), seeded from tests/data (with tests/data/fuzz and
 # tests/data/http) and, for fuzz_config, configs/. Each target keeps its corpus across
 # campaigns. Per target it prints executions, final coverage (libFuzzer's cov and ft),
-# corpus size, execs/s and findings (crash, leak, timeout and OOM files).
+# corpus size (libFuzzer's units/bytes, and the files in the corpus directory), execs/s and
+# findings (crash, leak, timeout and OOM files). A corpus kept from an earlier campaign
+# seeds the next one, so a campaign can be continued where a time cap stopped it.
 #
 #   nice -n 19 tests/fuzz/long.sh [TARGET...]
 #
@@ -12,7 +14,8 @@
 #   PT_FUZZ_RUNS      executions per target (default 10000000)
 #   PT_FUZZ_SECONDS   optional wall-time cap per target (libFuzzer -max_total_time); a target
 #                     stopped by it reports how many executions it reached
-#   PT_FUZZ_BUILD     the fuzz build directory (default build-fuzz in the source tree)
+#   PT_FUZZ_BUILD     the fuzz build directory (default build-fuzz-long in the source tree:
+#                     not tests/e2e/fuzz_smoke.sh's Debug build-fuzz)
 #   PT_FUZZ_OUT       corpora, findings and logs (default $PT_FUZZ_BUILD/long)
 # The summary is also written to $PT_FUZZ_OUT/summary.tsv. A target that finds something
 # stops there (libFuzzer's behaviour); its input is in $PT_FUZZ_OUT/findings/TARGET/ and the
@@ -20,7 +23,7 @@
 set -u
 here=$(cd "$(dirname "$0")/../.." && pwd)
 runs=${PT_FUZZ_RUNS:-10000000}
-bdir=${PT_FUZZ_BUILD:-$here/build-fuzz}
+bdir=${PT_FUZZ_BUILD:-$here/build-fuzz-long}
 out=${PT_FUZZ_OUT:-$bdir/long}
 all="fuzz_write fuzz_read fuzz_config fuzz_labels fuzz_bt_merge fuzz_wal fuzz_chunk fuzz_http"
 targets=${*:-$all}
@@ -40,7 +43,7 @@ stat() { sed -n "s/^stat::$1: *//p" "$2" | tail -1; }
 # last FIELD LOG : the value after "FIELD:" on libFuzzer's last status line (#N ... cov: ...).
 last() { grep -E '^#[0-9]+' "$2" | tail -1 | sed -n "s/.* $1: \([^ ]*\).*/\1/p"; }
 
-printf 'target\texecs\texecs_per_s\tseconds\tcov\tft\tcorpus_files\tcorpus_bytes\tfindings\tstatus\n' \
+printf 'target\texecs\texecs_per_s\tseconds\tcov\tft\tcorp\tcorpus_files\tcorpus_bytes\tfindings\tstatus\n' \
     >"$out/summary.tsv"
 failed=0
 for t in $targets; do
@@ -65,8 +68,9 @@ for t in $targets; do
         status="FAILED(rc=$rc)"
         failed=1
     fi
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "${execs:-?}" \
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "${execs:-?}" \
         "$(stat average_exec_per_sec "$log")" "$secs" "$(last cov "$log")" "$(last ft "$log")" \
+        "$(last corp "$log")" \
         "$(find "$corpus" -type f | wc -l)" "$(du -sb "$corpus" | cut -f1)" "$nfind" "$status" \
         >>"$out/summary.tsv"
     tail -1 "$out/summary.tsv"
