@@ -20,9 +20,17 @@ RUN apt-get update && apt-get install -y --no-install-recommends \
         libhttp-parser2.9 librocksdb7.8 libnghttp2-14 libsnappy1v5 libprotobuf-c1 libpcre2-8-0 \
         libyaml-0-2 libssl3 libxxhash0 libgrpc29 ca-certificates curl \
     && rm -rf /var/lib/apt/lists/*
+# Runs as an unprivileged system user (uid/gid 65532), which owns the data directory: a
+# named volume on /data starts with that ownership; a bind-mounted host directory must be
+# writable by uid 65532 (chown 65532:65532 DIR), or run with --user.
+RUN groupadd --system --gid 65532 promtable \
+    && useradd --system --uid 65532 --gid 65532 --home-dir /nonexistent --no-create-home \
+        --shell /usr/sbin/nologin promtable \
+    && mkdir /data && chown promtable:promtable /data
 COPY --from=build /src/build/promtable /usr/local/bin/promtable
 COPY configs /etc/promtable
 EXPOSE 9201
 VOLUME /data
+USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/promtable"]
 CMD ["--config.file=/etc/promtable/promtable.yml", "--storage.embedded.path=/data"]

@@ -482,33 +482,53 @@ static char *read_secret(const char *path, char *err, size_t errlen)
     return buf;
 }
 
-int pt_app_load_auth(pt_app *app, const pt_config *cfg, char *err, size_t errlen)
+/* One credential set from a token file and a basic auth pair (either may be unset). */
+static int load_creds(struct pt_app_creds *cr, const char *token_file, const char *user,
+                      const char *pw_file, char *err, size_t errlen)
 {
-    if (cfg->bearer_token_file[0]) {
-        char *t = read_secret(cfg->bearer_token_file, err, errlen);
+    if (token_file[0]) {
+        char *t = read_secret(token_file, err, errlen);
         if (!t)
             return -1;
-        app->bearer_token = t;
+        cr->bearer_token = t;
     }
-    if (cfg->basic_auth_username[0] || cfg->basic_auth_password_file[0]) {
-        if (!cfg->basic_auth_username[0] || !cfg->basic_auth_password_file[0]) {
-            snprintf(err, errlen, "basic auth needs both web.basic_auth_username and "
-                                  "web.basic_auth_password_file");
+    if (user[0] || pw_file[0]) {
+        if (!user[0] || !pw_file[0]) {
+            snprintf(err, errlen, "basic auth needs both a username and a password file");
             return -1;
         }
-        char *pw = read_secret(cfg->basic_auth_password_file, err, errlen);
+        char *pw = read_secret(pw_file, err, errlen);
         if (!pw)
             return -1;
-        size_t n = strlen(cfg->basic_auth_username) + 1 + strlen(pw) + 1;
+        size_t n = strlen(user) + 1 + strlen(pw) + 1;
         char *cred = malloc(n);
         if (cred)
-            snprintf(cred, n, "%s:%s", cfg->basic_auth_username, pw);
+            snprintf(cred, n, "%s:%s", user, pw);
+        OPENSSL_cleanse(pw, strlen(pw));
         free(pw);
         if (!cred)
             return -1;
-        app->basic_credentials = cred;
+        cr->basic_credentials = cred;
     }
     return 0;
+}
+
+int pt_app_load_auth(pt_app *app, const pt_config *cfg, char *err, size_t errlen)
+{
+    struct pt_app_creds shared = {0};
+    int rv = load_creds(&shared, cfg->bearer_token_file, cfg->basic_auth_username,
+                        cfg->basic_auth_password_file, err, errlen);
+    app->bearer_token = shared.bearer_token;
+    app->basic_credentials = shared.basic_credentials;
+    if (rv == 0)
+        rv = load_creds(&app->route_creds[0], cfg->write_bearer_token_file,
+                        cfg->write_basic_auth_username, cfg->write_basic_auth_password_file, err,
+                        errlen);
+    if (rv == 0)
+        rv = load_creds(&app->route_creds[1], cfg->read_bearer_token_file,
+                        cfg->read_basic_auth_username, cfg->read_basic_auth_password_file, err,
+                        errlen);
+    return rv;
 }
 
 void pt_app_free_auth(pt_app *app)
@@ -516,6 +536,11 @@ void pt_app_free_auth(pt_app *app)
     free((char *)app->bearer_token);
     free((char *)app->basic_credentials);
     app->bearer_token = app->basic_credentials = NULL;
+    for (int i = 0; i < 2; i++) {
+        free((char *)app->route_creds[i].bearer_token);
+        free((char *)app->route_creds[i].basic_credentials);
+        app->route_creds[i] = (struct pt_app_creds){0};
+    }
 }
 
 /* Constant-time comparison of what the client sent with what we expect. */
@@ -525,13 +550,25 @@ static int secret_eq(const uint8_t *got, size_t n, const char *want)
     return n == wn && CRYPTO_memcmp(got, want, n) == 0;
 }
 
-static int authorized(const pt_app *app, const pt_req *req)
+/* The credentials route id demands: its own when it has any, else the shared ones. The
+ * browsing API reads, so it takes the read credentials. */
+static struct pt_app_creds route_creds(const pt_app *app, int id)
+{
+    int reads = id == PT_ROUTE_READ || id == PT_ROUTE_LABELS || id == PT_ROUTE_LABEL_VALUES ||
+                id == PT_ROUTE_SERIES || id == PT_ROUTE_METADATA;
+    int i = id == PT_ROUTE_WRITE ? 0 : reads ? 1 : -1;
+    if (i >= 0 && (app->route_creds[i].bearer_token || app->route_creds[i].basic_credentials))
+        return app->route_creds[i];
+    return (struct pt_app_creds){app->bearer_token, app->basic_credentials};
+}
+
+static int authorized(struct pt_app_creds cr, const pt_req *req)
 {
     const char *h = req->authorization;
-    if (app->bearer_token && strncasecmp(h, "Bearer ", 7) == 0 &&
-        secret_eq((const uint8_t *)h + 7, strlen(h + 7), app->bearer_token))
+    if (cr.bearer_token && strncasecmp(h, "Bearer ", 7) == 0 &&
+        secret_eq((const uint8_t *)h + 7, strlen(h + 7), cr.bearer_token))
         return 1;
-    if (app->basic_credentials && strncasecmp(h, "Basic ", 6) == 0) {
+    if (cr.basic_credentials && strncasecmp(h, "Basic ", 6) == 0) {
         const char *b64 = h + 6;
         size_t n = strlen(b64);
         if (n == 0 || n % 4 || n > 8192)
@@ -545,7 +582,9 @@ static int authorized(const pt_app *app, const pt_req *req)
             dn--;
         if (b64[n - 2] == '=')
             dn--;
-        return secret_eq(dec, (size_t)dn, app->basic_credentials);
+        int eq = secret_eq(dec, (size_t)dn, cr.basic_credentials);
+        OPENSSL_cleanse(dec, sizeof(dec));
+        return eq;
     }
     return 0;
 }
@@ -598,6 +637,7 @@ void pt_app_dispatch(void *ud, pt_req *req, pt_resp *resp)
         req->arena->max = app->cfg->max_request_memory; /* the server's default is a guess */
     resp->status = 200;
     int id = PT_ROUTE_OTHER;
+    struct pt_app_creds cr;
     const struct route *r = NULL;
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
         if (route_matches(&routes[i], req->path))
@@ -615,12 +655,13 @@ void pt_app_dispatch(void *ud, pt_req *req, pt_resp *resp)
                        r->path, !post ? "GET" : r->allow & ALLOW_GET ? "GET or POST" : "POST");
             resp->headers[resp->nheaders++] = (pt_resp_header){
                 "Allow", !post ? "GET, HEAD" : r->allow & ALLOW_GET ? "GET, HEAD, POST" : "POST"};
-        } else if ((r->allow & NEEDS_AUTH) && (app->bearer_token || app->basic_credentials) &&
-                   !authorized(app, req)) {
+        } else if ((r->allow & NEEDS_AUTH) &&
+                   (cr = route_creds(app, id), cr.bearer_token || cr.basic_credentials) &&
+                   !authorized(cr, req)) {
             reply_fail(req, resp, PT_EUNAUTHORIZED, "missing or wrong credentials (%s)",
-                       app->bearer_token ? "bearer token" : "basic auth");
+                       cr.bearer_token ? "bearer token" : "basic auth");
             resp->headers[resp->nheaders++] = (pt_resp_header){
-                "WWW-Authenticate", app->bearer_token ? "Bearer" : "Basic realm=\"promtable\""};
+                "WWW-Authenticate", cr.bearer_token ? "Bearer" : "Basic realm=\"promtable\""};
         } else {
             r->fn(app, req, resp);
         }

@@ -18,6 +18,12 @@ typedef struct pt_app {
      * the expected "user:password" of basic auth. */
     const char *bearer_token;
     const char *basic_credentials;
+    /* A route's own credentials, [0] write and [1] read (web.write_*, web.read_*): when
+     * either is set they replace the shared ones above for that route. */
+    struct pt_app_creds {
+        const char *bearer_token;
+        const char *basic_credentials;
+    } route_creds[2];
     _Atomic int ready;
 } pt_app;
 

@@ -28,6 +28,21 @@ static const pt_conf_key table[] = {
      "With the password file: write and read need this basic auth."},
     {"web.basic_auth_password_file", NULL, PT_CONF_FILE, "", 0, 0, F(basic_auth_password_file),
      "File holding the basic auth password."},
+    /* Security (issue 12 item 5): client certificates, credentials per route. */
+    {"web.tls_client_ca_file", NULL, PT_CONF_FILE, "", 0, 0, F(tls_client_ca_file),
+     "CA certificates (PEM): with TLS, every client must present a certificate they sign."},
+    {"web.write_bearer_token_file", NULL, PT_CONF_FILE, "", 0, 0, F(write_bearer_token_file),
+     "Token for remote write only; write's own credentials replace the shared ones."},
+    {"web.write_basic_auth_username", NULL, PT_CONF_STR, "", 0, 0, F(write_basic_auth_username),
+     "With the write password file: basic auth for remote write only."},
+    {"web.write_basic_auth_password_file", NULL, PT_CONF_FILE, "", 0, 0,
+     F(write_basic_auth_password_file), "File holding the remote write basic auth password."},
+    {"web.read_bearer_token_file", NULL, PT_CONF_FILE, "", 0, 0, F(read_bearer_token_file),
+     "Token for remote read only; read's own credentials replace the shared ones."},
+    {"web.read_basic_auth_username", NULL, PT_CONF_STR, "", 0, 0, F(read_basic_auth_username),
+     "With the read password file: basic auth for remote read only."},
+    {"web.read_basic_auth_password_file", NULL, PT_CONF_FILE, "", 0, 0,
+     F(read_basic_auth_password_file), "File holding the remote read basic auth password."},
     {"web.workers", NULL, PT_CONF_LONG, "0", 0, 256, F(workers),
      "Worker threads running requests (0 = 2 per CPU)."},
     {"web.max_connections", NULL, PT_CONF_LONG, "4096", 1, 1000000, F(max_connections),
@@ -676,12 +691,13 @@ static int print_usage(void *ud, conf_ref *r)
 
 void pt_config_usage(FILE *f, const char *argv0)
 {
-    fprintf(f, "usage: %s [flags]\n       %s init [flags]   (create tables on backends that need it)\n\n"
+    fprintf(f, "usage: %s [flags]\n       %s init [flags]   (create tables on backends that need it)\n"
+               "       %s check [flags]  (verify a store no server has open; exit 1 on damage)\n\n"
                "Prometheus remote storage adapter on a wide-column store.\n\nFlags:\n"
                "  --help                 Show this help.\n"
                "  --version              Show the version.\n"
                "  --config.file=FILE     YAML configuration file (keys below, dotted = nested).\n",
-            argv0, argv0);
+            argv0, argv0, argv0);
     each_key(NULL, print_usage, f);
 }
 
@@ -739,12 +755,22 @@ int pt_config_check(pt_config *c, char *err, size_t errlen)
                  c->tls_cert_file[0] ? "web.tls_key_file" : "web.tls_cert_file");
         return -1;
     }
-    if (!c->basic_auth_username[0] != !c->basic_auth_password_file[0]) {
-        snprintf(err, errlen, "%s is set without %s: basic auth needs both",
-                 c->basic_auth_username[0] ? "web.basic_auth_username"
-                                           : "web.basic_auth_password_file",
-                 c->basic_auth_username[0] ? "web.basic_auth_password_file"
-                                           : "web.basic_auth_username");
+    static const char *const pre[] = {"", "write_", "read_"};
+    const char *const user[] = {c->basic_auth_username, c->write_basic_auth_username,
+                                c->read_basic_auth_username};
+    const char *const pw[] = {c->basic_auth_password_file, c->write_basic_auth_password_file,
+                              c->read_basic_auth_password_file};
+    for (int i = 0; i < 3; i++) {
+        if (!user[i][0] != !pw[i][0]) {
+            snprintf(err, errlen, "web.%sbasic_auth_%s is set without web.%sbasic_auth_%s: "
+                     "basic auth needs both", pre[i], user[i][0] ? "username" : "password_file",
+                     pre[i], user[i][0] ? "password_file" : "username");
+            return -1;
+        }
+    }
+    if (c->tls_client_ca_file[0] && !c->tls_cert_file[0]) {
+        snprintf(err, errlen, "web.tls_client_ca_file is set without web.tls_cert_file: "
+                              "client certificates need TLS");
         return -1;
     }
     return 0;

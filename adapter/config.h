@@ -19,6 +19,13 @@ typedef struct pt_config {
     char *bearer_token_file;
     char *basic_auth_username;
     char *basic_auth_password_file;
+    char *tls_client_ca_file;
+    char *write_bearer_token_file;
+    char *write_basic_auth_username;
+    char *write_basic_auth_password_file;
+    char *read_bearer_token_file;
+    char *read_basic_auth_username;
+    char *read_basic_auth_password_file;
     long workers;
     long max_connections;
     long idle_timeout_ms;

@@ -7,6 +7,7 @@
 
 #include "app.h"
 #include "backend.h"
+#include "check.h"
 #include "config.h"
 #include "error.h"
 #include "log.h"
@@ -16,20 +17,26 @@ static pt_server *volatile the_server;
 
 static void on_signal(int sig)
 {
-    (void)sig;
-    if (the_server)
+    if (!the_server)
+        return;
+    if (sig == SIGHUP)
+        pt_server_reload_tls(the_server);
+    else
         pt_server_stop(the_server);
 }
 
 /* Applies --config.file first, then every other flag over it. */
-static int parse_args(int argc, char **argv, pt_config *cfg, int *init_cmd)
+/* Subcommands: none runs the server. */
+enum { CMD_SERVE, CMD_INIT, CMD_CHECK };
+
+static int parse_args(int argc, char **argv, pt_config *cfg, int *cmd)
 {
     char err[512];
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 1; i < argc; i++) {
             const char *a = argv[i];
-            if (strcmp(a, "init") == 0) {
-                *init_cmd = 1;
+            if (strcmp(a, "init") == 0 || strcmp(a, "check") == 0) {
+                *cmd = a[0] == 'i' ? CMD_INIT : CMD_CHECK;
                 continue;
             }
             if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -81,7 +88,7 @@ static int parse_args(int argc, char **argv, pt_config *cfg, int *init_cmd)
 int main(int argc, char **argv)
 {
     pt_config cfg;
-    int init_cmd = 0, status = 1;
+    int cmd = CMD_SERVE, status = 1;
     char err[512] = "";
     pt_backend be = {0};
     pt_index_cache *cache = NULL;
@@ -93,7 +100,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "promtable: out of memory\n");
         goto fail_config;
     }
-    if (parse_args(argc, argv, &cfg, &init_cmd) != 0)
+    if (parse_args(argc, argv, &cfg, &cmd) != 0)
         goto fail_config;
     if (pt_config_check(&cfg, err, sizeof(err)) != 0) {
         fprintf(stderr, "promtable: %s\n", err);
@@ -119,12 +126,16 @@ int main(int argc, char **argv)
         .index_span_ms = cfg.index_bucket_ms,
         .retention_dropped = &pt_m.retention_dropped,
     };
+    if (cmd == CMD_CHECK) {
+        status = pt_check_store(&cfg, ops, &bc, stdout);
+        goto fail_config;
+    }
     int rv = pt_backend_open(&be, ops, &bc, err, sizeof(err));
     if (rv != 0) {
         pt_log(PT_LOG_ERROR, "cannot open storage", "backend=%s err=\"%s\"", cfg.backend, err);
         goto fail_config;
     }
-    if (init_cmd) {
+    if (cmd == CMD_INIT) {
         if (ops->init && ops->init(be.state, err, sizeof(err)) != 0) {
             pt_log(PT_LOG_ERROR, "init failed", "backend=%s err=\"%s\"", cfg.backend, err);
             goto fail_backend;
@@ -180,6 +191,7 @@ int main(int argc, char **argv)
         .max_connections = (int)cfg.max_connections,
         .tls_cert_file = cfg.tls_cert_file[0] ? cfg.tls_cert_file : NULL,
         .tls_key_file = cfg.tls_key_file[0] ? cfg.tls_key_file : NULL,
+        .tls_client_ca_file = cfg.tls_client_ca_file[0] ? cfg.tls_client_ca_file : NULL,
         .on_loop = pt_app_on_loop,
         .heavy = pt_app_heavy,
     };
@@ -196,6 +208,7 @@ int main(int argc, char **argv)
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     atomic_store(&app.ready, 1);

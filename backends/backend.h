@@ -94,6 +94,10 @@ typedef struct pt_backend_stat {
     double value;
 } pt_backend_stat;
 
+/* A finding of a backend's own check (pt_backend_ops.verify): damage = 0 for a count or
+ * note ("points.wal: 12 records"), 1 for a problem; msg names the file, offset or key. */
+typedef void (*pt_verify_fn)(void *ud, int damage, const char *msg);
+
 typedef struct pt_backend_ops {
     const char *name;
     unsigned caps;           /* PT_BACKEND_CAP_* */
@@ -115,6 +119,14 @@ typedef struct pt_backend_ops {
     /* Optional: writes up to max figures of its own into out, returns how many. Called
      * from any thread while the backend is open. */
     size_t (*stats)(void *state, pt_backend_stat *out, size_t max);
+    /* Optional, for `promtable check`: verifies what scans cannot see (checksums of the
+     * backend's files and logs), reporting through fn. Called twice: first with state
+     * NULL, before open, for what opening would change (a log that open replays and
+     * truncates; the check then does not open a store whose log is damaged), then with the
+     * open state. Returns 0 when the check ran (problems or not), or an error with err set
+     * when it could not (the store is in use by another process: PT_EBUSY). */
+    int (*verify)(void *state, const pt_backend_config *cfg, pt_verify_fn fn, void *ud, char *err,
+                  size_t errlen);
 } pt_backend_ops;
 
 /* An open backend: the ops table and its state. */

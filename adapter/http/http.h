@@ -128,6 +128,8 @@ typedef struct pt_server_opts {
     int max_connections;        /* over it new connections are closed at once */
     const char *tls_cert_file;  /* both set: TLS with ALPN h2, http/1.1 */
     const char *tls_key_file;
+    const char *tls_client_ca_file; /* optional, with TLS: require client certificates that
+                                     * these CA certificates (PEM) sign */
     /* Optional: 1 when dispatch answers req at once without blocking, so it runs on the
      * event loop: health checks and metrics stay answered while every worker waits on a
      * slow store. */
@@ -150,6 +152,10 @@ int pt_server_port(const pt_server *s);
 int pt_server_run(pt_server *s);
 /* Async-signal-safe. */
 void pt_server_stop(pt_server *s);
+/* Async-signal-safe (SIGHUP): the loop reads the TLS certificate, key and client CA files
+ * again. New connections get the new context, open ones keep theirs; when the files do not
+ * load, the old context stays and an error is logged. Nothing happens without TLS. */
+void pt_server_reload_tls(pt_server *s);
 void pt_server_free(pt_server *s);
 
 /* Gauge of open connections, for /metrics. */

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "log.h"
 #include "server_int.h"
 
 #define STOP_GRACE_MS 10000
@@ -418,30 +419,34 @@ static pt_server *server_alloc(const pt_server_opts *opts, pt_dispatch_fn fn, vo
     pthread_mutex_init(&s->cmu, NULL);
     atomic_init(&s->nconns, 0);
     atomic_init(&s->stop_req, 0);
+    atomic_init(&s->reload_req, 0);
 
     s->listen_copy = strdup(opts->listen_address);
     if (opts->tls_cert_file) {
         s->cert_copy = strdup(opts->tls_cert_file);
         s->key_copy = strdup(opts->tls_key_file);
+        if (opts->tls_client_ca_file)
+            s->ca_copy = strdup(opts->tls_client_ca_file);
     }
     s->rbuf_cap = PT_RBUF_CAP;
     s->rbuf = malloc(s->rbuf_cap);
     s->nslots = (uint32_t)s->opts.max_connections;
     s->slots = calloc(s->nslots, sizeof(pt_slot));
     if (!s->listen_copy || (opts->tls_cert_file && (!s->cert_copy || !s->key_copy)) ||
-        !s->rbuf || !s->slots) {
+        (opts->tls_cert_file && opts->tls_client_ca_file && !s->ca_copy) || !s->rbuf || !s->slots) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
     s->opts.listen_address = s->listen_copy;
     s->opts.tls_cert_file = s->cert_copy;
     s->opts.tls_key_file = s->key_copy;
+    s->opts.tls_client_ca_file = s->ca_copy;
     for (uint32_t i = 0; i < s->nslots; i++)
         s->slots[i].next_free = i + 1 < s->nslots ? i + 1 : PT_NO_SLOT;
     s->free_slot = 0;
 
     if (s->cert_copy) {
-        s->ssl_ctx = pt_tls_ctx_new(s->cert_copy, s->key_copy, err, errlen);
+        s->ssl_ctx = pt_tls_ctx_new(s->cert_copy, s->key_copy, s->ca_copy, err, errlen);
         if (!s->ssl_ctx)
             goto fail;
     }
@@ -526,6 +531,38 @@ void pt_server_stop(pt_server *s)
     uint64_t one = 1;
     ssize_t r = write(s->wake_fd, &one, sizeof(one));
     (void)r;
+}
+
+void pt_server_reload_tls(pt_server *s)
+{
+    /* Async-signal-safe, like pt_server_stop. */
+    atomic_store(&s->reload_req, 1);
+    uint64_t one = 1;
+    ssize_t r = write(s->wake_fd, &one, sizeof(one));
+    (void)r;
+}
+
+/* Loop thread: a new context for the connections accepted from now on. Each SSL object
+ * holds a reference to the context it was made from, so open connections keep theirs. */
+static void reload_tls(pt_server *s)
+{
+    if (!s->ssl_ctx) {
+        pt_log_msg(PT_LOG_WARN, "reload asked but TLS is not configured: nothing to reload");
+        return;
+    }
+    /* Small files read on the loop thread: a reload is rare and takes milliseconds. */
+    char err[512], q[600];
+    SSL_CTX *ctx = pt_tls_ctx_new(s->cert_copy, s->key_copy, s->ca_copy, err, sizeof(err));
+    if (!ctx) {
+        pt_log(PT_LOG_ERROR, "TLS reload failed, keeping the previous certificate", "err=%s",
+               pt_log_quote(q, sizeof(q), err, strlen(err)));
+        return;
+    }
+    pt_tls_ctx_free(s->ssl_ctx);
+    s->ssl_ctx = ctx;
+    pt_log(PT_LOG_INFO, "TLS certificate reloaded", "cert_file=%s client_ca=%s",
+           pt_log_quote(q, sizeof(q), s->cert_copy, strlen(s->cert_copy)),
+           s->ca_copy ? "true" : "false");
 }
 
 static void begin_stop(pt_server *s)
@@ -628,6 +665,8 @@ static int loop_once(pt_server *s, int timeout_ms)
     for (int i = 0; i < n; i++)
         handle_event(s, evs[i].data.u64, evs[i].events);
     process_close_list(s);
+    if (atomic_exchange(&s->reload_req, 0) && !s->stopping)
+        reload_tls(s);
     if (atomic_load(&s->stop_req) && !s->stopping)
         begin_stop(s);
     if (s->now_ms >= s->next_sweep_ms)
@@ -686,5 +725,6 @@ void pt_server_free(pt_server *s)
     free(s->listen_copy);
     free(s->cert_copy);
     free(s->key_copy);
+    free(s->ca_copy);
     free(s);
 }

@@ -235,7 +235,7 @@ typedef struct pt_slot {
 
 struct pt_server {
     pt_server_opts opts;     /* strings point into the copies below */
-    char *listen_copy, *cert_copy, *key_copy;
+    char *listen_copy, *cert_copy, *key_copy, *ca_copy;
     pt_dispatch_fn fn;
     int (*on_loop)(void *ud, const pt_req *req);
     size_t body_bytes; /* capacity of every task's body buffer (loop thread only) */
@@ -271,6 +271,7 @@ struct pt_server {
     int csignaled;
 
     atomic_int stop_req;
+    atomic_int reload_req; /* pt_server_reload_tls asked; the loop reloads */
 
     /* loop thread only */
     uint8_t *rbuf;
@@ -356,7 +357,9 @@ int pt_conn_out_empty(const pt_conn *c);
 int pt_http2_callbacks(nghttp2_session_callbacks **out);
 
 /* tls.c */
-SSL_CTX *pt_tls_ctx_new(const char *cert_file, const char *key_file, char *err, size_t errlen);
+/* client_ca_file may be NULL; when set, clients must present a certificate it signs. */
+SSL_CTX *pt_tls_ctx_new(const char *cert_file, const char *key_file, const char *client_ca_file,
+                        char *err, size_t errlen);
 void pt_tls_ctx_free(SSL_CTX *ctx);
 SSL *pt_tls_new(SSL_CTX *ctx, int fd);
 /* 0 when done, PT_IO_AGAIN, PT_IO_ERR. */

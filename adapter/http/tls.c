@@ -53,7 +53,8 @@ static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outle
     return SSL_TLSEXT_ERR_NOACK;
 }
 
-SSL_CTX *pt_tls_ctx_new(const char *cert_file, const char *key_file, char *err, size_t errlen)
+SSL_CTX *pt_tls_ctx_new(const char *cert_file, const char *key_file, const char *client_ca_file,
+                        char *err, size_t errlen)
 {
     SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
     if (!ctx) {
@@ -83,6 +84,18 @@ SSL_CTX *pt_tls_ctx_new(const char *cert_file, const char *key_file, char *err, 
     if (SSL_CTX_check_private_key(ctx) != 1) {
         ssl_err(err, errlen, "private key does not match certificate", key_file);
         goto fail_ctx;
+    }
+    if (client_ca_file) {
+        /* Verify and require: a client without a certificate the CA signs fails the
+         * handshake. The CA names go in the CertificateRequest so clients can choose. */
+        STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(client_ca_file);
+        if (!names || SSL_CTX_load_verify_locations(ctx, client_ca_file, NULL) != 1) {
+            sk_X509_NAME_pop_free(names, X509_NAME_free);
+            ssl_err(err, errlen, "cannot load client CA certificates", client_ca_file);
+            goto fail_ctx;
+        }
+        SSL_CTX_set_client_CA_list(ctx, names);
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
     }
     SSL_CTX_set_alpn_select_cb(ctx, alpn_select, NULL);
     return ctx;

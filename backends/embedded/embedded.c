@@ -573,4 +573,5 @@ const pt_backend_ops pt_backend_embedded = {
     .scan = embedded_scan,
     .init = NULL,
     .stats = embedded_stats,
+    .verify = pt_emb_verify,
 };

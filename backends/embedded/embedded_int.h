@@ -438,6 +438,14 @@ typedef struct embedded {
     wal w;
 } embedded;
 
+/* ---- check.c ---- */
+
+/* pt_backend_ops.verify: before open (e NULL) the lock and the logs' records; with the
+ * open store, every entry of both column families read with RocksDB's block checksums
+ * verified and every points chunk decoded. */
+int pt_emb_verify(void *e, const pt_backend_config *cfg, pt_verify_fn fn, void *ud, char *err,
+                  size_t errlen);
+
 /* ---- flush.c ---- */
 
 /* Writes the rows of the head's frozen generation fz into RocksDB as chunks and makes them

@@ -10,8 +10,8 @@
 #     data source = the Prometheus service, its dashboard provider = the mounted
 #     configs/grafana/dashboards);
 #   - the Dockerfile the promtable services build matches (entrypoint, configs in
-#     /etc/promtable, curl for the healthcheck), and every file the stack mounts or names
-#     exists;
+#     /etc/promtable, curl for the healthcheck, a non-root USER owning /data), and every
+#     file the stack mounts or names exists;
 #   - promtool accepts configs/prometheus-compose.yml;
 #   - promtable accepts configs/promtable-compose.yml: it starts on it (the Bigtable
 #     backend opens without talking to the server) with the endpoint pointed at a dead
@@ -284,13 +284,21 @@ grep -Eq '^COPY +(--[^ ]+ +)*\.?/?configs/? +/etc/promtable/? *$' <<<"$final_sta
 grep -Eq '^EXPOSE +(.* )?9201( |$)' <<<"$final_stage" || problems+=("no EXPOSE 9201")
 grep -Eq '(^|[ \\])curl( |\\|$)' <<<"$final_stage" ||
     problems+=("the runtime stage does not install curl (the healthcheck runs it)")
+# Not root: the last USER names a uid/user other than 0/root, and /data, the volume, is
+# made and handed to that user before the VOLUME line (which freezes its ownership).
+user=$(sed -n 's/^USER \+\([^ ]*\) *$/\1/p' <<<"$final_stage" | tail -1)
+case ${user%%:*} in
+'' | 0 | root) problems+=("the image runs as root (no USER with another uid)") ;;
+esac
+grep -Eq 'chown +[^ ]+ +/data( |$)' <<<"$final_stage" ||
+    problems+=("/data is not handed to the unprivileged user before VOLUME")
 if [ -f .dockerignore ] && grep -Eq '^/?configs/?$|^\*$' .dockerignore; then
     problems+=(".dockerignore leaves configs/ out of the build context")
 fi
 if [ ${#problems[@]} -eq 0 ]; then
-    tap_ok "Dockerfile: promtable entrypoint, configs in /etc/promtable, port 9201, curl"
+    tap_ok "Dockerfile: promtable entrypoint, configs in /etc/promtable, port 9201, curl, non-root"
 else
-    tap_not_ok "Dockerfile: promtable entrypoint, configs in /etc/promtable, port 9201, curl"
+    tap_not_ok "Dockerfile: promtable entrypoint, configs in /etc/promtable, port 9201, curl, non-root"
     for p in "${problems[@]}"; do tap_diag "$p"; done
 fi
 

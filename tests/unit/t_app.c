@@ -533,6 +533,56 @@ int main(void)
         pt_arena_free(&b);
     }
 
+    /* Credentials per route: a route's own replace the shared ones for it only. */
+    {
+        pt_slice r = file("prom-2.42-read.bin");
+        app.bearer_token = "shared";
+        app.route_creds[0].bearer_token = "writer";
+        app.route_creds[1].basic_credentials = "grafana:pw";
+        static const struct {
+            const char *path, *auth;
+            int want;
+            const char *desc;
+        } cases[] = {
+            {"/api/v1/write", "Bearer writer", 204, "write with write's own token: 204"},
+            {"/api/v1/write", "Bearer shared", 401, "write's own token replaces the shared one"},
+            {"/api/v1/write", "Basic Z3JhZmFuYTpwdw==", 401, "write refuses read's basic auth"},
+            {"/api/v1/read", "Basic Z3JhZmFuYTpwdw==", 200, "read with read's own basic auth"},
+            {"/api/v1/read", "Bearer writer", 401, "read refuses write's token"},
+            {"/api/v1/read", "Bearer shared", 401, "read's own credentials replace the shared"},
+        };
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+            int rd = strcmp(cases[i].path, "/api/v1/read") == 0;
+            run(&c, PT_M_POST, cases[i].path, "application/x-protobuf", "snappy", rd ? r.p : w.p,
+                rd ? r.n : w.n);
+            pt_arena_free(&c.arena);
+            c.req.authorization = cases[i].auth;
+            is(again(&c), cases[i].want, "%s", cases[i].desc);
+            if (cases[i].want == 401)
+                ok(c.resp.nheaders == 1 && strcmp(c.resp.headers[0].value,
+                                                  rd ? "Basic realm=\"promtable\"" : "Bearer") == 0,
+                   "  with the route's own WWW-Authenticate");
+            pt_arena_free(&c.arena);
+        }
+        /* The browsing API reads: the read credentials. */
+        run(&c, PT_M_GET, "/api/v1/labels", NULL, NULL, NULL, 0);
+        pt_arena_free(&c.arena);
+        c.req.authorization = "Basic Z3JhZmFuYTpwdw==";
+        is(again(&c), 200, "the labels API takes read's own basic auth");
+        pt_arena_free(&c.arena);
+        c.req.authorization = "Bearer shared";
+        is(again(&c), 401, "the labels API refuses the shared token when read has its own");
+        pt_arena_free(&c.arena);
+        run(&c, PT_M_POST, "/api/v1/read", "application/x-protobuf", "snappy", r.p, r.n);
+        pt_arena_free(&c.arena);
+        app.route_creds[1].basic_credentials = NULL;
+        c.req.authorization = "Bearer shared";
+        is(again(&c), 200, "a route without its own credentials takes the shared token");
+        pt_arena_free(&c.arena);
+        app.bearer_token = NULL;
+        app.route_creds[0].bearer_token = NULL;
+    }
+
     pt_buf_free(&c.produced);
     pt_config_free(&cfg);
     tstore_close(&s);

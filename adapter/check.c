@@ -1,0 +1,382 @@
+/*
+ * `promtable check`: whether the index and the data agree, on any backend, through full
+ * scans of both tables (README "Checking a store"), plus the backend's own check of its
+ * files (pt_backend_ops.verify).
+ *
+ *   1. index scan: every cell goes into a set of (row, qualifier) hashes; every series row
+ *      ==<ref>,@<day>,<sid> into a set of (sid, day);
+ *   2. points scan: each row's samples fall into index buckets (day = t - t mod
+ *      index.bucket); each (sid, day) must have its series row;
+ *   3. series rows again: each must list a series with samples in its bucket or the one
+ *      before (the write path indexes the next bucket ahead in a bucket's last 24th), its
+ *      reference must be the hash of its sid, and the list cells a read finds it by (metric
+ *      list, postings, values rows) must all be there.
+ * With storage.retention, buckets the retention may have emptied in one table and not yet
+ * in the other are not compared.
+ *
+ * Memory: 16 bytes per index cell, per series row and per (series, bucket) with samples.
+ */
+#include "check.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <xxhash.h>
+
+#include "bytes.h"
+#include "error.h"
+#include "index.h"
+#include "log.h"
+#include "rowkey.h"
+
+#define SHOW_MAX 20 /* problems printed; all are counted */
+
+/* A growable set of 128-bit keys: pt_keyset (open addressing; zero marks an empty slot)
+ * rebuilt twice as large when half full. */
+typedef struct keyset {
+    pt_keyset s;
+} keyset;
+
+static int ks_add(keyset *k, pt_index_key key)
+{
+    if ((k->s.n + 1) * 2 > k->s.mask + 1) {
+        size_t slots = k->s.mask ? 2 * (k->s.mask + 1) : 1024;
+        pt_keyset bigger = {calloc(slots, sizeof(pt_index_key)), slots - 1, 0};
+        if (!bigger.slots)
+            return PT_ENOMEM;
+        for (size_t i = 0; k->s.slots && i <= k->s.mask; i++)
+            if (k->s.slots[i].lo || k->s.slots[i].hi)
+                pt_keyset_add(&bigger, k->s.slots[i]);
+        free(k->s.slots);
+        k->s = bigger;
+    }
+    pt_keyset_add(&k->s, key);
+    return 0;
+}
+
+static int ks_has(const keyset *k, pt_index_key key)
+{
+    if (!k->s.slots)
+        return 0;
+    for (size_t i = (size_t)key.lo & k->s.mask;; i = (i + 1) & k->s.mask) {
+        const pt_index_key *s = &k->s.slots[i];
+        if (s->lo == key.lo && s->hi == key.hi)
+            return 1;
+        if (!s->lo && !s->hi)
+            return 0;
+    }
+}
+
+typedef struct checker {
+    FILE *out;
+    pt_backend *be;
+    int64_t bucket; /* index.bucket */
+    int64_t cutoff; /* now - storage.retention; INT64_MIN without one */
+    keyset cells;   /* every index cell: (row, qualifier) */
+    keyset series;  /* (sid, day) of every series row */
+    keyset data;    /* (sid, day) with samples */
+    size_t problems;
+    size_t index_cells, series_rows, points_rows, samples, not_compared;
+    pt_buf prev_row;
+    int64_t prev_day;
+    pt_arena a;
+} checker;
+
+static void problem(checker *ck, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void problem(checker *ck, const char *fmt, ...)
+{
+    if (ck->problems++ >= SHOW_MAX)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("problem: ", ck->out);
+    vfprintf(ck->out, fmt, ap);
+    fputc('\n', ck->out);
+    va_end(ap);
+}
+
+/* The backend's findings (pt_verify_fn). */
+static void on_verify(void *ud, int damage, const char *msg)
+{
+    checker *ck = ud;
+    if (damage)
+        problem(ck, "%s", msg);
+    else
+        fprintf(ck->out, "%s\n", msg);
+}
+
+static const char *quote(char *buf, size_t cap, pt_slice s)
+{
+    return pt_log_quote(buf, cap < 300 ? cap : 300, (const char *)s.p, s.n);
+}
+
+static pt_index_key cell_key(pt_slice row, pt_slice qual)
+{
+    return pt_index_key_of(row, (int64_t)XXH3_64bits(qual.p, qual.n));
+}
+
+/* A series row, parsed. */
+typedef struct srow {
+    const uint8_t *ref16;
+    uint64_t ref;
+    int64_t day;
+    pt_slice sid;
+    pt_label *labels;
+    size_t n;
+} srow;
+
+/* 1 with *sr filled for a series row, 0 for another row (the format marker), or < 0 when
+ * it does not parse (reported). Allocates from ck->a. */
+static int parse_series_row(checker *ck, pt_slice row, pt_slice value, srow *sr)
+{
+    static const char format_row[] = "==format";
+    char q[320];
+    if (row.n < 2 || memcmp(row.p, "==", 2) != 0 ||
+        (row.n == sizeof(format_row) - 1 && memcmp(row.p, format_row, row.n) == 0))
+        return 0;
+    const uint8_t *p = row.p;
+    int64_t day = 0;
+    int ok = row.n > PT_INDEX_SERIES_PREFIX_LEN && pt_ref_parse(p + 2, &sr->ref) == 0 &&
+             p[18] == ',' && p[19] == '@' && p[20 + PT_BASE_DIGITS] == ',';
+    for (size_t i = 20; ok && i < 20 + PT_BASE_DIGITS; i++) {
+        ok = p[i] >= '0' && p[i] <= '9';
+        day = day * 10 + (p[i] - '0');
+    }
+    if (!ok) {
+        problem(ck, "index row %s: a series row (==<ref>,@<day>,<sid>) that does not parse",
+                quote(q, sizeof(q), row));
+        return -1;
+    }
+    sr->ref16 = p + 2;
+    sr->day = day;
+    sr->sid = (pt_slice){p + PT_INDEX_SERIES_PREFIX_LEN, row.n - PT_INDEX_SERIES_PREFIX_LEN};
+    long n;
+    if (value.n) {
+        /* A digest or hashed sid: the labels are in the cell, the sid follows from them. */
+        uint8_t *copy = pt_arena_alloc(&ck->a, value.n);
+        if (!copy)
+            return PT_ENOMEM;
+        memcpy(copy, value.p, value.n);
+        n = pt_labels_decode(&ck->a, (pt_slice){copy, value.n}, &sr->labels);
+        if (n > 0 && pt_series_id(&ck->a, sr->labels, (size_t)n, &sr->sid) != 0)
+            return PT_ENOMEM;
+    } else {
+        n = pt_series_id_parse(&ck->a, sr->sid, &sr->labels);
+    }
+    if (n <= 0) {
+        problem(ck, "index row %s: the series row's labels do not parse (%s)",
+                quote(q, sizeof(q), row), value.n ? "cell" : "sid");
+        return -1;
+    }
+    sr->n = (size_t)n;
+    return 1;
+}
+
+static int on_index_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    checker *ck = ud;
+    srow sr;
+    ck->index_cells++;
+    int rv = ks_add(&ck->cells, cell_key(row, qual));
+    if (rv == 0 && (rv = parse_series_row(ck, row, value, &sr)) == 1) {
+        ck->series_rows++;
+        rv = ks_add(&ck->series, pt_index_key_of(sr.sid, sr.day));
+    }
+    pt_arena_reset(&ck->a);
+    return rv == PT_ENOMEM ? rv : 0;
+}
+
+static int on_points_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    (void)value;
+    checker *ck = ud;
+    char q[320];
+    int new_row = pt_slice_cmp(row, (pt_slice){ck->prev_row.p, ck->prev_row.len}) != 0;
+    if (new_row) {
+        ck->points_rows++;
+        pt_buf_reset(&ck->prev_row);
+        if (pt_buf_append(&ck->prev_row, row.p, row.n) != 0)
+            return PT_ENOMEM;
+        ck->prev_day = -1;
+    }
+    ck->samples++;
+    int64_t base = pt_row_key_base(row);
+    if (base < 0 || qual.n != PT_QUAL_LEN) {
+        if (new_row || base >= 0)
+            problem(ck, "points row %s: not a data row (<sid>,@<base>, 4-byte qualifiers)",
+                    quote(q, sizeof(q), row));
+        return 0;
+    }
+    int64_t t = base + pt_get_be32(qual.p), day = t - t % ck->bucket;
+    if (day == ck->prev_day)
+        return 0;
+    ck->prev_day = day;
+    if (day + ck->bucket - 1 < ck->cutoff) {
+        ck->not_compared++;
+        return 0;
+    }
+    pt_slice sid = {row.p, row.n - 2 - PT_BASE_DIGITS};
+    pt_index_key k = pt_index_key_of(sid, day);
+    if (!ks_has(&ck->series, k)) {
+        uint8_t ref[PT_REF_HEX + 1] = {0};
+        pt_ref_hex(ref, pt_series_ref(sid, 0));
+        problem(ck,
+                "points row %s has samples in index bucket %013lld (t=%lld) but no series "
+                "row ==%s,@%013lld,...: reads cannot find them",
+                quote(q, sizeof(q), row), (long long)day, (long long)t, (const char *)ref,
+                (long long)day);
+    }
+    return ks_add(&ck->data, k);
+}
+
+/* Whether the index cell row (key bytes k..e) with qualifier qual exists; reports it. */
+static void want_cell(checker *ck, pt_slice srow_key, const uint8_t *k, const uint8_t *e,
+                      pt_slice qual, const char *what)
+{
+    pt_slice row = {k, (size_t)(e - k)};
+    pt_index_key key = cell_key(row, qual);
+    if (ks_has(&ck->cells, key))
+        return;
+    ks_add(&ck->cells, key); /* reported once, not for every series it lists */
+    char q1[320], q2[320];
+    problem(ck, "series row %s: its %s cell %s is missing: reads by that label miss the series",
+            quote(q1, sizeof(q1), srow_key), what, quote(q2, sizeof(q2), row));
+}
+
+static int on_series_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    (void)qual;
+    checker *ck = ud;
+    srow sr;
+    char q[320];
+    int rv = parse_series_row(ck, row, value, &sr);
+    if (rv != 1)
+        goto out;
+    rv = 0;
+    if (pt_series_ref(sr.sid, 0) != sr.ref)
+        problem(ck, "series row %s: its reference is not the hash of its series",
+                quote(q, sizeof(q), row));
+    if (sr.day - ck->bucket < ck->cutoff)
+        ck->not_compared++;
+    else if (!ks_has(&ck->data, pt_index_key_of(sr.sid, sr.day)) &&
+             !ks_has(&ck->data, pt_index_key_of(sr.sid, sr.day - ck->bucket)))
+        problem(ck,
+                "series row %s: the series has no samples in its bucket (nor the one "
+                "before): its data rows are missing",
+                quote(q, sizeof(q), row));
+    /* The cells that list it: under its metric or each label (qualifier: the label mask),
+     * and the values rows (qualifier "l"). */
+    uint64_t mask = 0;
+    for (size_t i = 0; i < sr.n; i++)
+        mask = pt_label_mask_add(mask, sr.labels[i].name, sr.labels[i].value);
+    uint8_t m8[8];
+    pt_put_be64(m8, mask);
+    static const uint8_t l = 'l';
+    for (size_t i = 0; i < sr.n; i++) {
+        const pt_label *lb = &sr.labels[i];
+        uint8_t *k =
+            pt_arena_alloc(&ck->a, PT_INDEX_PREFIX_MAX(lb->name.n, lb->value.n) + PT_REF_HEX);
+        if (!k) {
+            rv = PT_ENOMEM;
+            goto out;
+        }
+        int is_name = lb->name.n == 8 && memcmp(lb->name.p, "__name__", 8) == 0;
+        uint8_t *e = is_name ? pt_index_metric_prefix(k, lb->value, sr.day)
+                             : pt_index_posting_prefix(k, lb->name, lb->value, sr.day);
+        memcpy(e, sr.ref16, PT_REF_HEX);
+        want_cell(ck, row, k, e + PT_REF_HEX, (pt_slice){m8, 8},
+                  is_name ? "metric list" : "postings");
+        e = pt_index_part(pt_index_values_prefix(k, lb->name, sr.day), lb->value);
+        want_cell(ck, row, k, e, (pt_slice){&l, 1}, "values");
+    }
+out:
+    pt_arena_reset(&ck->a);
+    return rv == PT_ENOMEM ? rv : 0;
+}
+
+/* One whole-table scan (or the rows in [start, end)). */
+static int scan(checker *ck, pt_table table, const char *start, const char *end, pt_cell_fn fn)
+{
+    pt_row_range r = {{(const uint8_t *)start, strlen(start)}, {(const uint8_t *)end, strlen(end)}};
+    pt_scan s = {.table = table, .ranges = &r, .nranges = 1};
+    return pt_backend_scan(ck->be, &s, fn, ck);
+}
+
+static int compare(checker *ck)
+{
+    int rv = scan(ck, PT_TABLE_INDEX, "", "", on_index_cell);
+    if (rv != 0)
+        return rv;
+    fprintf(ck->out, "index: %zu cells, %zu series rows (series x bucket)\n", ck->index_cells,
+            ck->series_rows);
+    if ((rv = scan(ck, PT_TABLE_POINTS, "", "", on_points_cell)) != 0)
+        return rv;
+    fprintf(ck->out, "points: %zu rows, %zu samples\n", ck->points_rows, ck->samples);
+    /* '>' follows '=': [==, =>) is every series row. */
+    if ((rv = scan(ck, PT_TABLE_INDEX, "==", "=>", on_series_row)) != 0)
+        return rv;
+    if (ck->not_compared)
+        fprintf(ck->out,
+                "retention: %zu (series, bucket) pairs near or past the retention "
+                "cutoff not compared\n",
+                ck->not_compared);
+    return 0;
+}
+
+int pt_check_store(const pt_config *cfg, const pt_backend_ops *ops, const pt_backend_config *bc,
+                   FILE *out)
+{
+    checker ck = {.out = out, .bucket = cfg->index_bucket_ms, .cutoff = INT64_MIN};
+    char err[512] = "";
+    int status = PT_CHECK_FAILED;
+    pt_backend be = {0};
+    if (cfg->retention_ms > 0)
+        ck.cutoff = (int64_t)time(NULL) * 1000 - cfg->retention_ms;
+    pt_arena_init(&ck.a, 64 * 1024, 0);
+    pt_buf_init(&ck.prev_row, 0);
+    fprintf(out, "checking the %s store\n", ops->name);
+    /* What opening would change first: a damaged log is reported, not replayed. */
+    if (ops->verify && ops->verify(NULL, bc, on_verify, &ck, err, sizeof(err)) != 0) {
+        fprintf(out, "cannot check: %s\n", err);
+        goto done;
+    }
+    if (ck.problems) {
+        fprintf(out, "not opening the store: a start would drop what its damaged log holds "
+                     "past the damage (copy the directory away first to keep it)\n");
+        status = PT_CHECK_DAMAGED;
+        goto done;
+    }
+    int rv = pt_backend_open(&be, ops, bc, err, sizeof(err));
+    if (rv != 0) {
+        fprintf(out, "cannot open the store: %s\n", err);
+        goto done;
+    }
+    ck.be = &be;
+    /* The backend's own check first: a damaged chunk or table file also stops the scans. */
+    if (ops->verify && (rv = ops->verify(be.state, bc, on_verify, &ck, err, sizeof(err))) != 0) {
+        fprintf(out, "cannot check: %s\n", err);
+        goto done_open;
+    }
+    if ((rv = compare(&ck)) != 0) {
+        fprintf(out, "index and data not compared: reading the store failed: %s\n",
+                pt_strerror(rv));
+        if (!ck.problems)
+            goto done_open;
+    }
+    status = ck.problems ? PT_CHECK_DAMAGED : PT_CHECK_OK;
+done_open:
+    pt_backend_close(&be);
+done:
+    if (status == PT_CHECK_OK)
+        fprintf(out, "ok: no problems found\n");
+    else if (ck.problems)
+        fprintf(out, "DAMAGED: %zu problems%s\n", ck.problems,
+                ck.problems > SHOW_MAX ? " (the first 20 shown)" : "");
+    free(ck.cells.s.slots);
+    free(ck.series.s.slots);
+    free(ck.data.s.slots);
+    pt_buf_free(&ck.prev_row);
+    pt_arena_free(&ck.a);
+    return status;
+}
