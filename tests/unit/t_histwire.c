@@ -1,0 +1,339 @@
+/* Native histograms through the store: remote write 1.0 and 2.0 bodies decoded by the
+ * zero-copy decoder, stored as cells, read back as SAMPLES (structs and the wire bytes,
+ * unpacked again with protobuf-c) and as STREAMED_XOR_CHUNKS (the histogram chunks decoded
+ * with base/hchunk); every field compared bit for bit, before and after the embedded
+ * store's flush. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bytes.h"
+#include "hchunk.h"
+#include "histpb.h"
+#include "rnd.h"
+#include "samples.h"
+#include "store_helpers.h"
+#include "tap.h"
+#include "wire.h"
+#include "xor.h"
+
+static double bits(uint64_t b)
+{
+    double d;
+    memcpy(&d, &b, sizeof(d));
+    return d;
+}
+
+/* Floats for sums, thresholds and float counts: every special value. */
+static double any_float(int nonneg)
+{
+    switch (rnd64() % 10) {
+    case 0: return 0.0;
+    case 1: return nonneg ? 0.0 : -0.0;
+    case 2: return bits(0x7ff8000000000123ULL); /* a NaN with a payload */
+    case 3: return INFINITY;
+    case 4: return nonneg ? 1e300 : -INFINITY;
+    case 5: return bits(1); /* the smallest subnormal */
+    case 6: return bits(0xfff0000000000777ULL); /* a negative NaN with a payload */
+    default: return (double)(rnd64() % 100000) / 7;
+    }
+}
+
+/* A valid histogram of one of four kinds: integer/float x exponential/custom buckets. */
+static void gen(pt_histogram *h, int kind, int64_t t)
+{
+    int is_float = kind & 1, custom = kind & 2;
+    size_t nps = rnd64() % 4, nns = custom ? 0 : rnd64() % 3;
+    size_t lens[8], np = 0, nn = 0;
+    for (size_t i = 0; i < nps + nns; i++) {
+        lens[i] = rnd64() % 4;
+        if (i < nps)
+            np += lens[i];
+        else
+            nn += lens[i];
+    }
+    size_t nc = custom ? np + nps * 3 + rnd64() % 3 : 0;
+    h->is_float = (uint8_t)is_float;
+    if (pt_histogram_reserve(h, nns, nps, nn, np, nc) != 0)
+        abort();
+    h->t = t;
+    h->schema = custom ? PT_HIST_SCHEMA_CUSTOM : (int32_t)(rnd64() % 13) - 4;
+    h->reset_hint = (uint8_t)(rnd64() % 4);
+    h->zero_threshold = custom ? 0 : (rnd64() % 2 ? bits(0x3800000000000000ULL) : any_float(0));
+    h->sum = any_float(0);
+    /* proto3 leaves a -0 sum or threshold out (Prometheus' senders too): +0 on the wire. */
+    if (h->sum == 0)
+        h->sum = 0;
+    if (h->zero_threshold == 0)
+        h->zero_threshold = 0;
+    for (size_t i = 0; i < nps; i++)
+        h->pos_spans[i] = (pt_hist_span){i ? (int32_t)(rnd64() % 3) : (int32_t)(rnd64() % 5),
+                                         (uint32_t)lens[i]};
+    for (size_t i = 0; i < nns; i++)
+        h->neg_spans[i] = (pt_hist_span){i ? (int32_t)(rnd64() % 3) : -(int32_t)(rnd64() % 5),
+                                         (uint32_t)lens[nps + i]};
+    for (size_t i = 0; i < nc; i++)
+        h->custom_values[i] = i == 0 && rnd64() % 3 == 0 ? -INFINITY : (double)i * 0.25 - 1;
+    if (is_float) {
+        h->count_float = any_float(0);
+        h->zero_count_float = custom ? 0 : any_float(1);
+        for (size_t i = 0; i < np; i++)
+            h->pos_counts[i] = any_float(1);
+        for (size_t i = 0; i < nn; i++)
+            h->neg_counts[i] = any_float(1);
+        return;
+    }
+    uint64_t total = h->zero_count_int = custom ? 0 : rnd64() % 5;
+    int64_t prev = 0;
+    for (size_t i = 0; i < np + nn; i++) {
+        if (i == np)
+            prev = 0;
+        int64_t c = (int64_t)(rnd64() % 1000);
+        (i < np ? h->pos_deltas : h->neg_deltas)[i < np ? i : i - np] = c - prev;
+        prev = c;
+        total += (uint64_t)c;
+    }
+    h->count_int = total + (isnan(h->sum) ? rnd64() % 3 : 0);
+}
+
+/* The staleness marker Prometheus sends for a histogram series that went away. */
+static void gen_stale(pt_histogram *h, int is_float, int64_t t)
+{
+    h->is_float = (uint8_t)is_float;
+    if (pt_histogram_reserve(h, 0, 0, 0, 0, 0) != 0)
+        abort();
+    *h = (pt_histogram){.t = t, .is_float = (uint8_t)is_float, .mem = h->mem,
+                        .mem_cap = h->mem_cap, .sum = bits(PT_HIST_STALE_NAN)};
+}
+
+/* Stops the test: a broken setup, not a failed check. */
+#define BAIL_OUT(...)                                                                       \
+    do {                                                                                    \
+        printf("Bail out! ");                                                               \
+        printf(__VA_ARGS__);                                                                \
+        printf("\n");                                                                       \
+        exit(1);                                                                            \
+    } while (0)
+
+static pt_arena A;
+static tstore S;
+
+enum { N = 400 };
+static pt_histogram want[N];
+static int64_t base_t = 1700000000000;
+
+/* One 1.0 series "hist" holding want[lo, hi) as histograms and nf float samples. */
+static pt_slice body_v1(size_t lo, size_t hi, const char *name, size_t nf, int64_t ft0)
+{
+    Prometheus__WriteRequest *wr = pt_arena_alloc(&A, sizeof(*wr));
+    prometheus__write_request__init(wr);
+    Prometheus__TimeSeries *ts = pt_arena_alloc(&A, sizeof(*ts));
+    prometheus__time_series__init(ts);
+    ts->labels = pt_arena_alloc(&A, 2 * sizeof(void *));
+    ts->labels[0] = mk_label(&A, "__name__", name);
+    ts->labels[1] = mk_label(&A, "job", "t");
+    ts->n_labels = 2;
+    ts->n_histograms = hi - lo;
+    ts->histograms = pt_arena_alloc(&A, (hi - lo + 1) * sizeof(void *));
+    for (size_t i = lo; i < hi; i++)
+        ts->histograms[i - lo] = pt_histpb_from(&A, &want[i]);
+    ts->n_samples = nf;
+    ts->samples = pt_arena_alloc(&A, (nf + 1) * sizeof(void *));
+    for (size_t i = 0; i < nf; i++) {
+        Prometheus__Sample *s = pt_arena_alloc(&A, sizeof(*s));
+        prometheus__sample__init(s);
+        s->timestamp = ft0 + (int64_t)i * 1000;
+        s->value = (double)i + 0.5;
+        ts->samples[i] = s;
+    }
+    Prometheus__TimeSeries **tsp = pt_arena_alloc(&A, sizeof(*tsp));
+    tsp[0] = ts;
+    wr->timeseries = tsp;
+    wr->n_timeseries = 1;
+    size_t n = protobuf_c_message_get_packed_size(&wr->base);
+    uint8_t *p = pt_arena_alloc(&A, n + 1);
+    protobuf_c_message_pack(&wr->base, p);
+    return (pt_slice){p, n};
+}
+
+static uint8_t *put_len_field(uint8_t *p, uint8_t tag, const uint8_t *b, size_t n)
+{
+    *p++ = tag;
+    p = pt_put_uvarint(p, n);
+    memcpy(p, b, n);
+    return p + n;
+}
+
+/* A 2.0 request: symbols "", "__name__", name; one series of want[lo, hi) (each Histogram
+ * message has the same fields 1-16 in 1.0 and 2.0). */
+static pt_slice body_v2(size_t lo, size_t hi, const char *name)
+{
+    size_t cap = 256;
+    for (size_t i = lo; i < hi; i++)
+        cap += 16 + prometheus__histogram__get_packed_size(pt_histpb_from(&A, &want[i]));
+    uint8_t *series = pt_arena_alloc(&A, cap), *q = series;
+    static const uint8_t refs[] = {1, 2};
+    q = put_len_field(q, 1 << 3 | 2, refs, 2);
+    for (size_t i = lo; i < hi; i++) {
+        Prometheus__Histogram *m = pt_histpb_from(&A, &want[i]);
+        size_t n = prometheus__histogram__get_packed_size(m);
+        uint8_t *hb = pt_arena_alloc(&A, n + 1);
+        prometheus__histogram__pack(m, hb);
+        q = put_len_field(q, 3 << 3 | 2, hb, n);
+    }
+    uint8_t *body = pt_arena_alloc(&A, cap + 64), *p = body;
+    p = put_len_field(p, 4 << 3 | 2, (const uint8_t *)"", 0);
+    p = put_len_field(p, 4 << 3 | 2, (const uint8_t *)"__name__", 8);
+    p = put_len_field(p, 4 << 3 | 2, (const uint8_t *)name, strlen(name));
+    p = put_len_field(p, 5 << 3 | 2, series, (size_t)(q - series));
+    return (pt_slice){body, (size_t)(p - body)};
+}
+
+static int write_body(pt_slice body, int version, pt_write_result *res)
+{
+    pt_wreq wr;
+    char msg[256];
+    if (pt_wire_decode(body.p, body.n, version, &A, &wr, msg, sizeof(msg)) != 0) {
+        diag("decode: %s", msg);
+        return -1;
+    }
+    return pt_store_write(&S.st, &wr, &A, res);
+}
+
+static Prometheus__ReadRequest *read_req(const char *name)
+{
+    tmatch m[] = {{0, "__name__", name}};
+    return mk_read(&A, 0, base_t + 100000000, m, 1);
+}
+
+/* Compares the histograms of a series read back with want[lo, hi); diag on the first
+ * difference. */
+static int same_hists(Prometheus__Histogram *const *got, size_t n, size_t lo, size_t hi)
+{
+    if (n != hi - lo) {
+        diag("%zu histograms read, %zu written", n, hi - lo);
+        return 0;
+    }
+    pt_histogram h = PT_HISTOGRAM_INIT;
+    int good = 1;
+    for (size_t i = 0; i < n && good; i++) {
+        if (pt_histpb_to(got[i], &h) != 0 || !pt_histogram_equal(&h, &want[lo + i]) ||
+            h.t != want[lo + i].t) {
+            diag("histogram %zu differs (kind %d schema %d)", lo + i, want[lo + i].is_float,
+                 want[lo + i].schema);
+            good = 0;
+        }
+    }
+    pt_histogram_free(&h);
+    return good;
+}
+
+/* Reads series name as structs and as SAMPLES bytes; checks the bytes are protobuf-c's,
+ * unpacks them and checks both against want[lo, hi) and nf floats. */
+static void check_read(const char *name, size_t lo, size_t hi, size_t nf, const char *what)
+{
+    Prometheus__ReadResponse resp;
+    char msg[256];
+    int rv = pt_store_read(&S.st, read_req(name), &A, NULL, &resp, msg, sizeof(msg));
+    ok(rv == 0 && resp.n_results == 1 && resp.results[0]->n_timeseries == 1, "%s: read", what);
+    if (rv != 0 || resp.results[0]->n_timeseries != 1)
+        return;
+    Prometheus__TimeSeries *ts = resp.results[0]->timeseries[0];
+    ok(same_hists(ts->histograms, ts->n_histograms, lo, hi) && ts->n_samples == nf,
+       "%s: every histogram field bit-exact, %zu floats beside them", what, nf);
+
+    pt_read *r;
+    pt_read_batch bt;
+    pt_samples e;
+    pt_samples_init(&e, 0);
+    pt_read_start(&S.st, read_req(name), &A, NULL, &r);
+    while ((rv = pt_read_next(r, &A, 0, &bt, msg, sizeof(msg))) == 1)
+        pt_samples_add(&e, &bt);
+    pt_read_free(r);
+    pt_slice got = pt_samples_bytes(&e);
+    size_t n = prometheus__read_response__get_packed_size(&resp);
+    uint8_t *p = pt_arena_alloc(&A, n + 1);
+    prometheus__read_response__pack(&resp, p);
+    ok(rv == 0 && got.n == n && memcmp(got.p, p, n) == 0,
+       "%s: SAMPLES wire bytes are protobuf-c's (%zu bytes)", what, n);
+    Prometheus__ReadResponse *u = prometheus__read_response__unpack(NULL, got.n, got.p);
+    ok(u && u->n_results == 1 && u->results[0]->n_timeseries == 1 &&
+           same_hists(u->results[0]->timeseries[0]->histograms,
+                      u->results[0]->timeseries[0]->n_histograms, lo, hi),
+       "%s: SAMPLES bytes unpacked by protobuf-c: every field bit-exact", what);
+    if (u)
+        prometheus__read_response__free_unpacked(u, NULL);
+    pt_samples_free(&e);
+}
+
+int main(void)
+{
+    pt_arena_init(&A, 0, 0);
+    if (tstore_open(&S) != 0)
+        BAIL_OUT("store");
+    /* Four kinds in turn, every schema, stale markers of both kinds among them. */
+    for (size_t i = 0; i < N; i++) {
+        int64_t t = base_t + (int64_t)i * 15000;
+        if (i % 37 == 36)
+            gen_stale(&want[i], (int)(i / 37) & 1, t);
+        else
+            gen(&want[i], (int)(i % 4), t);
+    }
+    size_t kinds[4] = {0};
+    for (size_t i = 0; i < N; i++) {
+        char why[256];
+        if (pt_histogram_validate(&want[i], why, sizeof(why)) != 0)
+            BAIL_OUT("generated an invalid histogram %zu: %s", i, why);
+        kinds[(want[i].is_float ? 1 : 0) | (want[i].schema == PT_HIST_SCHEMA_CUSTOM ? 2 : 0)]++;
+    }
+    diag("integer %zu, float %zu, integer custom %zu, float custom %zu", kinds[0], kinds[1],
+         kinds[2], kinds[3]);
+
+    /* 1.0: histograms and floats in one series (floats 0.5 s after each histogram). */
+    pt_write_result res;
+    int wrv = write_body(body_v1(0, 200, "hist_v1", 20, base_t + 500), 1, &res);
+    ok(wrv == 0 &&
+           res.histograms_written == 200 && res.samples_written == 20 &&
+           res.samples_rejected == 0,
+       "1.0: 200 histograms and 20 floats of one series stored (%zu, %zu)",
+       res.histograms_written, res.samples_written);
+    check_read("hist_v1", 0, 200, 20, "1.0, head");
+
+    /* 2.0 */
+    wrv = write_body(body_v2(200, N, "hist_v2"), 2, &res);
+    ok(wrv == 0 && res.histograms_written == N - 200 &&
+           res.samples_written == 0 && res.samples_rejected == 0,
+       "2.0: %d histograms stored (%zu)", N - 200, res.histograms_written);
+    check_read("hist_v2", 200, N, 0, "2.0, head");
+
+    ok(pt_embedded_flush(&S.emb) == 0, "flushed");
+    check_read("hist_v1", 0, 200, 20, "1.0, flushed");
+    check_read("hist_v2", 200, N, 0, "2.0, flushed");
+
+    /* An invalid histogram: a 400 naming the problem, the valid rest stored. */
+    gen(&want[1], 0, base_t);
+    want[1].count_int += 1; /* the buckets no longer add up */
+    ok(write_body(body_v1(0, 2, "hist_bad", 0, 0), 1, &res) == 0 && res.histograms_written == 1 &&
+           res.samples_rejected == 1 && strstr(res.msg, "invalid native histogram") &&
+           strstr(res.msg, "observations found in buckets"),
+       "an invalid histogram is refused, naming the problem: %s", res.msg);
+    check_read("hist_bad", 0, 1, 0, "the valid one of a partly invalid request");
+
+    /* Last write wins per cell: a float over a histogram, then a histogram over it. */
+    if (pt_histogram_copy(&want[0], &want[5]) != 0)
+        BAIL_OUT("copy");
+    const pt_histogram one = want[0];
+    ok(write_body(body_v1(0, 1, "hist_lww", 0, 0), 1, &res) == 0 && res.histograms_written == 1,
+       "a histogram at t");
+    ok(write_body(body_v1(0, 0, "hist_lww", 1, one.t), 1, &res) == 0 && res.samples_written == 1,
+       "a float at the same t");
+    check_read("hist_lww", 0, 0, 1, "the float replaced the histogram");
+    ok(write_body(body_v1(0, 1, "hist_lww", 0, 0), 1, &res) == 0, "the histogram again");
+    check_read("hist_lww", 0, 1, 0, "the histogram replaced the float");
+
+    for (size_t i = 0; i < N; i++)
+        pt_histogram_free(&want[i]);
+    tstore_close(&S);
+    pt_arena_free(&A);
+    return done_testing();
+}
