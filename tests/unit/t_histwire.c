@@ -203,7 +203,7 @@ static int write_body(pt_slice body, int version, pt_write_result *res)
 static Prometheus__ReadRequest *read_req(const char *name)
 {
     tmatch m[] = {{0, "__name__", name}};
-    return mk_read(&A, 0, base_t + 100000000, m, 1);
+    return mk_read(&A, 0, base_t + 300000000, m, 1);
 }
 
 /* Compares the histograms of a series read back with want[lo, hi); diag on the first
@@ -219,8 +219,11 @@ static int same_hists(Prometheus__Histogram *const *got, size_t n, size_t lo, si
     for (size_t i = 0; i < n && good; i++) {
         if (pt_histpb_to(got[i], &h) != 0 || !pt_histogram_equal(&h, &want[lo + i]) ||
             h.t != want[lo + i].t) {
-            diag("histogram %zu differs (kind %d schema %d)", lo + i, want[lo + i].is_float,
-                 want[lo + i].schema);
+            diag("histogram %zu differs (kind %d schema %d; got t %lld count %llu sum %g, "
+                 "want t %lld count %llu sum %g)", lo + i, want[lo + i].is_float,
+                 want[lo + i].schema, (long long)h.t, (unsigned long long)h.count_int, h.sum,
+                 (long long)want[lo + i].t, (unsigned long long)want[lo + i].count_int,
+                 want[lo + i].sum);
             good = 0;
         }
     }
@@ -266,6 +269,97 @@ static void check_read(const char *name, size_t lo, size_t hi, size_t nf, const 
     pt_samples_free(&e);
 }
 
+/* Reads series name as STREAMED_XOR_CHUNKS frames, decodes every chunk (XOR with
+ * pt_xor_decode, histogram chunks with base/hchunk as Prometheus' iterator reads them) and
+ * compares with want[lo, hi) and the nf floats of body_v1 (ft0 + i s, value i + 0.5). */
+static void check_stream(const char *name, size_t lo, size_t hi, size_t nf, int64_t ft0,
+                         const char *what)
+{
+    Prometheus__ReadResponse resp;
+    char msg[256];
+    pt_slice body;
+    if (pt_store_read(&S.st, read_req(name), &A, NULL, &resp, msg, sizeof(msg)) != 0 ||
+        pt_stream_frames(&resp, &A, &body) != 0) {
+        ok(0, "%s: streamed read", what);
+        return;
+    }
+    size_t nh = lo, fi = 0, nchunks = 0, nhchunks = 0, frames = 0;
+    int good = 1, order = 1, bounds = 1;
+    int64_t last_max = INT64_MIN;
+    pt_histogram got = PT_HISTOGRAM_INIT;
+    int64_t *t = malloc(65536 * sizeof(*t));
+    double *v = malloc(65536 * sizeof(*v));
+    for (size_t off = 0; off < body.n && good;) {
+        uint64_t len = 0;
+        size_t k = 0;
+        for (int sh = 0; off + k < body.n && sh < 64; sh += 7) {
+            len |= (uint64_t)(body.p[off + k] & 0x7f) << sh;
+            if (!(body.p[off + k++] & 0x80))
+                break;
+        }
+        const uint8_t *m = body.p + off + k + 4;
+        if (off + k + 4 + len > body.n || pt_get_be32(m - 4) != pt_crc32c(m, len)) {
+            good = 0;
+            break;
+        }
+        off += k + 4 + len;
+        frames++;
+        Prometheus__ChunkedReadResponse *cr = prometheus__chunked_read_response__unpack(NULL, len, m);
+        if (!cr || cr->n_chunked_series != 1) {
+            good = 0;
+            break;
+        }
+        Prometheus__ChunkedSeries *cs = cr->chunked_series[0];
+        for (size_t c = 0; c < cs->n_chunks && good; c++) {
+            Prometheus__Chunk *ch = cs->chunks[c];
+            nchunks++;
+            order &= ch->min_time_ms > last_max;
+            last_max = ch->max_time_ms;
+            if (ch->type == PROMETHEUS__CHUNK__ENCODING__XOR) {
+                long n = pt_xor_decode((pt_slice){ch->data.data, ch->data.len}, t, v, 65536);
+                bounds &= n > 0 && n <= 120 && t[0] == ch->min_time_ms && t[n - 1] == ch->max_time_ms;
+                for (long i = 0; i < n && good; i++, fi++)
+                    good = fi < nf && t[i] == ft0 + (int64_t)fi * 1000 && v[i] == (double)fi + 0.5;
+                continue;
+            }
+            nhchunks++;
+            pt_hchunk_dec d;
+            if (pt_hchunk_dec_init(&d, (int)ch->type, ch->data.data, ch->data.len, -1) != 0) {
+                good = 0;
+                break;
+            }
+            int64_t first = INT64_MIN, tl = 0;
+            size_t n = 0;
+            int r;
+            while ((r = pt_hchunk_dec_next(&d, &got)) == 1 && good) {
+                if (first == INT64_MIN)
+                    first = got.t;
+                tl = got.t;
+                n++;
+                /* A chunk keeps reset hints only as its header (Prometheus' reading). */
+                got.reset_hint = nh < hi ? want[nh].reset_hint : 0;
+                good = nh < hi && pt_histogram_equal(&got, &want[nh]) && got.t == want[nh].t &&
+                       (int)ch->type == (want[nh].is_float ? PT_HCHUNK_FLOAT_HISTOGRAM
+                                                           : PT_HCHUNK_HISTOGRAM);
+                if (!good)
+                    diag("histogram %zu differs in a chunk", nh);
+                nh++;
+            }
+            good &= r == 0;
+            bounds &= n > 0 && n <= 120 && first == ch->min_time_ms && tl == ch->max_time_ms;
+            pt_hchunk_dec_free(&d);
+        }
+        prometheus__chunked_read_response__free_unpacked(cr, NULL);
+    }
+    ok(good && nh == hi && fi == nf,
+       "%s: %zu frames, %zu chunks (%zu histogram chunks) decode to every sample written",
+       what, frames, nchunks, nhchunks);
+    ok(order && bounds, "%s: chunks in time order, at most 120 samples, min/max times exact", what);
+    free(t);
+    free(v);
+    pt_histogram_free(&got);
+}
+
 int main(void)
 {
     pt_arena_init(&A, 0, 0);
@@ -298,6 +392,7 @@ int main(void)
        "1.0: 200 histograms and 20 floats of one series stored (%zu, %zu)",
        res.histograms_written, res.samples_written);
     check_read("hist_v1", 0, 200, 20, "1.0, head");
+    check_stream("hist_v1", 0, 200, 20, base_t + 500, "1.0, head, streamed");
 
     /* 2.0 */
     wrv = write_body(body_v2(200, N, "hist_v2"), 2, &res);
@@ -309,6 +404,8 @@ int main(void)
     ok(pt_embedded_flush(&S.emb) == 0, "flushed");
     check_read("hist_v1", 0, 200, 20, "1.0, flushed");
     check_read("hist_v2", 200, N, 0, "2.0, flushed");
+    check_stream("hist_v1", 0, 200, 20, base_t + 500, "1.0, flushed, streamed");
+    check_stream("hist_v2", 200, N, 0, 0, "2.0, flushed, streamed");
 
     /* An invalid histogram: a 400 naming the problem, the valid rest stored. */
     gen(&want[1], 0, base_t);
@@ -330,6 +427,34 @@ int main(void)
     check_read("hist_lww", 0, 0, 1, "the float replaced the histogram");
     ok(write_body(body_v1(0, 1, "hist_lww", 0, 0), 1, &res) == 0, "the histogram again");
     check_read("hist_lww", 0, 1, 0, "the histogram replaced the float");
+
+    /* A steady series (one layout, counts growing): chunks of many samples, cut at 120. */
+    for (size_t i = 0; i < 300; i++) {
+        pt_histogram *h = &want[i];
+        *h = (pt_histogram){.mem = h->mem, .mem_cap = h->mem_cap, .is_float = i >= 150};
+        if (pt_histogram_reserve(h, 0, 1, 0, 3, 0) != 0)
+            BAIL_OUT("reserve");
+        h->t = base_t + 200000000 + (int64_t)i * 15000;
+        h->schema = 2;
+        h->reset_hint = i == 0 || i == 150 ? PT_HIST_RESET_UNKNOWN : PT_HIST_RESET_NO;
+        h->zero_threshold = bits(0x3800000000000000ULL);
+        h->sum = (double)i * 1.25;
+        h->pos_spans[0] = (pt_hist_span){-1, 3};
+        if (h->is_float) {
+            for (int b = 0; b < 3; b++)
+                h->pos_counts[b] = (double)(i + (size_t)b);
+            h->count_float = (double)(3 * i + 3);
+            h->zero_count_float = 0;
+        } else {
+            h->pos_deltas[0] = (int64_t)i, h->pos_deltas[1] = 1, h->pos_deltas[2] = 1;
+            h->count_int = 3 * i + 3;
+            h->zero_count_int = 0;
+        }
+    }
+    wrv = write_body(body_v1(0, 300, "hist_steady", 0, 0), 1, &res);
+    ok(wrv == 0 && res.histograms_written == 300, "a steady series of 300 histograms");
+    check_read("hist_steady", 0, 300, 0, "steady");
+    check_stream("hist_steady", 0, 300, 0, 0, "steady, streamed");
 
     for (size_t i = 0; i < N; i++)
         pt_histogram_free(&want[i]);
