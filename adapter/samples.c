@@ -139,7 +139,7 @@ static size_t histogram_size(const Prometheus__Histogram *h)
     n += spans_size(h->positive_spans, h->n_positive_spans);
     n += packed_size(1, h->n_positive_deltas, deltas_len(h->positive_deltas, h->n_positive_deltas));
     n += packed_size(1, h->n_positive_counts, 8 * h->n_positive_counts);
-    n += h->reset_hint ? varint_field((uint64_t)(int64_t)h->reset_hint) : 0;
+    n += h->reset_hint ? varint_field((uint64_t)(int64_t)(int32_t)h->reset_hint) : 0;
     n += h->timestamp ? varint_field((uint64_t)h->timestamp) : 0;
     n += packed_size(2, h->n_custom_values, 8 * h->n_custom_values);
     return n;
@@ -271,7 +271,7 @@ static uint8_t *put_histogram(uint8_t *p, const Prometheus__Histogram *h)
     p = put_deltas(p, TAG_H_POS_DELTAS, h->positive_deltas, h->n_positive_deltas);
     p = put_doubles(p, pos_counts, 1, h->positive_counts, h->n_positive_counts);
     if (h->reset_hint)
-        p = put_varint_field(p, TAG_H_RESET_HINT, (uint64_t)(int64_t)h->reset_hint);
+        p = put_varint_field(p, TAG_H_RESET_HINT, (uint64_t)(int64_t)(int32_t)h->reset_hint);
     if (h->timestamp)
         p = put_varint_field(p, TAG_H_TIMESTAMP, (uint64_t)h->timestamp);
     return put_doubles(p, custom, 2, h->custom_values, h->n_custom_values);
