@@ -454,8 +454,10 @@ static void read_spans(const pt_wrep *r, pt_hist_span *sp)
 {
     pt_wrep_it it;
     pt_wrep_iter(r, &it);
-    for (size_t i = 0; pt_wspan_next(&it, &sp[i].offset, &sp[i].length); i++)
-        ;
+    int32_t off;
+    uint32_t len;
+    for (size_t i = 0; pt_wspan_next(&it, &off, &len); i++)
+        sp[i] = (pt_hist_span){off, len};
 }
 
 /* Reads a repeated sint64 (zig-zag) or double field as 8-byte elements into out. */
