@@ -4,6 +4,9 @@
  *   rwtool readreq OUT START END NAME=VALUE...   snappy(ReadRequest), one SAMPLES query
  *   rwtool readresp FILE              prints a SAMPLES ReadResponse, one sample a line:
  *                                     {labels} TS VALUE-BITS-HEX
+ *                                     and one native histogram a line:
+ *                                     {labels} TS h COUNT SUM-BITS SCHEMA ZT-BITS ZC
+ *                                       pos:OFFSET/LENGTH,... d:DELTA,... hint:H
  *
  * SPEC tokens (labels stay in the order given, so unsorted sets can be sent):
  *   s                 a new series
@@ -13,7 +16,8 @@
  *   ct TS             created timestamp of the series (2.0 TimeSeries field 6)
  *   x NAME VALUE V TS an exemplar (NAME - for none)
  *   m TYPE HELP UNIT  metadata of the series (2.0)
- *   h TS              an integer native histogram
+ *   h TS              an integer native histogram (count 3, sum 4.5, schema 0, zero
+ *                     threshold 1e-128, positive span 0/2, deltas 1 1), 1.0 and 2.0
  *   sym0 TEXT         symbols[0] is TEXT instead of "" (2.0)
  *   ref N             one raw extra labels_ref N (2.0)
  */
@@ -23,6 +27,7 @@
 #include <string.h>
 
 #include "decode.h"
+#include "histpb.h"
 #include "remote.pb-c.h"
 #include "write_v2.pb-c.h"
 
@@ -230,6 +235,20 @@ static ProtobufCMessage *build_v2(void)
 
 /* ---- 1.0 ---- */
 
+/* The 1.0 form of histogram_v2's histogram. */
+static Prometheus__Histogram *histogram_v1(int64_t ts)
+{
+    pt_histogram h = PT_HISTOGRAM_INIT;
+    if (pt_histogram_reserve(&h, 0, 1, 0, 2, 0) != 0)
+        return NULL;
+    h.t = ts, h.count_int = 3, h.sum = 4.5, h.zero_threshold = 1e-128;
+    h.pos_spans[0] = (pt_hist_span){0, 2};
+    h.pos_deltas[0] = 1, h.pos_deltas[1] = 1;
+    Prometheus__Histogram *m = pt_histpb_from(&A, &h);
+    pt_histogram_free(&h);
+    return m;
+}
+
 static ProtobufCMessage *build_v1(void)
 {
     Prometheus__WriteRequest *r = alloc(sizeof(*r));
@@ -256,6 +275,11 @@ static ProtobufCMessage *build_v1(void)
             s->value = c->v[j], s->timestamp = c->t[j];
             t->samples[j] = s;
         }
+        t->n_histograms = c->nh;
+        t->histograms = alloc(c->nh * sizeof(void *));
+        for (size_t j = 0; j < c->nh; j++)
+            if (!(t->histograms[j] = histogram_v1(c->ht[j])))
+                return NULL;
         r->timeseries[i] = t;
     }
     return &r->base;
@@ -304,6 +328,38 @@ static int readreq(int argc, char **argv)
     return write_body(argv[0], &r->base);
 }
 
+static uint64_t bits_of(double v)
+{
+    uint64_t b;
+    memcpy(&b, &v, 8);
+    return b;
+}
+
+static void print_labels(const Prometheus__TimeSeries *t)
+{
+    printf("{");
+    for (size_t k = 0; k < t->n_labels; k++)
+        printf("%s%.*s=\"%.*s\"", k ? "," : "", (int)t->labels[k]->name.len,
+               (const char *)t->labels[k]->name.data, (int)t->labels[k]->value.len,
+               (const char *)t->labels[k]->value.data);
+    printf("}");
+}
+
+/* An integer histogram's positive side and scalars (what the `h` token sends). */
+static void print_histogram(const Prometheus__Histogram *h)
+{
+    printf(" %" PRId64 " h %" PRIu64 " %016" PRIx64 " %d %016" PRIx64 " %" PRIu64 " pos:",
+           h->timestamp, h->count_int, bits_of(h->sum), (int)h->schema,
+           bits_of(h->zero_threshold), h->zero_count_int);
+    for (size_t k = 0; k < h->n_positive_spans; k++)
+        printf("%s%d/%u", k ? "," : "", (int)h->positive_spans[k]->offset,
+               (unsigned)h->positive_spans[k]->length);
+    printf(" d:");
+    for (size_t k = 0; k < h->n_positive_deltas; k++)
+        printf("%s%" PRId64, k ? "," : "", h->positive_deltas[k]);
+    printf(" hint:%d\n", (int)h->reset_hint);
+}
+
 static int readresp(const char *path)
 {
     FILE *f = fopen(path, "rb");
@@ -330,14 +386,13 @@ static int readresp(const char *path)
         for (size_t i = 0; i < r->results[q]->n_timeseries; i++) {
             const Prometheus__TimeSeries *t = r->results[q]->timeseries[i];
             for (size_t j = 0; j < t->n_samples; j++) {
-                printf("{");
-                for (size_t k = 0; k < t->n_labels; k++)
-                    printf("%s%.*s=\"%.*s\"", k ? "," : "", (int)t->labels[k]->name.len,
-                           (const char *)t->labels[k]->name.data, (int)t->labels[k]->value.len,
-                           (const char *)t->labels[k]->value.data);
-                uint64_t bits;
-                memcpy(&bits, &t->samples[j]->value, 8);
-                printf("} %" PRId64 " %016" PRIx64 "\n", t->samples[j]->timestamp, bits);
+                print_labels(t);
+                printf(" %" PRId64 " %016" PRIx64 "\n", t->samples[j]->timestamp,
+                       bits_of(t->samples[j]->value));
+            }
+            for (size_t j = 0; j < t->n_histograms; j++) {
+                print_labels(t);
+                print_histogram(t->histograms[j]);
             }
         }
     protobuf_c_message_free_unpacked(&r->base, NULL);
@@ -349,8 +404,10 @@ int main(int argc, char **argv)
     pt_arena_init(&A, 1 << 16, 0);
     int rv = 2;
     if (argc >= 4 && strcmp(argv[1], "write") == 0) {
-        if (parse(argc - 4, argv + 4) == 0)
-            rv = write_body(argv[3], argv[2][0] == '2' ? build_v2() : build_v1());
+        if (parse(argc - 4, argv + 4) == 0) {
+            ProtobufCMessage *m = argv[2][0] == '2' ? build_v2() : build_v1();
+            rv = m ? write_body(argv[3], m) : 1;
+        }
     } else if (argc >= 5 && strcmp(argv[1], "readreq") == 0) {
         rv = readreq(argc - 2, argv + 2);
     } else if (argc == 3 && strcmp(argv[1], "readresp") == 0) {
