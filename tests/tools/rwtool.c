@@ -18,6 +18,7 @@
  *   m TYPE HELP UNIT  metadata of the series (2.0)
  *   h TS              an integer native histogram (count 3, sum 4.5, schema 0, zero
  *                     threshold 1e-128, positive span 0/2, deltas 1 1), 1.0 and 2.0
+ *   hb TS B           the same with B buckets (span 0/B, every delta 1)
  *   sym0 TEXT         symbols[0] is TEXT instead of "" (2.0)
  *   ref N             one raw extra labels_ref N (2.0)
  */
@@ -47,6 +48,7 @@ typedef struct series {
     int has_meta, mtype;
     const char *help, *unit;
     int64_t ht[MAX_ITEMS];
+    uint32_t hb[MAX_ITEMS]; /* buckets of each histogram */
     size_t nh;
     uint32_t extra[MAX_ITEMS];
     size_t nextra;
@@ -109,7 +111,12 @@ static int parse(int argc, char **argv)
             c->help = argv[++i], c->unit = argv[++i];
         } else if (strcmp(t, "h") == 0) {
             NEED(1);
+            c->hb[c->nh] = 2;
             c->ht[c->nh++] = strtoll(argv[++i], NULL, 10);
+        } else if (strcmp(t, "hb") == 0) {
+            NEED(2);
+            c->ht[c->nh] = strtoll(argv[++i], NULL, 10);
+            c->hb[c->nh++] = (uint32_t)strtoul(argv[++i], NULL, 10);
         } else if (strcmp(t, "sym0") == 0) {
             NEED(1);
             sym0 = argv[++i];
@@ -151,25 +158,26 @@ static uint32_t sym(const char *s)
     return (uint32_t)nsyms++;
 }
 
-static Io__Prometheus__Write__V2__Histogram *histogram_v2(int64_t ts)
+static Io__Prometheus__Write__V2__Histogram *histogram_v2(int64_t ts, uint32_t nb)
 {
     Io__Prometheus__Write__V2__Histogram *h = alloc(sizeof(*h));
     io__prometheus__write__v2__histogram__init(h);
     h->count_case = IO__PROMETHEUS__WRITE__V2__HISTOGRAM__COUNT_COUNT_INT;
-    h->count_int = 3;
+    h->count_int = (uint64_t)nb * (nb + 1) / 2;
     h->sum = 4.5;
     h->schema = 0;
     h->zero_threshold = 1e-128;
     h->timestamp = ts;
     Io__Prometheus__Write__V2__BucketSpan *sp = alloc(sizeof(*sp));
     io__prometheus__write__v2__bucket_span__init(sp);
-    sp->offset = 0, sp->length = 2;
+    sp->offset = 0, sp->length = nb;
     h->n_positive_spans = 1;
     h->positive_spans = alloc(sizeof(void *));
     h->positive_spans[0] = sp;
-    h->n_positive_deltas = 2;
-    h->positive_deltas = alloc(2 * sizeof(int64_t));
-    h->positive_deltas[0] = 1, h->positive_deltas[1] = 1;
+    h->n_positive_deltas = nb;
+    h->positive_deltas = alloc(nb * sizeof(int64_t));
+    for (uint32_t k = 0; k < nb; k++)
+        h->positive_deltas[k] = 1;
     return h;
 }
 
@@ -216,7 +224,7 @@ static ProtobufCMessage *build_v2(void)
         t->n_histograms = c->nh;
         t->histograms = alloc(c->nh * sizeof(void *));
         for (size_t j = 0; j < c->nh; j++)
-            t->histograms[j] = histogram_v2(c->ht[j]);
+            t->histograms[j] = histogram_v2(c->ht[j], c->hb[j]);
         if (c->has_meta) {
             Io__Prometheus__Write__V2__Metadata *m = alloc(sizeof(*m));
             io__prometheus__write__v2__metadata__init(m);
@@ -236,14 +244,15 @@ static ProtobufCMessage *build_v2(void)
 /* ---- 1.0 ---- */
 
 /* The 1.0 form of histogram_v2's histogram. */
-static Prometheus__Histogram *histogram_v1(int64_t ts)
+static Prometheus__Histogram *histogram_v1(int64_t ts, uint32_t nb)
 {
     pt_histogram h = PT_HISTOGRAM_INIT;
-    if (pt_histogram_reserve(&h, 0, 1, 0, 2, 0) != 0)
+    if (pt_histogram_reserve(&h, 0, 1, 0, nb, 0) != 0)
         return NULL;
-    h.t = ts, h.count_int = 3, h.sum = 4.5, h.zero_threshold = 1e-128;
-    h.pos_spans[0] = (pt_hist_span){0, 2};
-    h.pos_deltas[0] = 1, h.pos_deltas[1] = 1;
+    h.t = ts, h.count_int = (uint64_t)nb * (nb + 1) / 2, h.sum = 4.5, h.zero_threshold = 1e-128;
+    h.pos_spans[0] = (pt_hist_span){0, nb};
+    for (uint32_t k = 0; k < nb; k++)
+        h.pos_deltas[k] = 1;
     Prometheus__Histogram *m = pt_histpb_from(&A, &h);
     pt_histogram_free(&h);
     return m;
@@ -278,7 +287,7 @@ static ProtobufCMessage *build_v1(void)
         t->n_histograms = c->nh;
         t->histograms = alloc(c->nh * sizeof(void *));
         for (size_t j = 0; j < c->nh; j++)
-            if (!(t->histograms[j] = histogram_v1(c->ht[j])))
+            if (!(t->histograms[j] = histogram_v1(c->ht[j], c->hb[j])))
                 return NULL;
         r->timeseries[i] = t;
     }
