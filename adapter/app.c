@@ -126,14 +126,14 @@ static int write_version(pt_arena *a, const char *ct, char *msg, size_t msglen)
     return version;
 }
 
-/* Remote write 2.0's X-Prometheus-Remote-Write-*-Written: what is durably stored. Only
- * float samples are stored so far. */
+/* Remote write 2.0's X-Prometheus-Remote-Write-*-Written: what is durably stored
+ * (exemplars are not stored yet). */
 static void written_headers(pt_req *req, pt_resp *resp, const pt_write_result *res)
 {
     static const char *const names[] = {"X-Prometheus-Remote-Write-Samples-Written",
                                         "X-Prometheus-Remote-Write-Histograms-Written",
                                         "X-Prometheus-Remote-Write-Exemplars-Written"};
-    size_t counts[] = {res->samples_written, 0, 0};
+    size_t counts[] = {res->samples_written, res->histograms_written, 0};
     for (size_t i = 0; i < 3 && resp->nheaders < PT_MAX_RESP_HEADERS; i++) {
         char *v = pt_arena_alloc(req->arena, 24);
         if (!v)

@@ -35,7 +35,7 @@ uint64_t pt_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-void pt_metrics_observe(pt_histogram *h, uint64_t ns)
+void pt_metrics_observe(pt_latency_hist *h, uint64_t ns)
 {
     double s = (double)ns / 1e9;
     int i = 0;
@@ -126,7 +126,7 @@ static void gauge(out *o, const char *name, const char *help, long v)
     put(o, "# HELP %s %s\n# TYPE %s gauge\n%s %ld\n", name, help, name, name, v);
 }
 
-static void hist_series(out *o, const char *name, const char *labels, pt_histogram *h)
+static void hist_series(out *o, const char *name, const char *labels, pt_latency_hist *h)
 {
     unsigned long long cum = 0;
     const char *sep = labels[0] ? "," : "";
@@ -143,7 +143,7 @@ static void hist_series(out *o, const char *name, const char *labels, pt_histogr
         LOAD(h->count));
 }
 
-static void histogram(out *o, const char *name, const char *help, pt_histogram *h)
+static void histogram(out *o, const char *name, const char *help, pt_latency_hist *h)
 {
     put(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     hist_series(o, name, "", h);

@@ -15,11 +15,11 @@
 
 #define PT_HIST_BUCKETS 14
 
-typedef struct pt_histogram {
+typedef struct pt_latency_hist {
     _Atomic uint64_t buckets[PT_HIST_BUCKETS]; /* cumulative only when rendered */
     _Atomic uint64_t count;
     _Atomic uint64_t sum_ns;
-} pt_histogram;
+} pt_latency_hist;
 
 enum pt_route_id {
     PT_ROUTE_WRITE, PT_ROUTE_READ, PT_ROUTE_METRICS, PT_ROUTE_HEALTHY, PT_ROUTE_READY,
@@ -59,14 +59,14 @@ typedef struct pt_metrics {
     _Atomic uint64_t http_overload_rejected[PT_OVERLOAD_COUNT];
     _Atomic int64_t http_inflight;
     _Atomic int64_t http_body_bytes;
-    pt_histogram request_duration[PT_ROUTE_COUNT];
-    pt_histogram backend_write_duration;
-    pt_histogram backend_read_duration;
+    pt_latency_hist request_duration[PT_ROUTE_COUNT];
+    pt_latency_hist backend_write_duration;
+    pt_latency_hist backend_read_duration;
 } pt_metrics;
 
 extern pt_metrics pt_m;
 
-void pt_metrics_observe(pt_histogram *h, uint64_t ns);
+void pt_metrics_observe(pt_latency_hist *h, uint64_t ns);
 void pt_metrics_request(int route, int code, int proto);
 uint64_t pt_now_ns(void);
 

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "bytes.h"
+#include "histpb.h"
 #include "read_int.h"
 
 typedef struct samples {
@@ -17,7 +18,37 @@ typedef struct samples {
     size_t n, cap;
     size_t *total;
     size_t limit;
+    Prometheus__Histogram **hv; /* histogram samples, in time order too */
+    size_t hn, hcap;
+    pt_histogram *scratch; /* the read's one decoded histogram */
 } samples;
+
+/* A cell whose value is not 8 bytes: a histogram sample, into s->hv. */
+static int on_hist_cell(samples *s, pt_slice qual, pt_slice value)
+{
+    if (qual.n != PT_QUAL_LEN)
+        return PT_EINTERNAL;
+    if (s->hn == s->hcap) {
+        size_t ncap = s->hcap ? s->hcap * 2 : 16;
+        Prometheus__Histogram **nv = pt_arena_alloc(s->a, ncap * sizeof(*nv));
+        if (!nv)
+            return PT_ENOMEM;
+        if (s->hn)
+            memcpy(nv, s->hv, s->hn * sizeof(*nv));
+        s->hv = nv;
+        s->hcap = ncap;
+    }
+    int rv = pt_histogram_cell_decode(value.p, value.n, s->scratch);
+    if (rv != 0)
+        return rv;
+    s->scratch->t = s->base + pt_get_be32(qual.p);
+    Prometheus__Histogram *m = pt_histpb_from(s->a, s->scratch);
+    if (!m)
+        return PT_ENOMEM;
+    s->hv[s->hn++] = m;
+    (*s->total)++;
+    return 0;
+}
 
 static int on_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 {
@@ -28,6 +59,8 @@ static int on_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     int rv = past_deadline(s->q);
     if (rv)
         return rv;
+    if (pt_histogram_cell_is(value.n))
+        return on_hist_cell(s, qual, value);
     if (s->n == s->cap) {
         size_t ncap = s->cap ? s->cap * 2 : 64;
         Prometheus__Sample **nv = pt_arena_alloc(s->a, ncap * sizeof(*nv));
@@ -150,6 +183,7 @@ struct pt_read {
     uint64_t t0;
     uint64_t deadline_ns; /* read.timeout after the start; 0 = none */
     const atomic_int *cancel;
+    pt_histogram scratch; /* each histogram cell is decoded here first */
 };
 
 /* The message for a failed read: the read's own deadline, or the storage's error. */
@@ -274,6 +308,7 @@ void pt_read_free(pt_read *r)
     if (!r)
         return;
     query_end(r);
+    pt_histogram_free(&r->scratch);
     pt_metrics_observe(&pt_m.backend_read_duration, pt_now_ns() - r->t0);
 }
 
@@ -329,7 +364,8 @@ int pt_read_next(pt_read *r, pt_arena *b, size_t max_series, pt_read_batch *out,
     if (!ss || !out->ts)
         return PT_ENOMEM;
     for (size_t i = 0; i < n; i++)
-        ss[i] = (samples){.q = &r->q, .a = b, .total = &r->total, .limit = r->st->max_samples};
+        ss[i] = (samples){.q = &r->q, .a = b, .total = &r->total, .limit = r->st->max_samples,
+                          .scratch = &r->scratch};
     qctx q = r->q;
     q.a = b; /* keys of this group only */
     rv = read_all(&q, v, n, r->start, r->end, ss);
@@ -346,14 +382,16 @@ int pt_read_next(pt_read *r, pt_arena *b, size_t max_series, pt_read_batch *out,
     }
     size_t nts = 0, nsamples = 0;
     for (size_t i = 0; i < n; i++) {
-        if (ss[i].n == 0)
+        if (ss[i].n == 0 && ss[i].hn == 0)
             continue;
         Prometheus__TimeSeries *ts = series_message(&v[i], b);
         if (!ts)
             return PT_ENOMEM;
         ts->samples = ss[i].v;
         ts->n_samples = ss[i].n;
-        nsamples += ss[i].n;
+        ts->histograms = ss[i].hv;
+        ts->n_histograms = ss[i].hn;
+        nsamples += ss[i].n + ss[i].hn;
         out->ts[nts++] = ts;
     }
     r->next += n;

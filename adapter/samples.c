@@ -18,7 +18,27 @@ enum {
     TAG_VALUE = 2 << 3 | 2,  /* Label.value */
     TAG_SVALUE = 1 << 3 | 1, /* Sample.value, a double */
     TAG_STIME = 2 << 3 | 0,  /* Sample.timestamp, an int64 */
+    TAG_HIST = 4 << 3 | 2,   /* TimeSeries.histograms */
+    /* Histogram (types.proto); custom_values, field 16, has a two-byte tag */
+    TAG_H_COUNT_INT = 1 << 3 | 0,
+    TAG_H_COUNT_FLOAT = 2 << 3 | 1,
+    TAG_H_SUM = 3 << 3 | 1,
+    TAG_H_SCHEMA = 4 << 3 | 0, /* sint32 */
+    TAG_H_ZERO_THRESHOLD = 5 << 3 | 1,
+    TAG_H_ZERO_COUNT_INT = 6 << 3 | 0,
+    TAG_H_ZERO_COUNT_FLOAT = 7 << 3 | 1,
+    TAG_H_NEG_SPANS = 8 << 3 | 2,
+    TAG_H_NEG_DELTAS = 9 << 3 | 2,  /* packed sint64 */
+    TAG_H_NEG_COUNTS = 10 << 3 | 2, /* packed double */
+    TAG_H_POS_SPANS = 11 << 3 | 2,
+    TAG_H_POS_DELTAS = 12 << 3 | 2,
+    TAG_H_POS_COUNTS = 13 << 3 | 2,
+    TAG_H_RESET_HINT = 14 << 3 | 0,
+    TAG_H_TIMESTAMP = 15 << 3 | 0,
+    TAG_SPAN_OFFSET = 1 << 3 | 0, /* BucketSpan.offset, sint32 */
+    TAG_SPAN_LENGTH = 2 << 3 | 0, /* BucketSpan.length, uint32 */
 };
+#define TAG_H_CUSTOM_VALUES (16 << 3 | 2) /* packed double */
 
 /* The room kept in front of a query's series: its tag and the longest varint. */
 #define QUERY_ROOM 11
@@ -52,6 +72,79 @@ static size_t sample_size(const Prometheus__Sample *s)
            (s->timestamp ? 1 + pt_uvarint_size((uint64_t)s->timestamp) : 0);
 }
 
+static uint64_t zigzag32(int32_t v)
+{
+    return (uint32_t)(((uint32_t)v << 1) ^ (uint32_t)(v >> 31));
+}
+
+static uint64_t zigzag64(int64_t v)
+{
+    return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+}
+
+/* A varint field's size when present (tag of one byte). */
+static size_t varint_field(uint64_t v)
+{
+    return 1 + pt_uvarint_size(v);
+}
+
+static size_t span_size(const Prometheus__BucketSpan *sp)
+{
+    return (sp->offset ? varint_field(zigzag32(sp->offset)) : 0) +
+           (sp->length ? varint_field(sp->length) : 0);
+}
+
+static size_t spans_size(Prometheus__BucketSpan *const *sp, size_t n)
+{
+    size_t s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += field_size(span_size(sp[i]));
+    return s;
+}
+
+static size_t deltas_len(const int64_t *d, size_t n)
+{
+    size_t s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += pt_uvarint_size(zigzag64(d[i]));
+    return s;
+}
+
+/* A packed field of n elements whose content is len bytes; nothing when n is 0. */
+static size_t packed_size(size_t tagbytes, size_t n, size_t len)
+{
+    return n ? tagbytes + pt_uvarint_size(len) + len : 0;
+}
+
+/* Histogram's bytes as protobuf-c packs them: the oneof member set is written even when
+ * 0; the other scalars only when not zero (doubles: != 0, so -0 is left out); packed
+ * repeated fields only when not empty. */
+static size_t histogram_size(const Prometheus__Histogram *h)
+{
+    size_t n = 0;
+    if (h->count_case == PROMETHEUS__HISTOGRAM__COUNT_COUNT_INT)
+        n += varint_field(h->count_int);
+    else if (h->count_case == PROMETHEUS__HISTOGRAM__COUNT_COUNT_FLOAT)
+        n += 9;
+    n += value_present(h->sum) ? 9 : 0;
+    n += h->schema ? varint_field(zigzag32(h->schema)) : 0;
+    n += value_present(h->zero_threshold) ? 9 : 0;
+    if (h->zero_count_case == PROMETHEUS__HISTOGRAM__ZERO_COUNT_ZERO_COUNT_INT)
+        n += varint_field(h->zero_count_int);
+    else if (h->zero_count_case == PROMETHEUS__HISTOGRAM__ZERO_COUNT_ZERO_COUNT_FLOAT)
+        n += 9;
+    n += spans_size(h->negative_spans, h->n_negative_spans);
+    n += packed_size(1, h->n_negative_deltas, deltas_len(h->negative_deltas, h->n_negative_deltas));
+    n += packed_size(1, h->n_negative_counts, 8 * h->n_negative_counts);
+    n += spans_size(h->positive_spans, h->n_positive_spans);
+    n += packed_size(1, h->n_positive_deltas, deltas_len(h->positive_deltas, h->n_positive_deltas));
+    n += packed_size(1, h->n_positive_counts, 8 * h->n_positive_counts);
+    n += h->reset_hint ? varint_field((uint64_t)(int64_t)(int32_t)h->reset_hint) : 0;
+    n += h->timestamp ? varint_field((uint64_t)h->timestamp) : 0;
+    n += packed_size(2, h->n_custom_values, 8 * h->n_custom_values);
+    return n;
+}
+
 static size_t series_size(const Prometheus__TimeSeries *ts)
 {
     size_t n = 0;
@@ -59,6 +152,8 @@ static size_t series_size(const Prometheus__TimeSeries *ts)
         n += field_size(label_size(ts->labels[i]));
     for (size_t i = 0; i < ts->n_samples; i++)
         n += field_size(sample_size(ts->samples[i]));
+    for (size_t i = 0; i < ts->n_histograms; i++)
+        n += field_size(histogram_size(ts->histograms[i]));
     return n;
 }
 
@@ -91,10 +186,101 @@ static uint8_t *put_sample(uint8_t *p, const Prometheus__Sample *s)
     return p;
 }
 
+static uint8_t *put_double(uint8_t *p, double v)
+{
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof(bits));
+    for (int i = 0; i < 8; i++)
+        *p++ = (uint8_t)(bits >> 8 * i);
+    return p;
+}
+
+static uint8_t *put_varint_field(uint8_t *p, uint8_t tag, uint64_t v)
+{
+    *p++ = tag;
+    return pt_put_uvarint(p, v);
+}
+
+static uint8_t *put_double_field(uint8_t *p, uint8_t tag, double v)
+{
+    *p++ = tag;
+    return put_double(p, v);
+}
+
+static uint8_t *put_spans(uint8_t *p, uint8_t tag, Prometheus__BucketSpan *const *sp, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        *p++ = tag;
+        p = pt_put_uvarint(p, span_size(sp[i]));
+        if (sp[i]->offset)
+            p = put_varint_field(p, TAG_SPAN_OFFSET, zigzag32(sp[i]->offset));
+        if (sp[i]->length)
+            p = put_varint_field(p, TAG_SPAN_LENGTH, sp[i]->length);
+    }
+    return p;
+}
+
+static uint8_t *put_deltas(uint8_t *p, uint8_t tag, const int64_t *d, size_t n)
+{
+    if (!n)
+        return p;
+    *p++ = tag;
+    p = pt_put_uvarint(p, deltas_len(d, n));
+    for (size_t i = 0; i < n; i++)
+        p = pt_put_uvarint(p, zigzag64(d[i]));
+    return p;
+}
+
+/* A packed double field; tag holds tagbytes bytes. */
+static uint8_t *put_doubles(uint8_t *p, const uint8_t *tag, size_t tagbytes, const double *d,
+                            size_t n)
+{
+    if (!n)
+        return p;
+    memcpy(p, tag, tagbytes);
+    p = pt_put_uvarint(p + tagbytes, 8 * n);
+    for (size_t i = 0; i < n; i++)
+        p = put_double(p, d[i]);
+    return p;
+}
+
+static uint8_t *put_histogram(uint8_t *p, const Prometheus__Histogram *h)
+{
+    static const uint8_t neg_counts[] = {TAG_H_NEG_COUNTS}, pos_counts[] = {TAG_H_POS_COUNTS};
+    static const uint8_t custom[] = {(TAG_H_CUSTOM_VALUES & 0x7f) | 0x80, TAG_H_CUSTOM_VALUES >> 7};
+    *p++ = TAG_HIST;
+    p = pt_put_uvarint(p, histogram_size(h));
+    if (h->count_case == PROMETHEUS__HISTOGRAM__COUNT_COUNT_INT)
+        p = put_varint_field(p, TAG_H_COUNT_INT, h->count_int);
+    else if (h->count_case == PROMETHEUS__HISTOGRAM__COUNT_COUNT_FLOAT)
+        p = put_double_field(p, TAG_H_COUNT_FLOAT, h->count_float);
+    if (value_present(h->sum))
+        p = put_double_field(p, TAG_H_SUM, h->sum);
+    if (h->schema)
+        p = put_varint_field(p, TAG_H_SCHEMA, zigzag32(h->schema));
+    if (value_present(h->zero_threshold))
+        p = put_double_field(p, TAG_H_ZERO_THRESHOLD, h->zero_threshold);
+    if (h->zero_count_case == PROMETHEUS__HISTOGRAM__ZERO_COUNT_ZERO_COUNT_INT)
+        p = put_varint_field(p, TAG_H_ZERO_COUNT_INT, h->zero_count_int);
+    else if (h->zero_count_case == PROMETHEUS__HISTOGRAM__ZERO_COUNT_ZERO_COUNT_FLOAT)
+        p = put_double_field(p, TAG_H_ZERO_COUNT_FLOAT, h->zero_count_float);
+    p = put_spans(p, TAG_H_NEG_SPANS, h->negative_spans, h->n_negative_spans);
+    p = put_deltas(p, TAG_H_NEG_DELTAS, h->negative_deltas, h->n_negative_deltas);
+    p = put_doubles(p, neg_counts, 1, h->negative_counts, h->n_negative_counts);
+    p = put_spans(p, TAG_H_POS_SPANS, h->positive_spans, h->n_positive_spans);
+    p = put_deltas(p, TAG_H_POS_DELTAS, h->positive_deltas, h->n_positive_deltas);
+    p = put_doubles(p, pos_counts, 1, h->positive_counts, h->n_positive_counts);
+    if (h->reset_hint)
+        p = put_varint_field(p, TAG_H_RESET_HINT, (uint64_t)(int64_t)(int32_t)h->reset_hint);
+    if (h->timestamp)
+        p = put_varint_field(p, TAG_H_TIMESTAMP, (uint64_t)h->timestamp);
+    return put_doubles(p, custom, 2, h->custom_values, h->n_custom_values);
+}
+
 static int put_series(pt_samples *e, const Prometheus__TimeSeries *ts)
 {
-    /* The read path makes neither; an answer with them would need their encoding here. */
-    assert(ts->n_exemplars == 0 && ts->n_histograms == 0);
+    /* The read path makes none; an answer with them would need their encoding here. */
+    assert(ts->n_exemplars == 0);
     size_t n = series_size(ts);
     int rv = pt_buf_reserve(&e->out, field_size(n));
     if (rv != 0)
@@ -111,6 +297,8 @@ static int put_series(pt_samples *e, const Prometheus__TimeSeries *ts)
     }
     for (size_t i = 0; i < ts->n_samples; i++)
         p = put_sample(p, ts->samples[i]);
+    for (size_t i = 0; i < ts->n_histograms; i++)
+        p = put_histogram(p, ts->histograms[i]);
     assert((size_t)(p - start) == field_size(n));
     pt_buf_commit(&e->out, (size_t)(p - start));
     return 0;

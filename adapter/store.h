@@ -38,7 +38,8 @@ typedef struct pt_store {
 #define PT_MSG_MAX 1024
 
 typedef struct pt_write_result {
-    size_t samples_written;
+    size_t samples_written;    /* float samples */
+    size_t histograms_written; /* native histogram samples */
     size_t series;             /* TimeSeries entries seen */
     size_t samples_rejected;   /* samples, histograms and exemplars not stored */
     size_t entries_rejected;   /* TimeSeries entries with an invalid label set */

@@ -1,15 +1,20 @@
-/* STREAMED_XOR_CHUNKS answers: the series of a SAMPLES answer re-cut into XOR chunks and
- * framed, one series per frame as Prometheus' own server does. */
+/* STREAMED_XOR_CHUNKS answers: the series of a SAMPLES answer re-cut into chunks (XOR for
+ * floats, HISTOGRAM / FLOAT_HISTOGRAM for native histograms) and framed, one series per
+ * frame as Prometheus' own server does. */
 #include <string.h>
 
 #include "buf.h"
 #include "bytes.h"
 #include "error.h"
+#include "hchunk.h"
+#include "histpb.h"
 #include "store.h"
 #include "xor.h"
 
 /* A frame's payload budget; a longer series continues in the next frame (full labels). */
 #define FRAME_BUDGET (1u << 20)
+/* A histogram chunk's byte ceiling: any sample fits (they are cut at 120 samples). */
+#define HCHUNK_MAX ((size_t)1 << 30)
 
 /* Appends uvarint(len) ‖ CRC-32C(message) big-endian ‖ message. */
 static int frame(pt_buf *o, Prometheus__ChunkedReadResponse *m)
@@ -26,33 +31,131 @@ static int frame(pt_buf *o, Prometheus__ChunkedReadResponse *m)
     return 0;
 }
 
+/* The chunks of one series, in time order, in arena memory. */
+typedef struct chunks {
+    pt_arena *a;
+    Prometheus__Chunk **v;
+    size_t n, cap;
+} chunks;
+
+/* Appends a chunk of data (copied when copy is set) spanning [tmin, tmax]. */
+static int chunk_add(chunks *c, int type, pt_slice data, int copy, int64_t tmin, int64_t tmax)
+{
+    if (c->n == c->cap) {
+        size_t ncap = c->cap ? 2 * c->cap : 8;
+        Prometheus__Chunk **nv = pt_arena_alloc(c->a, ncap * sizeof(*nv));
+        if (!nv)
+            return PT_ENOMEM;
+        if (c->n)
+            memcpy(nv, c->v, c->n * sizeof(*nv));
+        c->v = nv;
+        c->cap = ncap;
+    }
+    Prometheus__Chunk *ch = pt_arena_alloc(c->a, sizeof(*ch));
+    uint8_t *p = copy ? pt_arena_alloc(c->a, data.n ? data.n : 1) : (uint8_t *)data.p;
+    if (!ch || !p)
+        return PT_ENOMEM;
+    if (copy && data.n)
+        memcpy(p, data.p, data.n);
+    prometheus__chunk__init(ch);
+    ch->min_time_ms = tmin;
+    ch->max_time_ms = tmax;
+    ch->type = (Prometheus__Chunk__Encoding)type;
+    ch->data = (ProtobufCBinaryData){data.n, p};
+    c->v[c->n++] = ch;
+    return 0;
+}
+
+/* The histogram chunk being built, when it holds samples: a chunk of c. */
+static int hchunk_take(chunks *c, pt_hchunk_enc *e, int64_t tmin, int64_t tmax)
+{
+    if (e->n == 0)
+        return 0;
+    int rv = chunk_add(c, pt_hchunk_enc_encoding(e), pt_hchunk_enc_bytes(e), 1, tmin, tmax);
+    pt_hchunk_enc_next(e);
+    return rv;
+}
+
+/* Adds h to the histogram chunk, cutting it where the encoder says or at
+ * PT_XOR_MAX_SAMPLES samples as Prometheus does. A staleness marker with other fields set
+ * goes in as Prometheus keeps it (the other fields dropped). */
+static int hchunk_add(chunks *c, pt_hchunk_enc *e, pt_histogram *h, int64_t *tmin)
+{
+    int rv;
+    if (e->n >= PT_XOR_MAX_SAMPLES && (rv = hchunk_take(c, e, *tmin, e->last.t)) != 0)
+        return rv;
+    int cut = 0, cleared = 0;
+    for (;;) {
+        rv = pt_hchunk_enc_add(e, h);
+        if (rv == PT_HCHUNK_CUT && !cut) {
+            cut = 1;
+            if ((rv = hchunk_take(c, e, *tmin, e->last.t)) != 0)
+                return rv;
+            continue;
+        }
+        if (rv == PT_EUNSUPPORTED && pt_histogram_is_stale(h) && !cleared) {
+            cleared = 1;
+            *h = (pt_histogram){.t = h->t, .is_float = h->is_float, .reset_hint = h->reset_hint,
+                                .sum = h->sum, .mem = h->mem, .mem_cap = h->mem_cap};
+            continue;
+        }
+        break;
+    }
+    if (rv == 0 && e->n == 1)
+        *tmin = h->t;
+    return rv;
+}
+
+/* The series' samples as chunks in time order: runs of floats as XOR chunks, runs of
+ * histograms as HISTOGRAM / FLOAT_HISTOGRAM chunks (one encoding per chunk). */
+static int series_chunks(const Prometheus__TimeSeries *ts, chunks *c, pt_histogram *h,
+                         pt_hchunk_enc *e)
+{
+    int64_t *t = pt_arena_alloc(c->a, PT_XOR_MAX_SAMPLES * sizeof(*t));
+    double *v = pt_arena_alloc(c->a, PT_XOR_MAX_SAMPLES * sizeof(*v));
+    if (!t || !v)
+        return PT_ENOMEM;
+    size_t i = 0, j = 0;
+    int rv;
+    while (i < ts->n_samples || j < ts->n_histograms) {
+        int64_t ht = j < ts->n_histograms ? ts->histograms[j]->timestamp : INT64_MAX;
+        if (i < ts->n_samples && ts->samples[i]->timestamp <= ht) {
+            size_t n = 0;
+            while (i < ts->n_samples && n < PT_XOR_MAX_SAMPLES && ts->samples[i]->timestamp <= ht) {
+                t[n] = ts->samples[i]->timestamp;
+                v[n++] = ts->samples[i++]->value;
+            }
+            pt_slice data;
+            if (pt_xor_encode(c->a, t, v, n, &data) ||
+                chunk_add(c, PROMETHEUS__CHUNK__ENCODING__XOR, data, 0, t[0], t[n - 1]))
+                return PT_ENOMEM;
+            continue;
+        }
+        int64_t ft = i < ts->n_samples ? ts->samples[i]->timestamp : INT64_MAX, tmin = 0;
+        while (j < ts->n_histograms && ts->histograms[j]->timestamp < ft) {
+            if ((rv = pt_histpb_to(ts->histograms[j++], h)) != 0 ||
+                (rv = hchunk_add(c, e, h, &tmin)) != 0)
+                return rv;
+        }
+        if ((rv = hchunk_take(c, e, tmin, e->last.t)) != 0)
+            return rv;
+    }
+    return 0;
+}
+
 int pt_stream_series(pt_buf *o, size_t query, const Prometheus__TimeSeries *ts, pt_arena *a)
 {
-    size_t nchunks = (ts->n_samples + PT_XOR_MAX_SAMPLES - 1) / PT_XOR_MAX_SAMPLES;
-    Prometheus__Chunk *chunks = pt_arena_alloc(a, (nchunks ? nchunks : 1) * sizeof(*chunks));
-    Prometheus__Chunk **cp = pt_arena_alloc(a, (nchunks ? nchunks : 1) * sizeof(*cp));
-    int64_t *t = pt_arena_alloc(a, PT_XOR_MAX_SAMPLES * sizeof(*t));
-    double *v = pt_arena_alloc(a, PT_XOR_MAX_SAMPLES * sizeof(*v));
-    if (!chunks || !cp || !t || !v)
-        return PT_ENOMEM;
-    for (size_t c = 0; c < nchunks; c++) {
-        size_t first = c * PT_XOR_MAX_SAMPLES, n = ts->n_samples - first;
-        if (n > PT_XOR_MAX_SAMPLES)
-            n = PT_XOR_MAX_SAMPLES;
-        for (size_t i = 0; i < n; i++) {
-            t[i] = ts->samples[first + i]->timestamp;
-            v[i] = ts->samples[first + i]->value;
-        }
-        pt_slice data;
-        if (pt_xor_encode(a, t, v, n, &data))
-            return PT_ENOMEM;
-        prometheus__chunk__init(&chunks[c]);
-        chunks[c].min_time_ms = t[0];
-        chunks[c].max_time_ms = t[n - 1];
-        chunks[c].type = PROMETHEUS__CHUNK__ENCODING__XOR;
-        chunks[c].data = (ProtobufCBinaryData){data.n, (uint8_t *)data.p};
-        cp[c] = &chunks[c];
-    }
+    chunks ch = {a, NULL, 0, 0};
+    pt_histogram h = PT_HISTOGRAM_INIT;
+    pt_hchunk_enc e;
+    pt_hchunk_enc_init(&e, HCHUNK_MAX);
+    int rv = series_chunks(ts, &ch, &h, &e);
+    pt_hchunk_enc_free(&e);
+    pt_histogram_free(&h);
+    if (rv != 0)
+        return rv;
+    size_t nchunks = ch.n;
+    Prometheus__Chunk **cp = ch.v;
     /* Consecutive frames of at most FRAME_BUDGET bytes of chunk data each. */
     size_t c = 0;
     while (c < nchunks) {

@@ -8,6 +8,7 @@
 #include "buf.h"
 #include "bytes.h"
 #include "error.h"
+#include "histpb.h"
 #include "meta.h"
 #include "metrics.h"
 #include "store.h"
@@ -388,6 +389,66 @@ static int metadata_entry(pt_meta_batch *mb, pt_slice family, const pt_wmeta *m)
     return pt_meta_put(mb, family, (int)m->type, m->help, m->unit) == PT_ENOMEM ? PT_ENOMEM : 0;
 }
 
+/* The samples of one series being added to the batch: its row in the current bucket and
+ * the last index bucket it was pended for. */
+typedef struct sput {
+    batch *b;
+    pt_arena *a;
+    pt_store *st;
+    pendings *pd;
+    pt_write_result *res;
+    const pt_label *ls;
+    size_t nl;
+    pt_slice sid;
+    uint8_t *row;
+    int64_t row_base, day_done;
+} sput;
+
+/* 1 when a sample at t can be stored; else 0, the sample counted as rejected. */
+static int time_ok(sput *s, int64_t t)
+{
+    if (t >= 0 && t <= PT_MAX_TIME_MS)
+        return 1;
+    s->res->samples_rejected++;
+    pt_m.samples_rejected[PT_REJECT_TIMESTAMP]++;
+    note(s->res, "%s timestamp %" PRId64 " for series %.*s",
+         t < 0 ? "negative" : "out-of-range (after year 2286)", t,
+         (int)(s->sid.n > 200 ? 200 : s->sid.n), (const char *)s->sid.p);
+    return 0;
+}
+
+/* Adds the cell at t (qualifier written here; the value of vlen bytes follows it in cell,
+ * arena memory) and pends the series' index rows for t's bucket. */
+static int put_point(sput *s, int64_t t, uint8_t *cell, size_t vlen)
+{
+    int64_t base = pt_bucket_base(t);
+    if (base != s->row_base) {
+        s->row = pt_arena_alloc(s->a, PT_ROW_KEY_LEN(s->sid.n));
+        if (!s->row)
+            return PT_ENOMEM;
+        pt_row_key(s->row, s->sid, base);
+        s->row_base = base;
+    }
+    pt_put_be32(cell, (uint32_t)(t - base));
+    int rv = push(s->b, PT_TABLE_POINTS, (pt_slice){s->row, PT_ROW_KEY_LEN(s->sid.n)},
+                  (pt_slice){cell, PT_QUAL_LEN}, (pt_slice){cell + PT_QUAL_LEN, vlen}, t * 1000);
+    if (rv != 0)
+        return rv;
+    int64_t bucket = s->st->index_bucket_ms, day = t - t % bucket;
+    if (day == s->day_done)
+        return 0;
+    s->day_done = day;
+    pt_index_key key = pt_index_key_of(s->sid, day);
+    pend(s->pd, key, s->ls, s->nl, s->sid, day);
+    /* In the last 24th of a bucket, index the next one too, from a moment that depends on
+     * the series: the rows a new bucket needs are then written over that stretch instead
+     * of all at the first scrape after it starts. */
+    int64_t spread = bucket / 24, into = t - day;
+    if (spread > 0 && into >= bucket - spread + (int64_t)(key.hi % (uint64_t)spread))
+        pend(s->pd, pt_index_key_of(s->sid, day + bucket), s->ls, s->nl, s->sid, day + bucket);
+    return 0;
+}
+
 /* 2.0 checks of one entry that 1.0 does not have; 0 or -1 with the entry rejected. */
 static int check_v2_entry(const pt_wreq *wr, size_t i, pt_write_result *res)
 {
@@ -416,11 +477,14 @@ static int check_v2_entry(const pt_wreq *wr, size_t i, pt_write_result *res)
     return 0;
 }
 
-int pt_store_write(pt_store *st, pt_wreq *wr, pt_arena *a, pt_write_result *res)
+/* pt_store_write, with hs the one histogram every histogram of the request is converted
+ * into in turn. */
+static int store_write(pt_store *st, pt_wreq *wr, pt_arena *a, pt_write_result *res,
+                       pt_histogram *hs)
 {
     memset(res, 0, sizeof(*res));
     res->series = wr->nseries;
-    size_t nsamples = wr->nsamples;
+    size_t nsamples = wr->nsamples + wr->nhistograms; /* cells */
     int v2 = wr->version == 2;
 
     batch b = {0};
@@ -454,19 +518,14 @@ int pt_store_write(pt_store *st, pt_wreq *wr, pt_arena *a, pt_write_result *res)
         pt_wseries *ts = &wr->series[i];
         if (v2 && check_v2_entry(wr, i, res))
             continue;
-        if (ts->nhistograms) {
-            res->samples_rejected += ts->nhistograms;
-            pt_m.samples_rejected[PT_REJECT_HISTOGRAM] += ts->nhistograms;
-            note(res, "native histograms are not supported yet (%zu rejected); send classic "
-                      "histograms or disable send_native_histograms", ts->nhistograms);
-        }
         if (ts->nexemplars) {
             res->samples_rejected += ts->nexemplars;
             pt_m.samples_rejected[PT_REJECT_EXEMPLAR] += ts->nexemplars;
             note(res, "exemplars are not supported yet (%zu rejected); disable send_exemplars",
                  ts->nexemplars);
         }
-        if (ts->nsamples == 0 && !ts->has_meta)
+        size_t npoints = ts->nsamples + ts->nhistograms;
+        if (npoints == 0 && !ts->has_meta)
             continue;
         pt_label *ls = ts->labels;
         char lmsg[PT_MSG_MAX];
@@ -474,8 +533,8 @@ int pt_store_write(pt_store *st, pt_wreq *wr, pt_arena *a, pt_write_result *res)
         long nl = pt_labels_validate(ls, ts->nlabels, &plain, lmsg, sizeof(lmsg));
         if (nl < 0) {
             res->entries_rejected++;
-            res->samples_rejected += ts->nsamples;
-            pt_m.samples_rejected[PT_REJECT_LABELS] += ts->nsamples;
+            res->samples_rejected += npoints;
+            pt_m.samples_rejected[PT_REJECT_LABELS] += npoints;
             note(res, "%s", lmsg);
             continue;
         }
@@ -487,56 +546,48 @@ int pt_store_write(pt_store *st, pt_wreq *wr, pt_arena *a, pt_write_result *res)
             if (metadata_entry(&mb, family, &ts->meta) != 0)
                 return PT_ENOMEM;
         }
-        if (ts->nsamples == 0)
+        if (npoints == 0)
             continue;
         pt_slice sid;
         int rv = pt_series_id_checked(a, ls, (size_t)nl, !plain, &sid);
         if (rv != 0)
             return rv;
-
-        uint8_t *row = NULL;
-        int64_t row_base = -1, day_done = -1;
+        sput sp = {&b, a, st, &pd, res, ls, (size_t)nl, sid, NULL, -1, -1};
         for (size_t j = 0; j < ts->nsamples; j++) {
             const pt_wsample *s = &ts->samples[j];
-            int64_t t = s->timestamp;
-            if (t < 0 || t > PT_MAX_TIME_MS) {
-                res->samples_rejected++;
-                pt_m.samples_rejected[PT_REJECT_TIMESTAMP]++;
-                note(res, "%s timestamp %" PRId64 " for series %.*s",
-                     t < 0 ? "negative" : "out-of-range (after year 2286)", t,
-                     (int)(sid.n > 200 ? 200 : sid.n), (const char *)sid.p);
+            if (!time_ok(&sp, s->timestamp))
                 continue;
-            }
-            int64_t base = pt_bucket_base(t);
-            if (base != row_base) {
-                row = pt_arena_alloc(a, PT_ROW_KEY_LEN(sid.n));
-                if (!row)
-                    return PT_ENOMEM;
-                pt_row_key(row, sid, base);
-                row_base = base;
-            }
             uint8_t *cell = pt_arena_alloc(a, PT_QUAL_LEN + PT_VALUE_LEN);
             if (!cell)
                 return PT_ENOMEM;
-            pt_cell_encode(t, s->value, cell, cell + PT_QUAL_LEN);
-            if ((rv = push(&b, PT_TABLE_POINTS, (pt_slice){row, PT_ROW_KEY_LEN(sid.n)},
-                           (pt_slice){cell, PT_QUAL_LEN},
-                           (pt_slice){cell + PT_QUAL_LEN, PT_VALUE_LEN}, t * 1000)) != 0)
+            pt_cell_encode(s->timestamp, s->value, cell, cell + PT_QUAL_LEN);
+            if ((rv = put_point(&sp, s->timestamp, cell, PT_VALUE_LEN)) != 0)
                 return rv;
             res->samples_written++;
-
-            int64_t bucket = st->index_bucket_ms, day = t - t % bucket;
-            if (day == day_done)
+        }
+        for (size_t j = 0; j < ts->nhistograms; j++) {
+            const pt_whist *w = &ts->histograms[j];
+            if (!time_ok(&sp, w->timestamp))
                 continue;
-            day_done = day;
-            pt_index_key key = pt_index_key_of(sid, day);
-            pend(&pd, key, ls, (size_t)nl, sid, day);
-            /* In the last 24th of a bucket, index the next one too, from a moment that
-             * depends on the series: the rows a new bucket needs are then written over that
-             * stretch instead of all at the first scrape after it starts. */
-            int64_t spread = bucket / 24, into = t - day;
-            if (spread > 0 && into >= bucket - spread + (int64_t)(key.hi % (uint64_t)spread))
-                pend(&pd, pt_index_key_of(sid, day + bucket), ls, (size_t)nl, sid, day + bucket);
+            char why[200];
+            rv = pt_histpb_from_wire(w, hs, why, sizeof(why));
+            if (rv == PT_ENOMEM)
+                return rv;
+            if (rv != 0) {
+                res->samples_rejected++;
+                pt_m.samples_rejected[PT_REJECT_HISTOGRAM]++;
+                note(res, "invalid native histogram at %" PRId64 " for series %.*s: %s",
+                     w->timestamp, (int)(sid.n > 200 ? 200 : sid.n), (const char *)sid.p, why);
+                continue;
+            }
+            size_t vlen = pt_histogram_cell_size(hs);
+            uint8_t *cell = pt_arena_alloc(a, PT_QUAL_LEN + vlen);
+            if (!cell)
+                return PT_ENOMEM;
+            pt_histogram_cell_encode(hs, cell + PT_QUAL_LEN);
+            if ((rv = put_point(&sp, w->timestamp, cell, vlen)) != 0)
+                return rv;
+            res->histograms_written++;
         }
     }
     int rv = index_pending(&b, a, st, &pd, &seen, res);
@@ -556,7 +607,7 @@ int pt_store_write(pt_store *st, pt_wreq *wr, pt_arena *a, pt_write_result *res)
         }
         if (rv != 0) {
             pt_m.backend_write_errors++;
-            res->samples_written = 0;
+            res->samples_written = res->histograms_written = 0;
             return rv;
         }
     }
@@ -574,13 +625,21 @@ int pt_store_write(pt_store *st, pt_wreq *wr, pt_arena *a, pt_write_result *res)
     /* The metadata queued above, kept per metric family (meta.c). */
     if ((rv = pt_meta_commit(&mb)) != 0) {
         pt_m.backend_write_errors++;
-        res->samples_written = 0;
+        res->samples_written = res->histograms_written = 0;
         return rv;
     }
-    pt_m.samples_received += res->samples_written;
+    pt_m.samples_received += res->samples_written + res->histograms_written;
     pt_m.series_received += res->series;
     pt_m.index_rows_written += res->index_rows;
     return 0;
+}
+
+int pt_store_write(pt_store *st, pt_wreq *wr, pt_arena *a, pt_write_result *res)
+{
+    pt_histogram hs = PT_HISTOGRAM_INIT;
+    int rv = store_write(st, wr, a, res, &hs);
+    pt_histogram_free(&hs);
+    return rv;
 }
 
 /* ---- the index format marker ---- */

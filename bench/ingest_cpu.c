@@ -2,6 +2,8 @@
  * label validation, row keys, cells, index-cache lookups, batch sort — with a backend that
  * accepts every batch and stores nothing. Storage and HTTP are measured by bench/run.sh.
  *
+ * Native histogram samples count as samples.
+ *
  * usage: ingest_cpu [FILE [SECONDS [VERSION]]]   (FILE: a snappy remote write body; default:
  * the golden payload from tests/data; VERSION: 1 (default) or 2 for a remote write 2.0 body) */
 #include <stdio.h>
@@ -72,7 +74,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "ingest failed: %s\n", msg);
             return 1;
         }
-        samples += res.samples_written;
+        samples += res.samples_written + res.histograms_written;
         requests++;
         pt_arena_reset(&a);
         t = cpu_seconds() - t0;

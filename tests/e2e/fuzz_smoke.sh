@@ -31,7 +31,7 @@ n=2
 for t in $targets; do
     mkdir -p "$corpus/$t"
     case $t in
-    fuzz_write) cp "$here"/tests/data/prom-2.42-write.bin "$here"/tests/data/prom-2.42-metadata.bin "$corpus/$t/" ;;
+    fuzz_write) cp "$here"/tests/data/prom-2.42-write.bin "$here"/tests/data/prom-2.42-metadata.bin "$here"/tests/data/fuzz/write-hist-v*.bin "$corpus/$t/" ;;
     fuzz_wire_diff) cp "$here"/tests/data/fuzz/wire-*.bin "$corpus/$t/" ;;
     fuzz_read) cp "$here"/tests/data/prom-2.42-read*.bin "$corpus/$t/" ;;
     fuzz_config) cp "$here"/configs/promtable*.yml "$corpus/$t/" ;;

@@ -4,13 +4,16 @@
 # integer native histograms by remote write 1.0, answers a STREAMED_XOR_CHUNKS remote read
 # with the HISTOGRAM chunks its TSDB built, and tests/tools/historacle.c checks that
 # promtable's encoder writes the same bytes from the same samples and that promtable's
-# decoder reads Prometheus' chunks back to those samples.
+# decoder reads Prometheus' chunks back to those samples. Then the same write and read go
+# to the promtable binary: its streamed answer must pass the same checks (its chunks are
+# Prometheus' bytes) and carry the same chunk data as Prometheus' answer.
 set -u
 here=$(cd "$(dirname "$0")/../.." && pwd)
 . "$here/tests/e2e/lib.sh"
 pt_require curl prometheus
 ORACLE=${PT_BUILD_DIR:-$here/build}/tests/historacle
-[ -x "$ORACLE" ] || tap_skip_all "$ORACLE is not built"
+PROMTABLE=${PT_BUILD_DIR:-$here/build}/promtable
+for x in "$ORACLE" "$PROMTABLE"; do [ -x "$x" ] || tap_skip_all "$x is not built"; done
 
 pt_mktemp DIR hist-chunks
 pt_free_port PORT
@@ -36,12 +39,36 @@ tap_check "Prometheus answers the streamed remote read" \
     -H 'Content-Type: application/x-protobuf' -H 'Content-Encoding: snappy' \
     -H 'X-Prometheus-Remote-Read-Version: 0.1.0' "http://127.0.0.1:$PORT/api/v1/read"
 
-# historacle prints its own TAP lines; renumber them into this file's.
-while IFS= read -r line; do
-    case $line in
-    "ok "*) tap_ok "${line#ok * - }" ;;
-    "not ok "*) tap_not_ok "${line#not ok * - }" ;;
-    "#"*) tap_diag "${line#\# }" ;;
-    esac
-done < <("$ORACLE" check "$DIR/answer.bin" "$T0")
+# check WHO ANSWER: historacle's TAP lines, renumbered into this file's.
+check() {
+    while IFS= read -r line; do
+        case $line in
+        "ok "*) tap_ok "$1: ${line#ok * - }" ;;
+        "not ok "*) tap_not_ok "$1: ${line#not ok * - }" ;;
+        "#"*) tap_diag "${line#\# }" ;;
+        esac
+    done < <("$ORACLE" check "$2" "$T0")
+}
+check prometheus "$DIR/answer.bin"
+
+pt_free_port PTPORT
+pt_spawn "$DIR/promtable.log" "$PROMTABLE" --web.listen-address="127.0.0.1:$PTPORT" \
+    --storage.embedded.path="$DIR/store"
+pt_wait_http "http://127.0.0.1:$PTPORT/-/ready" 30 "$PT_PID" ||
+    tap_bail "promtable did not start: $(tail -n 3 "$DIR/promtable.log")"
+tap_check "promtable stores the native histograms" \
+    curl -fsS -o "$DIR/pt-write.out" -X POST --data-binary @"$DIR/write.bin" \
+    -H 'Content-Type: application/x-protobuf' -H 'Content-Encoding: snappy' \
+    -H 'X-Prometheus-Remote-Write-Version: 0.1.0' "http://127.0.0.1:$PTPORT/api/v1/write"
+tap_check "promtable answers the streamed remote read" \
+    curl -fsS -o "$DIR/pt-answer.bin" -X POST --data-binary @"$DIR/read.bin" \
+    -H 'Content-Type: application/x-protobuf' -H 'Content-Encoding: snappy' \
+    -H 'X-Prometheus-Remote-Read-Version: 0.1.0' "http://127.0.0.1:$PTPORT/api/v1/read"
+check promtable "$DIR/pt-answer.bin"
+if cmp -s "$DIR/answer.bin" "$DIR/pt-answer.bin"; then
+    tap_ok "promtable's streamed answer is Prometheus' answer, byte for byte"
+else
+    tap_not_ok "promtable's streamed answer is Prometheus' answer, byte for byte"
+    tap_diag "sizes: prometheus $(wc -c <"$DIR/answer.bin"), promtable $(wc -c <"$DIR/pt-answer.bin")"
+fi
 tap_done

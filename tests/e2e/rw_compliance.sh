@@ -44,8 +44,8 @@ written() {
     echo "${v:--}"
 }
 
-# case2 NAME CODE SAMPLES SPEC...: a 2.0 request answered CODE with SAMPLES written (and no
-# histograms or exemplars: promtable stores neither yet).
+# case2 NAME CODE SAMPLES SPEC...: a 2.0 request answered CODE with SAMPLES written, HW
+# histograms (0 unless set) and no exemplars (promtable does not store them yet).
 case2() {
     local name=$1 code=$2 samples=$3 got
     shift 3
@@ -53,8 +53,8 @@ case2() {
     got=$(post "$DIR/req.bin" "$V2")
     is_ "$name: $code" "$code" "$got"
     is_ "$name: Samples-Written $samples" "$samples" "$(written samples)"
-    if [ "$(written histograms)" != 0 ] || [ "$(written exemplars)" != 0 ]; then
-        tap_not_ok "$name: Histograms-Written and Exemplars-Written 0"
+    if [ "$(written histograms)" != "${HW:-0}" ] || [ "$(written exemplars)" != 0 ]; then
+        tap_not_ok "$name: Histograms-Written ${HW:-0} and Exemplars-Written 0"
     fi
     [ "$got" = "$code" ] || tap_diag_file "$DIR/body"
 }
@@ -125,7 +125,9 @@ for m in "1:Total number of HTTP requests:requests" "2:Current CPU usage percent
 done
 case2 "metadata help with a newline and quotes" 204 1 s l __name__ test_metric l job test v 1 $T \
     m 2 $'Test metric with\nnewlines and "quotes"' bytes/sec
-case2 "histogram with metadata: refused for now, 400" 400 0 s l __name__ request_duration_seconds h $T m 3 'Request duration' seconds
+HW=1 case2 "histogram with metadata: stored, 204" 204 0 s l __name__ request_duration_seconds h $T m 3 'Request duration' seconds
+HIST="h 3 4012000000000000 0 255bba08cf8c979d 0 pos:0/2 d:1,1 hint:0" # what rwtool's h sends
+echo "{__name__=\"request_duration_seconds\"} $T $HIST" >>"$EXPECT.hist"
 case2 "metadata without a name label" 400 0 s l job test v 1 $T m 1 'Test help' unit
 case2 "metadata with an empty name" 400 0 s l __name__ '' v 1 $T m 2 'Test help' unit
 case2 "metadata with a valid name" 204 1 s l __name__ valid_metric_name v 1 $T m 1 'Test help' unit
@@ -154,6 +156,12 @@ T=$((T + 1))
 is_ "1.0 request, unsorted labels: 204" 204 "$(post "$DIR/v1.bin" application/x-protobuf)"
 is_ "1.0 answer without Samples-Written" - "$(written samples)"
 echo "{__name__=\"rw1\",instance=\"i\",job=\"test\"} $T 3ff0000000000000" >>"$EXPECT.rw1"
+"$RWTOOL" write 1 "$DIR/v1h.bin" s l __name__ rw1_hist l job test h $T h $((T + 1)) v 2 $((T + 2)) || tap_bail rwtool
+is_ "1.0 request with native histograms beside a float: 204" 204 "$(post "$DIR/v1h.bin" application/x-protobuf)"
+for t in $T $((T + 1)); do
+    echo "{__name__=\"rw1_hist\",job=\"test\"} $t $HIST" >>"$EXPECT.rw1h"
+done
+echo "{__name__=\"rw1_hist\",job=\"test\"} $((T + 2)) 4000000000000000" >>"$EXPECT.rw1h"
 { printf '\377'; tail -c +2 "$DIR/v1.bin"; } >"$DIR/v1bad.bin"
 is_ "1.0 with a corrupt snappy header: 400" 400 "$(post "$DIR/v1bad.bin" application/x-protobuf)"
 
@@ -175,5 +183,7 @@ readback up "$EXPECT.up"
 readback resource.cpu.usage "$EXPECT.dots"
 readback 'resource cpu usage' "$EXPECT.spaces"
 readback rw1 "$EXPECT.rw1"
+readback request_duration_seconds "$EXPECT.hist"
+readback rw1_hist "$EXPECT.rw1h"
 
 tap_done

@@ -4,6 +4,9 @@
  *   rwtool readreq OUT START END NAME=VALUE...   snappy(ReadRequest), one SAMPLES query
  *   rwtool readresp FILE              prints a SAMPLES ReadResponse, one sample a line:
  *                                     {labels} TS VALUE-BITS-HEX
+ *                                     and one native histogram a line:
+ *                                     {labels} TS h COUNT SUM-BITS SCHEMA ZT-BITS ZC
+ *                                       pos:OFFSET/LENGTH,... d:DELTA,... hint:H
  *
  * SPEC tokens (labels stay in the order given, so unsorted sets can be sent):
  *   s                 a new series
@@ -13,7 +16,9 @@
  *   ct TS             created timestamp of the series (2.0 TimeSeries field 6)
  *   x NAME VALUE V TS an exemplar (NAME - for none)
  *   m TYPE HELP UNIT  metadata of the series (2.0)
- *   h TS              an integer native histogram
+ *   h TS              an integer native histogram (count 3, sum 4.5, schema 0, zero
+ *                     threshold 1e-128, positive span 0/2, deltas 1 1), 1.0 and 2.0
+ *   hb TS B           the same with B buckets (span 0/B, every delta 1)
  *   sym0 TEXT         symbols[0] is TEXT instead of "" (2.0)
  *   ref N             one raw extra labels_ref N (2.0)
  */
@@ -23,6 +28,7 @@
 #include <string.h>
 
 #include "decode.h"
+#include "histpb.h"
 #include "remote.pb-c.h"
 #include "write_v2.pb-c.h"
 
@@ -42,6 +48,7 @@ typedef struct series {
     int has_meta, mtype;
     const char *help, *unit;
     int64_t ht[MAX_ITEMS];
+    uint32_t hb[MAX_ITEMS]; /* buckets of each histogram */
     size_t nh;
     uint32_t extra[MAX_ITEMS];
     size_t nextra;
@@ -104,7 +111,12 @@ static int parse(int argc, char **argv)
             c->help = argv[++i], c->unit = argv[++i];
         } else if (strcmp(t, "h") == 0) {
             NEED(1);
+            c->hb[c->nh] = 2;
             c->ht[c->nh++] = strtoll(argv[++i], NULL, 10);
+        } else if (strcmp(t, "hb") == 0) {
+            NEED(2);
+            c->ht[c->nh] = strtoll(argv[++i], NULL, 10);
+            c->hb[c->nh++] = (uint32_t)strtoul(argv[++i], NULL, 10);
         } else if (strcmp(t, "sym0") == 0) {
             NEED(1);
             sym0 = argv[++i];
@@ -146,25 +158,26 @@ static uint32_t sym(const char *s)
     return (uint32_t)nsyms++;
 }
 
-static Io__Prometheus__Write__V2__Histogram *histogram_v2(int64_t ts)
+static Io__Prometheus__Write__V2__Histogram *histogram_v2(int64_t ts, uint32_t nb)
 {
     Io__Prometheus__Write__V2__Histogram *h = alloc(sizeof(*h));
     io__prometheus__write__v2__histogram__init(h);
     h->count_case = IO__PROMETHEUS__WRITE__V2__HISTOGRAM__COUNT_COUNT_INT;
-    h->count_int = 3;
+    h->count_int = (uint64_t)nb * (nb + 1) / 2;
     h->sum = 4.5;
     h->schema = 0;
     h->zero_threshold = 1e-128;
     h->timestamp = ts;
     Io__Prometheus__Write__V2__BucketSpan *sp = alloc(sizeof(*sp));
     io__prometheus__write__v2__bucket_span__init(sp);
-    sp->offset = 0, sp->length = 2;
+    sp->offset = 0, sp->length = nb;
     h->n_positive_spans = 1;
     h->positive_spans = alloc(sizeof(void *));
     h->positive_spans[0] = sp;
-    h->n_positive_deltas = 2;
-    h->positive_deltas = alloc(2 * sizeof(int64_t));
-    h->positive_deltas[0] = 1, h->positive_deltas[1] = 1;
+    h->n_positive_deltas = nb;
+    h->positive_deltas = alloc(nb * sizeof(int64_t));
+    for (uint32_t k = 0; k < nb; k++)
+        h->positive_deltas[k] = 1;
     return h;
 }
 
@@ -211,7 +224,7 @@ static ProtobufCMessage *build_v2(void)
         t->n_histograms = c->nh;
         t->histograms = alloc(c->nh * sizeof(void *));
         for (size_t j = 0; j < c->nh; j++)
-            t->histograms[j] = histogram_v2(c->ht[j]);
+            t->histograms[j] = histogram_v2(c->ht[j], c->hb[j]);
         if (c->has_meta) {
             Io__Prometheus__Write__V2__Metadata *m = alloc(sizeof(*m));
             io__prometheus__write__v2__metadata__init(m);
@@ -229,6 +242,21 @@ static ProtobufCMessage *build_v2(void)
 }
 
 /* ---- 1.0 ---- */
+
+/* The 1.0 form of histogram_v2's histogram. */
+static Prometheus__Histogram *histogram_v1(int64_t ts, uint32_t nb)
+{
+    pt_histogram h = PT_HISTOGRAM_INIT;
+    if (pt_histogram_reserve(&h, 0, 1, 0, nb, 0) != 0)
+        return NULL;
+    h.t = ts, h.count_int = (uint64_t)nb * (nb + 1) / 2, h.sum = 4.5, h.zero_threshold = 1e-128;
+    h.pos_spans[0] = (pt_hist_span){0, nb};
+    for (uint32_t k = 0; k < nb; k++)
+        h.pos_deltas[k] = 1;
+    Prometheus__Histogram *m = pt_histpb_from(&A, &h);
+    pt_histogram_free(&h);
+    return m;
+}
 
 static ProtobufCMessage *build_v1(void)
 {
@@ -256,6 +284,11 @@ static ProtobufCMessage *build_v1(void)
             s->value = c->v[j], s->timestamp = c->t[j];
             t->samples[j] = s;
         }
+        t->n_histograms = c->nh;
+        t->histograms = alloc(c->nh * sizeof(void *));
+        for (size_t j = 0; j < c->nh; j++)
+            if (!(t->histograms[j] = histogram_v1(c->ht[j], c->hb[j])))
+                return NULL;
         r->timeseries[i] = t;
     }
     return &r->base;
@@ -304,6 +337,38 @@ static int readreq(int argc, char **argv)
     return write_body(argv[0], &r->base);
 }
 
+static uint64_t bits_of(double v)
+{
+    uint64_t b;
+    memcpy(&b, &v, 8);
+    return b;
+}
+
+static void print_labels(const Prometheus__TimeSeries *t)
+{
+    printf("{");
+    for (size_t k = 0; k < t->n_labels; k++)
+        printf("%s%.*s=\"%.*s\"", k ? "," : "", (int)t->labels[k]->name.len,
+               (const char *)t->labels[k]->name.data, (int)t->labels[k]->value.len,
+               (const char *)t->labels[k]->value.data);
+    printf("}");
+}
+
+/* An integer histogram's positive side and scalars (what the `h` token sends). */
+static void print_histogram(const Prometheus__Histogram *h)
+{
+    printf(" %" PRId64 " h %" PRIu64 " %016" PRIx64 " %d %016" PRIx64 " %" PRIu64 " pos:",
+           h->timestamp, h->count_int, bits_of(h->sum), (int)h->schema,
+           bits_of(h->zero_threshold), h->zero_count_int);
+    for (size_t k = 0; k < h->n_positive_spans; k++)
+        printf("%s%d/%u", k ? "," : "", (int)h->positive_spans[k]->offset,
+               (unsigned)h->positive_spans[k]->length);
+    printf(" d:");
+    for (size_t k = 0; k < h->n_positive_deltas; k++)
+        printf("%s%" PRId64, k ? "," : "", h->positive_deltas[k]);
+    printf(" hint:%d\n", (int)h->reset_hint);
+}
+
 static int readresp(const char *path)
 {
     FILE *f = fopen(path, "rb");
@@ -330,14 +395,13 @@ static int readresp(const char *path)
         for (size_t i = 0; i < r->results[q]->n_timeseries; i++) {
             const Prometheus__TimeSeries *t = r->results[q]->timeseries[i];
             for (size_t j = 0; j < t->n_samples; j++) {
-                printf("{");
-                for (size_t k = 0; k < t->n_labels; k++)
-                    printf("%s%.*s=\"%.*s\"", k ? "," : "", (int)t->labels[k]->name.len,
-                           (const char *)t->labels[k]->name.data, (int)t->labels[k]->value.len,
-                           (const char *)t->labels[k]->value.data);
-                uint64_t bits;
-                memcpy(&bits, &t->samples[j]->value, 8);
-                printf("} %" PRId64 " %016" PRIx64 "\n", t->samples[j]->timestamp, bits);
+                print_labels(t);
+                printf(" %" PRId64 " %016" PRIx64 "\n", t->samples[j]->timestamp,
+                       bits_of(t->samples[j]->value));
+            }
+            for (size_t j = 0; j < t->n_histograms; j++) {
+                print_labels(t);
+                print_histogram(t->histograms[j]);
             }
         }
     protobuf_c_message_free_unpacked(&r->base, NULL);
@@ -349,8 +413,10 @@ int main(int argc, char **argv)
     pt_arena_init(&A, 1 << 16, 0);
     int rv = 2;
     if (argc >= 4 && strcmp(argv[1], "write") == 0) {
-        if (parse(argc - 4, argv + 4) == 0)
-            rv = write_body(argv[3], argv[2][0] == '2' ? build_v2() : build_v1());
+        if (parse(argc - 4, argv + 4) == 0) {
+            ProtobufCMessage *m = argv[2][0] == '2' ? build_v2() : build_v1();
+            rv = m ? write_body(argv[3], m) : 1;
+        }
     } else if (argc >= 5 && strcmp(argv[1], "readreq") == 0) {
         rv = readreq(argc - 2, argv + 2);
     } else if (argc == 3 && strcmp(argv[1], "readresp") == 0) {

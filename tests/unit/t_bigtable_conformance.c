@@ -35,6 +35,7 @@
 #include "conformance.h"
 #include "index_conformance.h"
 #include "api_conformance.h"
+#include "hist_conformance.h"
 #include "bigtable.h"
 #include "bigtable_int.h"
 #include "log.h"
@@ -1009,6 +1010,15 @@ int main(void)
             pt_api_conformance(&api, "bigtable(emulator)");
         if (ao == 0)
             pt_backend_close(&api);
+    }
+    {
+        /* Native histograms on Bigtable: their own tables. */
+        pt_backend hb;
+        int ho = open_bt(&hb, endpoint, "hist_", 0, err, sizeof(err));
+        if (ok(ho == 0 && init_bt(&hb, err, sizeof(err)) == 0, "tables for histograms %s", err))
+            pt_hist_conformance(&hb, NULL, NULL, "bigtable(emulator)");
+        if (ho == 0)
+            pt_backend_close(&hb);
     }
     test_fanout(&b);
     test_split_wide(&b);

@@ -61,6 +61,70 @@ static ProtobufCBinaryData any_bytes(pt_arena *a)
     return (ProtobufCBinaryData){n, n ? p : NULL};
 }
 
+/* n arbitrary spans: zero and negative offsets, zero and large lengths. */
+static Prometheus__BucketSpan **any_spans(pt_arena *a, size_t n)
+{
+    Prometheus__BucketSpan **v = pt_arena_alloc(a, (n + 1) * sizeof(*v));
+    for (size_t i = 0; i < n; i++) {
+        v[i] = pt_arena_alloc(a, sizeof(*v[i]));
+        prometheus__bucket_span__init(v[i]);
+        v[i]->offset = (int32_t)(rnd64() % 3 ? (int64_t)(rnd64() % 7) - 3 : (int64_t)(int32_t)rnd64());
+        v[i]->length = (uint32_t)(rnd64() % 3 ? rnd64() % 4 : rnd64());
+    }
+    return v;
+}
+
+static double *any_doubles(pt_arena *a, size_t n)
+{
+    double *v = pt_arena_alloc(a, (n + 1) * sizeof(*v));
+    for (size_t i = 0; i < n; i++)
+        v[i] = any_value();
+    return v;
+}
+
+/* A Histogram message with any field values, valid or not: the writer must pack what it is
+ * given as protobuf-c does (either oneof case or none, every varint length, any enum). */
+static Prometheus__Histogram *any_histogram(pt_arena *a)
+{
+    Prometheus__Histogram *h = pt_arena_alloc(a, sizeof(*h));
+    prometheus__histogram__init(h);
+    switch (rnd64() % 3) {
+    case 0: break;
+    case 1: h->count_case = PROMETHEUS__HISTOGRAM__COUNT_COUNT_INT, h->count_int = rnd64() >> (rnd64() % 64); break;
+    default: h->count_case = PROMETHEUS__HISTOGRAM__COUNT_COUNT_FLOAT, h->count_float = any_value(); break;
+    }
+    switch (rnd64() % 3) {
+    case 0: break;
+    case 1: h->zero_count_case = PROMETHEUS__HISTOGRAM__ZERO_COUNT_ZERO_COUNT_INT, h->zero_count_int = rnd64() % 5; break;
+    default: h->zero_count_case = PROMETHEUS__HISTOGRAM__ZERO_COUNT_ZERO_COUNT_FLOAT, h->zero_count_float = any_value(); break;
+    }
+    h->sum = any_value();
+    h->schema = rnd64() % 4 ? (int32_t)(rnd64() % 13) - 4 : rnd64() % 2 ? -53 : (int32_t)rnd64();
+    h->zero_threshold = any_value();
+    h->n_negative_spans = rnd64() % 3;
+    h->negative_spans = any_spans(a, h->n_negative_spans);
+    h->n_positive_spans = rnd64() % 3;
+    h->positive_spans = any_spans(a, h->n_positive_spans);
+    size_t nd[2] = {rnd64() % 4, rnd64() % 4};
+    int64_t *d[2];
+    for (int k = 0; k < 2; k++) {
+        d[k] = pt_arena_alloc(a, (nd[k] + 1) * sizeof(int64_t));
+        for (size_t i = 0; i < nd[k]; i++)
+            d[k][i] = rnd64() % 2 ? (int64_t)(rnd64() % 200) - 100 : (int64_t)rnd64();
+    }
+    h->n_negative_deltas = nd[0], h->negative_deltas = d[0];
+    h->n_positive_deltas = nd[1], h->positive_deltas = d[1];
+    h->n_negative_counts = rnd64() % 3;
+    h->negative_counts = any_doubles(a, h->n_negative_counts);
+    h->n_positive_counts = rnd64() % 3;
+    h->positive_counts = any_doubles(a, h->n_positive_counts);
+    h->reset_hint = (Prometheus__Histogram__ResetHint)(rnd64() % 5 ? rnd64() % 4 : (uint32_t)rnd64());
+    h->timestamp = any_time();
+    h->n_custom_values = rnd64() % 3 ? 0 : rnd64() % 20;
+    h->custom_values = any_doubles(a, h->n_custom_values);
+    return h;
+}
+
 static Prometheus__TimeSeries *any_series(pt_arena *a, size_t max_samples)
 {
     Prometheus__TimeSeries *ts = pt_arena_alloc(a, sizeof(*ts));
@@ -83,6 +147,10 @@ static Prometheus__TimeSeries *any_series(pt_arena *a, size_t max_samples)
         s->timestamp = any_time();
         ts->samples[i] = s;
     }
+    ts->n_histograms = max_samples && rnd64() % 2 ? rnd64() % 4 : 0;
+    ts->histograms = pt_arena_alloc(a, (ts->n_histograms + 1) * sizeof(*ts->histograms));
+    for (size_t i = 0; i < ts->n_histograms; i++)
+        ts->histograms[i] = any_histogram(a);
     return ts;
 }
 
@@ -142,7 +210,8 @@ static int same_answer(const Prometheus__ReadResponse *got, const Prometheus__Re
             return 0;
         for (size_t i = 0; i < wq->n_timeseries; i++) {
             const Prometheus__TimeSeries *g = gq->timeseries[i], *w = wq->timeseries[i];
-            if (g->n_labels != w->n_labels || g->n_samples != w->n_samples)
+            if (g->n_labels != w->n_labels || g->n_samples != w->n_samples ||
+                g->n_histograms != w->n_histograms)
                 return 0;
             for (size_t j = 0; j < w->n_labels; j++) {
                 const Prometheus__Label *gl = g->labels[j], *wl = w->labels[j];
