@@ -220,9 +220,11 @@ static int grouped_next(grouped *g, pt_read_batch *bt, char *msg, size_t msglen)
     int rv = pt_read_next(g->r, &g->arena, g->size, bt, msg, msglen);
     if (rv != 1)
         return rv;
+    /* A native histogram holds several times a float sample's memory (its buckets):
+     * weighed as eight, so groups of histogram series stay about as large in bytes. */
     size_t samples = 0;
     for (size_t i = 0; i < bt->n; i++)
-        samples += bt->ts[i]->n_samples;
+        samples += bt->ts[i]->n_samples + 8 * bt->ts[i]->n_histograms;
     if (samples > GROUP_SAMPLES && bt->n)
         g->size = bt->n * GROUP_SAMPLES / samples + 1;
     else if (samples < GROUP_SAMPLES / 4 && g->size < GROUP_MAX)
