@@ -185,8 +185,13 @@ static void handle_write(pt_app *app, pt_req *req, pt_resp *resp)
         return;
     }
     if (res.samples_rejected || res.entries_rejected) {
-        reply_fail(req, resp, PT_EBADREQ, "%s (stored %zu samples, rejected %zu)", res.msg,
-                   res.samples_written, res.samples_rejected);
+        if (res.histograms_written)
+            reply_fail(req, resp, PT_EBADREQ,
+                       "%s (stored %zu samples and %zu histograms, rejected %zu)", res.msg,
+                       res.samples_written, res.histograms_written, res.samples_rejected);
+        else
+            reply_fail(req, resp, PT_EBADREQ, "%s (stored %zu samples, rejected %zu)", res.msg,
+                       res.samples_written, res.samples_rejected);
         return;
     }
     resp->status = 204;

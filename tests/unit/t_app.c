@@ -294,6 +294,21 @@ int main(void)
                strstr(c.body, "stored 1 samples, rejected 1"),
            "message says what and how much: %s", c.body);
         pt_arena_free(&c.arena);
+        /* One histogram stored, one sample refused: the message counts both kinds. */
+        tseries hs[] = {{{"__name__", "h", NULL}, {0}, {0}, 0},
+                        {{"__name__", "m", NULL}, {-1}, {1}, 1}};
+        Prometheus__WriteRequest *hw = mk_pb_write(&b, hs, 2);
+        static Prometheus__Histogram hg = PROMETHEUS__HISTOGRAM__INIT;
+        static Prometheus__Histogram *hgs[] = {&hg};
+        hg.count_case = PROMETHEUS__HISTOGRAM__COUNT_COUNT_INT;
+        hg.zero_count_case = PROMETHEUS__HISTOGRAM__ZERO_COUNT_ZERO_COUNT_INT;
+        hg.timestamp = 1000;
+        hw->timeseries[0]->histograms = hgs;
+        hw->timeseries[0]->n_histograms = 1;
+        is(post(&c, "/api/v1/write", mk_body(&b, &hw->base)), 400, "a histogram and a bad sample: 400");
+        ok(strstr(c.body, "(stored 0 samples and 1 histograms, rejected 1)") != NULL,
+           "the message counts the histogram stored: %s", c.body);
+        pt_arena_free(&c.arena);
         tseries neg[] = {{{"__name__", "m", NULL}, {-1}, {1}, 1}};
         is(post(&c, "/api/v1/write", mk_body(&b, &mk_pb_write(&b, neg, 1)->base)), 400,
            "negative timestamp: 400");
@@ -390,7 +405,7 @@ int main(void)
     is(run(&c, PT_M_GET, "/metrics", "", "", NULL, 0), 200, "metrics: 200");
     {
         char *text = pt_arena_strndup(&c.arena, (const char *)c.resp.body, c.resp.body_len);
-        ok(strstr(text, "promtable_samples_received_total 1889"), "samples received counted");
+        ok(strstr(text, "promtable_samples_received_total 1890"), "samples received counted (a histogram included)");
         ok(strstr(text, "promtable_http_requests_total{route=\"/api/v1/write\",code=\"204\",proto=\"1\"}"),
            "requests by route, code and protocol");
         ok(strstr(text, "promtable_samples_rejected_total{reason=\"labels\"} 1"),
