@@ -168,9 +168,15 @@ vm_load() {
 
 # A free loopback port: bash's /dev/tcp fails to connect when nothing listens.
 free_port() {
-    local p
+    # Below the kernel's ephemeral range, so no client connection (the load generator's
+    # hundreds) can hold the port between this check and the server's bind.
+    local p lo=20000 hi=32000 eph
+    if [ -r /proc/sys/net/ipv4/ip_local_port_range ]; then
+        read -r eph _ </proc/sys/net/ipv4/ip_local_port_range
+        [ "$eph" -gt 11000 ] && hi=$((eph - 1)) && lo=$((hi - 12000))
+    fi
     for _ in $(seq 100); do
-        p=$((20000 + RANDOM % 30000))
+        p=$((lo + RANDOM % (hi - lo)))
         if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
             echo "$p"
             return 0
