@@ -33,6 +33,8 @@
  * (schema 1) that starts over at scrape NATIVE_RESET (a counter reset). Every scrape adds
  * 3 + n % 4 observations to every series: positive, negative and zero values, spread over
  * 2^-6 .. 2^7 so the buckets form several spans, with up to two empty buckets inside a span.
+ * (Prometheus 2.42 drops those empty buckets before it stores and remote-writes the
+ * histogram: they arrive as separate spans.)
  *
  * It prints nothing; errors go to stderr and exit non-zero. A test tool, so it is
  * single-threaded, serves one connection at a time and closes every connection.

@@ -339,6 +339,20 @@ static int compare(const Prometheus__ReadResponse *r, const char *writer)
             tap(c->at_seen[k] > 0 && c->at_bad[k] == 0, what);
         }
     }
+    /* What the exporter is meant to produce, so the comparison above covers it. */
+    size_t spans = 0, negs = 0, zeros = 0;
+    for (size_t i = 0; i < ncases; i++)
+        for (size_t k = 0; cases[i].ts && k < cases[i].ts->n_histograms; k++) {
+            const Prometheus__Histogram *h = cases[i].ts->histograms[k];
+            spans += h->n_positive_spans > 1 && h->n_negative_spans > 1;
+            negs += h->n_negative_deltas > 0;
+            zeros += h->zero_count_int > 0;
+        }
+    snprintf(what, sizeof(what),
+             "the read-back covers several spans a side (%zu samples), negative buckets (%zu "
+             "samples), a populated zero bucket (%zu samples)",
+             spans, negs, zeros);
+    tap(spans && negs && zeros, what);
     printf("1..%d\n", tap_n);
     return tap_bad != 0;
 }
