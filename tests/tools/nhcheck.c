@@ -32,8 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "decode.h"
-#include "remote.pb-c.h"
+#include "readresp.h"
 
 typedef struct {
     int rule;
@@ -43,29 +42,6 @@ typedef struct {
 enum { MAX_BUCKETS = 4096 };
 
 static pt_arena A;
-
-static Prometheus__ReadResponse *load(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        perror(path);
-        return NULL;
-    }
-    static uint8_t buf[16 << 20];
-    size_t n = fread(buf, 1, sizeof(buf), f);
-    fclose(f);
-    pt_slice raw;
-    char msg[256];
-    if (pt_snappy_decode(buf, n, sizeof(buf), &A, &raw, msg, sizeof(msg)) != 0) {
-        fprintf(stderr, "nhcheck: %s\n", msg);
-        return NULL;
-    }
-    Prometheus__ReadResponse *r = (Prometheus__ReadResponse *)protobuf_c_message_unpack(
-        &prometheus__read_response__descriptor, NULL, raw.n, raw.p);
-    if (!r)
-        fprintf(stderr, "nhcheck: %s is not a ReadResponse\n", path);
-    return r;
-}
 
 static const char *case_of(const Prometheus__TimeSeries *t)
 {
@@ -363,7 +339,7 @@ int main(int argc, char **argv)
     int rv = 2;
     if ((argc == 3 && strcmp(argv[1], "count") == 0) ||
         (argc == 4 && strcmp(argv[1], "compare") == 0)) {
-        Prometheus__ReadResponse *r = load(argv[2]);
+        Prometheus__ReadResponse *r = pt_tool_read_response("nhcheck", argv[2], &A);
         if (!r) {
             rv = 1;
         } else if (argc == 3) {
