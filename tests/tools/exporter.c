@@ -2,6 +2,7 @@
  * exporter: a tiny Prometheus exporter for the end-to-end tests.
  *
  *   exporter PORT [VANISH_AFTER]
+ *   exporter native PORT
  *
  * Listens on 127.0.0.1:PORT and answers GET /metrics in the Prometheus text exposition
  * format (0.0.4); GET /ready answers 200 so a test can wait for it without counting as a
@@ -24,10 +25,23 @@
  *                           compares equal to 0, so -0 arrives as +0 at any receiver.
  *   test_ns:colon_gauge     a metric name with a colon
  *
+ * In `native` mode it serves only test_native_seconds, integer NATIVE histograms in the
+ * protobuf exposition format (varint-delimited io.prometheus.client.MetricFamily), and only
+ * to a scraper whose Accept header asks for it (Prometheus 2.42 does with
+ * --enable-feature=native-histograms); anyone else gets 406. One series per case label:
+ * schemas -2, 0, 3 and 8 (zero threshold 2^-128, or 1/1024 for case="s0"), and case="reset"
+ * (schema 1) that starts over at scrape NATIVE_RESET (a counter reset). Every scrape adds
+ * 3 + n % 4 observations to every series: positive, negative and zero values, spread over
+ * 2^-6 .. 2^7 so the buckets form several spans, with up to two empty buckets inside a span.
+ * (Prometheus 2.42 drops those empty buckets before it stores and remote-writes the
+ * histogram: they arrive as separate spans.)
+ *
  * It prints nothing; errors go to stderr and exit non-zero. A test tool, so it is
  * single-threaded, serves one connection at a time and closes every connection.
  */
 #include <errno.h>
+#include <math.h>
+#include <stdint.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -170,6 +184,201 @@ static void render(body *b, unsigned long n)
     put(b, "test_ns:colon_gauge %lu\n", n % 5);
 }
 
+
+/* ------------------------------------------------------------------ native histograms */
+
+enum { NATIVE_CASES = 5, NATIVE_KEYS = 8192, NATIVE_OFF = 4096, NATIVE_RESET = 6 };
+
+typedef struct {
+    const char *name;
+    int schema;
+    double zero_threshold;
+    uint64_t count, zero_count;
+    double sum;
+    uint64_t pos[NATIVE_KEYS], neg[NATIVE_KEYS]; /* bucket index + NATIVE_OFF */
+} native_hist;
+
+static native_hist native[NATIVE_CASES] = {
+    {.name = "sm2", .schema = -2, .zero_threshold = 0x1p-128},
+    {.name = "s0", .schema = 0, .zero_threshold = 0x1p-10},
+    {.name = "s3", .schema = 3, .zero_threshold = 0x1p-128},
+    {.name = "s8", .schema = 8, .zero_threshold = 0x1p-128},
+    {.name = "reset", .schema = 1, .zero_threshold = 0x1p-128},
+};
+
+/* The j-th observation of scrape n: 0 now and then, otherwise +-m * 2^e. */
+static double native_value(unsigned long n, unsigned long j)
+{
+    unsigned long r = n * 7919 + j * 104729;
+    if (r % 7 == 0)
+        return 0.0;
+    double m = 1.0 + (double)(r % 1000) / 1000.0;
+    double x = ldexp(m, (int)(r % 14) - 7);
+    return r % 5 == 0 ? -x : x;
+}
+
+static void native_observe(native_hist *h, double x)
+{
+    h->count++;
+    h->sum += x;
+    double a = fabs(x);
+    if (a <= h->zero_threshold) {
+        h->zero_count++;
+        return;
+    }
+    /* Bucket k holds (2^((k-1)/2^schema), 2^(k/2^schema)]. */
+    long k = (long)ceil(log2(a) * ldexp(1.0, h->schema));
+    if (k + NATIVE_OFF < 0 || k + NATIVE_OFF >= NATIVE_KEYS)
+        abort();
+    (x > 0 ? h->pos : h->neg)[k + NATIVE_OFF]++;
+}
+
+/* A protobuf writer into a fixed buffer. */
+typedef struct {
+    uint8_t buf[16 * 1024];
+    size_t len;
+} pb;
+
+static void pb_byte(pb *p, uint8_t b)
+{
+    if (p->len == sizeof p->buf) {
+        fprintf(stderr, "exporter: protobuf buffer too small\n");
+        abort();
+    }
+    p->buf[p->len++] = b;
+}
+
+static void pb_varint(pb *p, uint64_t v)
+{
+    while (v >= 0x80) {
+        pb_byte(p, (uint8_t)(v | 0x80));
+        v >>= 7;
+    }
+    pb_byte(p, (uint8_t)v);
+}
+
+static void pb_tag(pb *p, unsigned field, unsigned wire)
+{
+    pb_varint(p, (uint64_t)field << 3 | wire);
+}
+
+static void pb_uint(pb *p, unsigned field, uint64_t v)
+{
+    pb_tag(p, field, 0);
+    pb_varint(p, v);
+}
+
+static void pb_sint(pb *p, unsigned field, int64_t v)
+{
+    pb_uint(p, field, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
+}
+
+static void pb_double(pb *p, unsigned field, double d)
+{
+    uint64_t b;
+    memcpy(&b, &d, 8);
+    pb_tag(p, field, 1);
+    for (int i = 0; i < 8; i++)
+        pb_byte(p, (uint8_t)(b >> (8 * i)));
+}
+
+static void pb_bytes(pb *p, unsigned field, const void *data, size_t n)
+{
+    pb_tag(p, field, 2);
+    pb_varint(p, n);
+    for (size_t i = 0; i < n; i++)
+        pb_byte(p, ((const uint8_t *)data)[i]);
+}
+
+/* io.prometheus.client.Histogram: spans (field SPAN) and deltas (field DELTA) of one side.
+ * Populated buckets less than three apart share a span; the gap's buckets are sent as 0. */
+static void native_side(pb *h, const uint64_t *c, unsigned span_field, unsigned delta_field)
+{
+    static pb span;
+    long prev = 0, end = 0; /* end: one past the last bucket in the current span */
+    int have = 0;
+    uint64_t last = 0;
+    long start = 0, len = 0;
+    int64_t deltas[NATIVE_KEYS];
+    size_t nd = 0;
+    for (long k = 0; k <= NATIVE_KEYS; k++) {
+        int flush = k == NATIVE_KEYS || (c[k] && have && k - end > 2);
+        if (flush && have && len) {
+            span.len = 0;
+            pb_sint(&span, 1, start - prev);
+            pb_uint(&span, 2, (uint64_t)len);
+            pb_bytes(h, span_field, span.buf, span.len);
+            prev = end;
+            len = 0;
+        }
+        if (k == NATIVE_KEYS)
+            break;
+        if (!c[k])
+            continue;
+        if (!len) {
+            start = k;
+        } else {
+            for (long g = end; g < k; g++) { /* empty buckets inside the span */
+                deltas[nd++] = -(int64_t)last;
+                last = 0;
+                len++;
+            }
+        }
+        if (!have)
+            prev = NATIVE_OFF, have = 1;
+        deltas[nd++] = (int64_t)(c[k] - last);
+        last = c[k];
+        len++;
+        end = k + 1;
+    }
+    for (size_t i = 0; i < nd; i++)
+        pb_sint(h, delta_field, deltas[i]);
+}
+
+static void native_render(body *b, unsigned long n)
+{
+    static pb fam, met, hist, label;
+    fam.len = 0;
+    pb_bytes(&fam, 1, "test_native_seconds", 19);
+    pb_bytes(&fam, 2, "Integer native histograms.", 26);
+    pb_uint(&fam, 3, 4); /* HISTOGRAM */
+    for (int i = 0; i < NATIVE_CASES; i++) {
+        native_hist *h = &native[i];
+        if (i == NATIVE_CASES - 1 && n == NATIVE_RESET) {
+            h->count = h->zero_count = 0;
+            h->sum = 0;
+            memset(h->pos, 0, sizeof h->pos);
+            memset(h->neg, 0, sizeof h->neg);
+        }
+        for (unsigned long j = 0; j < 3 + n % 4; j++)
+            native_observe(h, native_value(n + (unsigned long)i * 1000, j));
+        hist.len = 0;
+        pb_uint(&hist, 1, h->count);
+        pb_double(&hist, 2, h->sum);
+        pb_sint(&hist, 5, h->schema);
+        pb_double(&hist, 6, h->zero_threshold);
+        pb_uint(&hist, 7, h->zero_count);
+        /* Negative buckets are indexed by the absolute value, like the positive ones. */
+        native_side(&hist, h->neg, 9, 10);
+        native_side(&hist, h->pos, 12, 13);
+        label.len = 0;
+        pb_bytes(&label, 1, "case", 4);
+        pb_bytes(&label, 2, h->name, strlen(h->name));
+        met.len = 0;
+        pb_bytes(&met, 1, label.buf, label.len);
+        pb_bytes(&met, 7, hist.buf, hist.len);
+        pb_bytes(&fam, 4, met.buf, met.len);
+    }
+    static pb out;
+    out.len = 0;
+    pb_varint(&out, fam.len);
+    if (out.len + fam.len > sizeof b->buf)
+        abort();
+    memcpy(b->buf, out.buf, out.len);
+    memcpy(b->buf + out.len, fam.buf, fam.len);
+    b->len = out.len + fam.len;
+}
+
 static int write_all(int fd, const char *p, size_t n)
 {
     while (n > 0) {
@@ -196,6 +405,8 @@ static void respond(int fd, const char *status, const char *ctype, const char *d
         (void)write_all(fd, data, len);
 }
 
+static int native_mode;
+
 static void serve(int fd)
 {
     static body b;
@@ -217,8 +428,18 @@ static void serve(int fd)
     req[len] = '\0';
 
     if (strncmp(req, "GET /metrics ", 13) == 0 || strncmp(req, "GET /metrics?", 13) == 0) {
-        render(&b, ++scrapes);
-        respond(fd, "200 OK", "text/plain; version=0.0.4; charset=utf-8", b.buf, b.len);
+        if (!native_mode) {
+            render(&b, ++scrapes);
+            respond(fd, "200 OK", "text/plain; version=0.0.4; charset=utf-8", b.buf, b.len);
+        } else if (strstr(req, "application/vnd.google.protobuf")) {
+            native_render(&b, ++scrapes);
+            respond(fd, "200 OK",
+                    "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; "
+                    "encoding=delimited",
+                    b.buf, b.len);
+        } else {
+            respond(fd, "406 Not Acceptable", "text/plain", "protobuf only\n", 14);
+        }
     } else if (strncmp(req, "GET /ready ", 11) == 0) {
         respond(fd, "200 OK", "text/plain", "ok\n", 3);
     } else {
@@ -228,8 +449,12 @@ static void serve(int fd)
 
 int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "native") == 0) {
+        native_mode = 1;
+        argv++, argc--;
+    }
     if (argc < 2 || argc > 3) {
-        fprintf(stderr, "usage: exporter PORT [VANISH_AFTER]\n");
+        fprintf(stderr, "usage: exporter PORT [VANISH_AFTER] | exporter native PORT\n");
         return 2;
     }
     char *end;

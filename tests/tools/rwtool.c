@@ -29,6 +29,7 @@
 
 #include "decode.h"
 #include "histpb.h"
+#include "readresp.h"
 #include "remote.pb-c.h"
 #include "write_v2.pb-c.h"
 
@@ -371,26 +372,9 @@ static void print_histogram(const Prometheus__Histogram *h)
 
 static int readresp(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        perror(path);
+    Prometheus__ReadResponse *r = pt_tool_read_response("rwtool", path, &A);
+    if (!r)
         return 1;
-    }
-    static uint8_t buf[16 << 20];
-    size_t n = fread(buf, 1, sizeof(buf), f);
-    fclose(f);
-    pt_slice raw;
-    char msg[256];
-    if (pt_snappy_decode(buf, n, sizeof(buf), &A, &raw, msg, sizeof(msg)) != 0) {
-        fprintf(stderr, "rwtool: %s\n", msg);
-        return 1;
-    }
-    Prometheus__ReadResponse *r = (Prometheus__ReadResponse *)protobuf_c_message_unpack(
-        &prometheus__read_response__descriptor, NULL, raw.n, raw.p);
-    if (!r) {
-        fprintf(stderr, "rwtool: not a ReadResponse\n");
-        return 1;
-    }
     for (size_t q = 0; q < r->n_results; q++)
         for (size_t i = 0; i < r->results[q]->n_timeseries; i++) {
             const Prometheus__TimeSeries *t = r->results[q]->timeseries[i];
