@@ -27,6 +27,20 @@ typedef struct samples {
     int64_t start, end;
 } samples;
 
+/* The array of n pointers at old, copied into one of twice the room (first when empty)
+ * from a; *cap updated. NULL when out of memory. */
+static void *grow_ptrs(pt_arena *a, const void *old, size_t n, size_t *cap, size_t first)
+{
+    size_t ncap = *cap ? *cap * 2 : first;
+    void *nv = pt_arena_alloc(a, ncap * sizeof(void *));
+    if (!nv)
+        return NULL;
+    if (n)
+        memcpy(nv, old, n * sizeof(void *));
+    *cap = ncap;
+    return nv;
+}
+
 /* A cell of an exemplar row: the exemplar, when its exact time is in the window. */
 static int on_exemplar_cell(samples *s, pt_slice value)
 {
@@ -44,16 +58,8 @@ static int on_exemplar_cell(samples *s, pt_slice value)
         return PT_EINTERNAL;
     if (t < s->start || t > s->end)
         return 0;
-    if (s->en == s->ecap) {
-        size_t ncap = s->ecap ? s->ecap * 2 : 8;
-        Prometheus__Exemplar **nv = pt_arena_alloc(s->a, ncap * sizeof(*nv));
-        if (!nv)
-            return PT_ENOMEM;
-        if (s->en)
-            memcpy(nv, s->ev, s->en * sizeof(*nv));
-        s->ev = nv;
-        s->ecap = ncap;
-    }
+    if (s->en == s->ecap && !(s->ev = grow_ptrs(s->a, s->ev, s->en, &s->ecap, 8)))
+        return PT_ENOMEM;
     Prometheus__Exemplar *x = pt_arena_alloc(s->a, sizeof(*x));
     Prometheus__Label **lp = pt_arena_alloc(s->a, (nl ? nl : 1) * sizeof(*lp));
     Prometheus__Label *lv = pt_arena_alloc(s->a, (nl ? nl : 1) * sizeof(*lv));
@@ -80,16 +86,8 @@ static int on_hist_cell(samples *s, pt_slice qual, pt_slice value)
 {
     if (qual.n != PT_QUAL_LEN)
         return PT_EINTERNAL;
-    if (s->hn == s->hcap) {
-        size_t ncap = s->hcap ? s->hcap * 2 : 16;
-        Prometheus__Histogram **nv = pt_arena_alloc(s->a, ncap * sizeof(*nv));
-        if (!nv)
-            return PT_ENOMEM;
-        if (s->hn)
-            memcpy(nv, s->hv, s->hn * sizeof(*nv));
-        s->hv = nv;
-        s->hcap = ncap;
-    }
+    if (s->hn == s->hcap && !(s->hv = grow_ptrs(s->a, s->hv, s->hn, &s->hcap, 16)))
+        return PT_ENOMEM;
     int rv = pt_histogram_cell_decode(value.p, value.n, s->scratch);
     if (rv != 0)
         return rv;
