@@ -127,13 +127,13 @@ static int write_version(pt_arena *a, const char *ct, char *msg, size_t msglen)
 }
 
 /* Remote write 2.0's X-Prometheus-Remote-Write-*-Written: what is durably stored
- * (exemplars are not stored yet). */
+ * the cells acknowledged by the backend. */
 static void written_headers(pt_req *req, pt_resp *resp, const pt_write_result *res)
 {
     static const char *const names[] = {"X-Prometheus-Remote-Write-Samples-Written",
                                         "X-Prometheus-Remote-Write-Histograms-Written",
                                         "X-Prometheus-Remote-Write-Exemplars-Written"};
-    size_t counts[] = {res->samples_written, res->histograms_written, 0};
+    size_t counts[] = {res->samples_written, res->histograms_written, res->exemplars_written};
     for (size_t i = 0; i < 3 && resp->nheaders < PT_MAX_RESP_HEADERS; i++) {
         char *v = pt_arena_alloc(req->arena, 24);
         if (!v)
@@ -319,6 +319,8 @@ static void handle_read_streamed(pt_app *app, pt_req *req, pt_resp *resp,
     }
     pt_buf_init(&sr->pending, req->arena->max);
     int rv = grouped_start(app, req, rr, &sr->g);
+    if (rv == 0)
+        pt_read_exemplars(sr->g.r, 0); /* no exemplar field in ChunkedSeries */
     if (rv == 0)
         rv = stream_fill(sr);
     if (rv != 0) {

@@ -28,6 +28,7 @@
 #include "error.h"
 #include "index.h"
 #include "log.h"
+#include "meta.h"
 #include "rowkey.h"
 
 #define SHOW_MAX 20 /* problems printed; all are counted */
@@ -77,7 +78,7 @@ typedef struct checker {
     keyset series;  /* (sid, day) of every series row */
     keyset data;    /* (sid, day) with samples */
     size_t problems;
-    size_t index_cells, series_rows, points_rows, samples, not_compared;
+    size_t index_cells, series_rows, points_rows, samples, exemplars, not_compared;
     pt_buf prev_row;
     int64_t prev_day;
     pt_arena a;
@@ -126,14 +127,15 @@ typedef struct srow {
     size_t n;
 } srow;
 
-/* 1 with *sr filled for a series row, 0 for another row (the format marker), or < 0 when
- * it does not parse (reported). Allocates from ck->a. */
+/* 1 with *sr filled for a series row, 0 for another row (the format marker, metadata
+ * rows), or < 0 when it does not parse (reported). Allocates from ck->a. */
 static int parse_series_row(checker *ck, pt_slice row, pt_slice value, srow *sr)
 {
-    static const char format_row[] = "==format";
+    static const char format_row[] = "==format", meta[] = PT_META_ROW_PREFIX;
     char q[320];
     if (row.n < 2 || memcmp(row.p, "==", 2) != 0 ||
-        (row.n == sizeof(format_row) - 1 && memcmp(row.p, format_row, row.n) == 0))
+        (row.n == sizeof(format_row) - 1 && memcmp(row.p, format_row, row.n) == 0) ||
+        (row.n >= sizeof(meta) - 1 && memcmp(row.p, meta, sizeof(meta) - 1) == 0))
         return 0;
     const uint8_t *p = row.p;
     int64_t day = 0;
@@ -189,7 +191,6 @@ static int on_index_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 
 static int on_points_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 {
-    (void)value;
     checker *ck = ud;
     char q[320];
     int new_row = pt_slice_cmp(row, (pt_slice){ck->prev_row.p, ck->prev_row.len}) != 0;
@@ -200,15 +201,22 @@ static int on_points_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
             return PT_ENOMEM;
         ck->prev_day = -1;
     }
-    ck->samples++;
-    int64_t base = pt_row_key_base(row);
-    if (base < 0 || qual.n != PT_QUAL_LEN) {
+    /* An exemplar row (<sid>,#<base>): its cells' times are in their values, and the
+     * write path indexes the series for them as for samples. */
+    int64_t xbase = pt_row_key_base_marked(row, '#');
+    int64_t base = xbase >= 0 ? xbase : pt_row_key_base(row);
+    if (base < 0 || qual.n != PT_QUAL_LEN || (xbase >= 0 && value.n < 12)) {
         if (new_row || base >= 0)
-            problem(ck, "points row %s: not a data row (<sid>,@<base>, 4-byte qualifiers)",
+            problem(ck, "points row %s: not a data row (<sid>,@<base>, 4-byte qualifiers) "
+                    "nor an exemplar row (<sid>,#<base>, values of 12 bytes or more)",
                     quote(q, sizeof(q), row));
         return 0;
     }
-    int64_t t = base + pt_get_be32(qual.p), day = t - t % ck->bucket;
+    if (xbase >= 0)
+        ck->exemplars++;
+    else
+        ck->samples++;
+    int64_t t = base + pt_get_be32(xbase >= 0 ? value.p : qual.p), day = t - t % ck->bucket;
     if (day == ck->prev_day)
         return 0;
     ck->prev_day = day;
@@ -312,7 +320,8 @@ static int compare(checker *ck)
             ck->series_rows);
     if ((rv = scan(ck, PT_TABLE_POINTS, "", "", on_points_cell)) != 0)
         return rv;
-    fprintf(ck->out, "points: %zu rows, %zu samples\n", ck->points_rows, ck->samples);
+    fprintf(ck->out, "points: %zu rows, %zu samples, %zu exemplars\n", ck->points_rows,
+            ck->samples, ck->exemplars);
     /* '>' follows '=': [==, =>) is every series row. */
     if ((rv = scan(ck, PT_TABLE_INDEX, "==", "=>", on_series_row)) != 0)
         return rv;

@@ -8,7 +8,7 @@
 #include "metrics.h"
 #include "rowkey.h"
 
-static const char meta_prefix[] = "==meta,";
+static const char meta_prefix[] = PT_META_ROW_PREFIX;
 #define META_PREFIX_LEN (sizeof(meta_prefix) - 1)
 static const uint8_t meta_qual[] = {'m'};
 

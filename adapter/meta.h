@@ -22,6 +22,9 @@
 #include "buf.h"
 #include "store.h"
 
+/* What every metadata row key starts with ("==" + a non-hex letter: no series row). */
+#define PT_META_ROW_PREFIX "==meta,"
+
 /* Metric types, numbered as remote write 1.0's MetricMetadata.MetricType and 2.0's
  * Metadata.MetricType (0 = unknown / unspecified). */
 enum { PT_META_TYPES = 8 };

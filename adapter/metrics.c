@@ -162,6 +162,8 @@ long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
             "Samples received by remote write and stored.", LOAD(pt_m.samples_received));
     counter(&o, "promtable_series_received_total",
             "TimeSeries entries received by remote write.", LOAD(pt_m.series_received));
+    counter(&o, "promtable_exemplars_received_total",
+            "Exemplars received by remote write and stored.", LOAD(pt_m.exemplars_received));
     counter(&o, "promtable_metadata_received_total",
             "Metric metadata entries received by remote write.",
             LOAD(pt_m.metadata_received));

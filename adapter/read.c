@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "bytes.h"
+#include "exemplar.h"
 #include "histpb.h"
 #include "read_int.h"
 
@@ -21,23 +22,72 @@ typedef struct samples {
     Prometheus__Histogram **hv; /* histogram samples, in time order too */
     size_t hn, hcap;
     pt_histogram *scratch; /* the read's one decoded histogram */
+    Prometheus__Exemplar **ev; /* exemplars in the window, in time order */
+    size_t en, ecap;
+    int64_t start, end;
 } samples;
+
+/* The array of n pointers at old, copied into one of twice the room (first when empty)
+ * from a; *cap updated. NULL when out of memory. */
+static void *grow_ptrs(pt_arena *a, const void *old, size_t n, size_t *cap, size_t first)
+{
+    size_t ncap = *cap ? *cap * 2 : first;
+    void *nv = pt_arena_alloc(a, ncap * sizeof(void *));
+    if (!nv)
+        return NULL;
+    if (n)
+        memcpy(nv, old, n * sizeof(void *));
+    *cap = ncap;
+    return nv;
+}
+
+/* A cell of an exemplar row: the exemplar, when its exact time is in the window. */
+static int on_exemplar_cell(samples *s, pt_slice value)
+{
+    int64_t t;
+    double v;
+    pt_label *ls;
+    size_t nl;
+    /* The labels are kept as slices of the value, which lives only through this call. */
+    uint8_t *copy = pt_arena_alloc(s->a, value.n ? value.n : 1);
+    if (!copy)
+        return PT_ENOMEM;
+    memcpy(copy, value.p, value.n);
+    value.p = copy;
+    if (pt_exemplar_cell_decode(s->a, s->base, value, &t, &v, &ls, &nl) != 0)
+        return PT_EINTERNAL;
+    if (t < s->start || t > s->end)
+        return 0;
+    if (s->en == s->ecap && !(s->ev = grow_ptrs(s->a, s->ev, s->en, &s->ecap, 8)))
+        return PT_ENOMEM;
+    Prometheus__Exemplar *x = pt_arena_alloc(s->a, sizeof(*x));
+    Prometheus__Label **lp = pt_arena_alloc(s->a, (nl ? nl : 1) * sizeof(*lp));
+    Prometheus__Label *lv = pt_arena_alloc(s->a, (nl ? nl : 1) * sizeof(*lv));
+    if (!x || !lp || !lv)
+        return PT_ENOMEM;
+    prometheus__exemplar__init(x);
+    for (size_t j = 0; j < nl; j++) {
+        prometheus__label__init(&lv[j]);
+        lv[j].name = (ProtobufCBinaryData){ls[j].name.n, (uint8_t *)ls[j].name.p};
+        lv[j].value = (ProtobufCBinaryData){ls[j].value.n, (uint8_t *)ls[j].value.p};
+        lp[j] = &lv[j];
+    }
+    x->labels = lp;
+    x->n_labels = nl;
+    x->value = v;
+    x->timestamp = t;
+    s->ev[s->en++] = x;
+    (*s->total)++;
+    return 0;
+}
 
 /* A cell whose value is not 8 bytes: a histogram sample, into s->hv. */
 static int on_hist_cell(samples *s, pt_slice qual, pt_slice value)
 {
     if (qual.n != PT_QUAL_LEN)
         return PT_EINTERNAL;
-    if (s->hn == s->hcap) {
-        size_t ncap = s->hcap ? s->hcap * 2 : 16;
-        Prometheus__Histogram **nv = pt_arena_alloc(s->a, ncap * sizeof(*nv));
-        if (!nv)
-            return PT_ENOMEM;
-        if (s->hn)
-            memcpy(nv, s->hv, s->hn * sizeof(*nv));
-        s->hv = nv;
-        s->hcap = ncap;
-    }
+    if (s->hn == s->hcap && !(s->hv = grow_ptrs(s->a, s->hv, s->hn, &s->hcap, 16)))
+        return PT_ENOMEM;
     int rv = pt_histogram_cell_decode(value.p, value.n, s->scratch);
     if (rv != 0)
         return rv;
@@ -52,13 +102,14 @@ static int on_hist_cell(samples *s, pt_slice qual, pt_slice value)
 
 static int on_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 {
-    (void)row;
     samples *s = ud;
     if (s->limit && *s->total >= s->limit)
         return PT_ELIMIT;
     int rv = past_deadline(s->q);
     if (rv)
         return rv;
+    if (row.n > PT_BASE_DIGITS + 1 && row.p[row.n - PT_BASE_DIGITS - 1] == '#')
+        return on_exemplar_cell(s, value);
     if (pt_histogram_cell_is(value.n))
         return on_hist_cell(s, qual, value);
     if (s->n == s->cap) {
@@ -119,20 +170,24 @@ static int on_routed_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 /* Reads the cells of the k series in [start, end] into ss[0..k): bucket by bucket (so
  * each series' samples come in time order), every bucket's rows in groups of READ_GROUP
  * series per scan. */
-static int read_all(qctx *q, const series *v, size_t k, int64_t start, int64_t end, samples *ss)
+static int read_all(qctx *q, const series *v, size_t k, int64_t start, int64_t end, samples *ss,
+                    int exemplars)
 {
     rowref *refs = pt_arena_alloc(q->a, (k ? k : 1) * sizeof(*refs));
     pt_row_range *ranges = pt_arena_alloc(q->a, READ_GROUP * sizeof(*ranges));
     uint8_t *qb = pt_arena_alloc(q->a, 8);
     if (!refs || !ranges || !qb)
         return PT_ENOMEM;
-    for (int64_t base = pt_bucket_base(start); base <= end; base += PT_BUCKET_MS) {
+    for (int64_t pass = 0, base = pt_bucket_base(start); base <= end;) {
         for (size_t i = 0; i < k; i++) {
             size_t keylen = PT_ROW_KEY_LEN(v[i].sid.n);
             uint8_t *key = pt_arena_alloc(q->a, keylen + 1);
             if (!key)
                 return PT_ENOMEM;
-            pt_row_key(key, v[i].sid, base);
+            if (pass)
+                pt_exemplar_row_key(key, v[i].sid, base);
+            else
+                pt_row_key(key, v[i].sid, base);
             key[keylen] = 0; /* the end of the single-row range */
             refs[i] = (rowref){{key, keylen}, i};
             ss[i].base = base;
@@ -141,7 +196,9 @@ static int read_all(qctx *q, const series *v, size_t k, int64_t start, int64_t e
         size_t visited = 0;
         pt_scan sc = {PT_TABLE_POINTS, ranges, 0, {0}, {0}, 0, &visited};
         if (start > base) {
-            pt_put_be32(qb, (uint32_t)(start - base));
+            uint32_t off = (uint32_t)(start - base);
+            /* an exemplar's cell is keyed by its window's start */
+            pt_put_be32(qb, pass ? pt_exemplar_slot(off) : off);
             sc.qual_start = (pt_slice){qb, 4};
         }
         if (end - base + 1 < PT_BUCKET_MS) {
@@ -162,6 +219,13 @@ static int read_all(qctx *q, const series *v, size_t k, int64_t start, int64_t e
             visited = 0;
             if (rv)
                 return rv;
+        }
+        /* Each bucket's data rows, then (SAMPLES answers) its exemplar rows. */
+        if (exemplars && !pass) {
+            pass = 1;
+        } else {
+            pass = 0;
+            base += PT_BUCKET_MS;
         }
     }
     return 0;
@@ -184,7 +248,13 @@ struct pt_read {
     uint64_t deadline_ns; /* read.timeout after the start; 0 = none */
     const atomic_int *cancel;
     pt_histogram scratch; /* each histogram cell is decoded here first */
+    int exemplars;        /* read exemplar rows too (SAMPLES answers) */
 };
+
+void pt_read_exemplars(pt_read *r, int on)
+{
+    r->exemplars = on;
+}
 
 /* The message for a failed read: the read's own deadline, or the storage's error. */
 static void read_failed(const pt_read *r, int rv, char *msg, size_t msglen)
@@ -296,6 +366,7 @@ int pt_read_start(pt_store *st, const Prometheus__ReadRequest *rr, pt_arena *a,
     r->rr = rr;
     r->a = a;
     r->cancel = cancel;
+    r->exemplars = 1;
     r->t0 = pt_now_ns();
     if (st->read_timeout_ms > 0)
         r->deadline_ns = r->t0 + (uint64_t)st->read_timeout_ms * 1000000u;
@@ -365,10 +436,10 @@ int pt_read_next(pt_read *r, pt_arena *b, size_t max_series, pt_read_batch *out,
         return PT_ENOMEM;
     for (size_t i = 0; i < n; i++)
         ss[i] = (samples){.q = &r->q, .a = b, .total = &r->total, .limit = r->st->max_samples,
-                          .scratch = &r->scratch};
+                          .scratch = &r->scratch, .start = r->start, .end = r->end};
     qctx q = r->q;
     q.a = b; /* keys of this group only */
-    rv = read_all(&q, v, n, r->start, r->end, ss);
+    rv = read_all(&q, v, n, r->start, r->end, ss, r->exemplars);
     if (rv == PT_ELIMIT) {
         snprintf(msg, msglen,
                  "query returns more than %zu samples, over the limit "
@@ -382,7 +453,7 @@ int pt_read_next(pt_read *r, pt_arena *b, size_t max_series, pt_read_batch *out,
     }
     size_t nts = 0, nsamples = 0;
     for (size_t i = 0; i < n; i++) {
-        if (ss[i].n == 0 && ss[i].hn == 0)
+        if (ss[i].n == 0 && ss[i].hn == 0 && ss[i].en == 0)
             continue;
         Prometheus__TimeSeries *ts = series_message(&v[i], b);
         if (!ts)
@@ -391,6 +462,8 @@ int pt_read_next(pt_read *r, pt_arena *b, size_t max_series, pt_read_batch *out,
         ts->n_samples = ss[i].n;
         ts->histograms = ss[i].hv;
         ts->n_histograms = ss[i].hn;
+        ts->exemplars = ss[i].ev;
+        ts->n_exemplars = ss[i].en;
         nsamples += ss[i].n + ss[i].hn;
         out->ts[nts++] = ts;
     }

@@ -340,10 +340,15 @@ uint8_t *pt_row_key(uint8_t *dst, pt_slice sid, int64_t base)
 
 int64_t pt_row_key_base(pt_slice row)
 {
+    return pt_row_key_base_marked(row, '@');
+}
+
+int64_t pt_row_key_base_marked(pt_slice row, uint8_t marker)
+{
     if (row.n < 2 + PT_BASE_DIGITS)
         return -1;
     const uint8_t *d = row.p + row.n - PT_BASE_DIGITS;
-    if (d[-2] != ',' || d[-1] != '@')
+    if (d[-2] != ',' || d[-1] != marker)
         return -1;
     int64_t v = 0;
     for (int i = 0; i < PT_BASE_DIGITS; i++) {

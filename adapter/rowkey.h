@@ -76,6 +76,8 @@ void pt_cell_encode(int64_t t, double v, uint8_t qual[PT_QUAL_LEN], uint8_t val[
 int pt_cell_decode(int64_t base, pt_slice qual, pt_slice val, int64_t *t, double *v);
 /* Parses the 13-digit base at the end of a row key; -1 when the key has none. */
 int64_t pt_row_key_base(pt_slice row);
+/* The same for a key ending in "," marker base ('#': an exemplar row, exemplar.h). */
+int64_t pt_row_key_base_marked(pt_slice row, uint8_t marker);
 
 /* Index row keys (DESIGN §3, refined in the README), index format 2:
  *   series by metric:  <metric> ",@" day13 "," ref16         qualifier: label mask

@@ -19,6 +19,10 @@ enum {
     TAG_SVALUE = 1 << 3 | 1, /* Sample.value, a double */
     TAG_STIME = 2 << 3 | 0,  /* Sample.timestamp, an int64 */
     TAG_HIST = 4 << 3 | 2,   /* TimeSeries.histograms */
+    TAG_EXEMPLAR = 3 << 3 | 2, /* TimeSeries.exemplars */
+    TAG_X_LABEL = 1 << 3 | 2,  /* Exemplar.labels */
+    TAG_X_VALUE = 2 << 3 | 1,  /* Exemplar.value, a double */
+    TAG_X_TIME = 3 << 3 | 0,   /* Exemplar.timestamp, an int64 */
     /* Histogram (types.proto); custom_values, field 16, has a two-byte tag */
     TAG_H_COUNT_INT = 1 << 3 | 0,
     TAG_H_COUNT_FLOAT = 2 << 3 | 1,
@@ -145,6 +149,15 @@ static size_t histogram_size(const Prometheus__Histogram *h)
     return n;
 }
 
+static size_t exemplar_size(const Prometheus__Exemplar *x)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < x->n_labels; i++)
+        n += field_size(label_size(x->labels[i]));
+    return n + (value_present(x->value) ? 9 : 0) +
+           (x->timestamp ? varint_field((uint64_t)x->timestamp) : 0);
+}
+
 static size_t series_size(const Prometheus__TimeSeries *ts)
 {
     size_t n = 0;
@@ -152,6 +165,8 @@ static size_t series_size(const Prometheus__TimeSeries *ts)
         n += field_size(label_size(ts->labels[i]));
     for (size_t i = 0; i < ts->n_samples; i++)
         n += field_size(sample_size(ts->samples[i]));
+    for (size_t i = 0; i < ts->n_exemplars; i++)
+        n += field_size(exemplar_size(ts->exemplars[i]));
     for (size_t i = 0; i < ts->n_histograms; i++)
         n += field_size(histogram_size(ts->histograms[i]));
     return n;
@@ -277,10 +292,29 @@ static uint8_t *put_histogram(uint8_t *p, const Prometheus__Histogram *h)
     return put_doubles(p, custom, 2, h->custom_values, h->n_custom_values);
 }
 
+static uint8_t *put_label(uint8_t *p, uint8_t tag, const Prometheus__Label *l)
+{
+    *p++ = tag;
+    p = pt_put_uvarint(p, label_size(l));
+    p = put_bytes(p, TAG_NAME, &l->name);
+    return put_bytes(p, TAG_VALUE, &l->value);
+}
+
+static uint8_t *put_exemplar(uint8_t *p, const Prometheus__Exemplar *x)
+{
+    *p++ = TAG_EXEMPLAR;
+    p = pt_put_uvarint(p, exemplar_size(x));
+    for (size_t i = 0; i < x->n_labels; i++)
+        p = put_label(p, TAG_X_LABEL, x->labels[i]);
+    if (value_present(x->value))
+        p = put_double_field(p, TAG_X_VALUE, x->value);
+    if (x->timestamp)
+        p = put_varint_field(p, TAG_X_TIME, (uint64_t)x->timestamp);
+    return p;
+}
+
 static int put_series(pt_samples *e, const Prometheus__TimeSeries *ts)
 {
-    /* The read path makes none; an answer with them would need their encoding here. */
-    assert(ts->n_exemplars == 0);
     size_t n = series_size(ts);
     int rv = pt_buf_reserve(&e->out, field_size(n));
     if (rv != 0)
@@ -288,15 +322,12 @@ static int put_series(pt_samples *e, const Prometheus__TimeSeries *ts)
     uint8_t *start = e->out.p + e->out.len, *p = start;
     *p++ = TAG_SERIES;
     p = pt_put_uvarint(p, n);
-    for (size_t i = 0; i < ts->n_labels; i++) {
-        const Prometheus__Label *l = ts->labels[i];
-        *p++ = TAG_LABEL;
-        p = pt_put_uvarint(p, label_size(l));
-        p = put_bytes(p, TAG_NAME, &l->name);
-        p = put_bytes(p, TAG_VALUE, &l->value);
-    }
+    for (size_t i = 0; i < ts->n_labels; i++)
+        p = put_label(p, TAG_LABEL, ts->labels[i]);
     for (size_t i = 0; i < ts->n_samples; i++)
         p = put_sample(p, ts->samples[i]);
+    for (size_t i = 0; i < ts->n_exemplars; i++)
+        p = put_exemplar(p, ts->exemplars[i]);
     for (size_t i = 0; i < ts->n_histograms; i++)
         p = put_histogram(p, ts->histograms[i]);
     assert((size_t)(p - start) == field_size(n));

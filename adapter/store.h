@@ -40,6 +40,7 @@ typedef struct pt_store {
 typedef struct pt_write_result {
     size_t samples_written;    /* float samples */
     size_t histograms_written; /* native histogram samples */
+    size_t exemplars_written;
     size_t series;             /* TimeSeries entries seen */
     size_t samples_rejected;   /* samples, histograms and exemplars not stored */
     size_t entries_rejected;   /* TimeSeries entries with an invalid label set */
@@ -93,6 +94,9 @@ int pt_read_start(pt_store *st, const Prometheus__ReadRequest *rr, pt_arena *a,
  * an error with msg set (bad matcher or limit: 4xx; storage: 503). */
 int pt_read_next(pt_read *r, pt_arena *b, size_t max_series, pt_read_batch *out, char *msg,
                  size_t msglen);
+/* Whether the read returns exemplars (TimeSeries.exemplars; on by default). Streamed
+ * reads turn it off: their chunked answer has no place for exemplars. */
+void pt_read_exemplars(pt_read *r, int on);
 /* Releases the matchers; safe at any point, also after an error. */
 void pt_read_free(pt_read *r);
 

@@ -8,6 +8,7 @@
 #include "buf.h"
 #include "bytes.h"
 #include "error.h"
+#include "exemplar.h"
 #include "histpb.h"
 #include "meta.h"
 #include "metrics.h"
@@ -417,6 +418,8 @@ static int time_ok(sput *s, int64_t t)
     return 0;
 }
 
+static void pend_day(sput *s, int64_t t);
+
 /* Adds the cell at t (qualifier written here; the value of vlen bytes follows it in cell,
  * arena memory) and pends the series' index rows for t's bucket. */
 static int put_point(sput *s, int64_t t, uint8_t *cell, size_t vlen)
@@ -434,9 +437,16 @@ static int put_point(sput *s, int64_t t, uint8_t *cell, size_t vlen)
                   (pt_slice){cell, PT_QUAL_LEN}, (pt_slice){cell + PT_QUAL_LEN, vlen}, t * 1000);
     if (rv != 0)
         return rv;
+    pend_day(s, t);
+    return 0;
+}
+
+/* Pends the series' index rows for t's index bucket (and the next one near its end). */
+static void pend_day(sput *s, int64_t t)
+{
     int64_t bucket = s->st->index_bucket_ms, day = t - t % bucket;
     if (day == s->day_done)
-        return 0;
+        return;
     s->day_done = day;
     pt_index_key key = pt_index_key_of(s->sid, day);
     pend(s->pd, key, s->ls, s->nl, s->sid, day);
@@ -446,6 +456,44 @@ static int put_point(sput *s, int64_t t, uint8_t *cell, size_t vlen)
     int64_t spread = bucket / 24, into = t - day;
     if (spread > 0 && into >= bucket - spread + (int64_t)(key.hi % (uint64_t)spread))
         pend(s->pd, pt_index_key_of(s->sid, day + bucket), s->ls, s->nl, s->sid, day + bucket);
+}
+
+/* Adds one exemplar's cell (README: "Exemplars"), or counts it rejected with a note. */
+static int put_exemplar(sput *s, const pt_wexemplar *x, size_t entry)
+{
+    char why[200];
+    if (x->ref_problem == PT_WREF_ODD)
+        snprintf(why, sizeof(why), "labels_refs has an odd length");
+    else if (x->ref_problem != PT_WREF_OK)
+        snprintf(why, sizeof(why), "a labels_refs symbol reference is out of range");
+    else if (x->timestamp < 0 || x->timestamp > PT_MAX_TIME_MS)
+        snprintf(why, sizeof(why), "timestamp %" PRId64 " is %s", x->timestamp,
+                 x->timestamp < 0 ? "negative" : "out of range (after year 2286)");
+    else if (pt_exemplar_labels_check(x->labels, x->nlabels, why, sizeof(why)) == 0)
+        why[0] = '\0';
+    if (why[0]) {
+        s->res->samples_rejected++;
+        pt_m.samples_rejected[PT_REJECT_EXEMPLAR]++;
+        note(s->res, "invalid exemplar in timeseries %zu (series %.*s): %s", entry,
+             (int)(s->sid.n > 200 ? 200 : s->sid.n), (const char *)s->sid.p, why);
+        return 0;
+    }
+    int64_t t = x->timestamp, base = pt_bucket_base(t);
+    size_t klen = PT_ROW_KEY_LEN(s->sid.n), vlen = pt_exemplar_cell_size(x->labels, x->nlabels);
+    uint8_t *row = pt_arena_alloc(s->a, klen + PT_QUAL_LEN + vlen);
+    if (!row)
+        return PT_ENOMEM;
+    uint8_t *qual = row + klen, *val = qual + PT_QUAL_LEN;
+    pt_exemplar_row_key(row, s->sid, base);
+    uint32_t off = (uint32_t)(t - base);
+    pt_put_be32(qual, pt_exemplar_slot(off));
+    pt_exemplar_cell_encode(val, off, x->value, x->labels, x->nlabels);
+    int rv = push(s->b, PT_TABLE_POINTS, (pt_slice){row, klen}, (pt_slice){qual, PT_QUAL_LEN},
+                  (pt_slice){val, vlen}, t * 1000);
+    if (rv != 0)
+        return rv;
+    pend_day(s, t);
+    s->res->exemplars_written++;
     return 0;
 }
 
@@ -484,7 +532,7 @@ static int store_write(pt_store *st, pt_wreq *wr, pt_arena *a, pt_write_result *
 {
     memset(res, 0, sizeof(*res));
     res->series = wr->nseries;
-    size_t nsamples = wr->nsamples + wr->nhistograms; /* cells */
+    size_t nsamples = wr->nsamples + wr->nhistograms + wr->nexemplars; /* cells */
     int v2 = wr->version == 2;
 
     batch b = {0};
@@ -518,14 +566,8 @@ static int store_write(pt_store *st, pt_wreq *wr, pt_arena *a, pt_write_result *
         pt_wseries *ts = &wr->series[i];
         if (v2 && check_v2_entry(wr, i, res))
             continue;
-        if (ts->nexemplars) {
-            res->samples_rejected += ts->nexemplars;
-            pt_m.samples_rejected[PT_REJECT_EXEMPLAR] += ts->nexemplars;
-            note(res, "exemplars are not supported yet (%zu rejected); disable send_exemplars",
-                 ts->nexemplars);
-        }
         size_t npoints = ts->nsamples + ts->nhistograms;
-        if (npoints == 0 && !ts->has_meta)
+        if (npoints + ts->nexemplars == 0 && !ts->has_meta)
             continue;
         pt_label *ls = ts->labels;
         char lmsg[PT_MSG_MAX];
@@ -533,8 +575,8 @@ static int store_write(pt_store *st, pt_wreq *wr, pt_arena *a, pt_write_result *
         long nl = pt_labels_validate(ls, ts->nlabels, &plain, lmsg, sizeof(lmsg));
         if (nl < 0) {
             res->entries_rejected++;
-            res->samples_rejected += npoints;
-            pt_m.samples_rejected[PT_REJECT_LABELS] += npoints;
+            res->samples_rejected += npoints + ts->nexemplars;
+            pt_m.samples_rejected[PT_REJECT_LABELS] += npoints + ts->nexemplars;
             note(res, "%s", lmsg);
             continue;
         }
@@ -546,7 +588,7 @@ static int store_write(pt_store *st, pt_wreq *wr, pt_arena *a, pt_write_result *
             if (metadata_entry(&mb, family, &ts->meta) != 0)
                 return PT_ENOMEM;
         }
-        if (npoints == 0)
+        if (npoints + ts->nexemplars == 0)
             continue;
         pt_slice sid;
         int rv = pt_series_id_checked(a, ls, (size_t)nl, !plain, &sid);
@@ -589,6 +631,10 @@ static int store_write(pt_store *st, pt_wreq *wr, pt_arena *a, pt_write_result *
                 return rv;
             res->histograms_written++;
         }
+        /* 1.0 senders send exemplars in entries of their own, without samples. */
+        for (size_t j = 0; j < ts->nexemplars; j++)
+            if ((rv = put_exemplar(&sp, &ts->exemplars[j], i)) != 0)
+                return rv;
     }
     int rv = index_pending(&b, a, st, &pd, &seen, res);
     if (rv != 0)
@@ -607,7 +653,7 @@ static int store_write(pt_store *st, pt_wreq *wr, pt_arena *a, pt_write_result *
         }
         if (rv != 0) {
             pt_m.backend_write_errors++;
-            res->samples_written = res->histograms_written = 0;
+            res->samples_written = res->histograms_written = res->exemplars_written = 0;
             return rv;
         }
     }
@@ -625,10 +671,11 @@ static int store_write(pt_store *st, pt_wreq *wr, pt_arena *a, pt_write_result *
     /* The metadata queued above, kept per metric family (meta.c). */
     if ((rv = pt_meta_commit(&mb)) != 0) {
         pt_m.backend_write_errors++;
-        res->samples_written = res->histograms_written = 0;
+        res->samples_written = res->histograms_written = res->exemplars_written = 0;
         return rv;
     }
     pt_m.samples_received += res->samples_written + res->histograms_written;
+    pt_m.exemplars_received += res->exemplars_written;
     pt_m.series_received += res->series;
     pt_m.index_rows_written += res->index_rows;
     return 0;

@@ -56,7 +56,7 @@ static int64_t row_time(const uint8_t *p, size_t n, size_t *end)
             i++;
             continue;
         }
-        if (p[i] != ',' || p[i + 1] != '@')
+        if (p[i] != ',' || (p[i + 1] != '@' && p[i + 1] != '#')) /* data, exemplars */
             continue;
         if (n - i - 2 < TIME_DIGITS)
             return -1;

@@ -45,7 +45,7 @@ written() {
 }
 
 # case2 NAME CODE SAMPLES SPEC...: a 2.0 request answered CODE with SAMPLES written, HW
-# histograms (0 unless set) and no exemplars (promtable does not store them yet).
+# histograms and XW exemplars (0 unless set).
 case2() {
     local name=$1 code=$2 samples=$3 got
     shift 3
@@ -53,8 +53,8 @@ case2() {
     got=$(post "$DIR/req.bin" "$V2")
     is_ "$name: $code" "$code" "$got"
     is_ "$name: Samples-Written $samples" "$samples" "$(written samples)"
-    if [ "$(written histograms)" != "${HW:-0}" ] || [ "$(written exemplars)" != 0 ]; then
-        tap_not_ok "$name: Histograms-Written ${HW:-0} and Exemplars-Written 0"
+    if [ "$(written histograms)" != "${HW:-0}" ] || [ "$(written exemplars)" != "${XW:-0}" ]; then
+        tap_not_ok "$name: Histograms-Written ${HW:-0} and Exemplars-Written ${XW:-0}"
     fi
     [ "$got" = "$code" ] || tap_diag_file "$DIR/body"
 }
@@ -135,11 +135,20 @@ case2 "three samples with metadata" 204 3 s l __name__ cpu_usage v 85.5 $T m 2 C
     s l __name__ memory_usage v 4096000000 $T m 2 Memory bytes \
     s l device sda1 l __name__ disk_usage v 75.2 $T m 2 Disk percent
 
-# ---- exemplar_test.go: exemplars are refused for now (400, the samples stored)
+# ---- exemplar_test.go: exemplars stored (one per series per 16.384 s window) and read
+# back; invalid ones refused with 400, the rest stored
 T=$((T + 1))
-case2 "sample with an exemplar: 400, the sample stored" 400 1 s l __name__ ex_m l job api v 1 $T x trace_id abc123 1 $T
-grep -q 'exemplars are not supported' "$DIR/body" || tap_not_ok "the 400 says exemplars are refused"
+XW=1 case2 "sample with an exemplar: 204, both stored" 204 1 s l __name__ ex_m l job api v 1 $T x trace_id abc123 1 $T
+echo "{__name__=\"ex_m\",job=\"api\"} $T 3ff0000000000000" >>"$EXPECT.ex"
+echo "{__name__=\"ex_m\",job=\"api\"} $T x trace_id=abc123 3ff0000000000000" >>"$EXPECT.ex"
+XW=1 case2 "exemplar without labels, NaN value: 204" 204 1 s l __name__ ex_m l job nolabels v 2 $T x - - 0x7ff8000000000001 $T
+echo "{__name__=\"ex_m\",job=\"nolabels\"} $T 4000000000000000" >>"$EXPECT.ex"
+echo "{__name__=\"ex_m\",job=\"nolabels\"} $T x 7ff8000000000001" >>"$EXPECT.ex"
 case2 "exemplar without a name label: 400" 400 0 s l job test v 1 $T x trace_id t 1 $T
+long=$(printf 'a%.0s' $(seq 1 121)) # trace_id + 121 runes: over the 128 of OpenMetrics
+case2 "exemplar labels over 128 runes: 400, the sample stored" 400 1 s l __name__ ex_m l job long v 1 $T x trace_id "$long" 1 $T
+grep -q '128 UTF-8 runes' "$DIR/body" || tap_not_ok "the 400 names the rune limit"
+echo "{__name__=\"ex_m\",job=\"long\"} $T 3ff0000000000000" >>"$EXPECT.ex"
 
 # ---- symbols and refs (MUST)
 case2 "symbols[0] not empty: 400" 400 0 sym0 x s l __name__ up v 1 $T
@@ -185,5 +194,18 @@ readback 'resource cpu usage' "$EXPECT.spaces"
 readback rw1 "$EXPECT.rw1"
 readback request_duration_seconds "$EXPECT.hist"
 readback rw1_hist "$EXPECT.rw1h"
+readback ex_m "$EXPECT.ex"
+
+# ---- `promtable check` on the store all of the above wrote (samples, histograms,
+# exemplars, metadata rows): healthy, exemplar rows counted as such
+pt_stop "$PID"
+"$PROMTABLE" check --storage.embedded.path="$DIR/store" >"$DIR/check.out" 2>&1
+rc=$?
+if [ "$rc" = 0 ] && grep -Eq '^points: .* [1-9][0-9]* exemplars' "$DIR/check.out"; then
+    tap_ok "promtable check: the store is healthy (exit 0), exemplar rows counted"
+else
+    tap_not_ok "promtable check: the store is healthy (exit $rc, want 0), exemplar rows counted"
+    tap_diag_file "$DIR/check.out"
+fi
 
 tap_done

@@ -7,6 +7,8 @@
  *                                     and one native histogram a line:
  *                                     {labels} TS h COUNT SUM-BITS SCHEMA ZT-BITS ZC
  *                                       pos:OFFSET/LENGTH,... d:DELTA,... hint:H
+ *                                     and one exemplar a line:
+ *                                     {labels} TS x NAME=VALUE,... VALUE-BITS-HEX
  *
  * SPEC tokens (labels stay in the order given, so unsorted sets can be sent):
  *   s                 a new series
@@ -386,6 +388,16 @@ static int readresp(const char *path)
             for (size_t j = 0; j < t->n_histograms; j++) {
                 print_labels(t);
                 print_histogram(t->histograms[j]);
+            }
+            for (size_t j = 0; j < t->n_exemplars; j++) {
+                const Prometheus__Exemplar *x = t->exemplars[j];
+                print_labels(t);
+                printf(" %" PRId64 " x", x->timestamp);
+                for (size_t k = 0; k < x->n_labels; k++)
+                    printf("%s%.*s=%.*s", k ? "," : " ", (int)x->labels[k]->name.len,
+                           (const char *)x->labels[k]->name.data, (int)x->labels[k]->value.len,
+                           (const char *)x->labels[k]->value.data);
+                printf(" %016" PRIx64 "\n", bits_of(x->value));
             }
         }
     protobuf_c_message_free_unpacked(&r->base, NULL);

@@ -35,6 +35,7 @@
 #include "conformance.h"
 #include "index_conformance.h"
 #include "api_conformance.h"
+#include "exemplar_conformance.h"
 #include "hist_conformance.h"
 #include "bigtable.h"
 #include "bigtable_int.h"
@@ -1019,6 +1020,15 @@ int main(void)
             pt_hist_conformance(&hb, NULL, NULL, "bigtable(emulator)");
         if (ho == 0)
             pt_backend_close(&hb);
+    }
+    {
+        /* Exemplars on Bigtable: their own tables. */
+        pt_backend xb;
+        int xo = open_bt(&xb, endpoint, "ex_", 0, err, sizeof(err));
+        if (ok(xo == 0 && init_bt(&xb, err, sizeof(err)) == 0, "tables for exemplars %s", err))
+            pt_exemplar_conformance(&xb, NULL, NULL, "bigtable(emulator)");
+        if (xo == 0)
+            pt_backend_close(&xb);
     }
     test_fanout(&b);
     test_split_wide(&b);

@@ -53,6 +53,19 @@ static int put_points(pt_backend *b, const char *sid, int64_t t0, int64_t step, 
     return rv;
 }
 
+/* One exemplar cell (exemplar.h) at t in the exemplar row of sid: sid ",#" base. */
+static int put_exemplar(pt_backend *b, const char *sid, int64_t t)
+{
+    char row[256];
+    int64_t base = t - t % BUCKET;
+    sprintf(row, "%s,#%013" PRId64, sid, base);
+    uint8_t q[4], v[12] = {0};
+    pt_put_be32(q, (uint32_t)(t - base) & ~(uint32_t)16383);
+    pt_put_be32(v, (uint32_t)(t - base));
+    pt_mutation m = {PT_TABLE_POINTS, sl(row), {q, 4}, {v, 12}, t * 1000};
+    return pt_backend_write(b, &m, 1);
+}
+
 static int put_index(pt_backend *b, const char *row)
 {
     pt_mutation m = {PT_TABLE_INDEX, sl(row), sl("l"), sl(""), 0};
@@ -95,6 +108,13 @@ static int points_in(pt_backend *b, const char *sid, int64_t t_in_bucket)
 {
     char row[256];
     return look(b, PT_TABLE_POINTS, rowkey(row, sid, t_in_bucket - t_in_bucket % BUCKET)).cells;
+}
+
+static int exemplars_in(pt_backend *b, const char *sid, int64_t t_in_bucket)
+{
+    char row[256];
+    sprintf(row, "%s,#%013" PRId64, sid, t_in_bucket - t_in_bucket % BUCKET);
+    return look(b, PT_TABLE_POINTS, row).cells;
 }
 
 static int index_in(pt_backend *b, const char *row)
@@ -170,6 +190,8 @@ static void test_filter(void)
     ok(put_points(&b, "edge_in", CUT - 100, 100, 2) == 0, "a chunk ending at the cutoff");
     ok(put_points(&b, "edge_out", CUT - 101, 100, 2) == 0, "a chunk ending 1 ms before it");
     ok(put_points(&b, "fresh", NOW - 1000, 1, 1) == 0, "a fresh sample written");
+    ok(put_exemplar(&b, "ex", B_OLD + 1000) == 0 && put_exemplar(&b, "ex", NOW - 1000) == 0,
+       "an exemplar in an expired bucket and a fresh one written");
     ok(put_points(&b, "a,@0000000000000,b", CUT - DAY, 1, 1) == 0,
        "a row whose base is not at its end");
     int nidx = index_rows();
@@ -192,6 +214,8 @@ static void test_filter(void)
     is(points_in(&b, "edge_in", B), 2, "last sample at the cutoff: kept");
     is(points_in(&b, "edge_out", B), 0, "last sample 1 ms before it: gone");
     is(points_in(&b, "fresh", NOW), 1, "a fresh sample: kept");
+    is(exemplars_in(&b, "ex", B_OLD), 0, "an exemplar row of a bucket before the cutoff: gone");
+    is(exemplars_in(&b, "ex", NOW), 1, "a fresh exemplar: kept");
     {
         char row[64];
         sprintf(row, "a,@0000000000000,b,@%013lld", (long long)B);
@@ -204,7 +228,7 @@ static void test_filter(void)
         kept += index_in(&b, idx[i]) == 1;
     is(gone, IDX_EXPIRED, "index cells of days wholly before the cutoff: gone");
     is(kept, nidx - IDX_EXPIRED, "index cells of later days and unknown keys: kept");
-    is(st.expired_chunks, 3, "3 chunks counted dropped");
+    is(st.expired_chunks, 4, "4 chunks counted dropped (one of them exemplars)");
     is(st.expired_index, IDX_EXPIRED, "%d index cells counted dropped", IDX_EXPIRED);
 
     /* The head is not compacted: expired cells there go once flushed. */

@@ -1,0 +1,87 @@
+/* Exemplar rows and cells (exemplar.h). */
+#include "exemplar.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "bytes.h"
+#include "error.h"
+#include "store.h"
+
+void pt_exemplar_row_key(uint8_t *dst, pt_slice sid, int64_t base)
+{
+    pt_row_key(dst, sid, base);
+    dst[sid.n + 1] = '#'; /* sid ",#" base: beside the data rows, never inside their ranges */
+}
+
+static size_t runes(pt_slice s)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s.n; i++)
+        n += (s.p[i] & 0xc0) != 0x80;
+    return n;
+}
+
+int pt_exemplar_labels_check(const pt_label *ls, size_t n, char *why, size_t whylen)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        pt_slice name = ls[i].name, value = ls[i].value;
+        if (name.n == 0) {
+            snprintf(why, whylen, "an exemplar label has an empty name");
+            return -1;
+        }
+        if (!pt_utf8_valid(name) || !pt_utf8_valid(value)) {
+            snprintf(why, whylen, "exemplar label \"%.*s\" is not valid UTF-8",
+                     (int)(name.n > 60 ? 60 : name.n), (const char *)name.p);
+            return -1;
+        }
+        total += runes(name) + runes(value);
+        if (total > PT_EXEMPLAR_MAX_RUNES) {
+            snprintf(why, whylen, "exemplar labels are longer than %d UTF-8 runes (names and "
+                     "values together, the OpenMetrics limit)", PT_EXEMPLAR_MAX_RUNES);
+            return -1;
+        }
+        /* At most 128 labels get here (each name is a rune at least). */
+        for (size_t j = 0; j < i; j++)
+            if (pt_slice_eq(ls[j].name, name)) {
+                snprintf(why, whylen, "duplicate exemplar label name \"%.*s\"",
+                         (int)(name.n > 60 ? 60 : name.n), (const char *)name.p);
+                return -1;
+            }
+    }
+    return 0;
+}
+
+size_t pt_exemplar_cell_size(const pt_label *ls, size_t n)
+{
+    return 4 + 8 + pt_labels_encoded_len(ls, n);
+}
+
+void pt_exemplar_cell_encode(uint8_t *dst, uint32_t off, double v, const pt_label *ls, size_t n)
+{
+    uint64_t bits;
+    memcpy(&bits, &v, 8);
+    pt_put_be32(dst, off);
+    pt_put_be64(dst + 4, bits);
+    pt_labels_encode(dst + 12, ls, n);
+}
+
+int pt_exemplar_cell_decode(pt_arena *a, int64_t base, pt_slice val, int64_t *t, double *v,
+                            pt_label **ls, size_t *n)
+{
+    if (val.n < 12)
+        return PT_EINTERNAL;
+    *t = base + pt_get_be32(val.p);
+    uint64_t bits = pt_get_be64(val.p + 4);
+    memcpy(v, &bits, 8);
+    *ls = NULL;
+    *n = 0;
+    if (val.n == 12)
+        return 0;
+    long k = pt_labels_decode(a, (pt_slice){val.p + 12, val.n - 12}, ls);
+    if (k < 0)
+        return PT_EINTERNAL;
+    *n = (size_t)k;
+    return 0;
+}

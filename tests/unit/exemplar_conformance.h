@@ -1,0 +1,344 @@
+/* Exemplars through a store on any backend (tests/unit/t_exemplar.c: embedded,
+ * t_bigtable_conformance.c: the emulator): remote write 1.0 and 2.0 bodies decoded by the
+ * zero-copy decoder, stored as cells of the exemplar rows, read back as SAMPLES (structs
+ * and the wire bytes, unpacked again with protobuf-c), every field compared bit for bit;
+ * the per-window cap, the query window, invalid exemplars. */
+#ifndef PT_TEST_EXEMPLAR_CONFORMANCE_H
+#define PT_TEST_EXEMPLAR_CONFORMANCE_H
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bytes.h"
+#include "exemplar.h"
+#include "samples.h"
+#include "store_helpers.h"
+#include "tap.h"
+#include "wire.h"
+
+static pt_arena xc_a;
+static pt_store *xc_st;
+
+/* One exemplar as written: labels as name, value pairs. */
+typedef struct xc_ex {
+    const char *l[6]; /* name, value, ..., NULL */
+    double v;
+    int64_t t;
+} xc_ex;
+
+static double xc_bits(uint64_t b)
+{
+    double d;
+    memcpy(&d, &b, sizeof(d));
+    return d;
+}
+
+static uint64_t xc_raw(double d)
+{
+    uint64_t b;
+    memcpy(&b, &d, sizeof(b));
+    return b;
+}
+
+/* A 1.0 request: series name{job="x"} with ns floats (t0 + i s) in one entry, and the
+ * exemplars in an entry of their own (as Prometheus sends them). */
+static pt_slice xc_body_v1(const char *name, size_t ns, int64_t t0, const xc_ex *xs, size_t nx)
+{
+    Prometheus__WriteRequest *wr = pt_arena_alloc(&xc_a, sizeof(*wr));
+    prometheus__write_request__init(wr);
+    wr->timeseries = pt_arena_alloc(&xc_a, 2 * sizeof(void *));
+    for (int k = 0; k < 2; k++) {
+        Prometheus__TimeSeries *ts = pt_arena_alloc(&xc_a, sizeof(*ts));
+        prometheus__time_series__init(ts);
+        ts->labels = pt_arena_alloc(&xc_a, 2 * sizeof(void *));
+        ts->labels[0] = mk_label(&xc_a, "__name__", name);
+        ts->labels[1] = mk_label(&xc_a, "job", "x");
+        ts->n_labels = 2;
+        if (k == 0) {
+            ts->n_samples = ns;
+            ts->samples = pt_arena_alloc(&xc_a, (ns + 1) * sizeof(void *));
+            for (size_t i = 0; i < ns; i++) {
+                Prometheus__Sample *s = pt_arena_alloc(&xc_a, sizeof(*s));
+                prometheus__sample__init(s);
+                s->timestamp = t0 + (int64_t)i * 1000;
+                s->value = (double)i;
+                ts->samples[i] = s;
+            }
+        } else {
+            ts->n_exemplars = nx;
+            ts->exemplars = pt_arena_alloc(&xc_a, (nx + 1) * sizeof(void *));
+            for (size_t i = 0; i < nx; i++) {
+                Prometheus__Exemplar *x = pt_arena_alloc(&xc_a, sizeof(*x));
+                prometheus__exemplar__init(x);
+                size_t nl = 0;
+                while (xs[i].l[2 * nl])
+                    nl++;
+                x->labels = pt_arena_alloc(&xc_a, (nl + 1) * sizeof(void *));
+                for (size_t j = 0; j < nl; j++)
+                    x->labels[j] = mk_label(&xc_a, xs[i].l[2 * j], xs[i].l[2 * j + 1]);
+                x->n_labels = nl;
+                x->value = xs[i].v;
+                x->timestamp = xs[i].t;
+                ts->exemplars[i] = x;
+            }
+        }
+        wr->timeseries[wr->n_timeseries++] = ts;
+    }
+    size_t n = protobuf_c_message_get_packed_size(&wr->base);
+    uint8_t *p = pt_arena_alloc(&xc_a, n + 1);
+    protobuf_c_message_pack(&wr->base, p);
+    return (pt_slice){p, n};
+}
+
+static void xc_put_le64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> 8 * i);
+}
+
+static uint8_t *xc_put_len(uint8_t *p, uint8_t tag, const uint8_t *b, size_t n)
+{
+    *p++ = tag;
+    p = pt_put_uvarint(p, n);
+    memcpy(p, b, n);
+    return p + n;
+}
+
+/* A 2.0 request: symbols "", "__name__", name, "trace_id", then each exemplar's trace id
+ * (its l[1]); one series with one sample at t0 and the exemplars (labels trace_id only). */
+static pt_slice xc_body_v2(const char *name, int64_t t0, const xc_ex *xs, size_t nx)
+{
+    size_t cap = 256 + 64 * nx;
+    for (size_t i = 0; i < nx; i++)
+        cap += strlen(xs[i].l[1]);
+    uint8_t *series = pt_arena_alloc(&xc_a, cap), *q = series, *body = pt_arena_alloc(&xc_a, 2 * cap);
+    static const uint8_t refs[] = {1, 2};
+    q = xc_put_len(q, 1 << 3 | 2, refs, 2);
+    uint8_t sm[32], *s = sm;
+    *s++ = 1 << 3 | 1;
+    xc_put_le64(s, xc_raw(1.5)), s += 8;
+    *s++ = 2 << 3 | 0;
+    s = pt_put_uvarint(s, (uint64_t)t0);
+    q = xc_put_len(q, 2 << 3 | 2, sm, (size_t)(s - sm));
+    for (size_t i = 0; i < nx; i++) {
+        uint8_t xm[40], *x = xm, lr[2] = {3, (uint8_t)(4 + i)};
+        x = xc_put_len(x, 1 << 3 | 2, lr, 2);
+        *x++ = 2 << 3 | 1;
+        xc_put_le64(x, xc_raw(xs[i].v)), x += 8;
+        *x++ = 3 << 3 | 0;
+        x = pt_put_uvarint(x, (uint64_t)xs[i].t);
+        q = xc_put_len(q, 4 << 3 | 2, xm, (size_t)(x - xm));
+    }
+    uint8_t *p = body;
+    p = xc_put_len(p, 4 << 3 | 2, (const uint8_t *)"", 0);
+    p = xc_put_len(p, 4 << 3 | 2, (const uint8_t *)"__name__", 8);
+    p = xc_put_len(p, 4 << 3 | 2, (const uint8_t *)name, strlen(name));
+    p = xc_put_len(p, 4 << 3 | 2, (const uint8_t *)"trace_id", 8);
+    for (size_t i = 0; i < nx; i++)
+        p = xc_put_len(p, 4 << 3 | 2, (const uint8_t *)xs[i].l[1], strlen(xs[i].l[1]));
+    p = xc_put_len(p, 5 << 3 | 2, series, (size_t)(q - series));
+    return (pt_slice){body, (size_t)(p - body)};
+}
+
+static int xc_write(pt_slice body, int version, pt_write_result *res)
+{
+    pt_wreq wr;
+    char msg[256];
+    if (pt_wire_decode(body.p, body.n, version, &xc_a, &wr, msg, sizeof(msg)) != 0) {
+        diag("decode: %s", msg);
+        return -1;
+    }
+    return pt_store_write(xc_st, &wr, &xc_a, res);
+}
+
+/* Whether exemplars got[0, n) are want[0, n), every field bit for bit; diag on the first
+ * difference. */
+static int xc_same(Prometheus__Exemplar *const *got, size_t n, const xc_ex *want, size_t nw)
+{
+    if (n != nw) {
+        diag("%zu exemplars read, %zu expected", n, nw);
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const Prometheus__Exemplar *x = got[i];
+        size_t nl = 0;
+        while (want[i].l[2 * nl])
+            nl++;
+        int good = x->timestamp == want[i].t && xc_raw(x->value) == xc_raw(want[i].v) &&
+                   x->n_labels == nl;
+        for (size_t j = 0; good && j < nl; j++) {
+            const char *wn = want[i].l[2 * j], *wv = want[i].l[2 * j + 1];
+            good = x->labels[j]->name.len == strlen(wn) &&
+                   memcmp(x->labels[j]->name.data, wn, strlen(wn)) == 0 &&
+                   x->labels[j]->value.len == strlen(wv) &&
+                   memcmp(x->labels[j]->value.data, wv, strlen(wv)) == 0;
+        }
+        if (!good) {
+            diag("exemplar %zu differs: got t %" PRId64 " value bits %016" PRIx64
+                 " %zu labels, want t %" PRId64 " bits %016" PRIx64 " %zu labels",
+                 i, x->timestamp, xc_raw(x->value), x->n_labels, want[i].t, xc_raw(want[i].v), nl);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Reads series name over [start, end] as structs and as SAMPLES bytes; checks the bytes are
+ * protobuf-c's, unpacks them and checks both against want[0, nw) and ns floats. */
+static void xc_check_read(const char *name, int64_t start, int64_t end, const xc_ex *want,
+                          size_t nw, size_t ns, const char *what)
+{
+    tmatch m[] = {{0, "__name__", name}};
+    Prometheus__ReadResponse resp;
+    char msg[256];
+    int rv = pt_store_read(xc_st, mk_read(&xc_a, start, end, m, 1), &xc_a, NULL, &resp, msg,
+                           sizeof(msg));
+    ok(rv == 0 && resp.n_results == 1 && resp.results[0]->n_timeseries == 1, "%s: read", what);
+    if (rv != 0 || resp.results[0]->n_timeseries != 1)
+        return;
+    Prometheus__TimeSeries *ts = resp.results[0]->timeseries[0];
+    ok(xc_same(ts->exemplars, ts->n_exemplars, want, nw) && ts->n_samples == ns,
+       "%s: %zu exemplars, every field bit-exact, %zu floats beside them", what, nw, ns);
+
+    pt_read *r;
+    pt_read_batch bt;
+    pt_samples e;
+    pt_samples_init(&e, 0);
+    pt_read_start(xc_st, mk_read(&xc_a, start, end, m, 1), &xc_a, NULL, &r);
+    while ((rv = pt_read_next(r, &xc_a, 0, &bt, msg, sizeof(msg))) == 1)
+        pt_samples_add(&e, &bt);
+    pt_read_free(r);
+    pt_slice got = pt_samples_bytes(&e);
+    size_t n = prometheus__read_response__get_packed_size(&resp);
+    uint8_t *p = pt_arena_alloc(&xc_a, n + 1);
+    prometheus__read_response__pack(&resp, p);
+    ok(rv == 0 && got.n == n && memcmp(got.p, p, n) == 0,
+       "%s: SAMPLES wire bytes are protobuf-c's (%zu bytes)", what, n);
+    Prometheus__ReadResponse *u = prometheus__read_response__unpack(NULL, got.n, got.p);
+    ok(u && u->n_results == 1 && u->results[0]->n_timeseries == 1 &&
+           xc_same(u->results[0]->timeseries[0]->exemplars,
+                   u->results[0]->timeseries[0]->n_exemplars, want, nw),
+       "%s: SAMPLES bytes unpacked by protobuf-c: every field bit-exact", what);
+    if (u)
+        prometheus__read_response__free_unpacked(u, NULL);
+    pt_samples_free(&e);
+
+    /* A streamed read leaves them out (ChunkedSeries has no field for them). */
+    pt_read_start(xc_st, mk_read(&xc_a, start, end, m, 1), &xc_a, NULL, &r);
+    pt_read_exemplars(r, 0);
+    size_t nx = 0;
+    while ((rv = pt_read_next(r, &xc_a, 0, &bt, msg, sizeof(msg))) == 1)
+        for (size_t i = 0; i < bt.n; i++)
+            nx += bt.ts[i]->n_exemplars;
+    pt_read_free(r);
+    ok(rv == 0 && nx == 0, "%s: none read when turned off (streamed reads)", what);
+}
+
+/* Runs every case on be (its tables empty of these series); flush, when not NULL, moves
+ * what was written into the backend's long-term form. */
+__attribute__((unused)) static void pt_exemplar_conformance(pt_backend *be, int (*flush)(void *),
+                                                            void *flush_ud, const char *name)
+{
+    diag("exemplar conformance on %s", name);
+    pt_store st = {.be = be, .cache = pt_index_cache_new(1 << 16), .index_bucket_ms = 86400000,
+                   .max_series = 1000, .max_samples = 100000};
+    xc_st = &st;
+    pt_arena_init(&xc_a, 0, 0);
+    const int64_t w = PT_EXEMPLAR_SLOT_MS;
+    /* Window-aligned times: t0 is the first millisecond of a window. */
+    const int64_t t0 = (1700000000000 / w + 1) * w;
+
+    /* 1.0: special values, no labels, UTF-8 labels, a label set of exactly 128 runes
+     * (8 + 120 two-byte runes), one exemplar per window. */
+    static char long_ok[241];
+    for (int i = 0; i < 120; i++)
+        memcpy(long_ok + 2 * i, "\xc3\xa9", 2);
+    const xc_ex v1[] = {
+        {{"trace_id", "4bf92f3577b34da6a3ce929d0e0e4736", "span_id", "00f067aa0ba902b7"}, 0.25, t0},
+        {{NULL}, xc_bits(0x7ff8000000000123ULL), t0 + w + 5},
+        {{"trace_id", "b"}, INFINITY, t0 + 2 * w + 16383},
+        {{"trace_id", "c"}, -INFINITY, t0 + 3 * w},
+        {{"trace_id", "d"}, xc_bits(1), t0 + 4 * w + 1},
+        {{"trace_id", "e"}, xc_bits(0x7ff0000000000002ULL), t0 + 5 * w + 2},
+        {{"\xe2\x9c\x93 name", "\xe6\x97\xa5\xe6\x9c\xac"}, -1e300, t0 + 6 * w + 3},
+        {{"trace_id", long_ok}, 7, t0 + 7 * w + 4},
+        {{"trace_id", "z"}, 0, t0 + 8 * w + 5},
+    };
+    const size_t n1 = sizeof(v1) / sizeof(v1[0]);
+    pt_write_result res;
+    int wrv = xc_write(xc_body_v1("ex_v1", 10, t0, v1, n1), 1, &res);
+    ok(wrv == 0 && res.exemplars_written == n1 && res.samples_written == 10 &&
+           res.samples_rejected == 0,
+       "1.0: %zu exemplars in an entry of their own and 10 samples stored (%zu, %zu) %s", n1,
+       res.exemplars_written, res.samples_written, res.msg);
+    xc_check_read("ex_v1", t0, t0 + 10 * w, v1, n1, 10, "1.0");
+    xc_check_read("ex_v1", t0 + w + 6, t0 + 4 * w + 1, v1 + 2, 3, 0, "1.0, a window of the query");
+
+    /* 2.0 */
+    const xc_ex v2[] = {
+        {{"trace_id", "aa"}, 1.5, t0 + 100 * w},
+        {{"trace_id", "bb"}, -2.5, t0 + 101 * w + 77},
+        {{"trace_id", "cc"}, xc_bits(0xfff0000000000777ULL), t0 + 102 * w + 9},
+    };
+    wrv = xc_write(xc_body_v2("ex_v2", t0 + 100 * w, v2, 3), 2, &res);
+    ok(wrv == 0 && res.exemplars_written == 3 && res.samples_written == 1 &&
+           res.samples_rejected == 0,
+       "2.0: 3 exemplars stored (Exemplars-Written %zu) %s", res.exemplars_written, res.msg);
+    xc_check_read("ex_v2", t0 + 100 * w, t0 + 103 * w, v2, 3, 1, "2.0");
+
+    if (flush) {
+        ok(flush(flush_ud) == 0, "flushed");
+        xc_check_read("ex_v1", t0, t0 + 10 * w, v1, n1, 10, "1.0, after the flush");
+        xc_check_read("ex_v2", t0 + 100 * w, t0 + 103 * w, v2, 3, 1, "2.0, after the flush");
+    }
+
+    /* The cap: 40 exemplars 4.096 s apart, in time order, over 10 windows: one kept per
+     * window, the last of each. */
+    xc_ex cap[40], kept[10];
+    static char ids[40][8];
+    for (int i = 0; i < 40; i++) {
+        snprintf(ids[i], sizeof(ids[i]), "t%d", i);
+        cap[i] = (xc_ex){{"trace_id", ids[i]}, (double)i, t0 + 200 * w + (int64_t)i * (w / 4)};
+        if (i % 4 == 3)
+            kept[i / 4] = cap[i];
+    }
+    wrv = xc_write(xc_body_v1("ex_cap", 0, 0, cap, 40), 1, &res);
+    ok(wrv == 0 && res.exemplars_written == 40 && res.samples_rejected == 0,
+       "the cap: 40 exemplars in 10 windows accepted");
+    xc_check_read("ex_cap", t0, t0 + 300 * w, kept, 10, 0, "the cap, one exemplar a window");
+
+    /* Invalid ones: each named, the valid rest stored. */
+    static char long_bad[243];
+    memcpy(long_bad, long_ok, 240);
+    long_bad[240] = 'x';
+    const xc_ex bad[] = {
+        {{"trace_id", "ok1"}, 1, t0 + 400 * w},
+        {{"trace_id", long_bad}, 2, t0 + 401 * w},
+        {{"trace_id", "\xff\xfe"}, 3, t0 + 402 * w},
+        {{"trace_id", "a", "trace_id", "b"}, 4, t0 + 403 * w},
+        {{"", "a"}, 5, t0 + 404 * w},
+        {{"trace_id", "neg"}, 6, -5},
+        {{"trace_id", "ok2"}, 7, t0 + 405 * w},
+    };
+    const char *why[] = {NULL, "128 UTF-8 runes", "not valid UTF-8", "duplicate exemplar label",
+                         "empty name", "negative"};
+    for (size_t i = 1; i < 6; i++) {
+        const xc_ex one[] = {bad[0], bad[i]};
+        wrv = xc_write(xc_body_v1("ex_bad_one", 0, 0, one, 2), 1, &res);
+        ok(wrv == 0 && res.exemplars_written == 1 && res.samples_rejected == 1 &&
+               strstr(res.msg, "invalid exemplar") && strstr(res.msg, why[i]),
+           "refused, named: %s", res.msg);
+    }
+    wrv = xc_write(xc_body_v1("ex_bad", 0, 0, bad, 7), 1, &res);
+    ok(wrv == 0 && res.exemplars_written == 2 && res.samples_rejected == 5,
+       "5 invalid exemplars refused, 2 valid stored (%zu)", res.exemplars_written);
+    const xc_ex good[] = {bad[0], bad[6]};
+    xc_check_read("ex_bad", t0, t0 + 500 * w, good, 2, 0, "the valid ones of a partly invalid request");
+
+    pt_index_cache_free(st.cache);
+    pt_arena_free(&xc_a);
+}
+
+#endif
