@@ -9,8 +9,7 @@
  * stays open: per input its tables are emptied, the record written as its points.wal and
  * the store's open-time replay and flush run again on it (pt_emb_reload_logs, tests only)
  * with a new head; a replay that fails is a failed open (nothing to scan). A store is
- * opened anew every REOPEN_EVERY inputs (the deletions'
- * tombstones are shed). */
+ * opened anew every REOPEN_EVERY inputs (the deletions' tombstones are shed). */
 #include <errno.h>
 #include <ftw.h>
 #include <stdint.h>
