@@ -292,6 +292,22 @@ static int init_sync(embedded *e)
     return rv;
 }
 
+/* A new head, the logs of path opened and replayed into it, the replayed cells flushed
+ * into RocksDB and the logs emptied. */
+static int load_logs(embedded *e, const char *path, int sync, char *err, size_t errlen)
+{
+    int rv;
+    if ((rv = pt_emb_head_init(&e->h)) != 0 ||
+        (rv = pt_emb_wal_open(&e->w, path, sync, err, errlen)) != 0 ||
+        (rv = pt_emb_wal_replay(&e->w, &e->h, err, errlen)) != 0)
+        return rv;
+    /* Start from empty logs: replayed cells go to RocksDB now. */
+    if ((rv = flush_replayed(e)) != 0)
+        snprintf(err, errlen, "embedded: flushing the replayed logs of %s failed (%s)", path,
+                 pt_strerror(rv));
+    return rv;
+}
+
 /* Every setting this backend uses is read here. */
 static int embedded_open(void *state, const pt_backend_config *cfg, char *err, size_t errlen)
 {
@@ -317,16 +333,8 @@ static int embedded_open(void *state, const pt_backend_config *cfg, char *err, s
         goto fail;
     if ((rv = init_sync(e)) != 0)
         goto fail;
-    if ((rv = pt_emb_head_init(&e->h)) != 0 ||
-        (rv = pt_emb_wal_open(&e->w, path, sync, err, errlen)) != 0 ||
-        (rv = pt_emb_wal_replay(&e->w, &e->h, err, errlen)) != 0)
+    if ((rv = load_logs(e, path, sync, err, errlen)) != 0)
         goto fail;
-    /* Start from empty logs: replayed cells go to RocksDB now. */
-    if ((rv = flush_replayed(e)) != 0) {
-        snprintf(err, errlen, "embedded: flushing the replayed logs of %s failed (%s)", path,
-                 pt_strerror(rv));
-        goto fail;
-    }
     if (pthread_create(&e->thread, NULL, flush_main, e) != 0) {
         snprintf(err, errlen, "embedded: cannot start the flush thread");
         rv = PT_ENOMEM;
@@ -536,6 +544,25 @@ void pt_emb_set_hook(embedded *e, emb_hook hook, void *ud)
     e->hook = hook;
     e->hook_ud = ud;
     pthread_mutex_unlock(&e->mu);
+}
+
+int pt_emb_reload_logs(embedded *e, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&e->mu);
+    int rv = PT_EBUSY;
+    if (!e->frozen && e->w.dir) {
+        char *dir = e->w.dir;
+        int sync = e->w.sync;
+        e->w.dir = NULL; /* kept across the close */
+        e->ready = 0;
+        pt_emb_head_free(&e->h);
+        pt_emb_wal_close(&e->w);
+        rv = load_logs(e, dir, sync, err, errlen);
+        e->ready = rv == 0;
+        free(dir);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return rv;
 }
 
 void pt_embedded_compact(pt_backend *b, int64_t now_ms)

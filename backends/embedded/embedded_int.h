@@ -463,5 +463,11 @@ int pt_emb_scan_points(embedded *e, const pt_scan *s, pt_cell_fn fn, void *ud);
 
 /* Sets the flush hook (NULL: none) for the flushes that start from now on. */
 void pt_emb_set_hook(embedded *e, emb_hook hook, void *ud);
+/* Does again what open does once RocksDB is open, on an open store with nothing frozen
+ * (else PT_EBUSY): drops the head, reopens the logs and replays them into a new head,
+ * flushes the replayed cells and empties the logs (fuzz_wal: one store for every input,
+ * its logs rewritten between calls). On failure, as after a failed open, the store is not
+ * ready: a close then writes nothing; only this call or a close may follow. */
+int pt_emb_reload_logs(embedded *e, char *err, size_t errlen);
 
 #endif

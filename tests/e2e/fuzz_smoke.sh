@@ -43,7 +43,11 @@ for t in $targets; do
         printf '%s' '2023-11-14T22:13:20.5+01:00' >"$corpus/$t/time" ;;
     fuzz_histogram) cp "$here"/tests/data/fuzz/hist-*.bin "$corpus/$t/" ;;
     esac
-    if "$bdir/fuzz/$t" -max_total_time="${PT_FUZZ_SECONDS:-10}" -rss_limit_mb=2048 \
+    # fuzz_wal keeps one RocksDB store open: its per-input leak check would scan RocksDB's
+    # heap after nearly every input (see tests/fuzz/long.sh); LSan still checks at exit.
+    leaks=
+    [ "$t" = fuzz_wal ] && leaks=-detect_leaks=0
+    if "$bdir/fuzz/$t" -max_total_time="${PT_FUZZ_SECONDS:-10}" -rss_limit_mb=2048 $leaks \
             "$corpus/$t" >"$corpus/$t.log" 2>&1; then
         echo "ok $n - $t: $(grep -E '^Done' "$corpus/$t.log")"
     else

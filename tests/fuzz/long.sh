@@ -59,7 +59,7 @@ for t in $targets; do
     if [ "$t" = fuzz_wal ]; then
         # One RocksDB store kept open across inputs: libFuzzer's per-input leak check
         # (an LSan scan of RocksDB's heap whenever an input's mallocs and frees differ,
-        # nearly every input) would cost 99 % of the time; LSan still checks the whole
+        # nearly every input) would take 99 % of the time; LSan still checks the whole
         # run at exit. Its store lives on tmpfs where there is one: fsync is not fuzzed.
         extra+=(-detect_leaks=0)
         [ -w /dev/shm ] && tmp=/dev/shm
