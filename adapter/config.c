@@ -38,9 +38,10 @@ static const pt_conf_key table[] = {
     {"web.write_basic_auth_password_file", NULL, PT_CONF_FILE, "", 0, 0,
      F(write_basic_auth_password_file), "File holding the remote write basic auth password."},
     {"web.read_bearer_token_file", NULL, PT_CONF_FILE, "", 0, 0, F(read_bearer_token_file),
-     "Token for remote read only; read's own credentials replace the shared ones."},
+     "Token for remote read and the browsing API only; read's own credentials replace the "
+     "shared ones."},
     {"web.read_basic_auth_username", NULL, PT_CONF_STR, "", 0, 0, F(read_basic_auth_username),
-     "With the read password file: basic auth for remote read only."},
+     "With the read password file: basic auth for remote read and the browsing API only."},
     {"web.read_basic_auth_password_file", NULL, PT_CONF_FILE, "", 0, 0,
      F(read_basic_auth_password_file), "File holding the remote read basic auth password."},
     {"web.workers", NULL, PT_CONF_LONG, "0", 0, 256, F(workers),
