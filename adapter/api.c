@@ -461,6 +461,7 @@ typedef struct param {
 /* One API request: its parameters, window and limits, and the answer being made. */
 typedef struct apictx {
     pt_app *app;
+    pt_store *st; /* the request's store: its tenant's with tenancy on */
     pt_req *req;
     pt_resp *resp;
     param *p;
@@ -602,7 +603,7 @@ static void fail_store(apictx *c, int rv)
                  c->max);
     else if (rv == PT_ETIMEOUT)
         snprintf(c->msg, sizeof(c->msg), "the query took longer than read.timeout (%lld ms)",
-                 (long long)c->app->store.read_timeout_ms);
+                 (long long)c->st->read_timeout_ms);
     else if (PT_IS_RETRYABLE(rv))
         snprintf(c->msg, sizeof(c->msg), "storage read failed: %s", pt_strerror(rv));
     else if (!PT_IS_BAD_INPUT(rv))
@@ -639,10 +640,12 @@ static const char truncated[] = "results truncated due to limit";
 
 /* Parses the common parameters (limit too unless the endpoint reads its own). 0, or an
  * error already answered. */
-static int api_begin(apictx *c, pt_app *app, pt_req *req, pt_resp *resp, int own_limit)
+static int api_begin(apictx *c, pt_ctx *x, pt_req *req, pt_resp *resp, int own_limit)
 {
+    pt_app *app = x->app;
     memset(c, 0, sizeof(*c));
     c->app = app;
+    c->st = x->store;
     c->req = req;
     c->resp = resp;
     pt_buf_init_arena(&c->out, req->arena, 0);
@@ -667,7 +670,7 @@ static int api_begin(apictx *c, pt_app *app, pt_req *req, pt_resp *resp, int own
             return PT_EBADREQ;
         }
     }
-    int64_t oldest = pt_oldest_kept(&app->store);
+    int64_t oldest = pt_oldest_kept(c->st);
     c->start = t[0] < oldest ? oldest : t[0];
     c->end = t[1] > PT_MAX_TIME_MS ? PT_MAX_TIME_MS : t[1];
     const char *l = own_limit ? NULL : param_get(c, "limit");
@@ -688,7 +691,7 @@ static int api_begin(apictx *c, pt_app *app, pt_req *req, pt_resp *resp, int own
 /* A query context over the request's window. */
 static void qctx_init(apictx *c, qctx *q)
 {
-    pt_store *st = &c->app->store;
+    pt_store *st = c->st;
     memset(q, 0, sizeof(*q));
     q->st = st;
     q->a = c->req->arena;
@@ -1007,17 +1010,17 @@ static pt_slice u_unescape(pt_arena *a, pt_slice s)
     return (pt_slice){o, k};
 }
 
-void pt_api_labels(pt_app *app, pt_req *req, pt_resp *resp)
+void pt_api_labels(pt_ctx *ctx, pt_req *req, pt_resp *resp)
 {
     apictx c;
-    if (api_begin(&c, app, req, resp, 0) == 0)
+    if (api_begin(&c, ctx, req, resp, 0) == 0)
         answer_labels(&c, NULL);
 }
 
-void pt_api_label_values(pt_app *app, pt_req *req, pt_resp *resp)
+void pt_api_label_values(pt_ctx *ctx, pt_req *req, pt_resp *resp)
 {
     apictx c;
-    if (api_begin(&c, app, req, resp, 0) != 0)
+    if (api_begin(&c, ctx, req, resp, 0) != 0)
         return;
     static const char pre[] = "/api/v1/label/", post[] = "/values";
     const size_t fixed = sizeof(pre) - 1 + sizeof(post) - 1;
@@ -1040,10 +1043,10 @@ void pt_api_label_values(pt_app *app, pt_req *req, pt_resp *resp)
     answer_labels(&c, &ln);
 }
 
-void pt_api_series(pt_app *app, pt_req *req, pt_resp *resp)
+void pt_api_series(pt_ctx *ctx, pt_req *req, pt_resp *resp)
 {
     apictx c;
-    if (api_begin(&c, app, req, resp, 0) != 0)
+    if (api_begin(&c, ctx, req, resp, 0) != 0)
         return;
     if (!param_count(&c, "match[]")) {
         json_error(&c, PT_EBADREQ, "no match[] parameter provided");
@@ -1122,10 +1125,10 @@ static int on_meta_entry(void *ud, const pt_meta_entry *e)
     return rv;
 }
 
-void pt_api_metadata(pt_app *app, pt_req *req, pt_resp *resp)
+void pt_api_metadata(pt_ctx *ctx, pt_req *req, pt_resp *resp)
 {
     apictx c;
-    if (api_begin(&c, app, req, resp, 1) != 0)
+    if (api_begin(&c, ctx, req, resp, 1) != 0)
         return;
     /* As Prometheus: limit < 0 is none (0 answers nothing), limit_per_metric <= 0 none. */
     metaout m = {.c = &c, .limit = -1, .per_metric = -1};
@@ -1149,7 +1152,7 @@ void pt_api_metadata(pt_app *app, pt_req *req, pt_resp *resp)
     int rv = begin_ok(&c);
     rv = rv ? rv : put(&c.out, "{");
     if (rv == 0)
-        rv = pt_meta_scan(&app->store, pt_slice_str(metric ? metric : ""), on_meta_entry, &m);
+        rv = pt_meta_scan(c.st, pt_slice_str(metric ? metric : ""), on_meta_entry, &m);
     if (rv && !m.err) {
         fail_store(&c, rv);
         return;

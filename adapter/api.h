@@ -32,9 +32,9 @@ int pt_api_time(const char *s, int64_t *ms);
 int pt_json_str(pt_buf *b, pt_slice s);
 
 /* Route handlers (app.c's table). */
-void pt_api_labels(pt_app *app, pt_req *req, pt_resp *resp);
-void pt_api_label_values(pt_app *app, pt_req *req, pt_resp *resp); /* /api/v1/label/<n>/values */
-void pt_api_series(pt_app *app, pt_req *req, pt_resp *resp);
-void pt_api_metadata(pt_app *app, pt_req *req, pt_resp *resp);
+void pt_api_labels(pt_ctx *c, pt_req *req, pt_resp *resp);
+void pt_api_label_values(pt_ctx *c, pt_req *req, pt_resp *resp); /* /api/v1/label/<n>/values */
+void pt_api_series(pt_ctx *c, pt_req *req, pt_resp *resp);
+void pt_api_metadata(pt_ctx *c, pt_req *req, pt_resp *resp);
 
 #endif

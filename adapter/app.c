@@ -17,9 +17,11 @@
 #include "samples.h"
 #include "xor.h"
 
+/* NEEDS_AUTH: a store route (write, read, browsing API): credentials and, with tenancy
+ * on, a tenant. */
 enum { ALLOW_GET = 1, ALLOW_POST = 2, NEEDS_AUTH = 4 };
 
-typedef void (*handler_fn)(pt_app *app, pt_req *req, pt_resp *resp);
+typedef void (*handler_fn)(pt_ctx *c, pt_req *req, pt_resp *resp);
 
 /* A text body allocated from the request arena. */
 static void vreply(pt_req *req, pt_resp *resp, int status, const char *fmt, va_list ap)
@@ -143,8 +145,17 @@ static void written_headers(pt_req *req, pt_resp *resp, const pt_write_result *r
     }
 }
 
-static void handle_write(pt_app *app, pt_req *req, pt_resp *resp)
+/* Wall clock in milliseconds (tenant rates and buckets). */
+static int64_t wall_ms(void)
 {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void handle_write(pt_ctx *c, pt_req *req, pt_resp *resp)
+{
+    pt_app *app = c->app;
     char msg[PT_MSG_MAX];
     msg[0] = '\0';
     const char *enc = req->content_encoding;
@@ -163,8 +174,17 @@ static void handle_write(pt_app *app, pt_req *req, pt_resp *resp)
                              sizeof(msg));
     pt_write_result res;
     memset(&res, 0, sizeof(res));
+    if (rv == 0 && c->tn &&
+        !pt_tenant_take(c->tn, wr.nsamples + wr.nhistograms + wr.nexemplars, wall_ms(), msg,
+                        sizeof(msg))) {
+        reply_fail(req, resp, PT_ETENANTLIMIT, "%s", msg);
+        return;
+    }
     if (rv == 0)
-        rv = pt_store_write(&app->store, &wr, req->arena, &res);
+        rv = pt_store_write(c->store, &wr, req->arena, &res);
+    if (c->tn && rv == 0)
+        pt_tenant_count(c->tn, res.samples_written + res.histograms_written +
+                        res.exemplars_written, res.samples_rejected);
     if (version == 2)
         written_headers(req, resp, &res); /* also on errors: what was stored, maybe 0 */
     if (rv != 0) {
@@ -182,6 +202,11 @@ static void handle_write(pt_app *app, pt_req *req, pt_resp *resp)
                res.samples_written);
         reply_fail(req, resp, rv, "%s; nothing was acknowledged, retry",
                    pt_strerror(rv));
+        return;
+    }
+    if (res.limited) {
+        reply_fail(req, resp, PT_ETENANTLIMIT, "%s (stored %zu samples, rejected %zu)", res.msg,
+                   res.samples_written + res.histograms_written, res.samples_rejected);
         return;
     }
     if (res.samples_rejected || res.entries_rejected) {
@@ -209,12 +234,12 @@ typedef struct grouped {
 } grouped;
 
 /* 0 or PT_ENOMEM; g is to be released with grouped_free either way. */
-static int grouped_start(pt_app *app, pt_req *req, const Prometheus__ReadRequest *rr, grouped *g)
+static int grouped_start(pt_store *st, pt_req *req, const Prometheus__ReadRequest *rr, grouped *g)
 {
     g->r = NULL;
     g->size = GROUP_FIRST;
     pt_arena_init(&g->arena, 64 << 10, req->arena->max);
-    return pt_read_start(&app->store, rr, req->arena, req->cancelled, &g->r);
+    return pt_read_start(st, rr, req->arena, req->cancelled, &g->r);
 }
 
 /* The next group into g->arena, where it stays until the next call: 1 with *bt set, 0 when
@@ -309,23 +334,23 @@ static void stream_done(void *ud, int cancelled)
 
 /* A STREAMED_XOR_CHUNKS answer: the first group is read here, so that a bad matcher, a
  * limit or an outage still gets its status; the rest streams as the client takes it. */
-static void handle_read_streamed(pt_app *app, pt_req *req, pt_resp *resp,
+static void handle_read_streamed(pt_ctx *c, pt_req *req, pt_resp *resp,
                                  const Prometheus__ReadRequest *rr)
 {
     stream_read *sr = pt_arena_calloc(req->arena, sizeof(*sr));
     if (!sr) {
-        reply_memory(app, req, resp, 1);
+        reply_memory(c->app, req, resp, 1);
         return;
     }
     pt_buf_init(&sr->pending, req->arena->max);
-    int rv = grouped_start(app, req, rr, &sr->g);
+    int rv = grouped_start(c->store, req, rr, &sr->g);
     if (rv == 0)
         pt_read_exemplars(sr->g.r, 0); /* no exemplar field in ChunkedSeries */
     if (rv == 0)
         rv = stream_fill(sr);
     if (rv != 0) {
         if (grouped_out_of_memory(&sr->g, req, rv))
-            reply_memory(app, req, resp, 1);
+            reply_memory(c->app, req, resp, 1);
         else
             reply_error(req, resp, rv, sr->msg);
         stream_done(sr, 0);
@@ -355,7 +380,7 @@ static int compress_answer(pt_req *req, const pt_samples *enc, pt_slice *z)
 /* A SAMPLES answer, built lean: a group of series at a time, written straight to protobuf
  * wire bytes, then compressed whole (a snappy block needs its length first). Its memory is
  * the wire bytes, the compressed bytes and one group. */
-static void handle_read_samples(pt_app *app, pt_req *req, pt_resp *resp,
+static void handle_read_samples(pt_ctx *c, pt_req *req, pt_resp *resp,
                                 const Prometheus__ReadRequest *rr)
 {
     char msg[PT_MSG_MAX];
@@ -368,14 +393,14 @@ static void handle_read_samples(pt_app *app, pt_req *req, pt_resp *resp,
     /* The wire bytes may have what the request has not used yet (1: nothing, not "no
      * ceiling"). */
     pt_samples_init(&enc, !max ? 0 : max > used ? max - used : 1);
-    int rv = grouped_start(app, req, rr, &g);
+    int rv = grouped_start(c->store, req, rr, &g);
     while (rv == 0 && (rv = grouped_next(&g, &bt, msg, sizeof(msg))) == 1)
         rv = pt_samples_add(&enc, &bt);
     if (rv == PT_ECANCELLED)
         pt_m.read_cancelled++; /* the answer below goes nowhere */
     if (rv != 0) {
         if (rv == PT_ETOOLARGE || grouped_out_of_memory(&g, req, rv))
-            reply_memory(app, req, resp, 1);
+            reply_memory(c->app, req, resp, 1);
         else
             reply_error(req, resp, rv, msg);
         goto out;
@@ -383,7 +408,7 @@ static void handle_read_samples(pt_app *app, pt_req *req, pt_resp *resp,
     grouped_free(&g); /* before the compressed copy is made */
     if ((rv = compress_answer(req, &enc, &z)) != 0) {
         if (rv == PT_ENOMEM)
-            reply_memory(app, req, resp, 1);
+            reply_memory(c->app, req, resp, 1);
         else
             reply_error(req, resp, rv, "compressing the answer failed");
         goto out;
@@ -398,8 +423,9 @@ out:
     grouped_free(&g);
 }
 
-static void handle_read(pt_app *app, pt_req *req, pt_resp *resp)
+static void handle_read(pt_ctx *c, pt_req *req, pt_resp *resp)
 {
+    pt_app *app = c->app;
     char msg[PT_MSG_MAX];
     msg[0] = '\0';
     Prometheus__ReadRequest *rr;
@@ -423,14 +449,15 @@ static void handle_read(pt_app *app, pt_req *req, pt_resp *resp)
         return;
     }
     if (type == PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__STREAMED_XOR_CHUNKS) {
-        handle_read_streamed(app, req, resp, rr);
+        handle_read_streamed(c, req, resp, rr);
         return;
     }
-    handle_read_samples(app, req, resp, rr);
+    handle_read_samples(c, req, resp, rr);
 }
 
-static void handle_metrics(pt_app *app, pt_req *req, pt_resp *resp)
+static void handle_metrics(pt_ctx *c, pt_req *req, pt_resp *resp)
 {
+    pt_app *app = c->app;
     pt_metrics_gauges g = {0};
     g.connections = app->srv ? pt_server_connections(app->srv) : 0;
     g.index_cache_entries = (long)pt_index_cache_size(app->store.cache);
@@ -441,6 +468,14 @@ static void handle_metrics(pt_app *app, pt_req *req, pt_resp *resp)
     if (be && be->ops->stats) {
         g.backend = bs;
         g.nbackend = be->ops->stats(be->state, bs, sizeof(bs) / sizeof(bs[0]));
+    }
+    if (app->tenants) {
+        long tn = pt_tenants_render(app->tenants, req->arena, &g.extra);
+        if (tn < 0) {
+            reply_error(req, resp, PT_ENOMEM, NULL);
+            return;
+        }
+        g.extra_len = (size_t)tn;
     }
     char *text;
     long n = pt_metrics_render(req->arena, &g, &text);
@@ -454,14 +489,16 @@ static void handle_metrics(pt_app *app, pt_req *req, pt_resp *resp)
     resp->body_len = (size_t)n;
 }
 
-static void handle_healthy(pt_app *app, pt_req *req, pt_resp *resp)
+static void handle_healthy(pt_ctx *c, pt_req *req, pt_resp *resp)
 {
+    pt_app *app = c->app;
     (void)app;
     reply_ok(req, resp, "promtable is healthy.");
 }
 
-static void handle_ready(pt_app *app, pt_req *req, pt_resp *resp)
+static void handle_ready(pt_ctx *c, pt_req *req, pt_resp *resp)
 {
+    pt_app *app = c->app;
     if (atomic_load(&app->ready))
         reply_ok(req, resp, "promtable is ready.");
     else
@@ -637,6 +674,54 @@ int pt_app_on_loop(void *ud, const pt_req *req)
     return strncmp(req->path, "/api/", 5) != 0;
 }
 
+/* With tenancy on: the request's tenant, its store (a view of the shared one, in the
+ * request arena, as a streamed read outlives the handler) and its reference, into ctx.
+ * 0, or the request answered: 401 without the header, 400 for a bad id or two headers,
+ * 429 when tenancy.max_tenants are active. */
+static int tenant_begin(pt_app *app, pt_req *req, pt_resp *resp, pt_ctx *ctx)
+{
+    const char *hdr = app->cfg ? app->cfg->tenancy_header : "X-Scope-OrgID";
+    const char *id = req->tenant;
+    char msg[300];
+    if (req->tenant_headers > 1) {
+        reply_fail(req, resp, PT_EBADREQ, "%u %s headers; send exactly one tenant id",
+                   req->tenant_headers, hdr);
+        return -1;
+    }
+    if (!id[0]) {
+        reply_fail(req, resp, PT_EUNAUTHORIZED, "no tenant: tenancy is on and the request has "
+                   "%s %s header", req->tenant_headers ? "an empty" : "no", hdr);
+        return -1;
+    }
+    size_t n = strlen(id);
+    if (!pt_tenant_valid(id, n, msg, sizeof(msg))) {
+        reply_fail(req, resp, PT_EBADREQ, "%s header: %s", hdr, msg);
+        return -1;
+    }
+    pt_tenant *t = pt_tenant_get(app->tenants, id, wall_ms(), msg, sizeof(msg));
+    if (!t) {
+        reply_fail(req, resp, PT_ETENANTLIMIT, "%s", msg);
+        return -1;
+    }
+    struct tenant_req {
+        pt_tenant_view view;
+        pt_store store;
+    } *tr = pt_arena_alloc(req->arena, sizeof(*tr));
+    if (!tr) {
+        pt_tenant_put(app->tenants, t);
+        reply_memory(app, req, resp, 0);
+        return -1;
+    }
+    pt_tenant_view_init(&tr->view, app->store.be, id, n);
+    tr->store = app->store;
+    tr->store.be = &tr->view.be;
+    tr->store.salt = pt_tenant_salt(id, n);
+    tr->store.gate = pt_tenant_gate;
+    tr->store.gate_ud = t;
+    *ctx = (pt_ctx){app, &tr->store, pt_tenant_id(t), t};
+    return 0;
+}
+
 void pt_app_dispatch(void *ud, pt_req *req, pt_resp *resp)
 {
     pt_app *app = ud;
@@ -646,6 +731,7 @@ void pt_app_dispatch(void *ud, pt_req *req, pt_resp *resp)
         req->arena->max = app->cfg->max_request_memory; /* the server's default is a guess */
     resp->status = 200;
     int id = PT_ROUTE_OTHER;
+    pt_ctx ctx = {app, &app->store, "", NULL};
     struct pt_app_creds cr;
     const struct route *r = NULL;
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
@@ -671,10 +757,13 @@ void pt_app_dispatch(void *ud, pt_req *req, pt_resp *resp)
                        cr.bearer_token ? "bearer token" : "basic auth");
             resp->headers[resp->nheaders++] = (pt_resp_header){
                 "WWW-Authenticate", cr.bearer_token ? "Bearer" : "Basic realm=\"promtable\""};
-        } else {
-            r->fn(app, req, resp);
+        } else if (!(r->allow & NEEDS_AUTH) || !app->tenants ||
+                   tenant_begin(app, req, resp, &ctx) == 0) {
+            r->fn(&ctx, req, resp);
         }
     }
+    if (ctx.tn)
+        pt_tenant_put(app->tenants, ctx.tn);
     if (resp->status >= 400 && resp->status != 404 && pt_log_enabled(PT_LOG_INFO) &&
         id != PT_ROUTE_READY) {
         char q[600];

@@ -8,6 +8,7 @@
 #include "decode.h"
 #include "http.h"
 #include "store.h"
+#include "tenant.h"
 
 typedef struct pt_app {
     const pt_config *cfg;
@@ -25,7 +26,23 @@ typedef struct pt_app {
         const char *basic_credentials;
     } route_creds[2];
     _Atomic int ready;
+    /* tenancy.enabled: the tenants (limits, counters); NULL when tenancy is off. */
+    pt_tenants *tenants;
 } pt_app;
+
+/*
+ * What a request of a store route works on, passed to its handler: the store (the
+ * tenant's view of app->store with tenancy on, else app->store itself) and the tenant.
+ * With tenancy on, the handler of a write, read or browsing request runs only with a
+ * valid tenant: tenant is its id (from the tenancy.header header, NUL-terminated) and tn
+ * its limits and counters. Without tenancy, tenant is "" and tn NULL.
+ */
+typedef struct pt_ctx {
+    pt_app *app;
+    pt_store *store;
+    const char *tenant;
+    pt_tenant *tn;
+} pt_ctx;
 
 /* Reads the credential files named in cfg into app (malloc'd; freed by pt_app_free_auth).
  * Returns 0, or -1 with err set. */

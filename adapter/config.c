@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <yaml.h>
@@ -88,9 +89,51 @@ static const pt_conf_key table[] = {
      "Most label names, label values, series or metric families one /api/v1/labels, "
      "label values, series or metadata request answers (past it: truncated with a warning, "
      "or 422 for match[] selecting more series)."},
+    /* Tenants (README "Tenants"). */
+    {"tenancy.enabled", NULL, PT_CONF_BOOL, "false", 0, 0, F(tenancy_enabled),
+     "Multi-tenancy: writes, reads and the browsing API need a tenant id header; each "
+     "tenant has its own series."},
+    {"tenancy.header", NULL, PT_CONF_STR, "X-Scope-OrgID", 0, 0, F(tenancy_header),
+     "The header naming the tenant (an HTTP field name)."},
+    {"tenancy.max_series", NULL, PT_CONF_LONG, "0", 0, 1000000000LL, F(tenancy_max_series),
+     "Active series per tenant (distinct series written in the current index bucket); "
+     "past it new series get 429 (0 = no limit)."},
+    {"tenancy.max_samples_per_second", NULL, PT_CONF_LONG, "0", 0, 1000000000000LL,
+     F(tenancy_max_samples_per_second),
+     "Samples, histograms and exemplars per second per tenant; past it 429 (0 = no limit)."},
+    {"tenancy.max_tenants", NULL, PT_CONF_LONG, "10000", 1, 1000000, F(tenancy_max_tenants),
+     "Tenants kept at once; a new one past it replaces one idle for an index bucket, else "
+     "gets 429."},
+    {"tenancy.metrics_tenants", NULL, PT_CONF_LONG, "100", 0, 10000, F(tenancy_metrics_tenants),
+     "Tenants with their own tenant label values on /metrics; the others are summed as "
+     "tenant=\"~other\"."},
     {"log.level", NULL, PT_CONF_ENUM, "info|debug|warn|error", 0, 0, F(log_level),
      "Log level."},
 };
+
+/* tenancy.header: an HTTP field name (RFC 9110 token) of at most 100 bytes, and none of
+ * the headers promtable reads for themselves. */
+static int check_tenant_header(const char *h, char *err, size_t errlen)
+{
+    static const char *const taken[] = {"content-type", "content-encoding", "content-length",
+                                        "authorization", "transfer-encoding", "host",
+                                        "connection", "user-agent",
+                                        "x-prometheus-remote-write-version"};
+    size_t n = strlen(h);
+    if (n == 0 || n > 100 || strspn(h, "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyz"
+                                       "ABCDEFGHIJKLMNOPQRSTUVWXYZ") != n) {
+        snprintf(err, errlen, "tenancy.header: \"%.100s\" is not an HTTP header name (1 to 100 "
+                 "letters, digits and !#$%%&'*+-.^_`|~)", h);
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof(taken) / sizeof(taken[0]); i++)
+        if (strcasecmp(h, taken[i]) == 0) {
+            snprintf(err, errlen, "tenancy.header: %s is a header promtable reads for itself",
+                     h);
+            return -1;
+        }
+    return 0;
+}
 
 #define NENTRIES (sizeof(table) / sizeof(table[0]))
 
@@ -380,6 +423,8 @@ static int set_value(const conf_ref *r, const char *v, char *err, size_t errlen)
             snprintf(err, errlen, "%s: cannot be empty (default %s)", r->key, e->def);
             return -1;
         }
+        if (strcmp(r->key, "tenancy.header") == 0 && check_tenant_header(v, err, errlen) != 0)
+            return -1;
         return set_string(r, v);
     case PT_CONF_FILE:
         return set_string(r, v);

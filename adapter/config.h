@@ -52,6 +52,13 @@ typedef struct pt_config {
 
     long api_max_results; /* /api/v1/labels, label values, series, metadata */
 
+    int tenancy_enabled;
+    char *tenancy_header;
+    long tenancy_max_series;
+    long tenancy_max_samples_per_second;
+    long tenancy_max_tenants;
+    long tenancy_metrics_tenants;
+
     char *log_level;
 } pt_config;
 

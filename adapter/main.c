@@ -157,6 +157,22 @@ int main(int argc, char **argv)
     }
     static pt_app app;
     app.cfg = &cfg;
+    if (cfg.tenancy_enabled) {
+        pt_tenant_limits tl = {
+            .max_series = (size_t)cfg.tenancy_max_series,
+            .max_samples_per_s = (uint64_t)cfg.tenancy_max_samples_per_second,
+            .max_tenants = (size_t)cfg.tenancy_max_tenants,
+            .metrics_tenants = (size_t)cfg.tenancy_metrics_tenants,
+            .track_max = (size_t)cfg.index_cache_entries,
+            .bucket_ms = cfg.index_bucket_ms,
+        };
+        if (!(app.tenants = pt_tenants_new(&tl))) {
+            pt_log_msg(PT_LOG_ERROR, "out of memory for the tenants");
+            goto fail_cache;
+        }
+        /* Room for a tenant's prefix in every key (tenant.h). */
+        pt_row_key_limit = PT_MAX_ROW_KEY - PT_TENANT_PREFIX_MAX;
+    }
     app.store = (pt_store){.be = &be, .cache = cache, .hints = hints,
                            .refs = refs,
                            .index_bucket_ms = cfg.index_bucket_ms,
@@ -192,6 +208,7 @@ int main(int argc, char **argv)
         .tls_cert_file = cfg.tls_cert_file[0] ? cfg.tls_cert_file : NULL,
         .tls_key_file = cfg.tls_key_file[0] ? cfg.tls_key_file : NULL,
         .tls_client_ca_file = cfg.tls_client_ca_file[0] ? cfg.tls_client_ca_file : NULL,
+        .tenant_header = cfg.tenancy_enabled ? cfg.tenancy_header : NULL,
         .on_loop = pt_app_on_loop,
         .heavy = pt_app_heavy,
     };
@@ -223,6 +240,7 @@ int main(int argc, char **argv)
     pt_server_free(srv);
 fail_cache:
     pt_app_free_auth(&app);
+    pt_tenants_free(app.tenants);
     pt_index_cache_free(cache);
     pt_list_hints_free(hints);
     pt_ref_cache_free(refs);

@@ -63,7 +63,7 @@ int pt_meta_put(pt_meta_batch *b, pt_slice family, int type, pt_slice help, pt_s
     pt_labels_encode(val, pairs, 2);
     /* Known when written today: seeds below -1 are no (series, bucket) or values-row key. */
     int64_t t = now_ms();
-    pt_index_key key = pt_index_key_of((pt_slice){val, vlen}, -2 - t / 86400000);
+    pt_index_key key = pt_store_key(b->st, (pt_slice){val, vlen}, -2 - t / 86400000);
     uint8_t found;
     pt_index_cache_lookup(b->st->cache, &key, 1, &found);
     if (found)

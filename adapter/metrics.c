@@ -21,7 +21,7 @@ static const char *const route_names[PT_ROUTE_COUNT] = {
     "other"};
 
 static const char *const reject_names[PT_REJECT_COUNT] = {"labels", "timestamp", "histogram",
-                                                         "exemplar"};
+                                                         "exemplar", "tenant_limit"};
 
 const char *pt_route_name(int route)
 {
@@ -248,6 +248,8 @@ long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
         put(&o, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", b->name, b->help, b->name, type,
             b->name, b->value);
     }
+    if (g->extra_len && pt_buf_append(&o.buf, g->extra, g->extra_len) != 0)
+        o.failed = 1;
     if (o.failed)
         return PT_ENOMEM;
     *res = (char *)o.buf.p;

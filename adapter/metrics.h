@@ -29,7 +29,7 @@ enum pt_route_id {
 
 enum pt_reject_reason {
     PT_REJECT_LABELS, PT_REJECT_TIMESTAMP, PT_REJECT_HISTOGRAM, PT_REJECT_EXEMPLAR,
-    PT_REJECT_COUNT
+    PT_REJECT_LIMIT, PT_REJECT_COUNT
 };
 
 /* Why the HTTP server answered 503 for overload (web.max_inflight_requests,
@@ -78,6 +78,8 @@ typedef struct pt_metrics_gauges {
     long index_cache_capacity;
     long series_cache_bytes;
     const pt_backend_stat *backend; /* the backend's own figures, nbackend of them */
+    const char *extra;              /* text appended as it is (the tenants' figures) */
+    size_t extra_len;
     size_t nbackend;
 } pt_metrics_gauges;
 

@@ -228,7 +228,7 @@ int pt_series_id_checked(pt_arena *a, const pt_label *labels, size_t n, int chec
         put_sid(buf, labels, n, ni, metric, &metric_end);
     }
     size_t metric_len = (size_t)(metric_end - buf);
-    if (PT_ROW_KEY_LEN(len) <= PT_MAX_ROW_KEY) {
+    if (PT_ROW_KEY_LEN(len) <= pt_row_key_limit) {
         *sid = (pt_slice){buf, len};
         return 0;
     }
@@ -417,13 +417,15 @@ uint8_t *pt_index_values_prefix(uint8_t *dst, pt_slice name, int64_t day)
 
 uint8_t *pt_index_ref(uint8_t *dst, size_t prefix_len, pt_slice sid)
 {
-    if (prefix_len + sid.n <= PT_MAX_ROW_KEY) {
+    if (prefix_len + sid.n <= pt_row_key_limit) {
         memcpy(dst, sid.p, sid.n);
         return dst + sid.n;
     }
     uint8_t *e = put_digest(dst, sid.p, sid.n);
     return e ? e : dst;
 }
+
+size_t pt_row_key_limit = PT_MAX_ROW_KEY;
 
 uint64_t pt_series_ref(pt_slice sid, unsigned bits)
 {

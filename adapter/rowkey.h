@@ -30,6 +30,11 @@
 #define PT_VALUE_LEN 8
 /* Sample times must be in [0, PT_MAX_TIME_MS] so every base fits 13 decimal digits. */
 #define PT_MAX_TIME_MS ((int64_t)9999999999999 - PT_BUCKET_MS)
+/* The longest data or series row key promtable builds: PT_MAX_ROW_KEY, less the room a
+ * tenant's prefix takes when tenancy is on (set once at start, before any key is built;
+ * tenant.h). The limit only changes with tenancy, whose rows are in spaces of their own,
+ * so no series is ever stored under both limits. */
+extern size_t pt_row_key_limit;
 /* The longest escaped metric kept in front of a hashed sid. */
 #define PT_HASHED_METRIC_MAX 1024
 

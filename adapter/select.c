@@ -297,7 +297,7 @@ static void fill_flush(filler *f, uint64_t upto, int last)
                 }
                 i += 4 + rec;
             }
-            pt_ref_cache_put(c, ref, fill_day(f, d), f->epochs[f->at * f->ndays + d], f->entry.p,
+            pt_ref_cache_put(c, ref ^ f->q->st->salt, fill_day(f, d), f->epochs[f->at * f->ndays + d], f->entry.p,
                              f->entry.len);
         }
     }
@@ -381,7 +381,7 @@ static int resolve_cached(qctx *q, size_t ndays, size_t *nmiss, uint32_t **epoch
         uint64_t ref = rs->v[i];
         size_t d = 0;
         pt_buf_reset(&hit);
-        while (d < ndays && (rv = pt_ref_cache_get(c, ref, q->day_first +
+        while (d < ndays && (rv = pt_ref_cache_get(c, ref ^ q->st->salt, q->day_first +
                                                    (int64_t)d * q->st->index_bucket_ms, &hit)) == 1)
             d++;
         if (rv < 0)
@@ -393,7 +393,7 @@ static int resolve_cached(qctx *q, size_t ndays, size_t *nmiss, uint32_t **epoch
         rv = 0;
         for (d = 0; d < ndays; d++)
             (*epochs)[k * ndays + d] =
-                pt_ref_cache_epoch(c, ref, q->day_first + (int64_t)d * q->st->index_bucket_ms);
+                pt_ref_cache_epoch(c, ref ^ q->st->salt, q->day_first + (int64_t)d * q->st->index_bucket_ms);
         rs->v[k++] = ref;
     }
     pt_buf_free(&hit);
@@ -692,7 +692,7 @@ static uint64_t source_key(const qctx *q, const pt_matcher *m)
     uint64_t seed = XXH3_64bits_withSeed(&q->day_first, sizeof(q->day_first),
                                          (uint64_t)q->day_last * 8 + (uint64_t)m->type);
     seed = XXH3_64bits_withSeed(m->name.p, m->name.n, seed);
-    return XXH3_64bits_withSeed(m->value.p, m->value.n, seed);
+    return XXH3_64bits_withSeed(m->value.p, m->value.n, seed) ^ q->st->salt;
 }
 
 static int source_init(qctx *q, pt_matcher *m, source *c)

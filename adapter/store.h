@@ -33,7 +33,25 @@ typedef struct pt_store {
      * they never return what a backend is about to delete or has not deleted yet. */
     int64_t retention_ms;
     int64_t now_ms; /* tests: the wall clock that retention counts from; 0 = the real one */
+    /* Tenancy (tenant.h): a tenant's store is a copy of the shared one whose be is the
+     * tenant's view. salt is mixed into every cache key (index cache, series-row cache,
+     * list hints), so one tenant's entries never answer another's lookups; 0 without
+     * tenancy. gate, when set, is asked once per write about the 64-bit hashes of its
+     * series (pt_tenant_gate's contract); the samples of refused series are not stored. */
+    uint64_t salt;
+    size_t (*gate)(void *ud, const uint64_t *series, size_t n, uint8_t *ok, char *msg,
+                   size_t msglen);
+    void *gate_ud;
 } pt_store;
+
+/* The index-cache key of s with seed, for this store's tenant. */
+static inline pt_index_key pt_store_key(const pt_store *st, pt_slice s, int64_t seed)
+{
+    pt_index_key k = pt_index_key_of(s, seed);
+    k.lo ^= st->salt;
+    k.hi ^= st->salt >> 1;
+    return k;
+}
 
 #define PT_MSG_MAX 1024
 
@@ -45,6 +63,7 @@ typedef struct pt_write_result {
     size_t samples_rejected;   /* samples, histograms and exemplars not stored */
     size_t entries_rejected;   /* TimeSeries entries with an invalid label set */
     size_t index_rows;
+    int limited;               /* samples were refused by pt_store.gate: 429 */
     char msg[PT_MSG_MAX];      /* first problem, for the 400 body */
 } pt_write_result;
 

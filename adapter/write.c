@@ -167,7 +167,7 @@ typedef struct batch {
 static int push(batch *b, uint8_t table, pt_slice row, pt_slice qual,
                 pt_slice value, int64_t version_us)
 {
-    if (row.n > PT_MAX_ROW_KEY)
+    if (row.n > pt_row_key_limit)
         return PT_EINTERNAL; /* the key encodings guarantee this never happens */
     pt_mutation *m = (pt_mutation *)(void *)pt_buf_room(&b->buf, sizeof(*m));
     if (!m)
@@ -221,7 +221,7 @@ static int add_series_rows(batch *b, pt_arena *a, const pt_store *st, const pt_l
     pt_ref_hex(mr + 8, r);
     int rv;
     if (st->refs) {
-        uint64_t pair[2] = {r, (uint64_t)day};
+        uint64_t pair[2] = {r ^ st->salt, (uint64_t)day};
         if ((rv = pt_buf_append(&b->srows, pair, sizeof(pair))) != 0)
             return rv;
     }
@@ -281,7 +281,7 @@ static int values_row(pt_arena *a, const pt_store *st, const pt_label *l, int64_
     out->cell = digest ? l->value : (pt_slice){(const uint8_t *)"", 0};
     out->ver = index_version(st, day);
     /* Seed -1: no (series, day) key has it, so the two kinds share the cache. */
-    *key = pt_index_key_of(out->key, -1);
+    *key = pt_store_key(st, out->key, -1);
     return 0;
 }
 
@@ -448,14 +448,14 @@ static void pend_day(sput *s, int64_t t)
     if (day == s->day_done)
         return;
     s->day_done = day;
-    pt_index_key key = pt_index_key_of(s->sid, day);
+    pt_index_key key = pt_store_key(s->st, s->sid, day);
     pend(s->pd, key, s->ls, s->nl, s->sid, day);
     /* In the last 24th of a bucket, index the next one too, from a moment that depends on
      * the series: the rows a new bucket needs are then written over that stretch instead
      * of all at the first scrape after it starts. */
     int64_t spread = bucket / 24, into = t - day;
     if (spread > 0 && into >= bucket - spread + (int64_t)(key.hi % (uint64_t)spread))
-        pend(s->pd, pt_index_key_of(s->sid, day + bucket), s->ls, s->nl, s->sid, day + bucket);
+        pend(s->pd, pt_store_key(s->st, s->sid, day + bucket), s->ls, s->nl, s->sid, day + bucket);
 }
 
 /* Adds one exemplar's cell (README: "Exemplars"), or counts it rejected with a note. */
@@ -525,6 +525,60 @@ static int check_v2_entry(const pt_wreq *wr, size_t i, pt_write_result *res)
     return 0;
 }
 
+/* One series entry of a request as written into the batch: its hash, its cells
+ * [m0, m1), its pendings [p0, p1), and what it stored. */
+typedef struct espan {
+    uint64_t h;
+    size_t m0, m1, p0, p1;
+    size_t samples, hists, exemplars;
+} espan;
+
+/* Asks the store's gate about the request's series and takes the cells and pendings of
+ * the refused ones out of the batch (they are counted rejected; res->limited set). */
+static int gate_series(batch *b, pt_arena *a, pt_store *st, pendings *pd, const espan *sp,
+                       size_t n, pt_write_result *res)
+{
+    if (!st->gate || n == 0)
+        return 0;
+    uint64_t *hs = pt_arena_alloc(a, n * sizeof(*hs));
+    uint8_t *ok = pt_arena_alloc(a, n);
+    if (!hs || !ok)
+        return PT_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        hs[i] = sp[i].h;
+    char msg[PT_MSG_MAX];
+    if (st->gate(st->gate_ud, hs, n, ok, msg, sizeof(msg)) == 0)
+        return 0;
+    pt_mutation *m = (pt_mutation *)(void *)b->buf.p;
+    size_t mw = 0, mr = 0, pw = 0, pr = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ok[i])
+            continue;
+        memmove(&m[mw], &m[mr], (sp[i].m0 - mr) * sizeof(*m));
+        mw += sp[i].m0 - mr;
+        mr = sp[i].m1;
+        memmove(&pd->keys[pw], &pd->keys[pr], (sp[i].p0 - pr) * sizeof(*pd->keys));
+        memmove(&pd->p[pw], &pd->p[pr], (sp[i].p0 - pr) * sizeof(*pd->p));
+        pw += sp[i].p0 - pr;
+        pr = sp[i].p1;
+        size_t gone = sp[i].samples + sp[i].hists + sp[i].exemplars;
+        res->samples_written -= sp[i].samples;
+        res->histograms_written -= sp[i].hists;
+        res->exemplars_written -= sp[i].exemplars;
+        res->samples_rejected += gone;
+        pt_m.samples_rejected[PT_REJECT_LIMIT] += gone;
+    }
+    memmove(&m[mw], &m[mr], (b->n - mr) * sizeof(*m));
+    b->n = mw + (b->n - mr);
+    b->buf.len = b->n * sizeof(*m);
+    memmove(&pd->keys[pw], &pd->keys[pr], (pd->n - pr) * sizeof(*pd->keys));
+    memmove(&pd->p[pw], &pd->p[pr], (pd->n - pr) * sizeof(*pd->p));
+    pd->n = pw + (pd->n - pr);
+    res->limited = 1;
+    snprintf(res->msg, sizeof(res->msg), "%s", msg);
+    return 0;
+}
+
 /* pt_store_write, with hs the one histogram every histogram of the request is converted
  * into in turn. */
 static int store_write(pt_store *st, pt_wreq *wr, pt_arena *a, pt_write_result *res,
@@ -562,6 +616,12 @@ static int store_write(pt_store *st, pt_wreq *wr, pt_arena *a, pt_write_result *
         return 0;
     }
 
+    /* With a series gate (a tenant's limit), where each series' cells and pendings went. */
+    espan *spans = NULL;
+    size_t nspans = 0;
+    if (st->gate && !(spans = pt_arena_alloc(a, (wr->nseries + 1) * sizeof(*spans))))
+        return PT_ENOMEM;
+
     for (size_t i = 0; i < wr->nseries; i++) {
         pt_wseries *ts = &wr->series[i];
         if (v2 && check_v2_entry(wr, i, res))
@@ -595,6 +655,10 @@ static int store_write(pt_store *st, pt_wreq *wr, pt_arena *a, pt_write_result *
         if (rv != 0)
             return rv;
         sput sp = {&b, a, st, &pd, res, ls, (size_t)nl, sid, NULL, -1, -1};
+        espan *sp_span = spans ? &spans[nspans++] : NULL;
+        if (sp_span)
+            *sp_span = (espan){pt_series_ref(sid, 0), b.n, 0, pd.n, 0, res->samples_written,
+                               res->histograms_written, res->exemplars_written};
         for (size_t j = 0; j < ts->nsamples; j++) {
             const pt_wsample *s = &ts->samples[j];
             if (!time_ok(&sp, s->timestamp))
@@ -635,8 +699,17 @@ static int store_write(pt_store *st, pt_wreq *wr, pt_arena *a, pt_write_result *
         for (size_t j = 0; j < ts->nexemplars; j++)
             if ((rv = put_exemplar(&sp, &ts->exemplars[j], i)) != 0)
                 return rv;
+        if (sp_span) {
+            sp_span->m1 = b.n;
+            sp_span->p1 = pd.n;
+            sp_span->samples = res->samples_written - sp_span->samples;
+            sp_span->hists = res->histograms_written - sp_span->hists;
+            sp_span->exemplars = res->exemplars_written - sp_span->exemplars;
+        }
     }
-    int rv = index_pending(&b, a, st, &pd, &seen, res);
+    int rv = gate_series(&b, a, st, &pd, spans, nspans, res);
+    if (rv == 0)
+        rv = index_pending(&b, a, st, &pd, &seen, res);
     if (rv != 0)
         return rv;
 

@@ -18,6 +18,7 @@ const char *pt_strerror(int rv)
     case PT_EUNAUTHORIZED: return "unauthorized";
     case PT_EHEADERS: return "request header fields too large";
     case PT_EVERSION: return "HTTP version not supported";
+    case PT_ETENANTLIMIT: return "tenant limit reached";
     case PT_EUNAVAIL: return "storage unavailable";
     case PT_ETIMEOUT: return "storage timed out";
     case PT_EBUSY: return "server busy";
@@ -42,6 +43,7 @@ int pt_error_http_status(int rv)
     case PT_EMETHOD: return 405;
     case PT_EUNAUTHORIZED: return 401;
     case PT_EHEADERS: return 431;
+    case PT_ETENANTLIMIT: return 429;
     default: break;
     }
     if (PT_IS_BAD_INPUT(rv))

@@ -34,6 +34,8 @@ typedef struct pt_req {
     const char *authorization;
     const char *user_agent;
     const char *remote_write_version; /* X-Prometheus-Remote-Write-Version */
+    const char *tenant;   /* the pt_server_opts.tenant_header header ("" when absent) */
+    unsigned tenant_headers; /* how many of them came (more than one is refused) */
     const uint8_t *body;  /* the whole body; valid until the response has been sent */
     size_t body_len;
     int proto;            /* enum pt_proto: for logs and metrics only */
@@ -130,6 +132,7 @@ typedef struct pt_server_opts {
     const char *tls_key_file;
     const char *tls_client_ca_file; /* optional, with TLS: require client certificates that
                                      * these CA certificates (PEM) sign */
+    const char *tenant_header;  /* optional: the header kept as pt_req.tenant (any case) */
     /* Optional: 1 when dispatch answers req at once without blocking, so it runs on the
      * event loop: health checks and metrics stay answered while every worker waits on a
      * slow store. */

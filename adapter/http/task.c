@@ -62,6 +62,7 @@ pt_task *pt_task_new(pt_conn *c, int proto)
     t->req.authorization = "";
     t->req.user_agent = "";
     t->req.remote_write_version = "";
+    t->req.tenant = "";
     t->req.body = (const uint8_t *)"";
     t->req.proto = proto;
     t->req.tls = c->ssl != NULL;
@@ -328,19 +329,34 @@ static const struct {
     {"x-prometheus-remote-write-version", 33, offsetof(pt_req, remote_write_version)},
 };
 
+/* A header value without its leading and trailing blanks, into the task's arena. */
+static char *header_value(pt_task *t, const char *val, size_t vlen)
+{
+    while (vlen && (val[0] == ' ' || val[0] == '\t')) {
+        val++;
+        vlen--;
+    }
+    while (vlen && (val[vlen - 1] == ' ' || val[vlen - 1] == '\t'))
+        vlen--;
+    return pt_arena_strndup(&t->arena, val, vlen);
+}
+
 int pt_task_req_header(pt_task *t, const char *name, size_t nlen, const char *val,
                          size_t vlen)
 {
+    const char *th = t->srv->opts.tenant_header;
+    if (th && strlen(th) == nlen && strncasecmp(name, th, nlen) == 0) {
+        char *v = header_value(t, val, vlen);
+        if (!v)
+            return PT_ENOMEM;
+        t->req.tenant = v;
+        t->req.tenant_headers++;
+        return 1;
+    }
     for (size_t i = 0; i < sizeof(kept_headers) / sizeof(kept_headers[0]); i++) {
         if (nlen != kept_headers[i].len || strncasecmp(name, kept_headers[i].name, nlen) != 0)
             continue;
-        while (vlen && (val[0] == ' ' || val[0] == '\t')) {
-            val++;
-            vlen--;
-        }
-        while (vlen && (val[vlen - 1] == ' ' || val[vlen - 1] == '\t'))
-            vlen--;
-        char *v = pt_arena_strndup(&t->arena, val, vlen);
+        char *v = header_value(t, val, vlen);
         if (!v)
             return PT_ENOMEM;
         const char **field = (const char **)(void *)((char *)&t->req + kept_headers[i].off);

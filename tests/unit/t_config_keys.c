@@ -46,6 +46,10 @@ static int bad_values(const pt_conf_key *e, values *vs)
     case PT_CONF_STR: /* free text: only empty can be wrong */
         if (e->def[0])
             add(vs, 0, "%s", "");
+        if (strcmp(e->key, "tenancy.header") == 0) { /* but this one is a header name */
+            add(vs, 0, "%s", "X Scope");
+            add(vs, 0, "%s", "Authorization");
+        }
         return 1;
     case PT_CONF_LONG:
         if (e->min > LLONG_MIN)
@@ -157,7 +161,10 @@ static void good_values(const pt_conf_key *e, values *vs)
     switch (e->type) {
     case PT_CONF_STR:
         add(vs, 0, "x");
-        add(vs, 0, "a value with spaces, 'quotes' and \"more\"");
+        if (strcmp(e->key, "tenancy.header") == 0)
+            add(vs, 0, "X-Tenant_1.b");
+        else
+            add(vs, 0, "a value with spaces, 'quotes' and \"more\"");
         if (!e->def[0])
             add(vs, 0, "%s", "");
         break;

@@ -1,0 +1,536 @@
+/* Tenant ids, the tenant view of a backend, and per-tenant limits (tenant.h). */
+#include "tenant.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <xxhash.h>
+
+#include "buf.h"
+#include "error.h"
+#include "rowkey.h"
+
+/* ---- ids ---- */
+
+static int id_byte_ok(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           strchr("!._*'()-", c) != NULL;
+}
+
+int pt_tenant_valid(const char *id, size_t n, char *msg, size_t msglen)
+{
+    if (n == 0) {
+        snprintf(msg, msglen, "tenant id is empty");
+        return 0;
+    }
+    if (n > PT_TENANT_MAX) {
+        snprintf(msg, msglen, "tenant id is %zu bytes long, more than the %d allowed", n,
+                 PT_TENANT_MAX);
+        return 0;
+    }
+    if ((n == 1 && id[0] == '.') || (n == 2 && id[0] == '.' && id[1] == '.')) {
+        snprintf(msg, msglen, "tenant id \"%.*s\" is not allowed", (int)n, id);
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)id[i];
+        if (c && id_byte_ok(c))
+            continue;
+        if (c >= 0x20 && c < 0x7f)
+            snprintf(msg, msglen, "tenant id has '%c' at byte %zu; allowed are A-Z a-z 0-9 and "
+                     "!._*'()-", c, i);
+        else
+            snprintf(msg, msglen, "tenant id has byte 0x%02x at byte %zu; allowed are A-Z a-z "
+                     "0-9 and !._*'()-", c, i);
+        return 0;
+    }
+    return 1;
+}
+
+uint64_t pt_tenant_salt(const char *id, size_t n)
+{
+    uint64_t h = XXH3_64bits_withSeed(id, n, 0x7e4a47);
+    return h ? h : 1;
+}
+
+size_t pt_tenant_prefix(uint8_t *dst, const char *id, size_t n)
+{
+    dst[0] = PT_TENANT_MARK;
+    memcpy(dst + 1, id, n);
+    dst[n + 1] = PT_TENANT_MARK;
+    return n + 2;
+}
+
+/* ---- the view ---- */
+
+static int view_open(void *state, const pt_backend_config *cfg, char *err, size_t errlen)
+{
+    (void)state, (void)cfg;
+    snprintf(err, errlen, "tenant views are made by pt_tenant_view_init");
+    return PT_EINTERNAL;
+}
+
+static void view_close(void *state)
+{
+    (void)state;
+}
+
+/* The prefixed copy of a key, in mem. */
+static pt_slice prefixed(uint8_t **mem, const pt_tenant_view *v, pt_slice key)
+{
+    uint8_t *p = *mem;
+    memcpy(p, v->prefix, v->plen);
+    if (key.n)
+        memcpy(p + v->plen, key.p, key.n);
+    *mem = p + v->plen + key.n;
+    return (pt_slice){p, v->plen + key.n};
+}
+
+static int view_write(void *state, const pt_mutation *m, size_t n)
+{
+    pt_tenant_view *v = state;
+    size_t keys = 0;
+    for (size_t i = 0; i < n; i++)
+        keys += v->plen + m[i].row.n;
+    /* One allocation per request, not per sample. */
+    pt_mutation *c = malloc(n * sizeof(*c) + keys + 1);
+    if (!c)
+        return PT_ENOMEM;
+    uint8_t *mem = (uint8_t *)(c + n);
+    for (size_t i = 0; i < n; i++) {
+        c[i] = m[i];
+        c[i].row = prefixed(&mem, v, m[i].row);
+    }
+    int rv = pt_backend_write(v->inner, c, n);
+    free(c);
+    return rv;
+}
+
+typedef struct strip {
+    pt_cell_fn fn;
+    void *ud;
+    size_t plen;
+} strip;
+
+static int strip_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    strip *s = ud;
+    if (row.n < s->plen)
+        return PT_EINTERNAL; /* the inner backend returned a row outside its ranges */
+    return s->fn(s->ud, (pt_slice){row.p + s->plen, row.n - s->plen}, qual, value);
+}
+
+static int view_scan(void *state, const pt_scan *sc, pt_cell_fn fn, void *ud)
+{
+    pt_tenant_view *v = state;
+    size_t keys = 0;
+    for (size_t i = 0; i < sc->nranges; i++)
+        keys += 2 * v->plen + sc->ranges[i].start.n + sc->ranges[i].end.n;
+    pt_row_range *r = malloc(sc->nranges * sizeof(*r) + keys + 1);
+    if (!r)
+        return PT_ENOMEM;
+    uint8_t *mem = (uint8_t *)(r + sc->nranges);
+    pt_slice space_end;
+    uint8_t end_buf[PT_TENANT_PREFIX_MAX];
+    pt_prefix_end(end_buf, (pt_slice){v->prefix, v->plen}, &space_end);
+    for (size_t i = 0; i < sc->nranges; i++) {
+        r[i].start = prefixed(&mem, v, sc->ranges[i].start);
+        /* Unbounded: to the end of the tenant's space. */
+        r[i].end = sc->ranges[i].end.n ? prefixed(&mem, v, sc->ranges[i].end) : space_end;
+    }
+    pt_scan s = *sc;
+    s.ranges = r;
+    strip st = {fn, ud, v->plen};
+    int rv = pt_backend_scan(v->inner, &s, strip_cell, &st);
+    free(r);
+    return rv;
+}
+
+static const pt_backend_ops view_ops = {
+    .name = "tenant",
+    .caps = PT_BACKEND_CAP_TEST,
+    .state_size = sizeof(pt_tenant_view),
+    .open = view_open,
+    .close = view_close,
+    .write = view_write,
+    .scan = view_scan,
+};
+
+void pt_tenant_view_init(pt_tenant_view *v, pt_backend *inner, const char *id, size_t n)
+{
+    v->inner = inner;
+    v->plen = pt_tenant_prefix(v->prefix, id, n);
+    v->be = (pt_backend){&view_ops, v};
+}
+
+/* ---- tenants, limits, counters ---- */
+
+struct pt_tenant {
+    char id[PT_TENANT_MAX + 1];
+    size_t refs;        /* requests holding it; guarded by the registry's lock */
+    int labelled;       /* has its own label value on /metrics */
+    int64_t last_ms;    /* last request */
+    pt_tenants *ts;
+    pthread_mutex_t mu; /* guards what follows */
+    /* Active series: 64-bit hashes (0 = empty slot) of the series of bucket `bucket`. */
+    uint64_t *set;
+    size_t mask, n;
+    int64_t bucket;
+    double tokens;      /* samples/s bucket */
+    int64_t tokens_ms;
+    /* Counters. */
+    _Atomic uint64_t accepted, rejected, limited_series, limited_rate;
+    _Atomic uint64_t active; /* = n, readable without the lock */
+};
+
+struct pt_tenants {
+    pt_tenant_limits lim;
+    pthread_mutex_t mu;
+    pt_tenant **t; /* lim.max_tenants slots, NULL = free */
+    size_t n, labelled;
+    _Atomic size_t tracked; /* series in every tenant's set */
+    /* Figures of tenants that were dropped or never had label values of their own. */
+    uint64_t gone_accepted, gone_rejected, gone_series, gone_rate;
+};
+
+pt_tenants *pt_tenants_new(const pt_tenant_limits *lim)
+{
+    pt_tenants *ts = calloc(1, sizeof(*ts));
+    if (!ts)
+        return NULL;
+    ts->lim = *lim;
+    if (ts->lim.max_tenants == 0)
+        ts->lim.max_tenants = 1;
+    if (ts->lim.bucket_ms <= 0)
+        ts->lim.bucket_ms = 86400000;
+    ts->t = calloc(ts->lim.max_tenants, sizeof(*ts->t));
+    if (!ts->t || pthread_mutex_init(&ts->mu, NULL) != 0) {
+        free(ts->t);
+        free(ts);
+        return NULL;
+    }
+    return ts;
+}
+
+static void tenant_free(pt_tenant *t)
+{
+    pthread_mutex_destroy(&t->mu);
+    free(t->set);
+    free(t);
+}
+
+void pt_tenants_free(pt_tenants *ts)
+{
+    if (!ts)
+        return;
+    for (size_t i = 0; i < ts->lim.max_tenants; i++)
+        if (ts->t[i])
+            tenant_free(ts->t[i]);
+    pthread_mutex_destroy(&ts->mu);
+    free(ts->t);
+    free(ts);
+}
+
+/* Under ts->mu: the figures of t go to the shared "other" ones, its slot is freed. */
+static void drop_slot(pt_tenants *ts, size_t i)
+{
+    pt_tenant *t = ts->t[i];
+    ts->gone_accepted += atomic_load(&t->accepted);
+    ts->gone_rejected += atomic_load(&t->rejected);
+    ts->gone_series += atomic_load(&t->limited_series);
+    ts->gone_rate += atomic_load(&t->limited_rate);
+    if (t->labelled)
+        ts->labelled--;
+    atomic_fetch_sub(&ts->tracked, t->n);
+    tenant_free(t);
+    ts->t[i] = NULL;
+    ts->n--;
+}
+
+pt_tenant *pt_tenant_get(pt_tenants *ts, const char *id, int64_t now_ms, char *msg,
+                         size_t msglen)
+{
+    pthread_mutex_lock(&ts->mu);
+    size_t free_slot = SIZE_MAX, idle = SIZE_MAX;
+    int64_t idle_ms = INT64_MAX;
+    for (size_t i = 0; i < ts->lim.max_tenants; i++) {
+        pt_tenant *t = ts->t[i];
+        if (!t) {
+            if (free_slot == SIZE_MAX)
+                free_slot = i;
+            continue;
+        }
+        if (strcmp(t->id, id) == 0) {
+            t->refs++;
+            t->last_ms = now_ms;
+            pthread_mutex_unlock(&ts->mu);
+            return t;
+        }
+        if (t->refs == 0 && t->last_ms < idle_ms)
+            idle = i, idle_ms = t->last_ms;
+    }
+    if (free_slot == SIZE_MAX) {
+        if (idle == SIZE_MAX || now_ms - idle_ms < ts->lim.bucket_ms) {
+            pthread_mutex_unlock(&ts->mu);
+            snprintf(msg, msglen, "tenant \"%s\": limit tenancy.max_tenants (%zu) reached: as "
+                     "many tenants are active (each wrote or read within index.bucket)",
+                     id, ts->lim.max_tenants);
+            return NULL;
+        }
+        drop_slot(ts, idle);
+        free_slot = idle;
+    }
+    pt_tenant *t = calloc(1, sizeof(*t));
+    if (!t || pthread_mutex_init(&t->mu, NULL) != 0) {
+        pthread_mutex_unlock(&ts->mu);
+        free(t);
+        snprintf(msg, msglen, "out of memory");
+        return NULL;
+    }
+    snprintf(t->id, sizeof(t->id), "%s", id);
+    t->refs = 1;
+    t->last_ms = now_ms;
+    t->ts = ts;
+    t->tokens = (double)ts->lim.max_samples_per_s;
+    t->tokens_ms = now_ms;
+    t->bucket = INT64_MIN;
+    if (ts->labelled < ts->lim.metrics_tenants) {
+        t->labelled = 1;
+        ts->labelled++;
+    }
+    ts->t[free_slot] = t;
+    ts->n++;
+    pthread_mutex_unlock(&ts->mu);
+    return t;
+}
+
+void pt_tenant_put(pt_tenants *ts, pt_tenant *t)
+{
+    if (!t)
+        return;
+    pthread_mutex_lock(&ts->mu);
+    t->refs--;
+    pthread_mutex_unlock(&ts->mu);
+}
+
+const char *pt_tenant_id(const pt_tenant *t)
+{
+    return t->id;
+}
+
+int pt_tenant_take(pt_tenant *t, uint64_t n, int64_t now_ms, char *msg, size_t msglen)
+{
+    uint64_t rate = t->ts->lim.max_samples_per_s;
+    if (rate == 0 || n == 0)
+        return 1;
+    double cap = (double)rate;
+    pthread_mutex_lock(&t->mu);
+    if (now_ms > t->tokens_ms) {
+        t->tokens += (double)(now_ms - t->tokens_ms) * cap / 1000.0;
+        if (t->tokens > cap)
+            t->tokens = cap;
+    }
+    t->tokens_ms = now_ms;
+    /* A request larger than a second's worth passes on a full bucket and leaves it in
+     * debt: the average still holds, and no request size is refused for ever. */
+    double need = (double)n < cap ? (double)n : cap;
+    int ok = t->tokens >= need;
+    if (ok)
+        t->tokens -= (double)n;
+    pthread_mutex_unlock(&t->mu);
+    if (!ok) {
+        atomic_fetch_add(&t->limited_rate, 1);
+        atomic_fetch_add(&t->rejected, n);
+        snprintf(msg, msglen, "tenant \"%s\": limit tenancy.max_samples_per_second (%" PRIu64
+                 ") exceeded: %" PRIu64 " samples refused, retry later", t->id, rate, n);
+    }
+    return ok;
+}
+
+/* Under t->mu: 1 when h is in the set, else adds it when room allows (1) or not (0). */
+static int set_admit(pt_tenant *t, uint64_t h, size_t max, int *grew_fail)
+{
+    for (size_t i = h & t->mask; t->set; i = (i + 1) & t->mask) {
+        if (t->set[i] == h)
+            return 1;
+        if (t->set[i] == 0)
+            break;
+    }
+    if (t->n >= max)
+        return 0;
+    if ((t->n + 1) * 2 > (t->set ? t->mask + 1 : 0)) {
+        size_t slots = t->set ? 2 * (t->mask + 1) : 256;
+        uint64_t *s = calloc(slots, sizeof(*s));
+        if (!s) {
+            *grew_fail = 1;
+            return 0;
+        }
+        for (size_t i = 0; t->set && i <= t->mask; i++) {
+            if (!t->set[i])
+                continue;
+            size_t j = t->set[i] & (slots - 1);
+            while (s[j])
+                j = (j + 1) & (slots - 1);
+            s[j] = t->set[i];
+        }
+        free(t->set);
+        t->set = s;
+        t->mask = slots - 1;
+    }
+    size_t i = h & t->mask;
+    while (t->set[i])
+        i = (i + 1) & t->mask;
+    t->set[i] = h;
+    t->n++;
+    return 1;
+}
+
+size_t pt_tenant_gate(void *tenant, const uint64_t *series, size_t n, uint8_t *ok, char *msg,
+                      size_t msglen)
+{
+    pt_tenant *t = tenant;
+    pt_tenants *ts = t->ts;
+    const pt_tenant_limits *lim = &ts->lim;
+    size_t refused = 0;
+    int nomem = 0;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    int64_t bucket = now_ms - now_ms % lim->bucket_ms;
+    pthread_mutex_lock(&t->mu);
+    if (bucket != t->bucket) { /* a new bucket: nothing is active yet */
+        if (t->set)
+            memset(t->set, 0, (t->mask + 1) * sizeof(*t->set));
+        atomic_fetch_sub(&ts->tracked, t->n);
+        t->n = 0;
+        t->bucket = bucket;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint64_t h = series[i] ? series[i] : 1;
+        /* With a limit, the set holds up to it; without, all sets together hold up to
+         * track_max. */
+        size_t tracked = atomic_load(&ts->tracked), before = t->n;
+        size_t limit = lim->max_series ? lim->max_series
+                       : tracked < lim->track_max ? t->n + 1 : t->n;
+        ok[i] = (uint8_t)set_admit(t, h, limit, &nomem);
+        if (t->n != before)
+            atomic_fetch_add(&ts->tracked, 1);
+        /* Without a limit the set only stops counting. */
+        if (!ok[i] && !lim->max_series)
+            ok[i] = 1;
+        refused += !ok[i];
+    }
+    atomic_store(&t->active, t->n);
+    pthread_mutex_unlock(&t->mu);
+    if (refused) {
+        atomic_fetch_add(&t->limited_series, 1);
+        snprintf(msg, msglen, "tenant \"%s\": limit tenancy.max_series (%zu active series) "
+                 "reached: %zu new series refused%s", t->id, lim->max_series, refused,
+                 nomem ? " (out of memory)" : "");
+    }
+    return refused;
+}
+
+void pt_tenant_count(pt_tenant *t, uint64_t accepted, uint64_t rejected)
+{
+    atomic_fetch_add(&t->accepted, accepted);
+    atomic_fetch_add(&t->rejected, rejected);
+}
+
+/* Appends printf output to b: 0 or PT_ENOMEM. */
+static int bprintf(pt_buf *b, const char *fmt, ...)
+{
+    for (size_t want = 256;;) {
+        char *p = (char *)pt_buf_room(b, want);
+        if (!p)
+            return PT_ENOMEM;
+        size_t room = b->cap - b->len;
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(p, room, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            return PT_ENOMEM;
+        if ((size_t)n < room) {
+            pt_buf_commit(b, (size_t)n);
+            return 0;
+        }
+        want = (size_t)n + 1;
+    }
+}
+
+/* Label values are tenant ids (no '"' or '\\') or "~other", which no id can be. */
+long pt_tenants_render(pt_tenants *ts, pt_arena *a, const char **out)
+{
+    static const struct {
+        const char *name, *help, *type;
+    } fams[] = {
+        {"promtable_tenant_samples_accepted_total",
+         "Samples, histograms and exemplars stored, by tenant.", "counter"},
+        {"promtable_tenant_samples_rejected_total",
+         "Samples refused (invalid, or over a tenant limit), by tenant.", "counter"},
+        {"promtable_tenant_limit_rejections_total",
+         "Write requests answered 429 by a tenant limit, by tenant and limit.", "counter"},
+        {"promtable_tenant_active_series",
+         "Distinct series a tenant wrote in the current index bucket.", "gauge"},
+    };
+    pt_buf b;
+    pt_buf_init_arena(&b, a, 0);
+    pthread_mutex_lock(&ts->mu);
+    uint64_t oa = ts->gone_accepted, orj = ts->gone_rejected, os = ts->gone_series,
+             orate = ts->gone_rate, oact = 0;
+    int rv = 0;
+    for (size_t f = 0; f < sizeof(fams) / sizeof(fams[0]) && rv == 0; f++) {
+        rv = bprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", fams[f].name, fams[f].help,
+                           fams[f].name, fams[f].type);
+        for (size_t i = 0; i < ts->lim.max_tenants && rv == 0; i++) {
+            pt_tenant *t = ts->t[i];
+            if (!t)
+                continue;
+            uint64_t acc = atomic_load(&t->accepted), rej = atomic_load(&t->rejected),
+                     ser = atomic_load(&t->limited_series), rat = atomic_load(&t->limited_rate),
+                     act = atomic_load(&t->active);
+            if (!t->labelled) {
+                if (f == 0)
+                    oa += acc, orj += rej, os += ser, orate += rat, oact += act;
+                continue;
+            }
+            if (f == 0)
+                rv = bprintf(&b, "%s{tenant=\"%s\"} %" PRIu64 "\n", fams[f].name, t->id, acc);
+            else if (f == 1)
+                rv = bprintf(&b, "%s{tenant=\"%s\"} %" PRIu64 "\n", fams[f].name, t->id, rej);
+            else if (f == 2)
+                rv = bprintf(&b, "%s{tenant=\"%s\",limit=\"max_series\"} %" PRIu64 "\n"
+                                   "%s{tenant=\"%s\",limit=\"max_samples_per_second\"} %" PRIu64
+                                   "\n", fams[f].name, t->id, ser, fams[f].name, t->id, rat);
+            else
+                rv = bprintf(&b, "%s{tenant=\"%s\"} %" PRIu64 "\n", fams[f].name, t->id, act);
+        }
+        if (rv != 0)
+            break;
+        if (f == 0)
+            rv = bprintf(&b, "%s{tenant=\"~other\"} %" PRIu64 "\n", fams[f].name, oa);
+        else if (f == 1)
+            rv = bprintf(&b, "%s{tenant=\"~other\"} %" PRIu64 "\n", fams[f].name, orj);
+        else if (f == 2)
+            rv = bprintf(&b, "%s{tenant=\"~other\",limit=\"max_series\"} %" PRIu64 "\n"
+                               "%s{tenant=\"~other\",limit=\"max_samples_per_second\"} %" PRIu64
+                               "\n", fams[f].name, os, fams[f].name, orate);
+        else
+            rv = bprintf(&b, "%s{tenant=\"~other\"} %" PRIu64 "\n", fams[f].name, oact);
+    }
+    size_t n = ts->n;
+    pthread_mutex_unlock(&ts->mu);
+    if (rv == 0)
+        rv = bprintf(&b, "# HELP promtable_tenants Tenants kept (tenancy.max_tenants).\n"
+                           "# TYPE promtable_tenants gauge\npromtable_tenants %zu\n", n);
+    if (rv != 0)
+        return -1;
+    *out = (const char *)b.p;
+    return (long)b.len;
+}
