@@ -30,6 +30,7 @@
 #include "log.h"
 #include "meta.h"
 #include "rowkey.h"
+#include "tenant.h"
 
 #define SHOW_MAX 20 /* problems printed; all are counted */
 
@@ -82,6 +83,7 @@ typedef struct checker {
     pt_buf prev_row;
     int64_t prev_day;
     pt_arena a;
+    int shared;     /* checking the keys of no tenant: the tenants' rows are left out */
 } checker;
 
 static void problem(checker *ck, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -303,11 +305,19 @@ out:
     return rv == PT_ENOMEM ? rv : 0;
 }
 
-/* One whole-table scan (or the rows in [start, end)). */
+/* One whole-table scan (or the rows in [start, end)). Over the keys of no tenant, a
+ * whole-table scan leaves out the tenants' rows: [01, 02) (tenant.h). */
 static int scan(checker *ck, pt_table table, const char *start, const char *end, pt_cell_fn fn)
 {
-    pt_row_range r = {{(const uint8_t *)start, strlen(start)}, {(const uint8_t *)end, strlen(end)}};
-    pt_scan s = {.table = table, .ranges = &r, .nranges = 1};
+    static const uint8_t mark[2] = {PT_TENANT_MARK, PT_TENANT_MARK + 1};
+    pt_row_range r[2] = {{{(const uint8_t *)start, strlen(start)},
+                          {(const uint8_t *)end, strlen(end)}}};
+    pt_scan s = {.table = table, .ranges = r, .nranges = 1};
+    if (ck->shared && !start[0] && !end[0]) {
+        r[0].end = (pt_slice){mark, 1};
+        r[1] = (pt_row_range){{mark + 1, 1}, {0}};
+        s.nranges = 2;
+    }
     return pt_backend_scan(ck->be, &s, fn, ck);
 }
 
@@ -331,6 +341,93 @@ static int compare(checker *ck)
                 "cutoff not compared\n",
                 ck->not_compared);
     return 0;
+}
+
+/* The first row key at or after from (n bytes) in [01, 02) of either table: 1 with the
+ * key copied to key, 0 when there is none. */
+typedef struct first_key {
+    uint8_t key[PT_TENANT_PREFIX_MAX + 1];
+    size_t n;
+    int found;
+} first_key;
+
+static int on_first(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    (void)qual, (void)value;
+    first_key *f = ud;
+    size_t n = row.n < sizeof(f->key) ? row.n : sizeof(f->key);
+    if (!f->found || memcmp(row.p, f->key, n < f->n ? n : f->n) < 0 ||
+        (memcmp(row.p, f->key, n < f->n ? n : f->n) == 0 && n < f->n)) {
+        memcpy(f->key, row.p, n);
+        f->n = n;
+        f->found = 1;
+    }
+    return 1;
+}
+
+static void space_reset(checker *ck)
+{
+    keyset *sets[3] = {&ck->cells, &ck->series, &ck->data};
+    for (int i = 0; i < 3; i++) {
+        free(sets[i]->s.slots);
+        memset(sets[i], 0, sizeof(*sets[i]));
+    }
+    ck->index_cells = ck->series_rows = ck->points_rows = ck->samples = ck->exemplars = 0;
+    ck->not_compared = 0;
+    pt_buf_reset(&ck->prev_row);
+    ck->prev_day = 0;
+}
+
+/* compare() over the keys of no tenant, then over each tenant's space found in either
+ * table, each on its own (a series of one tenant never answers for another's). */
+static int compare_spaces(checker *ck, pt_backend *be)
+{
+    ck->be = be;
+    ck->shared = 1;
+    pt_row_key_limit = PT_MAX_ROW_KEY;
+    int rv = compare(ck);
+    ck->shared = 0;
+    uint8_t from[PT_TENANT_PREFIX_MAX + 1] = {PT_TENANT_MARK};
+    size_t from_n = 1;
+    static const uint8_t stop[1] = {PT_TENANT_MARK + 1};
+    while (rv == 0) {
+        first_key f = {0};
+        pt_row_range r = {{from, from_n}, {stop, 1}};
+        for (int t = 0; t < PT_TABLE_COUNT && rv == 0; t++) {
+            pt_scan s = {.table = (pt_table)t, .ranges = &r, .nranges = 1, .row_limit = 1};
+            rv = pt_backend_scan(be, &s, on_first, &f);
+        }
+        if (rv != 0 || !f.found)
+            break;
+        const uint8_t *end = memchr(f.key + 1, PT_TENANT_MARK, f.n - 1);
+        char msg[200];
+        size_t idn = end ? (size_t)(end - f.key - 1) : f.n - 1;
+        char id[PT_TENANT_MAX + 1];
+        if (!end || !pt_tenant_valid((const char *)f.key + 1, idn, msg, sizeof(msg))) {
+            problem(ck, "a row key starts with byte 01 but names no valid tenant (%s)",
+                    end ? msg : "no end mark in the first 152 bytes");
+            /* Go past every key sharing this start. */
+            pt_slice e;
+            pt_prefix_end(from, (pt_slice){f.key, end ? idn + 2 : f.n}, &e);
+            from_n = e.n;
+            continue;
+        }
+        memcpy(id, f.key + 1, idn);
+        id[idn] = '\0';
+        space_reset(ck);
+        fprintf(ck->out, "tenant %s:\n", id);
+        pt_tenant_view v;
+        pt_tenant_view_init(&v, be, id, idn);
+        ck->be = &v.be;
+        pt_row_key_limit = PT_MAX_ROW_KEY - PT_TENANT_PREFIX_MAX;
+        rv = compare(ck);
+        ck->be = be;
+        pt_slice e;
+        pt_prefix_end(from, (pt_slice){v.prefix, v.plen}, &e);
+        from_n = e.n;
+    }
+    pt_row_key_limit = PT_MAX_ROW_KEY;
+    return rv;
 }
 
 int pt_check_store(const pt_config *cfg, const pt_backend_ops *ops, const pt_backend_config *bc,
@@ -361,13 +458,12 @@ int pt_check_store(const pt_config *cfg, const pt_backend_ops *ops, const pt_bac
         fprintf(out, "cannot open the store: %s\n", err);
         goto done;
     }
-    ck.be = &be;
     /* The backend's own check first: a damaged chunk or table file also stops the scans. */
     if (ops->verify && (rv = ops->verify(be.state, bc, on_verify, &ck, err, sizeof(err))) != 0) {
         fprintf(out, "cannot check: %s\n", err);
         goto done_open;
     }
-    if ((rv = compare(&ck)) != 0) {
+    if ((rv = compare_spaces(&ck, &be)) != 0) {
         fprintf(out, "index and data not compared: reading the store failed: %s\n",
                 pt_strerror(rv));
         if (!ck.problems)
