@@ -1,0 +1,204 @@
+/* Tenancy (adapter/tenant.c): tenant id validation, the key-prefix view (two tenants'
+ * stores over one embedded store, with shared caches), the series gate and the rate. */
+#include "metrics.h"
+#include "embedded.h"
+#include "store_helpers.h"
+#include "tenant.h"
+#include "tap.h"
+
+static const int64_t T0 = 1700000000000; /* 2023-11-14 */
+
+static void ids(void)
+{
+    static const struct {
+        const char *id;
+        int valid;
+        const char *msg; /* a part of the message when invalid */
+    } cases[] = {
+        {"a", 1, NULL},
+        {"team-1", 1, NULL},
+        {"Az09!._*'()-", 1, NULL},
+        {"...", 1, NULL},
+        {".a", 1, NULL},
+        {"", 0, "empty"},
+        {".", 0, "\".\" is not allowed"},
+        {"..", 0, "\"..\" is not allowed"},
+        {"a/b", 0, "'/' at byte 1"},
+        {"a,b", 0, "',' at byte 1"},
+        {"a b", 0, "' ' at byte 1"},
+        {"a\\b", 0, "'\\' at byte 1"},
+        {"a\"", 0, "'\"' at byte 1"},
+        {"\x01x", 0, "byte 0x01 at byte 0"},
+        {"caf\xc3\xa9", 0, "byte 0xc3 at byte 3"},
+        {"a~", 0, "'~' at byte 1"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char msg[256] = "";
+        int v = pt_tenant_valid(cases[i].id, strlen(cases[i].id), msg, sizeof(msg));
+        if (cases[i].valid)
+            ok(v == 1, "tenant id \"%s\" is valid", cases[i].id);
+        else
+            ok(v == 0 && strstr(msg, cases[i].msg), "tenant id \"%s\" is refused: %s", cases[i].id,
+               msg);
+    }
+    char id[152];
+    memset(id, 'x', sizeof(id));
+    char msg[256];
+    ok(pt_tenant_valid(id, 150, msg, sizeof(msg)) == 1, "150 bytes: valid");
+    ok(pt_tenant_valid(id, 151, msg, sizeof(msg)) == 0 && strstr(msg, "151 bytes"),
+       "151 bytes: refused (%s)", msg);
+    ok(pt_tenant_valid("a\0b", 3, msg, sizeof(msg)) == 0 && strstr(msg, "0x00"),
+       "a NUL byte: refused (%s)", msg);
+    uint8_t pa[PT_TENANT_PREFIX_MAX], pb[PT_TENANT_PREFIX_MAX];
+    size_t na = pt_tenant_prefix(pa, "a", 1), nb = pt_tenant_prefix(pb, "ab", 2);
+    ok(na == 3 && nb == 4 && memcmp(pa, pb, 2) == 0 && pa[2] != pb[2],
+       "prefixes of \"a\" and \"ab\" differ before either ends: neither starts the other");
+    ok(pt_tenant_salt("a", 1) != pt_tenant_salt("b", 1) && pt_tenant_salt("a", 1) != 0,
+       "salts differ per tenant and are never 0");
+}
+
+typedef struct rows {
+    size_t n, bad, longest;
+    uint8_t first;
+} rows;
+
+static int on_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    (void)qual, (void)value;
+    rows *r = ud;
+    if (r->n++ == 0)
+        r->first = row.n ? row.p[0] : 0;
+    if (memchr(row.p, 0, row.n))
+        r->bad++;
+    if (row.n > r->longest)
+        r->longest = row.n;
+    return 0;
+}
+
+static double read_one(pt_store *st, const char *name, int *n)
+{
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    tmatch m = {PROMETHEUS__LABEL_MATCHER__TYPE__EQ, "__name__", name};
+    Prometheus__ReadResponse resp;
+    char msg[512];
+    int rv = pt_store_read(st, mk_read(&a, T0 - 60000, T0 + 60000, &m, 1), &a, NULL, &resp, msg,
+                           sizeof(msg));
+    double v = -1;
+    *n = rv ? -1 : (int)resp.results[0]->n_timeseries;
+    if (*n == 1 && resp.results[0]->timeseries[0]->n_samples == 1)
+        v = resp.results[0]->timeseries[0]->samples[0]->value;
+    pt_arena_free(&a);
+    return v;
+}
+
+static int write_one(pt_store *st, const char *name, const char *job, double v,
+                     pt_write_result *res)
+{
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    tseries s = {{"__name__", name, "job", job, NULL}, {T0}, {v}, 1};
+    int rv = pt_store_write(st, mk_write(&a, &s, 1), &a, res);
+    pt_arena_free(&a);
+    return rv;
+}
+
+/* Two tenants over one store and one index cache. */
+static void views(void)
+{
+    tstore s;
+    if (tstore_open(&s) != 0) {
+        ok(0, "a store to write to");
+        return;
+    }
+    pt_tenant_view va, vb;
+    pt_tenant_view_init(&va, s.st.be, "a", 1);
+    pt_tenant_view_init(&vb, s.st.be, "ab", 2);
+    pt_store sa = s.st, sb = s.st;
+    sa.be = &va.be, sa.salt = pt_tenant_salt("a", 1);
+    sb.be = &vb.be, sb.salt = pt_tenant_salt("ab", 2);
+    pt_write_result res;
+    ok(write_one(&sa, "up", "x", 1, &res) == 0 && res.index_rows > 0, "tenant a writes up, indexed");
+    ok(write_one(&sb, "up", "x", 2, &res) == 0 && res.index_rows > 0,
+       "tenant ab writes the same series: indexed again (the shared cache keeps tenants apart)");
+    ok(write_one(&s.st, "up", "x", 5, &res) == 0 && res.index_rows > 0,
+       "the store without tenancy writes it too: indexed again");
+    int n;
+    ok(read_one(&sa, "up", &n) == 1 && n == 1, "tenant a reads 1");
+    ok(read_one(&sb, "up", &n) == 2 && n == 1, "tenant ab reads 2");
+    ok(read_one(&s.st, "up", &n) == 5 && n == 1, "without tenancy: 5");
+    ok(write_one(&sa, "only_a", "x", 1, &res) == 0, "tenant a writes only_a");
+    read_one(&sb, "only_a", &n);
+    ok(n == 0, "tenant ab does not see only_a");
+    read_one(&s.st, "only_a", &n);
+    ok(n == 0, "nor does the store without tenancy");
+
+    pt_row_range all = {{(const uint8_t *)"", 0}, {0}};
+    for (int t = 0; t < PT_TABLE_COUNT; t++) {
+        rows ra = {0}, rall = {0};
+        pt_scan sc = {.table = (pt_table)t, .ranges = &all, .nranges = 1};
+        pt_backend_scan(&va.be, &sc, on_row, &ra);
+        pt_backend_scan(s.st.be, &sc, on_row, &rall);
+        ok(ra.n > 0 && ra.first != PT_TENANT_MARK, "table %d: a's view hands back its keys without "
+           "the prefix", t);
+        ok(rall.bad == 0, "table %d: no stored key holds a NUL byte", t);
+    }
+    tstore_close(&s);
+}
+
+static void gate_and_rate(void)
+{
+    pt_tenant_limits lim = {.max_series = 2, .max_samples_per_s = 10, .max_tenants = 2,
+                            .metrics_tenants = 1, .track_max = 100, .bucket_ms = 86400000};
+    pt_tenants *ts = pt_tenants_new(&lim);
+    char msg[512];
+    pt_tenant *a = pt_tenant_get(ts, "a", T0, msg, sizeof(msg));
+    pt_tenant *b = pt_tenant_get(ts, "b", T0, msg, sizeof(msg));
+    ok(a && b && a != b, "two tenants");
+    ok(!pt_tenant_get(ts, "c", T0, msg, sizeof(msg)) && strstr(msg, "tenancy.max_tenants (2)"),
+       "a third one past max_tenants while both are active: refused (%s)", msg);
+    uint64_t h[3] = {11, 12, 13};
+    uint8_t okv[3];
+    ok(pt_tenant_gate(a, h, 3, okv, msg, sizeof(msg)) == 1 && okv[0] && okv[1] && !okv[2] &&
+       strstr(msg, "tenant \"a\": limit tenancy.max_series (2 active series)"),
+       "the third series of a is refused: %s", msg);
+    ok(pt_tenant_gate(a, h, 2, okv, msg, sizeof(msg)) == 0, "its two active series still pass");
+    ok(pt_tenant_gate(b, h, 2, okv, msg, sizeof(msg)) == 0, "b has its own count");
+    ok(pt_tenant_take(a, 10, T0, msg, sizeof(msg)) == 1, "10 samples: one second's worth passes");
+    ok(pt_tenant_take(a, 1, T0, msg, sizeof(msg)) == 0 &&
+       strstr(msg, "tenant \"a\": limit tenancy.max_samples_per_second (10) exceeded"),
+       "the next one at once: refused (%s)", msg);
+    ok(pt_tenant_take(a, 1, T0 + 100, msg, sizeof(msg)) == 1, "100 ms later one more passes");
+    ok(pt_tenant_take(b, 1000, T0, msg, sizeof(msg)) == 1,
+       "a request over a second's worth passes on a full bucket");
+    ok(pt_tenant_take(b, 1, T0 + 50000, msg, sizeof(msg)) == 0,
+       "... and leaves a debt: 50 s later still refused");
+    ok(pt_tenant_take(b, 1, T0 + 99100, msg, sizeof(msg)) == 1, "... paid after 99 s");
+    pt_tenant_count(a, 5, 1);
+    pt_tenant_count(b, 7, 0);
+    pt_arena ar;
+    pt_arena_init(&ar, 0, 0);
+    const char *text;
+    long n = pt_tenants_render(ts, &ar, &text);
+    ok(n > 0 && strstr(text, "promtable_tenant_samples_accepted_total{tenant=\"a\"} 5\n") &&
+       strstr(text, "promtable_tenant_samples_accepted_total{tenant=\"~other\"} 7\n") &&
+       !strstr(text, "tenant=\"b\""),
+       "metrics: a has its label value, b (past tenancy.metrics_tenants) is summed as ~other");
+    ok(strstr(text, "promtable_tenant_active_series{tenant=\"a\"} 2\n") != NULL,
+       "metrics: a has 2 active series");
+    pt_arena_free(&ar);
+    pt_tenant_put(ts, a);
+    pt_tenant_put(ts, b);
+    pt_tenant *c = pt_tenant_get(ts, "c", T0 + 86400000 + 1, msg, sizeof(msg));
+    ok(c != NULL, "a tenant idle for a whole bucket makes room for a new one");
+    pt_tenant_put(ts, c);
+    pt_tenants_free(ts);
+}
+
+int main(void)
+{
+    ids();
+    views();
+    gate_and_rate();
+    return done_testing();
+}
