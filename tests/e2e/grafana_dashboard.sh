@@ -149,7 +149,7 @@ fi
 port=''
 pt_free_port port
 pt_spawn "$T/promtable.log" "$PROMTABLE" --web.listen-address="127.0.0.1:$port" \
-    --storage.backend=embedded --storage.embedded.path="$T/data"
+    --storage.backend=embedded --storage.embedded.path="$T/data" --tenancy.enabled=true
 pid=$PT_PID
 if pt_wait_http "http://127.0.0.1:$port/-/ready" 20 "$pid" &&
     curl -fsS --max-time 5 -o "$T/metrics" "http://127.0.0.1:$port/metrics"; then
