@@ -6,7 +6,7 @@
 #     ids on the 24-column grid, every query on the $datasource variable, which defaults
 #     to the data source configs/grafana/provisioning/datasources provisions;
 #   - every promtable_* metric its queries (and variables) use is one that a running
-#     promtable exposes on /metrics: started here on a free loopback port with a temp
+#     promtable exposes on /metrics: started here (tenancy on, for the tenant metrics) on a free loopback port with a temp
 #     data dir; a histogram's name_bucket, name_sum and name_count count as its name;
 #   - the checker itself refuses a name that does not exist and a _bucket of a counter,
 #     so a typo cannot pass.
