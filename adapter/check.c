@@ -343,8 +343,8 @@ static int compare(checker *ck)
     return 0;
 }
 
-/* The first row key at or after from (n bytes) in [01, 02) of either table: 1 with the
- * key copied to key, 0 when there is none. */
+/* The least row key (its first bytes, as many as key holds) that the scans of [from, 02)
+ * in each table find; found = 0 when there is none. */
 typedef struct first_key {
     uint8_t key[PT_TENANT_PREFIX_MAX + 1];
     size_t n;
@@ -355,11 +355,10 @@ static int on_first(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 {
     (void)qual, (void)value;
     first_key *f = ud;
-    size_t n = row.n < sizeof(f->key) ? row.n : sizeof(f->key);
-    if (!f->found || memcmp(row.p, f->key, n < f->n ? n : f->n) < 0 ||
-        (memcmp(row.p, f->key, n < f->n ? n : f->n) == 0 && n < f->n)) {
-        memcpy(f->key, row.p, n);
-        f->n = n;
+    pt_slice k = {row.p, row.n < sizeof(f->key) ? row.n : sizeof(f->key)};
+    if (!f->found || pt_slice_cmp(k, (pt_slice){f->key, f->n}) < 0) {
+        memcpy(f->key, k.p, k.n);
+        f->n = k.n;
         f->found = 1;
     }
     return 1;

@@ -297,8 +297,8 @@ static void fill_flush(filler *f, uint64_t upto, int last)
                 }
                 i += 4 + rec;
             }
-            pt_ref_cache_put(c, ref ^ f->q->st->salt, fill_day(f, d), f->epochs[f->at * f->ndays + d], f->entry.p,
-                             f->entry.len);
+            pt_ref_cache_put(c, ref ^ f->q->st->salt, fill_day(f, d),
+                             f->epochs[f->at * f->ndays + d], f->entry.p, f->entry.len);
         }
     }
 }
@@ -378,10 +378,10 @@ static int resolve_cached(qctx *q, size_t ndays, size_t *nmiss, uint32_t **epoch
     if (!*epochs)
         return PT_ENOMEM;
     for (size_t i = 0; i < rs->x.n && rv == 0; i++) {
-        uint64_t ref = rs->v[i];
+        uint64_t ref = rs->v[i], cref = ref ^ q->st->salt; /* the tenant's cache key */
         size_t d = 0;
         pt_buf_reset(&hit);
-        while (d < ndays && (rv = pt_ref_cache_get(c, ref ^ q->st->salt, q->day_first +
+        while (d < ndays && (rv = pt_ref_cache_get(c, cref, q->day_first +
                                                    (int64_t)d * q->st->index_bucket_ms, &hit)) == 1)
             d++;
         if (rv < 0)
@@ -393,7 +393,7 @@ static int resolve_cached(qctx *q, size_t ndays, size_t *nmiss, uint32_t **epoch
         rv = 0;
         for (d = 0; d < ndays; d++)
             (*epochs)[k * ndays + d] =
-                pt_ref_cache_epoch(c, ref ^ q->st->salt, q->day_first + (int64_t)d * q->st->index_bucket_ms);
+                pt_ref_cache_epoch(c, cref, q->day_first + (int64_t)d * q->st->index_bucket_ms);
         rs->v[k++] = ref;
     }
     pt_buf_free(&hit);

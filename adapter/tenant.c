@@ -176,6 +176,7 @@ struct pt_tenant {
     int labelled;       /* has its own label value on /metrics */
     int64_t last_ms;    /* last request */
     pt_tenants *ts;
+    pt_tenant *next;    /* in its hash chain */
     pthread_mutex_t mu; /* guards what follows */
     /* Active series: 64-bit hashes (0 = empty slot) of the series of bucket `bucket`. */
     uint64_t *set;
@@ -191,7 +192,8 @@ struct pt_tenant {
 struct pt_tenants {
     pt_tenant_limits lim;
     pthread_mutex_t mu;
-    pt_tenant **t; /* lim.max_tenants slots, NULL = free */
+    pt_tenant **chains; /* hash chains by pt_tenant_salt of the id */
+    size_t mask;        /* chains - 1, a power of two - 1 */
     size_t n, labelled;
     _Atomic size_t tracked; /* series in every tenant's set */
     /* Figures of tenants that were dropped or never had label values of their own. */
@@ -208,9 +210,13 @@ pt_tenants *pt_tenants_new(const pt_tenant_limits *lim)
         ts->lim.max_tenants = 1;
     if (ts->lim.bucket_ms <= 0)
         ts->lim.bucket_ms = 86400000;
-    ts->t = calloc(ts->lim.max_tenants, sizeof(*ts->t));
-    if (!ts->t || pthread_mutex_init(&ts->mu, NULL) != 0) {
-        free(ts->t);
+    size_t chains = 16;
+    while (chains < ts->lim.max_tenants)
+        chains <<= 1;
+    ts->mask = chains - 1;
+    ts->chains = calloc(chains, sizeof(*ts->chains));
+    if (!ts->chains || pthread_mutex_init(&ts->mu, NULL) != 0) {
+        free(ts->chains);
         free(ts);
         return NULL;
     }
@@ -228,18 +234,22 @@ void pt_tenants_free(pt_tenants *ts)
 {
     if (!ts)
         return;
-    for (size_t i = 0; i < ts->lim.max_tenants; i++)
-        if (ts->t[i])
-            tenant_free(ts->t[i]);
+    for (size_t i = 0; i <= ts->mask; i++)
+        for (pt_tenant *t = ts->chains[i], *next; t; t = next) {
+            next = t->next;
+            tenant_free(t);
+        }
     pthread_mutex_destroy(&ts->mu);
-    free(ts->t);
+    free(ts->chains);
     free(ts);
 }
 
-/* Under ts->mu: the figures of t go to the shared "other" ones, its slot is freed. */
-static void drop_slot(pt_tenants *ts, size_t i)
+/* Under ts->mu: *at (a link of a chain) is unlinked and freed, its figures going to the
+ * shared "other" ones. */
+static void drop(pt_tenants *ts, pt_tenant **at)
 {
-    pt_tenant *t = ts->t[i];
+    pt_tenant *t = *at;
+    *at = t->next;
     ts->gone_accepted += atomic_load(&t->accepted);
     ts->gone_rejected += atomic_load(&t->rejected);
     ts->gone_series += atomic_load(&t->limited_series);
@@ -248,42 +258,37 @@ static void drop_slot(pt_tenants *ts, size_t i)
         ts->labelled--;
     atomic_fetch_sub(&ts->tracked, t->n);
     tenant_free(t);
-    ts->t[i] = NULL;
     ts->n--;
 }
 
 pt_tenant *pt_tenant_get(pt_tenants *ts, const char *id, int64_t now_ms, char *msg,
                          size_t msglen)
 {
+    size_t chain = pt_tenant_salt(id, strlen(id)) & ts->mask;
     pthread_mutex_lock(&ts->mu);
-    size_t free_slot = SIZE_MAX, idle = SIZE_MAX;
-    int64_t idle_ms = INT64_MAX;
-    for (size_t i = 0; i < ts->lim.max_tenants; i++) {
-        pt_tenant *t = ts->t[i];
-        if (!t) {
-            if (free_slot == SIZE_MAX)
-                free_slot = i;
-            continue;
-        }
+    for (pt_tenant *t = ts->chains[chain]; t; t = t->next) {
         if (strcmp(t->id, id) == 0) {
             t->refs++;
             t->last_ms = now_ms;
             pthread_mutex_unlock(&ts->mu);
             return t;
         }
-        if (t->refs == 0 && t->last_ms < idle_ms)
-            idle = i, idle_ms = t->last_ms;
     }
-    if (free_slot == SIZE_MAX) {
-        if (idle == SIZE_MAX || now_ms - idle_ms < ts->lim.bucket_ms) {
+    if (ts->n >= ts->lim.max_tenants) {
+        /* Full: the longest idle tenant makes room if idle for a whole bucket. */
+        pt_tenant **idle = NULL;
+        for (size_t i = 0; i <= ts->mask; i++)
+            for (pt_tenant **at = &ts->chains[i]; *at; at = &(*at)->next)
+                if ((*at)->refs == 0 && (!idle || (*at)->last_ms < (*idle)->last_ms))
+                    idle = at;
+        if (!idle || now_ms - (*idle)->last_ms < ts->lim.bucket_ms) {
             pthread_mutex_unlock(&ts->mu);
             snprintf(msg, msglen, "tenant \"%s\": limit tenancy.max_tenants (%zu) reached: as "
                      "many tenants are active (each wrote or read within index.bucket)",
                      id, ts->lim.max_tenants);
             return NULL;
         }
-        drop_slot(ts, idle);
-        free_slot = idle;
+        drop(ts, idle);
     }
     pt_tenant *t = calloc(1, sizeof(*t));
     if (!t || pthread_mutex_init(&t->mu, NULL) != 0) {
@@ -303,7 +308,8 @@ pt_tenant *pt_tenant_get(pt_tenants *ts, const char *id, int64_t now_ms, char *m
         t->labelled = 1;
         ts->labelled++;
     }
-    ts->t[free_slot] = t;
+    t->next = ts->chains[chain];
+    ts->chains[chain] = t;
     ts->n++;
     pthread_mutex_unlock(&ts->mu);
     return t;
@@ -464,6 +470,27 @@ static int bprintf(pt_buf *b, const char *fmt, ...)
     }
 }
 
+/* A tenant's figures: accepted, rejected, max_series 429s, rate 429s, active series. */
+static void figures(pt_tenant *t, uint64_t v[5])
+{
+    v[0] = atomic_load(&t->accepted);
+    v[1] = atomic_load(&t->rejected);
+    v[2] = atomic_load(&t->limited_series);
+    v[3] = atomic_load(&t->limited_rate);
+    v[4] = atomic_load(&t->active);
+}
+
+/* The line(s) of family f (pt_tenants_render's order) for one tenant label value. */
+static int family_lines(pt_buf *b, const char *name, size_t f, const char *tenant,
+                        const uint64_t v[5])
+{
+    if (f == 2)
+        return bprintf(b, "%s{tenant=\"%s\",limit=\"max_series\"} %" PRIu64 "\n"
+                          "%s{tenant=\"%s\",limit=\"max_samples_per_second\"} %" PRIu64 "\n",
+                       name, tenant, v[2], name, tenant, v[3]);
+    return bprintf(b, "%s{tenant=\"%s\"} %" PRIu64 "\n", name, tenant, v[f == 3 ? 4 : f]);
+}
+
 /* Label values are tenant ids (no '"' or '\\') or "~other", which no id can be. */
 long pt_tenants_render(pt_tenants *ts, pt_arena *a, const char **out)
 {
@@ -482,47 +509,27 @@ long pt_tenants_render(pt_tenants *ts, pt_arena *a, const char **out)
     pt_buf b;
     pt_buf_init_arena(&b, a, 0);
     pthread_mutex_lock(&ts->mu);
-    uint64_t oa = ts->gone_accepted, orj = ts->gone_rejected, os = ts->gone_series,
-             orate = ts->gone_rate, oact = 0;
+    uint64_t other[5] = {ts->gone_accepted, ts->gone_rejected, ts->gone_series, ts->gone_rate, 0};
+    for (size_t i = 0; i <= ts->mask; i++)
+        for (pt_tenant *t = ts->chains[i]; t; t = t->next) {
+            uint64_t v[5];
+            figures(t, v);
+            for (int k = 0; k < 5 && !t->labelled; k++)
+                other[k] += v[k];
+        }
     int rv = 0;
     for (size_t f = 0; f < sizeof(fams) / sizeof(fams[0]) && rv == 0; f++) {
         rv = bprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", fams[f].name, fams[f].help,
-                           fams[f].name, fams[f].type);
-        for (size_t i = 0; i < ts->lim.max_tenants && rv == 0; i++) {
-            pt_tenant *t = ts->t[i];
-            if (!t)
-                continue;
-            uint64_t acc = atomic_load(&t->accepted), rej = atomic_load(&t->rejected),
-                     ser = atomic_load(&t->limited_series), rat = atomic_load(&t->limited_rate),
-                     act = atomic_load(&t->active);
-            if (!t->labelled) {
-                if (f == 0)
-                    oa += acc, orj += rej, os += ser, orate += rat, oact += act;
-                continue;
+                     fams[f].name, fams[f].type);
+        for (size_t i = 0; i <= ts->mask; i++)
+            for (pt_tenant *t = ts->chains[i]; t && rv == 0; t = t->next) {
+                uint64_t v[5];
+                figures(t, v);
+                if (t->labelled)
+                    rv = family_lines(&b, fams[f].name, f, t->id, v);
             }
-            if (f == 0)
-                rv = bprintf(&b, "%s{tenant=\"%s\"} %" PRIu64 "\n", fams[f].name, t->id, acc);
-            else if (f == 1)
-                rv = bprintf(&b, "%s{tenant=\"%s\"} %" PRIu64 "\n", fams[f].name, t->id, rej);
-            else if (f == 2)
-                rv = bprintf(&b, "%s{tenant=\"%s\",limit=\"max_series\"} %" PRIu64 "\n"
-                                   "%s{tenant=\"%s\",limit=\"max_samples_per_second\"} %" PRIu64
-                                   "\n", fams[f].name, t->id, ser, fams[f].name, t->id, rat);
-            else
-                rv = bprintf(&b, "%s{tenant=\"%s\"} %" PRIu64 "\n", fams[f].name, t->id, act);
-        }
-        if (rv != 0)
-            break;
-        if (f == 0)
-            rv = bprintf(&b, "%s{tenant=\"~other\"} %" PRIu64 "\n", fams[f].name, oa);
-        else if (f == 1)
-            rv = bprintf(&b, "%s{tenant=\"~other\"} %" PRIu64 "\n", fams[f].name, orj);
-        else if (f == 2)
-            rv = bprintf(&b, "%s{tenant=\"~other\",limit=\"max_series\"} %" PRIu64 "\n"
-                               "%s{tenant=\"~other\",limit=\"max_samples_per_second\"} %" PRIu64
-                               "\n", fams[f].name, os, fams[f].name, orate);
-        else
-            rv = bprintf(&b, "%s{tenant=\"~other\"} %" PRIu64 "\n", fams[f].name, oact);
+        if (rv == 0)
+            rv = family_lines(&b, fams[f].name, f, "~other", other);
     }
     size_t n = ts->n;
     pthread_mutex_unlock(&ts->mu);

@@ -118,7 +118,8 @@ static void views(void)
     sa.be = &va.be, sa.salt = pt_tenant_salt("a", 1);
     sb.be = &vb.be, sb.salt = pt_tenant_salt("ab", 2);
     pt_write_result res;
-    ok(write_one(&sa, "up", "x", 1, &res) == 0 && res.index_rows > 0, "tenant a writes up, indexed");
+    ok(write_one(&sa, "up", "x", 1, &res) == 0 && res.index_rows > 0,
+       "tenant a writes up, indexed");
     ok(write_one(&sb, "up", "x", 2, &res) == 0 && res.index_rows > 0,
        "tenant ab writes the same series: indexed again (the shared cache keeps tenants apart)");
     ok(write_one(&s.st, "up", "x", 5, &res) == 0 && res.index_rows > 0,
