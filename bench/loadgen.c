@@ -95,6 +95,7 @@ typedef struct opts {
     int retry_503;              /* send a body answered 503 again (as Prometheus does) */
     int check;
     int protocol;               /* remote write 1 (1.0) or 2 (2.0) */
+    uint64_t tenants;           /* X-Scope-OrgID t0..t<n-1> by body; 0 = no header */
 } opts;
 
 static void usage(FILE *f)
@@ -131,6 +132,8 @@ static void usage(FILE *f)
         "                           connection, at its next turn (Prometheus retries 5xx)\n"
         "  --protocol 1|2           remote write 1.0 (default) or 2.0 (symbol table, labels\n"
         "                           as refs; Content-Type ...;proto=io.prometheus.write.v2.Request)\n"
+        "  --tenants N              send each body as one of N tenants (X-Scope-OrgID: t0 ..;\n"
+        "                           a body keeps its tenant; default 0 = no header)\n"
         "  --check                  build the bodies, decode and verify some, send nothing\n";
     fputs(text, f);
 }
@@ -180,6 +183,7 @@ static int parse_opts(int argc, char **argv, opts *o)
         O_RETRY_503,
         O_CHECK,
         O_PROTOCOL,
+        O_TENANTS,
         O_HELP
     };
     static const struct option lo[] = {
@@ -203,6 +207,7 @@ static int parse_opts(int argc, char **argv, opts *o)
         {"retry-503", no_argument, 0, O_RETRY_503},
         {"check", no_argument, 0, O_CHECK},
         {"protocol", required_argument, 0, O_PROTOCOL},
+        {"tenants", required_argument, 0, O_TENANTS},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -254,6 +259,7 @@ static int parse_opts(int argc, char **argv, opts *o)
             bad |= parse_u64(optarg, 1, 2, &v);
             o->protocol = (int)v;
             break;
+        case O_TENANTS: bad |= parse_u64(optarg, 0, 1000000, &o->tenants); break;
         case O_HELP: usage(stdout); exit(0);
         default: bad = 1;
         }
@@ -1736,6 +1742,10 @@ static void *worker_main(void *arg)
                 ;
         }
         const body *b = &r->pl->b[s % r->pl->n];
+        char tenant[48] = "";
+        if (r->o->tenants)
+            snprintf(tenant, sizeof tenant, "X-Scope-OrgID: t%llu\r\n",
+                     (unsigned long long)(s % r->pl->n % r->o->tenants));
         int hl = snprintf(hdr, sizeof hdr,
                           "POST %s HTTP/1.1\r\n"
                           "Host: %s\r\n"
@@ -1743,10 +1753,11 @@ static void *worker_main(void *arg)
                           "Content-Type: application/x-protobuf%s\r\n"
                           "Content-Encoding: snappy\r\n"
                           "X-Prometheus-Remote-Write-Version: %s\r\n"
+                          "%s"
                           "Content-Length: %zu\r\n\r\n",
                           r->ep->path, r->ep->hostport,
                           r->o->protocol == 2 ? ";proto=io.prometheus.write.v2.Request" : "",
-                          r->o->protocol == 2 ? "2.0.0" : "0.1.0", b->n);
+                          r->o->protocol == 2 ? "2.0.0" : "0.1.0", tenant, b->n);
         uint64_t t0 = now_ns();
         int status = -1, got = 0;
         /* A reused keep-alive connection may have been closed by the peer while idle;
