@@ -144,6 +144,50 @@ static void views(void)
            "the prefix", t);
         ok(rall.bad == 0, "table %d: no stored key holds a NUL byte", t);
     }
+    /* The longest id and a series whose key alone would be just under 4 KiB: with the
+     * room tenancy keeps, it is hashed and the prefixed key stays within Bigtable's cap. */
+    char longid[PT_TENANT_MAX + 1];
+    memset(longid, 'z', PT_TENANT_MAX);
+    longid[PT_TENANT_MAX] = '\0';
+    pt_tenant_view vl;
+    pt_tenant_view_init(&vl, s.st.be, longid, PT_TENANT_MAX);
+    pt_store sl = s.st;
+    sl.be = &vl.be, sl.salt = pt_tenant_salt(longid, PT_TENANT_MAX);
+    pt_row_key_limit = PT_MAX_ROW_KEY - PT_TENANT_PREFIX_MAX;
+    static char big[4000];
+    memset(big, 'v', sizeof(big) - 1);
+    ok(write_one(&sl, "long_series", big, 7, &res) == 0 && res.samples_written == 1,
+       "a 150-byte tenant writes a series of a 3999-byte label value");
+    pt_arena ar;
+    pt_arena_init(&ar, 0, 0);
+    tmatch m = {PROMETHEUS__LABEL_MATCHER__TYPE__EQ, "job", big};
+    Prometheus__ReadResponse resp;
+    char msg[512];
+    int rv = pt_store_read(&sl, mk_read(&ar, T0 - 60000, T0 + 60000, &m, 1), &ar, NULL, &resp, msg,
+                           sizeof(msg));
+    ok(rv == 0 && resp.results[0]->n_timeseries == 1 &&
+           resp.results[0]->timeseries[0]->samples[0]->value == 7,
+       "it reads back by its long value");
+    pt_arena_free(&ar);
+    for (int t = 0; t < PT_TABLE_COUNT; t++) {
+        rows r = {0};
+        pt_scan sc = {.table = (pt_table)t, .ranges = &all, .nranges = 1};
+        pt_backend_scan(s.st.be, &sc, on_row, &r);
+        ok(r.longest <= PT_MAX_ROW_KEY && r.bad == 0,
+           "table %d: the longest stored key is %zu bytes (cap %d), none holds NUL", t, r.longest,
+           PT_MAX_ROW_KEY);
+    }
+    pt_row_key_limit = PT_MAX_ROW_KEY;
+    pt_label ls[2] = {{pt_slice_str("__name__"), pt_slice_str("long_series")},
+                      {pt_slice_str("job"), pt_slice_str(big)}};
+    pt_slice sid = {0};
+    pt_arena_init(&ar, 0, 0);
+    rv = pt_series_id(&ar, ls, 2, &sid);
+    ok(rv == 0 && PT_ROW_KEY_LEN(sid.n) <= PT_MAX_ROW_KEY &&
+           PT_ROW_KEY_LEN(sid.n) + 2 + PT_TENANT_MAX > PT_MAX_ROW_KEY,
+       "(without the room kept, that series' key is plain, %zu bytes, and would pass the cap "
+       "with the prefix)", PT_ROW_KEY_LEN(sid.n));
+    pt_arena_free(&ar);
     tstore_close(&s);
 }
 
