@@ -541,14 +541,19 @@ static int gate_series(batch *b, pt_arena *a, pt_store *st, pendings *pd, const 
     if (!st->gate || n == 0)
         return 0;
     uint64_t *hs = pt_arena_alloc(a, n * sizeof(*hs));
-    uint8_t *ok = pt_arena_alloc(a, n);
-    if (!hs || !ok)
+    uint8_t *ok = pt_arena_alloc(a, n), *gok = pt_arena_alloc(a, n);
+    if (!hs || !ok || !gok)
         return PT_ENOMEM;
+    /* Only series with a cell to store are asked about (and become active). */
+    size_t ng = 0;
     for (size_t i = 0; i < n; i++)
-        hs[i] = sp[i].h;
+        if (sp[i].m1 > sp[i].m0)
+            hs[ng++] = sp[i].h;
     char msg[PT_MSG_MAX];
-    if (st->gate(st->gate_ud, hs, n, ok, msg, sizeof(msg)) == 0)
+    if (st->gate(st->gate_ud, hs, ng, gok, msg, sizeof(msg)) == 0)
         return 0;
+    for (size_t i = 0, g = 0; i < n; i++)
+        ok[i] = sp[i].m1 > sp[i].m0 ? gok[g++] : 1;
     pt_mutation *m = (pt_mutation *)(void *)b->buf.p;
     size_t mw = 0, mr = 0, pw = 0, pr = 0;
     for (size_t i = 0; i < n; i++) {
