@@ -132,7 +132,9 @@ typedef struct pt_server_opts {
     const char *tls_key_file;
     const char *tls_client_ca_file; /* optional, with TLS: require client certificates that
                                      * these CA certificates (PEM) sign */
-    const char *tenant_header;  /* optional: the header kept as pt_req.tenant (any case) */
+    /* Optional: the header kept as pt_req.tenant (any case); not copied: it must outlive
+     * the server. */
+    const char *tenant_header;
     /* Optional: 1 when dispatch answers req at once without blocking, so it runs on the
      * event loop: health checks and metrics stay answered while every worker waits on a
      * slow store. */
