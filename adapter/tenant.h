@@ -55,8 +55,9 @@ uint64_t pt_tenant_salt(const char *id, size_t n);
  * Active series of a tenant: distinct series (label sets) it has written samples for
  * since the current index bucket began (wall clock, index.bucket; UTC days by default).
  * Every write checks its series against the tenant's set (one lock per request); the set
- * empties when a new bucket begins. A set holds at most max_series entries when that
- * limit is set, else it stops growing at track_max entries (the gauge then stays there).
+ * empties at the tenant's first write in a new bucket. A set holds at most max_series
+ * entries when that limit is set; without it, all tenants' sets together stop growing at
+ * track_max entries (series past it are admitted, not counted).
  * 8 bytes a series (a 64-bit hash of it) in an open-addressing table up to half full.
  */
 typedef struct pt_tenants pt_tenants;
@@ -67,7 +68,7 @@ typedef struct pt_tenant_limits {
     uint64_t max_samples_per_s; /* samples, histograms and exemplars per second, 0 = none */
     size_t max_tenants;         /* tenants kept at once */
     size_t metrics_tenants;     /* tenants with their own label values on /metrics */
-    size_t track_max;           /* entries a set holds without a series limit */
+    size_t track_max;           /* entries all sets hold together without a series limit */
     int64_t bucket_ms;          /* index.bucket */
 } pt_tenant_limits;
 
