@@ -12,6 +12,7 @@
 
 #include "api.h"
 #include "error.h"
+#include "ha.h"
 #include "log.h"
 #include "metrics.h"
 #include "samples.h"
@@ -41,6 +42,17 @@ static void vreply(pt_req *req, pt_resp *resp, int status, const char *fmt, va_l
     buf[n++] = '\n';
     resp->body = (const uint8_t *)buf;
     resp->body_len = (size_t)n;
+}
+
+static void vreply_status(pt_req *req, pt_resp *resp, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void vreply_status(pt_req *req, pt_resp *resp, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vreply(req, resp, status, fmt, ap);
+    va_end(ap);
 }
 
 /* A success answer with a text body. */
@@ -192,6 +204,11 @@ static void handle_write(pt_app *app, pt_req *req, pt_resp *resp)
         else
             reply_fail(req, resp, PT_EBADREQ, "%s (stored %zu samples, rejected %zu)", res.msg,
                        res.samples_written, res.samples_rejected);
+        return;
+    }
+    if (res.samples_deduplicated) { /* HA: as Cortex, 202 for a replica not elected */
+        vreply_status(req, resp, 202, "%zu samples of HA replicas not elected were acknowledged "
+                      "and dropped; stored %zu", res.samples_deduplicated, res.samples_written);
         return;
     }
     resp->status = 204;
@@ -441,6 +458,13 @@ static void handle_metrics(pt_app *app, pt_req *req, pt_resp *resp)
     if (be && be->ops->stats) {
         g.backend = bs;
         g.nbackend = be->ops->stats(be->state, bs, sizeof(bs) / sizeof(bs[0]));
+    }
+    if (app->store.ha) {
+        pt_ha_stat *hs = pt_arena_alloc(req->arena, (size_t)app->cfg->ha_max_clusters * sizeof(*hs));
+        if (hs) {
+            g.ha = hs;
+            g.nha = pt_ha_stats(app->store.ha, hs, (size_t)app->cfg->ha_max_clusters);
+        }
     }
     char *text;
     long n = pt_metrics_render(req->arena, &g, &text);

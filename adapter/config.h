@@ -52,6 +52,13 @@ typedef struct pt_config {
 
     long api_max_results; /* /api/v1/labels, label values, series, metadata */
 
+    int ha_enabled;
+    char *ha_cluster_label;
+    char *ha_replica_label;
+    long ha_failover_timeout_ms;
+    long ha_update_interval_ms;
+    long ha_max_clusters;
+
     char *log_level;
 } pt_config;
 

@@ -9,7 +9,8 @@
  *                     (names admin and data in the ops table; never calls them)
  *   bigtable_admin.c  init: CreateTable with the GC rule;  -> rpc
  *                     GetTable for tests
- *   bigtable_data.c   write: MutateRows; scan: ReadRows    -> sample, rpc, merge
+ *   bigtable_data.c   write: MutateRows; scan: ReadRows;   -> sample, rpc, merge
+ *                     check_and_set: CheckAndMutateRow;
  *                     on concurrent streams, one group of
  *                     ranges (or piece of one) each,
  *                     delivered in turn
@@ -136,6 +137,8 @@ int pt_bt_describe_table(void *state, int table, char *out, size_t outlen);
 
 int pt_bt_data_write(void *state, const pt_mutation *m, size_t n);
 int pt_bt_data_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud);
+/* The ops table's check_and_set: one CheckAndMutateRow, retried within the budget. */
+int pt_bt_data_check_and_set(void *state, const pt_mutation *m, pt_slice expect, int *applied);
 
 /* ============================================================================
  * bigtable_sample.c
