@@ -7,7 +7,11 @@
 #      replica label; series without the cluster label are stored as they are. After a is
 #      silent for longer than the timeout, b's next write elects b and a's are dropped. The
 #      counters in /metrics say so, and without --ha.enabled nothing is deduplicated.
-#   2. Bigtable emulator (skipped without it): two promtables on one table agree on one
+#   2. Two real Prometheus 2.42 writers (skipped without prometheus), external labels
+#      cluster=pair and __replica__=a / b, scraping the same target: a elected, b's samples
+#      deduplicated (and counted successful by b), one stored series without __replica__;
+#      a stopped, b elected after the timeout and stored from then on.
+#   3. Bigtable emulator (skipped without it): two promtables on one table agree on one
 #      replica through the lease row: a elected through the first, b dropped by the second
 #      (which never saw a write of a's until then), a's writes accepted by both; after the
 #      timeout b takes over through the second and the first drops a. `promtable check`
@@ -131,7 +135,82 @@ tap_is "$(post "$URL2" 1 b $((T + 1)) 2)" 204 "HA off: b's write is stored too (
 tap_is "$(stored "$URL2" ha_test | wc -l | tr -d ' ')" 2 "HA off: two series, replica labels kept"
 pt_stop "$OFF_PID" >/dev/null
 
-# ----------------------------------------------------- 2. Bigtable: two promtables, one lease
+# ------------------------------------------- 2. two real Prometheus 2.42 writers, one pair
+
+# Both scrape promtable's /metrics every second (the same series) with external labels
+# cluster=pair and __replica__=a or b, as Cortex's HA docs configure them.
+prom_writer() { # prom_writer NAME REPLICA
+    cat >"$DIR/$1.yml" <<EOF
+global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+  external_labels:
+    cluster: pair
+    __replica__: $2
+scrape_configs:
+  - job_name: pt
+    static_configs:
+      - targets: ['127.0.0.1:$PORT3']
+remote_write:
+  - url: http://127.0.0.1:$PORT3/api/v1/write
+    queue_config: {batch_send_deadline: 1s, min_backoff: 50ms, max_backoff: 1s}
+EOF
+    pt_free_port "${1}_PORT"
+    local port_var=${1}_PORT
+    pt_start_prometheus "$DIR" "$1" "${!port_var}"
+}
+
+# wait_for URL SECONDS METRIC FILTER MIN: polls until the metric reaches MIN; 1 if not.
+wait_for() {
+    local url=$1 end=$((SECONDS + $2)) v
+    while :; do
+        v=$(metric "$url" "$3" "$4")
+        awk -v v="$v" -v m="$5" 'BEGIN { exit !(v >= m) }' && return 0
+        [ "$SECONDS" -lt "$end" ] || return 1
+        sleep 0.5
+    done
+}
+
+if command -v prometheus >/dev/null; then
+    start "$DIR/prom-pt.log" PORT3 --storage.embedded.path="$DIR/store-prom" --ha.enabled=true \
+        --ha.failover-timeout=3s --ha.update-interval=1s
+    PT3_PID=$PT_PID
+    URL3=http://127.0.0.1:$PORT3
+    prom_writer wa a || tap_bail "Prometheus a did not start: $(tail -n 3 "$DIR/wa.log")"
+    WA_PID=$PT_PID
+    wait_for "$URL3" 60 promtable_ha_samples_accepted_total 'cluster="pair"' 1
+    tap_check "Prometheus a's samples are accepted (a elected)" \
+        [ "$(metric "$URL3" promtable_ha_elections_total 'cluster="pair"')" = 1 ]
+    prom_writer wb b || tap_bail "Prometheus b did not start: $(tail -n 3 "$DIR/wb.log")"
+    WB_PID=$PT_PID
+    wait_for "$URL3" 60 promtable_ha_samples_deduplicated_total 'cluster="pair"' 1 &&
+        tap_ok "Prometheus b's samples are deduplicated" ||
+        tap_not_ok "Prometheus b's samples are deduplicated"
+    "$RWTOOL" readreq "$DIR/read.bin" 0 $(($(date +%s) * 1000 + 60000)) __name__=up cluster=pair ||
+        tap_bail rwtool
+    curl -fsS -o "$DIR/answer.bin" -H 'Content-Type: application/x-protobuf' \
+        -H 'Content-Encoding: snappy' -H 'X-Prometheus-Remote-Read-Version: 0.1.0' \
+        --data-binary @"$DIR/read.bin" "$URL3/api/v1/read"
+    tap_is "$("$RWTOOL" readresp "$DIR/answer.bin" | cut -d' ' -f1 | sort -u)" \
+        "{__name__=\"up\",cluster=\"pair\",instance=\"127.0.0.1:$PORT3\",job=\"pt\"}" \
+        "one up series for the pair, without __replica__"
+    pt_stop "$WA_PID" >/dev/null
+    wait_for "$URL3" 60 promtable_ha_elections_total 'cluster="pair"' 2 &&
+        tap_ok "Prometheus a stopped: b is elected after the 3 s timeout" ||
+        tap_not_ok "Prometheus a stopped: b is elected after the 3 s timeout"
+    before=$(metric "$URL3" promtable_ha_samples_accepted_total 'cluster="pair"')
+    wait_for "$URL3" 30 promtable_ha_samples_accepted_total 'cluster="pair"' $((before + 1)) &&
+        tap_ok "b's samples are stored from then on" || tap_not_ok "b's samples are stored from then on"
+    curl -fsS -o "$DIR/wb.metrics" "http://127.0.0.1:$wb_PORT/metrics"
+    tap_is "$(pt_metric_sum "$DIR/wb.metrics" prometheus_remote_storage_samples_failed_total)" 0 \
+        "Prometheus b counts none of its samples failed (202 is success)"
+    pt_stop "$WB_PID" >/dev/null
+    pt_stop "$PT3_PID" >/dev/null
+else
+    tap_skip "two real Prometheus writers as an HA pair" "prometheus is not installed"
+fi
+
+# ----------------------------------------------------- 3. Bigtable: two promtables, one lease
 
 if ! pt_cbtemulator_found; then
     tap_skip "two promtables on one Bigtable table share the election" \
