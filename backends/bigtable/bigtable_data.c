@@ -713,17 +713,12 @@ int pt_bt_data_check_and_set(void *state, const pt_mutation *m, pt_slice expect,
     int rv = PT_ENOMEM;
     if (req) {
         char details[256];
-        grpc_status_code st;
         ProtobufCMessage *resp;
-        pt_bt_retry rt;
         /* A retry after a lost answer may find its own write: the predicate then fails
          * and the caller, reading the cell again, sees it. */
-        pt_bt_retry_init(&rt, bt->data, bt->retry_ms);
-        do {
-            st = pt_bt_rpc_unary(bt->data, M_CHECK_AND_MUTATE, bt->params[m->table], &req->base,
-                                 bt->write_ms, &a, &bigtable__check_and_mutate_row_response__descriptor,
-                                 &resp, details, sizeof(details));
-        } while (pt_bt_rpc_retryable(st) && pt_bt_retry_wait(&rt));
+        grpc_status_code st = pt_bt_rpc_unary_retried(
+            bt, bt->data, M_CHECK_AND_MUTATE, bt->params[m->table], &req->base, &a,
+            &bigtable__check_and_mutate_row_response__descriptor, &resp, details, sizeof(details));
         rv = pt_bt_rpc_error(st);
         if (st == GRPC_STATUS_OK) {
             int matched = ((Bigtable__CheckAndMutateRowResponse *)resp)->predicate_matched != 0;

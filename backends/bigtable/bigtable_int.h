@@ -211,6 +211,14 @@ grpc_status_code pt_bt_rpc_unary(grpc_channel *ch, const char *method, const cha
                                  const ProtobufCMessageDescriptor *desc, ProtobufCMessage **out,
                                  char *details, size_t dlen);
 
+/* pt_bt_rpc_unary with bt's write deadline, sent again after retryable failures within
+ * bt's retry budget: for calls that may be repeated (idempotent, or checked by the
+ * caller). */
+grpc_status_code pt_bt_rpc_unary_retried(pt_bt *bt, grpc_channel *ch, const char *method,
+                                         const char *params, const ProtobufCMessage *req,
+                                         pt_arena *a, const ProtobufCMessageDescriptor *desc,
+                                         ProtobufCMessage **out, char *details, size_t dlen);
+
 /* UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED, RESOURCE_EXHAUSTED: worth another attempt. */
 int pt_bt_rpc_retryable(grpc_status_code s);
 /* The pt code that reports a final status: 0 for OK, 5xx codes for the rest. */
