@@ -542,6 +542,18 @@ int pt_config_set_flag(pt_config *c, const char *flag, const char *value, char *
     return -1;
 }
 
+static int bool_flag(void *ud, conf_ref *r)
+{
+    const char *flag = ud;
+    return r->e->type == PT_CONF_BOOL &&
+           (flag_names(flag, r->key) || (r->e->alias && flag_names(flag, r->e->alias)));
+}
+
+int pt_config_flag_is_bool(const char *flag)
+{
+    return each_key(NULL, bool_flag, (void *)(uintptr_t)flag);
+}
+
 static int set_key(pt_config *c, const char *key, const char *value, char *err, size_t errlen)
 {
     setting s = {key, 0, value, err, errlen, 0};

@@ -32,7 +32,7 @@ struct pt_ha_entry {
     uint8_t tenant[PT_HA_MAX_TENANT], cluster[PT_HA_MAX_VALUE];
     uint8_t key[KEY_MAX + 1]; /* the lease row, then the 0x00 that ends its range */
     /* What this process knows of the election (under mu). */
-    int known;                          /* a replica is elected */
+    int known; /* a replica is elected */
     size_t replica_n;
     uint8_t replica[PT_HA_MAX_VALUE];
     int64_t lease_ms; /* the lease's time (when last refreshed or won) */
@@ -300,8 +300,8 @@ static int write_lease(pt_ha *h, pt_ha_entry *e, const lease *l, pt_slice replic
     uint8_t v[VALUE_MAX];
     int n = snprintf((char *)v, sizeof(v), "%" PRId64 " ", at);
     size_t vn = (size_t)(put_hex(v + n, replica) - v);
-    pt_mutation m = {PT_TABLE_INDEX, {e->key, e->key_n}, {lease_qual, sizeof(lease_qual)},
-                     {v, vn}, at * 1000};
+    pt_mutation m = {
+        PT_TABLE_INDEX, {e->key, e->key_n}, {lease_qual, sizeof(lease_qual)}, {v, vn}, at * 1000};
     pt_slice expect = l->found ? (pt_slice){l->raw, l->raw_n} : (pt_slice){NULL, 0};
     pt_m.ha_lease_writes++;
     int rv = h->be->ops->check_and_set(h->be->state, &m, expect, won);
@@ -369,11 +369,9 @@ static int decide_shared(pt_ha *h, pt_ha_entry *e, pt_slice replica, int64_t now
     return PT_EUNAVAIL;
 }
 
-int pt_ha_decide(pt_ha *h, pt_slice tenant, pt_slice cluster, pt_slice replica,
-                 pt_ha_entry **entry)
+int pt_ha_decide(pt_ha *h, pt_slice tenant, pt_slice cluster, pt_slice replica, pt_ha_entry **entry)
 {
-    if (cluster.n > PT_HA_MAX_VALUE || replica.n > PT_HA_MAX_VALUE ||
-        tenant.n > PT_HA_MAX_TENANT)
+    if (cluster.n > PT_HA_MAX_VALUE || replica.n > PT_HA_MAX_VALUE || tenant.n > PT_HA_MAX_TENANT)
         return PT_ELABELS;
     int rv = lookup(h, tenant, cluster, entry);
     if (rv != 0)
@@ -397,8 +395,10 @@ size_t pt_ha_stats(pt_ha *h, pt_ha_stat *out, size_t max)
     size_t n = h->n < max ? h->n : max;
     for (size_t i = 0; i < n; i++) {
         pt_ha_entry *e = h->list[i];
-        out[i] = (pt_ha_stat){{e->tenant, e->tenant_n}, {e->cluster, e->cluster_n},
-                              atomic_load(&e->accepted), atomic_load(&e->deduplicated),
+        out[i] = (pt_ha_stat){{e->tenant, e->tenant_n},
+                              {e->cluster, e->cluster_n},
+                              atomic_load(&e->accepted),
+                              atomic_load(&e->deduplicated),
                               atomic_load(&e->elections)};
     }
     pthread_mutex_unlock(&h->mu);

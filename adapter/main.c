@@ -30,6 +30,15 @@ static void on_signal(int sig)
 /* Subcommands: none runs the server. */
 enum { CMD_SERVE, CMD_INIT, CMD_CHECK };
 
+static int is_bool_word(const char *s)
+{
+    static const char *const words[] = {"true", "false", "1", "0", "yes", "no"};
+    for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+        if (strcmp(s, words[i]) == 0)
+            return 1;
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, pt_config *cfg, int *cmd)
 {
     char err[512];
@@ -63,6 +72,9 @@ static int parse_args(int argc, char **argv, pt_config *cfg, int *cmd)
             name[nl] = '\0';
             if (eq) {
                 value = eq + 1;
+            } else if (pt_config_flag_is_bool(name) &&
+                       !is_bool_word(i + 1 < argc ? argv[i + 1] : "")) {
+                value = "true"; /* a boolean flag alone: --ha.enabled */
             } else if (i + 1 < argc) {
                 value = argv[++i];
             } else {

@@ -82,7 +82,7 @@ start() { # start LOG PORTVAR ARGS...: starts promtable on a free port; sets PT_
 
 # ------------------------------------------------------------------- 1. embedded store
 
-start "$DIR/emb.log" PORT --storage.embedded.path="$DIR/store" --ha.enabled=true \
+start "$DIR/emb.log" PORT --storage.embedded.path="$DIR/store" --ha.enabled \
     --ha.failover-timeout=2s --ha.update-interval=500ms
 EMB_PID=$PT_PID
 URL=http://127.0.0.1:$PORT

@@ -4,6 +4,7 @@
  * sleeps: failover comes from moving the clock. */
 #include <math.h>
 
+#include "config.h"
 #include "error.h"
 #include "ha.h"
 #include "metrics.h"
@@ -40,9 +41,9 @@ typedef struct fake_store {
         int64_t version_us;
     } rows[MAX_ROWS];
     size_t nrows;
-    int fail;               /* next calls fail with PT_EUNAVAIL */
-    size_t reads, writes;   /* calls */
-    pt_ha *racer;           /* before the next check_and_set, this tracker decides... */
+    int fail;                  /* next calls fail with PT_EUNAVAIL */
+    size_t reads, writes;      /* calls */
+    pt_ha *racer;              /* before the next check_and_set, this tracker decides... */
     const char *racer_replica; /* ...for this replica (a process winning the race) */
 } fake_store;
 
@@ -181,8 +182,8 @@ static void test_local(void)
        (unsigned long long)s.elections);
     /* The same cluster value under another tenant is another election. */
     pt_ha_entry *e;
-    is(pt_ha_decide(h, pt_slice_str("t2"), pt_slice_str("c1"), pt_slice_str("a"), &e),
-       PT_HA_ACCEPT, "(tenant, cluster): another tenant's c1 elects on its own");
+    is(pt_ha_decide(h, pt_slice_str("t2"), pt_slice_str("c1"), pt_slice_str("a"), &e), PT_HA_ACCEPT,
+       "(tenant, cluster): another tenant's c1 elects on its own");
     is(decide(h, "c3", "a"), PT_HA_ACCEPT, "a fourth pair: max_clusters 4 reached");
     is(decide(h, "c4", "a"), PT_ELIMIT, "a fifth pair past max_clusters 4: PT_ELIMIT");
     static char big[PT_HA_MAX_VALUE + 2];
@@ -297,8 +298,8 @@ static size_t stored(tstore *s, const char *name)
     tmatch m = {0, "__name__", name};
     Prometheus__ReadResponse *resp = pt_arena_alloc(&a, sizeof(*resp));
     char msg[256];
-    int rv = pt_store_read(&s->st, mk_read(&a, T0 - 60000, T0 + 600000, &m, 1), &a, NULL, resp,
-                           msg, sizeof(msg));
+    int rv = pt_store_read(&s->st, mk_read(&a, T0 - 60000, T0 + 600000, &m, 1), &a, NULL, resp, msg,
+                           sizeof(msg));
     size_t n = 0;
     if (rv == 0)
         for (size_t i = 0; i < resp->results[0]->n_timeseries; i++)
@@ -363,7 +364,8 @@ static void test_write_path(void)
     is(has_label(&s, "m_us", "zz"), 1, "the label after the removed one is kept");
 
     c.now += FAILOVER + 1;
-    tseries r2[] = {{{"__name__", "m_b", "cluster", "eu", "__replica__", "r2", NULL}, {T0 + 5}, {7}, 1}};
+    tseries r2[] = {
+        {{"__name__", "m_b", "cluster", "eu", "__replica__", "r2", NULL}, {T0 + 5}, {7}, 1}};
     rv = pt_store_write_tenant(&s.st, pt_slice_str(""), mk_write(&a, r2, 1), &a, &res);
     ok(rv == 0 && res.samples_written == 1 && res.samples_deduplicated == 0,
        "after r1 is silent past the failover timeout, r2's sample is stored");
@@ -375,8 +377,19 @@ static void test_write_path(void)
     tstore_close(&s);
 }
 
+static void test_flags(void)
+{
+    ok(pt_config_flag_is_bool("ha.enabled") && pt_config_flag_is_bool("storage.embedded.sync") &&
+           pt_config_flag_is_bool("storage.sync"),
+       "boolean flags (a backend's, a former name) may stand alone");
+    ok(!pt_config_flag_is_bool("ha.failover-timeout") && !pt_config_flag_is_bool("ha.enabledx") &&
+           !pt_config_flag_is_bool("nope"),
+       "other flags and unknown ones are not boolean");
+}
+
 int main(void)
 {
+    test_flags();
     test_local();
     test_labels();
     test_shared();
