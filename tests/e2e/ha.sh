@@ -264,7 +264,8 @@ tap_is "$code" 503 "store outage during an election: 503 (retry), nothing acknow
 tap_check "... counted in promtable_ha_lease_errors_total" \
     [ "$(metric "$U1" promtable_ha_lease_errors_total)" -ge 1 ]
 
-for f in p1 p2; do
+for f in emb off prom-pt p1 p2; do
+    [ -f "$DIR/$f.log" ] || continue
     if grep -qi 'segfault\|sanitizer\|assert' "$DIR/$f.log"; then
         tap_not_ok "promtable $f ran clean"
         tap_diag_file "$DIR/$f.log" 20
