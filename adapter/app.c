@@ -12,6 +12,7 @@
 
 #include "api.h"
 #include "error.h"
+#include "ha.h"
 #include "log.h"
 #include "metrics.h"
 #include "samples.h"
@@ -43,6 +44,17 @@ static void vreply(pt_req *req, pt_resp *resp, int status, const char *fmt, va_l
     buf[n++] = '\n';
     resp->body = (const uint8_t *)buf;
     resp->body_len = (size_t)n;
+}
+
+static void vreply_status(pt_req *req, pt_resp *resp, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void vreply_status(pt_req *req, pt_resp *resp, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vreply(req, resp, status, fmt, ap);
+    va_end(ap);
 }
 
 /* A success answer with a text body. */
@@ -180,8 +192,10 @@ static void handle_write(pt_ctx *c, pt_req *req, pt_resp *resp)
         reply_fail(req, resp, PT_ETENANTLIMIT, "%s", msg);
         return;
     }
+    /* HA elections are per (tenant, cluster). */
+    pt_slice tenant = {(const uint8_t *)c->tenant, c->tenant ? strlen(c->tenant) : 0};
     if (rv == 0)
-        rv = pt_store_write(c->store, &wr, req->arena, &res);
+        rv = pt_store_write_tenant(c->store, tenant, &wr, req->arena, &res);
     if (c->tn && rv == 0)
         pt_tenant_count(c->tn, res.samples_written + res.histograms_written +
                         res.exemplars_written, res.samples_rejected);
@@ -217,6 +231,11 @@ static void handle_write(pt_ctx *c, pt_req *req, pt_resp *resp)
         else
             reply_fail(req, resp, PT_EBADREQ, "%s (stored %zu samples, rejected %zu)", res.msg,
                        res.samples_written, res.samples_rejected);
+        return;
+    }
+    if (res.samples_deduplicated) { /* HA: as Cortex, 202 for a replica not elected */
+        vreply_status(req, resp, 202, "%zu samples of HA replicas not elected were acknowledged "
+                      "and dropped; stored %zu", res.samples_deduplicated, res.samples_written);
         return;
     }
     resp->status = 204;
@@ -476,6 +495,13 @@ static void handle_metrics(pt_ctx *c, pt_req *req, pt_resp *resp)
             return;
         }
         g.extra_len = (size_t)tn;
+    }
+    if (app->store.ha) {
+        pt_ha_stat *hs = pt_arena_alloc(req->arena, (size_t)app->cfg->ha_max_clusters * sizeof(*hs));
+        if (hs) {
+            g.ha = hs;
+            g.nha = pt_ha_stats(app->store.ha, hs, (size_t)app->cfg->ha_max_clusters);
+        }
     }
     char *text;
     long n = pt_metrics_render(req->arena, &g, &text);

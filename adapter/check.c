@@ -27,6 +27,7 @@
 #include "bytes.h"
 #include "error.h"
 #include "index.h"
+#include "ha.h"
 #include "log.h"
 #include "meta.h"
 #include "rowkey.h"
@@ -130,14 +131,16 @@ typedef struct srow {
 } srow;
 
 /* 1 with *sr filled for a series row, 0 for another row (the format marker, metadata
- * rows), or < 0 when it does not parse (reported). Allocates from ck->a. */
+ * rows, HA lease rows), or < 0 when it does not parse (reported). Allocates from ck->a. */
 static int parse_series_row(checker *ck, pt_slice row, pt_slice value, srow *sr)
 {
-    static const char format_row[] = "==format", meta[] = PT_META_ROW_PREFIX;
+    static const char format_row[] = "==format", meta[] = PT_META_ROW_PREFIX,
+                      lease[] = PT_HA_LEASE_PREFIX;
     char q[320];
     if (row.n < 2 || memcmp(row.p, "==", 2) != 0 ||
         (row.n == sizeof(format_row) - 1 && memcmp(row.p, format_row, row.n) == 0) ||
-        (row.n >= sizeof(meta) - 1 && memcmp(row.p, meta, sizeof(meta) - 1) == 0))
+        (row.n >= sizeof(meta) - 1 && memcmp(row.p, meta, sizeof(meta) - 1) == 0) ||
+        (row.n >= sizeof(lease) - 1 && memcmp(row.p, lease, sizeof(lease) - 1) == 0))
         return 0;
     const uint8_t *p = row.p;
     int64_t day = 0;

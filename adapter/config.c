@@ -107,6 +107,22 @@ static const pt_conf_key table[] = {
     {"tenancy.metrics_tenants", NULL, PT_CONF_LONG, "100", 0, 10000, F(tenancy_metrics_tenants),
      "Tenants with their own tenant label values on /metrics; the others are summed as "
      "tenant=\"~other\"."},
+    /* HA pairs (issue 12 item 2; README "HA pairs"). */
+    {"ha.enabled", NULL, PT_CONF_BOOL, "false", 0, 1, F(ha_enabled),
+     "Deduplicate HA pairs: per cluster label value, store only the elected replica's samples "
+     "(the others are answered 2xx and dropped) and remove the replica label."},
+    {"ha.cluster_label", NULL, PT_CONF_STR, "cluster", 0, 0, F(ha_cluster_label),
+     "Label naming an HA pair's cluster (kept when stored)."},
+    {"ha.replica_label", NULL, PT_CONF_STR, "__replica__", 0, 0, F(ha_replica_label),
+     "Label naming the replica within the cluster (removed before storing)."},
+    {"ha.failover_timeout", NULL, PT_CONF_DURATION, "30s", 100, 86400000LL,
+     F(ha_failover_timeout_ms),
+     "Elect another replica when the elected one has sent nothing for longer than this."},
+    {"ha.update_interval", NULL, PT_CONF_DURATION, "15s", 0, 3600000LL, F(ha_update_interval_ms),
+     "Bigtable: the elected replica's lease row is refreshed (another replica's re-read) at "
+     "most this often; less than ha.failover_timeout (0 = at every write)."},
+    {"ha.max_clusters", NULL, PT_CONF_LONG, "1000", 1, 1000000, F(ha_max_clusters),
+     "HA (tenant, cluster) pairs tracked at most; a series of a new one past it gets 400."},
     {"log.level", NULL, PT_CONF_ENUM, "info|debug|warn|error", 0, 0, F(log_level),
      "Log level."},
 };
@@ -571,6 +587,18 @@ int pt_config_set_flag(pt_config *c, const char *flag, const char *value, char *
     return -1;
 }
 
+static int bool_flag(void *ud, conf_ref *r)
+{
+    const char *flag = ud;
+    return r->e->type == PT_CONF_BOOL &&
+           (flag_names(flag, r->key) || (r->e->alias && flag_names(flag, r->e->alias)));
+}
+
+int pt_config_flag_is_bool(const char *flag)
+{
+    return each_key(NULL, bool_flag, (void *)(uintptr_t)flag);
+}
+
 static int set_key(pt_config *c, const char *key, const char *value, char *err, size_t errlen)
 {
     setting s = {key, 0, value, err, errlen, 0};
@@ -813,6 +841,17 @@ int pt_config_check(pt_config *c, char *err, size_t errlen)
                      pre[i], user[i][0] ? "password_file" : "username");
             return -1;
         }
+    }
+    if (c->ha_enabled && c->ha_update_interval_ms >= c->ha_failover_timeout_ms) {
+        snprintf(err, errlen, "ha.update_interval (%ld ms) must be less than "
+                 "ha.failover_timeout (%ld ms): the elected replica's lease would expire "
+                 "before it is refreshed", c->ha_update_interval_ms, c->ha_failover_timeout_ms);
+        return -1;
+    }
+    if (c->ha_enabled && strcmp(c->ha_cluster_label, c->ha_replica_label) == 0) {
+        snprintf(err, errlen, "ha.cluster_label and ha.replica_label are both \"%s\"",
+                 c->ha_cluster_label);
+        return -1;
     }
     if (c->tls_client_ca_file[0] && !c->tls_cert_file[0]) {
         snprintf(err, errlen, "web.tls_client_ca_file is set without web.tls_cert_file: "

@@ -58,6 +58,12 @@ typedef struct pt_config {
     long tenancy_max_samples_per_second;
     long tenancy_max_tenants;
     long tenancy_metrics_tenants;
+    int ha_enabled;
+    char *ha_cluster_label;
+    char *ha_replica_label;
+    long ha_failover_timeout_ms;
+    long ha_update_interval_ms;
+    long ha_max_clusters;
 
     char *log_level;
 } pt_config;
@@ -74,6 +80,8 @@ int pt_config_load_yaml(pt_config *c, const char *buf, size_t len, char *err, si
 /* Applies one "--flag=value" / "--flag value" style setting by flag name (without --). */
 int pt_config_set_flag(pt_config *c, const char *flag, const char *value, char *err,
                        size_t errlen);
+/* 1 when flag (without --) sets a boolean key, which may then stand alone: --ha.enabled. */
+int pt_config_flag_is_bool(const char *flag);
 /* What flags and YAML cannot check one value at a time, run once all are applied, before
  * anything starts: every file key (of the daemon and of the selected backend) names a
  * readable regular file, and keys that only work together are set together. 0, or -1 with

@@ -10,6 +10,7 @@
 #include "check.h"
 #include "config.h"
 #include "error.h"
+#include "ha.h"
 #include "log.h"
 #include "metrics.h"
 
@@ -28,6 +29,15 @@ static void on_signal(int sig)
 /* Applies --config.file first, then every other flag over it. */
 /* Subcommands: none runs the server. */
 enum { CMD_SERVE, CMD_INIT, CMD_CHECK };
+
+static int is_bool_word(const char *s)
+{
+    static const char *const words[] = {"true", "false", "1", "0", "yes", "no"};
+    for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+        if (strcmp(s, words[i]) == 0)
+            return 1;
+    return 0;
+}
 
 static int parse_args(int argc, char **argv, pt_config *cfg, int *cmd)
 {
@@ -62,6 +72,9 @@ static int parse_args(int argc, char **argv, pt_config *cfg, int *cmd)
             name[nl] = '\0';
             if (eq) {
                 value = eq + 1;
+            } else if (pt_config_flag_is_bool(name) &&
+                       !is_bool_word(i + 1 < argc ? argv[i + 1] : "")) {
+                value = "true"; /* a boolean flag alone: --ha.enabled */
             } else if (i + 1 < argc) {
                 value = argv[++i];
             } else {
@@ -180,6 +193,17 @@ int main(int argc, char **argv)
                            .max_samples = (size_t)cfg.read_max_samples,
                            .read_timeout_ms = cfg.read_timeout_ms,
                            .retention_ms = cfg.retention_ms};
+    if (cfg.ha_enabled) {
+        pt_ha_opts ho = {cfg.ha_cluster_label, cfg.ha_replica_label, cfg.ha_failover_timeout_ms,
+                         cfg.ha_update_interval_ms, (size_t)cfg.ha_max_clusters, &be, NULL, NULL};
+        if (!(app.store.ha = pt_ha_new(&ho))) {
+            pt_log_msg(PT_LOG_ERROR, "out of memory for the HA tracker");
+            goto fail_cache;
+        }
+        pt_log(PT_LOG_INFO, "HA pairs deduplicated", "cluster_label=%s replica_label=%s "
+               "failover_timeout_ms=%ld election=%s", cfg.ha_cluster_label, cfg.ha_replica_label,
+               cfg.ha_failover_timeout_ms, pt_ha_shared(app.store.ha) ? "lease_rows" : "local");
+    }
     app.lim.max_decoded = cfg.max_decoded_bytes;
     rv = pt_store_check_index(&app.store, err, sizeof(err));
     if (rv == PT_EINTERNAL) {
@@ -239,6 +263,7 @@ int main(int argc, char **argv)
     the_server = NULL;
     pt_server_free(srv);
 fail_cache:
+    pt_ha_free(app.store.ha);
     pt_app_free_auth(&app);
     pt_tenants_free(app.tenants);
     pt_index_cache_free(cache);

@@ -149,6 +149,69 @@ static void histogram(out *o, const char *name, const char *help, pt_latency_his
     hist_series(o, name, "", h);
 }
 
+/* A label value in the text format's escaping. */
+static void put_value(out *o, pt_slice v)
+{
+    char *p = (char *)pt_buf_room(&o->buf, 2 * v.n + 1);
+    if (!p) {
+        o->failed = 1;
+        return;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < v.n; i++) {
+        uint8_t c = v.p[i];
+        if (c == '\\' || c == '"' || c == '\n')
+            p[k++] = '\\';
+        p[k++] = c == '\n' ? 'n' : (char)c;
+    }
+    pt_buf_commit(&o->buf, k);
+}
+
+/* HA pairs: per (tenant, cluster) counters, the tenant label only when there is one. */
+static void ha_metrics(out *o, const pt_metrics_gauges *g)
+{
+    static const struct {
+        const char *name, *help;
+    } m[] = {
+        {"promtable_ha_samples_accepted_total",
+         "Samples and histograms of HA pairs that passed deduplication (the elected replica's), "
+         "by cluster."},
+        {"promtable_ha_samples_deduplicated_total",
+         "Samples and histograms of HA pairs dropped (acknowledged, not stored) because "
+         "another replica is elected, by cluster."},
+        {"promtable_ha_elections_total",
+         "Replicas this process elected for an HA cluster: the first one and each failover."},
+    };
+    for (size_t k = 0; k < 3; k++) {
+        put(o, "# HELP %s %s\n# TYPE %s counter\n", m[k].name, m[k].help, m[k].name);
+        for (size_t i = 0; i < g->nha; i++) {
+            const pt_ha_stat *s = &g->ha[i];
+            put(o, "%s{", m[k].name);
+            if (s->tenant.n) {
+                put(o, "tenant=\"");
+                put_value(o, s->tenant);
+                put(o, "\",");
+            }
+            put(o, "cluster=\"");
+            put_value(o, s->cluster);
+            put(o, "\"} %llu\n", (unsigned long long)(k == 0   ? s->accepted
+                                                      : k == 1 ? s->deduplicated
+                                                               : s->elections));
+        }
+    }
+    gauge(o, "promtable_ha_clusters", "HA (tenant, cluster) pairs tracked (ha.max_clusters).",
+          (long)g->nha);
+    put(o, "# HELP promtable_ha_lease_operations_total Lease row reads and check-and-sets "
+           "(a shared HA election; none on the embedded store).\n"
+           "# TYPE promtable_ha_lease_operations_total counter\n"
+           "promtable_ha_lease_operations_total{op=\"read\"} %llu\n"
+           "promtable_ha_lease_operations_total{op=\"write\"} %llu\n",
+        LOAD(pt_m.ha_lease_reads), LOAD(pt_m.ha_lease_writes));
+    counter(o, "promtable_ha_lease_errors_total",
+            "Lease row reads and writes that failed (the write got 503).",
+            LOAD(pt_m.ha_lease_errors));
+}
+
 long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
 {
     out o = {.failed = 0};
@@ -242,6 +305,7 @@ long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
           g->index_cache_capacity);
     gauge(&o, "promtable_read_series_cache_bytes",
           "Memory of the series-row cache (read.series_cache).", g->series_cache_bytes);
+    ha_metrics(&o, g);
     for (size_t i = 0; i < g->nbackend; i++) {
         const pt_backend_stat *b = &g->backend[i];
         const char *type = b->counter ? "counter" : "gauge";

@@ -12,6 +12,7 @@
 
 #include "arena.h"
 #include "backend.h"
+#include "ha.h"
 
 #define PT_HIST_BUCKETS 14
 
@@ -60,6 +61,10 @@ typedef struct pt_metrics {
     _Atomic uint64_t http_overload_rejected[PT_OVERLOAD_COUNT];
     _Atomic int64_t http_inflight;
     _Atomic int64_t http_body_bytes;
+    /* HA pairs (ha.c): lease row reads and check-and-sets, and the store errors they met. */
+    _Atomic uint64_t ha_lease_reads;
+    _Atomic uint64_t ha_lease_writes;
+    _Atomic uint64_t ha_lease_errors;
     pt_latency_hist request_duration[PT_ROUTE_COUNT];
     pt_latency_hist backend_write_duration;
     pt_latency_hist backend_read_duration;
@@ -81,6 +86,8 @@ typedef struct pt_metrics_gauges {
     const char *extra;              /* text appended as it is (the tenants' figures) */
     size_t extra_len;
     size_t nbackend;
+    const pt_ha_stat *ha; /* HA pairs' figures, nha of them */
+    size_t nha;
 } pt_metrics_gauges;
 
 /* Renders everything into arena memory; returns the text length or a negative error. */

@@ -42,6 +42,7 @@ typedef struct pt_store {
     size_t (*gate)(void *ud, const uint64_t *series, size_t n, uint8_t *ok, char *msg,
                    size_t msglen);
     void *gate_ud;
+    struct pt_ha *ha; /* HA pair deduplication (ha.h); NULL = off */
 } pt_store;
 
 /* The index-cache key of s with seed, for this store's tenant. */
@@ -64,13 +65,20 @@ typedef struct pt_write_result {
     size_t entries_rejected;   /* TimeSeries entries with an invalid label set */
     size_t index_rows;
     int limited;               /* samples were refused by pt_store.gate: 429 */
+    size_t samples_deduplicated; /* HA: samples and histograms of a replica not elected */
     char msg[PT_MSG_MAX];      /* first problem, for the 400 body */
 } pt_write_result;
 
-/* Validates, stores what is valid, and reports what was not. Returns 0 when the backend
- * acknowledged every valid sample (res->samples_rejected tells whether the answer is 400),
- * or a backend error (retryable → 503). */
+/* Validates, stores what is valid, and reports what was not. With st->ha, a series of an
+ * HA pair is stored only when its replica is elected (without the replica label), else
+ * counted in res->samples_deduplicated. Returns 0 when the backend acknowledged every
+ * valid sample (res->samples_rejected tells whether the answer is 400), or a backend
+ * error (retryable → 503; also when the HA election could not reach the store). */
 int pt_store_write(pt_store *st, pt_wreq *wr, pt_arena *a, pt_write_result *res);
+/* The same for a tenant's request: the HA election is per (tenant, cluster). Until
+ * tenancy is wired in, the daemon writes with the empty tenant (pt_store_write). */
+int pt_store_write_tenant(pt_store *st, pt_slice tenant, pt_wreq *wr, pt_arena *a,
+                          pt_write_result *res);
 
 /* Checks the index table's format marker, writing it into an empty table; PT_EINTERNAL
  * with err set for a store whose index has another format (format 1 had no marker), or a

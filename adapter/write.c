@@ -9,6 +9,7 @@
 #include "bytes.h"
 #include "error.h"
 #include "exemplar.h"
+#include "ha.h"
 #include "histpb.h"
 #include "meta.h"
 #include "metrics.h"
@@ -584,10 +585,61 @@ static int gate_series(batch *b, pt_arena *a, pt_store *st, pendings *pd, const 
     return 0;
 }
 
+/* ---- HA pairs (README "HA pairs") ----
+ *
+ * Decided per series, from its own cluster and replica labels: a Prometheus sends the
+ * same pair in every series of a request (external labels), so this costs one decision
+ * per request (remembered across the request's series), and a request that mixes pairs
+ * (a relay forwarding several Prometheus servers) never has an elected replica's samples
+ * dropped or another's stored, as deciding once from the first series would. */
+typedef struct ha_memo {
+    pt_slice cluster, replica;
+    pt_ha_entry *e;
+    int verdict; /* -1: nothing decided yet */
+} ha_memo;
+
+/* 1: store the series (its replica label removed from ls, *nl one less), 0: not (a
+ * replica not elected: counted deduplicated; or over a limit: rejected with a note), or
+ * a store error. n: the series' samples and histograms. */
+static int ha_series(pt_store *st, pt_slice tenant, ha_memo *m, pt_label *ls, long *nl,
+                     const pt_wseries *ts, pt_write_result *res)
+{
+    size_t ci, ri, n = ts->nsamples + ts->nhistograms;
+    if (!pt_ha_labels(st->ha, ls, (size_t)*nl, &ci, &ri))
+        return 1; /* not of an HA pair: stored as it is */
+    pt_slice cluster = ls[ci].value, replica = ls[ri].value;
+    if (m->verdict < 0 || !pt_slice_eq(m->cluster, cluster) || !pt_slice_eq(m->replica, replica)) {
+        int rv = pt_ha_decide(st->ha, tenant, cluster, replica, &m->e);
+        if (rv == PT_ELABELS || rv == PT_ELIMIT) {
+            reject_entry(res, ts, PT_REJECT_LABELS);
+            if (rv == PT_ELIMIT)
+                note(res, "HA cluster \"%.*s\" is one more than ha.max_clusters tracks",
+                     (int)(cluster.n > 60 ? 60 : cluster.n), (const char *)cluster.p);
+            else
+                note(res, "HA cluster, replica or tenant over %d bytes (cluster \"%.*s...\")",
+                     PT_HA_MAX_VALUE, (int)(cluster.n > 60 ? 60 : cluster.n),
+                     (const char *)cluster.p);
+            return 0;
+        }
+        if (rv < 0)
+            return rv;
+        *m = (ha_memo){cluster, replica, m->e, rv};
+    }
+    pt_ha_count(m->e, m->verdict, n);
+    if (m->verdict == PT_HA_DROP) {
+        res->samples_deduplicated += n;
+        return 0;
+    }
+    /* Sorted stays sorted; the labels are the request's, so nothing is allocated. */
+    memmove(&ls[ri], &ls[ri + 1], ((size_t)*nl - ri - 1) * sizeof(*ls));
+    (*nl)--;
+    return 1;
+}
+
 /* pt_store_write, with hs the one histogram every histogram of the request is converted
  * into in turn. */
-static int store_write(pt_store *st, pt_wreq *wr, pt_arena *a, pt_write_result *res,
-                       pt_histogram *hs)
+static int store_write(pt_store *st, pt_slice tenant, pt_wreq *wr, pt_arena *a,
+                       pt_write_result *res, pt_histogram *hs)
 {
     memset(res, 0, sizeof(*res));
     res->series = wr->nseries;
@@ -607,6 +659,7 @@ static int store_write(pt_store *st, pt_wreq *wr, pt_arena *a, pt_write_result *
     if (brv != 0 || !pd.keys || !pd.p)
         return PT_ENOMEM;
 
+    ha_memo ham = {.verdict = -1};
     pt_meta_batch mb;
     pt_meta_begin(&mb, st, a);
     for (size_t i = 0; i < wr->nmetadata; i++)
@@ -644,6 +697,13 @@ static int store_write(pt_store *st, pt_wreq *wr, pt_arena *a, pt_write_result *
             pt_m.samples_rejected[PT_REJECT_LABELS] += npoints + ts->nexemplars;
             note(res, "%s", lmsg);
             continue;
+        }
+        if (st->ha) {
+            int keep = ha_series(st, tenant, &ham, ls, &nl, ts, res);
+            if (keep < 0)
+                return keep; /* nothing is stored: the whole request is retried */
+            if (!keep)
+                continue;
         }
         if (ts->has_meta) {
             pt_slice family = {0};
@@ -759,12 +819,18 @@ static int store_write(pt_store *st, pt_wreq *wr, pt_arena *a, pt_write_result *
     return 0;
 }
 
-int pt_store_write(pt_store *st, pt_wreq *wr, pt_arena *a, pt_write_result *res)
+int pt_store_write_tenant(pt_store *st, pt_slice tenant, pt_wreq *wr, pt_arena *a,
+                          pt_write_result *res)
 {
     pt_histogram hs = PT_HISTOGRAM_INIT;
-    int rv = store_write(st, wr, a, res, &hs);
+    int rv = store_write(st, tenant, wr, a, res, &hs);
     pt_histogram_free(&hs);
     return rv;
+}
+
+int pt_store_write(pt_store *st, pt_wreq *wr, pt_arena *a, pt_write_result *res)
+{
+    return pt_store_write_tenant(st, (pt_slice){(const uint8_t *)"", 0}, wr, a, res);
 }
 
 /* ---- the index format marker ---- */

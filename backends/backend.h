@@ -127,6 +127,15 @@ typedef struct pt_backend_ops {
      * when it could not (the store is in use by another process: PT_EBUSY). */
     int (*verify)(void *state, const pt_backend_config *cfg, pt_verify_fn fn, void *ud, char *err,
                   size_t errlen);
+    /* Optional: a compare-and-set of one cell (Bigtable's CheckAndMutateRow), for state that
+     * several processes on one store share (the HA lease rows, README "HA pairs"). When the
+     * newest version of the cell (m->row, m->qual) of m->table holds exactly expect
+     * (expect.p == NULL: the cell does not exist), writes m and sets *applied = 1; else
+     * changes nothing and sets *applied = 0. Returns 0 or an error (an outage: PT_EUNAVAIL
+     * or PT_ETIMEOUT; after a timeout the write may or may not have happened, so the caller
+     * reads the cell again). NULL for a store that one process owns: the caller then keeps
+     * such state in its own memory. */
+    int (*check_and_set)(void *state, const pt_mutation *m, pt_slice expect, int *applied);
 } pt_backend_ops;
 
 /* An open backend: the ops table and its state. */

@@ -4,14 +4,16 @@
  *
  * Native histogram samples count as samples.
  *
- * usage: ingest_cpu [FILE [SECONDS [VERSION]]]   (FILE: a snappy remote write body; default:
- * the golden payload from tests/data; VERSION: 1 (default) or 2 for a remote write 2.0 body) */
+ * usage: ingest_cpu [FILE [SECONDS [VERSION [ha]]]]   (FILE: a snappy remote write body;
+ * default: the golden payload from tests/data; VERSION: 1 (default) or 2 for a remote write
+ * 2.0 body; ha: HA pairs on, labels cluster and __replica__, the election in memory) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "decode.h"
+#include "ha.h"
 #include "store.h"
 
 static int null_open(void *s, const pt_backend_config *c, char *e, size_t el)
@@ -60,6 +62,10 @@ int main(int argc, char **argv)
 
     pt_backend be = {&null_ops, NULL};
     pt_store st = {.be = &be, .cache = pt_index_cache_new(1 << 20), .index_bucket_ms = 86400000};
+    if (argc > 4 && strcmp(argv[4], "ha") == 0) {
+        pt_ha_opts ho = {"cluster", "__replica__", 30000, 15000, 1000, NULL, NULL, NULL};
+        st.ha = pt_ha_new(&ho);
+    }
     pt_decode_limits lim = {256u << 20};
     pt_arena a;
     pt_arena_init(&a, 1 << 20, 0);
@@ -81,6 +87,7 @@ int main(int argc, char **argv)
     } while (t < seconds);
     printf("ingest_cpu: %zu requests, %zu samples in %.2f CPU s: %.0f ns/sample, %.0f samples/CPU-s\n",
            requests, samples, t, t * 1e9 / (double)samples, (double)samples / t);
+    pt_ha_free(st.ha);
     pt_arena_free(&a);
     pt_index_cache_free(st.cache);
     return 0;

@@ -192,4 +192,5 @@ const pt_backend_ops pt_backend_bigtable = {
     .write = pt_bt_data_write,
     .scan = pt_bt_data_scan,
     .init = pt_bt_admin_init,
+    .check_and_set = pt_bt_data_check_and_set,
 };

@@ -78,14 +78,10 @@ static int create_table(pt_bt *bt, int t, pt_arena *a, char *err, size_t errlen)
     req.table = &table;
 
     char details[256];
-    grpc_status_code st;
     ProtobufCMessage *resp;
-    pt_bt_retry rt;
-    pt_bt_retry_init(&rt, bt->admin, bt->retry_ms);
-    do {
-        st = pt_bt_rpc_unary(bt->admin, M_CREATE_TABLE, bt->parent_params, &req.base, bt->write_ms,
-                             a, &bigtable__table__descriptor, &resp, details, sizeof(details));
-    } while (pt_bt_rpc_retryable(st) && pt_bt_retry_wait(&rt));
+    grpc_status_code st =
+        pt_bt_rpc_unary_retried(bt, bt->admin, M_CREATE_TABLE, bt->parent_params, &req.base, a,
+                                &bigtable__table__descriptor, &resp, details, sizeof(details));
     if (st == GRPC_STATUS_OK || st == GRPC_STATUS_ALREADY_EXISTS)
         return 0;
     snprintf(err, errlen, "bigtable: CreateTable %s: %s: %s", bt->table[t],

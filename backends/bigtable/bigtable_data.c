@@ -613,3 +613,120 @@ int pt_bt_data_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
     pt_buf_free(&cuts);
     return rv;
 }
+
+/* ============================================================================
+ * check_and_set: CheckAndMutateRow
+ *
+ * The predicate is chain(family "p", qualifier, newest cell, [value]); the SetCell goes
+ * to true_mutations when a value is expected (the newest cell holds it) and to
+ * false_mutations when the cell is expected absent (the chain matches nothing). Regexes
+ * are RE2 in raw-byte mode with full-match semantics: every byte but a letter or digit
+ * is written \x{HH}, which matches exactly that byte.
+ * ========================================================================== */
+
+#define M_CHECK_AND_MUTATE "/google.bigtable.v2.Bigtable/CheckAndMutateRow"
+
+/* The regex matching exactly s, in a (6 bytes per byte at most). */
+static ProtobufCBinaryData exact_regex(pt_slice s, pt_arena *a)
+{
+    static const char hex[] = "0123456789abcdef";
+    uint8_t *o = pt_arena_alloc(a, 6 * s.n + 1), *p = o;
+    if (!o)
+        return (ProtobufCBinaryData){0, NULL};
+    for (size_t i = 0; i < s.n; i++) {
+        uint8_t c = s.p[i];
+        if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) {
+            *p++ = c;
+            continue;
+        }
+        memcpy(p, "\\x{", 3);
+        p[3] = (uint8_t)hex[c >> 4];
+        p[4] = (uint8_t)hex[c & 15];
+        p[5] = '}';
+        p += 6;
+    }
+    return (ProtobufCBinaryData){(size_t)(p - o), o};
+}
+
+static Bigtable__CheckAndMutateRowRequest *build_check(const pt_bt *bt, const pt_mutation *m,
+                                                       pt_slice expect, pt_arena *a)
+{
+    Bigtable__CheckAndMutateRowRequest *req = pt_arena_alloc(a, sizeof(*req));
+    Bigtable__Mutation *mut = pt_arena_alloc(a, sizeof(*mut));
+    Bigtable__Mutation__SetCell *set = pt_arena_alloc(a, sizeof(*set));
+    Bigtable__Mutation **mlist = pt_arena_alloc(a, sizeof(*mlist));
+    Bigtable__RowFilter *chain = new_filter(a), *f[4] = {new_filter(a), new_filter(a),
+                                                          new_filter(a), new_filter(a)};
+    Bigtable__RowFilter__Chain *c = pt_arena_alloc(a, sizeof(*c));
+    Bigtable__RowFilter **list = pt_arena_alloc(a, 4 * sizeof(*list));
+    if (!req || !mut || !set || !mlist || !chain || !f[0] || !f[1] || !f[2] || !f[3] || !c ||
+        !list)
+        return NULL;
+    f[0]->filter_case = BIGTABLE__ROW_FILTER__FILTER_FAMILY_NAME_REGEX_FILTER;
+    f[0]->family_name_regex_filter = family;
+    f[1]->filter_case = BIGTABLE__ROW_FILTER__FILTER_COLUMN_QUALIFIER_REGEX_FILTER;
+    f[1]->column_qualifier_regex_filter = exact_regex(m->qual, a);
+    f[2]->filter_case = BIGTABLE__ROW_FILTER__FILTER_CELLS_PER_COLUMN_LIMIT_FILTER;
+    f[2]->cells_per_column_limit_filter = 1;
+    f[3]->filter_case = BIGTABLE__ROW_FILTER__FILTER_VALUE_REGEX_FILTER;
+    f[3]->value_regex_filter = exact_regex(expect, a);
+    if (!f[1]->column_qualifier_regex_filter.data || !f[3]->value_regex_filter.data)
+        return NULL;
+    protobuf_c_message_init(&bigtable__row_filter__chain__descriptor, c);
+    c->n_filters = expect.p ? 4 : 3;
+    c->filters = list;
+    for (size_t i = 0; i < 4; i++)
+        list[i] = f[i];
+    chain->filter_case = BIGTABLE__ROW_FILTER__FILTER_CHAIN;
+    chain->chain = c;
+
+    protobuf_c_message_init(&bigtable__mutation__set_cell__descriptor, set);
+    set->family_name = family;
+    set->column_qualifier = bin(m->qual);
+    set->timestamp_micros = m->version_us;
+    set->value = bin(m->value);
+    protobuf_c_message_init(&bigtable__mutation__descriptor, mut);
+    mut->mutation_case = BIGTABLE__MUTATION__MUTATION_SET_CELL;
+    mut->set_cell = set;
+    mlist[0] = mut;
+
+    protobuf_c_message_init(&bigtable__check_and_mutate_row_request__descriptor, req);
+    req->table_name = bt->table[m->table];
+    req->row_key = bin(m->row);
+    req->predicate_filter = chain;
+    if (expect.p)
+        req->n_true_mutations = 1, req->true_mutations = mlist;
+    else
+        req->n_false_mutations = 1, req->false_mutations = mlist;
+    return req;
+}
+
+int pt_bt_data_check_and_set(void *state, const pt_mutation *m, pt_slice expect, int *applied)
+{
+    pt_bt *bt = state;
+    *applied = 0;
+    if (!valid_mutation(m))
+        return PT_EBADREQ;
+    pt_arena a;
+    pt_arena_init(&a, 4096 + 12 * (m->qual.n + expect.n), 0);
+    Bigtable__CheckAndMutateRowRequest *req = build_check(bt, m, expect, &a);
+    int rv = PT_ENOMEM;
+    if (req) {
+        char details[256];
+        ProtobufCMessage *resp;
+        /* A retry after a lost answer may find its own write: the predicate then fails
+         * and the caller, reading the cell again, sees it. */
+        grpc_status_code st = pt_bt_rpc_unary_retried(
+            bt, bt->data, M_CHECK_AND_MUTATE, bt->params[m->table], &req->base, &a,
+            &bigtable__check_and_mutate_row_response__descriptor, &resp, details, sizeof(details));
+        rv = pt_bt_rpc_error(st);
+        if (st == GRPC_STATUS_OK) {
+            int matched = ((Bigtable__CheckAndMutateRowResponse *)resp)->predicate_matched != 0;
+            *applied = expect.p ? matched : !matched;
+        } else {
+            pt_bt_rpc_log_failure("CheckAndMutateRow", bt->table[m->table], st, details);
+        }
+    }
+    pt_arena_free(&a);
+    return rv;
+}

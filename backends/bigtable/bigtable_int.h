@@ -9,7 +9,8 @@
  *                     (names admin and data in the ops table; never calls them)
  *   bigtable_admin.c  init: CreateTable with the GC rule;  -> rpc
  *                     GetTable for tests
- *   bigtable_data.c   write: MutateRows; scan: ReadRows    -> sample, rpc, merge
+ *   bigtable_data.c   write: MutateRows; scan: ReadRows;   -> sample, rpc, merge
+ *                     check_and_set: CheckAndMutateRow;
  *                     on concurrent streams, one group of
  *                     ranges (or piece of one) each,
  *                     delivered in turn
@@ -136,6 +137,8 @@ int pt_bt_describe_table(void *state, int table, char *out, size_t outlen);
 
 int pt_bt_data_write(void *state, const pt_mutation *m, size_t n);
 int pt_bt_data_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud);
+/* The ops table's check_and_set: one CheckAndMutateRow, retried within the budget. */
+int pt_bt_data_check_and_set(void *state, const pt_mutation *m, pt_slice expect, int *applied);
 
 /* ============================================================================
  * bigtable_sample.c
@@ -207,6 +210,14 @@ grpc_status_code pt_bt_rpc_unary(grpc_channel *ch, const char *method, const cha
                                  const ProtobufCMessage *req, int deadline_ms, pt_arena *a,
                                  const ProtobufCMessageDescriptor *desc, ProtobufCMessage **out,
                                  char *details, size_t dlen);
+
+/* pt_bt_rpc_unary with bt's write deadline, sent again after retryable failures within
+ * bt's retry budget: for calls that may be repeated (idempotent, or checked by the
+ * caller). */
+grpc_status_code pt_bt_rpc_unary_retried(pt_bt *bt, grpc_channel *ch, const char *method,
+                                         const char *params, const ProtobufCMessage *req,
+                                         pt_arena *a, const ProtobufCMessageDescriptor *desc,
+                                         ProtobufCMessage **out, char *details, size_t dlen);
 
 /* UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED, RESOURCE_EXHAUSTED: worth another attempt. */
 int pt_bt_rpc_retryable(grpc_status_code s);

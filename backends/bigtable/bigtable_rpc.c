@@ -383,6 +383,20 @@ grpc_status_code pt_bt_rpc_unary(grpc_channel *ch, const char *method, const cha
     return st;
 }
 
+grpc_status_code pt_bt_rpc_unary_retried(pt_bt *bt, grpc_channel *ch, const char *method,
+                                         const char *params, const ProtobufCMessage *req,
+                                         pt_arena *a, const ProtobufCMessageDescriptor *desc,
+                                         ProtobufCMessage **out, char *details, size_t dlen)
+{
+    grpc_status_code st;
+    pt_bt_retry rt;
+    pt_bt_retry_init(&rt, ch, bt->retry_ms);
+    do {
+        st = pt_bt_rpc_unary(ch, method, params, req, bt->write_ms, a, desc, out, details, dlen);
+    } while (pt_bt_rpc_retryable(st) && pt_bt_retry_wait(&rt));
+    return st;
+}
+
 /* ============================================================================
  * Retries
  * ========================================================================== */

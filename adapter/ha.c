@@ -1,0 +1,406 @@
+/* HA pairs: the election per (tenant, cluster), local or through lease rows (ha.h). */
+#include "ha.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "error.h"
+#include "metrics.h"
+
+/* "==ha," hex(tenant) "," hex(cluster): "==" then a letter that no hex digit is, so no
+ * series row ("==<16 hex>,@..."), metadata row ("==meta,") or the format marker
+ * ("==format") can have it; the hex keeps the key free of escapes and of 0x00. */
+#define LEASE_PREFIX PT_HA_LEASE_PREFIX
+#define LEASE_PREFIX_LEN (sizeof(LEASE_PREFIX) - 1)
+#define KEY_MAX (LEASE_PREFIX_LEN + 2 * PT_HA_MAX_TENANT + 1 + 2 * PT_HA_MAX_VALUE)
+/* "<ms> <hex(replica)>" */
+#define VALUE_MAX (20 + 1 + 2 * PT_HA_MAX_VALUE)
+/* CheckAndMutateRow attempts lost to another process before the request gets 503. */
+#define CAS_ATTEMPTS 4
+
+static const uint8_t lease_qual[] = {'l'};
+
+struct pt_ha_entry {
+    pthread_mutex_t mu;
+    uint64_t hash;
+    size_t tenant_n, cluster_n, key_n;
+    uint8_t tenant[PT_HA_MAX_TENANT], cluster[PT_HA_MAX_VALUE];
+    uint8_t key[KEY_MAX + 1]; /* the lease row, then the 0x00 that ends its range */
+    /* What this process knows of the election (under mu). */
+    int known; /* a replica is elected */
+    size_t replica_n;
+    uint8_t replica[PT_HA_MAX_VALUE];
+    int64_t lease_ms; /* the lease's time (when last refreshed or won) */
+    int64_t read_ms;  /* when this process last read or wrote the lease row */
+    int64_t seen_ms;  /* when the elected replica last wrote through this process */
+    size_t stored_n;  /* the lease cell as read or written: what check_and_set expects */
+    uint8_t stored[VALUE_MAX];
+    _Atomic uint64_t accepted, deduplicated, elections;
+};
+
+struct pt_ha {
+    char *cluster_label, *replica_label;
+    int64_t failover_ms, update_ms;
+    pt_backend *be; /* NULL: local election */
+    int64_t (*now_ms)(void *ud);
+    void *clock_ud;
+    pthread_mutex_t mu; /* the table and the list */
+    size_t max, n, mask;
+    pt_ha_entry **slots; /* open addressing by hash of the key */
+    pt_ha_entry **list;  /* in the order first seen */
+};
+
+static int64_t wall_ms(void *ud)
+{
+    (void)ud;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+pt_ha *pt_ha_new(const pt_ha_opts *o)
+{
+    pt_ha *h = calloc(1, sizeof(*h));
+    if (!h)
+        return NULL;
+    size_t slots = 16;
+    while (slots < 2 * o->max_clusters)
+        slots <<= 1;
+    h->cluster_label = strdup(o->cluster_label);
+    h->replica_label = strdup(o->replica_label);
+    h->slots = calloc(slots, sizeof(*h->slots));
+    h->list = calloc(o->max_clusters ? o->max_clusters : 1, sizeof(*h->list));
+    if (!h->cluster_label || !h->replica_label || !h->slots || !h->list) {
+        pt_ha_free(h);
+        return NULL;
+    }
+    h->failover_ms = o->failover_timeout_ms;
+    h->update_ms = o->update_interval_ms;
+    h->be = o->be && o->be->ops->check_and_set ? o->be : NULL;
+    h->now_ms = o->now_ms ? o->now_ms : wall_ms;
+    h->clock_ud = o->clock_ud;
+    h->max = o->max_clusters;
+    h->mask = slots - 1;
+    pthread_mutex_init(&h->mu, NULL);
+    return h;
+}
+
+void pt_ha_free(pt_ha *h)
+{
+    if (!h)
+        return;
+    for (size_t i = 0; i < h->n; i++) {
+        pthread_mutex_destroy(&h->list[i]->mu);
+        free(h->list[i]);
+    }
+    if (h->slots)
+        pthread_mutex_destroy(&h->mu);
+    free(h->slots);
+    free(h->list);
+    free(h->cluster_label);
+    free(h->replica_label);
+    free(h);
+}
+
+int pt_ha_shared(const pt_ha *h)
+{
+    return h->be != NULL;
+}
+
+static int name_is(pt_slice name, const char *s)
+{
+    size_t n = strlen(s);
+    return name.n == n && memcmp(name.p, s, n) == 0;
+}
+
+int pt_ha_labels(const pt_ha *h, const pt_label *ls, size_t n, size_t *cluster, size_t *replica)
+{
+    int found = 0;
+    for (size_t i = 0; i < n && found != 3; i++) {
+        if (name_is(ls[i].name, h->cluster_label))
+            *cluster = i, found |= 1;
+        else if (name_is(ls[i].name, h->replica_label))
+            *replica = i, found |= 2;
+    }
+    return found == 3;
+}
+
+static uint8_t *put_hex(uint8_t *o, pt_slice s)
+{
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < s.n; i++) {
+        *o++ = (uint8_t)hex[s.p[i] >> 4];
+        *o++ = (uint8_t)hex[s.p[i] & 15];
+    }
+    return o;
+}
+
+static int unhex(uint8_t c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+/* The lease row key of (tenant, cluster) into k (KEY_MAX bytes); returns its length. */
+static size_t lease_key(uint8_t *k, pt_slice tenant, pt_slice cluster)
+{
+    memcpy(k, LEASE_PREFIX, LEASE_PREFIX_LEN);
+    uint8_t *e = put_hex(k + LEASE_PREFIX_LEN, tenant);
+    *e++ = ',';
+    e = put_hex(e, cluster);
+    return (size_t)(e - k);
+}
+
+/* FNV-1a over the key. */
+static uint64_t key_hash(const uint8_t *k, size_t n)
+{
+    uint64_t x = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < n; i++)
+        x = (x ^ k[i]) * 0x100000001b3ULL;
+    return x;
+}
+
+/* The entry of (tenant, cluster), made when new: 0, PT_ELIMIT or PT_ENOMEM. */
+static int lookup(pt_ha *h, pt_slice tenant, pt_slice cluster, pt_ha_entry **out)
+{
+    uint8_t k[KEY_MAX];
+    size_t kn = lease_key(k, tenant, cluster);
+    uint64_t hash = key_hash(k, kn);
+    int rv = 0;
+    pthread_mutex_lock(&h->mu);
+    size_t i = (size_t)hash & h->mask;
+    pt_ha_entry *e;
+    while ((e = h->slots[i]) != NULL &&
+           !(e->hash == hash && e->key_n == kn && memcmp(e->key, k, kn) == 0))
+        i = (i + 1) & h->mask;
+    if (!e) {
+        if (h->n >= h->max) {
+            rv = PT_ELIMIT;
+            goto out;
+        }
+        if (!(e = calloc(1, sizeof(*e)))) {
+            rv = PT_ENOMEM;
+            goto out;
+        }
+        pthread_mutex_init(&e->mu, NULL);
+        e->hash = hash;
+        memcpy(e->key, k, kn);
+        e->key[kn] = 0;
+        e->key_n = kn;
+        memcpy(e->tenant, tenant.p, tenant.n);
+        e->tenant_n = tenant.n;
+        memcpy(e->cluster, cluster.p, cluster.n);
+        e->cluster_n = cluster.n;
+        h->slots[i] = e;
+        h->list[h->n++] = e;
+    }
+    *out = e;
+out:
+    pthread_mutex_unlock(&h->mu);
+    return rv;
+}
+
+static int is_elected(const pt_ha_entry *e, pt_slice replica)
+{
+    return e->known && e->replica_n == replica.n && memcmp(e->replica, replica.p, replica.n) == 0;
+}
+
+/* The entry now knows replica as elected with the lease at lease_ms; a change of
+ * replica resets what was seen of the previous one. */
+static void set_elected(pt_ha_entry *e, pt_slice replica, int64_t lease_ms)
+{
+    if (!is_elected(e, replica)) {
+        memcpy(e->replica, replica.p, replica.n);
+        e->replica_n = replica.n;
+        e->seen_ms = lease_ms;
+        e->known = 1;
+    }
+    e->lease_ms = lease_ms;
+}
+
+/* In memory only: the elected replica's last write here is the lease. */
+static int decide_local(const pt_ha *h, pt_ha_entry *e, pt_slice replica, int64_t now)
+{
+    if (e->known && !is_elected(e, replica) && now - e->seen_ms <= h->failover_ms)
+        return PT_HA_DROP;
+    if (!is_elected(e, replica))
+        atomic_fetch_add(&e->elections, 1);
+    set_elected(e, replica, now);
+    e->seen_ms = now;
+    return PT_HA_ACCEPT;
+}
+
+/* The lease cell as read. */
+typedef struct lease {
+    int found, valid;
+    int64_t ms;
+    size_t replica_n;
+    uint8_t replica[PT_HA_MAX_VALUE];
+    size_t raw_n;
+    uint8_t raw[VALUE_MAX];
+} lease;
+
+static int on_lease(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    (void)row;
+    lease *l = ud;
+    if (qual.n != sizeof(lease_qual) || memcmp(qual.p, lease_qual, qual.n) != 0)
+        return 0;
+    l->found = 1;
+    l->raw_n = value.n < sizeof(l->raw) ? value.n : sizeof(l->raw);
+    memcpy(l->raw, value.p, l->raw_n);
+    /* "<ms> <hex>": anything else reads as an expired lease, to be taken over. */
+    size_t i = 0;
+    int64_t ms = 0;
+    while (i < value.n && i < 19 && value.p[i] >= '0' && value.p[i] <= '9')
+        ms = ms * 10 + (value.p[i++] - '0');
+    if (i == 0 || i >= value.n || value.p[i] != ' ' || value.n > sizeof(l->raw))
+        return 1;
+    size_t hn = value.n - i - 1;
+    if (hn % 2 || hn / 2 > PT_HA_MAX_VALUE)
+        return 1;
+    for (size_t j = 0; j < hn / 2; j++) {
+        int a = unhex(value.p[i + 1 + 2 * j]), b = unhex(value.p[i + 2 + 2 * j]);
+        if (a < 0 || b < 0)
+            return 1;
+        l->replica[j] = (uint8_t)(a << 4 | b);
+    }
+    l->replica_n = hn / 2;
+    l->ms = ms;
+    l->valid = 1;
+    return 1;
+}
+
+static int read_lease(pt_ha *h, pt_ha_entry *e, lease *l)
+{
+    memset(l, 0, offsetof(lease, replica));
+    l->raw_n = 0;
+    pt_row_range r = {{e->key, e->key_n}, {e->key, e->key_n + 1}};
+    pt_scan s = {PT_TABLE_INDEX, &r, 1, {0}, {0}, 1, NULL};
+    pt_m.ha_lease_reads++;
+    int rv = pt_backend_scan(h->be, &s, on_lease, l);
+    if (rv != 0)
+        pt_m.ha_lease_errors++;
+    return rv;
+}
+
+/* Writes the lease "replica since at" where the cell holds l's content (or is absent):
+ * 0 with *won set, or a store error. */
+static int write_lease(pt_ha *h, pt_ha_entry *e, const lease *l, pt_slice replica, int64_t at,
+                       int *won)
+{
+    uint8_t v[VALUE_MAX];
+    int n = snprintf((char *)v, sizeof(v), "%" PRId64 " ", at);
+    size_t vn = (size_t)(put_hex(v + n, replica) - v);
+    pt_mutation m = {
+        PT_TABLE_INDEX, {e->key, e->key_n}, {lease_qual, sizeof(lease_qual)}, {v, vn}, at * 1000};
+    pt_slice expect = l->found ? (pt_slice){l->raw, l->raw_n} : (pt_slice){NULL, 0};
+    pt_m.ha_lease_writes++;
+    int rv = h->be->ops->check_and_set(h->be->state, &m, expect, won);
+    if (rv != 0) {
+        pt_m.ha_lease_errors++;
+        return rv;
+    }
+    if (*won) {
+        memcpy(e->stored, v, vn);
+        e->stored_n = vn;
+    }
+    return 0;
+}
+
+/* Through the lease row; the entry caches it for update_ms. */
+static int decide_shared(pt_ha *h, pt_ha_entry *e, pt_slice replica, int64_t now)
+{
+    if (is_elected(e, replica) && now - e->lease_ms < h->update_ms) {
+        e->seen_ms = now;
+        return PT_HA_ACCEPT;
+    }
+    int64_t last = e->lease_ms > e->seen_ms ? e->lease_ms : e->seen_ms;
+    if (e->known && !is_elected(e, replica) && now - e->read_ms < h->update_ms &&
+        now - last <= h->failover_ms)
+        return PT_HA_DROP;
+    lease l;
+    for (int attempt = 0; attempt < CAS_ATTEMPTS; attempt++) {
+        int rv = read_lease(h, e, &l);
+        if (rv != 0)
+            return rv;
+        e->read_ms = now;
+        pt_slice cur = {l.replica, l.replica_n};
+        if (l.valid) {
+            set_elected(e, cur, l.ms);
+            memcpy(e->stored, l.raw, l.raw_n);
+            e->stored_n = l.raw_n;
+        } else {
+            e->known = 0;
+        }
+        int mine = l.valid && pt_slice_eq(cur, replica);
+        if (mine && now - l.ms < h->update_ms) {
+            e->seen_ms = now;
+            return PT_HA_ACCEPT;
+        }
+        /* The elected replica may have written here after its lease was last refreshed. */
+        last = l.ms > e->seen_ms ? l.ms : e->seen_ms;
+        if (l.valid && !mine && now - last <= h->failover_ms)
+            return PT_HA_DROP;
+        /* Refresh our lease or take over an expired (or absent, or unreadable) one. A
+         * lease time never goes back, so the new cell is always the newest version even
+         * when another process's clock ran ahead. */
+        int64_t at = l.valid && l.ms >= now ? l.ms + 1 : now;
+        int won;
+        if ((rv = write_lease(h, e, &l, replica, at, &won)) != 0)
+            return rv;
+        if (won) {
+            if (!mine)
+                atomic_fetch_add(&e->elections, 1);
+            set_elected(e, replica, at);
+            e->seen_ms = now;
+            return PT_HA_ACCEPT;
+        }
+        /* Another process changed the lease since it was read: read it again. */
+    }
+    return PT_EUNAVAIL;
+}
+
+int pt_ha_decide(pt_ha *h, pt_slice tenant, pt_slice cluster, pt_slice replica, pt_ha_entry **entry)
+{
+    if (cluster.n > PT_HA_MAX_VALUE || replica.n > PT_HA_MAX_VALUE || tenant.n > PT_HA_MAX_TENANT)
+        return PT_ELABELS;
+    int rv = lookup(h, tenant, cluster, entry);
+    if (rv != 0)
+        return rv;
+    pt_ha_entry *e = *entry;
+    int64_t now = h->now_ms(h->clock_ud);
+    pthread_mutex_lock(&e->mu);
+    rv = h->be ? decide_shared(h, e, replica, now) : decide_local(h, e, replica, now);
+    pthread_mutex_unlock(&e->mu);
+    return rv;
+}
+
+void pt_ha_count(pt_ha_entry *e, int verdict, size_t n)
+{
+    atomic_fetch_add(verdict == PT_HA_ACCEPT ? &e->accepted : &e->deduplicated, n);
+}
+
+size_t pt_ha_stats(pt_ha *h, pt_ha_stat *out, size_t max)
+{
+    pthread_mutex_lock(&h->mu);
+    size_t n = h->n < max ? h->n : max;
+    for (size_t i = 0; i < n; i++) {
+        pt_ha_entry *e = h->list[i];
+        out[i] = (pt_ha_stat){{e->tenant, e->tenant_n},
+                              {e->cluster, e->cluster_n},
+                              atomic_load(&e->accepted),
+                              atomic_load(&e->deduplicated),
+                              atomic_load(&e->elections)};
+    }
+    pthread_mutex_unlock(&h->mu);
+    return n;
+}

@@ -1,0 +1,89 @@
+/*
+ * HA pairs (README "HA pairs"): the Cortex HA tracker's deduplication. Two or more
+ * Prometheus servers scrape the same targets and write with the same cluster label and
+ * each its own replica label; per (tenant, cluster) one replica is elected and only its
+ * samples are stored. When the elected replica has sent nothing for longer than the
+ * failover timeout, the next replica to write is elected.
+ *
+ * Where the election lives: on a backend with check_and_set (Bigtable) in a lease row of
+ * the index table, "==ha," hex(tenant) "," hex(cluster), one cell "l" holding
+ * "<lease ms> <hex(replica)>", so every promtable on the table agrees; each process keeps
+ * the row's content and acts on it without a store call until the update interval has
+ * passed (the elected replica then refreshes the lease, another re-reads it). On a
+ * backend without it (the embedded store, which one process owns) the election is this
+ * process's memory alone.
+ *
+ * Thread safety: every function may be called from several threads at once.
+ */
+#ifndef PT_HA_H
+#define PT_HA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "rowkey.h"
+#include "slice.h"
+
+/* Longest cluster and replica label value the tracker takes (a longer one: the series is
+ * rejected, 400), and longest tenant id (tenancy allows 150 bytes). */
+#define PT_HA_MAX_VALUE 256
+/* Every lease row key starts with it (never a series, metadata or marker row). */
+#define PT_HA_LEASE_PREFIX "==ha,"
+#define PT_HA_MAX_TENANT 150
+
+typedef struct pt_ha pt_ha;
+typedef struct pt_ha_entry pt_ha_entry;
+
+typedef struct pt_ha_opts {
+    const char *cluster_label; /* copied */
+    const char *replica_label; /* copied */
+    int64_t failover_timeout_ms;
+    int64_t update_interval_ms; /* < failover_timeout_ms */
+    size_t max_clusters;        /* (tenant, cluster) pairs tracked at most */
+    /* The store holding lease rows when its ops have check_and_set; NULL or without it:
+     * the election is kept in memory only. Must outlive the tracker. */
+    pt_backend *be;
+    /* The wall clock in ms (lease times are compared across processes); NULL = the real
+     * one. Tests pass a fake one and move it. */
+    int64_t (*now_ms)(void *ud);
+    void *clock_ud;
+} pt_ha_opts;
+
+/* NULL when out of memory. */
+pt_ha *pt_ha_new(const pt_ha_opts *o);
+void pt_ha_free(pt_ha *h);
+
+/* 1 when the tracker shares its election through the store (lease rows). */
+int pt_ha_shared(const pt_ha *h);
+
+/* Finds the cluster and replica labels in ls (sorted by name, as pt_labels_validate
+ * leaves them): 1 with their indices set when the series has both, else 0 (it is then
+ * stored as it is). */
+int pt_ha_labels(const pt_ha *h, const pt_label *ls, size_t n, size_t *cluster, size_t *replica);
+
+enum { PT_HA_ACCEPT = 0, PT_HA_DROP = 1 };
+
+/* Whether samples of (tenant, cluster) from replica, received now, are stored: returns
+ * PT_HA_ACCEPT (electing replica if none is, or the elected one has been silent longer
+ * than the failover timeout) or PT_HA_DROP, with *entry set for pt_ha_count. Errors:
+ * PT_ELABELS for a value over the limits above, PT_ELIMIT when max_clusters pairs are
+ * tracked and this is a new one, or a store error (retryable: answer 503, store
+ * nothing). Slices are not kept. */
+int pt_ha_decide(pt_ha *h, pt_slice tenant, pt_slice cluster, pt_slice replica,
+                 pt_ha_entry **entry);
+
+/* Counts n samples accepted or deduplicated (verdict) for the entry's cluster. */
+void pt_ha_count(pt_ha_entry *e, int verdict, size_t n);
+
+/* One (tenant, cluster) pair's figures for /metrics. The slices point into the tracker
+ * (valid while it lives: pairs are never forgotten). */
+typedef struct pt_ha_stat {
+    pt_slice tenant, cluster;
+    uint64_t accepted, deduplicated, elections;
+} pt_ha_stat;
+
+/* Writes up to max pairs' figures, in the order they were first seen; returns how many. */
+size_t pt_ha_stats(pt_ha *h, pt_ha_stat *out, size_t max);
+
+#endif
