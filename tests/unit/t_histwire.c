@@ -95,6 +95,10 @@ int main(void)
         return 1;
     }
     pt_hist_conformance(&s.faulty, flush_embedded, &s.emb, "embedded");
+    disk_cost cd = {0};
+    int measured = measure_disk(&s.emb, &cd) == 0;
+    ok(measured && (cd.fmts & 1u << 5),
+       "the suite's flushed histograms are in fmt 5 chunks (fmt mask 0x%x)", cd.fmts);
     tstore_close(&s);
     disk_cost hd, fd;
     double hb = head_cost(1, &hd), fb = head_cost(0, &fd);
