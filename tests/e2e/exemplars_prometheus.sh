@@ -39,28 +39,7 @@ pt_spawn "$DIR/exporter.log" "$EXPORTER" exemplars "$EXPORT_PORT"
 pt_wait_http "http://127.0.0.1:$EXPORT_PORT/ready" 10 "$PT_PID" ||
     tap_bail "exporter did not start: $(cat "$DIR/exporter.log")"
 
-cat >"$DIR/prom.yml" <<EOF
-global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-scrape_configs:
-  - job_name: exemplars
-    static_configs:
-      - targets: ['127.0.0.1:$EXPORT_PORT']
-remote_write:
-  - url: http://127.0.0.1:$PTPORT/api/v1/write
-    send_exemplars: true
-    queue_config:
-      batch_send_deadline: 1s
-      min_backoff: 100ms
-      max_backoff: 1s
-EOF
-pt_spawn "$DIR/prom.log" prometheus --config.file="$DIR/prom.yml" \
-    --storage.tsdb.path="$DIR/data" --web.listen-address="127.0.0.1:$PROMPORT" \
-    --enable-feature=exemplar-storage
-PROM_PID=$PT_PID
-pt_wait_http "http://127.0.0.1:$PROMPORT/-/ready" 30 "$PROM_PID" ||
-    tap_bail "prometheus did not start: $(tail -n 3 "$DIR/prom.log")"
+pt_start_writer "$DIR" "$PROMPORT" exemplars "$EXPORT_PORT" "$PTPORT" send_exemplars exemplar-storage
 API=http://127.0.0.1:$PROMPORT/api/v1
 
 # exemplars FILE: the writer's exemplars of every test_exemplar series of the last hour.

@@ -10,8 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "embedded.h"
-#include "embedded_int.h"
+#include "chunk_helpers.h"
 #include "error.h"
 #include "histogram.h"
 #include "rnd.h"
@@ -337,22 +336,9 @@ static void test_round_trips(void)
        (double)enc.len / 1000, (double)fmt2 / 1000);
 }
 
-/* Refused, the cells appended so far kept; an exact-size copy, for the sanitizers. */
 static int refused(const uint8_t *p, size_t n)
 {
-    uint8_t *copy = malloc(n ? n : 1);
-    if (n)
-        memcpy(copy, p, n);
-    chunk c;
-    uint32_t last;
-    vcells_reset(&dec);
-    int rv = pt_emb_chunk_parse(copy, n, &c), rv2 = rv;
-    if (rv == 0) {
-        rv = pt_emb_chunk_cells(&c, &dec);
-        rv2 = pt_emb_chunk_last(&c, &last);
-    }
-    free(copy);
-    return rv == PT_EINTERNAL && rv2 == PT_EINTERNAL && dec.n == 0;
+    return chunk_refused(p, n, &dec);
 }
 
 /* Either refused or count cells with increasing qualifiers: never a crash or a lie. */
@@ -388,12 +374,7 @@ static void test_corrupt(void)
     size_t len = enc.len;
     uint8_t *good = malloc(len + 1);
     memcpy(good, enc.p, len);
-    int all = 1;
-    for (size_t cut = 0; cut < len; cut++)
-        all &= refused(good, cut);
-    ok(all, "every truncation of a %zu-byte fmt 5 chunk is refused", len);
-    good[len] = 0;
-    ok(refused(good, len + 1), "a trailing byte is refused");
+    chunk_cuts_refused(good, len, &dec, "fmt 5");
 
     int flips = 1;
     for (int i = 0; i < 3000; i++) {
@@ -424,10 +405,6 @@ static pt_buf model[OLD_N]; /* the value at qualifier 1000 * i */
 
 static const char old_row[] = "old_hist,job=x,@0000000000000";
 
-typedef struct check {
-    size_t cells, bad;
-} check;
-
 static int check_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 {
     check *c = ud;
@@ -443,51 +420,12 @@ static int check_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 
 static int store_agrees(pt_backend *b, size_t want)
 {
-    pt_row_range rr = {{(const uint8_t *)old_row, sizeof(old_row) - 1},
-                       {(const uint8_t *)old_row, sizeof(old_row)}};
-    pt_scan s = {PT_TABLE_POINTS, &rr, 1, {0}, {0}, 0, NULL};
-    check c = {0};
-    int rv = pt_backend_scan(b, &s, check_cell, &c);
-    if (rv != 0 || c.bad || c.cells != want)
-        diag("scan: rv %d, %zu cells (want %zu), %zu wrong", rv, c.cells, want, c.bad);
-    return rv == 0 && !c.bad && c.cells == want;
-}
-
-static unsigned chunk_formats(pt_backend *b)
-{
-    embedded *e = b->state;
-    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
-    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(e->r.db, ro, e->r.cf[CF_POINTS]);
-    unsigned fmts = 0;
-    for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
-        size_t vn;
-        const char *v = rocksdb_iter_value(it, &vn);
-        if (vn)
-            fmts |= 1u << (uint8_t)v[0];
-    }
-    rocksdb_iter_destroy(it);
-    rocksdb_readoptions_destroy(ro);
-    return fmts;
-}
-
-static int open_at(pt_backend *b, const char *path)
-{
-    char err[256] = "";
-    pt_embedded_conf ec = {.path = (char *)path};
-    pt_backend_config cfg = {.own = &ec};
-    int rv = pt_backend_open(b, &pt_backend_embedded, &cfg, err, sizeof(err));
-    if (rv != 0)
-        diag("open %s: %s", path, err);
-    return rv;
+    return row_agrees(b, old_row, sizeof(old_row) - 1, check_cell, want);
 }
 
 /* Writes cells[from..to) (qualifiers 1000 * i) as one fmt 2 chunk, as flushes did. */
 static void put_fmt2(pt_backend *b, size_t from, size_t to)
 {
-    embedded *e = b->state;
-    uint8_t key[sizeof(old_row) + 4];
-    memcpy(key, old_row, sizeof(old_row)); /* the NUL is the separator */
-    pt_put_be32(key + sizeof(old_row), (uint32_t)from * 1000);
     pt_buf v = PT_BUF_INIT(0);
     uint8_t hdr[5] = {2};
     pt_put_be32(hdr + 1, (uint32_t)(to - from));
@@ -504,28 +442,16 @@ static void put_fmt2(pt_backend *b, size_t from, size_t to)
     }
     for (size_t i = from; i < to; i++)
         pt_buf_append(&v, vcell_val(&cells[i]), cells[i].vlen);
-    char *msg = NULL;
-    rocksdb_put_cf(e->r.db, e->r.wopts, e->r.cf[CF_POINTS], (const char *)key, sizeof(key),
-                   (const char *)v.p, v.len, &msg);
-    if (msg)
-        diag("put: %s", msg);
-    free(msg);
+    put_chunk(b, old_row, sizeof(old_row) - 1, (uint32_t)from * 1000, v.p, v.len);
     pt_buf_free(&v);
 }
 
 static void test_old_store(void)
 {
     char dir[] = "/tmp/t_histchunk.XXXXXX", path[64];
-    if (!mkdtemp(dir)) {
-        ok(0, "mkdtemp");
-        return;
-    }
-    snprintf(path, sizeof(path), "%s/db", dir);
     pt_backend b;
-    if (open_at(&b, path) != 0) {
-        ok(0, "open a new store");
+    if (open_temp(&b, dir, path, sizeof(path)) != 0)
         return;
-    }
     make_series(OLD_N, 0);
     for (size_t i = 0; i < OLD_N; i++) {
         cells[i].q = (uint32_t)i * 1000;
@@ -536,7 +462,7 @@ static void test_old_store(void)
     put_fmt2(&b, 250, 300);
     pt_backend_close(&b);
     ok(open_at(&b, path) == 0, "a store with fmt 2 chunks of histograms opens");
-    ok(chunk_formats(&b) == 1u << 2, "it holds fmt 2 chunks only");
+    ok(chunk_census_of(&b).fmts == 1u << 2, "it holds fmt 2 chunks only");
     ok(store_agrees(&b, 300), "its 300 histogram cells read back byte for byte");
 
     /* Rewrite two cells inside the old chunks and append the rest: the flush merges them
@@ -560,14 +486,11 @@ static void test_old_store(void)
     ok(store_agrees(&b, OLD_N), "the head's cells win over the old chunks");
     ok(pt_embedded_flush(&b) == 0, "flush");
     ok(store_agrees(&b, OLD_N), "after the flush every cell reads back byte for byte");
-    ok(chunk_formats(&b) == 1u << 5, "the merged chunks are fmt 5");
+    ok(chunk_census_of(&b).fmts == 1u << 5, "the merged chunks are fmt 5");
     pt_backend_close(&b);
     ok(open_at(&b, path) == 0 && store_agrees(&b, OLD_N), "and again after a reopen");
     pt_backend_close(&b);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    if (system(cmd) != 0)
-        diag("could not remove %s", dir);
+    remove_temp(dir);
     for (size_t i = 0; i < OLD_N; i++)
         pt_buf_free(&model[i]);
 }

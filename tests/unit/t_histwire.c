@@ -1,6 +1,6 @@
 /* Native histograms written, read as SAMPLES and streamed, on the embedded store (before
  * and after its flush): tests/unit/hist_conformance.h. */
-#include "../../backends/embedded/embedded_int.h"
+#include "chunk_helpers.h"
 #include "hist_conformance.h"
 
 static int flush_embedded(void *be)
@@ -25,19 +25,10 @@ static int measure_disk(pt_backend *b, disk_cost *d)
                                           "rocksdb.total-sst-files-size");
     *d = (disk_cost){.sst_bytes = sst ? strtoull(sst, NULL, 10) : 0};
     rocksdb_free(sst);
-    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
-    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(e->r.db, ro, e->r.cf[CF_POINTS]);
-    for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
-        size_t kn, vn;
-        rocksdb_iter_key(it, &kn);
-        const char *v = rocksdb_iter_value(it, &vn);
-        d->chunk_bytes += kn + vn;
-        d->chunks++;
-        if (vn > 0 && (uint8_t)v[0] < 8)
-            d->fmts |= 1u << (uint8_t)v[0];
-    }
-    rocksdb_iter_destroy(it);
-    rocksdb_readoptions_destroy(ro);
+    chunk_census cc = chunk_census_of(b);
+    d->chunk_bytes = cc.bytes;
+    d->chunks = cc.chunks;
+    d->fmts = cc.fmts;
     return 0;
 }
 
