@@ -33,8 +33,8 @@
  * where fmt 1 took 12), fmt 4 instead when every value lies within 2^20 units in the last
  * place of a decimal with at most 9 digits after the point and fmt 4 comes out shorter
  * (values parsed from text, or sums of them: XOR of such floats leaves 5-7 bytes, a varint
- * difference 1-3); otherwise fmt 5 when some values are histogram cells (about 20 bytes a
- * sample where fmt 2 took about 50): each run of them in histogram chunks, cut where
+ * difference 1-3); otherwise fmt 5 when some values are histogram cells (20-24 bytes a
+ * 20-bucket sample where fmt 2 took about 60): each run of them in histogram chunks, cut where
  * pt_hchunk_enc_add says, and what no histogram chunk holds (a float, a stale marker with
  * other fields, a cell not in its canonical form) as fmt 2 cells between them; the chunk
  * is decoded again before it is kept and must give back every cell byte for byte, else

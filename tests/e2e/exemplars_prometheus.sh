@@ -54,7 +54,7 @@ exemplars() {
 # A window is closed once no later scrape can add to it: a scrape's exemplars are at its
 # time or (those the exporter stamps) 1.5 s before, and later scrapes come after the newest
 # exemplar seen, so the windows that end 2 s before that are closed.
-CLOSED='(([.data[].exemplars[].timestamp | . * 1000 | round] | max) - 2000) / $w | floor'
+CLOSED='((([.data[].exemplars[].timestamp | . * 1000 | round] | max) // 2000) - 2000) / $w | floor'
 # Wait until the writer has exemplars of all 4 series, each in WINDOWS closed windows.
 deadline=$((SECONDS + (WINDOWS + 2) * W / 1000 + 60))
 while :; do
