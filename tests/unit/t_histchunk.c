@@ -90,8 +90,9 @@ static void next_hist(pt_histogram *h, int64_t t)
     static const uint64_t odd_sums[] = {0x7ff8000000000123ULL, 0xfff0000000000777ULL,
                                         0x8000000000000000ULL, 0x7ff0000000000000ULL, 1};
     h->sum = rnd(30) ? g.sum : from_bits(odd_sums[rnd(5)]);
-    memcpy(h->pos_spans, g.ps, g.nps * sizeof(pt_hist_span));
-    memcpy(h->neg_spans, g.ns, g.nns * sizeof(pt_hist_span));
+    memcpy(h->pos_spans, g.ps, g.nps * sizeof(pt_hist_span)); /* nps >= 1 */
+    if (g.nns)
+        memcpy(h->neg_spans, g.ns, g.nns * sizeof(pt_hist_span));
     if (g.nc)
         memcpy(h->custom_values, g.cv, g.nc * sizeof(double));
     uint64_t total = g.z;
