@@ -150,7 +150,7 @@ void pt_exemplar_newest_put(pt_exemplar_newest *t, uint64_t h, int64_t ts)
     pthread_mutex_unlock(mu);
 }
 
-uint64_t pt_exemplar_series_hash(pt_slice sid)
+uint64_t pt_exemplar_series_hash(pt_slice sid, uint64_t seed)
 {
-    return XXH3_64bits(sid.p, sid.n) | 1;
+    return XXH3_64bits_withSeed(sid.p, sid.n, seed) | 1;
 }

@@ -57,7 +57,8 @@ void pt_exemplar_newest_free(pt_exemplar_newest *t);
 int64_t pt_exemplar_newest_get(pt_exemplar_newest *t, uint64_t h);
 /* Records ts for h unless a newer time is recorded for it. */
 void pt_exemplar_newest_put(pt_exemplar_newest *t, uint64_t h, int64_t ts);
-/* The hash the table is keyed by: of the series id, never 0. */
-uint64_t pt_exemplar_series_hash(pt_slice sid);
+/* The hash the table is keyed by: of the series id with seed (whatever else tells series
+ * with one id apart, 0 if nothing), never 0. */
+uint64_t pt_exemplar_series_hash(pt_slice sid, uint64_t seed);
 
 #endif

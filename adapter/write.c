@@ -500,7 +500,7 @@ static int put_exemplar(sput *s, const pt_wexemplar *x, size_t entry)
     xseen_slot *seen = NULL;
     if (!why[0] && s->xs) {
         if (!s->xh)
-            s->xh = pt_exemplar_series_hash(s->sid);
+            s->xh = pt_exemplar_series_hash(s->sid, 0);
         seen = xseen_find(s->xs, s->xh);
         int64_t newest = seen->h ? seen->ts : pt_exemplar_newest_get(s->st->xnewest, s->xh);
         if (x->timestamp < newest) {
