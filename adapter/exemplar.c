@@ -1,8 +1,12 @@
 /* Exemplar rows and cells (exemplar.h). */
 #include "exemplar.h"
 
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include <xxhash.h>
 
 #include "bytes.h"
 #include "error.h"
@@ -84,4 +88,69 @@ int pt_exemplar_cell_decode(pt_arena *a, int64_t base, pt_slice val, int64_t *t,
         return PT_EINTERNAL;
     *n = (size_t)k;
     return 0;
+}
+
+/* ---- out-of-order exemplars ---- */
+
+enum { NEWEST_LOCKS = 64 };
+
+typedef struct newest_slot {
+    uint64_t h; /* 0: empty */
+    int64_t ts;
+} newest_slot;
+
+struct pt_exemplar_newest {
+    size_t mask;
+    pthread_mutex_t mu[NEWEST_LOCKS];
+    newest_slot slot[];
+};
+
+pt_exemplar_newest *pt_exemplar_newest_new(size_t slots)
+{
+    if (slots == 0 || (slots & (slots - 1)) != 0)
+        return NULL;
+    pt_exemplar_newest *t = calloc(1, sizeof(*t) + slots * sizeof(newest_slot));
+    if (!t)
+        return NULL;
+    t->mask = slots - 1;
+    for (int i = 0; i < NEWEST_LOCKS; i++)
+        pthread_mutex_init(&t->mu[i], NULL);
+    return t;
+}
+
+void pt_exemplar_newest_free(pt_exemplar_newest *t)
+{
+    if (!t)
+        return;
+    for (int i = 0; i < NEWEST_LOCKS; i++)
+        pthread_mutex_destroy(&t->mu[i]);
+    free(t);
+}
+
+int64_t pt_exemplar_newest_get(pt_exemplar_newest *t, uint64_t h)
+{
+    size_t i = h & t->mask;
+    pthread_mutex_t *mu = &t->mu[i % NEWEST_LOCKS];
+    pthread_mutex_lock(mu);
+    int64_t ts = t->slot[i].h == h ? t->slot[i].ts : -1;
+    pthread_mutex_unlock(mu);
+    return ts;
+}
+
+void pt_exemplar_newest_put(pt_exemplar_newest *t, uint64_t h, int64_t ts)
+{
+    size_t i = h & t->mask;
+    pthread_mutex_t *mu = &t->mu[i % NEWEST_LOCKS];
+    pthread_mutex_lock(mu);
+    newest_slot *s = &t->slot[i];
+    if (s->h != h)
+        *s = (newest_slot){h, ts};
+    else if (ts > s->ts)
+        s->ts = ts;
+    pthread_mutex_unlock(mu);
+}
+
+uint64_t pt_exemplar_series_hash(pt_slice sid, uint64_t seed)
+{
+    return XXH3_64bits_withSeed(sid.p, sid.n, seed) | 1;
 }

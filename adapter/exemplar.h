@@ -39,4 +39,26 @@ void pt_exemplar_cell_encode(uint8_t *dst, uint32_t off, double v, const pt_labe
 int pt_exemplar_cell_decode(pt_arena *a, int64_t base, pt_slice val, int64_t *t, double *v,
                             pt_label **ls, size_t *n);
 
+/* ---- out-of-order exemplars ----
+ * The newest exemplar time stored per series, as Prometheus' exemplar storage knows it: an
+ * exemplar older than that is out of order (2.0: refused with a 400; 1.0: dropped, as
+ * Prometheus' receiver does). Bounded: a direct-mapped table of PT_EXEMPLAR_NEWEST_SLOTS
+ * series (16 bytes each) keyed by a 64-bit hash of the series id; a series whose slot
+ * another series took is no longer known, and its next exemplar is taken as in order.
+ * Thread-safe (striped locks). Only what the backend acknowledged is recorded. */
+#define PT_EXEMPLAR_NEWEST_SLOTS ((size_t)1 << 17)
+
+typedef struct pt_exemplar_newest pt_exemplar_newest;
+
+/* A table of slots entries (a power of two); NULL when out of memory. */
+pt_exemplar_newest *pt_exemplar_newest_new(size_t slots);
+void pt_exemplar_newest_free(pt_exemplar_newest *t);
+/* The newest exemplar time recorded for the series of hash h, or -1 when none is. */
+int64_t pt_exemplar_newest_get(pt_exemplar_newest *t, uint64_t h);
+/* Records ts for h unless a newer time is recorded for it. */
+void pt_exemplar_newest_put(pt_exemplar_newest *t, uint64_t h, int64_t ts);
+/* The hash the table is keyed by: of the series id with seed (whatever else tells series
+ * with one id apart, 0 if nothing), never 0. */
+uint64_t pt_exemplar_series_hash(pt_slice sid, uint64_t seed);
+
 #endif

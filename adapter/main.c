@@ -107,6 +107,7 @@ int main(int argc, char **argv)
     pt_index_cache *cache = NULL;
     pt_list_hints *hints = NULL;
     pt_ref_cache *refs = NULL;
+    pt_exemplar_newest *xnewest = NULL;
     pt_server *srv = NULL;
 
     if (pt_config_defaults(&cfg) != 0) {
@@ -164,7 +165,8 @@ int main(int argc, char **argv)
     int want_refs = (ops->caps & PT_BACKEND_CAP_EXCLUSIVE) && cfg.read_series_cache > 0;
     if (want_refs)
         refs = pt_ref_cache_new((size_t)cfg.read_series_cache);
-    if (!cache || !hints || (want_refs && !refs)) {
+    xnewest = pt_exemplar_newest_new(PT_EXEMPLAR_NEWEST_SLOTS);
+    if (!cache || !hints || (want_refs && !refs) || !xnewest) {
         pt_log_msg(PT_LOG_ERROR, "out of memory for the index cache");
         goto fail_cache;
     }
@@ -188,6 +190,7 @@ int main(int argc, char **argv)
     }
     app.store = (pt_store){.be = &be, .cache = cache, .hints = hints,
                            .refs = refs,
+                           .xnewest = xnewest,
                            .index_bucket_ms = cfg.index_bucket_ms,
                            .max_series = (size_t)cfg.read_max_series,
                            .max_samples = (size_t)cfg.read_max_samples,
@@ -269,6 +272,7 @@ fail_cache:
     pt_index_cache_free(cache);
     pt_list_hints_free(hints);
     pt_ref_cache_free(refs);
+    pt_exemplar_newest_free(xnewest);
 fail_backend:
     pt_backend_close(&be);
 fail_config:

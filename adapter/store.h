@@ -12,6 +12,7 @@
 #include "arena.h"
 #include "backend.h"
 #include "buf.h"
+#include "exemplar.h"
 #include "index.h"
 #include "remote.pb-c.h"
 #include "rowkey.h"
@@ -23,6 +24,8 @@ typedef struct pt_store {
     pt_list_hints *hints;    /* index list sizes earlier reads saw; NULL = none kept */
     pt_ref_cache *refs;      /* series rows earlier reads resolved; NULL = none kept. Only
                                 for a store no other process writes (index.h) */
+    pt_exemplar_newest *xnewest; /* newest exemplar per series (exemplar.h); NULL = out-of-
+                                    order exemplars are not checked */
     int64_t index_bucket_ms; /* index bucket length, default one day */
     unsigned ref_bits;       /* bits of a series reference; 0 = all 64 (tests use fewer) */
     /* Read limits, per query: 0 = unlimited. */

@@ -391,6 +391,27 @@ static int metadata_entry(pt_meta_batch *mb, pt_slice family, const pt_wmeta *m)
     return pt_meta_put(mb, family, (int)m->type, m->help, m->unit) == PT_ENOMEM ? PT_ENOMEM : 0;
 }
 
+/* The newest exemplar time of each series this request stores exemplars for (open
+ * addressing, h 0 = empty): checked together with st->xnewest, which gets them once the
+ * backend has acknowledged the request. */
+typedef struct xseen_slot {
+    uint64_t h;
+    int64_t ts;
+} xseen_slot;
+
+typedef struct xseen {
+    xseen_slot *s;
+    size_t mask;
+} xseen;
+
+static xseen_slot *xseen_find(xseen *x, uint64_t h)
+{
+    size_t i = h & x->mask;
+    while (x->s[i].h && x->s[i].h != h)
+        i = (i + 1) & x->mask;
+    return &x->s[i];
+}
+
 /* The samples of one series being added to the batch: its row in the current bucket and
  * the last index bucket it was pended for. */
 typedef struct sput {
@@ -404,6 +425,9 @@ typedef struct sput {
     pt_slice sid;
     uint8_t *row;
     int64_t row_base, day_done;
+    int v2;
+    xseen *xs;     /* NULL: exemplars are not checked for order */
+    uint64_t xh;   /* the series' hash for xs (0 until an exemplar needs it) */
 } sput;
 
 /* 1 when a sample at t can be stored; else 0, the sample counted as rejected. */
@@ -470,11 +494,30 @@ static int put_exemplar(sput *s, const pt_wexemplar *x, size_t entry)
     else if (x->timestamp < 0 || x->timestamp > PT_MAX_TIME_MS)
         snprintf(why, sizeof(why), "timestamp %" PRId64 " is %s", x->timestamp,
                  x->timestamp < 0 ? "negative" : "out of range (after year 2286)");
+    else if (s->v2 && x->timestamp == 0)
+        snprintf(why, sizeof(why), "timestamp is 0 (not set; remote write 2.0 requires it)");
     else if (pt_exemplar_labels_check(x->labels, x->nlabels, why, sizeof(why)) == 0)
         why[0] = '\0';
+    xseen_slot *seen = NULL;
+    if (!why[0] && s->xs) {
+        if (!s->xh)
+            s->xh = pt_exemplar_series_hash(s->sid, s->st->salt);
+        seen = xseen_find(s->xs, s->xh);
+        int64_t newest = seen->h ? seen->ts : pt_exemplar_newest_get(s->st->xnewest, s->xh);
+        if (x->timestamp < newest) {
+            if (!s->v2) { /* dropped, as Prometheus' 1.0 receiver does */
+                pt_m.exemplars_out_of_order++;
+                return 0;
+            }
+            snprintf(why, sizeof(why),
+                     "out of order: timestamp %" PRId64 " is older than the series' newest "
+                     "exemplar (%" PRId64 ")", x->timestamp, newest);
+        }
+    }
     if (why[0]) {
         s->res->samples_rejected++;
         pt_m.samples_rejected[PT_REJECT_EXEMPLAR]++;
+        pt_m.exemplars_out_of_order += strncmp(why, "out of order", 12) == 0;
         note(s->res, "invalid exemplar in timeseries %zu (series %.*s): %s", entry,
              (int)(s->sid.n > 200 ? 200 : s->sid.n), (const char *)s->sid.p, why);
         return 0;
@@ -495,6 +538,8 @@ static int put_exemplar(sput *s, const pt_wexemplar *x, size_t entry)
         return rv;
     pend_day(s, t);
     s->res->exemplars_written++;
+    if (seen && (!seen->h || t > seen->ts))
+        *seen = (xseen_slot){s->xh, t};
     return 0;
 }
 
@@ -658,6 +703,16 @@ static int store_write(pt_store *st, pt_slice tenant, pt_wreq *wr, pt_arena *a,
     pt_keyset seen = {0};
     if (brv != 0 || !pd.keys || !pd.p)
         return PT_ENOMEM;
+    xseen xs = {0};
+    if (st->xnewest && wr->nexemplars) {
+        size_t cap = 16;
+        while (cap < 2 * wr->nexemplars)
+            cap *= 2;
+        xs.s = pt_arena_calloc(a, cap * sizeof(*xs.s));
+        xs.mask = cap - 1;
+        if (!xs.s)
+            return PT_ENOMEM;
+    }
 
     ha_memo ham = {.verdict = -1};
     pt_meta_batch mb;
@@ -719,7 +774,8 @@ static int store_write(pt_store *st, pt_slice tenant, pt_wreq *wr, pt_arena *a,
         int rv = pt_series_id_checked(a, ls, (size_t)nl, !plain, &sid);
         if (rv != 0)
             return rv;
-        sput sp = {&b, a, st, &pd, res, ls, (size_t)nl, sid, NULL, -1, -1};
+        sput sp = {&b, a, st, &pd, res, ls, (size_t)nl, sid, NULL, -1, -1, v2,
+                   xs.s ? &xs : NULL, 0};
         espan *sp_span = spans ? &spans[nspans++] : NULL;
         if (sp_span)
             *sp_span = (espan){pt_series_ref(sid, 0), b.n, 0, pd.n, 0, res->samples_written,
@@ -806,6 +862,10 @@ static int store_write(pt_store *st, pt_slice tenant, pt_wreq *wr, pt_arena *a,
                 keys[k++] = seen.slots[i];
         pt_index_cache_add(st->cache, keys, k);
     }
+    /* The exemplars are stored: from now on older ones of their series are out of order. */
+    for (size_t i = 0; xs.s && i <= xs.mask; i++)
+        if (xs.s[i].h)
+            pt_exemplar_newest_put(st->xnewest, xs.s[i].h, xs.s[i].ts);
     /* The metadata queued above, kept per metric family (meta.c). */
     if ((rv = pt_meta_commit(&mb)) != 0) {
         pt_m.backend_write_errors++;

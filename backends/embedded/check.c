@@ -198,7 +198,7 @@ static void check_family(report *r, embedded *e, int cf, const char *what)
         pt_slice row;
         uint32_t first;
         chunk c;
-        vc.n = 0;
+        vcells_reset(&vc);
         const char *why = NULL;
         if (pt_emb_chunk_key_split(k, kn, &row, &first) != 0)
             why = "not a points key (row, 0x00, 4-byte qualifier)";
@@ -227,7 +227,7 @@ static void check_family(report *r, embedded *e, int cf, const char *what)
     } else {
         say(r, 0, "%s: %zu entries read; block checksums verified", what, entries);
     }
-    free(vc.c);
+    vcells_free(&vc);
     pt_buf_free(&last);
     rocksdb_iter_destroy(it);
     rocksdb_readoptions_destroy(ro);

@@ -18,13 +18,29 @@
  *             fmt 2: count qualifiers (4 bytes BE each, strictly increasing), count value
  *                    lengths (4 bytes BE each), then the values back to back
  *             fmt 1: count qualifiers, then count values of exactly 8 bytes
+ *             fmt 5: native histograms: parts back to back, in qualifier order, whose
+ *                    samples add up to count; a part is
+ *                      0 (1 byte) || n (4 bytes BE, n >= 1) || n cells as in fmt 2
+ *                    or
+ *                      encoding (1 byte: 2 integer, 3 float) || hints (1 byte) ||
+ *                      len (4 bytes BE) || len bytes of a histogram chunk (base/hchunk.h,
+ *                      its timestamps the qualifiers; its own header counts its samples,
+ *                      at least 1)
+ *                    a histogram sample's cell value is the cell pt_histogram_cell_encode
+ *                    writes for it (reset hint as the hints byte says)
  *
  * Flushes write fmt 3 when every value of the chunk has 8 bytes (a sample: about 1-2 bytes
  * where fmt 1 took 12), fmt 4 instead when every value lies within 2^20 units in the last
  * place of a decimal with at most 9 digits after the point and fmt 4 comes out shorter
  * (values parsed from text, or sums of them: XOR of such floats leaves 5-7 bytes, a varint
- * difference 1-3), and fmt 2 otherwise; fmt 1 is read only, so stores written before
- * fmt 3 open unchanged and their chunks turn into fmt 3 as merges rewrite them.
+ * difference 1-3); otherwise fmt 5 when some values are histogram cells (20-24 bytes a
+ * 20-bucket sample where fmt 2 took about 60): each run of them in histogram chunks, cut where
+ * pt_hchunk_enc_add says, and what no histogram chunk holds (a float, a stale marker with
+ * other fields, a cell not in its canonical form) as fmt 2 cells between them; the chunk
+ * is decoded again before it is kept and must give back every cell byte for byte, else
+ * it is written as fmt 2, which is also the form of every other chunk. fmt 1 is read
+ * only, and fmt 2 chunks of histograms stay readable, so stores written before fmt 3 or
+ * fmt 5 open unchanged and their chunks take the new forms as merges rewrite them.
  *
  * The chunks of one row never overlap: every qualifier of a row is in at most one chunk,
  * so "last write wins" needs no versions (flush.c keeps that true). Logically the table
@@ -37,8 +53,12 @@
 #include "embedded_int.h"
 #include "error.h"
 #include "gorilla.h"
+#include "hchunk.h"
+#include "histogram.h"
 
 enum { HDR = 5, DEC_K_MAX = 9, DEC_DOD = 0x10, DEC_FIX = 0x20 };
+enum { PART_CELLS = 0, PART_HDR = 6 }; /* fmt 5: a raw part's kind; a histogram part's header */
+#define HCHUNK_MAX ((size_t)1 << 20)    /* bytes one histogram part may take */
 #define DEC_FIX_MAX ((int64_t)1 << 20) /* the largest correction a flush writes */
 
 static const double pow10[DEC_K_MAX + 1] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9};
@@ -63,9 +83,63 @@ static uint64_t dec_bits(int64_t m, unsigned k)
     return bits;
 }
 
+/* The bytes of count values whose lengths are at lens, within room bytes, in *vbytes:
+ * 0, or PT_EINTERNAL when they do not fit. */
+static int cells_bytes(const uint8_t *lens, size_t count, size_t room, size_t *vbytes)
+{
+    size_t sum = 0;
+    for (size_t i = 0; i < count; i++) {
+        uint32_t len = pt_get_be32(lens + 4 * i);
+        if (len > room - sum)
+            return PT_EINTERNAL;
+        sum += len;
+    }
+    *vbytes = sum;
+    return 0;
+}
+
+/* The length of the fmt 5 part at p[0, n) and its samples: 0, or PT_EINTERNAL when it is
+ * not a part (a histogram chunk's stream is checked as it decodes). */
+static int part_size(const uint8_t *p, size_t n, size_t *len, uint32_t *cnt)
+{
+    if (p[0] == PART_CELLS) {
+        if (n < 5)
+            return PT_EINTERNAL;
+        *cnt = pt_get_be32(p + 1);
+        size_t vbytes, room = n - 5;
+        if (*cnt == 0 || room / 8 < *cnt ||
+            cells_bytes(p + 5 + 4 * (size_t)*cnt, *cnt, room - 8 * (size_t)*cnt, &vbytes) != 0)
+            return PT_EINTERNAL;
+        *len = 5 + 8 * (size_t)*cnt + vbytes;
+        return 0;
+    }
+    if ((p[0] != PT_HCHUNK_HISTOGRAM && p[0] != PT_HCHUNK_FLOAT_HISTOGRAM) || n < PART_HDR + 3)
+        return PT_EINTERNAL;
+    uint32_t hn = pt_get_be32(p + 2);
+    *cnt = (uint32_t)p[PART_HDR] << 8 | p[PART_HDR + 1];
+    if (hn < 3 || hn > n - PART_HDR || *cnt == 0)
+        return PT_EINTERNAL;
+    *len = PART_HDR + hn;
+    return 0;
+}
+
+static int parse_parts(const chunk *c)
+{
+    uint64_t total = 0;
+    for (size_t at = 0; at < c->stream.n;) {
+        size_t len;
+        uint32_t cnt;
+        if (part_size(c->stream.p + at, c->stream.n - at, &len, &cnt) != 0)
+            return PT_EINTERNAL;
+        at += len;
+        total += cnt;
+    }
+    return total == c->count ? 0 : PT_EINTERNAL;
+}
+
 int pt_emb_chunk_parse(const uint8_t *p, size_t n, chunk *c)
 {
-    if (n < HDR || p[0] < 1 || p[0] > 4)
+    if (n < HDR || p[0] < 1 || p[0] > 5)
         return PT_EINTERNAL;
     *c = (chunk){.fmt = p[0], .count = pt_get_be32(p + 1)};
     if (c->count == 0)
@@ -93,6 +167,10 @@ int pt_emb_chunk_parse(const uint8_t *p, size_t n, chunk *c)
         c->vlen_total = body - 5 - tlen;
         return 0;
     }
+    if (c->fmt == 5) {
+        c->stream = (pt_slice){p + HDR, body};
+        return parse_parts(c);
+    }
     size_t fixed = c->fmt == 1 ? 12 : 8; /* bytes a cell takes before its value's */
     if (body / fixed < count)
         return PT_EINTERNAL;
@@ -102,13 +180,8 @@ int pt_emb_chunk_parse(const uint8_t *p, size_t n, chunk *c)
     size_t vbytes = body - count * (c->fmt == 2 ? 8 : 4);
     if (c->fmt == 1)
         return vbytes == 8 * count ? 0 : PT_EINTERNAL;
-    for (size_t i = 0; i < count; i++) {
-        uint32_t len = pt_get_be32(c->lens + 4 * i);
-        if (len > vbytes)
-            return PT_EINTERNAL;
-        vbytes -= len;
-    }
-    return vbytes == 0 ? 0 : PT_EINTERNAL;
+    size_t used;
+    return cells_bytes(c->lens, count, vbytes, &used) == 0 && used == vbytes ? 0 : PT_EINTERNAL;
 }
 
 /* Decodes a fmt 3 stream, or the timestamps of a fmt 4 chunk and its values: its cells
@@ -153,25 +226,88 @@ static int walk_xor(const chunk *c, vcells *out, uint32_t *last)
     return 0;
 }
 
+/* Walks count cells of fmt 1 (lens NULL) or 2 form, their qualifiers past *prev: each
+ * appended to out unless out is NULL; *prev becomes the last qualifier. */
+static int walk_cells(const uint8_t *quals, const uint8_t *lens, const uint8_t *v,
+                      uint32_t count, vcells *out, int64_t *prev)
+{
+    for (uint32_t i = 0; i < count; i++) {
+        uint32_t len = lens ? pt_get_be32(lens + 4 * (size_t)i) : 8;
+        uint32_t q = pt_get_be32(quals + 4 * (size_t)i);
+        if ((int64_t)q <= *prev)
+            return PT_EINTERNAL;
+        *prev = q;
+        int rv = out ? vcells_push(out, q, len, v) : 0;
+        if (rv != 0)
+            return rv;
+        v += len;
+    }
+    return 0;
+}
+
+/* Appends h's cell to out, its value in out->own. */
+static int push_hist(vcells *out, const pt_histogram *h)
+{
+    if (!out->own.block_size)
+        pt_arena_init(&out->own, 0, 0);
+    size_t n = pt_histogram_cell_size(h);
+    uint8_t *v = n <= UINT32_MAX ? pt_arena_alloc(&out->own, n) : NULL;
+    if (!v)
+        return PT_ENOMEM;
+    pt_histogram_cell_encode(h, v);
+    return vcells_push(out, (uint32_t)h->t, (uint32_t)n, v);
+}
+
+/* The samples of a fmt 5 histogram part p[0, n) (framing checked), past *prev. */
+static int walk_hchunk(const uint8_t *p, size_t n, vcells *out, int64_t *prev,
+                       pt_histogram *h)
+{
+    pt_hchunk_dec d;
+    int rv = pt_hchunk_dec_init(&d, p[0], p + PART_HDR, n - PART_HDR, p[1]);
+    while (rv == 0 && (rv = pt_hchunk_dec_next(&d, h)) == 1) {
+        if (h->t <= *prev || h->t > (int64_t)UINT32_MAX)
+            rv = PT_EINTERNAL;
+        else
+            rv = out ? push_hist(out, h) : 0;
+        *prev = h->t;
+    }
+    pt_hchunk_dec_free(&d);
+    return rv;
+}
+
+/* Decodes a fmt 5 chunk: its cells appended to out unless out is NULL. */
+static int walk_parts(const chunk *c, vcells *out, int64_t *prev)
+{
+    pt_histogram h = PT_HISTOGRAM_INIT;
+    int rv = 0;
+    for (size_t at = 0; at < c->stream.n && rv == 0;) {
+        const uint8_t *p = c->stream.p + at;
+        size_t len;
+        uint32_t cnt;
+        part_size(p, c->stream.n - at, &len, &cnt); /* checked by parse */
+        if (p[0] == PART_CELLS)
+            rv = walk_cells(p + 5, p + 5 + 4 * (size_t)cnt, p + 5 + 8 * (size_t)cnt, cnt, out,
+                            prev);
+        else
+            rv = walk_hchunk(p, len, out, prev, &h);
+        at += len;
+    }
+    pt_histogram_free(&h);
+    return rv;
+}
+
 int pt_emb_chunk_cells(const chunk *c, vcells *out)
 {
     size_t had = out->n;
     uint32_t last;
-    int rv = 0;
-    if (c->fmt >= 3) {
+    int64_t prev = -1;
+    int rv;
+    if (c->fmt == 5)
+        rv = walk_parts(c, out, &prev);
+    else if (c->fmt >= 3)
         rv = walk_xor(c, out, &last);
-    } else {
-        const uint8_t *v = c->vals;
-        for (uint32_t i = 0; i < c->count && rv == 0; i++) {
-            uint32_t len = c->lens ? pt_get_be32(c->lens + 4 * (size_t)i) : 8;
-            uint32_t q = pt_get_be32(c->quals + 4 * (size_t)i);
-            if (i > 0 && q <= out->c[out->n - 1].q)
-                rv = PT_EINTERNAL;
-            else
-                rv = vcells_push(out, q, len, v);
-            v += len;
-        }
-    }
+    else
+        rv = walk_cells(c->quals, c->lens, c->vals, c->count, out, &prev);
     if (rv != 0)
         out->n = had;
     return rv;
@@ -179,6 +315,12 @@ int pt_emb_chunk_cells(const chunk *c, vcells *out)
 
 int pt_emb_chunk_last(const chunk *c, uint32_t *q)
 {
+    if (c->fmt == 5) {
+        int64_t prev = -1;
+        int rv = walk_parts(c, NULL, &prev);
+        *q = (uint32_t)prev;
+        return rv;
+    }
     if (c->fmt >= 3)
         return walk_xor(c, NULL, q);
     *q = pt_get_be32(c->quals + 4 * ((size_t)c->count - 1));
@@ -287,32 +429,17 @@ static int encode_dec(pt_buf *out, const vcell *c, size_t n, int *made)
     return 0;
 }
 
-int pt_emb_chunk_encode(pt_buf *out, const vcell *c, size_t n)
+/* Appends kind || n (4 bytes BE) || the cells c[0..n) as fmt 2 lays them out: a fmt 2
+ * chunk's header and body (kind 2), or a fmt 5 part (kind 0). */
+static int put_cells(pt_buf *out, uint8_t kind, const vcell *c, size_t n)
 {
-    int fixed = 1;
-    size_t vbytes = 0;
-    for (size_t i = 0; i < n; i++) {
-        fixed &= c[i].vlen == 8;
-        vbytes += c[i].vlen;
-    }
-    pt_buf_reset(out);
-    if (fixed) {
-        /* Both 8-byte forms, the shorter kept (fmt 4 after fmt 3 in out, moved down). */
-        int rv = encode_xor(out, c, n), made;
-        size_t xlen = out->len;
-        if (rv != 0 || (rv = encode_dec(out, c, n, &made)) != 0 || !made)
-            return rv;
-        size_t dlen = out->len - xlen;
-        if (dlen < xlen)
-            memmove(out->p, out->p + xlen, dlen);
-        out->len = dlen < xlen ? dlen : xlen;
-        return 0;
-    }
-    size_t need = HDR + n * 8 + vbytes;
-    if (pt_buf_reserve(out, need) != 0)
+    size_t need = HDR + n * 8;
+    for (size_t i = 0; i < n; i++)
+        need += c[i].vlen;
+    uint8_t *p = pt_buf_room(out, need);
+    if (!p)
         return PT_ENOMEM;
-    uint8_t *p = out->p;
-    *p++ = 2;
+    *p++ = kind;
     pt_put_be32(p, (uint32_t)n);
     p += 4;
     for (size_t i = 0; i < n; i++, p += 4)
@@ -326,6 +453,139 @@ int pt_emb_chunk_encode(pt_buf *out, const vcell *c, size_t n)
     }
     pt_buf_commit(out, need);
     return 0;
+}
+
+/* Appends the histogram chunk e holds as a fmt 5 part and starts e's next chunk. */
+static int put_hchunk(pt_buf *out, pt_hchunk_enc *e)
+{
+    pt_slice b = pt_hchunk_enc_bytes(e);
+    uint8_t *p = pt_buf_room(out, PART_HDR + b.n);
+    if (!p)
+        return PT_ENOMEM;
+    p[0] = (uint8_t)pt_hchunk_enc_encoding(e);
+    p[1] = pt_hchunk_enc_hints(e);
+    pt_put_be32(p + 2, (uint32_t)b.n);
+    memcpy(p + PART_HDR, b.p, b.n);
+    pt_buf_commit(out, PART_HDR + b.n);
+    pt_hchunk_enc_next(e);
+    return 0;
+}
+
+/* 1 when c is a histogram cell in the form pt_histogram_cell_encode writes (read into h),
+ * 0 when not, PT_ENOMEM. */
+static int hist_cell(const vcell *c, pt_histogram *h, pt_buf *tmp)
+{
+    if (!pt_histogram_cell_is(c->vlen))
+        return 0;
+    int rv = pt_histogram_cell_decode(vcell_val(c), c->vlen, h);
+    if (rv != 0)
+        return rv == PT_ENOMEM ? rv : 0;
+    if (pt_histogram_cell_size(h) != c->vlen)
+        return 0;
+    pt_buf_reset(tmp);
+    uint8_t *p = pt_buf_room(tmp, c->vlen);
+    if (!p)
+        return PT_ENOMEM;
+    pt_histogram_cell_encode(h, p);
+    h->t = c->q;
+    return memcmp(p, vcell_val(c), c->vlen) == 0;
+}
+
+/* 1 when chunk bytes p[0, n) decode to exactly the cells c[0..n). */
+static int decodes_to(const uint8_t *p, size_t len, const vcell *c, size_t n)
+{
+    chunk ch;
+    vcells got = {0};
+    int same = pt_emb_chunk_parse(p, len, &ch) == 0 && pt_emb_chunk_cells(&ch, &got) == 0 &&
+               got.n == n;
+    for (size_t i = 0; same && i < n; i++)
+        same = got.c[i].q == c[i].q && got.c[i].vlen == c[i].vlen &&
+               memcmp(vcell_val(&got.c[i]), vcell_val(&c[i]), c[i].vlen) == 0;
+    vcells_free(&got);
+    return same;
+}
+
+/* out = fmt 5 of c[0..n), *made = 1, when some cells go into histogram chunks, the chunk
+ * is shorter than fmt 2 and decodes back to exactly c; else *made = 0. */
+static int encode_hist(pt_buf *out, const vcell *c, size_t n, int *made)
+{
+    pt_hchunk_enc e;
+    pt_hchunk_enc_init(&e, HCHUNK_MAX);
+    pt_histogram h = PT_HISTOGRAM_INIT;
+    pt_buf tmp = PT_BUF_INIT(0);
+    size_t raw = SIZE_MAX; /* the first cell of the run not in a histogram chunk, if any */
+    int rv = 0, hists = 0;
+    *made = 0;
+    pt_buf_reset(out);
+    uint8_t *p = pt_buf_room(out, HDR);
+    if (!p)
+        return PT_ENOMEM;
+    p[0] = 5;
+    pt_put_be32(p + 1, (uint32_t)n);
+    pt_buf_commit(out, HDR);
+    for (size_t i = 0; i < n && rv == 0; i++) {
+        int in = 0, is = hist_cell(&c[i], &h, &tmp);
+        if (is == 1) {
+            int a = pt_hchunk_enc_add(&e, &h);
+            if (a == PT_HCHUNK_CUT && (rv = put_hchunk(out, &e)) == 0)
+                a = pt_hchunk_enc_add(&e, &h);
+            if (a == PT_ENOMEM)
+                rv = a;
+            in = a == 0;
+        } else if (is < 0) {
+            rv = is;
+        }
+        if (rv != 0)
+            break;
+        if (in) {
+            hists = 1;
+            if (raw != SIZE_MAX)
+                rv = put_cells(out, PART_CELLS, c + raw, i - raw);
+            raw = SIZE_MAX;
+        } else {
+            if (e.n)
+                rv = put_hchunk(out, &e);
+            if (raw == SIZE_MAX)
+                raw = i;
+        }
+    }
+    if (rv == 0 && e.n)
+        rv = put_hchunk(out, &e);
+    if (rv == 0 && raw != SIZE_MAX)
+        rv = put_cells(out, PART_CELLS, c + raw, n - raw);
+    size_t fmt2 = HDR + 8 * n;
+    for (size_t i = 0; i < n; i++)
+        fmt2 += c[i].vlen;
+    *made = rv == 0 && hists && out->len < fmt2 && decodes_to(out->p, out->len, c, n);
+    pt_hchunk_enc_free(&e);
+    pt_histogram_free(&h);
+    pt_buf_free(&tmp);
+    return rv;
+}
+
+int pt_emb_chunk_encode(pt_buf *out, const vcell *c, size_t n)
+{
+    int fixed = 1;
+    for (size_t i = 0; i < n; i++)
+        fixed &= c[i].vlen == 8;
+    pt_buf_reset(out);
+    if (fixed) {
+        /* Both 8-byte forms, the shorter kept (fmt 4 after fmt 3 in out, moved down). */
+        int rv = encode_xor(out, c, n), made;
+        size_t xlen = out->len;
+        if (rv != 0 || (rv = encode_dec(out, c, n, &made)) != 0 || !made)
+            return rv;
+        size_t dlen = out->len - xlen;
+        if (dlen < xlen)
+            memmove(out->p, out->p + xlen, dlen);
+        out->len = dlen < xlen ? dlen : xlen;
+        return 0;
+    }
+    int made, rv = encode_hist(out, c, n, &made);
+    if (rv != 0 || made)
+        return rv;
+    pt_buf_reset(out);
+    return put_cells(out, 2, c, n);
 }
 
 int pt_emb_chunk_key_split(const char *k, size_t kn, pt_slice *row, uint32_t *first)

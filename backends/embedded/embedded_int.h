@@ -48,11 +48,13 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <rocksdb/c.h>
 #include <xxhash.h>
 
+#include "arena.h"
 #include "backend.h"
 #include "buf.h"
 #include "bytes.h"
@@ -123,7 +125,7 @@ enum { CHUNK_MAX = 1024, CHUNK_SMALL = 256 };
 
 /* A cell seen by merges and the codec: a value of up to 8 bytes is held inline (a decoded
  * fmt 3 value has no bytes to point to), a longer one points into memory the holder keeps
- * alive. */
+ * alive, or, for a histogram decoded from a fmt 5 chunk, into the vcells' own arena. */
 typedef struct vcell {
     uint32_t q;
     uint32_t vlen;
@@ -141,7 +143,22 @@ static inline const uint8_t *vcell_val(const vcell *c)
 typedef struct vcells {
     vcell *c;
     size_t n, cap;
+    pt_arena own; /* values the cells' decoding made (fmt 5 histograms); zeroed = none */
 } vcells;
+
+/* Empties vc: its cells, and the values it owns (pointers to them die). */
+static inline void vcells_reset(vcells *vc)
+{
+    vc->n = 0;
+    pt_arena_reset(&vc->own);
+}
+
+static inline void vcells_free(vcells *vc)
+{
+    free(vc->c);
+    pt_arena_free(&vc->own);
+    *vc = (vcells){0};
+}
 
 static inline int vcells_push(vcells *vc, uint32_t q, uint32_t vlen, const uint8_t *v)
 {
@@ -165,28 +182,30 @@ static inline int vcells_push(vcells *vc, uint32_t q, uint32_t vlen, const uint8
 /* A parsed chunk value; its pointers point into the value parsed. */
 typedef struct chunk {
     uint8_t fmt; /* 1: every value 8 bytes, 2: values of any length, 3: XOR'ed samples,
-                    4: decimal samples */
+                    4: decimal samples, 5: histogram chunks and cells */
     uint8_t k;    /* fmt 4: values are integers / 10^k */
     uint8_t mode; /* fmt 4: delta-of-delta, corrections (chunk.c) */
     uint32_t count;
     const uint8_t *quals, *lens, *vals; /* fmt 1 and 2; fmt 4: the value varints */
     size_t vlen_total;                   /* fmt 4: bytes of the value varints */
-    pt_slice stream;                     /* fmt 3: the sample stream; fmt 4: timestamps */
+    pt_slice stream; /* fmt 3: the sample stream; fmt 4: timestamps; fmt 5: the parts */
 } chunk;
 
 /* Checks the chunk's framing: 0, or PT_EINTERNAL when p is not a chunk this backend
  * wrote. A fmt 3 stream is checked as pt_emb_chunk_cells decodes it. */
 int pt_emb_chunk_parse(const uint8_t *p, size_t n, chunk *c);
 /* Appends the chunk's cells to out (values of fmt 2 longer than 8 bytes point into the
- * chunk's bytes); PT_EINTERNAL, and out as it was, when the chunk is corrupt (its
- * qualifiers not strictly increasing, a fmt 3 stream that does not decode to exactly count
- * cells). Allocates only to grow out. */
+ * chunk's bytes; fmt 5's histogram values into out->own, valid until vcells_reset);
+ * PT_EINTERNAL, and out's cells as they were, when the chunk is corrupt (its qualifiers
+ * not strictly increasing, a stream that does not decode to exactly count cells).
+ * Allocates only to grow out (and, for fmt 5, to decode histograms). */
 int pt_emb_chunk_cells(const chunk *c, vcells *out);
 /* The chunk's last qualifier: decodes a fmt 3 chunk without storing it (PT_EINTERNAL when
  * it is corrupt), reads that of the others. */
 int pt_emb_chunk_last(const chunk *c, uint32_t *q);
 /* out = the chunk of n cells, c strictly increasing by qualifier, n > 0: when every value
- * has 8 bytes the shorter of fmt 3 and (if the values are decimals) fmt 4, else fmt 2. */
+ * has 8 bytes the shorter of fmt 3 and (if the values are decimals) fmt 4; else fmt 5 when
+ * some values are histogram cells an hchunk holds, fmt 2 otherwise. */
 int pt_emb_chunk_encode(pt_buf *out, const vcell *c, size_t n);
 /* Splits a points key into its row (pointing into k) and the chunk's first qualifier;
  * PT_EINTERNAL when it is not such a key. */

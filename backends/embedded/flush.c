@@ -175,7 +175,7 @@ static int fl_merge_row(flusher *f, hrow *r)
     if ((rv = pt_emb_rocks_iter_error(it)) != 0)
         return rv;
 
-    f->old.n = 0;
+    vcells_reset(&f->old);
     for (size_t off = 0, i = 0; i < nchunks; i++) {
         const uint8_t *at = f->oldbytes.p + off;
         uint32_t len = pt_get_le32(at);
@@ -313,8 +313,8 @@ int pt_emb_flush_frozen(embedded *e, unsigned fz, emb_hook hook, void *ud)
         rocksdb_writebatch_destroy(f.wb);
     pt_buf_free(&f.key);
     pt_buf_free(&f.val);
-    free(f.old.c);
-    free(f.merged.c);
+    vcells_free(&f.old);
+    vcells_free(&f.merged);
     free(f.sorted);
     free(f.tmp);
     pt_buf_free(&f.oldbytes);

@@ -213,7 +213,7 @@ static int scan_row(pscan *sc, pt_slice row_in, int one_row)
         chunk c;
         if (pt_emb_chunk_parse((const uint8_t *)v, vn, &c) != 0)
             return PT_EINTERNAL;
-        sc->cc.n = 0;
+        vcells_reset(&sc->cc);
         if ((rv = pt_emb_chunk_cells(&c, &sc->cc)) != 0)
             return rv;
         for (size_t i = 0; i < sc->cc.n && !sc->done; i++) {
@@ -374,7 +374,7 @@ int pt_emb_scan_points(embedded *e, const pt_scan *s, pt_cell_fn fn, void *ud)
     free(sc.hc.c);
     free(sc.fsort);
     free(sc.cur);
-    free(sc.cc.c);
+    vcells_free(&sc.cc);
     pt_buf_free(&sc.hbytes);
     pt_buf_free(&sc.keys);
     free(sc.hrows);

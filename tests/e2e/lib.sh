@@ -292,6 +292,37 @@ pt_start_prometheus() {
     pt_wait_http "http://127.0.0.1:$port/-/ready" 30 "$PT_PID"
 }
 
+# pt_start_writer DIR PROMPORT JOB EXPORT_PORT PTPORT SEND FEATURE : a writer Prometheus
+# (config DIR/prom.yml, TSDB DIR/data, log DIR/prom.log) scraping 127.0.0.1:EXPORT_PORT
+# every second as job JOB and remote-writing to promtable on PTPORT with `SEND: true` in
+# its remote_write entry, started with --enable-feature=FEATURE; sets PROM_PID, bails out
+# when it does not become ready.
+pt_start_writer() {
+    local dir=$1 port=$2 job=$3 target=$4 ptport=$5 send=$6 feature=$7
+    cat >"$dir/prom.yml" <<EOF
+global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+scrape_configs:
+  - job_name: $job
+    static_configs:
+      - targets: ['127.0.0.1:$target']
+remote_write:
+  - url: http://127.0.0.1:$ptport/api/v1/write
+    $send: true
+    queue_config:
+      batch_send_deadline: 1s
+      min_backoff: 100ms
+      max_backoff: 1s
+EOF
+    pt_spawn "$dir/prom.log" prometheus --config.file="$dir/prom.yml" \
+        --storage.tsdb.path="$dir/data" --web.listen-address="127.0.0.1:$port" \
+        --enable-feature="$feature"
+    PROM_PID=$PT_PID
+    pt_wait_http "http://127.0.0.1:$port/-/ready" 30 "$PROM_PID" ||
+        tap_bail "prometheus did not start: $(tail -n 3 "$dir/prom.log")"
+}
+
 # ------------------------------------------------------------------- Bigtable emulator
 
 PT_CBTEMULATOR=${PT_CBTEMULATOR:-/usr/lib/google-cloud-sdk/platform/bigtable-emulator/cbtemulator}

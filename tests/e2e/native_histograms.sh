@@ -46,28 +46,7 @@ pt_wait_http "http://127.0.0.1:$EXPORT_PORT/ready" 10 "$PT_PID" ||
 code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$EXPORT_PORT/metrics")
 tap_is "$code" 406 "the native exporter refuses a scraper that does not accept protobuf"
 
-cat >"$DIR/prom.yml" <<EOF
-global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-scrape_configs:
-  - job_name: native
-    static_configs:
-      - targets: ['127.0.0.1:$EXPORT_PORT']
-remote_write:
-  - url: http://127.0.0.1:$PTPORT/api/v1/write
-    send_native_histograms: true
-    queue_config:
-      batch_send_deadline: 1s
-      min_backoff: 100ms
-      max_backoff: 1s
-EOF
-pt_spawn "$DIR/prom.log" prometheus --config.file="$DIR/prom.yml" \
-    --storage.tsdb.path="$DIR/data" --web.listen-address="127.0.0.1:$PROMPORT" \
-    --enable-feature=native-histograms
-PROM_PID=$PT_PID
-pt_wait_http "http://127.0.0.1:$PROMPORT/-/ready" 30 "$PROM_PID" ||
-    tap_bail "prometheus did not start: $(tail -n 3 "$DIR/prom.log")"
+pt_start_writer "$DIR" "$PROMPORT" native "$EXPORT_PORT" "$PTPORT" send_native_histograms native-histograms
 API=http://127.0.0.1:$PROMPORT/api/v1
 
 # query FILE EXPR [TIME] : the writer's answer to an instant query.

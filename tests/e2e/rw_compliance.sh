@@ -149,6 +149,20 @@ long=$(printf 'a%.0s' $(seq 1 121)) # trace_id + 121 runes: over the 128 of Open
 case2 "exemplar labels over 128 runes: 400, the sample stored" 400 1 s l __name__ ex_m l job long v 1 $T x trace_id "$long" 1 $T
 grep -q '128 UTF-8 runes' "$DIR/body" || tap_not_ok "the 400 names the rune limit"
 echo "{__name__=\"ex_m\",job=\"long\"} $T 3ff0000000000000" >>"$EXPECT.ex"
+# Out of order (older than the series' newest stored exemplar): refused with 400 as
+# Prometheus' 2.0 receiver does, the sample stored; the same time again is no problem (a
+# retried request). Timestamp 0: 2.0 requires an exemplar's timestamp.
+XW=1 case2 "exemplar at T: 204" 204 1 s l __name__ ex_m l job ooo v 1 $T x trace_id new 1 $T
+echo "{__name__=\"ex_m\",job=\"ooo\"} $T 3ff0000000000000" >>"$EXPECT.ex"
+echo "{__name__=\"ex_m\",job=\"ooo\"} $T x trace_id=new 3ff0000000000000" >>"$EXPECT.ex"
+case2 "exemplar older than the series' newest: 400, the sample stored" 400 1 s l __name__ ex_m l job ooo v 2 $((T + 1)) x trace_id old 2 $((T - 5))
+grep -q 'out of order' "$DIR/body" || tap_not_ok "the 400 says out of order"
+echo "{__name__=\"ex_m\",job=\"ooo\"} $((T + 1)) 4000000000000000" >>"$EXPECT.ex"
+XW=1 case2 "exemplar at the series' newest time again: 204" 204 1 s l __name__ ex_m l job ooo v 3 $((T + 2)) x trace_id new 1 $T
+echo "{__name__=\"ex_m\",job=\"ooo\"} $((T + 2)) 4008000000000000" >>"$EXPECT.ex"
+case2 "exemplar with timestamp 0: 400, the sample stored" 400 1 s l __name__ ex_m l job zero v 1 $T x trace_id z 1 0
+grep -q 'timestamp is 0' "$DIR/body" || tap_not_ok "the 400 says the timestamp is 0"
+echo "{__name__=\"ex_m\",job=\"zero\"} $T 3ff0000000000000" >>"$EXPECT.ex"
 
 # ---- symbols and refs (MUST)
 case2 "symbols[0] not empty: 400" 400 0 sym0 x s l __name__ up v 1 $T

@@ -18,7 +18,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     chunk c;
     uint32_t last;
-    cells.n = again.n = 0;
+    vcells_reset(&cells);
+    vcells_reset(&again);
     if (pt_emb_chunk_parse(data, size, &c) != 0)
         return 0;
     int rv = pt_emb_chunk_cells(&c, &cells);

@@ -3,6 +3,7 @@
  *
  *   exporter PORT [VANISH_AFTER]
  *   exporter native PORT
+ *   exporter exemplars PORT
  *
  * Listens on 127.0.0.1:PORT and answers GET /metrics in the Prometheus text exposition
  * format (0.0.4); GET /ready answers 200 so a test can wait for it without counting as a
@@ -35,6 +36,14 @@
  * 2^-6 .. 2^7 so the buckets form several spans, with up to two empty buckets inside a span.
  * (Prometheus 2.42 drops those empty buckets before it stores and remote-writes the
  * histogram: they arrive as separate spans.)
+ *
+ * In `exemplars` mode it serves OpenMetrics text (application/openmetrics-text 1.0.0,
+ * which Prometheus 2.42 asks for first) whose samples carry exemplars, a new one every
+ * scrape n (trace_id = n as 32 hex digits): test_exemplar_requests_total{path="/a"} with
+ * exemplar value n + 0.25 and no timestamp (the scraper uses the scrape's), path="/b" with
+ * a span_id, a UTF-8 label value, value -(n + 0.5) and an explicit timestamp (the scrape's
+ * wall clock minus 1.5 s, in ms), and test_exemplar_latency_seconds, a classic histogram
+ * whose le="0.1" and le="1" buckets carry exemplars (the second with a timestamp).
  *
  * It prints nothing; errors go to stderr and exit non-zero. A test tool, so it is
  * single-threaded, serves one connection at a time and closes every connection.
@@ -405,7 +414,34 @@ static void respond(int fd, const char *status, const char *ctype, const char *d
         (void)write_all(fd, data, len);
 }
 
-static int native_mode;
+/* `exemplars` mode: see the top of the file. */
+static void exemplar_render(body *b, unsigned long n)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    long long ts = (long long)tv.tv_sec * 1000 + tv.tv_usec / 1000 - 1500;
+    put(b, "# TYPE test_exemplar_requests counter\n"
+           "# HELP test_exemplar_requests Requests, with a trace of one of them.\n");
+    put(b, "test_exemplar_requests_total{path=\"/a\"} %lu # {trace_id=\"%032lx\"} %lu.25\n",
+        3 * n, n, n);
+    put(b,
+        "test_exemplar_requests_total{path=\"/b\"} %lu # {span_id=\"%016lx\",trace_id=\"%032lx\","
+        "user=\"\xc3\xa9\xe2\x9c\x93\"} -%lu.5 %lld.%03lld\n",
+        5 * n, n * 7, n, n, ts / 1000, ts % 1000);
+    put(b, "# TYPE test_exemplar_latency_seconds histogram\n");
+    put(b, "test_exemplar_latency_seconds_bucket{le=\"0.1\"} %lu # {trace_id=\"%032lx\"} 0.05\n",
+        n, n + 1000);
+    put(b,
+        "test_exemplar_latency_seconds_bucket{le=\"1.0\"} %lu # {trace_id=\"%032lx\"} 0.%03lu "
+        "%lld.%03lld\n",
+        2 * n, n + 2000, 100 + n % 900, ts / 1000, ts % 1000);
+    put(b, "test_exemplar_latency_seconds_bucket{le=\"+Inf\"} %lu\n", 3 * n);
+    put(b, "test_exemplar_latency_seconds_sum %lu.5\n", n);
+    put(b, "test_exemplar_latency_seconds_count %lu\n", 3 * n);
+    put(b, "# EOF\n");
+}
+
+static int native_mode, exemplar_mode;
 
 static void serve(int fd)
 {
@@ -428,7 +464,12 @@ static void serve(int fd)
     req[len] = '\0';
 
     if (strncmp(req, "GET /metrics ", 13) == 0 || strncmp(req, "GET /metrics?", 13) == 0) {
-        if (!native_mode) {
+        if (exemplar_mode) {
+            b.len = 0;
+            exemplar_render(&b, ++scrapes);
+            respond(fd, "200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    b.buf, b.len);
+        } else if (!native_mode) {
             render(&b, ++scrapes);
             respond(fd, "200 OK", "text/plain; version=0.0.4; charset=utf-8", b.buf, b.len);
         } else if (strstr(req, "application/vnd.google.protobuf")) {
@@ -452,9 +493,13 @@ int main(int argc, char **argv)
     if (argc == 3 && strcmp(argv[1], "native") == 0) {
         native_mode = 1;
         argv++, argc--;
+    } else if (argc == 3 && strcmp(argv[1], "exemplars") == 0) {
+        exemplar_mode = 1;
+        argv++, argc--;
     }
     if (argc < 2 || argc > 3) {
-        fprintf(stderr, "usage: exporter PORT [VANISH_AFTER] | exporter native PORT\n");
+        fprintf(stderr, "usage: exporter PORT [VANISH_AFTER] | exporter native PORT | "
+                        "exporter exemplars PORT\n");
         return 2;
     }
     char *end;

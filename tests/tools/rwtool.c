@@ -9,6 +9,9 @@
  *                                       pos:OFFSET/LENGTH,... d:DELTA,... hint:H
  *                                     and one exemplar a line:
  *                                     {labels} TS x NAME=VALUE,... VALUE-BITS-HEX
+ *   rwtool bits NUMBER...             prints each number's float64 bits (16 hex digits),
+ *                                     as strtod reads it (Go's and JSON's number forms,
+ *                                     "+Inf", "-Inf")
  *
  * SPEC tokens (labels stay in the order given, so unsorted sets can be sent):
  *   s                 a new series
@@ -417,6 +420,16 @@ int main(int argc, char **argv)
         rv = readreq(argc - 2, argv + 2);
     } else if (argc == 3 && strcmp(argv[1], "readresp") == 0) {
         rv = readresp(argv[2]);
+    } else if (argc >= 3 && strcmp(argv[1], "bits") == 0) {
+        rv = 0;
+        for (int i = 2; i < argc; i++) {
+            char *end;
+            double v = strtod(argv[i], &end);
+            if (*end || end == argv[i])
+                rv = 2;
+            else
+                printf("%016" PRIx64 "\n", bits_of(v));
+        }
     }
     if (rv == 2)
         fprintf(stderr, "usage: rwtool write 1|2 OUT SPEC... | readreq OUT START END "

@@ -13,6 +13,7 @@
 
 #include "bytes.h"
 #include "exemplar.h"
+#include "metrics.h"
 #include "samples.h"
 #include "store_helpers.h"
 #include "tap.h"
@@ -243,7 +244,8 @@ __attribute__((unused)) static void pt_exemplar_conformance(pt_backend *be, int 
 {
     diag("exemplar conformance on %s", name);
     pt_store st = {.be = be, .cache = pt_index_cache_new(1 << 16), .index_bucket_ms = 86400000,
-                   .max_series = 1000, .max_samples = 100000};
+                   .max_series = 1000, .max_samples = 100000,
+                   .xnewest = pt_exemplar_newest_new(1 << 10)};
     xc_st = &st;
     pt_arena_init(&xc_a, 0, 0);
     const int64_t w = PT_EXEMPLAR_SLOT_MS;
@@ -337,6 +339,54 @@ __attribute__((unused)) static void pt_exemplar_conformance(pt_backend *be, int 
     const xc_ex good[] = {bad[0], bad[6]};
     xc_check_read("ex_bad", t0, t0 + 500 * w, good, 2, 0, "the valid ones of a partly invalid request");
 
+    /* Out of order: older than the series' newest stored exemplar. 2.0 refuses it (400,
+     * named, the rest stored), 1.0 drops it (as Prometheus' receivers do); the same time
+     * again is not out of order (a retried request). */
+    const xc_ex o1[] = {{{"trace_id", "o1"}, 1, t0 + 600 * w + 10}};
+    wrv = xc_write(xc_body_v2("ex_ooo", t0 + 600 * w, o1, 1), 2, &res);
+    ok(wrv == 0 && res.exemplars_written == 1, "2.0: an exemplar stored");
+    const xc_ex o2[] = {{{"trace_id", "o2"}, 2, t0 + 600 * w + 9},
+                        {{"trace_id", "o3"}, 3, t0 + 602 * w},
+                        {{"trace_id", "o4"}, 4, t0 + 601 * w}};
+    uint64_t ooo0 = pt_m.exemplars_out_of_order;
+    wrv = xc_write(xc_body_v2("ex_ooo", t0 + 601 * w, o2, 3), 2, &res);
+    ok(wrv == 0 && res.exemplars_written == 1 && res.samples_rejected == 2 &&
+           strstr(res.msg, "out of order") && pt_m.exemplars_out_of_order - ooo0 == 2,
+       "2.0: one older than the stored newest and one older than the request's own refused, "
+       "the newer stored (%zu written): %s", res.exemplars_written, res.msg);
+    const xc_ex o5[] = {{{"trace_id", "o5"}, 5, t0 + 602 * w}};
+    wrv = xc_write(xc_body_v2("ex_ooo", t0 + 602 * w, o5, 1), 2, &res);
+    ok(wrv == 0 && res.exemplars_written == 1 && res.samples_rejected == 0,
+       "2.0: an exemplar at the newest time again is stored (%s)", res.msg);
+    const xc_ex okk[] = {o1[0], o5[0]};
+    xc_check_read("ex_ooo", t0, t0 + 700 * w, okk, 2, 3, "2.0, out of order");
+
+    const xc_ex p1[] = {{{"trace_id", "p1"}, 1, t0 + 700 * w + 10}};
+    wrv = xc_write(xc_body_v1("ex_ooo1", 0, 0, p1, 1), 1, &res);
+    const xc_ex p2[] = {{{"trace_id", "p2"}, 2, t0 + 700 * w + 9},
+                        {{"trace_id", "p3"}, 3, t0 + 701 * w}};
+    ooo0 = pt_m.exemplars_out_of_order;
+    wrv = xc_write(xc_body_v1("ex_ooo1", 0, 0, p2, 2), 1, &res);
+    ok(wrv == 0 && res.exemplars_written == 1 && res.samples_rejected == 0 &&
+           pt_m.exemplars_out_of_order - ooo0 == 1,
+       "1.0: an out-of-order exemplar dropped without an error, the newer stored");
+    const xc_ex pk[] = {p1[0], p2[1]};
+    xc_check_read("ex_ooo1", t0, t0 + 800 * w, pk, 2, 0, "1.0, out of order");
+
+    /* Timestamp 0: remote write 2.0 requires an exemplar's timestamp (0 = not set); in 1.0
+     * it is the epoch. */
+    const xc_ex z[] = {{{"trace_id", "z0"}, 1, 0}, {{"trace_id", "z1"}, 2, t0}};
+    wrv = xc_write(xc_body_v2("ex_zero", t0, z, 2), 2, &res);
+    ok(wrv == 0 && res.exemplars_written == 1 && res.samples_rejected == 1 &&
+           strstr(res.msg, "timestamp is 0"),
+       "2.0: an exemplar with timestamp 0 refused, named (%s)", res.msg);
+    xc_check_read("ex_zero", t0, t0 + w, z + 1, 1, 1, "2.0, timestamp 0");
+    wrv = xc_write(xc_body_v1("ex_zero1", 0, 0, z, 1), 1, &res);
+    ok(wrv == 0 && res.exemplars_written == 1 && res.samples_rejected == 0,
+       "1.0: an exemplar at time 0 stored");
+    xc_check_read("ex_zero1", 0, w, z, 1, 0, "1.0, timestamp 0");
+
+    pt_exemplar_newest_free(st.xnewest);
     pt_index_cache_free(st.cache);
     pt_arena_free(&xc_a);
 }

@@ -10,8 +10,7 @@
 
 #include "rnd.h"
 #include "tap.h"
-#include "embedded.h"
-#include "embedded_int.h"
+#include "chunk_helpers.h"
 #include "error.h"
 #include "gorilla.h"
 
@@ -226,24 +225,9 @@ static void test_round_trips(void)
     ok(round_trip(1, 2, "one 7-byte"), "one 7-byte value: fmt 2");
 }
 
-/* Checks that chunk bytes p[0..n) are refused (and, for fmt 3, that pt_emb_chunk_last
- * notices too); an exact-size copy, for the sanitizers. */
 static int refused(const uint8_t *p, size_t n)
 {
-    uint8_t *copy = malloc(n ? n : 1);
-    if (n)
-        memcpy(copy, p, n);
-    chunk c;
-    uint32_t last;
-    dec.n = 0;
-    int rv = pt_emb_chunk_parse(copy, n, &c);
-    int rv2 = rv;
-    if (rv == 0) {
-        rv = pt_emb_chunk_cells(&c, &dec);
-        rv2 = c.fmt >= 3 ? pt_emb_chunk_last(&c, &last) : rv;
-    }
-    free(copy);
-    return rv == PT_EINTERNAL && rv2 == PT_EINTERNAL && dec.n == 0;
+    return chunk_refused(p, n, &dec);
 }
 
 /* A fmt 3 chunk from raw samples, which the encoder of chunks would never write. */
@@ -272,12 +256,7 @@ static void test_corrupt(void)
     uint8_t *good = malloc(len + 1);
     memcpy(good, enc.p, len);
 
-    int all = 1;
-    for (size_t cut = 0; cut < len; cut++)
-        all &= refused(good, cut);
-    ok(all, "every truncation of a %zu-byte fmt 3 chunk is refused", len);
-    good[len] = 0;
-    ok(refused(good, len + 1), "a trailing zero byte is refused");
+    chunk_cuts_refused(good, len, &dec, "fmt 3");
     /* The padding bits, from encoding the same samples again. */
     uint8_t *again = calloc(1, pt_gorilla_max_bytes(n));
     pt_gorilla_enc ge;
@@ -286,7 +265,7 @@ static void test_corrupt(void)
         pt_gorilla_enc_add(&ge, cells[i].q, pt_get_be64(cells[i].v.in));
     size_t pad = 8 * pt_gorilla_enc_len(&ge) - ge.bits;
     free(again);
-    all = 1;
+    int all = 1;
     for (size_t b = 0; b < pad; b++) {
         good[len - 1] ^= (uint8_t)(1u << b);
         all &= refused(good, len);
@@ -408,10 +387,6 @@ enum { OLD_N = 600 };
 static uint64_t model[OLD_N]; /* value bits at qualifier 1000 * i, if have[i] */
 static uint8_t have[OLD_N];
 
-typedef struct check {
-    size_t cells, bad;
-} check;
-
 static int check_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 {
     check *c = ud;
@@ -428,54 +403,15 @@ static const char old_row[] = "old_metric,job=x,@0000000000000";
 
 static int store_agrees(pt_backend *b)
 {
-    pt_row_range rr = {{(const uint8_t *)old_row, sizeof(old_row) - 1},
-                       {(const uint8_t *)old_row, sizeof(old_row)}};
-    pt_scan s = {PT_TABLE_POINTS, &rr, 1, {0}, {0}, 0, NULL};
-    check c = {0};
     size_t want = 0;
     for (size_t i = 0; i < OLD_N; i++)
         want += have[i];
-    int rv = pt_backend_scan(b, &s, check_cell, &c);
-    if (rv != 0 || c.bad || c.cells != want)
-        diag("scan: rv %d, %zu cells (want %zu), %zu wrong", rv, c.cells, want, c.bad);
-    return rv == 0 && !c.bad && c.cells == want;
-}
-
-/* The formats of the row's chunks, as a bit set. */
-static unsigned chunk_formats(pt_backend *b)
-{
-    embedded *e = b->state;
-    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
-    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(e->r.db, ro, e->r.cf[CF_POINTS]);
-    unsigned fmts = 0;
-    for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
-        size_t vn;
-        const char *v = rocksdb_iter_value(it, &vn);
-        if (vn)
-            fmts |= 1u << (uint8_t)v[0];
-    }
-    rocksdb_iter_destroy(it);
-    rocksdb_readoptions_destroy(ro);
-    return fmts;
-}
-
-static int open_at(pt_backend *b, const char *path)
-{
-    char err[256] = "";
-    pt_embedded_conf ec = {.path = (char *)path};
-    pt_backend_config cfg = {.own = &ec};
-    int rv = pt_backend_open(b, &pt_backend_embedded, &cfg, err, sizeof(err));
-    if (rv != 0)
-        diag("open %s: %s", path, err);
-    return rv;
+    return row_agrees(b, old_row, sizeof(old_row) - 1, check_cell, want);
 }
 
 static void put_old_chunk(pt_backend *b, size_t from, size_t to)
 {
-    embedded *e = b->state;
-    uint8_t key[sizeof(old_row) + 4], val[5 + 12 * OLD_N];
-    memcpy(key, old_row, sizeof(old_row)); /* the NUL is the separator */
-    pt_put_be32(key + sizeof(old_row), (uint32_t)from * 1000);
+    uint8_t val[5 + 12 * OLD_N];
     val[0] = 1;
     pt_put_be32(val + 1, (uint32_t)(to - from));
     for (size_t i = from; i < to; i++) {
@@ -484,33 +420,21 @@ static void put_old_chunk(pt_backend *b, size_t from, size_t to)
         have[i] = 1;
         pt_put_be64(val + 5 + 4 * (to - from) + 8 * (i - from), model[i]);
     }
-    char *msg = NULL;
-    rocksdb_put_cf(e->r.db, e->r.wopts, e->r.cf[CF_POINTS], (const char *)key, sizeof(key),
-                   (const char *)val, 5 + 12 * (to - from), &msg);
-    if (msg)
-        diag("put: %s", msg);
-    free(msg);
+    put_chunk(b, old_row, sizeof(old_row) - 1, (uint32_t)from * 1000, val, 5 + 12 * (to - from));
 }
 
 static void test_old_store(void)
 {
     char dir[] = "/tmp/t_chunk.XXXXXX", path[64];
-    if (!mkdtemp(dir)) {
-        ok(0, "mkdtemp");
-        return;
-    }
-    snprintf(path, sizeof(path), "%s/db", dir);
     pt_backend b;
-    if (open_at(&b, path) != 0) {
-        ok(0, "open a new store");
+    if (open_temp(&b, dir, path, sizeof(path)) != 0)
         return;
-    }
     /* What a store written before fmt 3 holds: fmt 1 chunks, here two of a row. */
     put_old_chunk(&b, 0, 300);
     put_old_chunk(&b, 300, 500);
     pt_backend_close(&b);
     ok(open_at(&b, path) == 0, "a store with fmt 1 chunks opens");
-    ok(chunk_formats(&b) == 1u << 1, "it holds fmt 1 chunks only");
+    ok(chunk_census_of(&b).fmts == 1u << 1, "it holds fmt 1 chunks only");
     ok(store_agrees(&b), "its 500 cells read back bit-exact");
 
     /* Overwrite cells inside both chunks, backfill, and append: the flush merges the old
@@ -530,14 +454,11 @@ static void test_old_store(void)
     ok(store_agrees(&b), "the head's cells win over the old chunks");
     ok(pt_embedded_flush(&b) == 0, "flush");
     ok(store_agrees(&b), "after the flush the merged cells read back");
-    ok(chunk_formats(&b) == 1u << 3, "the merged chunks are fmt 3");
+    ok(chunk_census_of(&b).fmts == 1u << 3, "the merged chunks are fmt 3");
     pt_backend_close(&b);
     ok(open_at(&b, path) == 0 && store_agrees(&b), "and again after a reopen");
     pt_backend_close(&b);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    if (system(cmd) != 0)
-        diag("could not remove %s", dir);
+    remove_temp(dir);
 }
 
 /* fmt 4: decimal values, the shorter form chosen, every value that is no decimal falling
