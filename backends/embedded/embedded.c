@@ -457,6 +457,11 @@ static int embedded_write(void *state, const pt_mutation *m, size_t n)
     if (n == 0)
         return 0;
 
+    /* Back-pressure: the index head holds at most its hard limit (plus what the writers
+     * waiting here bring). */
+    int rv;
+    if (nindex && (rv = pt_emb_ihead_wait_room(&e->ix)) != 0)
+        return rv;
     /* The index cells in key order: the log keeps that order for replay, and runs of
      * sorted cells are what the index head merges. */
     const pt_mutation **iv = malloc((nindex ? nindex : 1) * sizeof(*iv));
@@ -466,12 +471,8 @@ static int embedded_write(void *state, const pt_mutation *m, size_t n)
         if (m[i].table == PT_TABLE_INDEX)
             iv[j++] = &m[i];
     qsort(iv, nindex, sizeof(*iv), pt_emb_ihead_cmp);
-    int rv = write_logged(e, m, n, iv, nindex);
+    rv = write_logged(e, m, n, iv, nindex);
     free(iv);
-    /* Past the hard limit the drain thread is not keeping up (or RocksDB fails): the
-     * writer drains too, and an error makes the client back off and retry. */
-    if (rv == 0 && nindex && pt_emb_ihead_full(&e->ix))
-        rv = pt_emb_ihead_drain(&e->ix);
     return rv;
 }
 

@@ -374,10 +374,11 @@ typedef struct ihead {
     pthread_cond_t cv; /* a drain ended, runs passed the soft limit, or stop */
     irun *first, *last; /* pending runs, oldest first */
     size_t bytes;       /* memory of the pending runs */
-    size_t soft, hard;  /* the drain thread drains past soft; a writer itself past hard */
+    size_t soft, hard;  /* the drain thread drains past soft; writers wait past hard */
     uint64_t added, drained; /* runs added, and how many of the first of them are drained */
     atomic_int pending;      /* added > drained, readable without mu */
     int draining;            /* a drain is writing (at most one at a time) */
+    int last_err;            /* of the last drain, 0 when it succeeded */
     rocks *r;
     pthread_t thread;
     int thread_started, stop, init;
@@ -390,8 +391,7 @@ typedef struct pt_emb_ihead_stat {
     double drain_seconds;
 } pt_emb_ihead_stat;
 
-/* soft: pending bytes past which the drain thread drains (a writer waits for a drain of
- * its own past 4 x soft). */
+/* soft: pending bytes past which the drain thread drains (writers wait past 4 x soft). */
 int pt_emb_ihead_init(ihead *x, rocks *r, size_t soft);
 /* Stops the thread and frees pending runs (their cells are still in the logs). */
 void pt_emb_ihead_free(ihead *x);
@@ -402,8 +402,10 @@ void pt_emb_ihead_stop(ihead *x);
 int pt_emb_ihead_cmp(const void *a, const void *b);
 /* Appends v[0..n), in pt_emb_ihead_cmp order, as a run. */
 int pt_emb_ihead_add(ihead *x, const pt_mutation *const *v, size_t n);
-/* 1 when the pending runs passed the hard limit: the writer should drain. */
-int pt_emb_ihead_full(ihead *x);
+/* Before a write adds cells: while the pending runs are past the hard limit, waits for
+ * the drain thread to take them (it does once the drain in progress ends); PT_EBUSY
+ * when the last drain failed (RocksDB refuses writes: the client retries later). */
+int pt_emb_ihead_wait_room(ihead *x);
 /* Returns once every cell added before the call is in RocksDB (through its log), or with
  * the error of a failed drain (the cells stay pending). */
 int pt_emb_ihead_drain(ihead *x);

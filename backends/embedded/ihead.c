@@ -152,12 +152,29 @@ int pt_emb_ihead_add(ihead *x, const pt_mutation *const *v, size_t n)
     return 0;
 }
 
-int pt_emb_ihead_full(ihead *x)
+int pt_emb_ihead_wait_room(ihead *x)
 {
     pthread_mutex_lock(&x->mu);
-    int full = x->bytes >= x->hard;
+    int rv = 0;
+    while (x->bytes >= x->hard) {
+        if (x->last_err) {
+            rv = PT_EBUSY; /* RocksDB refuses the drains: come back later */
+            break;
+        }
+        if (!x->thread_started) {
+            pthread_mutex_unlock(&x->mu);
+            rv = pt_emb_ihead_drain(x);
+            pthread_mutex_lock(&x->mu);
+            if (rv != 0)
+                break;
+            continue;
+        }
+        /* The drain thread takes the runs as soon as the drain in progress ends. */
+        pthread_cond_broadcast(&x->cv);
+        pthread_cond_wait(&x->cv, &x->mu);
+    }
     pthread_mutex_unlock(&x->mu);
-    return full;
+    return rv;
 }
 
 /* ---- drains ---- */
@@ -263,6 +280,7 @@ int pt_emb_ihead_drain(ihead *x)
         x->first = x->last = NULL;
         x->bytes = 0;
         x->draining = 1;
+        pthread_cond_broadcast(&x->cv); /* writers waiting for room have it */
         pthread_mutex_unlock(&x->mu);
 
         size_t cells = 0;
@@ -275,6 +293,7 @@ int pt_emb_ihead_drain(ihead *x)
         x->draining = 0;
         x->drain_ns += (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u +
                        (uint64_t)(t1.tv_nsec - t0.tv_nsec);
+        x->last_err = rv;
         if (rv == 0) {
             x->drained = upto;
             x->drains++;
@@ -305,7 +324,8 @@ int pt_emb_ihead_drain(ihead *x)
 }
 
 /* The drain thread: drains whenever the pending runs pass the soft limit, backing off
- * after a failure (a writer past the hard limit drains itself and gets the error). */
+ * after a failure (meanwhile a writer finding the runs past the hard limit gets
+ * PT_EBUSY). */
 static void *drain_main(void *arg)
 {
     ihead *x = arg;
