@@ -90,20 +90,13 @@ static int lock_holder(const char *dir, char *err, size_t errlen)
 static int payload_ok(const uint8_t *p, const uint8_t *end, uint32_t *nrows)
 {
     while (p < end) {
-        if (*p == 'R' && end - p >= 9) {
-            uint32_t id = pt_get_le32(p + 1), kl = pt_get_le32(p + 5);
-            if (id != *nrows || kl == 0 || (size_t)(end - p - 9) < kl || memchr(p + 9, 0, kl))
-                return 0;
-            ++*nrows;
-            p += 9 + kl;
-        } else if (*p == 'C' && end - p >= 13) {
-            uint32_t id = pt_get_le32(p + 1), vl = pt_get_le32(p + 9);
-            if (id >= *nrows || (size_t)(end - p - 13) < vl)
-                return 0;
-            p += 13 + vl;
-        } else {
+        wal_entry e;
+        if (!pt_emb_wal_entry(&p, end, &e))
             return 0;
-        }
+        if (e.type == 'R' && e.id != (*nrows)++)
+            return 0;
+        if (e.type == 'C' && e.id >= *nrows)
+            return 0;
     }
     return 1;
 }

@@ -3,8 +3,10 @@
  *
  * Two column families, one per table:
  *
- * - "index": one RocksDB entry per cell (rocks.c). Writes go through RocksDB's WAL
- *   (fsync'ed with storage.embedded.sync).
+ * - "index": one RocksDB entry per cell (rocks.c). A write's index cells go into the
+ *   points log's record and the index head (ihead.c), which drains them into RocksDB in
+ *   large sorted batches through RocksDB's WAL (fsync'ed with storage.embedded.sync);
+ *   an index scan drains first.
  * - "points.v2": the points table, written through an in-memory head (head.c) and its own
  *   log (wal.c) and stored as chunks of cells per row (chunk.c, flush.c). ("points", the
  *   one-entry-per-cell layout of the first version, is refused at open.)
@@ -18,10 +20,11 @@
  * difference is that a late write with an *older* version still wins here, which the
  * write path never produces for a given cell except as a same-timestamp rewrite.
  *
- * Durability: write() returns after every cell is in a log (RocksDB's for the index, the
- * head's for points), fdatasync'ed with storage.embedded.sync; without it it survives a process
- * crash but not a power loss. An acknowledged points cell is in a log (points.wal, or
- * points.frozen.wal while its flush runs) and in the head until it is durable in RocksDB.
+ * Durability: write() returns after every cell is in the points log, fdatasync'ed with
+ * storage.embedded.sync; without it it survives a process crash but not a power loss. An
+ * acknowledged cell is in a log (points.wal, or points.frozen.wal while its flush runs)
+ * and in the head (points) or the index head (index cells) until it is durable in
+ * RocksDB; a log is deleted only after both are.
  *
  * Flushes run on the backend's own thread (flush_main): the head is double-buffered (see
  * embedded_int.h), so a writer only freezes a full head and goes on.
@@ -145,6 +148,9 @@ static void *flush_main(void *arg)
         pthread_mutex_unlock(&e->mu);
         uint64_t t0 = now_ns();
         int rv = pt_emb_flush_frozen(e, fz, hook, ud);
+        /* The frozen log's index cells too, before it is deleted. */
+        if (rv == 0)
+            rv = pt_emb_ihead_drain(&e->ix);
         uint64_t took = now_ns() - t0;
         pthread_mutex_lock(&e->mu);
         e->flush_err = rv;
@@ -220,7 +226,8 @@ static int flush_replayed(embedded *e)
     if (rv != 0)
         return rv;
     pt_emb_head_drop_frozen(&e->h);
-    if ((rv = pt_emb_wal_drop_frozen(&e->w)) != 0 || (rv = pt_emb_wal_truncate(&e->w)) != 0)
+    if ((rv = pt_emb_ihead_drain(&e->ix)) != 0 || (rv = pt_emb_wal_drop_frozen(&e->w)) != 0 ||
+        (rv = pt_emb_wal_truncate(&e->w)) != 0)
         return rv;
     e->epoch++;
     e->freezes++;
@@ -256,6 +263,7 @@ static void embedded_close(void *state)
     }
     e->ready = 0;
     stop_thread(e);
+    pt_emb_ihead_free(&e->ix);
     pt_emb_head_free(&e->h);
     pt_emb_wal_close(&e->w);
     if (e->cond_init) {
@@ -299,7 +307,7 @@ static int load_logs(embedded *e, const char *path, int sync, char *err, size_t 
     int rv;
     if ((rv = pt_emb_head_init(&e->h)) != 0 ||
         (rv = pt_emb_wal_open(&e->w, path, sync, err, errlen)) != 0 ||
-        (rv = pt_emb_wal_replay(&e->w, &e->h, err, errlen)) != 0)
+        (rv = pt_emb_wal_replay(&e->w, &e->h, &e->ix, err, errlen)) != 0)
         return rv;
     /* Start from empty logs: replayed cells go to RocksDB now. */
     if ((rv = flush_replayed(e)) != 0)
@@ -333,8 +341,16 @@ static int embedded_open(void *state, const pt_backend_config *cfg, char *err, s
         goto fail;
     if ((rv = init_sync(e)) != 0)
         goto fail;
+    /* Index cells drain past an eighth of the head's budget (at least 4 MiB). */
+    size_t soft = e->budget / 8 > ((size_t)4 << 20) ? e->budget / 8 : (size_t)4 << 20;
+    if ((rv = pt_emb_ihead_init(&e->ix, &e->r, soft)) != 0)
+        goto fail;
     if ((rv = load_logs(e, path, sync, err, errlen)) != 0)
         goto fail;
+    if ((rv = pt_emb_ihead_start(&e->ix)) != 0) {
+        snprintf(err, errlen, "embedded: cannot start the index thread");
+        goto fail;
+    }
     if (pthread_create(&e->thread, NULL, flush_main, e) != 0) {
         snprintf(err, errlen, "embedded: cannot start the flush thread");
         rv = PT_ENOMEM;
@@ -380,15 +396,16 @@ static int make_room_locked(embedded *e)
     return 0;
 }
 
-static int write_points(embedded *e, const pt_mutation *m, size_t n)
+/* Logs the batch (its points cells and the index cells iv[0..ni), sorted) as one
+ * record, then puts the points into the head and the index cells into the index head. */
+static int write_logged(embedded *e, const pt_mutation *m, size_t n,
+                        const pt_mutation *const *iv, size_t ni)
 {
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
         k += m[i].table == PT_TABLE_POINTS;
-    if (k == 0)
-        return 0;
     /* Row hashes outside the lock; a batch sorted by row hashes each row once. */
-    uint64_t *hashes = malloc(k * sizeof(*hashes));
+    uint64_t *hashes = malloc((k ? k : 1) * sizeof(*hashes));
     if (!hashes)
         return PT_ENOMEM;
     for (size_t i = 0, j = 0, last = SIZE_MAX; i < n; i++) {
@@ -406,8 +423,9 @@ static int write_points(embedded *e, const pt_mutation *m, size_t n)
     /* Out of memory in apply leaves cells logged but not in the head; the error makes
      * the client retry the batch, which logs and applies it again. */
     int rv = make_room_locked(e);
-    if (rv == 0 && (rv = pt_emb_wal_log(&e->w, &e->h, m, n, hashes, k)) == 0)
-        rv = pt_emb_head_apply(&e->h, e->w.rows, m, n, k);
+    if (rv == 0 && (rv = pt_emb_wal_log(&e->w, &e->h, m, n, hashes, k, iv, ni)) == 0 &&
+        (rv = pt_emb_head_apply(&e->h, e->w.rows, m, n, k)) == 0)
+        rv = pt_emb_ihead_add(&e->ix, iv, ni);
     pthread_mutex_unlock(&e->mu);
     free(hashes);
     return rv;
@@ -431,19 +449,31 @@ static int embedded_write(void *state, const pt_mutation *m, size_t n)
         /* The points schema has 4-byte qualifiers (DESIGN §3); chunks rely on it. */
         if (m[i].table == PT_TABLE_POINTS && m[i].qual.n != 4)
             return PT_EBADREQ;
-        if (m[i].value.n > UINT32_MAX / 2)
+        if (m[i].row.n > UINT32_MAX / 2 || m[i].qual.n > UINT32_MAX / 2 ||
+            m[i].value.n > UINT32_MAX / 2)
             return PT_EBADREQ;
         nindex += m[i].table == PT_TABLE_INDEX;
     }
     if (n == 0)
         return 0;
 
-    /* Index first: a points cell whose series is not indexed yet is harmless, and the
-     * caller retries the whole batch on any error. */
+    /* Back-pressure: the index head holds at most its hard limit (plus what the writers
+     * waiting here bring). */
     int rv;
-    if (nindex && (rv = pt_emb_rocks_write_index(&e->r, m, n)) != 0)
+    if (nindex && (rv = pt_emb_ihead_wait_room(&e->ix)) != 0)
         return rv;
-    return write_points(e, m, n);
+    /* The index cells in key order: the log keeps that order for replay, and runs of
+     * sorted cells are what the index head merges. */
+    const pt_mutation **iv = malloc((nindex ? nindex : 1) * sizeof(*iv));
+    if (!iv)
+        return PT_ENOMEM;
+    for (size_t i = 0, j = 0; i < n; i++)
+        if (m[i].table == PT_TABLE_INDEX)
+            iv[j++] = &m[i];
+    qsort(iv, nindex, sizeof(*iv), pt_emb_ihead_cmp);
+    rv = write_logged(e, m, n, iv, nindex);
+    free(iv);
+    return rv;
 }
 
 /* ---- scan ---- */
@@ -453,7 +483,11 @@ static int embedded_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
     embedded *e = state;
     switch (s->table) {
     case PT_TABLE_POINTS: return pt_emb_scan_points(e, s, fn, ud);
-    case PT_TABLE_INDEX: return pt_emb_rocks_scan_index(&e->r, s, fn, ud);
+    case PT_TABLE_INDEX: {
+        /* Every index cell acknowledged before the scan began, in RocksDB. */
+        int rv = pt_emb_ihead_drain(&e->ix);
+        return rv ? rv : pt_emb_rocks_scan_index(&e->r, s, fn, ud);
+    }
     default: return PT_EINTERNAL;
     }
 }
@@ -489,6 +523,13 @@ void pt_embedded_get_stats(pt_backend *b, pt_embedded_stats *out)
     pthread_mutex_unlock(&e->mu);
     pt_emb_rocks_memory(&e->r, &out->memtable_bytes, &out->table_reader_bytes,
                         &out->block_cache_bytes);
+    pt_emb_ihead_stat ix;
+    pt_emb_ihead_stats(&e->ix, &ix);
+    out->index_pending_bytes = ix.pending_bytes;
+    out->index_drains = ix.drains;
+    out->index_drained_cells = ix.drained_cells;
+    out->index_drain_failures = ix.drain_failures;
+    out->index_drain_seconds = ix.drain_seconds;
 }
 
 static size_t embedded_stats(void *state, pt_backend_stat *out, size_t max)
@@ -525,6 +566,20 @@ static size_t embedded_stats(void *state, pt_backend_stat *out, size_t max)
          (double)st.table_reader_bytes},
         {"promtable_embedded_block_cache_bytes", "Memory the RocksDB block cache holds.", 0,
          (double)st.block_cache_bytes},
+        {"promtable_embedded_index_pending_bytes",
+         "Memory of index cells acknowledged and logged but not yet written into RocksDB.", 0,
+         (double)st.index_pending_bytes},
+        {"promtable_embedded_index_drains_total",
+         "Sorted batches of pending index cells written into RocksDB.", 1,
+         (double)st.index_drains},
+        {"promtable_embedded_index_drained_cells_total",
+         "Index cells written into RocksDB by those batches.", 1,
+         (double)st.index_drained_cells},
+        {"promtable_embedded_index_drain_failures_total",
+         "Batches of index cells RocksDB refused (the cells stay pending and are retried).", 1,
+         (double)st.index_drain_failures},
+        {"promtable_embedded_index_drain_seconds_total",
+         "Time spent writing pending index cells into RocksDB.", 1, st.index_drain_seconds},
     };
     size_t n = sizeof(all) / sizeof(all[0]);
     if (n > max)
@@ -556,6 +611,7 @@ int pt_emb_reload_logs(embedded *e, char *err, size_t errlen)
         e->w.dir = NULL; /* kept across the close */
         e->ready = 0;
         pt_emb_head_free(&e->h);
+        pt_emb_ihead_clear(&e->ix);
         pt_emb_wal_close(&e->w);
         rv = load_logs(e, dir, sync, err, errlen);
         e->ready = rv == 0;

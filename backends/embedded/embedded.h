@@ -37,6 +37,11 @@ typedef struct pt_embedded_stats {
     uint64_t memtable_bytes;   /* RocksDB memtables, both tables */
     uint64_t table_reader_bytes; /* RocksDB index and filter blocks outside the cache */
     uint64_t block_cache_bytes;  /* what the block cache holds */
+    size_t index_pending_bytes;  /* index cells acknowledged, not yet in RocksDB */
+    uint64_t index_drains;       /* batches of index cells written into RocksDB */
+    uint64_t index_drained_cells;
+    uint64_t index_drain_failures;
+    double index_drain_seconds;
 } pt_embedded_stats;
 
 /* Samples the head's current generation may hold before it is frozen and flushed into

@@ -8,7 +8,8 @@
  *     chunk.c     the stored form of points: chunk values and keys, no I/O     (none)
  *     expire.c    retention: compaction filters, the compacting thread         rocks chunk
  *     head.c      the head: a hash table of rows and their unflushed cells     (none)
- *     wal.c       the points log (points.wal): records, replay                 head
+ *     ihead.c     the index head: index cells not yet in RocksDB, drains       rocks
+ *     wal.c       the points log (points.wal): records, replay                 head ihead
  *     flush.c     frozen head -> chunks, merged with the stored ones           rocks chunk head
  *     scan.c      points scans merging the head and the chunks                 rocks chunk head
  *     embedded.c  the ops table: open/close, write, scan; the flush thread     all
@@ -111,9 +112,8 @@ int pt_emb_rocks_row_bound(pt_buf *k, pt_slice b);
 /* 1 when the range is exactly one row, [r, r || 0x00 ...). */
 int pt_emb_rocks_one_row(const pt_row_range *r);
 
-/* The index table holds one RocksDB entry per cell. These take a whole batch / scan and
- * touch only its index cells; the mutations are validated by the caller. */
-int pt_emb_rocks_write_index(rocks *r, const pt_mutation *m, size_t n);
+/* The index table holds one RocksDB entry per cell (written by ihead.c's drains). A scan
+ * touches only what is in RocksDB: its caller drains the index head first. */
 int pt_emb_rocks_scan_index(rocks *r, const pt_scan *s, pt_cell_fn fn, void *ud);
 
 /* ---- chunk.c ---- */
@@ -384,6 +384,54 @@ void pt_emb_head_drop_frozen(head *h);
 int pt_emb_head_evict_step(head *h, size_t *b, size_t n);
 int pt_emb_head_clear_step(head *h, size_t *i, size_t n);
 
+/* ---- ihead.c ---- */
+
+typedef struct irun irun;
+
+typedef struct ihead {
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* a drain ended, runs passed the soft limit, or stop */
+    irun *first, *last; /* pending runs, oldest first */
+    size_t bytes;       /* memory of the pending runs */
+    size_t soft, hard;  /* the drain thread drains past soft; writers wait past hard */
+    uint64_t added, drained; /* runs added, and how many of the first of them are drained */
+    atomic_int pending;      /* added > drained, readable without mu */
+    int draining;            /* a drain is writing (at most one at a time) */
+    int last_err;            /* of the last drain, 0 when it succeeded */
+    rocks *r;
+    pthread_t thread;
+    int thread_started, stop, init;
+    uint64_t drains, drained_cells, drain_failures, drain_ns;
+} ihead;
+
+typedef struct pt_emb_ihead_stat {
+    size_t pending_bytes;
+    uint64_t drains, drained_cells, drain_failures;
+    double drain_seconds;
+} pt_emb_ihead_stat;
+
+/* soft: pending bytes past which the drain thread drains (writers wait past 4 x soft). */
+int pt_emb_ihead_init(ihead *x, rocks *r, size_t soft);
+/* Stops the thread and frees pending runs (their cells are still in the logs). */
+void pt_emb_ihead_free(ihead *x);
+int pt_emb_ihead_start(ihead *x);
+void pt_emb_ihead_stop(ihead *x);
+/* qsort order of index cells (const pt_mutation *): by row, qualifier, then place in
+ * memory (a batch's order, so the later write of a cell comes last). */
+int pt_emb_ihead_cmp(const void *a, const void *b);
+/* Appends v[0..n), in pt_emb_ihead_cmp order, as a run. */
+int pt_emb_ihead_add(ihead *x, const pt_mutation *const *v, size_t n);
+/* Before a write adds cells: while the pending runs are past the hard limit, waits for
+ * the drain thread to take them (it does once the drain in progress ends); PT_EBUSY
+ * when the last drain failed (RocksDB refuses writes: the client retries later). */
+int pt_emb_ihead_wait_room(ihead *x);
+/* Returns once every cell added before the call is in RocksDB (through its log), or with
+ * the error of a failed drain (the cells stay pending). */
+int pt_emb_ihead_drain(ihead *x);
+/* Forgets the pending runs (tests: the logs that hold them are about to be replayed). */
+void pt_emb_ihead_clear(ihead *x);
+void pt_emb_ihead_stats(ihead *x, pt_emb_ihead_stat *st);
+
 /* ---- wal.c ---- */
 
 /* The points logs. points.wal holds the cells of the head's current generation;
@@ -405,15 +453,29 @@ typedef struct wal {
 /* Opens (creating) dir/points.wal for appending. */
 int pt_emb_wal_open(wal *w, const char *dir, int sync, char *err, size_t errlen);
 /* Replays points.frozen.wal, if there is one, then points.wal into the head's current
- * generation (so the newer write of a cell comes last), and cuts a torn or stale tail off
- * points.wal. */
-int pt_emb_wal_replay(wal *w, head *h, char *err, size_t errlen);
-/* Writes the points cells of a batch (k of them, hashes[j] the row hash of the j-th) as
- * one record, creating their rows in the head; then w->rows[0..k) are their rows, valid
- * while mu is held. On failure nothing is logged (a partly written record is cut off)
- * and no row keeps an id the record would have defined. */
+ * generation (so the newer write of a cell comes last) and their index cells into x, and
+ * cuts a torn or stale tail off points.wal. */
+int pt_emb_wal_replay(wal *w, head *h, ihead *x, char *err, size_t errlen);
+/* Writes the points cells of a batch (k of them, hashes[j] the row hash of the j-th) and
+ * its index cells iv[0..ni) as one record, creating the points' rows in the head; then
+ * w->rows[0..k) are their rows, valid while mu is held. On failure nothing is logged (a
+ * partly written record is cut off) and no row keeps an id the record would have
+ * defined. */
 int pt_emb_wal_log(wal *w, head *h, const pt_mutation *m, size_t n, const uint64_t *hashes,
-                   size_t k);
+                   size_t k, const pt_mutation *const *iv, size_t ni);
+
+/* One entry of a record's payload. */
+typedef struct wal_entry {
+    uint8_t type; /* 'R' row definition, 'C' points cell, 'I' index cell */
+    uint32_t id;  /* R, C: the row's id in the generation */
+    uint32_t q;   /* C: the qualifier */
+    pt_slice key; /* R: the row key; I: the row */
+    pt_slice qual, value; /* I: the qualifier; C, I: the value */
+} wal_entry;
+
+/* Parses the entry at *p (before end): 1 with *p past it, 0 when it is malformed
+ * (truncated, of no known type, a row key empty or holding 0x00). Ids are the caller's. */
+int pt_emb_wal_entry(const uint8_t **p, const uint8_t *end, wal_entry *e);
 /* points.wal becomes points.frozen.wal (which must not exist) and a new, empty
  * points.wal in the next log generation takes the records. On failure nothing changed. */
 int pt_emb_wal_freeze(wal *w);
@@ -455,6 +517,7 @@ typedef struct embedded {
     void *hook_ud;
     head h;
     wal w;
+    ihead ix;
 } embedded;
 
 /* ---- check.c ---- */

@@ -311,42 +311,6 @@ static pt_slice buf_slice(const pt_buf *b)
 
 /* ---- the index table ---- */
 
-/* RocksDB copies slices with memcpy; never hand it a NULL pointer, even for 0 bytes. */
-static const char *bytes(pt_slice s)
-{
-    return s.n ? (const char *)s.p : "";
-}
-
-int pt_emb_rocks_write_index(rocks *r, const pt_mutation *m, size_t n)
-{
-    static const char sep = '\0';
-    /* In row order (a row's cells in batch order, so a later write of a cell still wins):
-     * with the per-batch insert hint, each memtable insert then starts its search from
-     * the previous one instead of the skip list's top (the cells of a request's new
-     * series are spread over the whole key space). */
-    size_t k = 0;
-    const pt_mutation **v = malloc((n ? n : 1) * sizeof(*v));
-    if (!v)
-        return PT_ENOMEM;
-    for (size_t i = 0; i < n; i++)
-        if (m[i].table == PT_TABLE_INDEX)
-            v[k++] = &m[i];
-    qsort(v, k, sizeof(*v), pt_mutation_ptr_cmp);
-    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-    for (size_t i = 0; i < k; i++) {
-        const char *kp[3] = {bytes(v[i]->row), &sep, bytes(v[i]->qual)};
-        size_t kn[3] = {v[i]->row.n, 1, v[i]->qual.n};
-        const char *vp = bytes(v[i]->value);
-        size_t vn = v[i]->value.n;
-        rocksdb_writebatch_putv_cf(wb, r->cf[CF_INDEX], 3, kp, kn, 1, &vp, &vn);
-    }
-    free(v);
-    char *msg = NULL;
-    rocksdb_write(r->db, r->wopts, wb, &msg);
-    rocksdb_writebatch_destroy(wb);
-    return msg ? pt_emb_rocks_error(msg) : 0;
-}
-
 typedef struct scanner {
     rocks *r;
     const pt_scan *s;

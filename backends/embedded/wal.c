@@ -7,6 +7,11 @@
  *     seeded with the generation (8 LE) | payload
  *     payload entries: 'R' id (4 LE) keylen (4 LE) key     defines row id for this gen
  *                      'C' id (4 LE) qualifier (4 BE) vlen (4 LE) value
+ *                      'I' rowlen (4 LE) quallen (4 LE) vlen (4 LE) row qualifier value
+ *
+ * 'I' entries are the batch's index cells, in key order: they wait in the index head
+ * (ihead.c) until a drain writes them into RocksDB, which happens before the log holding
+ * them is deleted or truncated (embedded.c).
  *
  * A write batch is one record (rows by a per-generation id, defined once per generation),
  * written and, with sync, fdatasync'ed before the cells go into the head. (The fdatasync
@@ -156,6 +161,32 @@ static size_t entry_max(const pt_mutation *m)
     return 1 + 8 + m->row.n + 1 + 12 + m->value.n;
 }
 
+static size_t index_entry_size(const pt_mutation *m)
+{
+    return 13 + m->row.n + m->qual.n + m->value.n;
+}
+
+static uint8_t *encode_index(uint8_t *p, const pt_mutation *const *iv, size_t ni)
+{
+    for (size_t i = 0; i < ni; i++) {
+        const pt_mutation *m = iv[i];
+        *p++ = 'I';
+        pt_put_le32(p, (uint32_t)m->row.n);
+        pt_put_le32(p + 4, (uint32_t)m->qual.n);
+        pt_put_le32(p + 8, (uint32_t)m->value.n);
+        p += 12;
+        memcpy(p, m->row.p, m->row.n);
+        p += m->row.n;
+        if (m->qual.n)
+            memcpy(p, m->qual.p, m->qual.n);
+        p += m->qual.n;
+        if (m->value.n)
+            memcpy(p, m->value.p, m->value.n);
+        p += m->value.n;
+    }
+    return p;
+}
+
 /* Rows defined by the record get ids of this generation; returns where the payload ends.
  * *nrows counts the cells encoded, whose rows are w->rows[0..*nrows). */
 static uint8_t *encode(wal *w, head *h, const pt_mutation *m, size_t n, const uint64_t *hashes,
@@ -209,12 +240,16 @@ static uint8_t *encode(wal *w, head *h, const pt_mutation *m, size_t n, const ui
 }
 
 int pt_emb_wal_log(wal *w, head *h, const pt_mutation *m, size_t n, const uint64_t *hashes,
-                   size_t k)
+                   size_t k, const pt_mutation *const *iv, size_t ni)
 {
     size_t need = WAL_HDR;
     for (size_t i = 0; i < n; i++)
         if (m[i].table == PT_TABLE_POINTS)
             need += entry_max(&m[i]);
+    for (size_t i = 0; i < ni; i++)
+        need += index_entry_size(iv[i]);
+    if (need - WAL_HDR > UINT32_MAX)
+        return PT_EBADREQ; /* the payload length field is 4 bytes */
     pt_buf_reset(&w->rec);
     int rv = pt_buf_reserve(&w->rec, need);
     if (rv == 0)
@@ -229,6 +264,7 @@ int pt_emb_wal_log(wal *w, head *h, const pt_mutation *m, size_t n, const uint64
         rv = PT_ENOMEM;
         goto undo;
     }
+    end = encode_index(end, iv, ni);
     uint8_t *rec = w->rec.p;
     size_t len = (size_t)(end - rec) - WAL_HDR;
     memcpy(rec, wal_magic, 4);
@@ -261,10 +297,79 @@ undo:
 
 /* ---- replay ---- */
 
-static int replay(wal *w, head *h, const uint8_t *buf, size_t size, size_t *good)
+int pt_emb_wal_entry(const uint8_t **pp, const uint8_t *end, wal_entry *e)
+{
+    const uint8_t *p = *pp;
+    size_t left = (size_t)(end - p);
+    memset(e, 0, sizeof(*e));
+    if (left < 1)
+        return 0;
+    e->type = *p;
+    if (e->type == 'R' && left >= 9) {
+        e->id = pt_get_le32(p + 1);
+        uint32_t kl = pt_get_le32(p + 5);
+        if (kl == 0 || left - 9 < kl || memchr(p + 9, 0, kl))
+            return 0;
+        e->key = (pt_slice){p + 9, kl};
+        *pp = p + 9 + kl;
+        return 1;
+    }
+    if (e->type == 'C' && left >= 13) {
+        e->id = pt_get_le32(p + 1);
+        e->q = pt_get_be32(p + 5);
+        uint32_t vl = pt_get_le32(p + 9);
+        if (left - 13 < vl)
+            return 0;
+        e->value = (pt_slice){p + 13, vl};
+        *pp = p + 13 + vl;
+        return 1;
+    }
+    if (e->type == 'I' && left >= 13) {
+        uint64_t rl = pt_get_le32(p + 1), ql = pt_get_le32(p + 5), vl = pt_get_le32(p + 9);
+        if (rl == 0 || left - 13 < rl + ql + vl || memchr(p + 13, 0, rl))
+            return 0;
+        e->key = (pt_slice){p + 13, rl};
+        e->qual = (pt_slice){p + 13 + rl, ql};
+        e->value = (pt_slice){p + 13 + rl + ql, vl};
+        *pp = p + 13 + rl + ql + vl;
+        return 1;
+    }
+    return 0;
+}
+
+/* A record's index cells, collected to go into the index head as one run. */
+typedef struct icells {
+    pt_mutation *m;
+    const pt_mutation **v;
+    size_t n, cap, vcap;
+} icells;
+
+static int icells_flush(icells *ic, ihead *x)
+{
+    if (ic->n == 0)
+        return 0;
+    int rv = pt_array_reserve(&ic->v, &ic->vcap, ic->n, sizeof(*ic->v), 0);
+    if (rv != 0)
+        return rv;
+    int sorted = 1;
+    for (size_t i = 0; i < ic->n; i++) {
+        ic->v[i] = &ic->m[i];
+        if (i > 0 && pt_emb_ihead_cmp(&ic->v[i - 1], &ic->v[i]) > 0)
+            sorted = 0;
+    }
+    /* The writer logs them in key order; sort what another order would break. */
+    if (!sorted)
+        qsort(ic->v, ic->n, sizeof(*ic->v), pt_emb_ihead_cmp);
+    rv = pt_emb_ihead_add(x, ic->v, ic->n);
+    ic->n = 0;
+    return rv;
+}
+
+static int replay(wal *w, head *h, ihead *x, const uint8_t *buf, size_t size, size_t *good)
 {
     hrow **ids = NULL;
     size_t nids = 0, cap = 0;
+    icells ic = {0};
     uint32_t gen = 0;
     size_t off = 0;
     int rv = 0;
@@ -279,40 +384,49 @@ static int replay(wal *w, head *h, const uint8_t *buf, size_t size, size_t *good
         gen = g;
         const uint8_t *p = r + WAL_HDR, *end = p + len;
         while (p < end) {
-            if (*p == 'R' && end - p >= 9) {
-                uint32_t id = pt_get_le32(p + 1), kl = pt_get_le32(p + 5);
-                if (id != nids || kl == 0 || (size_t)(end - p - 9) < kl || memchr(p + 9, 0, kl)) {
+            wal_entry e;
+            if (!pt_emb_wal_entry(&p, end, &e)) {
+                rv = PT_EINTERNAL;
+                goto out;
+            }
+            if (e.type == 'R') {
+                if (e.id != nids) {
                     rv = PT_EINTERNAL;
                     goto out;
                 }
                 if ((rv = pt_array_reserve(&ids, &cap, nids + 1, sizeof(*ids), 0)) != 0)
                     goto out;
-                if (!(ids[nids++] = pt_emb_head_get(h, p + 9, kl, pt_emb_head_hash(p + 9, kl)))) {
+                if (!(ids[nids++] = pt_emb_head_get(h, e.key.p, e.key.n,
+                                                     pt_emb_head_hash(e.key.p, e.key.n)))) {
                     rv = PT_ENOMEM;
                     goto out;
                 }
-                p += 9 + kl;
-            } else if (*p == 'C' && end - p >= 13) {
-                uint32_t id = pt_get_le32(p + 1), vl = pt_get_le32(p + 9);
-                if (id >= nids || (size_t)(end - p - 13) < vl) {
+            } else if (e.type == 'C') {
+                if (e.id >= nids) {
                     rv = PT_EINTERNAL;
                     goto out;
                 }
-                rv = pt_emb_head_append(h, ids[id], pt_get_be32(p + 5), (pt_slice){p + 13, vl});
-                if (rv != 0)
+                if ((rv = pt_emb_head_append(h, ids[e.id], e.q, e.value)) != 0)
                     goto out;
-                p += 13 + vl;
             } else {
-                rv = PT_EINTERNAL;
-                goto out;
+                if ((rv = pt_array_reserve(&ic.m, &ic.cap, ic.n + 1, sizeof(*ic.m), 0)) != 0)
+                    goto out;
+                ic.m[ic.n++] = (pt_mutation){.table = PT_TABLE_INDEX,
+                                             .row = e.key,
+                                             .qual = e.qual,
+                                             .value = e.value};
             }
         }
+        if ((rv = icells_flush(&ic, x)) != 0)
+            goto out;
         off += WAL_HDR + len;
     }
     w->gen = gen + 1 ? gen + 1 : 1;
 out:
     *good = off;
     free(ids);
+    free(ic.m);
+    free(ic.v);
     return rv;
 }
 
@@ -340,14 +454,14 @@ static int read_file(int fd, uint8_t **out, size_t *n)
 }
 
 /* Replays one file; *good and *size: where its valid records end, and its size. */
-static int replay_fd(wal *w, head *h, int fd, const char *path, size_t *good, size_t *size,
-                     char *err, size_t errlen)
+static int replay_fd(wal *w, head *h, ihead *x, int fd, const char *path, size_t *good,
+                     size_t *size, char *err, size_t errlen)
 {
     uint8_t *buf = NULL;
     *size = *good = 0;
     int rv = read_file(fd, &buf, size);
     if (rv == 0)
-        rv = replay(w, h, buf, *size, good);
+        rv = replay(w, h, x, buf, *size, good);
     free(buf);
     if (rv != 0) {
         snprintf(err, errlen, "embedded: replay %s failed at byte %zu (%s)", path, *good,
@@ -360,14 +474,14 @@ static int replay_fd(wal *w, head *h, int fd, const char *path, size_t *good, si
     return 0;
 }
 
-int pt_emb_wal_replay(wal *w, head *h, char *err, size_t errlen)
+int pt_emb_wal_replay(wal *w, head *h, ihead *x, char *err, size_t errlen)
 {
     size_t size, good;
     int rv;
     /* The frozen generation first: what points.wal holds is newer. */
     int fd = open(w->frozen_path, O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
-        rv = replay_fd(w, h, fd, w->frozen_path, &good, &size, err, errlen);
+        rv = replay_fd(w, h, x, fd, w->frozen_path, &good, &size, err, errlen);
         close(fd);
         if (rv != 0)
             return rv;
@@ -375,7 +489,7 @@ int pt_emb_wal_replay(wal *w, head *h, char *err, size_t errlen)
         snprintf(err, errlen, "embedded: open %s: %s", w->frozen_path, strerror(errno));
         return PT_EIO;
     }
-    if ((rv = replay_fd(w, h, w->fd, w->path, &good, &size, err, errlen)) != 0)
+    if ((rv = replay_fd(w, h, x, w->fd, w->path, &good, &size, err, errlen)) != 0)
         return rv;
     w->size = good;
     if (ftruncate(w->fd, (off_t)good) != 0) {

@@ -110,7 +110,8 @@ expect flipped 1 'points table: RocksDB stopped reading .*block checksum mismatc
     "a flipped byte in a points table file fails its block checksum (exit 1)"
 
 # ------------------------------------------------------------------------------- the log
-# Acknowledged writes are in points.wal until a flush; kill -9 leaves them there.
+# Acknowledged writes are in points.wal until a flush; kill -9 leaves them there: four
+# records, the index format row the new store got at start and the three writes.
 serve "$T/wal.log" --storage.embedded.path="$T/wal" || tap_bail "promtable did not start"
 codes=$(write_golden; write_golden; write_golden)
 kill -9 "$SRV_PID"
@@ -126,7 +127,7 @@ logcopy() {
 }
 logcopy waltail $((size - 3))
 check waltail --storage.embedded.path="$T/waltail"
-expect waltail 1 'points.wal: the last record \(byte [0-9]+, [0-9]+ bytes\) is damaged: checksum mismatch; a start replays the 2 records before it' \
+expect waltail 1 'points.wal: the last record \(byte [0-9]+, [0-9]+ bytes\) is damaged: checksum mismatch; a start replays the 3 records before it' \
     "a damaged last log record is reported as the tail (exit 1)"
 tap_check "the store with a damaged log is not opened: the log is as it was" \
     cmp -s "$T/waltail/points.wal" "$T/waltail.wal.before"
@@ -137,7 +138,7 @@ expect walmid 1 'points.wal: record 0 at byte 0 is damaged in the middle of the 
 tap_check "not opened either" cmp -s "$T/walmid/points.wal" "$T/walmid.wal.before"
 logcopy walok -1
 check walok --storage.embedded.path="$T/walok"
-expect walok 0 "points.wal: 3 records, $size bytes, checksums good" \
+expect walok 0 "points.wal: 4 records, $size bytes, checksums good" \
     "the killed store's intact log passes, then replays and the store passes (exit 0)"
 
 # ------------------------------------------------------------------------------ Bigtable
