@@ -390,7 +390,8 @@ typedef struct irun irun;
 
 typedef struct ihead {
     pthread_mutex_t mu;
-    pthread_cond_t cv; /* a drain ended, runs passed the soft limit, or stop */
+    pthread_cond_t cv;   /* to waiters: a drain took the runs, or ended */
+    pthread_cond_t work; /* to the drain thread: past the soft limit, a drain ended, stop */
     irun *first, *last; /* pending runs, oldest first */
     size_t bytes;       /* memory of the pending runs */
     size_t soft, hard;  /* the drain thread drains past soft; writers wait past hard */

@@ -53,8 +53,12 @@ int pt_emb_ihead_init(ihead *x, rocks *r, size_t soft)
     int rv = PT_ENOMEM;
     if (pthread_condattr_init(&ca) == 0) {
         if (pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
-            pthread_cond_init(&x->cv, &ca) == 0)
-            rv = 0;
+            pthread_cond_init(&x->cv, &ca) == 0) {
+            if (pthread_cond_init(&x->work, &ca) == 0)
+                rv = 0;
+            else
+                pthread_cond_destroy(&x->cv);
+        }
         pthread_condattr_destroy(&ca);
     }
     if (rv != 0) {
@@ -81,6 +85,7 @@ void pt_emb_ihead_free(ihead *x)
     pt_emb_ihead_stop(x);
     free_runs(x->first);
     pthread_cond_destroy(&x->cv);
+    pthread_cond_destroy(&x->work);
     pthread_mutex_destroy(&x->mu);
     memset(x, 0, sizeof(*x));
 }
@@ -147,7 +152,7 @@ int pt_emb_ihead_add(ihead *x, const pt_mutation *const *v, size_t n)
     x->added++;
     atomic_store(&x->pending, 1);
     if (x->bytes >= x->soft)
-        pthread_cond_broadcast(&x->cv);
+        pthread_cond_signal(&x->work);
     pthread_mutex_unlock(&x->mu);
     return 0;
 }
@@ -169,8 +174,8 @@ int pt_emb_ihead_wait_room(ihead *x)
                 break;
             continue;
         }
-        /* The drain thread takes the runs as soon as the drain in progress ends. */
-        pthread_cond_broadcast(&x->cv);
+        /* The drain thread takes the runs as soon as the drain in progress ends (add
+         * woke it); waiters only wait, or they would wake each other in a loop. */
         pthread_cond_wait(&x->cv, &x->mu);
     }
     pthread_mutex_unlock(&x->mu);
@@ -311,6 +316,7 @@ int pt_emb_ihead_drain(ihead *x)
             list = NULL;
         }
         pthread_cond_broadcast(&x->cv);
+        pthread_cond_signal(&x->work); /* the thread looks again: more may be pending */
         if (list) {
             pthread_mutex_unlock(&x->mu);
             free_runs(list);
@@ -333,7 +339,7 @@ static void *drain_main(void *arg)
     pthread_mutex_lock(&x->mu);
     while (!x->stop) {
         if (x->bytes < x->soft || x->draining) {
-            pthread_cond_wait(&x->cv, &x->mu);
+            pthread_cond_wait(&x->work, &x->mu);
             continue;
         }
         pthread_mutex_unlock(&x->mu);
@@ -355,7 +361,7 @@ static void *drain_main(void *arg)
             until.tv_sec++;
             until.tv_nsec -= 1000000000L;
         }
-        while (!x->stop && pthread_cond_timedwait(&x->cv, &x->mu, &until) != ETIMEDOUT)
+        while (!x->stop && pthread_cond_timedwait(&x->work, &x->mu, &until) != ETIMEDOUT)
             ;
     }
     pthread_mutex_unlock(&x->mu);
@@ -376,7 +382,7 @@ void pt_emb_ihead_stop(ihead *x)
         return;
     pthread_mutex_lock(&x->mu);
     x->stop = 1;
-    pthread_cond_broadcast(&x->cv);
+    pthread_cond_signal(&x->work);
     pthread_mutex_unlock(&x->mu);
     pthread_join(x->thread, NULL);
     x->thread_started = 0;
