@@ -530,6 +530,7 @@ void pt_embedded_get_stats(pt_backend *b, pt_embedded_stats *out)
     out->index_drained_cells = ix.drained_cells;
     out->index_drain_failures = ix.drain_failures;
     out->index_drain_seconds = ix.drain_seconds;
+    out->index_waits = ix.waits;
 }
 
 static size_t embedded_stats(void *state, pt_backend_stat *out, size_t max)
@@ -580,6 +581,9 @@ static size_t embedded_stats(void *state, pt_backend_stat *out, size_t max)
          (double)st.index_drain_failures},
         {"promtable_embedded_index_drain_seconds_total",
          "Time spent writing pending index cells into RocksDB.", 1, st.index_drain_seconds},
+        {"promtable_embedded_index_waits_total",
+         "Writes that waited for a drain because the pending index cells passed their limit.", 1,
+         (double)st.index_waits},
     };
     size_t n = sizeof(all) / sizeof(all[0]);
     if (n > max)

@@ -42,6 +42,7 @@ typedef struct pt_embedded_stats {
     uint64_t index_drained_cells;
     uint64_t index_drain_failures;
     double index_drain_seconds;
+    uint64_t index_waits;        /* writes that waited for a drain (index head full) */
 } pt_embedded_stats;
 
 /* Samples the head's current generation may hold before it is frozen and flushed into

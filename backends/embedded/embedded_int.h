@@ -402,12 +402,12 @@ typedef struct ihead {
     rocks *r;
     pthread_t thread;
     int thread_started, stop, init;
-    uint64_t drains, drained_cells, drain_failures, drain_ns;
+    uint64_t drains, drained_cells, drain_failures, drain_ns, waits;
 } ihead;
 
 typedef struct pt_emb_ihead_stat {
     size_t pending_bytes;
-    uint64_t drains, drained_cells, drain_failures;
+    uint64_t drains, drained_cells, drain_failures, waits;
     double drain_seconds;
 } pt_emb_ihead_stat;
 

@@ -176,6 +176,7 @@ int pt_emb_ihead_wait_room(ihead *x)
         }
         /* The drain thread takes the runs as soon as the drain in progress ends (add
          * woke it); waiters only wait, or they would wake each other in a loop. */
+        x->waits++;
         pthread_cond_wait(&x->cv, &x->mu);
     }
     pthread_mutex_unlock(&x->mu);
@@ -396,6 +397,7 @@ void pt_emb_ihead_stats(ihead *x, pt_emb_ihead_stat *st)
                               .drains = x->drains,
                               .drained_cells = x->drained_cells,
                               .drain_failures = x->drain_failures,
+                              .waits = x->waits,
                               .drain_seconds = (double)x->drain_ns / 1e9};
     pthread_mutex_unlock(&x->mu);
 }
