@@ -164,7 +164,7 @@ static void *flush_main(void *arg)
             backoff_ms = 0;
         } else {
             e->flush_failures++;
-            backoff_ms = backoff_ms ? (backoff_ms < 5000 ? backoff_ms * 2 : 10000) : 100;
+            backoff_ms = pt_emb_backoff_next(backoff_ms);
             pt_log(PT_LOG_ERROR, "embedded: flush failed, retrying",
                    "code=\"%s\" frozen_bytes=%zu retry_ms=%llu", pt_strerror(rv),
                    e->h.cell_bytes[fz], (unsigned long long)backoff_ms);
@@ -173,14 +173,7 @@ static void *flush_main(void *arg)
         if (rv == 0)
             continue;
         /* Back off; a synchronous flush or close cuts the wait short. */
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += (time_t)(backoff_ms / 1000);
-        until.tv_nsec += (long)(backoff_ms % 1000) * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
+        struct timespec until = pt_emb_after_ms(backoff_ms);
         while (!e->stop && !e->retry_now &&
                pthread_cond_timedwait(&e->work, &e->mu, &until) != ETIMEDOUT)
             ;
@@ -237,14 +230,7 @@ static int flush_replayed(embedded *e)
 
 static void stop_thread(embedded *e)
 {
-    if (!e->thread_started)
-        return;
-    pthread_mutex_lock(&e->mu);
-    e->stop = 1;
-    pthread_cond_signal(&e->work);
-    pthread_mutex_unlock(&e->mu);
-    pthread_join(e->thread, NULL);
-    e->thread_started = 0;
+    pt_emb_thread_stop(e->thread, &e->mu, &e->work, &e->stop, &e->thread_started);
 }
 
 static void embedded_close(void *state)

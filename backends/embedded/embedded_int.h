@@ -51,6 +51,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <rocksdb/c.h>
 #include <xxhash.h>
@@ -59,6 +60,44 @@
 #include "backend.h"
 #include "buf.h"
 #include "bytes.h"
+
+/* ---- background threads (the flush thread, the index head's drain thread) ---- */
+
+/* The delay before the next retry after a failure that came after a delay of ms (0: the
+ * first): 100 ms, doubling, at most 10 s. */
+static inline uint64_t pt_emb_backoff_next(uint64_t ms)
+{
+    return ms ? (ms < 5000 ? ms * 2 : 10000) : 100;
+}
+
+/* CLOCK_MONOTONIC now + ms, for pthread_cond_timedwait on conditions made with that clock. */
+static inline struct timespec pt_emb_after_ms(uint64_t ms)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    t.tv_sec += (time_t)(ms / 1000);
+    t.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (t.tv_nsec >= 1000000000L) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000L;
+    }
+    return t;
+}
+
+/* Stops a thread that waits on cv under mu and exits once *stop is set; *started is
+ * cleared. */
+static inline void pt_emb_thread_stop(pthread_t t, pthread_mutex_t *mu, pthread_cond_t *cv,
+                                      int *stop, int *started)
+{
+    if (!*started)
+        return;
+    pthread_mutex_lock(mu);
+    *stop = 1;
+    pthread_cond_signal(cv);
+    pthread_mutex_unlock(mu);
+    pthread_join(t, NULL);
+    *started = 0;
+}
 
 /* ---- rocks.c ---- */
 

@@ -350,18 +350,11 @@ static void *drain_main(void *arg)
             backoff_ms = 0;
             continue;
         }
-        backoff_ms = backoff_ms ? (backoff_ms < 5000 ? backoff_ms * 2 : 10000) : 100;
+        backoff_ms = pt_emb_backoff_next(backoff_ms);
         pt_log(PT_LOG_ERROR, "embedded: writing index cells failed, retrying",
                "code=\"%s\" pending_bytes=%zu retry_ms=%llu", pt_strerror(rv), x->bytes,
                (unsigned long long)backoff_ms);
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += (time_t)(backoff_ms / 1000);
-        until.tv_nsec += (long)(backoff_ms % 1000) * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
+        struct timespec until = pt_emb_after_ms(backoff_ms);
         while (!x->stop && pthread_cond_timedwait(&x->work, &x->mu, &until) != ETIMEDOUT)
             ;
     }
@@ -379,14 +372,7 @@ int pt_emb_ihead_start(ihead *x)
 
 void pt_emb_ihead_stop(ihead *x)
 {
-    if (!x->thread_started)
-        return;
-    pthread_mutex_lock(&x->mu);
-    x->stop = 1;
-    pthread_cond_signal(&x->work);
-    pthread_mutex_unlock(&x->mu);
-    pthread_join(x->thread, NULL);
-    x->thread_started = 0;
+    pt_emb_thread_stop(x->thread, &x->mu, &x->work, &x->stop, &x->thread_started);
     x->stop = 0;
 }
 
