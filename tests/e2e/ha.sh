@@ -43,7 +43,7 @@ post() {
     [ "$v" = 2 ] && ct=$V2
     curl -s -o "$DIR/body" -D "$DIR/hdr" -w '%{http_code}' -H "Content-Type: $ct" \
         -H 'Content-Encoding: snappy' -H "X-Prometheus-Remote-Write-Version: $v.0.0" \
-        --data-binary @"$DIR/req.bin" "$url/api/v1/write"
+        ${TENANT:+-H "X-Scope-OrgID: $TENANT"} --data-binary @"$DIR/req.bin" "$url/api/v1/write"
 }
 
 # stored URL METRIC: every sample of METRIC as "{labels} TS VALUE-BITS", sorted.
@@ -134,6 +134,19 @@ post "$URL2" 1 a $T 1 >/dev/null
 tap_is "$(post "$URL2" 1 b $((T + 1)) 2)" 204 "HA off: b's write is stored too (204)"
 tap_is "$(stored "$URL2" ha_test | wc -l | tr -d ' ')" 2 "HA off: two series, replica labels kept"
 pt_stop "$OFF_PID" >/dev/null
+
+# With tenancy on, an election is per (tenant, cluster): the same cluster value under two
+# tenants elects a replica in each.
+start "$DIR/tenants.log" PORT3 --storage.embedded.path="$DIR/store-tenants" --ha.enabled \
+    --tenancy.enabled
+TN_PID=$PT_PID
+URL3=http://127.0.0.1:$PORT3
+tap_is "$(TENANT=ta post "$URL3" 1 a $T 1)" 204 "tenancy: tenant ta's replica a elected for c1"
+tap_is "$(TENANT=tb post "$URL3" 1 b $((T + 1)) 2)" 204 \
+    "tenancy: tenant tb's replica b elected for its own c1"
+tap_is "$(TENANT=ta post "$URL3" 1 b $((T + 2)) 3)" 202 "tenancy: b under ta is not elected: 202"
+tap_is "$(TENANT=tb post "$URL3" 1 a $((T + 3)) 4)" 202 "tenancy: a under tb is not elected: 202"
+pt_stop "$TN_PID" >/dev/null
 
 # ------------------------------------------- 2. two real Prometheus 2.42 writers, one pair
 
@@ -264,7 +277,7 @@ tap_is "$code" 503 "store outage during an election: 503 (retry), nothing acknow
 tap_check "... counted in promtable_ha_lease_errors_total" \
     [ "$(metric "$U1" promtable_ha_lease_errors_total)" -ge 1 ]
 
-for f in emb off prom-pt p1 p2; do
+for f in emb off tenants prom-pt p1 p2; do
     [ -f "$DIR/$f.log" ] || continue
     if grep -qi 'segfault\|sanitizer\|assert' "$DIR/$f.log"; then
         tap_not_ok "promtable $f ran clean"
