@@ -448,9 +448,11 @@ static int embedded_write(void *state, const pt_mutation *m, size_t n)
     int rv;
     if (nindex && (rv = pt_emb_ihead_wait_room(&e->ix)) != 0)
         return rv;
+    if (nindex == 0) /* steady state: samples only */
+        return write_logged(e, m, n, NULL, 0);
     /* The index cells in key order: the log keeps that order for replay, and runs of
      * sorted cells are what the index head merges. */
-    const pt_mutation **iv = malloc((nindex ? nindex : 1) * sizeof(*iv));
+    const pt_mutation **iv = malloc(nindex * sizeof(*iv));
     if (!iv)
         return PT_ENOMEM;
     for (size_t i = 0, j = 0; i < n; i++)

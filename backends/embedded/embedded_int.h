@@ -455,7 +455,6 @@ int pt_emb_ihead_init(ihead *x, rocks *r, size_t soft);
 /* Stops the thread and frees pending runs (their cells are still in the logs). */
 void pt_emb_ihead_free(ihead *x);
 int pt_emb_ihead_start(ihead *x);
-void pt_emb_ihead_stop(ihead *x);
 /* qsort order of index cells (const pt_mutation *): by row, qualifier, then place in
  * memory (a batch's order, so the later write of a cell comes last). */
 int pt_emb_ihead_cmp(const void *a, const void *b);

@@ -82,7 +82,7 @@ void pt_emb_ihead_free(ihead *x)
 {
     if (!x->init)
         return;
-    pt_emb_ihead_stop(x);
+    pt_emb_thread_stop(x->thread, &x->mu, &x->work, &x->stop, &x->thread_started);
     free_runs(x->first);
     pthread_cond_destroy(&x->cv);
     pthread_cond_destroy(&x->work);
@@ -370,11 +370,6 @@ int pt_emb_ihead_start(ihead *x)
     return 0;
 }
 
-void pt_emb_ihead_stop(ihead *x)
-{
-    pt_emb_thread_stop(x->thread, &x->mu, &x->work, &x->stop, &x->thread_started);
-    x->stop = 0;
-}
 
 void pt_emb_ihead_stats(ihead *x, pt_emb_ihead_stat *st)
 {
