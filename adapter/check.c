@@ -131,14 +131,15 @@ typedef struct srow {
 } srow;
 
 /* 1 with *sr filled for a series row, 0 for another row (the format marker, metadata
- * rows, HA lease rows), or < 0 when it does not parse (reported). Allocates from ck->a. */
+ * rows, HA lease rows, the exemplar marks), or < 0 when it does not parse (reported). Allocates from ck->a. */
 static int parse_series_row(checker *ck, pt_slice row, pt_slice value, srow *sr)
 {
     static const char format_row[] = "==format", meta[] = PT_META_ROW_PREFIX,
-                      lease[] = PT_HA_LEASE_PREFIX;
+                      lease[] = PT_HA_LEASE_PREFIX, marks[] = PT_EXEMPLAR_MARK_ROW;
     char q[320];
     if (row.n < 2 || memcmp(row.p, "==", 2) != 0 ||
         (row.n == sizeof(format_row) - 1 && memcmp(row.p, format_row, row.n) == 0) ||
+        (row.n == sizeof(marks) - 1 && memcmp(row.p, marks, row.n) == 0) ||
         (row.n >= sizeof(meta) - 1 && memcmp(row.p, meta, sizeof(meta) - 1) == 0) ||
         (row.n >= sizeof(lease) - 1 && memcmp(row.p, lease, sizeof(lease) - 1) == 0))
         return 0;

@@ -154,3 +154,71 @@ uint64_t pt_exemplar_series_hash(pt_slice sid, uint64_t seed)
 {
     return XXH3_64bits_withSeed(sid.p, sid.n, seed) | 1;
 }
+
+/* ---- marks ---- */
+
+#define MARK_SLOTS 1024
+
+typedef struct mark_slot {
+    uint64_t salt;
+    int64_t base; /* -1: empty */
+} mark_slot;
+
+struct pt_exemplar_marks {
+    pthread_mutex_t mu;
+    int legacy;
+    mark_slot slot[MARK_SLOTS];
+};
+
+pt_exemplar_marks *pt_exemplar_marks_new(void)
+{
+    pt_exemplar_marks *m = calloc(1, sizeof(*m));
+    if (!m)
+        return NULL;
+    pthread_mutex_init(&m->mu, NULL);
+    for (size_t i = 0; i < MARK_SLOTS; i++)
+        m->slot[i].base = -1;
+    return m;
+}
+
+void pt_exemplar_marks_free(pt_exemplar_marks *m)
+{
+    if (!m)
+        return;
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+static mark_slot *mark_slot_of(pt_exemplar_marks *m, uint64_t salt, int64_t base)
+{
+    uint64_t h = XXH3_64bits_withSeed(&base, sizeof(base), salt);
+    return &m->slot[h % MARK_SLOTS];
+}
+
+int pt_exemplar_marks_known(pt_exemplar_marks *m, uint64_t salt, int64_t base)
+{
+    pthread_mutex_lock(&m->mu);
+    const mark_slot *s = mark_slot_of(m, salt, base);
+    int known = m->legacy || (s->base == base && s->salt == salt);
+    pthread_mutex_unlock(&m->mu);
+    return known;
+}
+
+void pt_exemplar_marks_add(pt_exemplar_marks *m, uint64_t salt, int64_t base)
+{
+    pthread_mutex_lock(&m->mu);
+    *mark_slot_of(m, salt, base) = (mark_slot){salt, base};
+    pthread_mutex_unlock(&m->mu);
+}
+
+void pt_exemplar_marks_set_legacy(pt_exemplar_marks *m)
+{
+    pthread_mutex_lock(&m->mu);
+    m->legacy = 1;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void pt_exemplar_mark_qual(uint8_t *dst, int64_t base)
+{
+    pt_put_be64(dst, (uint64_t)base);
+}

@@ -61,4 +61,36 @@ void pt_exemplar_newest_put(pt_exemplar_newest *t, uint64_t h, int64_t ts);
  * with one id apart, 0 if nothing), never 0. */
 uint64_t pt_exemplar_series_hash(pt_slice sid, uint64_t seed);
 
+/* ---- which buckets hold exemplars ----
+ * Looking for a series' exemplar row costs a row lookup as dear as its data row's, and
+ * most stores have no exemplars at all. So the index table's row PT_EXEMPLAR_MARK_ROW (in
+ * each tenant's row space) holds one cell per bucket that exemplars were written into
+ * (qualifier: pt_exemplar_mark_qual of its base), written in the same request as the
+ * bucket's first exemplar cells, and a read looks for exemplar rows only in marked
+ * buckets. A store's marker row also holds the cell PT_EXEMPLAR_MARK_SINCE from its
+ * creation on: a store without it was created before the marks, and every bucket of it
+ * counts as marked ("legacy").
+ *
+ * pt_exemplar_marks remembers the marks this process wrote or read (a bounded table keyed
+ * by tenant salt and base: a mark it lost is read again), so a marked bucket costs
+ * nothing more; an unmarked one costs a read of the marker row per query and bucket,
+ * which another process may have marked meanwhile. Thread-safe. */
+#define PT_EXEMPLAR_MARK_ROW "==xmarks"
+#define PT_EXEMPLAR_MARK_SINCE "since"
+#define PT_EXEMPLAR_MARK_QUAL_LEN 8
+
+typedef struct pt_exemplar_marks pt_exemplar_marks;
+
+pt_exemplar_marks *pt_exemplar_marks_new(void);
+void pt_exemplar_marks_free(pt_exemplar_marks *m);
+/* 1 when this process knows the bucket at base of the tenant with salt to be marked, or
+ * the store is legacy. */
+int pt_exemplar_marks_known(pt_exemplar_marks *m, uint64_t salt, int64_t base);
+/* Records a mark that is stored. */
+void pt_exemplar_marks_add(pt_exemplar_marks *m, uint64_t salt, int64_t base);
+/* The store predates the marks: every bucket counts as marked. */
+void pt_exemplar_marks_set_legacy(pt_exemplar_marks *m);
+/* The mark's qualifier: base as 8 bytes big-endian (bases are never negative). */
+void pt_exemplar_mark_qual(uint8_t *dst, int64_t base);
+
 #endif

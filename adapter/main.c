@@ -108,6 +108,7 @@ int main(int argc, char **argv)
     pt_list_hints *hints = NULL;
     pt_ref_cache *refs = NULL;
     pt_exemplar_newest *xnewest = NULL;
+    pt_exemplar_marks *xmarks = NULL;
     pt_server *srv = NULL;
 
     if (pt_config_defaults(&cfg) != 0) {
@@ -166,7 +167,8 @@ int main(int argc, char **argv)
     if (want_refs)
         refs = pt_ref_cache_new((size_t)cfg.read_series_cache);
     xnewest = pt_exemplar_newest_new(PT_EXEMPLAR_NEWEST_SLOTS);
-    if (!cache || !hints || (want_refs && !refs) || !xnewest) {
+    xmarks = pt_exemplar_marks_new();
+    if (!cache || !hints || (want_refs && !refs) || !xnewest || !xmarks) {
         pt_log_msg(PT_LOG_ERROR, "out of memory for the index cache");
         goto fail_cache;
     }
@@ -191,6 +193,7 @@ int main(int argc, char **argv)
     app.store = (pt_store){.be = &be, .cache = cache, .hints = hints,
                            .refs = refs,
                            .xnewest = xnewest,
+                           .xmarks = xmarks,
                            .index_bucket_ms = cfg.index_bucket_ms,
                            .max_series = (size_t)cfg.read_max_series,
                            .max_samples = (size_t)cfg.read_max_samples,
@@ -273,6 +276,7 @@ fail_cache:
     pt_list_hints_free(hints);
     pt_ref_cache_free(refs);
     pt_exemplar_newest_free(xnewest);
+    pt_exemplar_marks_free(xmarks);
 fail_backend:
     pt_backend_close(&be);
 fail_config:

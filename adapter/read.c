@@ -167,6 +167,40 @@ static int on_routed_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     return on_cell(&r->ss[r->refs[r->cur].idx], row, qual, value);
 }
 
+static int note_mark(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    (void)row, (void)value;
+    uint8_t *want = ud;
+    if (qual.n == PT_EXEMPLAR_MARK_QUAL_LEN && memcmp(qual.p, want, qual.n) == 0)
+        want[PT_EXEMPLAR_MARK_QUAL_LEN] = 1;
+    return 0;
+}
+
+/* Whether the bucket at base may hold exemplar rows (exemplar.h, the marks): *marked. */
+static int exemplars_marked(qctx *q, int64_t base, int *marked)
+{
+    pt_store *st = q->st;
+    *marked = 1;
+    if (!st->xmarks || pt_exemplar_marks_known(st->xmarks, st->salt, base))
+        return 0;
+    static const uint8_t row[] = PT_EXEMPLAR_MARK_ROW;
+    uint8_t want[PT_EXEMPLAR_MARK_QUAL_LEN + 1] = {0}, end[PT_EXEMPLAR_MARK_QUAL_LEN];
+    pt_exemplar_mark_qual(want, base);
+    pt_exemplar_mark_qual(end, base + 1);
+    pt_row_range r = {{row, sizeof(row) - 1}, {row, sizeof(row)}};
+    pt_scan s = {PT_TABLE_INDEX, &r, 1, {want, PT_EXEMPLAR_MARK_QUAL_LEN},
+                 {end, PT_EXEMPLAR_MARK_QUAL_LEN}, 1, NULL};
+    int rv = deadline_passed(q);
+    if (!rv)
+        rv = pt_backend_scan(st->be, &s, note_mark, want);
+    if (rv)
+        return rv;
+    *marked = want[PT_EXEMPLAR_MARK_QUAL_LEN];
+    if (*marked)
+        pt_exemplar_marks_add(st->xmarks, st->salt, base);
+    return 0;
+}
+
 /* Reads the cells of the k series in [start, end] into ss[0..k): bucket by bucket (so
  * each series' samples come in time order), every bucket's rows in groups of READ_GROUP
  * series per scan. */
@@ -220,8 +254,14 @@ static int read_all(qctx *q, const series *v, size_t k, int64_t start, int64_t e
             if (rv)
                 return rv;
         }
-        /* Each bucket's data rows, then (SAMPLES answers) its exemplar rows. */
+        /* Each bucket's data rows, then (SAMPLES answers) its exemplar rows if it has any. */
+        int marked = 0;
         if (exemplars && !pass) {
+            int rv = exemplars_marked(q, base, &marked);
+            if (rv)
+                return rv;
+        }
+        if (marked) {
             pass = 1;
         } else {
             pass = 0;

@@ -26,6 +26,8 @@ typedef struct pt_store {
                                 for a store no other process writes (index.h) */
     pt_exemplar_newest *xnewest; /* newest exemplar per series (exemplar.h); NULL = out-of-
                                     order exemplars are not checked */
+    pt_exemplar_marks *xmarks;   /* buckets known to hold exemplars (exemplar.h); NULL = no
+                                    marks written, every read looks for exemplar rows */
     int64_t index_bucket_ms; /* index bucket length, default one day */
     unsigned ref_bits;       /* bits of a series reference; 0 = all 64 (tests use fewer) */
     /* Read limits, per query: 0 = unlimited. */

@@ -11,6 +11,7 @@
 #include "exemplar.h"
 #include "ha.h"
 #include "histpb.h"
+#include "log.h"
 #include "meta.h"
 #include "metrics.h"
 #include "store.h"
@@ -412,6 +413,22 @@ static xseen_slot *xseen_find(xseen *x, uint64_t h)
     return &x->s[i];
 }
 
+/* The buckets this request writes exemplars into that the store's marks do not know yet
+ * (exemplar.h): each gets its mark in the request's batch, and is known once stored. */
+typedef struct xbuckets {
+    int64_t *v;
+    size_t n;
+} xbuckets;
+
+static void xbuckets_note(xbuckets *x, const pt_store *st, int64_t base)
+{
+    for (size_t i = x->n; i-- > 0;)
+        if (x->v[i] == base)
+            return;
+    if (!pt_exemplar_marks_known(st->xmarks, st->salt, base))
+        x->v[x->n++] = base; /* room for one per exemplar of the request */
+}
+
 /* The samples of one series being added to the batch: its row in the current bucket and
  * the last index bucket it was pended for. */
 typedef struct sput {
@@ -428,6 +445,7 @@ typedef struct sput {
     int v2;
     xseen *xs;     /* NULL: exemplars are not checked for order */
     uint64_t xh;   /* the series' hash for xs (0 until an exemplar needs it) */
+    xbuckets *xb;  /* NULL: no exemplar marks are written */
 } sput;
 
 /* 1 when a sample at t can be stored; else 0, the sample counted as rejected. */
@@ -537,10 +555,26 @@ static int put_exemplar(sput *s, const pt_wexemplar *x, size_t entry)
     if (rv != 0)
         return rv;
     pend_day(s, t);
+    if (s->xb)
+        xbuckets_note(s->xb, s->st, base);
     s->res->exemplars_written++;
     if (seen && (!seen->h || t > seen->ts))
         *seen = (xseen_slot){s->xh, t};
     return 0;
+}
+
+static const uint8_t mark_row[] = PT_EXEMPLAR_MARK_ROW;
+
+/* The mark of the bucket at base (exemplar.h). */
+static int push_exemplar_mark(batch *b, pt_arena *a, int64_t base)
+{
+    uint8_t *q = pt_arena_alloc(a, PT_EXEMPLAR_MARK_QUAL_LEN);
+    if (!q)
+        return PT_ENOMEM;
+    pt_exemplar_mark_qual(q, base);
+    return push(b, PT_TABLE_INDEX, (pt_slice){mark_row, sizeof(mark_row) - 1},
+                (pt_slice){q, PT_EXEMPLAR_MARK_QUAL_LEN}, (pt_slice){(const uint8_t *)"1", 1},
+                base * 1000);
 }
 
 /* 2.0 checks of one entry that 1.0 does not have; 0 or -1 with the entry rejected. */
@@ -714,6 +748,11 @@ static int store_write(pt_store *st, pt_slice tenant, pt_wreq *wr, pt_arena *a,
             return PT_ENOMEM;
     }
 
+    xbuckets xb = {0};
+    if (st->xmarks && wr->nexemplars &&
+        !(xb.v = pt_arena_alloc(a, wr->nexemplars * sizeof(*xb.v))))
+        return PT_ENOMEM;
+
     ha_memo ham = {.verdict = -1};
     pt_meta_batch mb;
     pt_meta_begin(&mb, st, a);
@@ -775,7 +814,7 @@ static int store_write(pt_store *st, pt_slice tenant, pt_wreq *wr, pt_arena *a,
         if (rv != 0)
             return rv;
         sput sp = {&b, a, st, &pd, res, ls, (size_t)nl, sid, NULL, -1, -1, v2,
-                   xs.s ? &xs : NULL, 0};
+                   xs.s ? &xs : NULL, 0, xb.v ? &xb : NULL};
         espan *sp_span = spans ? &spans[nspans++] : NULL;
         if (sp_span)
             *sp_span = (espan){pt_series_ref(sid, 0), b.n, 0, pd.n, 0, res->samples_written,
@@ -831,6 +870,9 @@ static int store_write(pt_store *st, pt_slice tenant, pt_wreq *wr, pt_arena *a,
     int rv = gate_series(&b, a, st, &pd, spans, nspans, res);
     if (rv == 0)
         rv = index_pending(&b, a, st, &pd, &seen, res);
+    /* Marks of a refused series' buckets stay: a mark too many only costs reads time. */
+    for (size_t i = 0; i < xb.n && rv == 0; i++)
+        rv = push_exemplar_mark(&b, a, xb.v[i]);
     if (rv != 0)
         return rv;
 
@@ -862,6 +904,8 @@ static int store_write(pt_store *st, pt_slice tenant, pt_wreq *wr, pt_arena *a,
                 keys[k++] = seen.slots[i];
         pt_index_cache_add(st->cache, keys, k);
     }
+    for (size_t i = 0; i < xb.n; i++)
+        pt_exemplar_marks_add(st->xmarks, st->salt, xb.v[i]);
     /* The exemplars are stored: from now on older ones of their series are out of order. */
     for (size_t i = 0; xs.s && i <= xs.mask; i++)
         if (xs.s[i].h)
@@ -917,6 +961,14 @@ static int note_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     return 1;
 }
 
+static int note_since(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    (void)row, (void)value;
+    if (pt_slice_eq(qual, PT_SLICE_LIT(PT_EXEMPLAR_MARK_SINCE)))
+        *(int *)ud = 1;
+    return 0;
+}
+
 int pt_store_check_index(pt_store *st, char *err, size_t errlen)
 {
     const size_t fl = sizeof(format_row) - 1;
@@ -930,9 +982,14 @@ int pt_store_check_index(pt_store *st, char *err, size_t errlen)
         s.ranges = &all; /* no marker: an empty table is a new store */
         rv = pt_backend_scan(st->be, &s, note_row, &f);
         if (rv == 0 && f.n == 0) {
-            pt_mutation m = {PT_TABLE_INDEX, {fr, fl}, {index_qual, sizeof(index_qual)},
-                             {(const uint8_t *)format_now, 1}, 0};
-            rv = pt_backend_write(st->be, &m, 1);
+            /* A new store: the exemplar marks start with it. */
+            pt_mutation m[2] = {
+                {PT_TABLE_INDEX, {fr, fl}, {index_qual, sizeof(index_qual)},
+                 {(const uint8_t *)format_now, 1}, 0},
+                {PT_TABLE_INDEX, {mark_row, sizeof(mark_row) - 1},
+                 {(const uint8_t *)PT_EXEMPLAR_MARK_SINCE, sizeof(PT_EXEMPLAR_MARK_SINCE) - 1},
+                 {(const uint8_t *)"1", 1}, 0}};
+            rv = pt_backend_write(st->be, m, 2);
             if (rv == 0)
                 return 0;
         } else if (rv == 0) {
@@ -947,6 +1004,20 @@ int pt_store_check_index(pt_store *st, char *err, size_t errlen)
         snprintf(err, errlen, "the index table holds index format \"%s\"; this version "
                  "knows format %s", f.value, format_now);
         return PT_EINTERNAL;
+    } else if (rv == 0 && st->xmarks) {
+        /* A store created before the exemplar marks: every bucket may hold exemplars. */
+        const uint8_t *since = (const uint8_t *)PT_EXEMPLAR_MARK_SINCE;
+        const size_t sl = sizeof(PT_EXEMPLAR_MARK_SINCE) - 1;
+        pt_row_range mr = {{mark_row, sizeof(mark_row) - 1}, {mark_row, sizeof(mark_row)}};
+        pt_scan ms = {PT_TABLE_INDEX, &mr, 1, {since, sl}, {since, sl + 1}, 1, NULL};
+        int has_since = 0;
+        rv = pt_backend_scan(st->be, &ms, note_since, &has_since);
+        if (rv == 0 && !has_since) {
+            pt_exemplar_marks_set_legacy(st->xmarks);
+            pt_log(PT_LOG_INFO, "exemplar marks absent",
+                   "detail=\"a store from before the exemplar marks: reads look for exemplar "
+                   "rows in every bucket\"");
+        }
     }
     if (rv != 0)
         snprintf(err, errlen, "the index format could not be checked: %s", pt_strerror(rv));

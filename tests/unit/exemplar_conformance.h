@@ -237,15 +237,55 @@ static void xc_check_read(const char *name, int64_t start, int64_t end, const xc
     ok(rv == 0 && nx == 0, "%s: none read when turned off (streamed reads)", what);
 }
 
+/* A pass-through backend that counts scans per table. */
+typedef struct xc_counted {
+    pt_backend *inner;
+    size_t scans[PT_TABLE_COUNT];
+} xc_counted;
+
+static int xc_counted_write(void *state, const pt_mutation *m, size_t n)
+{
+    return pt_backend_write(((xc_counted *)state)->inner, m, n);
+}
+
+static int xc_counted_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
+{
+    xc_counted *c = state;
+    c->scans[s->table]++;
+    return pt_backend_scan(c->inner, s, fn, ud);
+}
+
+static const pt_backend_ops xc_counted_ops = {.name = "counted", .write = xc_counted_write,
+                                              .scan = xc_counted_scan};
+
+/* Points-table scans of one read of series name over [start, end] (its samples checked). */
+static size_t xc_points_scans(xc_counted *c, const char *name, int64_t start, int64_t end,
+                              size_t ns)
+{
+    tmatch m[] = {{0, "__name__", name}};
+    Prometheus__ReadResponse resp;
+    char msg[256];
+    size_t before = c->scans[PT_TABLE_POINTS];
+    int rv = pt_store_read(xc_st, mk_read(&xc_a, start, end, m, 1), &xc_a, NULL, &resp, msg,
+                           sizeof(msg));
+    ok(rv == 0 && resp.n_results == 1 && resp.results[0]->n_timeseries == 1 &&
+           resp.results[0]->timeseries[0]->n_samples == ns,
+       "%s: read, %zu samples", name, ns);
+    return c->scans[PT_TABLE_POINTS] - before;
+}
+
 /* Runs every case on be (its tables empty of these series); flush, when not NULL, moves
  * what was written into the backend's long-term form. */
 __attribute__((unused)) static void pt_exemplar_conformance(pt_backend *be, int (*flush)(void *),
                                                             void *flush_ud, const char *name)
 {
     diag("exemplar conformance on %s", name);
-    pt_store st = {.be = be, .cache = pt_index_cache_new(1 << 16), .index_bucket_ms = 86400000,
+    xc_counted counted = {be, {0}};
+    pt_backend cbe = {&xc_counted_ops, &counted};
+    pt_store st = {.be = &cbe, .cache = pt_index_cache_new(1 << 16), .index_bucket_ms = 86400000,
                    .max_series = 1000, .max_samples = 100000,
-                   .xnewest = pt_exemplar_newest_new(1 << 10)};
+                   .xnewest = pt_exemplar_newest_new(1 << 10),
+                   .xmarks = pt_exemplar_marks_new()};
     xc_st = &st;
     pt_arena_init(&xc_a, 0, 0);
     const int64_t w = PT_EXEMPLAR_SLOT_MS;
@@ -386,6 +426,44 @@ __attribute__((unused)) static void pt_exemplar_conformance(pt_backend *be, int 
        "1.0: an exemplar at time 0 stored");
     xc_check_read("ex_zero1", 0, w, z, 1, 0, "1.0, timestamp 0");
 
+    /* The marks (exemplar.h): a process that starts again knows none, and reads them. */
+    pt_exemplar_marks_free(st.xmarks);
+    st.xmarks = pt_exemplar_marks_new();
+    xc_check_read("ex_v1", t0, t0 + 10 * w, v1, n1, 10, "1.0, marks read from the store");
+    xc_check_read("ex_v2", t0 + 100 * w, t0 + 103 * w, v2, 3, 1, "2.0, marks read from the store");
+    /* A bucket without exemplars: one points-table scan per read (the data rows), none for
+     * exemplar rows; a store from before the marks looks for them (two). */
+    const int64_t tp = t0 + 20 * PT_BUCKET_MS;
+    wrv = xc_write(xc_body_v1("ex_plain", 3, tp, NULL, 0), 1, &res);
+    ok(wrv == 0 && res.samples_written == 3, "a series without exemplars in a new bucket");
+    size_t unmarked = xc_points_scans(&counted, "ex_plain", tp, tp + w, 3);
+    ok(unmarked == 1, "an unmarked bucket: its exemplar rows are not looked for (%zu scans)",
+       unmarked);
+    pt_exemplar_marks *marks = st.xmarks, *legacy = pt_exemplar_marks_new();
+    pt_exemplar_marks_set_legacy(legacy);
+    st.xmarks = legacy;
+    size_t old = xc_points_scans(&counted, "ex_plain", tp, tp + w, 3);
+    ok(old == 2, "a store from before the marks: they are (%zu scans)", old);
+    st.xmarks = marks;
+    pt_exemplar_marks_free(legacy);
+    /* Another series' exemplar marks the bucket; a process that did not write it reads
+     * the mark and then looks. */
+    const xc_ex late[] = {{{"trace_id", "late"}, 9, tp + 5}};
+    wrv = xc_write(xc_body_v1("ex_late", 0, 0, late, 1), 1, &res);
+    ok(wrv == 0 && res.exemplars_written == 1, "an exemplar in that bucket");
+    pt_exemplar_marks_free(st.xmarks);
+    st.xmarks = pt_exemplar_marks_new();
+    size_t marked = xc_points_scans(&counted, "ex_plain", tp, tp + w, 3);
+    ok(marked == 2, "the bucket now marked: its exemplar rows are looked for (%zu scans)", marked);
+    xc_check_read("ex_late", tp, tp + w, late, 1, 0, "an exemplar in a bucket marked late");
+    if (flush) {
+        ok(flush(flush_ud) == 0, "flushed again");
+        pt_exemplar_marks_free(st.xmarks);
+        st.xmarks = pt_exemplar_marks_new();
+        xc_check_read("ex_late", tp, tp + w, late, 1, 0, "the mark after the flush");
+    }
+
+    pt_exemplar_marks_free(st.xmarks);
     pt_exemplar_newest_free(st.xnewest);
     pt_index_cache_free(st.cache);
     pt_arena_free(&xc_a);

@@ -157,8 +157,13 @@ static void index_format(void)
         return;
     }
     char err[512] = "";
+    s.st.xmarks = pt_exemplar_marks_new();
     ok(pt_store_check_index(&s.st, err, sizeof(err)) == 0, "an empty store gets the marker");
     ok(pt_store_check_index(&s.st, err, sizeof(err)) == 0, "and passes the check again");
+    ok(!pt_exemplar_marks_known(s.st.xmarks, 0, 0),
+       "a new store has exemplar marks: an unmarked bucket is not taken as marked");
+    pt_exemplar_marks_free(s.st.xmarks);
+    s.st.xmarks = NULL;
     /* A new series whose metric and job are known: its list rows, its series row, and
      * only the values row of its new instance. */
     pt_arena a;
@@ -171,6 +176,19 @@ static void index_format(void)
     ok(pt_store_write(&s.st, mk_write(&a, two, 1), &a, &res) == 0 && res.index_rows == 5,
        "a second one: 3 list rows, its series row, the values row of its new instance");
     pt_arena_free(&a);
+    tstore_close(&s);
+    if (tstore_open(&s) != 0)
+        return;
+    /* A format-2 store from before the exemplar marks: its format row alone. */
+    pt_mutation fm = {PT_TABLE_INDEX, {(const uint8_t *)"==format", 8}, {(const uint8_t *)"l", 1},
+                      {(const uint8_t *)"2", 1}, 0};
+    s.st.xmarks = pt_exemplar_marks_new();
+    ok(pt_backend_write(&s.faulty, &fm, 1) == 0 && pt_store_check_index(&s.st, err, sizeof(err)) == 0,
+       "a format-2 store without exemplar marks opens");
+    ok(pt_exemplar_marks_known(s.st.xmarks, 0, 0) && pt_exemplar_marks_known(s.st.xmarks, 7, 1),
+       "and every bucket of it counts as marked (its exemplars are read)");
+    pt_exemplar_marks_free(s.st.xmarks);
+    s.st.xmarks = NULL;
     tstore_close(&s);
     if (tstore_open(&s) != 0)
         return;
