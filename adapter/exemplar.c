@@ -162,11 +162,13 @@ uint64_t pt_exemplar_series_hash(pt_slice sid, uint64_t seed)
 typedef struct mark_slot {
     uint64_t salt;
     int64_t base; /* -1: empty */
+    int marked;   /* 0: known unmarked (an exclusive store) */
 } mark_slot;
 
 struct pt_exemplar_marks {
     pthread_mutex_t mu;
     int legacy;
+    uint64_t adds; /* marks added so far: an unmarked answer read before one is stale */
     mark_slot slot[MARK_SLOTS];
 };
 
@@ -195,19 +197,36 @@ static mark_slot *mark_slot_of(pt_exemplar_marks *m, uint64_t salt, int64_t base
     return &m->slot[h % MARK_SLOTS];
 }
 
-int pt_exemplar_marks_known(pt_exemplar_marks *m, uint64_t salt, int64_t base)
+int pt_exemplar_marks_lookup(pt_exemplar_marks *m, uint64_t salt, int64_t base, uint64_t *when)
 {
     pthread_mutex_lock(&m->mu);
     const mark_slot *s = mark_slot_of(m, salt, base);
-    int known = m->legacy || (s->base == base && s->salt == salt);
+    int r = m->legacy ? 1 : s->base == base && s->salt == salt ? s->marked : -1;
+    if (when)
+        *when = m->adds;
     pthread_mutex_unlock(&m->mu);
-    return known;
+    return r;
+}
+
+int pt_exemplar_marks_known(pt_exemplar_marks *m, uint64_t salt, int64_t base)
+{
+    return pt_exemplar_marks_lookup(m, salt, base, NULL) == 1;
 }
 
 void pt_exemplar_marks_add(pt_exemplar_marks *m, uint64_t salt, int64_t base)
 {
     pthread_mutex_lock(&m->mu);
-    *mark_slot_of(m, salt, base) = (mark_slot){salt, base};
+    *mark_slot_of(m, salt, base) = (mark_slot){salt, base, 1};
+    m->adds++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void pt_exemplar_marks_add_unmarked(pt_exemplar_marks *m, uint64_t salt, int64_t base,
+                                    uint64_t when)
+{
+    pthread_mutex_lock(&m->mu);
+    if (m->adds == when)
+        *mark_slot_of(m, salt, base) = (mark_slot){salt, base, 0};
     pthread_mutex_unlock(&m->mu);
 }
 

@@ -72,9 +72,11 @@ uint64_t pt_exemplar_series_hash(pt_slice sid, uint64_t seed);
  * counts as marked ("legacy").
  *
  * pt_exemplar_marks remembers the marks this process wrote or read (a bounded table keyed
- * by tenant salt and base: a mark it lost is read again), so a marked bucket costs
- * nothing more; an unmarked one costs a read of the marker row per query and bucket,
- * which another process may have marked meanwhile. Thread-safe. */
+ * by tenant salt and base: an entry it lost is read again), so a marked bucket costs
+ * nothing more. An unmarked one costs a read of the marker row per query and bucket when
+ * another process may mark it meanwhile (Bigtable); on a store only this process writes,
+ * the answer "unmarked" is remembered too, unless a mark was added while it was read (it
+ * may be the one). Thread-safe. */
 #define PT_EXEMPLAR_MARK_ROW "==xmarks"
 #define PT_EXEMPLAR_MARK_SINCE "since"
 #define PT_EXEMPLAR_MARK_QUAL_LEN 8
@@ -86,8 +88,16 @@ void pt_exemplar_marks_free(pt_exemplar_marks *m);
 /* 1 when this process knows the bucket at base of the tenant with salt to be marked, or
  * the store is legacy. */
 int pt_exemplar_marks_known(pt_exemplar_marks *m, uint64_t salt, int64_t base);
+/* What this process knows of the bucket: 1 marked (or a legacy store), 0 unmarked, -1
+ * not known; *when (if not NULL) is for pt_exemplar_marks_add_unmarked. */
+int pt_exemplar_marks_lookup(pt_exemplar_marks *m, uint64_t salt, int64_t base, uint64_t *when);
 /* Records a mark that is stored. */
 void pt_exemplar_marks_add(pt_exemplar_marks *m, uint64_t salt, int64_t base);
+/* Records that the store held no mark for the bucket when read after the lookup that
+ * returned when; nothing if a mark was added since. Only for a store no other process
+ * writes. */
+void pt_exemplar_marks_add_unmarked(pt_exemplar_marks *m, uint64_t salt, int64_t base,
+                                    uint64_t when);
 /* The store predates the marks: every bucket counts as marked. */
 void pt_exemplar_marks_set_legacy(pt_exemplar_marks *m);
 /* The mark's qualifier: base as 8 bytes big-endian (bases are never negative). */

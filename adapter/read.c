@@ -180,8 +180,10 @@ static int note_mark(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 static int exemplars_marked(qctx *q, int64_t base, int *marked)
 {
     pt_store *st = q->st;
-    *marked = 1;
-    if (!st->xmarks || pt_exemplar_marks_known(st->xmarks, st->salt, base))
+    uint64_t when;
+    int known = st->xmarks ? pt_exemplar_marks_lookup(st->xmarks, st->salt, base, &when) : 1;
+    *marked = known != 0;
+    if (known >= 0)
         return 0;
     static const uint8_t row[] = PT_EXEMPLAR_MARK_ROW;
     uint8_t want[PT_EXEMPLAR_MARK_QUAL_LEN + 1] = {0}, end[PT_EXEMPLAR_MARK_QUAL_LEN];
@@ -198,6 +200,8 @@ static int exemplars_marked(qctx *q, int64_t base, int *marked)
     *marked = want[PT_EXEMPLAR_MARK_QUAL_LEN];
     if (*marked)
         pt_exemplar_marks_add(st->xmarks, st->salt, base);
+    else if (st->be->ops->caps & PT_BACKEND_CAP_EXCLUSIVE)
+        pt_exemplar_marks_add_unmarked(st->xmarks, st->salt, base, when);
     return 0;
 }
 

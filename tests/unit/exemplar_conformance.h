@@ -255,8 +255,8 @@ static int xc_counted_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *u
     return pt_backend_scan(c->inner, s, fn, ud);
 }
 
-static const pt_backend_ops xc_counted_ops = {.name = "counted", .write = xc_counted_write,
-                                              .scan = xc_counted_scan};
+static pt_backend_ops xc_counted_ops = {.name = "counted", .write = xc_counted_write,
+                                        .scan = xc_counted_scan};
 
 /* Points-table scans of one read of series name over [start, end] (its samples checked). */
 static size_t xc_points_scans(xc_counted *c, const char *name, int64_t start, int64_t end,
@@ -462,6 +462,29 @@ __attribute__((unused)) static void pt_exemplar_conformance(pt_backend *be, int 
         st.xmarks = pt_exemplar_marks_new();
         xc_check_read("ex_late", tp, tp + w, late, 1, 0, "the mark after the flush");
     }
+
+    /* A store only this process writes (the test is the only writer) also remembers that a
+     * bucket is unmarked: the marker row is read once, until a write marks the bucket. */
+    xc_counted_ops.caps = PT_BACKEND_CAP_EXCLUSIVE;
+    pt_exemplar_marks_free(st.xmarks);
+    st.xmarks = pt_exemplar_marks_new();
+    const int64_t tq = tp + PT_BUCKET_MS;
+    wrv = xc_write(xc_body_v1("ex_plain2", 3, tq, NULL, 0), 1, &res);
+    size_t i0 = counted.scans[PT_TABLE_INDEX];
+    size_t s1 = xc_points_scans(&counted, "ex_plain2", tq, tq + w, 3);
+    size_t i1 = counted.scans[PT_TABLE_INDEX];
+    size_t s2 = xc_points_scans(&counted, "ex_plain2", tq, tq + w, 3);
+    size_t i2 = counted.scans[PT_TABLE_INDEX];
+    ok(wrv == 0 && s1 == 1 && s2 == 1 && i2 - i1 == i1 - i0 - 1,
+       "exclusive store: the second read of an unmarked bucket does not read the marker row "
+       "(index scans %zu then %zu)", i1 - i0, i2 - i1);
+    const xc_ex late2[] = {{{"trace_id", "late2"}, 10, tq + 7}};
+    wrv = xc_write(xc_body_v1("ex_late2", 0, 0, late2, 1), 1, &res);
+    size_t s3 = xc_points_scans(&counted, "ex_plain2", tq, tq + w, 3);
+    ok(wrv == 0 && s3 == 2, "a write that marks it: its exemplar rows are looked for again (%zu)",
+       s3);
+    xc_check_read("ex_late2", tq, tq + w, late2, 1, 0, "an exemplar in a bucket known unmarked");
+    xc_counted_ops.caps = 0;
 
     pt_exemplar_marks_free(st.xmarks);
     pt_exemplar_newest_free(st.xnewest);
