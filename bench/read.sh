@@ -26,7 +26,9 @@ BUILD_DIR=${BUILD_DIR:-$ROOT/build-bench}
 SKIP_BUILD=${SKIP_BUILD:-0}
 SERIES=${SERIES:-50000}
 SAMPLES=${SAMPLES:-240}         # scrapes per series, 15 s apart
-REQUESTS=${REQUESTS:-20}        # timed requests per query, server and round
+REQUESTS=${REQUESTS:-20}        # timed requests per large query (whole store), server and round
+SMALL_REQUESTS=${SMALL_REQUESTS:-200} # the same for the small ones (p50s of a few requests are
+                                # noise at 0.1 ms), after 20 warm-up requests
 ROUNDS=${ROUNDS:-3}
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
@@ -35,16 +37,17 @@ PROMETHEUS=${PROMETHEUS:-prometheus}
 STREAMED=${STREAMED:-0}         # 1: promtable also answers STREAMED_XOR_CHUNKS (column)
 export PT_KEEP_TMP=${KEEP:-0}
 
-# name;window;matchers (readbench syntax: name=value, name!=value, name=~re, name!~re,
-# separated by spaces). window: "1h" (the last hour), "all" (every sample), "instant" (the
-# last 5 minutes, the lookback Prometheus asks for at one instant).
+# name;window;matchers[;large] (readbench syntax: name=value, name!=value, name=~re,
+# name!~re, separated by spaces). window: "1h" (the last hour), "all" (every sample),
+# "instant" (the last 5 minutes, the lookback Prometheus asks for at one instant). A large
+# query is sent REQUESTS times, the others SMALL_REQUESTS times.
 QUERIES=(
     '20 series x 1 h;1h;__name__=node_cpu_seconds_total instance=10.1.0.2:9100 cpu=~[0-3] mode=~idle|user|system|iowait|irq'
     'one node (166 series) x 1 h;1h;instance=10.1.0.2:9100 job=node-exporter'
     'five nodes (815 series) x 1 h;1h;__name__=~node_.+ instance=~10\.1\.0\.[2-6]:9100'
     '1 series, every sample;all;__name__=node_cpu_seconds_total instance=10.1.0.2:9100 cpu=0 mode=idle'
-    'every series at one instant;instant;__name__=~.+'
-    'job and regex, no __name__;1h;job=kubelet namespace=~shop|payments'
+    'every series at one instant;instant;__name__=~.+;large'
+    'job and regex, no __name__;1h;job=kubelet namespace=~shop|payments;large'
 )
 
 log() { printf '%s\n' "$*" >&2; }
@@ -115,13 +118,15 @@ window() {
 }
 
 declare -A P50 P99 COUNT
-# measure KEY PORT PID SELECTOR WINDOW [--streamed]: one round; appends to P50/P99[KEY].
+# measure KEY PORT PID SELECTOR WINDOW SIZE [--streamed]: one round; appends to
+# P50/P99[KEY].
 measure() {
-    local key=$1 port=$2 pid=$3 sel=$4 win=$5 r
-    shift 5
+    local key=$1 port=$2 pid=$3 sel=$4 win=$5 n=$SMALL_REQUESTS warm=20 r
+    [[ $6 == large ]] && n=$REQUESTS warm=2
+    shift 6
     # shellcheck disable=SC2046,SC2086  # window flags; matchers are space-separated
     r=$(taskset -c "$CLIENT_CPU" "$READBENCH" --url "http://127.0.0.1:$port/api/v1/read" \
-        $(window "$win") --requests "$REQUESTS" --warmup 2 --server-pid "$pid" "$@" $sel \
+        $(window "$win") --requests "$n" --warmup "$warm" --server-pid "$pid" "$@" $sel \
         2>>"$WORK/readbench.log")
     if [[ -z $r ]]; then
         log "$key: readbench failed: $(tail -n 2 "$WORK/readbench.log")"
@@ -139,12 +144,12 @@ run_rounds() {
     local phase=$1 q name sel win
     for ((round = 1; round <= ROUNDS; round++)); do
         for q in "${QUERIES[@]}"; do
-            IFS=';' read -r name win sel <<<"$q"
-            measure "$phase|promtable|$name" "$PT_PORT" "$PT_SRV" "$sel" "$win"
+            IFS=';' read -r name win sel size <<<"$q"
+            measure "$phase|promtable|$name" "$PT_PORT" "$PT_SRV" "$sel" "$win" "$size"
             [[ $STREAMED == 1 ]] &&
-                measure "$phase|streamed|$name" "$PT_PORT" "$PT_SRV" "$sel" "$win" --streamed
+                measure "$phase|streamed|$name" "$PT_PORT" "$PT_SRV" "$sel" "$win" "$size" --streamed
             [[ $phase == head ]] &&
-                measure "prometheus|$name" "$PROM_PORT" "$PROM_SRV" "$sel" "$win"
+                measure "prometheus|$name" "$PROM_PORT" "$PROM_SRV" "$sel" "$win" "$size"
         done
     done
 }
@@ -162,25 +167,28 @@ run_rounds flushed
 
 printf '\n%s series x %s samples (15 s apart), each server on CPU %s; p50 / p99 in ms, ' \
     "$SERIES" "$SAMPLES" "$SERVER_CPU"
-printf 'median of %s rounds of %s requests\n\n' "$ROUNDS" "$REQUESTS"
-printf '| query | answer | promtable head | promtable flushed | Prometheus 2.42 | head / Prometheus (p50) |\n'
-printf '| --- | --- | --- | --- | --- | --- |\n'
+printf 'median of %s rounds of %s requests (%s for each large query)\n\n' "$ROUNDS" \
+    "$SMALL_REQUESTS" "$REQUESTS"
+printf '| query | answer | promtable head | promtable flushed | Prometheus 2.42 | head / Prometheus (p50) | flushed / Prometheus |\n'
+printf '| --- | --- | --- | --- | --- | --- | --- |\n'
 for q in "${QUERIES[@]}"; do
-    IFS=';' read -r name win sel <<<"$q"
+    IFS=';' read -r name win sel _ <<<"$q"
     h50=$(median "${P50[head|promtable|$name]:-}") h99=$(median "${P99[head|promtable|$name]:-}")
     f50=$(median "${P50[flushed|promtable|$name]:-}") f99=$(median "${P99[flushed|promtable|$name]:-}")
     p50=$(median "${P50[prometheus|$name]:-}") p99=$(median "${P99[prometheus|$name]:-}")
     ratio=$(awk -v a="$h50" -v b="$p50" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
-    printf '| %s | %s | %s / %s | %s / %s | %s / %s | %s |\n' "$name" \
-        "${COUNT[head|promtable|$name]:-?}" "$h50" "$h99" "$f50" "$f99" "$p50" "$p99" "$ratio"
+    fratio=$(awk -v a="$f50" -v b="$p50" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
+    printf '| %s | %s | %s / %s | %s / %s | %s / %s | %s | %s |\n' "$name" \
+        "${COUNT[head|promtable|$name]:-?}" "$h50" "$h99" "$f50" "$f99" "$p50" "$p99" "$ratio" \
+        "$fratio"
     if [[ ${COUNT[head|promtable|$name]:-} != "${COUNT[prometheus|$name]:-}" ]]; then
-        printf '|   (Prometheus answered %s) | | | | | |\n' "${COUNT[prometheus|$name]:-?}"
+        printf '|   (Prometheus answered %s) | | | | | | |\n' "${COUNT[prometheus|$name]:-?}"
     fi
 done
 if [[ $STREAMED == 1 ]]; then
     printf '\nSTREAMED_XOR_CHUNKS (promtable, head): '
     for q in "${QUERIES[@]}"; do
-        IFS=';' read -r name win sel <<<"$q"
+        IFS=';' read -r name win sel _ <<<"$q"
         printf '%s: %s ms; ' "$name" "$(median "${P50[head|streamed|$name]:-}")"
     done
     printf '\n'
