@@ -572,9 +572,11 @@ static int push_exemplar_mark(batch *b, pt_arena *a, int64_t base)
     if (!q)
         return PT_ENOMEM;
     pt_exemplar_mark_qual(q, base);
+    /* Stamped like index cells, with the bucket's last millisecond: a retention GC rule
+     * keeps the mark as long as the bucket's newest exemplars. */
     return push(b, PT_TABLE_INDEX, (pt_slice){mark_row, sizeof(mark_row) - 1},
                 (pt_slice){q, PT_EXEMPLAR_MARK_QUAL_LEN}, (pt_slice){(const uint8_t *)"1", 1},
-                base * 1000);
+                (base + PT_BUCKET_MS - 1) * 1000);
 }
 
 /* 2.0 checks of one entry that 1.0 does not have; 0 or -1 with the entry rejected. */
@@ -982,13 +984,16 @@ int pt_store_check_index(pt_store *st, char *err, size_t errlen)
         s.ranges = &all; /* no marker: an empty table is a new store */
         rv = pt_backend_scan(st->be, &s, note_row, &f);
         if (rv == 0 && f.n == 0) {
-            /* A new store: the exemplar marks start with it. */
+            /* A new store: the exemplar marks start with it. Both cells are stamped with
+             * the last time a key can have, so that no retention GC rule (Bigtable: "older
+             * than storage.retention") ever takes them. */
+            const int64_t never = (PT_MAX_TIME_MS + PT_BUCKET_MS) * 1000;
             pt_mutation m[2] = {
                 {PT_TABLE_INDEX, {fr, fl}, {index_qual, sizeof(index_qual)},
-                 {(const uint8_t *)format_now, 1}, 0},
+                 {(const uint8_t *)format_now, 1}, never},
                 {PT_TABLE_INDEX, {mark_row, sizeof(mark_row) - 1},
                  {(const uint8_t *)PT_EXEMPLAR_MARK_SINCE, sizeof(PT_EXEMPLAR_MARK_SINCE) - 1},
-                 {(const uint8_t *)"1", 1}, 0}};
+                 {(const uint8_t *)"1", 1}, never}};
             rv = pt_backend_write(st->be, m, 2);
             if (rv == 0)
                 return 0;
