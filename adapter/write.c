@@ -973,6 +973,9 @@ static int note_since(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 
 int pt_store_check_index(pt_store *st, char *err, size_t errlen)
 {
+    /* The cell timestamp of the store-wide cells: the last time a key can have, so that
+     * no retention GC rule (Bigtable: "older than storage.retention") ever takes them. */
+    const int64_t never = (PT_MAX_TIME_MS + PT_BUCKET_MS) * 1000;
     const size_t fl = sizeof(format_row) - 1;
     const uint8_t *fr = (const uint8_t *)format_row;
     pt_row_range marker = {{fr, fl}, {fr, fl + 1}}; /* the row, then its 0x00 */
@@ -984,10 +987,7 @@ int pt_store_check_index(pt_store *st, char *err, size_t errlen)
         s.ranges = &all; /* no marker: an empty table is a new store */
         rv = pt_backend_scan(st->be, &s, note_row, &f);
         if (rv == 0 && f.n == 0) {
-            /* A new store: the exemplar marks start with it. Both cells are stamped with
-             * the last time a key can have, so that no retention GC rule (Bigtable: "older
-             * than storage.retention") ever takes them. */
-            const int64_t never = (PT_MAX_TIME_MS + PT_BUCKET_MS) * 1000;
+            /* A new store: the exemplar marks start with it. */
             pt_mutation m[2] = {
                 {PT_TABLE_INDEX, {fr, fl}, {index_qual, sizeof(index_qual)},
                  {(const uint8_t *)format_now, 1}, never},
@@ -1009,7 +1009,17 @@ int pt_store_check_index(pt_store *st, char *err, size_t errlen)
         snprintf(err, errlen, "the index table holds index format \"%s\"; this version "
                  "knows format %s", f.value, format_now);
         return PT_EINTERNAL;
-    } else if (rv == 0 && st->xmarks) {
+    } else if (rv == 0) {
+        /* A store created before its format row got the timestamp that never expires:
+         * stamped again, before a max-age GC rule takes it. Not needed to start (a
+         * promtable with read-only credentials still does). */
+        pt_mutation m = {PT_TABLE_INDEX, {fr, fl}, {index_qual, sizeof(index_qual)},
+                         {(const uint8_t *)format_now, 1}, never};
+        int wrv = pt_backend_write(st->be, &m, 1);
+        if (wrv != 0)
+            pt_log(PT_LOG_WARN, "format row not stamped again", "err=\"%s\"", pt_strerror(wrv));
+    }
+    if (rv == 0 && f.n > 0 && st->xmarks) {
         /* A store created before the exemplar marks: every bucket may hold exemplars. */
         const uint8_t *since = (const uint8_t *)PT_EXEMPLAR_MARK_SINCE;
         const size_t sl = sizeof(PT_EXEMPLAR_MARK_SINCE) - 1;
