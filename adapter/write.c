@@ -418,14 +418,19 @@ static xseen_slot *xseen_find(xseen *x, uint64_t h)
 typedef struct xbuckets {
     int64_t *v;
     size_t n;
+    int64_t known; /* the last bucket found marked already (-1: none) */
 } xbuckets;
 
 static void xbuckets_note(xbuckets *x, const pt_store *st, int64_t base)
 {
+    if (base == x->known)
+        return;
     for (size_t i = x->n; i-- > 0;)
         if (x->v[i] == base)
             return;
-    if (!pt_exemplar_marks_known(st->xmarks, st->salt, base))
+    if (pt_exemplar_marks_known(st->xmarks, st->salt, base))
+        x->known = base;
+    else
         x->v[x->n++] = base; /* room for one per exemplar of the request */
 }
 
@@ -750,7 +755,7 @@ static int store_write(pt_store *st, pt_slice tenant, pt_wreq *wr, pt_arena *a,
             return PT_ENOMEM;
     }
 
-    xbuckets xb = {0};
+    xbuckets xb = {NULL, 0, -1};
     if (st->xmarks && wr->nexemplars &&
         !(xb.v = pt_arena_alloc(a, wr->nexemplars * sizeof(*xb.v))))
         return PT_ENOMEM;
