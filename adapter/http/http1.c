@@ -544,7 +544,10 @@ static void h1_complete(pt_conn *c, pt_task *t)
     /* Without a body to send, a producer gets its done(cancelled) when the task is freed. */
     if ((framing == BODY_CHUNKED || framing == BODY_UNTIL_CLOSE) && !head) {
         h->phase = PT_H1_STREAM;
-        stream_want(c, t);
+        if (t->prefetched)
+            h1_piece(c, t); /* the first piece came with the answer */
+        else
+            stream_want(c, t);
     } else {
         h->phase = PT_H1_SEND;
     }

@@ -82,6 +82,7 @@ struct pt_task {
      * returned (PT_PULL_MORE, PT_PULL_END, < 0), and whether done has been called. */
     pt_buf piece;
     int pulled;
+    int prefetched; /* the worker that ran the handler pulled the first piece too */
     int producer_done;
     pt_arena arena;
     pt_req req;

@@ -52,6 +52,7 @@ pt_task *pt_task_new(pt_conn *c, int proto)
     pt_buf_reset(&t->piece);
     t->piece.max = PT_PIECE_MAX;
     t->pulled = PT_PULL_MORE;
+    t->prefetched = 0;
     t->producer_done = 0;
     memset(&t->req, 0, sizeof(t->req));
     t->req.method_name = "";
@@ -226,24 +227,44 @@ static void fix_resp(pt_resp *r)
         r->body_len = 0;
 }
 
+/* Runs the producer's pull for the next piece into t->piece (a worker). */
+static void pull_piece(pt_task *t, int cancelled)
+{
+    pt_producer *p = &t->resp.producer;
+    t->pulled = cancelled ? PT_EINTERNAL : p->pull(p->ud, &t->piece, PT_PIECE_MAX);
+    if (t->pulled > PT_PULL_END)
+        t->pulled = PT_EINTERNAL;
+    if (t->pulled != PT_PULL_MORE)
+        producer_finish(t, t->pulled != PT_PULL_END);
+}
+
+/* Whether the answer's body will be sent (not for HEAD, 1xx, 204, 304). */
+static int sends_body(const pt_task *t)
+{
+    int st = t->resp.status;
+    return t->req.method != PT_M_HEAD && st >= 200 && st != 204 && st != 304;
+}
+
 void pt_task_work(pt_task *t)
 {
     pt_server *s = t->srv;
     int cancelled = atomic_load_explicit(&t->cancelled, memory_order_relaxed);
-    pt_producer *p = &t->resp.producer;
     switch (t->state) {
     case PT_TASK_QUEUED:
         if (!cancelled) {
             s->fn(s->ud, &t->req, &t->resp);
             fix_resp(&t->resp);
+            /* A produced body's first piece, on this worker at once: a small answer then
+             * costs one trip to a worker and back, not two. The loop finds it as if
+             * pulled (t->prefetched). */
+            if (t->resp.producer.pull && sends_body(t)) {
+                pull_piece(t, 0);
+                t->prefetched = 1;
+            }
         }
         break;
     case PT_TASK_PULL:
-        t->pulled = cancelled ? PT_EINTERNAL : p->pull(p->ud, &t->piece, PT_PIECE_MAX);
-        if (t->pulled > PT_PULL_END)
-            t->pulled = PT_EINTERNAL;
-        if (t->pulled != PT_PULL_MORE)
-            producer_finish(t, t->pulled != PT_PULL_END);
+        pull_piece(t, cancelled);
         break;
     case PT_TASK_CANCEL:
         producer_finish(t, 1);

@@ -28,8 +28,8 @@ static uint64_t sum_bytes(const uint8_t *p, size_t n)
     return h;
 }
 
-/* /stream?n=N[&fail=K]: N bytes of a pattern, produced piece by piece; the K-th pull
- * fails. */
+/* /stream?n=N[&fail=K][&chunk=C]: N bytes of a pattern, produced piece by piece (at most
+ * C bytes a piece with chunk); the K-th pull fails. */
 static const char pattern[] = "promtable stream\n";
 
 static struct {
@@ -37,7 +37,7 @@ static struct {
 } prod;
 
 typedef struct gen {
-    size_t left, pos;
+    size_t left, pos, chunk;
     int fail_at, npull;
 } gen;
 
@@ -48,6 +48,8 @@ static int gen_pull(void *ud, pt_buf *out, size_t want)
         prod.overlap++;
     prod.pulls++;
     int rv = PT_PULL_MORE;
+    if (g->chunk && want > g->chunk)
+        want = g->chunk;
     if (++g->npull == g->fail_at) {
         rv = PT_EUNAVAIL;
     } else {
@@ -90,9 +92,10 @@ static void handler(void *ud, pt_req *req, pt_resp *resp)
     if (strcmp(req->path, "/stream") == 0) {
         gen *g = pt_arena_alloc(req->arena, sizeof(*g));
         memset(g, 0, sizeof(*g));
-        const char *f = strstr(req->query, "fail=");
+        const char *f = strstr(req->query, "fail="), *k = strstr(req->query, "chunk=");
         g->left = strtoul(req->query + 2, NULL, 10);
         g->fail_at = f ? atoi(f + 5) : 0;
+        g->chunk = k ? strtoul(k + 6, NULL, 10) : 0;
         resp->producer = (pt_producer){gen_pull, gen_done, g};
         return;
     }
@@ -988,6 +991,19 @@ static void h1_produced(void)
     pump(c, &out, 1);
     ok(strstr(text(&out), "\r\n\r\n/a") != NULL, "keep-alive: the next request is answered");
 
+    /* A small produced body: its one piece is pulled with the answer, so the whole
+     * response is out after one trip to a worker. */
+    prod_reset();
+    pt_buf_reset(&out);
+    put_str(c, "GET /stream?n=40 HTTP/1.1\r\nHost: a\r\n\r\n");
+    pump(c, &out, 0);
+    work(s);
+    pump(c, &out, 0);
+    r = text(&out);
+    ok(strstr(r, "\r\n28\r\n") && strstr(r, "\r\n0\r\n\r\n") && queued(s) == 0 &&
+           prod.pulls == 1 && prod.dones == 1 && !prod.cancelled,
+       "a small produced body: answered whole after one worker turn (the piece pulled with it)");
+
     /* An HTTP/1.0 client cannot read chunks: the body ends with the connection. */
     prod_reset();
     pt_buf_reset(&out);
@@ -1030,7 +1046,9 @@ static void h1_produced_cancel(void)
     process_close_list(s);
     work(s);
     ok(prod.dones == 1 && prod.cancelled == 1, "... done(cancelled=1), once");
-    is(prod.pulls, 1, "... and the cancelled pull was not run");
+    /* The first piece came with the answer, the second was pulled: the third, in flight
+     * when the client left, must not run. */
+    is(prod.pulls, 2, "... and the cancelled pull was not run");
 
     prod_reset();
     pt_buf_reset(&out);
@@ -1106,9 +1124,10 @@ static void h2_produced_cancel(void)
     ok(prod.dones == 1 && prod.cancelled == 1, "... done(cancelled=1), once");
     is(pt_buf_used(&out), 0, "... and nothing more is sent for it");
 
-    /* GOAWAY, then the connection closes, with a pull in flight. */
+    /* GOAWAY, then the connection closes, with a pull in flight (small pieces: the first,
+     * pulled with the answer, fits the window, so the second is asked for). */
     prod_reset();
-    sid = request(&cl, "GET", "/stream?n=1000000", NULL, 0);
+    sid = request(&cl, "GET", "/stream?n=1000000&chunk=100", NULL, 0);
     exchange(&cl, c, &out, 0);
     work(s);
     exchange(&cl, c, &out, 0);
