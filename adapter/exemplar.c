@@ -241,3 +241,33 @@ void pt_exemplar_mark_qual(uint8_t *dst, int64_t base)
 {
     pt_put_be64(dst, (uint64_t)base);
 }
+
+typedef struct mark_find {
+    pt_slice qual;
+    int found;
+} mark_find;
+
+static int on_mark_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    (void)row, (void)value;
+    mark_find *f = ud;
+    f->found |= pt_slice_eq(qual, f->qual);
+    return 0;
+}
+
+int pt_exemplar_marks_read(pt_backend *be, pt_slice qual, int *found)
+{
+    static const uint8_t row[] = PT_EXEMPLAR_MARK_ROW;
+    uint8_t end[PT_EXEMPLAR_MARK_QUAL_LEN + 1];
+    if (qual.n > PT_EXEMPLAR_MARK_QUAL_LEN)
+        return PT_EINTERNAL;
+    /* [qual, qual ‖ 0x00): the one cell. */
+    memcpy(end, qual.p, qual.n);
+    end[qual.n] = 0;
+    pt_row_range r = {{row, sizeof(row) - 1}, {row, sizeof(row)}}; /* the row, then its 0x00 */
+    pt_scan s = {PT_TABLE_INDEX, &r, 1, qual, {end, qual.n + 1}, 1, NULL};
+    mark_find f = {qual, 0};
+    int rv = pt_backend_scan(be, &s, on_mark_cell, &f);
+    *found = f.found;
+    return rv;
+}

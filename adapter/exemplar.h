@@ -102,5 +102,9 @@ void pt_exemplar_marks_add_unmarked(pt_exemplar_marks *m, uint64_t salt, int64_t
 void pt_exemplar_marks_set_legacy(pt_exemplar_marks *m);
 /* The mark's qualifier: base as 8 bytes big-endian (bases are never negative). */
 void pt_exemplar_mark_qual(uint8_t *dst, int64_t base);
+/* Reads whether the marker row of be (a tenant's view, or the shared store for the since
+ * cell) holds the cell qual: *found. 0 or a storage error. */
+struct pt_backend;
+int pt_exemplar_marks_read(struct pt_backend *be, pt_slice qual, int *found);
 
 #endif

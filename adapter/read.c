@@ -167,15 +167,6 @@ static int on_routed_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     return on_cell(&r->ss[r->refs[r->cur].idx], row, qual, value);
 }
 
-static int note_mark(void *ud, pt_slice row, pt_slice qual, pt_slice value)
-{
-    (void)row, (void)value;
-    uint8_t *want = ud;
-    if (qual.n == PT_EXEMPLAR_MARK_QUAL_LEN && memcmp(qual.p, want, qual.n) == 0)
-        want[PT_EXEMPLAR_MARK_QUAL_LEN] = 1;
-    return 0;
-}
-
 /* Whether the bucket at base may hold exemplar rows (exemplar.h, the marks): *marked. */
 static int exemplars_marked(qctx *q, int64_t base, int *marked)
 {
@@ -185,19 +176,13 @@ static int exemplars_marked(qctx *q, int64_t base, int *marked)
     *marked = known != 0;
     if (known >= 0)
         return 0;
-    static const uint8_t row[] = PT_EXEMPLAR_MARK_ROW;
-    uint8_t want[PT_EXEMPLAR_MARK_QUAL_LEN + 1] = {0}, end[PT_EXEMPLAR_MARK_QUAL_LEN];
-    pt_exemplar_mark_qual(want, base);
-    pt_exemplar_mark_qual(end, base + 1);
-    pt_row_range r = {{row, sizeof(row) - 1}, {row, sizeof(row)}};
-    pt_scan s = {PT_TABLE_INDEX, &r, 1, {want, PT_EXEMPLAR_MARK_QUAL_LEN},
-                 {end, PT_EXEMPLAR_MARK_QUAL_LEN}, 1, NULL};
+    uint8_t qual[PT_EXEMPLAR_MARK_QUAL_LEN];
+    pt_exemplar_mark_qual(qual, base);
     int rv = deadline_passed(q);
     if (!rv)
-        rv = pt_backend_scan(st->be, &s, note_mark, want);
+        rv = pt_exemplar_marks_read(st->be, (pt_slice){qual, sizeof(qual)}, marked);
     if (rv)
         return rv;
-    *marked = want[PT_EXEMPLAR_MARK_QUAL_LEN];
     if (*marked)
         pt_exemplar_marks_add(st->xmarks, st->salt, base);
     else if (st->be->ops->caps & PT_BACKEND_CAP_EXCLUSIVE)

@@ -968,14 +968,6 @@ static int note_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     return 1;
 }
 
-static int note_since(void *ud, pt_slice row, pt_slice qual, pt_slice value)
-{
-    (void)row, (void)value;
-    if (pt_slice_eq(qual, PT_SLICE_LIT(PT_EXEMPLAR_MARK_SINCE)))
-        *(int *)ud = 1;
-    return 0;
-}
-
 int pt_store_check_index(pt_store *st, char *err, size_t errlen)
 {
     /* The cell timestamp of the store-wide cells: the last time a key can have, so that
@@ -1026,12 +1018,8 @@ int pt_store_check_index(pt_store *st, char *err, size_t errlen)
     }
     if (rv == 0 && f.n > 0 && st->xmarks) {
         /* A store created before the exemplar marks: every bucket may hold exemplars. */
-        const uint8_t *since = (const uint8_t *)PT_EXEMPLAR_MARK_SINCE;
-        const size_t sl = sizeof(PT_EXEMPLAR_MARK_SINCE) - 1;
-        pt_row_range mr = {{mark_row, sizeof(mark_row) - 1}, {mark_row, sizeof(mark_row)}};
-        pt_scan ms = {PT_TABLE_INDEX, &mr, 1, {since, sl}, {since, sl + 1}, 1, NULL};
         int has_since = 0;
-        rv = pt_backend_scan(st->be, &ms, note_since, &has_since);
+        rv = pt_exemplar_marks_read(st->be, PT_SLICE_LIT(PT_EXEMPLAR_MARK_SINCE), &has_since);
         if (rv == 0 && !has_since) {
             pt_exemplar_marks_set_legacy(st->xmarks);
             pt_log(PT_LOG_INFO, "exemplar marks absent",

@@ -530,7 +530,7 @@ static void h1_complete(pt_conn *c, pt_task *t)
     pt_h1_state *h = &c->h1;
     const pt_resp *r = &t->resp;
     int head = t->req.method == PT_M_HEAD;
-    int framing = r->status < 200 || r->status == 204 || r->status == 304 ? BODY_NONE
+    int framing = !pt_status_has_body(r->status)                      ? BODY_NONE
                   : !r->producer.pull                                  ? BODY_LENGTH
                   : h->http11                                          ? BODY_CHUNKED
                                                                        : BODY_UNTIL_CLOSE;

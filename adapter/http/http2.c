@@ -75,7 +75,7 @@ static int submit(pt_conn *c, pt_task *t)
     nghttp2_nv nv[5 + PT_MAX_RESP_HEADERS];
     size_t n = 0;
     char status[8], clen[24];
-    int no_body = r->status < 200 || r->status == 204 || r->status == 304;
+    int no_body = !pt_status_has_body(r->status);
 
     snprintf(status, sizeof(status), "%03d", r->status);
     nv[n++] = make_nv(":status", 7, status, strlen(status));

@@ -59,6 +59,12 @@ enum pt_task_state {
 
 #define PT_PIECE_MAX (64 * 1024) /* a producer's piece, and the room that asks for one */
 
+/* Whether an answer with this status has a body (none for 1xx, 204 and 304). */
+static inline int pt_status_has_body(int status)
+{
+    return status >= 200 && status != 204 && status != 304;
+}
+
 /* One request and its response. */
 struct pt_task {
     pt_server *srv;

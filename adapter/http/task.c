@@ -238,13 +238,6 @@ static void pull_piece(pt_task *t, int cancelled)
         producer_finish(t, t->pulled != PT_PULL_END);
 }
 
-/* Whether the answer's body will be sent (not for HEAD, 1xx, 204, 304). */
-static int sends_body(const pt_task *t)
-{
-    int st = t->resp.status;
-    return t->req.method != PT_M_HEAD && st >= 200 && st != 204 && st != 304;
-}
-
 void pt_task_work(pt_task *t)
 {
     pt_server *s = t->srv;
@@ -257,7 +250,8 @@ void pt_task_work(pt_task *t)
             /* A produced body's first piece, on this worker at once: a small answer then
              * costs one trip to a worker and back, not two. The loop finds it as if
              * pulled (t->prefetched). */
-            if (t->resp.producer.pull && sends_body(t)) {
+            if (t->resp.producer.pull && t->req.method != PT_M_HEAD &&
+                pt_status_has_body(t->resp.status)) {
                 pull_piece(t, 0);
                 t->prefetched = 1;
             }
