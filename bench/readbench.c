@@ -536,15 +536,15 @@ int main(int argc, char **argv)
     double cpu = server_pid ? proc_cpu_s(server_pid) - cpu0 : -1;
     qsort(lat, (size_t)requests, sizeof *lat, cmp_double);
     printf(
-        "result: type=%s requests=%ld p50_ms=%.2f p90_ms=%.2f p99_ms=%.2f max_ms=%.2f "
-        "mean_ms=%.2f series=%llu samples=%llu answer_bytes=%zu samples_per_sec=%.0f",
+        "result: type=%s requests=%ld p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f max_ms=%.3f "
+        "mean_ms=%.3f series=%llu samples=%llu answer_bytes=%zu samples_per_sec=%.0f",
         streamed ? "streamed" : "samples", requests, percentile(lat, (size_t)requests, 0.5) * 1e3,
         percentile(lat, (size_t)requests, 0.9) * 1e3, percentile(lat, (size_t)requests, 0.99) * 1e3,
         lat[requests - 1] * 1e3, t_all / (double)requests * 1e3, (unsigned long long)first.series,
         (unsigned long long)first.samples, answer_bytes,
         t_all > 0 ? (double)first.samples * (double)requests / t_all : 0);
     if (server_pid)
-        printf(" server_cpu_ms_per_request=%.2f", cpu * 1e3 / (double)requests);
+        printf(" server_cpu_ms_per_request=%.3f", cpu * 1e3 / (double)requests);
     printf("\n");
     rc = 0;
 out:

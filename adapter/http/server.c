@@ -138,7 +138,11 @@ static void *worker_main(void *arg)
         pthread_mutex_lock(&s->wmu);
         if (heavy) {
             s->heavy_running--;
-            pthread_cond_signal(&s->wcv); /* a heavy task may be waiting for this slot */
+            /* A heavy task may be waiting for this slot. With nothing queued nobody is, and
+             * a signal would only wake an idle worker to find nothing: two thread switches
+             * per remote read. */
+            if (s->whead)
+                pthread_cond_signal(&s->wcv);
         }
     }
     pthread_mutex_unlock(&s->wmu);

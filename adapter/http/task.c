@@ -119,8 +119,10 @@ static void enqueue(pt_server *s, pt_task *t)
     else
         s->whead = t;
     s->wtail = t;
-    pthread_cond_signal(&s->wcv);
     pthread_mutex_unlock(&s->wmu);
+    /* Signalled after the unlock: a worker woken on this core would otherwise find wmu
+     * still held and sleep again until the loop lets go of it. */
+    pthread_cond_signal(&s->wcv);
 }
 
 static void producer_finish(pt_task *t, int cancelled)

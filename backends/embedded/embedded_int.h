@@ -546,6 +546,7 @@ typedef struct embedded {
     int ready;      /* opened and replayed: close may flush */
     size_t budget;  /* cell_bytes of the current generation that freeze it */
     uint64_t epoch; /* flushes completed; scans refresh their iterators when it moves */
+    atomic_int young_rows; /* the last scan's rows began inside its window (a hint) */
     int frozen;     /* the head has a frozen generation (waiting for or in its flush) */
     int stop;       /* the flush thread is to exit */
     int retry_now;  /* a synchronous flush waits: skip the backoff */

@@ -30,6 +30,7 @@ typedef struct pscan {
     vcells hc; /* the current row's head cells (long values in hbytes) */
     vcells cc; /* the current chunk's cells */
     int no_chunks; /* the head knows the current row has no chunk in the window */
+    int young;     /* the last row read began inside the window: seek its start first */
     pt_buf hbytes;
     cell *fsort; /* a sorted copy of a row's frozen cells, and room to sort it */
     size_t fsort_cap;
@@ -156,6 +157,54 @@ static int emit(pscan *sc, pt_slice row, int *row_started, uint32_t q, uint32_t 
     return 0;
 }
 
+/* Is the iterator on a chunk of row? Its first qualifier goes to *first. */
+static int on_row(rocksdb_iterator_t *it, pt_slice row, uint32_t *first)
+{
+    if (!rocksdb_iter_valid(it))
+        return 0;
+    size_t kn;
+    pt_slice kr;
+    const char *k = rocksdb_iter_key(it, &kn);
+    return pt_emb_chunk_key_split(k, kn, &kr, first) == 0 && pt_slice_eq(kr, row);
+}
+
+/* Puts the iterator on the first chunk of row that may hold cells at or after the window's
+ * start: the last chunk beginning at or before it (SeekForPrev) when the row has history,
+ * else the row's first chunk (Seek). A row that begins inside the window needs both seeks
+ * if SeekForPrev comes first, a row with history both if Seek comes first; the rows of
+ * one read are alike in age, so the order the previous row needed is tried first. */
+static int first_chunk(pscan *sc, rocksdb_iterator_t *it, pt_slice row)
+{
+    const pt_scan *s = sc->s;
+    uint32_t first;
+    int rv;
+    if (s->qual_start.n && sc->young) {
+        if ((rv = pt_emb_rocks_key(&sc->seek, row.p, row.n, 0, NULL, 0)) != 0)
+            return rv;
+        rocksdb_iter_seek(it, (const char *)sc->seek.p, sc->seek.len);
+        if (!on_row(it, row, &first))
+            return 0; /* no chunk at all */
+        uint8_t fb[4];
+        pt_put_be32(fb, first);
+        if (pt_slice_cmp((pt_slice){fb, 4}, s->qual_start) >= 0)
+            return 0; /* nothing before the window */
+        sc->young = 0;
+    }
+    if (s->qual_start.n) {
+        if ((rv = pt_emb_rocks_key(&sc->seek, row.p, row.n, 0, s->qual_start.p,
+                                   s->qual_start.n)) != 0)
+            return rv;
+        rocksdb_iter_seek_for_prev(it, (const char *)sc->seek.p, sc->seek.len);
+        if (on_row(it, row, &first))
+            return 0;
+        sc->young = 1;
+    }
+    if ((rv = pt_emb_rocks_key(&sc->seek, row.p, row.n, 0, NULL, 0)) != 0)
+        return rv;
+    rocksdb_iter_seek(it, (const char *)sc->seek.p, sc->seek.len);
+    return 0;
+}
+
 /* Emits one row: its head cells merged with its chunks. */
 static int scan_row(pscan *sc, pt_slice row_in, int one_row)
 {
@@ -179,25 +228,10 @@ static int scan_row(pscan *sc, pt_slice row_in, int one_row)
         goto head_only;
     rocksdb_iterator_t *it = sc->its.it[one_row];
 
-    if (s->qual_start.n) {
-        if ((rv = pt_emb_rocks_key(&sc->seek, row.p, row.n, 0, s->qual_start.p, s->qual_start.n)))
-            return rv;
-        rocksdb_iter_seek_for_prev(it, (const char *)sc->seek.p, sc->seek.len);
-    }
     pt_slice kr = {0};
     uint32_t first = 0;
-    int ok = 0;
-    if (s->qual_start.n && rocksdb_iter_valid(it)) {
-        size_t kn;
-        const char *k = rocksdb_iter_key(it, &kn);
-        ok = pt_emb_chunk_key_split(k, kn, &kr, &first) == 0 && pt_slice_eq(kr, row);
-    }
-    if (!ok) {
-        if ((rv = pt_emb_rocks_key(&sc->seek, row.p, row.n, 0, NULL, 0)))
-            return rv;
-        rocksdb_iter_seek(it, (const char *)sc->seek.p, sc->seek.len);
-    }
-
+    if ((rv = first_chunk(sc, it, row)) != 0)
+        return rv;
     while (!sc->done && rocksdb_iter_valid(it)) {
         size_t kn, vn;
         const char *k = rocksdb_iter_key(it, &kn);
@@ -366,8 +400,11 @@ int pt_emb_scan_points(embedded *e, const pt_scan *s, pt_cell_fn fn, void *ud)
 {
     pscan sc = {.e = e, .s = s, .fn = fn, .ud = ud};
     int rv = 0;
+    /* Reads of one dashboard are alike too: a one-row read starts with the last guess. */
+    sc.young = atomic_load_explicit(&e->young_rows, memory_order_relaxed);
     for (size_t i = 0; i < s->nranges && !sc.done && rv == 0; i++)
         rv = scan_range(&sc, &s->ranges[i]);
+    atomic_store_explicit(&e->young_rows, sc.young, memory_order_relaxed);
     pt_emb_rocks_iters_free(&sc.its);
     pt_buf_free(&sc.seek);
     pt_buf_free(&sc.row);
