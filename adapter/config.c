@@ -85,6 +85,8 @@ static const pt_conf_key table[] = {
      "A remote read running longer ends with 503 (0 = no deadline)."},
     {"read.series_cache", NULL, PT_CONF_BYTES, "64MiB", 0, 1048576 * MiB, F(read_series_cache),
      "Series rows kept for resolving index references (embedded store only; 0 = none)."},
+    {"read.list_cache", NULL, PT_CONF_BYTES, "16MiB", 0, 1048576 * MiB, F(read_list_cache),
+     "Index lists kept for repeated queries (embedded store only; 0 = none)."},
     {"api.max_results", NULL, PT_CONF_LONG, "100000", 1, 100000000LL, F(api_max_results),
      "Most label names, label values, series or metric families one /api/v1/labels, "
      "label values, series or metadata request answers (past it: truncated with a warning, "

@@ -49,6 +49,7 @@ typedef struct pt_config {
     long read_max_samples;
     long read_timeout_ms;
     size_t read_series_cache;
+    size_t read_list_cache;
 
     long api_max_results; /* /api/v1/labels, label values, series, metadata */
 

@@ -77,9 +77,22 @@ uint32_t pt_ref_cache_epoch(pt_ref_cache *c, uint64_t ref, int64_t bucket);
 /* Keeps the entry unless a series row of its stripe was written since epoch was taken. */
 void pt_ref_cache_put(pt_ref_cache *c, uint64_t ref, int64_t bucket, uint32_t epoch,
                       const uint8_t *data, size_t len);
+/* The largest entry put keeps. */
+size_t pt_ref_cache_max_entry(const pt_ref_cache *c);
 /* After a series row of (ref, bucket) is stored. */
 void pt_ref_cache_invalidate(pt_ref_cache *c, uint64_t ref, int64_t bucket);
 size_t pt_ref_cache_bytes(pt_ref_cache *c);
+
+/*
+ * The list cache: a second pt_ref_cache whose entries are index lists (a metric's list or
+ * a posting list) of one bucket as a read found them, so a repeated query lists its
+ * candidates without scanning the rows again. Keyed by pt_list_cache_key and the bucket;
+ * an entry starts with the list's prefix (checked on a hit: two lists may share a key),
+ * then one record per cell. Every list row the write path stores invalidates its entry.
+ */
+/* The key of the list whose row prefix in one bucket is prefix[0, n), day tail included
+ * (left out of the key: the bucket is the entry's other half). */
+uint64_t pt_list_cache_key(const uint8_t *prefix, size_t n, uint64_t salt);
 
 /* A small set for deduplicating keys inside one request (arena-free: caller gives slots). */
 typedef struct pt_keyset {

@@ -106,7 +106,7 @@ int main(int argc, char **argv)
     pt_backend be = {0};
     pt_index_cache *cache = NULL;
     pt_list_hints *hints = NULL;
-    pt_ref_cache *refs = NULL;
+    pt_ref_cache *refs = NULL, *lists = NULL;
     pt_exemplar_newest *xnewest = NULL;
     pt_exemplar_marks *xmarks = NULL;
     pt_server *srv = NULL;
@@ -166,9 +166,12 @@ int main(int argc, char **argv)
     int want_refs = (ops->caps & PT_BACKEND_CAP_EXCLUSIVE) && cfg.read_series_cache > 0;
     if (want_refs)
         refs = pt_ref_cache_new((size_t)cfg.read_series_cache);
+    int want_lists = (ops->caps & PT_BACKEND_CAP_EXCLUSIVE) && cfg.read_list_cache > 0;
+    if (want_lists)
+        lists = pt_ref_cache_new((size_t)cfg.read_list_cache);
     xnewest = pt_exemplar_newest_new(PT_EXEMPLAR_NEWEST_SLOTS);
     xmarks = pt_exemplar_marks_new();
-    if (!cache || !hints || (want_refs && !refs) || !xnewest || !xmarks) {
+    if (!cache || !hints || (want_refs && !refs) || (want_lists && !lists) || !xnewest || !xmarks) {
         pt_log_msg(PT_LOG_ERROR, "out of memory for the index cache");
         goto fail_cache;
     }
@@ -192,6 +195,7 @@ int main(int argc, char **argv)
     }
     app.store = (pt_store){.be = &be, .cache = cache, .hints = hints,
                            .refs = refs,
+                           .lists = lists,
                            .xnewest = xnewest,
                            .xmarks = xmarks,
                            .index_bucket_ms = cfg.index_bucket_ms,
@@ -275,6 +279,7 @@ fail_cache:
     pt_index_cache_free(cache);
     pt_list_hints_free(hints);
     pt_ref_cache_free(refs);
+    pt_ref_cache_free(lists);
     pt_exemplar_newest_free(xnewest);
     pt_exemplar_marks_free(xmarks);
 fail_backend:

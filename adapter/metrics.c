@@ -309,6 +309,8 @@ long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
           g->index_cache_capacity);
     gauge(&o, "promtable_read_series_cache_bytes",
           "Memory of the series-row cache (read.series_cache).", g->series_cache_bytes);
+    gauge(&o, "promtable_read_list_cache_bytes",
+          "Memory of the index list cache (read.list_cache).", g->list_cache_bytes);
     ha_metrics(&o, g);
     for (size_t i = 0; i < g->nbackend; i++) {
         const pt_backend_stat *b = &g->backend[i];

@@ -58,6 +58,7 @@ typedef struct qctx {
     uint64_t qmask; /* label mask of the equality matchers (pt_label_mask_add) */
     refset refs;    /* series references the index lists gave */
     size_t rows;    /* index rows scanned so far */
+    size_t rows_cached; /* list cells read from the list cache instead */
 } qctx;
 
 /* Every so many index rows or cells, a read checks its deadline. */

@@ -17,6 +17,7 @@
 #include "bytes.h"
 #include "error.h"
 #include "index.h"
+#include "rowkey.h"
 
 enum { STRIPES = 1 << 16 };
 
@@ -137,11 +138,17 @@ uint32_t pt_ref_cache_epoch(pt_ref_cache *c, uint64_t ref, int64_t bucket)
     return atomic_load_explicit(&c->stripe[rhash(ref, bucket) % STRIPES], memory_order_acquire);
 }
 
+size_t pt_ref_cache_max_entry(const pt_ref_cache *c)
+{
+    size_t m = c->max_bytes / 64; /* one entry may not push out a great many */
+    return m < UINT32_MAX ? m : UINT32_MAX;
+}
+
 void pt_ref_cache_put(pt_ref_cache *c, uint64_t ref, int64_t bucket, uint32_t epoch,
                       const uint8_t *data, size_t len)
 {
-    if (len > UINT32_MAX || len > c->max_bytes / 64)
-        return; /* one entry may not push out a great many */
+    if (len > pt_ref_cache_max_entry(c))
+        return;
     uint64_t h = rhash(ref, bucket);
     rentry *e = malloc(sizeof(*e) + len);
     if (!e)
@@ -180,6 +187,12 @@ void pt_ref_cache_invalidate(pt_ref_cache *c, uint64_t ref, int64_t bucket)
     if (*pp)
         unlink_entry(c, pp);
     pthread_mutex_unlock(&c->lock);
+}
+
+uint64_t pt_list_cache_key(const uint8_t *prefix, size_t n, uint64_t salt)
+{
+    size_t tail = 3 + PT_BASE_DIGITS; /* ",@" day13 "," */
+    return XXH3_64bits(prefix, n > tail ? n - tail : 0) ^ salt;
 }
 
 size_t pt_ref_cache_bytes(pt_ref_cache *c)

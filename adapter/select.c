@@ -218,19 +218,29 @@ static int refset_add(qctx *q, uint64_t ref)
 /* A cell of a metric's list or of a posting list: keep its series reference unless the
  * label mask (the qualifier; one cell per distinct mask of the series sharing the
  * reference) proves the series lacks one of the query's name=value pairs. */
+static int take_ref(qctx *q, uint64_t ref, uint64_t mask)
+{
+    return (q->qmask & ~mask) != 0 ? 0 : refset_add(q, ref);
+}
+
+/* A list cell's reference and mask (all ones when the cell has none). */
+static int list_cell(const rowcb *r, pt_slice row, pt_slice qual, uint64_t *ref, uint64_t *mask)
+{
+    if (row.n < r->prefix_len + PT_REF_HEX || pt_ref_parse(row.p + row.n - PT_REF_HEX, ref))
+        return PT_EINTERNAL;
+    *mask = qual.n == 8 ? pt_get_be64(qual.p) : ~(uint64_t)0;
+    return 0;
+}
+
 static int on_list_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 {
     (void)value;
     rowcb *r = ud;
-    uint64_t ref;
-    if (row.n < r->prefix_len + PT_REF_HEX || pt_ref_parse(row.p + row.n - PT_REF_HEX, &ref))
-        return PT_EINTERNAL;
-    int rv = past_deadline(r->q);
-    if (rv)
-        return rv;
-    if (qual.n == 8 && (r->q->qmask & ~pt_get_be64(qual.p)) != 0)
-        return 0;
-    return refset_add(r->q, ref);
+    uint64_t ref, mask;
+    int rv = list_cell(r, row, qual, &ref, &mask);
+    if (rv == 0)
+        rv = past_deadline(r->q);
+    return rv ? rv : take_ref(r->q, ref, mask);
 }
 
 /* A series row: the sid after its prefix, the label set in the cell when needed. */
@@ -554,6 +564,8 @@ static int is_metric_name(pt_slice s)
 typedef struct irange {
     uint8_t *b0, *b1;
     size_t n0, n1;
+    const pt_slice *name; /* NULL: the metric's list */
+    pt_slice value;
 } irange;
 
 static int index_range(qctx *q, const pt_slice *name, pt_slice value, irange *r)
@@ -570,14 +582,98 @@ static int index_range(qctx *q, const pt_slice *name, pt_slice value, irange *r)
                        : pt_index_metric_prefix(r->b1, value, after);
     r->n0 = (size_t)(e0 - r->b0);
     r->n1 = (size_t)(e1 - r->b1);
+    r->name = name;
+    r->value = value;
     return 0;
 }
 
-/* Collects the references of one list over the query's days. */
+/* A list of one bucket read into a list-cache entry (index.h): u32 BE prefix length, the
+ * prefix, then a (ref, mask) record per cell, 16 bytes, host order. */
+typedef struct lfill {
+    rowcb r;
+    pt_buf entry;
+    size_t max; /* past this many bytes the list is not kept */
+} lfill;
+
+static int on_list_row_fill(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    lfill *f = ud;
+    int rv = on_list_row(&f->r, row, qual, value);
+    if (rv || f->entry.len > f->max)
+        return rv;
+    uint64_t rec[2];
+    if ((rv = list_cell(&f->r, row, qual, &rec[0], &rec[1])) != 0)
+        return rv;
+    return pt_buf_append(&f->entry, rec, sizeof(rec)) == 0 ? 0 : PT_ENOMEM;
+}
+
+/* The list's cells of bucket day from the cache: 1 when it held them, 0 when not. */
+static int list_from_cache(qctx *q, pt_buf *entry, pt_slice prefix)
+{
+    if (entry->len < 4 || pt_get_be32(entry->p) != prefix.n || entry->len < 4 + prefix.n ||
+        memcmp(entry->p + 4, prefix.p, prefix.n) != 0 || (entry->len - 4 - prefix.n) % 16)
+        return 0; /* another list's entry under the same key */
+    size_t n = (entry->len - 4 - prefix.n) / 16;
+    const uint8_t *p = entry->p + 4 + prefix.n;
+    int rv = 0;
+    for (size_t i = 0; i < n && rv == 0; i++, p += 16) {
+        uint64_t rec[2];
+        memcpy(rec, p, sizeof(rec));
+        if ((rv = past_deadline(q)) == 0)
+            rv = take_ref(q, rec[0], rec[1]);
+    }
+    q->rows_cached += n;
+    return rv ? rv : 1;
+}
+
+/* Collects the references of one list over the query's days: with the list cache (short
+ * queries, a store it is kept for), one bucket at a time, else in one scan. */
 static int scan_list(qctx *q, const irange *ir)
 {
-    rowcb r = {.q = q, .prefix_len = ir->n0};
-    return scan_days(q, (pt_slice){ir->b0, ir->n0}, (pt_slice){ir->b1, ir->n1}, on_list_row, &r);
+    enum { CACHED_BUCKETS_MAX = 8 };
+    pt_ref_cache *c = q->st->lists;
+    int64_t step = q->st->index_bucket_ms;
+    if (!c || (q->day_last - q->day_first) / step >= CACHED_BUCKETS_MAX) {
+        rowcb r = {.q = q, .prefix_len = ir->n0};
+        return scan_days(q, (pt_slice){ir->b0, ir->n0}, (pt_slice){ir->b1, ir->n1},
+                         on_list_row, &r);
+    }
+    size_t cap = PT_INDEX_PREFIX_MAX(ir->name ? ir->name->n : 0, ir->value.n);
+    uint8_t *p0 = pt_arena_alloc(q->a, cap), *p1 = pt_arena_alloc(q->a, cap);
+    if (!p0 || !p1)
+        return PT_ENOMEM;
+    lfill f = {.r = {.q = q, .prefix_len = ir->n0}, .max = pt_ref_cache_max_entry(c)};
+    pt_buf_init(&f.entry, 0);
+    int rv = 0;
+    for (int64_t d = q->day_first; d <= q->day_last && rv == 0; d += step) {
+        uint8_t *e0 = ir->name ? pt_index_posting_prefix(p0, *ir->name, ir->value, d)
+                               : pt_index_metric_prefix(p0, ir->value, d);
+        uint8_t *e1 = ir->name ? pt_index_posting_prefix(p1, *ir->name, ir->value, d + step)
+                               : pt_index_metric_prefix(p1, ir->value, d + step);
+        pt_slice prefix = {p0, (size_t)(e0 - p0)};
+        uint64_t key = pt_list_cache_key(p0, prefix.n, q->st->salt);
+        pt_buf_reset(&f.entry);
+        if ((rv = pt_ref_cache_get(c, key, d, &f.entry)) < 0)
+            break;
+        if (rv == 1 && (rv = list_from_cache(q, &f.entry, prefix)) != 0) {
+            rv = rv < 0 ? rv : 0;
+            continue;
+        }
+        uint32_t epoch = pt_ref_cache_epoch(c, key, d);
+        uint8_t len[4];
+        pt_put_be32(len, (uint32_t)prefix.n);
+        pt_buf_reset(&f.entry);
+        if (pt_buf_append(&f.entry, len, 4) != 0 ||
+            pt_buf_append(&f.entry, prefix.p, prefix.n) != 0) {
+            rv = PT_ENOMEM;
+            break;
+        }
+        rv = scan_days(q, prefix, (pt_slice){p1, (size_t)(e1 - p1)}, on_list_row_fill, &f);
+        if (rv == 0 && f.entry.len <= f.max)
+            pt_ref_cache_put(c, key, d, epoch, f.entry.p, f.entry.len);
+    }
+    pt_buf_free(&f.entry);
+    return rv;
 }
 
 /* Series of the metric (name == NULL) or of the posting name=value, over all days. */
@@ -829,13 +925,14 @@ static int resolve(qctx *q, int use_hints, int *hinted)
     }
     source *c = &src[best];
     rv = source_finish_listing(q, c);
-    size_t before = q->rows;
+    size_t before = q->rows + q->rows_cached;
     for (size_t i = 0; i < c->nlists && rv == 0; i++)
         rv = scan_list(q, &c->lists[i]);
     /* Its size, or at least what was read of it before an error (limit, deadline): a
      * stale hint that led here is then no longer trusted. */
     if (q->st->hints)
-        pt_list_hints_put(q->st->hints, c->hkey, c->vrows + (q->rows - before), rv == 0);
+        pt_list_hints_put(q->st->hints, c->hkey, c->vrows + (q->rows + q->rows_cached - before),
+                          rv == 0);
     return rv ? rv : resolve_refs(q);
 }
 

@@ -24,6 +24,8 @@ typedef struct pt_store {
     pt_list_hints *hints;    /* index list sizes earlier reads saw; NULL = none kept */
     pt_ref_cache *refs;      /* series rows earlier reads resolved; NULL = none kept. Only
                                 for a store no other process writes (index.h) */
+    pt_ref_cache *lists;     /* index lists earlier reads scanned, per bucket (index.h: the
+                                list cache); NULL = none kept. Same rule as refs */
     pt_exemplar_newest *xnewest; /* newest exemplar per series (exemplar.h); NULL = out-of-
                                     order exemplars are not checked */
     pt_exemplar_marks *xmarks;   /* buckets known to hold exemplars (exemplar.h); NULL = no

@@ -164,6 +164,7 @@ typedef struct batch {
     pt_buf buf;
     size_t n;
     pt_buf srows; /* (ref, bucket) of each series row, for the series-row cache */
+    pt_buf lrows; /* (list key, bucket) of each list row, for the list cache */
 } batch;
 
 static int push(batch *b, uint8_t table, pt_slice row, pt_slice qual,
@@ -234,6 +235,11 @@ static int add_series_rows(batch *b, pt_arena *a, const pt_store *st, const pt_l
             return PT_ENOMEM;
         uint8_t *e = is_name_label(l) ? pt_index_metric_prefix(k, l->value, day)
                                       : pt_index_posting_prefix(k, l->name, l->value, day);
+        if (st->lists) {
+            uint64_t pair[2] = {pt_list_cache_key(k, (size_t)(e - k), st->salt), (uint64_t)day};
+            if ((rv = pt_buf_append(&b->lrows, pair, sizeof(pair))) != 0)
+                return rv;
+        }
         memcpy(e, ref, PT_REF_HEX);
         e += PT_REF_HEX;
         /* The mask is the qualifier, not the value: series that share a reference share
@@ -735,6 +741,7 @@ static int store_write(pt_store *st, pt_slice tenant, pt_wreq *wr, pt_arena *a,
     batch b = {0};
     pt_buf_init_arena(&b.buf, a, 0);
     pt_buf_init_arena(&b.srows, a, 0);
+    pt_buf_init_arena(&b.lrows, a, 0);
     int brv = pt_buf_reserve(&b.buf, (nsamples + 16) * sizeof(pt_mutation));
     /* (series, day) pairs to index, at most two per sample; the ones this request writes
      * end up in seen. */
@@ -893,6 +900,11 @@ static int store_write(pt_store *st, pt_slice tenant, pt_wreq *wr, pt_arena *a,
             uint64_t pair[2];
             memcpy(pair, b.srows.p + i, sizeof(pair));
             pt_ref_cache_invalidate(st->refs, pair[0], (int64_t)pair[1]);
+        }
+        for (size_t i = 0; i + 16 <= b.lrows.len; i += 16) {
+            uint64_t pair[2];
+            memcpy(pair, b.lrows.p + i, sizeof(pair));
+            pt_ref_cache_invalidate(st->lists, pair[0], (int64_t)pair[1]);
         }
         if (rv != 0) {
             pt_m.backend_write_errors++;

@@ -78,12 +78,14 @@ static void pt_index_conformance(pt_backend *full_be, pt_backend *tiny_be, const
 {
     pt_store full = {.be = full_be, .cache = pt_index_cache_new(1 << 12),
                      .hints = pt_list_hints_new(), .refs = pt_ref_cache_new(1 << 20),
+                     .lists = pt_ref_cache_new(1 << 20),
                      .index_bucket_ms = 86400000, .max_series = 1000, .max_samples = 100000};
     pt_store tiny = full;
     tiny.be = tiny_be;
     tiny.cache = pt_index_cache_new(1 << 12);
     tiny.hints = pt_list_hints_new();
     tiny.refs = pt_ref_cache_new(1 << 20);
+    tiny.lists = pt_ref_cache_new(1 << 20);
     tiny.ref_bits = 2;
     char err[512] = "";
     ok(pt_store_check_index(&full, err, sizeof(err)) == 0 &&
@@ -186,6 +188,24 @@ static void pt_index_conformance(pt_backend *full_be, pt_backend *tiny_be, const
        "%s: a series written after its reference was cached is found (%ld, then %ld and %ld)",
        label, before, f3, t3);
 
+    /* The list cache: the reads above cached i3's list and series rows, so the same query
+     * scans no index row (only one data row per series); a series written into the list
+     * makes the next read scan it. */
+    size_t z0 = pt_m.read_rows_scanned;
+    long z1 = ix_count_once(&full, i3, 1);
+    size_t z1r = pt_m.read_rows_scanned;
+    late.labels[5] = "later";
+    int w6 = pt_store_write(&full, mk_write(&a, &late, 1), &a, &r1);
+    long z2 = ix_count_once(&full, i3, 1);
+    size_t z2r = pt_m.read_rows_scanned;
+    long z3 = ix_count_once(&full, i3, 1);
+    size_t z3r = pt_m.read_rows_scanned;
+    ok(z1 == 4 && z1r - z0 == 4 && w6 == 0 && z2 == 5 && z2r - z1r > 5 && z3 == 5 &&
+           z3r - z2r == 5,
+       "%s: a cached list is read without a scan until a write adds to it (%ld series, %zu "
+       "rows; %ld, %zu; %ld, %zu)",
+       label, z1, z1r - z0, z2, z2r - z1r, z3, z3r - z2r);
+
     /* List hints: a repeated query goes straight to its shortest list and reads fewer
      * rows; once that list has grown past another, a read still answers right. */
     static const tmatch two[] = {{0, "__name__", "cpu"}, {0, "instance", "i5"}};
@@ -218,6 +238,8 @@ static void pt_index_conformance(pt_backend *full_be, pt_backend *tiny_be, const
     pt_list_hints_free(tiny.hints);
     pt_ref_cache_free(full.refs);
     pt_ref_cache_free(tiny.refs);
+    pt_ref_cache_free(full.lists);
+    pt_ref_cache_free(tiny.lists);
 }
 
 #endif
