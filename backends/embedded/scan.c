@@ -31,6 +31,7 @@ typedef struct pscan {
     vcells cc; /* the current chunk's cells */
     int no_chunks; /* the head knows the current row has no chunk in the window */
     int young;     /* the last row read began inside the window: seek its start first */
+    uint64_t qlo, qhi; /* the scan's qualifier range as numbers: [qlo, qhi) */
     pt_buf hbytes;
     cell *fsort; /* a sorted copy of a row's frozen cells, and room to sort it */
     size_t fsort_cap;
@@ -59,21 +60,23 @@ static int iter_locked(pscan *sc, int one_row)
     return pt_emb_rocks_iter(&sc->e->r, &sc->its, CF_POINTS, one_row, NULL);
 }
 
-static int in_quals(const pt_scan *s, uint32_t q)
+/* The smallest 4-byte qualifier at or after the byte string b, as a number (2^32: none). */
+static uint64_t qual_bound(pt_slice b)
 {
-    uint8_t b[4];
-    pt_put_be32(b, q);
-    pt_slice qs = {b, 4};
-    if (s->qual_start.n && pt_slice_cmp(qs, s->qual_start) < 0)
-        return 0;
-    if (s->qual_end.n && pt_slice_cmp(qs, s->qual_end) >= 0)
-        return 0;
-    return 1;
+    uint8_t q[4] = {0};
+    memcpy(q, b.p, b.n < 4 ? b.n : 4);
+    return (uint64_t)pt_get_be32(q) + (b.n > 4); /* a longer b is past its first four bytes */
+}
+
+/* Is the qualifier q inside the scan's [qual_start, qual_end)? */
+static int in_quals(const pscan *sc, uint32_t q)
+{
+    return q >= sc->qlo && q < sc->qhi;
 }
 
 static int push_locked(pscan *sc, const cell *c)
 {
-    if (!in_quals(sc->s, c->q))
+    if (!in_quals(sc, c->q))
         return 0;
     const uint8_t *dst = sc->hbytes.p + sc->hbytes.len;
     int rv = pt_buf_append(&sc->hbytes, cell_val(c), c->vlen);
@@ -94,9 +97,7 @@ static int copy_head_locked(pscan *sc, pt_slice row)
     /* What the last flush learnt of the row's chunks holds until the next flush starts
      * (the flush thread writes it): no chunk at all, or the last one ending before the
      * window. Only deletions (retention) change RocksDB meanwhile. */
-    const pt_slice qs = sc->s->qual_start;
-    sc->no_chunks = !sc->e->frozen && r->known &&
-                    (!r->has_last || (qs.n == 4 && r->last_max < pt_get_be32(qs.p)));
+    sc->no_chunks = !sc->e->frozen && r->known && (!r->has_last || r->last_max < sc->qlo);
     int rv = pt_emb_head_normalize(h, r);
     if (rv != 0)
         return rv;
@@ -184,9 +185,7 @@ static int first_chunk(pscan *sc, rocksdb_iterator_t *it, pt_slice row)
         rocksdb_iter_seek(it, (const char *)sc->seek.p, sc->seek.len);
         if (!on_row(it, row, &first))
             return 0; /* no chunk at all */
-        uint8_t fb[4];
-        pt_put_be32(fb, first);
-        if (pt_slice_cmp((pt_slice){fb, 4}, s->qual_start) >= 0)
+        if (first >= sc->qlo)
             return 0; /* nothing before the window */
         sc->young = 0;
     }
@@ -208,7 +207,6 @@ static int first_chunk(pscan *sc, rocksdb_iterator_t *it, pt_slice row)
 /* Emits one row: its head cells merged with its chunks. */
 static int scan_row(pscan *sc, pt_slice row_in, int one_row)
 {
-    const pt_scan *s = sc->s;
     int rv;
     /* row_in may point into iterator memory that the refresh below frees. */
     if ((rv = pt_emb_rocks_key(&sc->row, row_in.p, row_in.n, -1, NULL, 0)) != 0)
@@ -239,9 +237,7 @@ static int scan_row(pscan *sc, pt_slice row_in, int one_row)
             return PT_EINTERNAL;
         if (!pt_slice_eq(kr, row))
             break;
-        uint8_t fb[4];
-        pt_put_be32(fb, first);
-        if (s->qual_end.n && pt_slice_cmp((pt_slice){fb, 4}, s->qual_end) >= 0)
+        if (first >= sc->qhi)
             break;
         const char *v = rocksdb_iter_value(it, &vn);
         chunk c;
@@ -253,7 +249,7 @@ static int scan_row(pscan *sc, pt_slice row_in, int one_row)
         for (size_t i = 0; i < sc->cc.n && !sc->done; i++) {
             uint32_t q = sc->cc.c[i].q, len = sc->cc.c[i].vlen;
             const uint8_t *val = vcell_val(&sc->cc.c[i]);
-            if (!in_quals(s, q))
+            if (!in_quals(sc, q))
                 continue;
             while (hi < sc->hc.n && sc->hc.c[hi].q < q && !sc->done) {
                 const vcell *x = &sc->hc.c[hi++];
@@ -267,6 +263,11 @@ static int scan_row(pscan *sc, pt_slice row_in, int one_row)
             if ((rv = emit(sc, row, &started, q, len, val)) != 0)
                 return rv;
         }
+        /* A row's chunks do not overlap (flush.c): when this one reaches the window's end,
+         * the next starts after it. Not stepping there also spares the iterator turning
+         * around after SeekForPrev, which costs another seek. */
+        if (sc->cc.n && (uint64_t)sc->cc.c[sc->cc.n - 1].q + 1 >= sc->qhi)
+            break;
         rocksdb_iter_next(it);
     }
     if ((rv = pt_emb_rocks_iter_error(it)) != 0)
@@ -399,6 +400,8 @@ out:
 int pt_emb_scan_points(embedded *e, const pt_scan *s, pt_cell_fn fn, void *ud)
 {
     pscan sc = {.e = e, .s = s, .fn = fn, .ud = ud};
+    sc.qlo = s->qual_start.n ? qual_bound(s->qual_start) : 0;
+    sc.qhi = s->qual_end.n ? qual_bound(s->qual_end) : (uint64_t)1 << 32;
     int rv = 0;
     /* Reads of one dashboard are alike too: a one-row read starts with the last guess. */
     sc.young = atomic_load_explicit(&e->young_rows, memory_order_relaxed);

@@ -420,6 +420,29 @@ static void ct_qual_ranges(pt_backend *b, const char *L)
                "%s: qualifier range case %zu", L, i);
     }
 
+    /* Bounds are byte strings, not only 4-byte numbers: a 4-byte qualifier that is a
+     * proper prefix of a bound sorts before it. */
+    static const struct {
+        const char *start, *end; /* NULL = unbounded */
+        size_t ns, ne;
+        const char *want;
+    } odd[] = {
+        {"\x00\x01", NULL, 2, 0,
+         "c07/r:00010000=v;c07/r:7fffffff=v;c07/r:80000000=v;c07/r:ffffffff=v;"},
+        {"\x00\x00\x01\x00\x00", NULL, 5, 0,
+         "c07/r:00010000=v;c07/r:7fffffff=v;c07/r:80000000=v;c07/r:ffffffff=v;"},
+        {NULL, "\x00\x00\x01", 0, 3, "c07/r:00000000=v;c07/r:00000001=v;c07/r:000000ff=v;"},
+        {"\xff\xff\xff\xff", "\xff\xff\xff\xff\x00", 4, 5, "c07/r:ffffffff=v;"},
+        {"\x7f\xff\xff\xff\x00", "\x80", 5, 1, ""},
+    };
+    for (size_t i = 0; i < CT_N(odd); i++) {
+        pt_slice s = odd[i].start ? (pt_slice){(const uint8_t *)odd[i].start, odd[i].ns} : CT_NONE;
+        pt_slice e = odd[i].end ? (pt_slice){(const uint8_t *)odd[i].end, odd[i].ne} : CT_NONE;
+        is_str(ct_show_q(b, PT_TABLE_POINTS, r, 1, s, e, 0), odd[i].want,
+               "%s: qualifier range with a %zu-byte start and a %zu-byte end", L, odd[i].ns,
+               odd[i].ne);
+    }
+
     uint8_t qs[4], qe[4];
     pt_put_be32(qs, 0x10);
     pt_put_be32(qe, 0x21);
