@@ -267,8 +267,13 @@ static size_t token_end(pt_slice s, size_t i)
     return i > s.n ? s.n : i;
 }
 
+/* The unescaped token: esc itself when it holds no escape, else a copy in a. */
 static int unescape_into(pt_arena *a, pt_slice esc, pt_slice *out)
 {
+    if (!esc.n || !memchr(esc.p, '\\', esc.n)) {
+        *out = esc;
+        return 0;
+    }
     uint8_t *d = pt_arena_alloc(a, esc.n ? esc.n : 1);
     if (!d)
         return PT_ENOMEM;

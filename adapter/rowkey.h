@@ -63,9 +63,10 @@ int pt_series_id_checked(pt_arena *a, const pt_label *labels, size_t n, int chec
 enum { PT_TEXT_NONASCII = 1, PT_TEXT_ESCAPE = 2 };
 unsigned pt_text_flags(pt_slice s);
 
-/* Splits a plain (not hashed) sid back into labels; labels are arena-allocated, __name__
- * first as in the sid. Returns the count, or a negative error for a hashed or malformed
- * sid. */
+/* Splits a plain (not hashed) sid back into labels, __name__ first as in the sid: the
+ * array and the unescaped copies of names and values with escapes are arena-allocated,
+ * the others point into sid, which must outlive them. Returns the count, or a negative
+ * error for a hashed or malformed sid. */
 long pt_series_id_parse(pt_arena *a, pt_slice sid, pt_label **labels);
 
 /* Bucket base of a sample time (t >= 0). */
