@@ -215,9 +215,8 @@ static int refset_add(qctx *q, uint64_t ref)
     return 0;
 }
 
-/* A cell of a metric's list or of a posting list: keep its series reference unless the
- * label mask (the qualifier; one cell per distinct mask of the series sharing the
- * reference) proves the series lacks one of the query's name=value pairs. */
+/* Keeps a list cell's series reference unless its label mask proves the series lacks one
+ * of the query's name=value pairs. */
 static int take_ref(qctx *q, uint64_t ref, uint64_t mask)
 {
     return (q->qmask & ~mask) != 0 ? 0 : refset_add(q, ref);
@@ -232,6 +231,8 @@ static int list_cell(const rowcb *r, pt_slice row, pt_slice qual, uint64_t *ref,
     return 0;
 }
 
+/* A cell of a metric's list or of a posting list (the qualifier is the label mask: one
+ * cell per distinct mask of the series sharing the reference). */
 static int on_list_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 {
     (void)value;
@@ -592,7 +593,7 @@ static int index_range(qctx *q, const pt_slice *name, pt_slice value, irange *r)
 typedef struct lfill {
     rowcb r;
     pt_buf entry;
-    size_t max; /* past this many bytes the list is not kept */
+    size_t max; /* past this many bytes the list is not kept (0: out of memory, not kept) */
 } lfill;
 
 static int on_list_row_fill(void *ud, pt_slice row, pt_slice qual, pt_slice value)
@@ -604,7 +605,9 @@ static int on_list_row_fill(void *ud, pt_slice row, pt_slice qual, pt_slice valu
     uint64_t rec[2];
     if ((rv = list_cell(&f->r, row, qual, &rec[0], &rec[1])) != 0)
         return rv;
-    return pt_buf_append(&f->entry, rec, sizeof(rec)) == 0 ? 0 : PT_ENOMEM;
+    if (pt_buf_append(&f->entry, rec, sizeof(rec)) != 0)
+        f->max = 0; /* a cache: the read goes on without keeping the list */
+    return 0;
 }
 
 /* The list's cells of bucket day from the cache: 1 when it held them, 0 when not. */
@@ -642,7 +645,7 @@ static int scan_list(qctx *q, const irange *ir)
     uint8_t *p0 = pt_arena_alloc(q->a, cap), *p1 = pt_arena_alloc(q->a, cap);
     if (!p0 || !p1)
         return PT_ENOMEM;
-    lfill f = {.r = {.q = q, .prefix_len = ir->n0}, .max = pt_ref_cache_max_entry(c)};
+    lfill f = {.r = {.q = q, .prefix_len = ir->n0}};
     pt_buf_init(&f.entry, 0);
     int rv = 0;
     for (int64_t d = q->day_first; d <= q->day_last && rv == 0; d += step) {
@@ -663,13 +666,11 @@ static int scan_list(qctx *q, const irange *ir)
         uint8_t len[4];
         pt_put_be32(len, (uint32_t)prefix.n);
         pt_buf_reset(&f.entry);
-        if (pt_buf_append(&f.entry, len, 4) != 0 ||
-            pt_buf_append(&f.entry, prefix.p, prefix.n) != 0) {
-            rv = PT_ENOMEM;
-            break;
-        }
+        int room = pt_buf_append(&f.entry, len, 4) == 0 &&
+                   pt_buf_append(&f.entry, prefix.p, prefix.n) == 0;
+        f.max = room ? pt_ref_cache_max_entry(c) : 0;
         rv = scan_days(q, prefix, (pt_slice){p1, (size_t)(e1 - p1)}, on_list_row_fill, &f);
-        if (rv == 0 && f.entry.len <= f.max)
+        if (rv == 0 && f.max && f.entry.len <= f.max)
             pt_ref_cache_put(c, key, d, epoch, f.entry.p, f.entry.len);
     }
     pt_buf_free(&f.entry);
