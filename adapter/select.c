@@ -569,6 +569,14 @@ typedef struct irange {
     pt_slice value;
 } irange;
 
+/* The key prefix of the metric's list (name == NULL) or of the posting name=value in the
+ * bucket day; returns its end. */
+static uint8_t *list_prefix(uint8_t *dst, const pt_slice *name, pt_slice value, int64_t day)
+{
+    return name ? pt_index_posting_prefix(dst, *name, value, day)
+                : pt_index_metric_prefix(dst, value, day);
+}
+
 static int index_range(qctx *q, const pt_slice *name, pt_slice value, irange *r)
 {
     size_t cap = PT_INDEX_PREFIX_MAX(name ? name->n : 0, value.n);
@@ -577,10 +585,8 @@ static int index_range(qctx *q, const pt_slice *name, pt_slice value, irange *r)
     if (!r->b0 || !r->b1)
         return PT_ENOMEM;
     int64_t after = q->day_last + q->st->index_bucket_ms;
-    uint8_t *e0 = name ? pt_index_posting_prefix(r->b0, *name, value, q->day_first)
-                       : pt_index_metric_prefix(r->b0, value, q->day_first);
-    uint8_t *e1 = name ? pt_index_posting_prefix(r->b1, *name, value, after)
-                       : pt_index_metric_prefix(r->b1, value, after);
+    uint8_t *e0 = list_prefix(r->b0, name, value, q->day_first);
+    uint8_t *e1 = list_prefix(r->b1, name, value, after);
     r->n0 = (size_t)(e0 - r->b0);
     r->n1 = (size_t)(e1 - r->b1);
     r->name = name;
@@ -649,10 +655,8 @@ static int scan_list(qctx *q, const irange *ir)
     pt_buf_init(&f.entry, 0);
     int rv = 0;
     for (int64_t d = q->day_first; d <= q->day_last && rv == 0; d += step) {
-        uint8_t *e0 = ir->name ? pt_index_posting_prefix(p0, *ir->name, ir->value, d)
-                               : pt_index_metric_prefix(p0, ir->value, d);
-        uint8_t *e1 = ir->name ? pt_index_posting_prefix(p1, *ir->name, ir->value, d + step)
-                               : pt_index_metric_prefix(p1, ir->value, d + step);
+        uint8_t *e0 = list_prefix(p0, ir->name, ir->value, d);
+        uint8_t *e1 = list_prefix(p1, ir->name, ir->value, d + step);
         pt_slice prefix = {p0, (size_t)(e0 - p0)};
         uint64_t key = pt_list_cache_key(p0, prefix.n, q->st->salt);
         pt_buf_reset(&f.entry);

@@ -181,6 +181,17 @@ static int push(batch *b, uint8_t table, pt_slice row, pt_slice qual,
     return 0;
 }
 
+/* Drops the cache entries of the (key, bucket) pairs in rows, after their rows were
+ * written (also after a failed write: some of the rows may be stored). */
+static void invalidate(pt_ref_cache *c, const pt_buf *rows)
+{
+    for (size_t i = 0; i + 16 <= rows->len; i += 16) {
+        uint64_t pair[2];
+        memcpy(pair, rows->p + i, sizeof(pair));
+        pt_ref_cache_invalidate(c, pair[0], (int64_t)pair[1]);
+    }
+}
+
 static int is_name_label(const pt_label *l)
 {
     return l->name.n == 8 && memcmp(l->name.p, "__name__", 8) == 0;
@@ -895,17 +906,9 @@ static int store_write(pt_store *st, pt_slice tenant, pt_wreq *wr, pt_arena *a,
         uint64_t t0 = pt_now_ns();
         rv = pt_backend_write(st->be, (const pt_mutation *)(const void *)b.buf.p, b.n);
         pt_metrics_observe(&pt_m.backend_write_duration, pt_now_ns() - t0);
-        /* Also after a failure: some of the rows may be stored. */
-        for (size_t i = 0; i + 16 <= b.srows.len; i += 16) {
-            uint64_t pair[2];
-            memcpy(pair, b.srows.p + i, sizeof(pair));
-            pt_ref_cache_invalidate(st->refs, pair[0], (int64_t)pair[1]);
-        }
-        for (size_t i = 0; i + 16 <= b.lrows.len; i += 16) {
-            uint64_t pair[2];
-            memcpy(pair, b.lrows.p + i, sizeof(pair));
-            pt_ref_cache_invalidate(st->lists, pair[0], (int64_t)pair[1]);
-        }
+        /* Also after a failure (invalidate). */
+        invalidate(st->refs, &b.srows);
+        invalidate(st->lists, &b.lrows);
         if (rv != 0) {
             pt_m.backend_write_errors++;
             res->samples_written = res->histograms_written = res->exemplars_written = 0;

@@ -169,6 +169,15 @@ static int on_row(rocksdb_iterator_t *it, pt_slice row, uint32_t *first)
     return pt_emb_chunk_key_split(k, kn, &kr, first) == 0 && pt_slice_eq(kr, row);
 }
 
+/* Puts the iterator on the row's first chunk (or past the row when it has none). */
+static int seek_row_start(pscan *sc, rocksdb_iterator_t *it, pt_slice row)
+{
+    int rv = pt_emb_rocks_key(&sc->seek, row.p, row.n, 0, NULL, 0);
+    if (rv == 0)
+        rocksdb_iter_seek(it, (const char *)sc->seek.p, sc->seek.len);
+    return rv;
+}
+
 /* Puts the iterator on the first chunk of row that may hold cells at or after the window's
  * start: the last chunk beginning at or before it (SeekForPrev) when the row has history,
  * else the row's first chunk (Seek). A row that begins inside the window needs both seeks
@@ -180,9 +189,8 @@ static int first_chunk(pscan *sc, rocksdb_iterator_t *it, pt_slice row)
     uint32_t first;
     int rv;
     if (s->qual_start.n && sc->young) {
-        if ((rv = pt_emb_rocks_key(&sc->seek, row.p, row.n, 0, NULL, 0)) != 0)
+        if ((rv = seek_row_start(sc, it, row)) != 0)
             return rv;
-        rocksdb_iter_seek(it, (const char *)sc->seek.p, sc->seek.len);
         if (!on_row(it, row, &first))
             return 0; /* no chunk at all */
         if (first >= sc->qlo)
@@ -198,10 +206,7 @@ static int first_chunk(pscan *sc, rocksdb_iterator_t *it, pt_slice row)
             return 0;
         sc->young = 1;
     }
-    if ((rv = pt_emb_rocks_key(&sc->seek, row.p, row.n, 0, NULL, 0)) != 0)
-        return rv;
-    rocksdb_iter_seek(it, (const char *)sc->seek.p, sc->seek.len);
-    return 0;
+    return seek_row_start(sc, it, row);
 }
 
 /* Emits one row: its head cells merged with its chunks. */
