@@ -825,7 +825,7 @@ static int first_row(qctx *q, pt_slice from, pt_slice to, firstrow *f)
         return rv;
     pt_row_range r = {from, to};
     size_t visited = 0;
-    pt_scan s = {PT_TABLE_INDEX, &r, 1, {0}, {0}, 1, &visited};
+    pt_scan s = {PT_TABLE_INDEX, &r, 1, {0}, {0}, 1, &visited, NULL};
     f->found = 0;
     rv = pt_backend_scan(q->st->be, &s, on_first, f);
     pt_m.read_rows_scanned += visited;

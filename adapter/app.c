@@ -317,7 +317,8 @@ static int stream_fill(stream_read *sr)
             break;
         }
         for (size_t i = 0; i < bt.n; i++)
-            if ((rv = pt_stream_series(&sr->pending, bt.query, bt.ts[i], &sr->g.arena)) != 0)
+            if ((rv = pt_stream_series(&sr->pending, bt.query, bt.ts[i],
+                                       bt.raw ? &bt.raw[i] : NULL, &sr->g.arena)) != 0)
                 return rv;
     }
     return 0;
@@ -363,8 +364,10 @@ static void handle_read_streamed(pt_ctx *c, pt_req *req, pt_resp *resp,
     }
     pt_buf_init(&sr->pending, req->arena->max);
     int rv = grouped_start(c->store, req, rr, &sr->g);
-    if (rv == 0)
+    if (rv == 0) {
         pt_read_exemplars(sr->g.r, 0); /* no exemplar field in ChunkedSeries */
+        pt_read_chunks(sr->g.r, 1);    /* stored XOR chunks go as they are */
+    }
     if (rv == 0)
         rv = stream_fill(sr);
     if (rv != 0) {

@@ -138,7 +138,7 @@ int pt_meta_scan(pt_store *st, pt_slice family, pt_meta_fn fn, void *ud)
         pt_row_range r = {{start, n}, {0}};
         pt_prefix_end(end, r.start, &r.end); /* the prefix ends in ',', never 0xff */
         size_t visited = 0;
-        pt_scan sc = {PT_TABLE_INDEX, &r, 1, {0}, {0}, 0, &visited};
+        pt_scan sc = {PT_TABLE_INDEX, &r, 1, {0}, {0}, 0, &visited, NULL};
         rv = pt_backend_scan(st->be, &sc, on_meta, &s);
         pt_m.read_rows_scanned += visited;
     }

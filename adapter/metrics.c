@@ -262,6 +262,9 @@ long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
     counter(&o, "promtable_read_rows_scanned_total",
             "Rows the storage visited to answer remote reads (index and data rows).",
             LOAD(pt_m.read_rows_scanned));
+    counter(&o, "promtable_read_chunks_passed_total",
+            "Stored XOR chunks streamed reads sent as they were, without decoding them.",
+            LOAD(pt_m.read_chunks_passed));
     put(&o, "# HELP promtable_backend_errors_total Backend calls that failed, by operation.\n"
             "# TYPE promtable_backend_errors_total counter\n"
             "promtable_backend_errors_total{op=\"write\"} %llu\n"

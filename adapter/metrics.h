@@ -54,6 +54,7 @@ typedef struct pt_metrics {
     _Atomic uint64_t read_timeouts;         /* reads ended by read.timeout */
     _Atomic uint64_t read_rows_scanned;     /* rows the backends visited for reads */
     _Atomic uint64_t read_cancelled;       /* reads whose client went away */
+    _Atomic uint64_t read_chunks_passed;   /* stored chunks a streamed read sent as they were */
     _Atomic uint64_t retention_dropped;     /* stored entries storage.retention removed */
     _Atomic uint64_t backend_write_errors;
     _Atomic uint64_t backend_read_errors;

@@ -24,6 +24,8 @@ typedef struct samples {
     pt_histogram *scratch; /* the read's one decoded histogram */
     Prometheus__Exemplar **ev; /* exemplars in the window, in time order */
     size_t en, ecap;
+    pt_raw_chunks *raw; /* stored chunks passed on as they are; NULL: none wanted */
+    size_t raw_samples; /* in them */
     int64_t start, end;
 } samples;
 
@@ -157,14 +159,83 @@ typedef struct routed {
     samples *ss;
 } routed;
 
+/* Whether row is ref. A backend may hand back a one-row range's own bytes (the embedded
+ * store does): the same memory is the same row, without comparing ~170 bytes per cell. */
+static int same_row(pt_slice ref, pt_slice row)
+{
+    return (ref.p == row.p && ref.n == row.n) || pt_slice_eq(ref, row);
+}
+
+/* The series of row, or NULL when the backend returned a row outside the scan. */
+static samples *route(routed *r, pt_slice row)
+{
+    while (r->cur < r->n && !same_row(r->refs[r->cur].row, row))
+        r->cur++;
+    return r->cur < r->n ? &r->ss[r->refs[r->cur].idx] : NULL;
+}
+
 static int on_routed_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 {
-    routed *r = ud;
-    while (r->cur < r->n && !pt_slice_eq(r->refs[r->cur].row, row))
-        r->cur++;
-    if (r->cur == r->n)
-        return PT_EINTERNAL; /* the backend returned a row outside the scan */
-    return on_cell(&r->ss[r->refs[r->cur].idx], row, qual, value);
+    samples *s = route(ud, row);
+    return s ? on_cell(s, row, qual, value) : PT_EINTERNAL;
+}
+
+/* A stored stream of count samples (pt_stream_fn) as a Prometheus XOR chunk: the same bits
+ * once its first timestamp, a zig-zag varint of the qualifier, becomes base + first. The
+ * timestamps after it are deltas, which the base does not change. */
+static int on_stream(samples *s, uint32_t first, uint32_t last, uint32_t count, pt_slice stream)
+{
+    if (s->limit && *s->total + count > s->limit)
+        return PT_ELIMIT;
+    int rv = deadline_passed(s->q);
+    if (rv)
+        return rv;
+    size_t off = 0;
+    uint64_t z;
+    if (count == 0 || count > PT_STREAM_MAX_SAMPLES || first > last ||
+        pt_get_uvarint(stream.p, stream.n, &off, &z) != 0 || z != (uint64_t)first << 1)
+        return PT_EINTERNAL;
+    int64_t t0 = s->base + first;
+    uint64_t zt = (uint64_t)t0 << 1 ^ (uint64_t)(t0 >> 63);
+    size_t n = 2 + pt_uvarint_size(zt) + (stream.n - off);
+    uint8_t *p = pt_arena_alloc(s->a, n);
+    Prometheus__Chunk *ch = pt_arena_alloc(s->a, sizeof(*ch));
+    pt_raw_chunks *rc = s->raw;
+    if (!p || !ch)
+        return PT_ENOMEM;
+    if (rc->n == rc->cap) {
+        size_t had = rc->cap;
+        if (!(rc->v = grow_ptrs(s->a, rc->v, rc->n, &rc->cap, 4)))
+            return PT_ENOMEM;
+        size_t *at = pt_arena_alloc(s->a, rc->cap * sizeof(*at));
+        if (!at)
+            return PT_ENOMEM;
+        if (had)
+            memcpy(at, rc->at, rc->n * sizeof(*at));
+        rc->at = at;
+    }
+    p[0] = (uint8_t)(count >> 8);
+    p[1] = (uint8_t)count;
+    uint8_t *q = pt_put_uvarint(p + 2, zt);
+    memcpy(q, stream.p + off, stream.n - off);
+    prometheus__chunk__init(ch);
+    ch->min_time_ms = t0;
+    ch->max_time_ms = s->base + last;
+    ch->type = PROMETHEUS__CHUNK__ENCODING__XOR;
+    ch->data = (ProtobufCBinaryData){n, p};
+    rc->at[rc->n] = s->n;
+    rc->v[rc->n++] = ch;
+    *s->total += count;
+    s->raw_samples += count;
+    pt_m.read_chunks_passed++;
+    return 0;
+}
+
+static int on_routed_stream(void *ud, pt_slice row, uint32_t first, uint32_t last,
+                            uint32_t count, pt_slice stream)
+{
+    samples *s = route(ud, row);
+    return s ? on_stream(s, first, last, count, stream) : PT_EINTERNAL;
 }
 
 /* Whether the bucket at base may hold exemplar rows (exemplar.h, the marks): *marked. */
@@ -217,7 +288,10 @@ static int read_all(qctx *q, const series *v, size_t k, int64_t start, int64_t e
         }
         qsort(refs, k, sizeof(*refs), rowref_cmp);
         size_t visited = 0;
-        pt_scan sc = {PT_TABLE_POINTS, ranges, 0, {0}, {0}, 0, &visited};
+        pt_stream_to to = {on_routed_stream, NULL};
+        pt_scan sc = {PT_TABLE_POINTS, ranges, 0, {0}, {0}, 0, &visited, NULL};
+        if (k && ss[0].raw && !pass)
+            sc.stream = &to; /* exemplar rows hold no samples */
         if (start > base) {
             uint32_t off = (uint32_t)(start - base);
             /* an exemplar's cell is keyed by its window's start */
@@ -235,6 +309,7 @@ static int read_all(qctx *q, const series *v, size_t k, int64_t start, int64_t e
                     (pt_row_range){refs[g + i].row, {refs[g + i].row.p, refs[g + i].row.n + 1}};
             sc.nranges = n;
             routed r = {refs + g, n, 0, ss};
+            to.ud = &r;
             int rv = deadline_passed(q);
             if (!rv)
                 rv = pt_backend_scan(q->st->be, &sc, on_routed_cell, &r);
@@ -278,11 +353,17 @@ struct pt_read {
     const atomic_int *cancel;
     pt_histogram scratch; /* each histogram cell is decoded here first */
     int exemplars;        /* read exemplar rows too (SAMPLES answers) */
+    int chunks;           /* pass stored chunks on (streamed answers) */
 };
 
 void pt_read_exemplars(pt_read *r, int on)
 {
     r->exemplars = on;
+}
+
+void pt_read_chunks(pt_read *r, int on)
+{
+    r->chunks = on;
 }
 
 /* The message for a failed read: the read's own deadline, or the storage's error. */
@@ -461,11 +542,13 @@ int pt_read_next(pt_read *r, pt_arena *b, size_t max_series, pt_read_batch *out,
     const series *v = r->q.c.v + r->next;
     samples *ss = pt_arena_calloc(b, n * sizeof(*ss));
     out->ts = pt_arena_alloc(b, n * sizeof(*out->ts));
-    if (!ss || !out->ts)
+    pt_raw_chunks *raw = r->chunks ? pt_arena_calloc(b, n * sizeof(*raw)) : NULL;
+    if (!ss || !out->ts || (r->chunks && !raw))
         return PT_ENOMEM;
     for (size_t i = 0; i < n; i++)
         ss[i] = (samples){.q = &r->q, .a = b, .total = &r->total, .limit = r->st->max_samples,
-                          .scratch = &r->scratch, .start = r->start, .end = r->end};
+                          .scratch = &r->scratch, .raw = raw ? &raw[i] : NULL,
+                          .start = r->start, .end = r->end};
     qctx q = r->q;
     q.a = b; /* keys of this group only */
     rv = read_all(&q, v, n, r->start, r->end, ss, r->exemplars);
@@ -482,7 +565,7 @@ int pt_read_next(pt_read *r, pt_arena *b, size_t max_series, pt_read_batch *out,
     }
     size_t nts = 0, nsamples = 0;
     for (size_t i = 0; i < n; i++) {
-        if (ss[i].n == 0 && ss[i].hn == 0 && ss[i].en == 0)
+        if (ss[i].n == 0 && ss[i].hn == 0 && ss[i].en == 0 && ss[i].raw_samples == 0)
             continue;
         Prometheus__TimeSeries *ts = series_message(&v[i], b);
         if (!ts)
@@ -493,9 +576,12 @@ int pt_read_next(pt_read *r, pt_arena *b, size_t max_series, pt_read_batch *out,
         ts->n_histograms = ss[i].hn;
         ts->exemplars = ss[i].ev;
         ts->n_exemplars = ss[i].en;
-        nsamples += ss[i].n + ss[i].hn;
+        nsamples += ss[i].n + ss[i].hn + ss[i].raw_samples;
+        if (raw)
+            raw[nts] = raw[i]; /* compacted like ts: nts <= i */
         out->ts[nts++] = ts;
     }
+    out->raw = raw;
     r->next += n;
     out->query = r->qi;
     out->n = nts;

@@ -111,9 +111,19 @@ typedef struct pt_read pt_read;
 
 /* The series of one query that one pt_read_next produced, with their samples, in time
  * order (series without samples in the window are left out). */
+/* Stored XOR chunks of one series that a streamed read passes on as they are
+ * (pt_read_chunks): chunk i comes before the series' float sample at[i], in time order
+ * with the rest. */
+typedef struct pt_raw_chunks {
+    Prometheus__Chunk **v;
+    size_t *at;
+    size_t n, cap;
+} pt_raw_chunks;
+
 typedef struct pt_read_batch {
     size_t query;                 /* index into the request's queries */
     Prometheus__TimeSeries **ts;  /* allocated from the batch arena */
+    const pt_raw_chunks *raw;     /* per series, when the read passes chunks on; else NULL */
     size_t n;
     int last_of_query;            /* no more series of this query follow */
 } pt_read_batch;
@@ -131,6 +141,9 @@ int pt_read_next(pt_read *r, pt_arena *b, size_t max_series, pt_read_batch *out,
 /* Whether the read returns exemplars (TimeSeries.exemplars; on by default). Streamed
  * reads turn it off: their chunked answer has no place for exemplars. */
 void pt_read_exemplars(pt_read *r, int on);
+/* Whether stored XOR chunks inside the window come as they are (pt_read_batch.raw) instead
+ * of as samples; off by default. For streamed reads, which send XOR chunks anyway. */
+void pt_read_chunks(pt_read *r, int on);
 /* Releases the matchers; safe at any point, also after an error. */
 void pt_read_free(pt_read *r);
 
@@ -142,9 +155,11 @@ int pt_store_read(pt_store *st, const Prometheus__ReadRequest *rr, pt_arena *a,
                   const atomic_int *cancel, Prometheus__ReadResponse *resp, char *msg,
                   size_t msglen);
 
-/* Appends the frames of one series of query `query` to o: XOR chunks of at most 120
- * samples, one frame per series unless its chunks pass 1 MiB. Scratch from a. */
-int pt_stream_series(pt_buf *o, size_t query, const Prometheus__TimeSeries *ts, pt_arena *a);
+/* Appends the frames of one series of query `query` to o: its stored chunks (raw, may be
+ * NULL) as they are, its other samples as XOR chunks of at most 120 samples; one frame per
+ * series unless its chunks pass 1 MiB. Scratch from a. */
+int pt_stream_series(pt_buf *o, size_t query, const Prometheus__TimeSeries *ts,
+                     const pt_raw_chunks *raw, pt_arena *a);
 
 /* Re-encodes a SAMPLES answer as the STREAMED_XOR_CHUNKS body: one frame per series
  * (split only past 1 MiB of chunks), XOR chunks of at most 120 samples, query_index set.

@@ -106,22 +106,37 @@ static int hchunk_add(chunks *c, pt_hchunk_enc *e, pt_histogram *h, int64_t *tmi
     return rv;
 }
 
-/* The series' samples as chunks in time order: runs of floats as XOR chunks, runs of
- * histograms as HISTOGRAM / FLOAT_HISTOGRAM chunks (one encoding per chunk). */
-static int series_chunks(const Prometheus__TimeSeries *ts, chunks *c, pt_histogram *h,
-                         pt_hchunk_enc *e)
+/* Whether stored chunk r of raw comes before float sample i. */
+static int raw_at(const pt_raw_chunks *raw, size_t r, size_t i)
+{
+    return raw && r < raw->n && raw->at[r] == i;
+}
+
+/* The series' samples as chunks in time order: stored XOR chunks as they are (raw, may be
+ * NULL), runs of other floats as XOR chunks, runs of histograms as HISTOGRAM /
+ * FLOAT_HISTOGRAM chunks (one encoding per chunk). */
+static int series_chunks(const Prometheus__TimeSeries *ts, const pt_raw_chunks *raw, chunks *c,
+                         pt_histogram *h, pt_hchunk_enc *e)
 {
     int64_t *t = pt_arena_alloc(c->a, PT_XOR_MAX_SAMPLES * sizeof(*t));
     double *v = pt_arena_alloc(c->a, PT_XOR_MAX_SAMPLES * sizeof(*v));
     if (!t || !v)
         return PT_ENOMEM;
-    size_t i = 0, j = 0;
+    size_t i = 0, j = 0, r = 0;
     int rv;
-    while (i < ts->n_samples || j < ts->n_histograms) {
+    while (i < ts->n_samples || j < ts->n_histograms || (raw && r < raw->n)) {
         int64_t ht = j < ts->n_histograms ? ts->histograms[j]->timestamp : INT64_MAX;
+        if (raw_at(raw, r, i) && raw->v[r]->min_time_ms <= ht) {
+            const Prometheus__Chunk *ch = raw->v[r++];
+            if (chunk_add(c, ch->type, (pt_slice){ch->data.data, ch->data.len}, 0,
+                          ch->min_time_ms, ch->max_time_ms))
+                return PT_ENOMEM;
+            continue;
+        }
         if (i < ts->n_samples && ts->samples[i]->timestamp <= ht) {
             size_t n = 0;
-            while (i < ts->n_samples && n < PT_XOR_MAX_SAMPLES && ts->samples[i]->timestamp <= ht) {
+            while (i < ts->n_samples && n < PT_XOR_MAX_SAMPLES &&
+                   ts->samples[i]->timestamp <= ht && !raw_at(raw, r, i)) {
                 t[n] = ts->samples[i]->timestamp;
                 v[n++] = ts->samples[i++]->value;
             }
@@ -131,7 +146,10 @@ static int series_chunks(const Prometheus__TimeSeries *ts, chunks *c, pt_histogr
                 return PT_ENOMEM;
             continue;
         }
-        int64_t ft = i < ts->n_samples ? ts->samples[i]->timestamp : INT64_MAX, tmin = 0;
+        int64_t ft = raw_at(raw, r, i)     ? raw->v[r]->min_time_ms
+                     : i < ts->n_samples ? ts->samples[i]->timestamp
+                                         : INT64_MAX;
+        int64_t tmin = 0;
         while (j < ts->n_histograms && ts->histograms[j]->timestamp < ft) {
             if ((rv = pt_histpb_to(ts->histograms[j++], h)) != 0 ||
                 (rv = hchunk_add(c, e, h, &tmin)) != 0)
@@ -143,13 +161,14 @@ static int series_chunks(const Prometheus__TimeSeries *ts, chunks *c, pt_histogr
     return 0;
 }
 
-int pt_stream_series(pt_buf *o, size_t query, const Prometheus__TimeSeries *ts, pt_arena *a)
+int pt_stream_series(pt_buf *o, size_t query, const Prometheus__TimeSeries *ts,
+                     const pt_raw_chunks *raw, pt_arena *a)
 {
     chunks ch = {a, NULL, 0, 0};
     pt_histogram h = PT_HISTOGRAM_INIT;
     pt_hchunk_enc e;
     pt_hchunk_enc_init(&e, HCHUNK_MAX);
-    int rv = series_chunks(ts, &ch, &h, &e);
+    int rv = series_chunks(ts, raw, &ch, &h, &e);
     pt_hchunk_enc_free(&e);
     pt_histogram_free(&h);
     if (rv != 0)
@@ -189,7 +208,7 @@ int pt_stream_frames(const Prometheus__ReadResponse *r, pt_arena *a, pt_slice *b
         return PT_ENOMEM;
     for (size_t q = 0; q < r->n_results; q++)
         for (size_t s = 0; s < r->results[q]->n_timeseries; s++)
-            if (pt_stream_series(&o, q, r->results[q]->timeseries[s], a))
+            if (pt_stream_series(&o, q, r->results[q]->timeseries[s], NULL, a))
                 return PT_ENOMEM;
     *body = (pt_slice){o.p, o.len};
     return 0;

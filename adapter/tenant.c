@@ -114,6 +114,7 @@ static int view_write(void *state, const pt_mutation *m, size_t n)
 typedef struct strip {
     pt_cell_fn fn;
     void *ud;
+    const pt_stream_to *to; /* the caller's, when it takes streams */
     size_t plen;
 } strip;
 
@@ -123,6 +124,16 @@ static int strip_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     if (row.n < s->plen)
         return PT_EINTERNAL; /* the inner backend returned a row outside its ranges */
     return s->fn(s->ud, (pt_slice){row.p + s->plen, row.n - s->plen}, qual, value);
+}
+
+static int strip_stream(void *ud, pt_slice row, uint32_t first, uint32_t last, uint32_t count,
+                        pt_slice stream)
+{
+    strip *s = ud;
+    if (row.n < s->plen)
+        return PT_EINTERNAL;
+    return s->to->fn(s->to->ud, (pt_slice){row.p + s->plen, row.n - s->plen}, first, last,
+                     count, stream);
 }
 
 static int view_scan(void *state, const pt_scan *sc, pt_cell_fn fn, void *ud)
@@ -145,7 +156,10 @@ static int view_scan(void *state, const pt_scan *sc, pt_cell_fn fn, void *ud)
     }
     pt_scan s = *sc;
     s.ranges = r;
-    strip st = {fn, ud, v->plen};
+    strip st = {fn, ud, sc->stream, v->plen};
+    pt_stream_to to = {strip_stream, &st};
+    if (sc->stream)
+        s.stream = &to;
     int rv = pt_backend_scan(v->inner, &s, strip_cell, &st);
     free(r);
     return rv;

@@ -993,7 +993,7 @@ int pt_store_check_index(pt_store *st, char *err, size_t errlen)
     pt_row_range marker = {{fr, fl}, {fr, fl + 1}}; /* the row, then its 0x00 */
     pt_row_range all = {{(const uint8_t *)"", 0}, {0}};
     found_row f = {0};
-    pt_scan s = {PT_TABLE_INDEX, &marker, 1, {0}, {0}, 1, NULL};
+    pt_scan s = {PT_TABLE_INDEX, &marker, 1, {0}, {0}, 1, NULL, NULL};
     int rv = pt_backend_scan(st->be, &s, note_row, &f);
     if (rv == 0 && f.n == 0) {
         s.ranges = &all; /* no marker: an empty table is a new store */

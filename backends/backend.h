@@ -55,12 +55,30 @@ typedef struct pt_scan {
     /* Optional: the backend adds the rows (or keys) it examined, matching or not, so
      * that the cost of a read can be observed and tested. */
     size_t *visited;
+    /* Optional (streamed reads; NULL: cells only): see pt_stream_fn. */
+    struct pt_stream_to *stream;
 } pt_scan;
 
 /* Called for each cell in (row, qualifier) order. The slices are valid only during the
  * call. Return 0 to go on, 1 to stop the scan early (scan returns 0), or a negative pt
  * error code to abort (scan returns it). */
 typedef int (*pt_cell_fn)(void *ud, pt_slice row, pt_slice qual, pt_slice value);
+
+/* A backend that stores a row's cells as Gorilla / XOR streams (base/gorilla.h: the
+ * qualifiers as timestamps, the 8 value bytes big-endian as the value) may hand over such
+ * a stream as it is, in place of its cells: count samples (1 to PT_STREAM_MAX_SAMPLES),
+ * qualifiers first to last, every one inside the qualifier range, 8-byte values, none
+ * shadowed by a newer cell. It comes in its place in (row, qualifier) order, between the
+ * cell calls; stream and row are valid only during the call. Returns as pt_cell_fn does.
+ * A backend without such streams never calls it; a wrapper that changes rows must wrap
+ * it too (the tenant view). */
+typedef int (*pt_stream_fn)(void *ud, pt_slice row, uint32_t first, uint32_t last,
+                            uint32_t count, pt_slice stream);
+#define PT_STREAM_MAX_SAMPLES 65535 /* what a Prometheus XOR chunk's count can say */
+typedef struct pt_stream_to {
+    pt_stream_fn fn;
+    void *ud;
+} pt_stream_to;
 
 typedef struct pt_backend_config {
     /* The backend's own settings: a struct of ops->conf_size bytes filled from its keys

@@ -128,6 +128,8 @@ static void usage(FILE *f)
         "                           --churn-percent)\n"
         "  --rate R                 open loop in the timed phase: start request i at\n"
         "                           i / R s (over all connections); default 0 = closed loop\n"
+        "  --integers               every value a whole number (counters of events,\n"
+        "                           bytes), instead of two decimals\n"
         "  --retry-503              a body answered 503 is sent again, on the same\n"
         "                           connection, at its next turn (Prometheus retries 5xx)\n"
         "  --protocol 1|2           remote write 1.0 (default) or 2.0 (symbol table, labels\n"
@@ -137,6 +139,9 @@ static void usage(FILE *f)
         "  --check                  build the bodies, decode and verify some, send nothing\n";
     fputs(text, f);
 }
+
+/* --integers: sample values are whole numbers (set once, before any body is built). */
+static int integer_values;
 
 static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
 {
@@ -184,6 +189,7 @@ static int parse_opts(int argc, char **argv, opts *o)
         O_CHECK,
         O_PROTOCOL,
         O_TENANTS,
+        O_INTEGERS,
         O_HELP
     };
     static const struct option lo[] = {
@@ -208,6 +214,7 @@ static int parse_opts(int argc, char **argv, opts *o)
         {"check", no_argument, 0, O_CHECK},
         {"protocol", required_argument, 0, O_PROTOCOL},
         {"tenants", required_argument, 0, O_TENANTS},
+        {"integers", no_argument, 0, O_INTEGERS},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -254,6 +261,7 @@ static int parse_opts(int argc, char **argv, opts *o)
         case O_CHURN_EVERY: bad |= parse_u64(optarg, 1, 86400000, &o->churn_every_ms); break;
         case O_RATE: bad |= parse_secs(optarg, &o->rate); break;
         case O_RETRY_503: o->retry_503 = 1; break;
+        case O_INTEGERS: integer_values = 1; break;
         case O_CHECK: o->check = 1; break;
         case O_PROTOCOL:
             bad |= parse_u64(optarg, 1, 2, &v);
@@ -882,11 +890,15 @@ static void build_model(const opts *o, model *m)
 
 static double sample_value(const series *s, uint64_t round)
 {
-    if (s->kind == COUNTER)
-        return s->base + s->step * (double)round;
-    /* A gauge wobbles within +-10 % of its level, with two decimals. */
-    double f = 0.9 + (double)(mix(s->seed ^ round) % 2001) / 10000.0;
-    return floor(s->base * f * 100.0 + 0.5) / 100.0;
+    double v;
+    if (s->kind == COUNTER) {
+        v = s->base + s->step * (double)round;
+    } else {
+        /* A gauge wobbles within +-10 % of its level, with two decimals. */
+        double f = 0.9 + (double)(mix(s->seed ^ round) % 2001) / 10000.0;
+        v = floor(s->base * f * 100.0 + 0.5) / 100.0;
+    }
+    return integer_values ? floor(v) : v;
 }
 
 /* ------------------------------------------------------------------------------------ */

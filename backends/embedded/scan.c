@@ -137,8 +137,8 @@ static int copy_head_locked(pscan *sc, pt_slice row)
     return rv;
 }
 
-static int emit(pscan *sc, pt_slice row, int *row_started, uint32_t q, uint32_t vlen,
-                const uint8_t *v)
+/* Counts the row when its first cell goes out; 0 when the row limit was reached. */
+static int row_starts(pscan *sc, int *row_started)
 {
     if (!*row_started) {
         if (sc->s->row_limit && sc->rows == sc->s->row_limit) {
@@ -148,14 +148,58 @@ static int emit(pscan *sc, pt_slice row, int *row_started, uint32_t q, uint32_t 
         sc->rows++;
         *row_started = 1;
     }
-    uint8_t qb[4];
-    pt_put_be32(qb, q);
-    int rv = sc->fn(sc->ud, row, (pt_slice){qb, 4}, (pt_slice){v ? v : qb, vlen});
-    if (rv < 0)
-        return rv;
+    return 1;
+}
+
+/* A callback's answer: stop (1), go on (0) or fail (< 0). */
+static int answered(pscan *sc, int rv)
+{
     if (rv > 0)
         sc->done = 1;
-    return 0;
+    return rv < 0 ? rv : 0;
+}
+
+static int emit(pscan *sc, pt_slice row, int *row_started, uint32_t q, uint32_t vlen,
+                const uint8_t *v)
+{
+    if (!row_starts(sc, row_started))
+        return 0;
+    uint8_t qb[4];
+    pt_put_be32(qb, q);
+    return answered(sc, sc->fn(sc->ud, row, (pt_slice){qb, 4}, (pt_slice){v ? v : qb, vlen}));
+}
+
+/* Hands over chunk c (qualifiers first to last) as its stream when the scan takes streams
+ * and the chunk can go as it is: a fmt 3 chunk inside the window whose cells no head cell
+ * shadows. *last is set whenever it is known (for the walk's end check); *sent says
+ * whether the chunk went. */
+static int emit_stream(pscan *sc, pt_slice row, int *row_started, const chunk *c,
+                       uint32_t first, size_t hi, uint32_t *last, int *sent)
+{
+    *sent = 0;
+    if (!sc->s->stream || c->fmt != 3 || first < sc->qlo || c->count > PT_STREAM_MAX_SAMPLES)
+        return 0;
+    int rv = pt_emb_chunk_last(c, last);
+    if (rv != 0)
+        return rv;
+    if (*last >= sc->qhi || (hi < sc->hc.n && sc->hc.c[hi].q <= *last))
+        return 0;
+    *sent = 1;
+    if (!row_starts(sc, row_started))
+        return 0;
+    const pt_stream_to *to = sc->s->stream;
+    return answered(sc, to->fn(to->ud, row, first, *last, c->count, c->stream));
+}
+
+/* Emits the row's head cells, from *hi on, whose qualifiers are below bound. */
+static int emit_head_below(pscan *sc, pt_slice row, int *started, size_t *hi, uint64_t bound)
+{
+    int rv = 0;
+    while (rv == 0 && *hi < sc->hc.n && sc->hc.c[*hi].q < bound && !sc->done) {
+        const vcell *x = &sc->hc.c[(*hi)++];
+        rv = emit(sc, row, started, x->q, x->vlen, vcell_val(x));
+    }
+    return rv;
 }
 
 /* Is the iterator on a chunk of row? Its first qualifier goes to *first. */
@@ -217,6 +261,9 @@ static int scan_row(pscan *sc, pt_slice row_in, int one_row)
     if ((rv = pt_emb_rocks_key(&sc->row, row_in.p, row_in.n, -1, NULL, 0)) != 0)
         return rv;
     pt_slice row = buf_slice(&sc->row);
+    /* The cells are handed out with the caller's own bytes when the range is this one row:
+     * a reader can tell its rows apart by address (read.c). */
+    pt_slice out = one_row ? row_in : row;
 
     pthread_mutex_lock(&sc->e->mu);
     rv = copy_head_locked(sc, row);
@@ -248,42 +295,45 @@ static int scan_row(pscan *sc, pt_slice row_in, int one_row)
         chunk c;
         if (pt_emb_chunk_parse((const uint8_t *)v, vn, &c) != 0)
             return PT_EINTERNAL;
-        vcells_reset(&sc->cc);
-        if ((rv = pt_emb_chunk_cells(&c, &sc->cc)) != 0)
+        /* The head cells before the chunk go first, whichever way the chunk goes. */
+        if ((rv = emit_head_below(sc, out, &started, &hi, first)) != 0)
             return rv;
-        for (size_t i = 0; i < sc->cc.n && !sc->done; i++) {
-            uint32_t q = sc->cc.c[i].q, len = sc->cc.c[i].vlen;
-            const uint8_t *val = vcell_val(&sc->cc.c[i]);
-            if (!in_quals(sc, q))
-                continue;
-            while (hi < sc->hc.n && sc->hc.c[hi].q < q && !sc->done) {
-                const vcell *x = &sc->hc.c[hi++];
-                if ((rv = emit(sc, row, &started, x->q, x->vlen, vcell_val(x))) != 0)
+        uint32_t last = 0;
+        int sent;
+        if (!sc->done && (rv = emit_stream(sc, out, &started, &c, first, hi, &last, &sent)) != 0)
+            return rv;
+        if (sc->done)
+            break;
+        if (!sent) {
+            vcells_reset(&sc->cc);
+            if ((rv = pt_emb_chunk_cells(&c, &sc->cc)) != 0)
+                return rv;
+            for (size_t i = 0; i < sc->cc.n && !sc->done; i++) {
+                uint32_t q = sc->cc.c[i].q, len = sc->cc.c[i].vlen;
+                if (!in_quals(sc, q))
+                    continue;
+                if ((rv = emit_head_below(sc, out, &started, &hi, q)) != 0)
+                    return rv;
+                if (sc->done)
+                    break;
+                if (hi < sc->hc.n && sc->hc.c[hi].q == q)
+                    continue; /* the head's newer value comes next */
+                if ((rv = emit(sc, out, &started, q, len, vcell_val(&sc->cc.c[i]))) != 0)
                     return rv;
             }
-            if (sc->done)
-                break;
-            if (hi < sc->hc.n && sc->hc.c[hi].q == q)
-                continue; /* the head's newer value comes next */
-            if ((rv = emit(sc, row, &started, q, len, val)) != 0)
-                return rv;
+            last = sc->cc.n ? sc->cc.c[sc->cc.n - 1].q : 0;
         }
         /* A row's chunks do not overlap (flush.c): when this one reaches the window's end,
          * the next starts after it. Not stepping there also spares the iterator turning
          * around after SeekForPrev, which costs another seek. */
-        if (sc->cc.n && (uint64_t)sc->cc.c[sc->cc.n - 1].q + 1 >= sc->qhi)
+        if ((sent || sc->cc.n) && (uint64_t)last + 1 >= sc->qhi)
             break;
         rocksdb_iter_next(it);
     }
     if ((rv = pt_emb_rocks_iter_error(it)) != 0)
         return rv;
 head_only:
-    while (hi < sc->hc.n && !sc->done) {
-        const vcell *x = &sc->hc.c[hi++];
-        if ((rv = emit(sc, row, &started, x->q, x->vlen, vcell_val(x))) != 0)
-            return rv;
-    }
-    return 0;
+    return emit_head_below(sc, out, &started, &hi, UINT64_MAX);
 }
 
 static int slice_ptr_cmp(const void *x, const void *y)

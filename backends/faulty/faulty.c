@@ -167,7 +167,9 @@ static int faulty_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
         return pt_backend_scan(f->inner, s, fn, ud);
     if (after > 0) {
         cut c = {fn, ud, after, code};
-        int rv = pt_backend_scan(f->inner, s, cut_cell, &c);
+        pt_scan cells = *s;
+        cells.stream = NULL; /* the cut counts cells */
+        int rv = pt_backend_scan(f->inner, &cells, cut_cell, &c);
         if (rv != 0)
             return rv;
     }

@@ -120,7 +120,7 @@ static void pt_index_conformance(pt_backend *full_be, pt_backend *tiny_be, const
     ix_refs rc;
     memset(&rc, 0, sizeof(rc));
     pt_row_range series_rows = {{(const uint8_t *)"==", 2}, {(const uint8_t *)"==g", 3}};
-    pt_scan sc = {PT_TABLE_INDEX, &series_rows, 1, {0}, {0}, 0, NULL};
+    pt_scan sc = {PT_TABLE_INDEX, &series_rows, 1, {0}, {0}, 0, NULL, NULL};
     int scan_rv = pt_backend_scan(tiny_be, &sc, ix_count_refs, &rc);
     ok(scan_rv == 0 && rc.refs <= 4 && rc.max_run > 10,
        "%s: 2-bit references collide: %d references, up to %d series rows under one", label,

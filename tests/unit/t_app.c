@@ -9,6 +9,8 @@
 #include "bytes.h"
 #include "xor.h"
 
+static const int64_t T0_APP = 1700000000000; /* 2023-11-14 */
+
 static pt_app app;
 static pt_config cfg;
 
@@ -101,8 +103,9 @@ static int streamed_equals(pt_slice body, const Prometheus__ReadResponse *want, 
                            size_t whylen)
 {
     size_t off = 0, q = 0, si = 0;
-    static int64_t t[PT_XOR_MAX_SAMPLES];
-    static double v[PT_XOR_MAX_SAMPLES];
+    /* Stored chunks go out as they are, with up to PT_STREAM_MAX_SAMPLES samples. */
+    static int64_t t[PT_STREAM_MAX_SAMPLES];
+    static double v[PT_STREAM_MAX_SAMPLES];
     while (off < body.n) {
         uint64_t len = 0;
         int shift = 0;
@@ -138,9 +141,11 @@ static int streamed_equals(pt_slice body, const Prometheus__ReadResponse *want, 
                           ts->labels[i]->value.len) == 0;
         size_t k = 0;
         for (size_t c = 0; good && c < cs->n_chunks; c++) {
-            long n = pt_xor_decode((pt_slice){cs->chunks[c]->data.data, cs->chunks[c]->data.len},
-                                   t, v, PT_XOR_MAX_SAMPLES);
-            good = n > 0;
+            const Prometheus__Chunk *ch = cs->chunks[c];
+            long n = pt_xor_decode((pt_slice){ch->data.data, ch->data.len}, t, v,
+                                   PT_STREAM_MAX_SAMPLES);
+            /* The chunk says its first and last sample's times. */
+            good = n > 0 && ch->min_time_ms == t[0] && ch->max_time_ms == t[n - 1];
             for (long i = 0; good && i < n; i++, k++)
                 good = k < ts->n_samples && ts->samples[k]->timestamp == t[i] &&
                        memcmp(&ts->samples[k]->value, &v[i], 8) == 0;
@@ -479,6 +484,84 @@ int main(void)
            "a piece is at most what the server asks for; a cancelled stream is released and counted");
         pt_buf_free(&piece);
         pt_arena_free(&c.arena);
+        pt_arena_free(&b);
+    }
+
+    /* Stored chunks inside the window go out as they are: a streamed read of flushed data
+     * says what the SAMPLES answer says, also where the head shadows a chunk's cell and where
+     * the window cuts chunks (those are decoded and cut). */
+    {
+        pt_arena b;
+        pt_arena_init(&b, 0, 0);
+        enum { NP = 4, PER = 8, ROUNDS = 125 }; /* 1000 samples a series */
+        static const uint64_t odd[] = {0x7ff0000000000002ull, 0x8000000000000000ull, 1,
+                                       0x7ff0000000000000ull, 0xfff8000000000001ull};
+        int written = 1;
+        for (int r = 0; r < ROUNDS; r++) {
+            tseries ps[NP];
+            for (int i = 0; i < NP; i++) {
+                ps[i] = (tseries){{"__name__", "passed", "instance", i ? (i == 1 ? "b" : i == 2 ? "c" : "d") : "a", NULL},
+                                  {0}, {0}, PER};
+                for (int j = 0; j < PER; j++) {
+                    int k = r * PER + j;
+                    ps[i].t[j] = T0_APP + 15000 * (int64_t)k + (i == 3 ? k % 7 : 0);
+                    if (i == 2 && k % 97 == 0)
+                        memcpy(&ps[i].v[j], &odd[k / 97 % 5], 8);
+                    else
+                        /* no decimals, so that every chunk is fmt 3 */
+                        ps[i].v[j] = i == 0 ? k / 3.0 : i == 1 ? 0.5 * k + 1e-300 : k % 3 + 1 / 7.0;
+                }
+            }
+            pt_write_result res;
+            written &= pt_store_write(&app.store, mk_write(&b, ps, NP), &b, &res) == 0 &&
+                       res.samples_rejected == 0;
+        }
+        ok(written && pt_embedded_flush(&s.emb) == 0, "4 series of 1000 samples written, flushed");
+        const tmatch m[] = {{0, "__name__", "passed"}};
+        Prometheus__ReadRequest__ResponseType st =
+            PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__STREAMED_XOR_CHUNKS;
+        struct {
+            int64_t start, end;
+            int shadow; /* rewrite a sample inside a chunk first */
+            int passed; /* chunks expected to go as they are */
+            const char *what;
+        } cases[] = {
+            {0, T0_APP + 100000000, 0, 1, "a window holding every chunk"},
+            {T0_APP + 15000 * 100, T0_APP + 15000 * 900, 0, 0, "a window cutting the chunks"},
+            {0, T0_APP + 100000000, 1, 1, "after a rewrite in the head"},
+        };
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+            if (cases[i].shadow) {
+                tseries rw = {{"__name__", "passed", "instance", "a", NULL},
+                              {T0_APP + 15000 * 500}, {-1.5}, 1};
+                pt_write_result res;
+                ok(pt_store_write(&app.store, mk_write(&b, &rw, 1), &b, &res) == 0,
+                   "sample 500 of instance a rewritten in the head");
+            }
+            Prometheus__ReadRequest *rr = mk_read(&b, cases[i].start, cases[i].end, m, 1);
+            Prometheus__ReadResponse want;
+            char msg[512];
+            int rv = pt_store_read(&app.store, rr, &b, NULL, &want, msg, sizeof(msg));
+            rr->accepted_response_types = &st;
+            rr->n_accepted_response_types = 1;
+            uint64_t before = pt_m.read_chunks_passed;
+            int status = post(&c, "/api/v1/read", mk_body(&b, &rr->base));
+            uint64_t passed = pt_m.read_chunks_passed - before;
+            char why[256] = "";
+            ok(rv == 0 && status == 200 && want.results[0]->n_timeseries == NP &&
+                   streamed_equals((pt_slice){c.resp.body, c.resp.body_len}, &want, why,
+                                   sizeof(why)),
+               "%s: the streamed answer is the SAMPLES answer (%s)", cases[i].what,
+               why[0] ? why : "same");
+            if (cases[i].passed)
+                ok(passed == (cases[i].shadow ? NP - 1 : NP),
+                   "%s: %llu stored chunks went as they are", cases[i].what,
+                   (unsigned long long)passed);
+            else
+                ok(passed == 0, "%s: no chunk went as it is (%llu)", cases[i].what,
+                   (unsigned long long)passed);
+            pt_arena_free(&c.arena);
+        }
         pt_arena_free(&b);
     }
 

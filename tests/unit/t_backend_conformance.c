@@ -21,6 +21,7 @@
 #include "embedded_int.h"
 #include "error.h"
 #include "faulty.h"
+#include "gorilla.h"
 
 extern const pt_backend_ops pt_backend_embedded;
 
@@ -385,7 +386,7 @@ typedef struct mcheck {
     uint32_t next_q; /* every model cell below it was seen */
     uint32_t qe;
     int bad;
-    size_t cells;
+    size_t cells, streams;
 } mcheck;
 
 static int mcheck_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
@@ -419,10 +420,41 @@ static int mcheck_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     return 0;
 }
 
+/* A stored stream in place of cells: its samples checked as the cells they stand for. */
+static int mcheck_stream(void *ud, pt_slice row, uint32_t first, uint32_t last, uint32_t count,
+                         pt_slice stream)
+{
+    mcheck *c = ud;
+    pt_gorilla_dec d;
+    pt_gorilla_dec_init(&d, stream.p, stream.n);
+    int64_t t = -1;
+    for (uint32_t i = 0; i < count && !c->bad; i++) {
+        uint64_t bits;
+        uint8_t v[8], q[4];
+        if (pt_gorilla_dec_next(&d, &t, &bits) != 0 || (i == 0 && t != first)) {
+            c->bad = 1;
+            break;
+        }
+        pt_put_be64(v, bits);
+        pt_put_be32(q, (uint32_t)t);
+        mcheck_cell(c, row, (pt_slice){q, 4}, (pt_slice){v, 8});
+    }
+    if (c->bad || t != last || !pt_gorilla_dec_done(&d)) {
+        diag("row %d: a stream of %u samples [%u, %u] does not hold what it says", c->row, count,
+             first, last);
+        c->bad = 1;
+        return 1;
+    }
+    c->streams++;
+    return 0;
+}
+
 static const char *const m_rows[M_ROWS] = {"m/a", "m/a,b", "m/b"};
 
-/* Scans row r over [qs, qe) and compares with the model; returns 1 when they agree. */
-static int model_agrees(pt_backend *b, const model *m, int r, uint32_t qs, uint32_t qe)
+/* Scans row r over [qs, qe) and compares with the model; returns 1 when they agree. With
+ * streams set, the scan takes stored streams too (pt_stream_fn), counted in *streams. */
+static int model_agrees(pt_backend *b, const model *m, int r, uint32_t qs, uint32_t qe,
+                        size_t *streams)
 {
     pt_row_range rr[1];
     char end[16];
@@ -437,8 +469,13 @@ static int model_agrees(pt_backend *b, const model *m, int r, uint32_t qs, uint3
     pt_scan s = {.table = PT_TABLE_POINTS, .ranges = rr, .nranges = 1,
                  .qual_start = qs ? (pt_slice){a, 4} : (pt_slice){0},
                  .qual_end = qe < M_QUALS ? (pt_slice){z, 4} : (pt_slice){0}};
+    pt_stream_to to = {mcheck_stream, &c};
+    if (streams)
+        s.stream = &to;
     if (pt_backend_scan(b, &s, mcheck_cell, &c) != 0 || c.bad)
         return 0;
+    if (streams)
+        *streams += c.streams;
     for (uint32_t k = c.next_q; k < qe && k < M_QUALS; k++)
         if (m->val[r][k][0]) {
             diag("row %d: cell %u missing at the end", r, k);
@@ -460,6 +497,7 @@ static void test_embedded_model(const char *tmp)
         abort();
     uint32_t next[M_ROWS] = {0};
     int failures = 0, scans = 0, flushes = 0, reopens = 0;
+    size_t streams = 0;
     static char vals[CT_BATCH_MAX][12];
     for (int round = 0; round < 600 && b.state; round++) {
         ct_batch bt = {0};
@@ -472,8 +510,9 @@ static void test_embedded_model(const char *tmp)
                 q = next[r]++;
             else /* a rewrite or a backfill */
                 q = rnd(M_QUALS);
-            /* 8-byte values mostly (the fixed chunk format), others now and then. */
-            if (rnd(8))
+            /* 8-byte values mostly (the fixed chunk format), others now and then; only
+             * 8-byte ones in the last row, whose chunks are XOR streams. */
+            if (r == M_ROWS - 1 || rnd(8))
                 snprintf(vals[i], sizeof(vals[i]), "%08x", (unsigned)rnd(1u << 31));
             else
                 snprintf(vals[i], sizeof(vals[i]), "v%u", (unsigned)rnd(1000));
@@ -498,7 +537,7 @@ static void test_embedded_model(const char *tmp)
         uint32_t qs = rnd(M_QUALS), qe = qs + 1 + rnd(M_QUALS - qs);
         if (rnd(4) == 0)
             qs = 0, qe = M_QUALS;
-        if (!model_agrees(&b, m, r, qs, qe)) {
+        if (!model_agrees(&b, m, r, qs, qe, rnd(2) ? &streams : NULL)) {
             diag("round %d: row %d [%u, %u) differs", round, r, qs, qe);
             failures++;
         }
@@ -506,12 +545,16 @@ static void test_embedded_model(const char *tmp)
     }
     is(failures, 0, "model: %d scans after random writes, %d flushes, %d reopens agree", scans,
        flushes, reopens);
+    ok(streams > 0, "model: half of the scans took stored streams (%zu of them)", streams);
     if (b.state) {
         pt_embedded_flush(&b);
         int all = 1;
+        size_t whole = 0;
         for (int r = 0; r < M_ROWS; r++)
-            all &= model_agrees(&b, m, r, 0, M_QUALS);
-        ok(all, "model: every row agrees after a final flush");
+            all &= model_agrees(&b, m, r, 0, M_QUALS, NULL) &&
+                   model_agrees(&b, m, r, 0, M_QUALS, &whole);
+        ok(all, "model: every row agrees after a final flush, with and without streams "
+                "(%zu streams)", whole);
         pt_backend_close(&b);
     }
     free(m);

@@ -185,7 +185,7 @@ static int encode(const Prometheus__ReadResponse *r, size_t max_batch, pt_sample
             size_t n = rnd64() % (max_batch + 1);
             if (n > qr->n_timeseries - next)
                 n = qr->n_timeseries - next;
-            pt_read_batch bt = {q, qr->timeseries + next, n, 0};
+            pt_read_batch bt = {q, qr->timeseries + next, NULL, n, 0};
             next += n;
             bt.last_of_query = next == qr->n_timeseries && rnd64() % 2;
             int rv = pt_samples_add(e, &bt);
