@@ -48,11 +48,15 @@ for t in $targets; do
     leaks=
     [ "$t" = fuzz_wal ] && leaks=-detect_leaks=0
     if "$bdir/fuzz/$t" -max_total_time="${PT_FUZZ_SECONDS:-10}" -rss_limit_mb=2048 $leaks \
-            "$corpus/$t" >"$corpus/$t.log" 2>&1; then
+            -artifact_prefix="$bdir/$t-" "$corpus/$t" >"$corpus/$t.log" 2>&1; then
         echo "ok $n - $t: $(grep -E '^Done' "$corpus/$t.log")"
     else
-        echo "not ok $n - $t found a crash"
-        sed 's/^/# /' "$corpus/$t.log" | tail -40
+        # On stderr, which prove shows: the CI log is all there is of a crash found once.
+        echo "not ok $n - $t found a crash (input kept as $bdir/$t-*)"
+        sed 's/^/# /' "$corpus/$t.log" | grep -v -E '^# #[0-9]+' | tail -60 >&2
+        for f in "$bdir/$t"-crash-* "$bdir/$t"-leak-* "$bdir/$t"-oom-* "$bdir/$t"-timeout-*; do
+            [ -f "$f" ] && echo "# $f: $(od -An -tx1 -v "$f" | head -c 3000 | tr -s ' \n' ' ')" >&2
+        done
     fi
     n=$((n + 1))
 done
