@@ -246,6 +246,8 @@ int main(int argc, char **argv)
         .on_loop = pt_app_on_loop,
         .heavy = pt_app_heavy,
     };
+    /* Requests' arena blocks (64 KiB) come back to a pool of at most 32 MiB (arena.h). */
+    pt_arena_pool_init(64 << 10, 32u << 20);
     srv = pt_server_new(&so, pt_app_dispatch, &app, err, sizeof(err));
     if (!srv) {
         pt_log(PT_LOG_ERROR, "cannot start the HTTP server", "address=%s err=\"%s\"",
@@ -282,6 +284,7 @@ fail_cache:
     pt_ref_cache_free(lists);
     pt_exemplar_newest_free(xnewest);
     pt_exemplar_marks_free(xmarks);
+    pt_arena_pool_drain();
 fail_backend:
     pt_backend_close(&be);
 fail_config:

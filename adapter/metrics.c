@@ -314,6 +314,8 @@ long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
           "Memory of the series-row cache (read.series_cache).", g->series_cache_bytes);
     gauge(&o, "promtable_read_list_cache_bytes",
           "Memory of the index list cache (read.list_cache).", g->list_cache_bytes);
+    gauge(&o, "promtable_arena_pool_bytes",
+          "Memory of freed request blocks kept for the next requests.", g->arena_pool_bytes);
     ha_metrics(&o, g);
     for (size_t i = 0; i < g->nbackend; i++) {
         const pt_backend_stat *b = &g->backend[i];

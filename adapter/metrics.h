@@ -85,6 +85,7 @@ typedef struct pt_metrics_gauges {
     long index_cache_capacity;
     long series_cache_bytes;
     long list_cache_bytes;
+    long arena_pool_bytes;
     const pt_backend_stat *backend; /* the backend's own figures, nbackend of them */
     const char *extra;              /* text appended as it is (the tenants' figures) */
     size_t extra_len;

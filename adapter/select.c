@@ -381,8 +381,8 @@ static int resolve_cached(qctx *q, size_t ndays, size_t *nmiss, uint32_t **epoch
 {
     refset *rs = &q->refs;
     pt_ref_cache *c = q->st->refs;
-    pt_buf hit;
-    pt_buf_init(&hit, 0);
+    pt_buf hit; /* in the request's arena: no malloc per read */
+    pt_buf_init_arena(&hit, q->a, 0);
     int rv = 0;
     size_t k = 0;
     *epochs = pt_arena_alloc(q->a, rs->x.n * ndays * sizeof(**epochs));

@@ -1,8 +1,82 @@
 #include "arena.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The process-wide pool of standard blocks (pt_arena_pool_init): blocks a freed arena
+ * gives back and the next arena of that block size takes, up to pool.max of them. */
+static struct {
+    pthread_mutex_t lock;
+    pt_arena_block *free;
+    size_t block_size; /* 0: no pool */
+    size_t n, max;
+} pool = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, 0};
+
+void pt_arena_pool_init(size_t block_size, size_t max_bytes)
+{
+    pthread_mutex_lock(&pool.lock);
+    pool.block_size = block_size;
+    pool.max = block_size ? max_bytes / block_size : 0;
+    pthread_mutex_unlock(&pool.lock);
+    pt_arena_pool_drain();
+}
+
+void pt_arena_pool_drain(void)
+{
+    pthread_mutex_lock(&pool.lock);
+    pt_arena_block *b = pool.free;
+    pool.free = NULL;
+    pool.n = 0;
+    pthread_mutex_unlock(&pool.lock);
+    while (b) {
+        pt_arena_block *next = b->next;
+        free(b);
+        b = next;
+    }
+}
+
+size_t pt_arena_pool_bytes(void)
+{
+    pthread_mutex_lock(&pool.lock);
+    size_t n = pool.n * (sizeof(pt_arena_block) + pool.block_size);
+    pthread_mutex_unlock(&pool.lock);
+    return n;
+}
+
+/* A pooled block of size bytes, or NULL. The unlocked read of block_size only skips the
+ * lock for sizes the pool never holds; it is set once, before any arena is used. */
+static pt_arena_block *pool_take(size_t size)
+{
+    if (size != pool.block_size)
+        return NULL;
+    pthread_mutex_lock(&pool.lock);
+    pt_arena_block *b = pool.free;
+    if (b && b->size == size) {
+        pool.free = b->next;
+        pool.n--;
+    } else {
+        b = NULL;
+    }
+    pthread_mutex_unlock(&pool.lock);
+    return b;
+}
+
+static void release(pt_arena_block *b)
+{
+    if (b->size == pool.block_size) {
+        pthread_mutex_lock(&pool.lock);
+        if (b->size == pool.block_size && pool.n < pool.max) {
+            b->next = pool.free;
+            pool.free = b;
+            pool.n++;
+            b = NULL;
+        }
+        pthread_mutex_unlock(&pool.lock);
+    }
+    free(b);
+}
 
 void pt_arena_init(pt_arena *a, size_t block_size, size_t max)
 {
@@ -23,8 +97,8 @@ static pt_arena_block *new_block(pt_arena *a, size_t need)
             return NULL;
         size = a->max - a->used_total;
     }
-    pt_arena_block *b = malloc(sizeof(*b) + size);
-    if (!b)
+    pt_arena_block *b = pool_take(size);
+    if (!b && !(b = malloc(sizeof(*b) + size)))
         return NULL;
     b->size = size;
     b->off = 0;
@@ -82,7 +156,7 @@ void pt_arena_reset(pt_arena *a)
         if (!next && b->size == a->block_size) {
             keep = b; /* the oldest, standard-sized block survives for reuse */
         } else {
-            free(b);
+            release(b);
         }
         b = next;
     }
@@ -98,7 +172,7 @@ void pt_arena_free(pt_arena *a)
     pt_arena_block *b = a->head;
     while (b) {
         pt_arena_block *next = b->next;
-        free(b);
+        release(b);
         b = next;
     }
     a->head = NULL;

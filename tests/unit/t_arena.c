@@ -1,0 +1,120 @@
+/* The request arena: bump allocation, its ceiling, reset, and the process-wide pool of
+ * standard blocks that freed arenas give back and new ones take from. */
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "arena.h"
+#include "tap.h"
+
+enum { BLOCK = 4096 };
+
+static void basics(void)
+{
+    pt_arena a;
+    pt_arena_init(&a, BLOCK, 3 * BLOCK);
+    uint8_t *p = pt_arena_alloc(&a, 1), *q = pt_arena_alloc(&a, 17);
+    ok(p && q && ((uintptr_t)p & 15) == 0 && ((uintptr_t)q & 15) == 0 && q - p == 16,
+       "16-byte aligned bump allocation in one block");
+    ok(pt_arena_alloc(&a, 2 * BLOCK) != NULL, "a large request gets a block of its own");
+    ok(pt_arena_alloc(&a, BLOCK) == NULL && a.exhausted, "the ceiling refuses what passes it");
+    pt_arena_reset(&a);
+    ok(!a.exhausted && a.head && a.head->size == BLOCK && a.used_total == BLOCK,
+       "reset keeps the first standard block");
+    pt_arena_free(&a);
+    ok(a.head == NULL && a.used_total == 0, "free drops every block");
+}
+
+static void pool(void)
+{
+    pt_arena_pool_init(BLOCK, 4 * BLOCK);
+    is(pt_arena_pool_bytes(), 0, "a new pool is empty");
+    pt_arena a;
+    pt_arena_init(&a, BLOCK, 0);
+    void *blocks[6];
+    for (int i = 0; i < 6; i++) {
+        memset(pt_arena_alloc(&a, BLOCK), 0xa5, BLOCK); /* one standard block each */
+        blocks[i] = a.head;
+    }
+    pt_arena_alloc(&a, 3 * BLOCK); /* not standard: freed, never pooled */
+    pt_arena_free(&a);
+    is(pt_arena_pool_bytes(), 4 * (sizeof(pt_arena_block) + BLOCK),
+       "freed standard blocks are pooled up to the bound, the rest freed");
+
+    pt_arena b;
+    pt_arena_init(&b, BLOCK, 0);
+    int reused = 0;
+    for (int i = 0; i < 4; i++) {
+        pt_arena_alloc(&b, BLOCK);
+        for (int j = 0; j < 6; j++)
+            reused += b.head == blocks[j];
+        ok(b.head->off == BLOCK && b.head->size == BLOCK, "a taken block starts empty (%d)", i);
+        is(pt_arena_pool_bytes(), (size_t)(3 - i) * (sizeof(pt_arena_block) + BLOCK),
+           "one block fewer in the pool (%d)", i);
+    }
+    is(reused, 4, "the next arena takes the four pooled blocks before asking malloc");
+    ok(pt_arena_alloc(&b, BLOCK) && b.head->size == BLOCK && pt_arena_pool_bytes() == 0,
+       "then malloc, the pool empty");
+    pt_arena_reset(&b);
+    is(pt_arena_pool_bytes(), 4 * (sizeof(pt_arena_block) + BLOCK),
+       "reset gives back all but the block it keeps");
+
+    pt_arena c;
+    pt_arena_init(&c, 2 * BLOCK, 2 * BLOCK + BLOCK / 2);
+    pt_arena_alloc(&c, 2 * BLOCK);
+    ok(pt_arena_alloc(&c, 64) && c.head->size == BLOCK / 2,
+       "a block cut short by the ceiling is not taken from the pool");
+    pt_arena_free(&c);
+    is(pt_arena_pool_bytes(), 4 * (sizeof(pt_arena_block) + BLOCK), "nor given to it");
+    pt_arena_free(&b);
+    pt_arena_pool_drain();
+    is(pt_arena_pool_bytes(), 0, "drain empties the pool");
+}
+
+enum { THREADS = 4, ROUNDS = 2000 };
+
+static void *churn(void *ud)
+{
+    uintptr_t tag = (uintptr_t)ud;
+    for (int r = 0; r < ROUNDS; r++) {
+        pt_arena a;
+        pt_arena_init(&a, BLOCK, 0);
+        uint8_t *p[3];
+        for (int i = 0; i < 3; i++) {
+            p[i] = pt_arena_alloc(&a, BLOCK);
+            memset(p[i], (int)(tag + (uintptr_t)i), BLOCK);
+        }
+        for (int i = 0; i < 3; i++)
+            for (int k = 0; k < BLOCK; k += 512)
+                if (p[i][k] != (uint8_t)(tag + (uintptr_t)i))
+                    return (void *)1; /* another thread holds this block too */
+        pt_arena_free(&a);
+    }
+    return NULL;
+}
+
+static void pool_threads(void)
+{
+    pt_arena_pool_init(BLOCK, 8 * BLOCK);
+    pthread_t t[THREADS];
+    for (uintptr_t i = 0; i < THREADS; i++)
+        pthread_create(&t[i], NULL, churn, (void *)(16 * i));
+    int bad = 0;
+    for (int i = 0; i < THREADS; i++) {
+        void *rv;
+        pthread_join(t[i], &rv);
+        bad += rv != NULL;
+    }
+    ok(bad == 0, "%d threads taking and giving back blocks never share one", THREADS);
+    ok(pt_arena_pool_bytes() <= 8 * (sizeof(pt_arena_block) + BLOCK), "the pool stays bounded");
+    pt_arena_pool_init(0, 0);
+    is(pt_arena_pool_bytes(), 0, "a pool turned off holds nothing");
+}
+
+int main(void)
+{
+    basics();
+    pool();
+    pool_threads();
+    return done_testing();
+}
