@@ -1,6 +1,7 @@
 #include "arena.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,14 +11,14 @@
 static struct {
     pthread_mutex_t lock;
     pt_arena_block *free;
-    size_t block_size; /* 0: no pool */
+    _Atomic size_t block_size; /* 0: no pool; read without the lock to skip it */
     size_t n, max;
 } pool = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, 0};
 
 void pt_arena_pool_init(size_t block_size, size_t max_bytes)
 {
     pthread_mutex_lock(&pool.lock);
-    pool.block_size = block_size;
+    atomic_store_explicit(&pool.block_size, block_size, memory_order_relaxed);
     pool.max = block_size ? max_bytes / block_size : 0;
     pthread_mutex_unlock(&pool.lock);
     pt_arena_pool_drain();
@@ -46,10 +47,10 @@ size_t pt_arena_pool_bytes(void)
 }
 
 /* A pooled block of size bytes, or NULL. The unlocked read of block_size only skips the
- * lock for sizes the pool never holds; it is set once, before any arena is used. */
+ * lock for sizes the pool does not hold; under the lock the block's own size decides. */
 static pt_arena_block *pool_take(size_t size)
 {
-    if (size != pool.block_size)
+    if (size != atomic_load_explicit(&pool.block_size, memory_order_relaxed))
         return NULL;
     pthread_mutex_lock(&pool.lock);
     pt_arena_block *b = pool.free;
@@ -65,7 +66,7 @@ static pt_arena_block *pool_take(size_t size)
 
 static void release(pt_arena_block *b)
 {
-    if (b->size == pool.block_size) {
+    if (b->size == atomic_load_explicit(&pool.block_size, memory_order_relaxed)) {
         pthread_mutex_lock(&pool.lock);
         if (b->size == pool.block_size && pool.n < pool.max) {
             b->next = pool.free;
