@@ -118,22 +118,28 @@ typedef struct strip {
     size_t plen;
 } strip;
 
+/* The row without the tenant's prefix; 0 when the inner backend returned a row outside
+ * its ranges. */
+static int unprefixed(const strip *s, pt_slice *row)
+{
+    if (row->n < s->plen)
+        return 0;
+    *row = (pt_slice){row->p + s->plen, row->n - s->plen};
+    return 1;
+}
+
 static int strip_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 {
     strip *s = ud;
-    if (row.n < s->plen)
-        return PT_EINTERNAL; /* the inner backend returned a row outside its ranges */
-    return s->fn(s->ud, (pt_slice){row.p + s->plen, row.n - s->plen}, qual, value);
+    return unprefixed(s, &row) ? s->fn(s->ud, row, qual, value) : PT_EINTERNAL;
 }
 
 static int strip_stream(void *ud, pt_slice row, uint32_t first, uint32_t last, uint32_t count,
                         pt_slice stream)
 {
     strip *s = ud;
-    if (row.n < s->plen)
-        return PT_EINTERNAL;
-    return s->to->fn(s->to->ud, (pt_slice){row.p + s->plen, row.n - s->plen}, first, last,
-                     count, stream);
+    return unprefixed(s, &row) ? s->to->fn(s->to->ud, row, first, last, count, stream)
+                               : PT_EINTERNAL;
 }
 
 static int view_scan(void *state, const pt_scan *sc, pt_cell_fn fn, void *ud)
