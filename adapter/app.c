@@ -484,6 +484,7 @@ static void handle_metrics(pt_ctx *c, pt_req *req, pt_resp *resp)
     g.connections = app->srv ? pt_server_connections(app->srv) : 0;
     g.index_cache_entries = (long)pt_index_cache_size(app->store.cache);
     g.index_cache_capacity = (long)pt_index_cache_capacity(app->store.cache);
+    g.index_cache_bytes = (long)pt_index_cache_bytes(app->store.cache);
     g.series_cache_bytes = app->store.refs ? (long)pt_ref_cache_bytes(app->store.refs) : 0;
     g.list_cache_bytes = app->store.lists ? (long)pt_ref_cache_bytes(app->store.lists) : 0;
     g.arena_pool_bytes = (long)pt_arena_pool_bytes();

@@ -3,20 +3,27 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <xxhash.h>
 
 typedef struct gen {
     pt_index_key *slots;
     size_t n;
+    size_t mask; /* slots - 1, a power of two minus one */
 } gen;
 
 struct pt_index_cache {
     pthread_mutex_t lock;
     gen g[2]; /* g[cur] takes inserts */
     int cur;
-    size_t slots;   /* per generation, power of two */
-    size_t gen_max; /* entries per generation before it rolls over */
+    size_t max_slots; /* per generation, a power of two */
+    size_t gen_max;   /* entries per generation before it rolls over */
 };
+
+/* A generation starts with this many slots and doubles as it fills, so the memory a cache
+ * holds follows its entries (16 bytes a slot, at most 3/4 full) rather than its capacity:
+ * a table of the largest size touched at random has every page of it resident. */
+enum { GEN_MIN_SLOTS = 1024 };
 
 static int key_empty(pt_index_key k) { return k.lo == 0 && k.hi == 0; }
 
@@ -29,25 +36,34 @@ pt_index_key pt_index_key_of(pt_slice sid, int64_t bucket)
     return k;
 }
 
+/* g = an empty generation of n slots; 0, or -1 when out of memory (g unchanged). */
+static int gen_make(gen *g, size_t n)
+{
+    pt_index_key *s = calloc(n, sizeof(*s));
+    if (!s)
+        return -1;
+    free(g->slots);
+    *g = (gen){.slots = s, .mask = n - 1};
+    return 0;
+}
+
 pt_index_cache *pt_index_cache_new(size_t capacity)
 {
     pt_index_cache *c = calloc(1, sizeof(*c));
     if (!c)
         return NULL;
     size_t gen_max = capacity / 2 ? capacity / 2 : 1;
-    size_t slots = 16;
+    size_t slots = GEN_MIN_SLOTS;
     while (slots < gen_max + gen_max / 3 + 1)
         slots <<= 1;
-    c->slots = slots;
+    c->max_slots = slots;
     c->gen_max = gen_max;
-    for (int i = 0; i < 2; i++) {
-        c->g[i].slots = calloc(slots, sizeof(pt_index_key));
-        if (!c->g[i].slots) {
+    for (int i = 0; i < 2; i++)
+        if (gen_make(&c->g[i], GEN_MIN_SLOTS) != 0) {
             free(c->g[0].slots);
             free(c);
             return NULL;
         }
-    }
     pthread_mutex_init(&c->lock, NULL);
     return c;
 }
@@ -74,21 +90,51 @@ static pt_index_key *probe(pt_index_key *slots, size_t mask, pt_index_key k)
     }
 }
 
+/* Room in g for one more key: doubles its slots once it would pass 3/4 full, up to the
+ * largest size. Without memory for that the table stays (it is never more than 3/4 full
+ * at the largest size, which the caller's gen_max ensures, and fuller below it only makes
+ * probes longer: a table of n slots holds n - 1 keys before a probe could loop). 0, or -1
+ * when g is full and cannot grow. */
+static int gen_room(gen *g, size_t max_slots)
+{
+    size_t slots = g->mask + 1;
+    if ((g->n + 1) * 4 <= slots * 3 || slots >= max_slots)
+        return 0;
+    gen bigger = {0};
+    if (gen_make(&bigger, slots * 2) != 0)
+        return g->n + 1 < slots ? 0 : -1;
+    for (size_t i = 0; i < slots; i++)
+        if (!key_empty(g->slots[i]))
+            *probe(bigger.slots, bigger.mask, g->slots[i]) = g->slots[i];
+    bigger.n = g->n;
+    free(g->slots);
+    *g = bigger;
+    return 0;
+}
+
+/* Inserts k, not yet in the current generation, unless that is full or out of memory (the
+ * key is then only not cached: a later write indexes again). */
+static void insert_locked(pt_index_cache *c, pt_index_key k)
+{
+    gen *g = &c->g[c->cur];
+    if (g->n >= c->gen_max || gen_room(g, c->max_slots) != 0)
+        return;
+    *probe(g->slots, g->mask, k) = k;
+    g->n++;
+}
+
 /* Looks k up in both generations; a hit in the old one moves it into the current one.
  * Called with the lock held. */
 static int has_locked(pt_index_cache *c, pt_index_key k)
 {
     /* The current generation first: series that keep writing are found there with one
      * probe, since a hit in the old generation moves the key forward. */
-    if (!key_empty(*probe(c->g[c->cur].slots, c->slots - 1, k)))
+    const gen *cur = &c->g[c->cur], *old = &c->g[c->cur ^ 1];
+    if (!key_empty(*probe(cur->slots, cur->mask, k)))
         return 1;
-    if (key_empty(*probe(c->g[c->cur ^ 1].slots, c->slots - 1, k)))
+    if (key_empty(*probe(old->slots, old->mask, k)))
         return 0;
-    gen *g = &c->g[c->cur];
-    if (g->n < c->gen_max) {
-        *probe(g->slots, c->slots - 1, k) = k;
-        g->n++;
-    }
+    insert_locked(c, k);
     return 1;
 }
 
@@ -96,16 +142,16 @@ void pt_index_cache_lookup(pt_index_cache *c, const pt_index_key *keys, size_t n
                            uint8_t *found)
 {
     /* Every probe of a large table is a cache miss: start the loads a few keys ahead so
-     * they overlap instead of queueing, and take the lock once for the batch. */
+     * they overlap instead of queueing, and take the lock once for the batch (cur is
+     * the generation, so a table grown by a move from the old one is the one read). */
     enum { AHEAD = 8 };
-    size_t mask = c->slots - 1;
     pthread_mutex_lock(&c->lock);
-    const pt_index_key *cur = c->g[c->cur].slots;
+    const gen *cur = &c->g[c->cur];
     for (size_t i = 0; i < n && i < AHEAD; i++)
-        __builtin_prefetch(&cur[(size_t)keys[i].lo & mask]);
+        __builtin_prefetch(&cur->slots[(size_t)keys[i].lo & cur->mask]);
     for (size_t i = 0; i < n; i++) {
         if (i + AHEAD < n)
-            __builtin_prefetch(&cur[(size_t)keys[i + AHEAD].lo & mask]);
+            __builtin_prefetch(&cur->slots[(size_t)keys[i + AHEAD].lo & cur->mask]);
         found[i] = (uint8_t)has_locked(c, keys[i]);
     }
     pthread_mutex_unlock(&c->lock);
@@ -117,18 +163,18 @@ void pt_index_cache_add(pt_index_cache *c, const pt_index_key *keys, size_t n)
     for (size_t j = 0; j < n; j++) {
         gen *g = &c->g[c->cur];
         if (g->n >= c->gen_max) {
-            /* Roll over: forget the old generation, start a fresh current one. */
-            c->cur ^= 1;
-            g = &c->g[c->cur];
-            for (size_t i = 0; i < c->slots; i++)
-                g->slots[i] = (pt_index_key){0, 0};
-            g->n = 0;
+            /* Roll over: forget the old generation, start a fresh current one, small
+             * again (its old slots go back to the allocator). */
+            int next = c->cur ^ 1;
+            if (gen_make(&c->g[next], GEN_MIN_SLOTS) != 0) {
+                memset(c->g[next].slots, 0, (c->g[next].mask + 1) * sizeof(pt_index_key));
+                c->g[next].n = 0;
+            }
+            c->cur = next;
+            g = &c->g[next];
         }
-        pt_index_key *s = probe(g->slots, c->slots - 1, keys[j]);
-        if (key_empty(*s)) {
-            *s = keys[j];
-            g->n++;
-        }
+        if (key_empty(*probe(g->slots, g->mask, keys[j])))
+            insert_locked(c, keys[j]);
     }
     pthread_mutex_unlock(&c->lock);
 }
@@ -137,6 +183,14 @@ size_t pt_index_cache_size(pt_index_cache *c)
 {
     pthread_mutex_lock(&c->lock);
     size_t n = c->g[0].n + c->g[1].n;
+    pthread_mutex_unlock(&c->lock);
+    return n;
+}
+
+size_t pt_index_cache_bytes(pt_index_cache *c)
+{
+    pthread_mutex_lock(&c->lock);
+    size_t n = (c->g[0].mask + c->g[1].mask + 2) * sizeof(pt_index_key);
     pthread_mutex_unlock(&c->lock);
     return n;
 }

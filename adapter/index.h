@@ -2,8 +2,8 @@
  * The in-process index cache: which (series, index bucket) pairs are known to have their
  * index rows stored, so steady-state ingest writes no index cells.
  *
- * Memory is bounded: two generations of fixed-size hash sets of 128-bit keys. Lookups
- * check both; inserts go to the current one; when it is full the old generation is dropped
+ * Memory is bounded: two generations of hash sets of 128-bit keys, each growing with its
+ * entries up to half the capacity. Lookups check both; inserts go to the current one; when it is full the old generation is dropped
  * and the current one becomes old. A dropped entry only costs a rewrite of index rows that
  * are already there (index writes are idempotent).
  */
@@ -35,6 +35,8 @@ void pt_index_cache_lookup(pt_index_cache *c, const pt_index_key *keys, size_t n
 void pt_index_cache_add(pt_index_cache *c, const pt_index_key *keys, size_t n);
 size_t pt_index_cache_size(pt_index_cache *c);
 size_t pt_index_cache_capacity(pt_index_cache *c);
+/* Memory of the hash tables (they grow with the entries, up to the capacity's size). */
+size_t pt_index_cache_bytes(pt_index_cache *c);
 
 /*
  * Hints for reads: how many index rows a way of listing candidates (one matcher's lists

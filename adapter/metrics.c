@@ -310,6 +310,9 @@ long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
           g->index_cache_entries);
     gauge(&o, "promtable_index_cache_capacity", "Capacity of the index cache.",
           g->index_cache_capacity);
+    gauge(&o, "promtable_index_cache_bytes",
+          "Memory of the index cache's hash tables (grows with its entries).",
+          g->index_cache_bytes);
     gauge(&o, "promtable_read_series_cache_bytes",
           "Memory of the series-row cache (read.series_cache).", g->series_cache_bytes);
     gauge(&o, "promtable_read_list_cache_bytes",

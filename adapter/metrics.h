@@ -83,6 +83,7 @@ typedef struct pt_metrics_gauges {
     long connections;
     long index_cache_entries;
     long index_cache_capacity;
+    long index_cache_bytes;
     long series_cache_bytes;
     long list_cache_bytes;
     long arena_pool_bytes;
