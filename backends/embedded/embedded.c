@@ -295,6 +295,7 @@ static int load_logs(embedded *e, const char *path, int sync, char *err, size_t 
         (rv = pt_emb_wal_open(&e->w, path, sync, err, errlen)) != 0 ||
         (rv = pt_emb_wal_replay(&e->w, &e->h, &e->ix, err, errlen)) != 0)
         return rv;
+    pt_emb_flush_clean(path);
     /* Start from empty logs: replayed cells go to RocksDB now. */
     if ((rv = flush_replayed(e)) != 0)
         snprintf(err, errlen, "embedded: flushing the replayed logs of %s failed (%s)", path,

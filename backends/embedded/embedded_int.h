@@ -107,10 +107,12 @@ typedef struct rocks {
     rocksdb_t *db;
     rocksdb_column_family_handle_t *cf[NCF];
     rocksdb_writeoptions_t *wopts;       /* index writes: RocksDB's WAL, synced if asked */
-    rocksdb_writeoptions_t *flush_wopts; /* no RocksDB WAL: the points log covers these */
     /* Set before open, NULL = none: each family's compaction filter (expire.c's). */
     rocksdb_compactionfilter_t *filter[NCF];
     rocksdb_cache_t *cache; /* the block cache of every family */
+    /* The points family's options, kept for the table files a flush writes itself. */
+    rocksdb_options_t *points_opts;
+    rocksdb_envoptions_t *envopts;
 } rocks;
 
 /* Opens (creating) the store in the existing directory path; refuses the first version's
@@ -575,6 +577,8 @@ int pt_emb_verify(void *e, const pt_backend_config *cfg, pt_verify_fn fn, void *
  * log. Called without mu by the one thread that flushes. On failure the rows are as they
  * were (some chunks may be in RocksDB already; flushing them again is harmless). */
 int pt_emb_flush_frozen(embedded *e, unsigned fz, emb_hook hook, void *ud);
+/* Deletes the table files a flush left in dir when it was cut short (open calls it). */
+void pt_emb_flush_clean(const char *dir);
 
 /* ---- scan.c ---- */
 

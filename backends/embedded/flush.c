@@ -1,9 +1,16 @@
 /*
- * Flush: the rows of the head's frozen generation, sorted, go into RocksDB as chunks
- * (chunk.c) with RocksDB's own WAL off; the points column family is flushed to table files
- * (synced), and only then does the caller drop the frozen cells and their log
- * (points.frozen.wal). A crash anywhere in between replays that log into the head;
- * flushing it again rewrites the same cells with the same values.
+ * Flush: the rows of the head's frozen generation, sorted, are written as chunks (chunk.c)
+ * into table files of their own (flush.N.sst in the store's directory, a new one every
+ * 64 MiB), which RocksDB then ingests in one step: it moves them into the store and
+ * records them durably. Only then does the caller drop the frozen cells and their log
+ * (points.frozen.wal). A crash anywhere in between replays that log into the head (open
+ * deletes table files left unfinished or not ingested); flushing it again rewrites the same
+ * cells with the same values.
+ *
+ * Why files rather than writes: a flush writes about head_memory bytes at once. Through
+ * the memtables, those bytes were held a second time in memory (up to three 64 MiB
+ * memtables) and inserted one key at a time into a skip list, only to be written out as
+ * the same table file; a sorted flush can write that file directly.
  *
  * It runs without the mutex, on the flush thread (or in open, alone): writers append to
  * the other generation meanwhile. So it only reads the frozen cells, which nothing writes
@@ -14,9 +21,13 @@
  * existing chunks reads those chunks, merges (the head wins), deletes them and writes the
  * merged cells back. In-order ingest only appends new chunks.
  */
+#include <dirent.h>
+#include <fcntl.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "embedded_int.h"
 #include "error.h"
@@ -28,8 +39,23 @@ typedef struct flusher {
     uint32_t hn;
     cell *sorted, *tmp; /* copies for sorting a row's cells */
     size_t sorted_cap, tmp_cap;
-    rocksdb_writebatch_t *wb;
-    rocks_iters its; /* its.it[0]: the flush's reads */
+    rocks_iters its; /* its.it[0]: the flush's reads, of the store before the flush */
+    /* The current row's deletes and puts, written to the file in key order once the row
+     * is done (a merge deletes old chunks a put may replace). */
+    struct fl_op {
+        uint32_t q;   /* the chunk's first qualifier: its key within the row */
+        uint32_t del; /* 1: delete the chunk, 0: put the value */
+        size_t off, len; /* the value in ops_val */
+    } *ops;
+    size_t nops, ops_cap;
+    pt_buf ops_val;
+    rocksdb_sstfilewriter_t *sst; /* the table file being written, NULL: none open */
+    uint64_t sst_entries;
+    unsigned nfiles; /* table files started: flush.0.sst ... */
+    char **files;    /* their names */
+    size_t files_cap;
+    emb_hook hook;
+    void *ud;
     hrow **rows; /* the head's list of the frozen generation's rows */
     size_t nrows;
     pt_buf key, val;
@@ -51,32 +77,124 @@ static int chunk_key(flusher *f, const hrow *r, uint32_t q)
     return pt_emb_rocks_key(&f->key, r->key, r->keylen, 0, qb, 4);
 }
 
-/* The flush's reads need an iterator that sees what the flush wrote so far: an older one
- * would step over every newer entry of the memtable, invisible to it, on each backward
- * seek, which made a flush quadratic. */
-static int fl_iter(flusher *f)
+static int fl_op(flusher *f, uint32_t q, int del, const pt_buf *val)
 {
-    return pt_emb_rocks_iter(&f->e->r, &f->its, CF_POINTS, 0, NULL);
+    int rv = pt_array_reserve(&f->ops, &f->ops_cap, f->nops + 1, sizeof(*f->ops), 0);
+    if (rv != 0)
+        return rv;
+    struct fl_op *o = &f->ops[f->nops];
+    *o = (struct fl_op){.q = q, .del = (uint32_t)del, .off = f->ops_val.len};
+    if (val) {
+        if (pt_buf_append(&f->ops_val, val->p, val->len) != 0)
+            return PT_ENOMEM;
+        o->len = val->len;
+    }
+    f->nops++;
+    return 0;
 }
 
-static int fl_commit(flusher *f)
+static int fl_put(flusher *f, const vcell *c, size_t n)
 {
-    if (rocksdb_writebatch_count(f->wb) == 0)
+    int rv = pt_emb_chunk_encode(&f->val, c, n);
+    return rv != 0 ? rv : fl_op(f, c[0].q, 0, &f->val);
+}
+
+/* By key; a put of a key sorts after its delete (insertion sort: a row has few ops, in
+ * nearly sorted order). */
+static void fl_ops_sort(struct fl_op *o, size_t n)
+{
+    for (size_t i = 1; i < n; i++) {
+        struct fl_op x = o[i];
+        size_t j = i;
+        while (j > 0 && (o[j - 1].q > x.q || (o[j - 1].q == x.q && o[j - 1].del < x.del))) {
+            o[j] = o[j - 1];
+            j--;
+        }
+        o[j] = x;
+    }
+}
+
+/* The name of table file i of this flush, in f->key. */
+static int fl_file_name(flusher *f, unsigned i)
+{
+    char name[32];
+    int n = snprintf(name, sizeof(name), "/flush.%u.sst", i);
+    pt_buf_reset(&f->key);
+    if (pt_buf_append(&f->key, f->e->w.dir, strlen(f->e->w.dir)) != 0 ||
+        pt_buf_append(&f->key, name, (size_t)n + 1) != 0)
+        return PT_ENOMEM;
+    return 0;
+}
+
+/* Ends the open table file (one with no entry is removed instead); the first one ended
+ * is where a test's hook sees chunks written. */
+static int fl_file_end(flusher *f)
+{
+    if (!f->sst)
         return 0;
     char *msg = NULL;
-    rocksdb_write(f->e->r.db, f->e->r.flush_wopts, f->wb, &msg);
-    rocksdb_writebatch_clear(f->wb);
-    return msg ? pt_emb_rocks_error(msg) : fl_iter(f);
+    if (f->sst_entries)
+        rocksdb_sstfilewriter_finish(f->sst, &msg);
+    rocksdb_sstfilewriter_destroy(f->sst);
+    f->sst = NULL;
+    if (msg)
+        return pt_emb_rocks_error(msg);
+    char *name = f->files[f->nfiles - 1];
+    if (!f->sst_entries) {
+        unlink(name);
+        free(name);
+        f->nfiles--;
+        return 0;
+    }
+    return f->nfiles == 1 && f->hook ? f->hook(f->ud, EMB_HOOK_WRITTEN) : 0;
 }
 
-static int fl_put(flusher *f, const hrow *r, const vcell *c, size_t n)
+static int fl_file_start(flusher *f)
+{
+    int rv = pt_array_reserve(&f->files, &f->files_cap, f->nfiles + 1, sizeof(*f->files), 0);
+    if (rv != 0 || (rv = fl_file_name(f, f->nfiles)) != 0)
+        return rv;
+    char *name = strdup((const char *)f->key.p);
+    if (!name)
+        return PT_ENOMEM;
+    f->files[f->nfiles++] = name;
+    f->sst = rocksdb_sstfilewriter_create(f->e->r.envopts, f->e->r.points_opts);
+    f->sst_entries = 0;
+    char *msg = NULL;
+    rocksdb_sstfilewriter_open(f->sst, name, &msg);
+    return msg ? pt_emb_rocks_error(msg) : 0;
+}
+
+/* Writes the row's ops to the table file in key order: a delete of a key that is also put
+ * is left out (the put replaces the value). A file past 64 MiB ends after the row. */
+static int fl_row_out(flusher *f, const hrow *r)
 {
     int rv;
-    if ((rv = chunk_key(f, r, c[0].q)) != 0 || (rv = pt_emb_chunk_encode(&f->val, c, n)) != 0)
-        return rv;
-    rocksdb_writebatch_put_cf(f->wb, f->e->r.cf[CF_POINTS], (const char *)f->key.p, f->key.len,
-                              (const char *)f->val.p, f->val.len);
-    return 0;
+    fl_ops_sort(f->ops, f->nops);
+    for (size_t i = 0; i < f->nops; i++) {
+        const struct fl_op *o = &f->ops[i];
+        if (o->del && i + 1 < f->nops && f->ops[i + 1].q == o->q)
+            continue;
+        if (!f->sst && (rv = fl_file_start(f)) != 0)
+            return rv;
+        if ((rv = chunk_key(f, r, o->q)) != 0)
+            return rv;
+        char *msg = NULL;
+        if (o->del)
+            rocksdb_sstfilewriter_delete(f->sst, (const char *)f->key.p, f->key.len, &msg);
+        else
+            rocksdb_sstfilewriter_put(f->sst, (const char *)f->key.p, f->key.len,
+                                      (const char *)f->ops_val.p + o->off, o->len, &msg);
+        if (msg)
+            return pt_emb_rocks_error(msg);
+        f->sst_entries++;
+    }
+    f->nops = 0;
+    pt_buf_reset(&f->ops_val);
+    uint64_t size = 0;
+    if (f->sst)
+        rocksdb_sstfilewriter_file_size(f->sst, &size);
+    return size >= ((uint64_t)64 << 20) ? fl_file_end(f) : 0;
 }
 
 /* Writes cells as chunks of at most CHUNK_MAX cells of about equal size and records the
@@ -86,7 +204,7 @@ static int fl_put_all(flusher *f, hrow *r, const vcell *c, size_t n)
     size_t pieces = (n + CHUNK_MAX - 1) / CHUNK_MAX, done = 0;
     for (size_t i = 0; i < pieces; i++) {
         size_t take = (n - done) / (pieces - i);
-        int rv = fl_put(f, r, c + done, take);
+        int rv = fl_put(f, c + done, take);
         if (rv != 0)
             return rv;
         r->has_last = 1;
@@ -182,11 +300,10 @@ static int fl_merge_row(flusher *f, hrow *r)
         chunk c;
         if (pt_emb_chunk_parse(at + 8, len, &c) != 0)
             return PT_EINTERNAL;
-        if ((rv = pt_emb_chunk_cells(&c, &f->old)) != 0 ||
-            (rv = chunk_key(f, r, pt_get_le32(at + 4))) != 0)
+        if ((rv = pt_emb_chunk_cells(&c, &f->old)) != 0)
             return rv;
-        rocksdb_writebatch_delete_cf(f->wb, f->e->r.cf[CF_POINTS], (const char *)f->key.p,
-                                     f->key.len);
+        if ((rv = fl_op(f, pt_get_le32(at + 4), 1, NULL)) != 0)
+            return rv;
         off += 8 + len;
     }
 
@@ -250,67 +367,93 @@ static int fl_row(flusher *f, hrow *r)
         return rv;
     if (!r->known && (rv = fl_learn_last(f, r)) != 0)
         return rv;
-    if (r->has_last && (f->hc[0].q <= r->last_max || r->last_n < CHUNK_SMALL))
-        return fl_merge_row(f, r);
-    /* In-order ingest into a row whose last chunk is big enough: a new chunk. */
-    f->merged.n = 0;
-    for (uint32_t i = 0; i < f->hn; i++)
-        if ((rv = vcells_push(&f->merged, f->hc[i].q, f->hc[i].vlen, cell_val(&f->hc[i]))) != 0)
-            return rv;
-    return fl_put_all(f, r, f->merged.c, f->merged.n);
+    if (r->has_last && (f->hc[0].q <= r->last_max || r->last_n < CHUNK_SMALL)) {
+        rv = fl_merge_row(f, r);
+    } else {
+        /* In-order ingest into a row whose last chunk is big enough: a new chunk. */
+        f->merged.n = 0;
+        for (uint32_t i = 0; i < f->hn && rv == 0; i++)
+            rv = vcells_push(&f->merged, f->hc[i].q, f->hc[i].vlen, cell_val(&f->hc[i]));
+        if (rv == 0)
+            rv = fl_put_all(f, r, f->merged.c, f->merged.n);
+    }
+    return rv != 0 ? rv : fl_row_out(f, r);
 }
 
-/* Writes the sorted rows and makes them durable in RocksDB. */
-static int fl_write(flusher *f, emb_hook hook, void *ud)
+/* RocksDB takes the table files in one step, moving them into the store. */
+static int fl_ingest(flusher *f)
 {
-    f->wb = rocksdb_writebatch_create();
-    if (!f->wb)
+    rocksdb_ingestexternalfileoptions_t *io = rocksdb_ingestexternalfileoptions_create();
+    if (!io)
         return PT_ENOMEM;
-    int rv = fl_iter(f), committed = 0;
-    for (size_t i = 0; i < f->nrows && rv == 0; i++) {
+    rocksdb_ingestexternalfileoptions_set_move_files(io, 1);
+    /* Nothing else writes the points family, so its memtable is empty; were it not, it
+     * is flushed first rather than the ingestion refused. */
+    rocksdb_ingestexternalfileoptions_set_allow_blocking_flush(io, 1);
+    char *msg = NULL;
+    rocksdb_ingest_external_file_cf(f->e->r.db, f->e->r.cf[CF_POINTS],
+                                    (const char *const *)f->files, f->nfiles, io, &msg);
+    rocksdb_ingestexternalfileoptions_destroy(io);
+    return msg ? pt_emb_rocks_error(msg) : 0;
+}
+
+/* Writes the sorted rows into table files and has RocksDB ingest them. */
+static int fl_write(flusher *f)
+{
+    int rv = pt_emb_rocks_iter(&f->e->r, &f->its, CF_POINTS, 0, NULL);
+    for (size_t i = 0; i < f->nrows && rv == 0; i++)
         rv = fl_row(f, f->rows[i]);
-        size_t sz = 0;
-        rocksdb_writebatch_data(f->wb, &sz);
-        if (rv == 0 && sz >= (8u << 20)) {
-            rv = fl_commit(f);
-            if (rv == 0 && !committed++ && hook)
-                rv = hook(ud, EMB_HOOK_WRITTEN);
-        }
-    }
     if (rv == 0)
-        rv = fl_commit(f);
-    if (rv == 0 && !committed && hook)
-        rv = hook(ud, EMB_HOOK_WRITTEN);
-    if (rv == 0) {
-        rocksdb_flushoptions_t *fo = rocksdb_flushoptions_create();
-        rocksdb_flushoptions_set_wait(fo, 1);
-        char *msg = NULL;
-        rocksdb_flush_cf(f->e->r.db, fo, f->e->r.cf[CF_POINTS], &msg);
-        rocksdb_flushoptions_destroy(fo);
-        if (msg)
-            rv = pt_emb_rocks_error(msg);
-    }
-    if (rv == 0 && hook)
-        rv = hook(ud, EMB_HOOK_DURABLE);
+        rv = fl_file_end(f);
+    if (rv == 0 && f->nfiles == 0 && f->hook)
+        rv = f->hook(f->ud, EMB_HOOK_WRITTEN); /* nothing to write: written already */
+    if (rv == 0 && f->nfiles > 0)
+        rv = fl_ingest(f);
+    if (rv == 0 && f->hook)
+        rv = f->hook(f->ud, EMB_HOOK_DURABLE);
     return rv;
+}
+
+void pt_emb_flush_clean(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        unsigned n;
+        char tail[8];
+        if (sscanf(de->d_name, "flush.%u.ss%7s", &n, tail) == 2 && strcmp(tail, "t") == 0)
+            unlinkat(dirfd(d), de->d_name, 0);
+    }
+    closedir(d);
 }
 
 int pt_emb_flush_frozen(embedded *e, unsigned fz, emb_hook hook, void *ud)
 {
     head *h = &e->h;
-    flusher f = {.e = e, .fz = fz, .rows = h->dirty[fz], .nrows = h->ndirty[fz]};
+    flusher f = {.e = e, .fz = fz, .rows = h->dirty[fz], .nrows = h->ndirty[fz], .hook = hook,
+                 .ud = ud};
     int rv = 0;
     if (f.nrows > 0) {
         qsort(f.rows, f.nrows, sizeof(*f.rows), row_key_cmp);
-        if ((rv = fl_write(&f, hook, ud)) != 0) {
+        if ((rv = fl_write(&f)) != 0) {
             /* What we believed about the rows' last chunks may be wrong now. */
             for (size_t i = 0; i < f.nrows; i++)
                 f.rows[i]->known = 0;
         }
     }
     pt_emb_rocks_iters_free(&f.its);
-    if (f.wb)
-        rocksdb_writebatch_destroy(f.wb);
+    if (f.sst)
+        rocksdb_sstfilewriter_destroy(f.sst);
+    /* Ingested files were moved; the others (a failed flush's) go. */
+    for (unsigned i = 0; i < f.nfiles; i++) {
+        unlink(f.files[i]);
+        free(f.files[i]);
+    }
+    free(f.files);
+    free(f.ops);
+    pt_buf_free(&f.ops_val);
     pt_buf_free(&f.key);
     pt_buf_free(&f.val);
     vcells_free(&f.old);

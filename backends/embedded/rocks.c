@@ -196,8 +196,8 @@ int pt_emb_rocks_open(rocks *r, const char *path, int sync, size_t block_cache, 
     char *msg = NULL;
     r->db = rocksdb_open_column_families(opts, path, NCF, cf_names, cfopts, r->cf, &msg);
     rocksdb_options_destroy(opts);
-    rocksdb_options_destroy(popts);
     rocksdb_options_destroy(iopts);
+    r->points_opts = popts;
     r->cache = cache;
     if (msg) {
         snprintf(err, errlen, "embedded: open %s: %s", path, msg);
@@ -206,9 +206,8 @@ int pt_emb_rocks_open(rocks *r, const char *path, int sync, size_t block_cache, 
     r->wopts = rocksdb_writeoptions_create();
     rocksdb_writeoptions_set_sync(r->wopts, sync ? 1 : 0);
     rocksdb_writeoptions_set_memtable_insert_hint_per_batch(r->wopts, 1);
-    r->flush_wopts = rocksdb_writeoptions_create();
-    rocksdb_writeoptions_disable_WAL(r->flush_wopts, 1);
-    return 0;
+    r->envopts = rocksdb_envoptions_create();
+    return r->envopts ? 0 : PT_ENOMEM;
 }
 
 void pt_emb_rocks_close(rocks *r)
@@ -227,9 +226,12 @@ void pt_emb_rocks_close(rocks *r)
     if (r->wopts)
         rocksdb_writeoptions_destroy(r->wopts);
     r->wopts = NULL;
-    if (r->flush_wopts)
-        rocksdb_writeoptions_destroy(r->flush_wopts);
-    r->flush_wopts = NULL;
+    if (r->points_opts)
+        rocksdb_options_destroy(r->points_opts);
+    r->points_opts = NULL;
+    if (r->envopts)
+        rocksdb_envoptions_destroy(r->envopts);
+    r->envopts = NULL;
 }
 
 void pt_emb_rocks_memory(rocks *r, uint64_t *memtables, uint64_t *readers, uint64_t *cache)
