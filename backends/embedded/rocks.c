@@ -210,28 +210,23 @@ int pt_emb_rocks_open(rocks *r, const char *path, int sync, size_t block_cache, 
     return r->envopts ? 0 : PT_ENOMEM;
 }
 
+/* Destroys *p with fn unless NULL, and clears it. */
+#define RELEASE(p, fn)                                                                      \
+    do {                                                                                    \
+        if (p)                                                                              \
+            fn(p);                                                                          \
+        (p) = NULL;                                                                         \
+    } while (0)
+
 void pt_emb_rocks_close(rocks *r)
 {
-    for (int i = 0; i < NCF; i++) {
-        if (r->cf[i])
-            rocksdb_column_family_handle_destroy(r->cf[i]);
-        r->cf[i] = NULL;
-    }
-    if (r->db)
-        rocksdb_close(r->db);
-    r->db = NULL;
-    if (r->cache)
-        rocksdb_cache_destroy(r->cache);
-    r->cache = NULL;
-    if (r->wopts)
-        rocksdb_writeoptions_destroy(r->wopts);
-    r->wopts = NULL;
-    if (r->points_opts)
-        rocksdb_options_destroy(r->points_opts);
-    r->points_opts = NULL;
-    if (r->envopts)
-        rocksdb_envoptions_destroy(r->envopts);
-    r->envopts = NULL;
+    for (int i = 0; i < NCF; i++)
+        RELEASE(r->cf[i], rocksdb_column_family_handle_destroy);
+    RELEASE(r->db, rocksdb_close);
+    RELEASE(r->cache, rocksdb_cache_destroy);
+    RELEASE(r->wopts, rocksdb_writeoptions_destroy);
+    RELEASE(r->points_opts, rocksdb_options_destroy);
+    RELEASE(r->envopts, rocksdb_envoptions_destroy);
 }
 
 void pt_emb_rocks_memory(rocks *r, uint64_t *memtables, uint64_t *readers, uint64_t *cache)

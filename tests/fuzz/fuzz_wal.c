@@ -133,7 +133,7 @@ static void empty_store(embedded *e)
         rocksdb_iter_destroy(it);
     }
     char *msg = NULL;
-    rocksdb_write(e->r.db, e->r.flush_wopts, wb, &msg); /* no RocksDB WAL, as a flush */
+    rocksdb_write(e->r.db, e->r.wopts, wb, &msg);
     if (msg)
         abort();
     rocksdb_readoptions_destroy(ro);
