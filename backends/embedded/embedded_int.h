@@ -350,7 +350,6 @@ struct hrow {
     uint32_t last_first, last_max, last_n;
     uint8_t known, has_last;
     uint8_t idle; /* had no cells at the previous flush */
-    uint32_t zhint; /* bytes the row's last emptied run used: a new run's first room */
     uint32_t keylen;
     uint8_t key[];
 };

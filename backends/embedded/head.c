@@ -35,6 +35,13 @@ static size_t zrun_used(const zrun *z)
     return ((size_t)z->bits + 7) / 8;
 }
 
+static void zrun_reset(zrun *z)
+{
+    memset(z->data, 0, zrun_used(z));
+    uint32_t cap = z->cap;
+    *z = (zrun){.cap = cap, .leading = 0xff};
+}
+
 /* 1 when the cell can go into the run: nothing in the array yet, 8 bytes, in order, room. */
 static int zrun_takes(const hcells *s, uint32_t q, size_t vlen)
 {
@@ -44,19 +51,14 @@ static int zrun_takes(const hcells *s, uint32_t q, size_t vlen)
     return !z || ((z->n == 0 || q > z->t) && z->cap < ZRUN_CAP_MAX);
 }
 
-static int zrun_append(head *h, unsigned g, hrow *r, uint32_t q, const uint8_t *v)
+static int zrun_append(head *h, unsigned g, hcells *s, uint32_t q, const uint8_t *v)
 {
-    hcells *s = &r->s[g];
     zrun *z = s->z;
     size_t used = z ? zrun_used(z) : 0;
     if (!z || z->cap - used < ZRUN_SAMPLE_MAX) {
-        /* A new run gets the room the row's last run used and an eighth more (a series
-         * gets about as many samples in the next flush interval as in the last); a full
-         * one grows by a quarter. */
-        uint32_t hint = r->zhint < ZRUN_CAP_MAX / 2 ? r->zhint : ZRUN_CAP_MAX / 2;
-        uint32_t old = z ? z->cap : 0,
-                 cap = z ? z->cap + (z->cap / 4 + 15) / 16 * 16
-                         : (hint + hint / 8 + ZRUN_SAMPLE_MAX + 15) / 16 * 16;
+        /* Grown by a quarter: the run's unused tail is memory no sample uses, and a
+         * series gets about as many samples in the next flush interval as in this one. */
+        uint32_t old = z ? z->cap : 0, cap = z ? z->cap + (z->cap / 4 + 15) / 16 * 16 : 32;
         zrun *nz = realloc(z, sizeof(*nz) + cap);
         if (!nz)
             return PT_ENOMEM;
@@ -189,25 +191,27 @@ static void free_value(head *h, unsigned g, cell *c)
     }
 }
 
-/* Empties a row's cells of generation g. The cell array (out-of-order samples, rare) stays
- * for the next ones, halved when it was far too big this time. */
+/* The cell array stays for the next samples (no heap call per row and flush in steady
+ * state); one that was far too big this time is halved. */
 static void clear(head *h, hrow *r, unsigned g)
 {
     hcells *s = &r->s[g];
     for (uint32_t i = 0; i < s->n; i++)
         free_value(h, g, &s->c[i]);
     if (s->z) {
-        /* The run goes: kept, its room would stay allocated while the other generation
-         * fills, and the head would hold two full generations at all times instead of
-         * only during a flush. The next run starts with the room this one used. */
         zrun *z = s->z;
         size_t used = zrun_used(z);
         h->cells[g] -= z->n;
         h->cell_bytes[g] -= used;
-        h->bytes -= sizeof(*z) + z->cap;
-        r->zhint = used < UINT32_MAX ? (uint32_t)used : UINT32_MAX;
-        free(z);
-        s->z = NULL;
+        zrun_reset(z);
+        if (z->cap > 256 && used < z->cap / 4) {
+            zrun *nz = realloc(z, sizeof(*z) + z->cap / 2);
+            if (nz) {
+                h->bytes -= nz->cap - nz->cap / 2;
+                nz->cap /= 2;
+                s->z = nz;
+            }
+        }
     }
     h->cells[g] -= s->n;
     h->cell_bytes[g] -= (size_t)s->n * sizeof(cell);
@@ -273,7 +277,7 @@ int pt_emb_head_append(head *h, hrow *r, uint32_t q, pt_slice v)
         h->bytes += (h->dirty_cap[g] - cap) * sizeof(*h->dirty[g]);
     }
     if (zrun_takes(s, q, v.n)) {
-        if ((rv = zrun_append(h, g, r, q, v.p)) != 0)
+        if ((rv = zrun_append(h, g, s, q, v.p)) != 0)
             return rv;
         if (first)
             h->dirty[g][h->ndirty[g]++] = r;
