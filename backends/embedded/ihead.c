@@ -5,8 +5,11 @@
  * (a reference is a hash). Put into RocksDB one request at a time, each cell is a search of
  * a large memtable skip list from its top: most of the cost of a new series. Here a
  * request's cells (sorted by the caller) are kept as one run; a drain merges every pending
- * run into one sorted RocksDB batch, and a batch of hundreds of thousands of sorted keys
- * goes into the skip list a step or two from the previous key each.
+ * run into key order and writes it in RocksDB batches of a few MiB, whose hundreds of
+ * thousands of sorted keys go into the skip list a step or two from the previous key each.
+ * (One batch for the whole drain held a copy of every pending cell, 80 MB at the peak of
+ * 100,000 new series, in memory the allocator then kept.) A drain that fails part way
+ * is retried whole: writing a cell again writes the same value.
  *
  * Durability is the points log's (wal.c): a request's index cells are in its record
  * ('I' entries), written before they are added here, and replay adds them again. A drain
@@ -228,7 +231,18 @@ static void sift_down(cursor *h, size_t n, size_t i)
     }
 }
 
-/* Writes the runs' cells, merged into key order, as one RocksDB batch through its log. */
+/* A drain's RocksDB batch is written and reused when it passes this size. */
+#define DRAIN_BATCH ((size_t)4 << 20)
+
+static int write_batch(rocks *r, rocksdb_writebatch_t *wb)
+{
+    char *msg = NULL;
+    rocksdb_write(r->db, r->wopts, wb, &msg);
+    rocksdb_writebatch_clear(wb);
+    return msg ? pt_emb_rocks_error(msg) : 0;
+}
+
+/* Writes the runs' cells, merged into key order, through RocksDB's log. */
 static int write_runs(rocks *r, const irun *runs, size_t *cells)
 {
     size_t k = 0;
@@ -248,24 +262,29 @@ static int write_runs(rocks *r, const irun *runs, size_t *cells)
         sift_down(h, n, i);
 
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    size_t batched = 0;
+    int rv = 0;
     *cells = 0;
-    while (n > 0) {
+    while (n > 0 && rv == 0) {
         cursor *c = &h[0];
         rocksdb_writebatch_put_cf(wb, r->cf[CF_INDEX], (const char *)c->k, c->kn,
                                   (const char *)c->v, c->vn);
         ++*cells;
+        batched += CELL_HDR + c->kn + c->vn;
         c->p = c->v + c->vn;
         if (c->p < c->end)
             cursor_load(c);
         else
             h[0] = h[--n];
         sift_down(h, n, 0);
+        if (batched >= DRAIN_BATCH || n == 0) {
+            rv = write_batch(r, wb);
+            batched = 0;
+        }
     }
     free(h);
-    char *msg = NULL;
-    rocksdb_write(r->db, r->wopts, wb, &msg);
     rocksdb_writebatch_destroy(wb);
-    return msg ? pt_emb_rocks_error(msg) : 0;
+    return rv;
 }
 
 int pt_emb_ihead_drain(ihead *x)

@@ -103,7 +103,7 @@ static rocksdb_options_t *make_options(rocksdb_cache_t *cache, int index,
      * files until it fills. */
     rocksdb_options_set_max_total_wal_size(o, 256u << 20);
 
-    rocksdb_options_set_write_buffer_size(o, 64u << 20);
+    rocksdb_options_set_write_buffer_size(o, (index ? 16u : 64u) << 20);
     rocksdb_options_set_max_write_buffer_number(o, 3);
     rocksdb_options_set_target_file_size_base(o, 64u << 20);
     rocksdb_options_set_max_bytes_for_level_base(o, 256u << 20);
