@@ -6,7 +6,7 @@
 # INTERVAL_MS of wall time: every STEP seconds one loadgen run sends STEP seconds' worth,
 # timestamped from the current wall time. After each step the data directory's size is
 # printed: all of it (du: table files, logs, RocksDB's own files) / the table files and
-# points.wal alone. A stored chunk goes
+# points logs alone. A stored chunk goes
 # when its newest sample expires, and chunks hold 256 to 1024 samples of a series, so
 # the default 10 samples a second per series lets a 30 s retention show within minutes.
 #
@@ -23,11 +23,11 @@ SERIES=${SERIES:-1000} INTERVAL_MS=${INTERVAL_MS:-100} STEP=${STEP:-10} STEPS=${
 RETENTIONS=${RETENTIONS:-30s 0}
 
 pt_mktemp DIR retention-bench
-# sizes DIR: "<all of DIR>/<table files and points.wal>" in MiB.
+# sizes DIR: "<all of DIR>/<table files and points logs>" in MiB.
 sizes() {
     local all data
     all=$(du -sb "$1" | cut -f 1)
-    data=$(cat "$1"/*.sst "$1"/points.wal 2>/dev/null | wc -c)
+    data=$(cat "$1"/*.sst "$1"/points.*.wal 2>/dev/null | wc -c)
     awk -v a="$all" -v d="$data" 'BEGIN {printf "%.1f/%.1f", a / 1048576, d / 1048576}'
 }
 

@@ -3,10 +3,11 @@
  * cannot see.
  *
  * Before open (e == NULL): whether another process holds the store (RocksDB's LOCK file,
- * an fcntl lock: F_GETLK only looks), then every record of points.frozen.wal and
- * points.wal: magic, generation, length, XXH3 checksum and the row/cell entries (the
- * format of wal.c). Open replays a log up to its first bad record and cuts the rest, so
- * the check looks first and says what a start would drop:
+ * an fcntl lock: F_GETLK only looks), then every record of the points logs (those of
+ * older versions, then points.<seq>.wal in order, as a start replays them): magic,
+ * generation, length, XXH3 checksum and the row/cell entries (the format of wal.c). Open
+ * replays a log up to its first bad record and drops the rest, so the check looks first
+ * and says what a start would drop:
  *   - a bad last record (torn: it runs past the end of the file, or its checksum fails and
  *     nothing follows) is the tail;
  *   - a bad record with more bytes behind it is in the middle: replay would drop them.
@@ -247,8 +248,21 @@ int pt_emb_verify(void *state, const pt_backend_config *cfg, pt_verify_fn fn, vo
         int rv = lock_holder(ec->path, err, errlen);
         if (rv != 0)
             return rv;
-        check_log(&r, ec->path, "points.frozen.wal");
+        /* In the order a start replays them. */
+        uint64_t *seqs;
+        size_t n;
+        if (pt_emb_wal_logs(ec->path, &seqs, &n) != 0) {
+            snprintf(err, errlen, "cannot list %s", ec->path);
+            return PT_EIO;
+        }
+        check_log(&r, ec->path, "points.frozen.wal"); /* older versions' logs */
         check_log(&r, ec->path, "points.wal");
+        for (size_t i = 0; i < n; i++) {
+            char name[40];
+            snprintf(name, sizeof(name), "points.%llu.wal", (unsigned long long)seqs[i]);
+            check_log(&r, ec->path, name);
+        }
+        free(seqs);
         return 0;
     }
     check_family(&r, state, CF_POINTS, "points table");

@@ -80,39 +80,100 @@ static uint64_t now_ns(void)
 
 /* ---- the flush thread ---- */
 
-/* The current generation becomes the frozen one, with its log, and goes to the flush
- * thread; an empty generation and log take the writes. Called with mu held and no frozen
- * generation. */
-static int freeze_locked(embedded *e)
+/* Shard k's current generation becomes its frozen one and goes to the flush thread; its
+ * cells are in the logs up to the one the freeze closes. Called with mu held and nothing
+ * frozen. */
+static int freeze_shard_locked(embedded *e, unsigned k)
 {
     int rv = pt_emb_wal_freeze(&e->w);
     if (rv != 0)
         return rv;
-    pt_emb_head_freeze(&e->h);
+    pt_emb_head_freeze(&e->h, k);
     e->frozen = 1;
+    e->frozen_shard = k;
+    e->frozen_seq = e->w.seq - 1;
     e->freezes++;
     pthread_cond_signal(&e->work);
     return 0;
 }
 
-/* After a flush wrote the frozen generation into RocksDB: its cells and its log go, a few
- * thousand rows per hold of mu so that writers do not wait for a walk of the whole head.
- * The epoch moves first: a scan from then on renews its iterator, which sees the chunks,
- * and the frozen cells it may still merge hold the same values. Returns the longest hold
- * of mu, ns. */
+/* A shard with no current cells and no flush running has all its cells in RocksDB, so the
+ * logs closed so far hold none it lacks; logs_done becomes what every shard is done
+ * with. */
+static void logs_done_locked(embedded *e)
+{
+    uint64_t upto = UINT64_MAX;
+    for (unsigned k = 0; k < HEAD_SHARDS; k++) {
+        const hshard *sh = &e->h.sh[k];
+        if (!(e->frozen && e->frozen_shard == k) && sh->cells[sh->cur] == 0)
+            e->done[k] = e->w.seq - 1;
+        if (e->done[k] < upto)
+            upto = e->done[k];
+    }
+    e->logs_done = upto;
+}
+
+/* Deletes the logs every shard is done with, without mu (file deletions can wait for the
+ * file system's journal). A log left behind holds cells RocksDB has, older than the later
+ * logs': replaying it is harmless, and the next call tries again. */
+static void drop_logs(embedded *e)
+{
+    pthread_mutex_lock(&e->mu);
+    uint64_t upto = e->logs_done;
+    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_lock(&e->drop_mu);
+    if (upto > e->w.dropped && pt_emb_wal_drop(&e->w, upto) != 0)
+        pt_log(PT_LOG_WARN, "embedded: deleting flushed logs failed", "error=\"%s\"",
+               strerror(errno));
+    pthread_mutex_unlock(&e->drop_mu);
+}
+
+/* Makes the log the next freeze moves to, without mu (held on entry and return). */
+static void prepare_log_locked(embedded *e)
+{
+    if (e->w.next_fd >= 0)
+        return;
+    uint64_t seq = e->w.seq + 1;
+    pthread_mutex_unlock(&e->mu);
+    int fd = pt_emb_wal_prepare_fd(&e->w, seq);
+    pthread_mutex_lock(&e->mu);
+    pt_emb_wal_prepared(&e->w, seq, fd);
+}
+
+/* Freezes the next shard, in turn, that holds cells; nothing when none does. Called with
+ * mu held and nothing frozen. */
+static int freeze_next_locked(embedded *e)
+{
+    for (unsigned i = 0; i < HEAD_SHARDS; i++) {
+        unsigned k = (e->next_shard + i) % HEAD_SHARDS;
+        const hshard *sh = &e->h.sh[k];
+        if (sh->cells[sh->cur] == 0)
+            continue;
+        e->next_shard = (k + 1) % HEAD_SHARDS;
+        return freeze_shard_locked(e, k);
+    }
+    return 0;
+}
+
+/* After a flush wrote the frozen shard into RocksDB: its cells go, a few thousand rows per
+ * hold of mu so that writers do not wait for a walk of the whole shard. The epoch moves
+ * first: a scan from then on renews its
+ * iterator, which sees the chunks, and the frozen cells it may still merge hold the same
+ * values. Returns the longest hold of mu, ns. */
 static uint64_t drop_frozen_locked(embedded *e)
 {
     enum { STEP = 4096 };
+    unsigned k = e->frozen_shard;
     e->epoch++;
     size_t b = 0, i = 0;
     int evicted = 0, cleared = 0;
     uint64_t t = now_ns(), longest = 0;
     for (;;) {
-        /* Before the frozen cells go: a row flushed now is not idle. */
+        /* Before the frozen cells go: a row flushed now holds cells. */
         if (!evicted)
-            evicted = pt_emb_head_evict_step(&e->h, &b, STEP);
+            evicted = pt_emb_head_evict_step(&e->h, k, &b, STEP);
         else
-            cleared = pt_emb_head_clear_step(&e->h, &i, STEP);
+            cleared = pt_emb_head_clear_step(&e->h, k, &i, STEP);
         uint64_t now = now_ns();
         longest = now - t > longest ? now - t : longest;
         if (cleared)
@@ -124,11 +185,8 @@ static uint64_t drop_frozen_locked(embedded *e)
     }
     e->frozen = 0;
     e->flushes++;
-    /* A log left behind holds cells RocksDB has, older than points.wal's: replaying it
-     * is harmless, and the next freeze renames over it. */
-    if (pt_emb_wal_drop_frozen(&e->w) != 0)
-        pt_log(PT_LOG_WARN, "embedded: deleting the flushed log failed", "error=\"%s\"",
-               strerror(errno));
+    e->done[k] = e->frozen_seq;
+    logs_done_locked(e);
     return longest;
 }
 
@@ -142,13 +200,15 @@ static void *flush_main(void *arg)
             pthread_cond_wait(&e->work, &e->mu);
         if (!e->frozen)
             break;
-        unsigned fz = e->h.cur ^ 1;
+        /* The log the next freeze moves to, while nothing waits for it. */
+        prepare_log_locked(e);
+        unsigned k = e->frozen_shard;
         emb_hook hook = e->hook;
         void *ud = e->hook_ud;
         pthread_mutex_unlock(&e->mu);
         uint64_t t0 = now_ns();
-        int rv = pt_emb_flush_frozen(e, fz, hook, ud);
-        /* The frozen log's index cells too, before it is deleted. */
+        int rv = pt_emb_flush_frozen(e, k, hook, ud);
+        /* The index cells of the segments too, before any is deleted. */
         if (rv == 0)
             rv = pt_emb_ihead_drain(&e->ix);
         uint64_t took = now_ns() - t0;
@@ -156,22 +216,28 @@ static void *flush_main(void *arg)
         e->flush_err = rv;
         e->flush_ns += took;
         e->last_flush_ns = took;
+        const hshard *sh = &e->h.sh[k];
         if (rv == 0) {
-            size_t cells = e->h.cells[fz];
+            size_t cells = sh->cells[sh->cur ^ 1];
             uint64_t held = drop_frozen_locked(e);
-            pt_log(PT_LOG_DEBUG, "embedded: flushed", "cells=%zu seconds=%.3f max_hold_ms=%.3f",
-                   cells, (double)took / 1e9, (double)held / 1e6);
+            pt_log(PT_LOG_DEBUG, "embedded: flushed",
+                   "shard=%u cells=%zu seconds=%.3f max_hold_ms=%.3f", k, cells,
+                   (double)took / 1e9, (double)held / 1e6);
             backoff_ms = 0;
         } else {
             e->flush_failures++;
             backoff_ms = pt_emb_backoff_next(backoff_ms);
             pt_log(PT_LOG_ERROR, "embedded: flush failed, retrying",
                    "code=\"%s\" frozen_bytes=%zu retry_ms=%llu", pt_strerror(rv),
-                   e->h.cell_bytes[fz], (unsigned long long)backoff_ms);
+                   sh->cell_bytes[sh->cur ^ 1], (unsigned long long)backoff_ms);
         }
         pthread_cond_broadcast(&e->flushed);
-        if (rv == 0)
+        if (rv == 0) {
+            pthread_mutex_unlock(&e->mu);
+            drop_logs(e);
+            pthread_mutex_lock(&e->mu);
             continue;
+        }
         /* Back off; a synchronous flush or close cuts the wait short. */
         struct timespec until = pt_emb_after_ms(backoff_ms);
         while (!e->stop && !e->retry_now &&
@@ -185,8 +251,9 @@ static void *flush_main(void *arg)
     return NULL;
 }
 
-/* Waits until every cell written before the call is in RocksDB. A failed flush ends the
- * wait with its error; its frozen generation stays with the flush thread's retries. */
+/* Waits until every cell written before the call is in RocksDB: the flush in progress,
+ * then every shard with cells in turn. A failed flush ends the wait with its error; its
+ * frozen generation stays with the flush thread's retries. */
 static int flush_sync(embedded *e)
 {
     pthread_mutex_lock(&e->mu);
@@ -198,30 +265,51 @@ static int flush_sync(embedded *e)
     }
     while (e->frozen && e->flush_failures == failures)
         pthread_cond_wait(&e->flushed, &e->mu);
-    if (e->frozen) {
+    if (e->frozen)
         rv = e->flush_err;
-    } else if ((rv = freeze_locked(e)) == 0) {
+    /* Each turn freezes the next shard with cells, so HEAD_SHARDS turns pass every shard
+     * (those without cells have nothing to flush). */
+    for (unsigned i = 0; i < HEAD_SHARDS && rv == 0; i++) {
+        while (e->frozen && e->flush_failures == failures) /* a writer froze one */
+            pthread_cond_wait(&e->flushed, &e->mu);
+        if (e->frozen) {
+            rv = e->flush_err;
+            break;
+        }
+        if ((rv = freeze_next_locked(e)) != 0 || !e->frozen)
+            break;
         uint64_t target = e->freezes;
         while (e->flushes < target && e->flush_failures == failures)
             pthread_cond_wait(&e->flushed, &e->mu);
         rv = e->flushes < target ? e->flush_err : 0;
     }
+    if (rv == 0)
+        logs_done_locked(e);
     pthread_mutex_unlock(&e->mu);
+    if (rv == 0)
+        drop_logs(e);
     return rv;
 }
 
-/* At open, alone: the replayed cells (both logs) go into RocksDB and the logs are
- * emptied, frozen one first (its cells may be older than points.wal's). */
+/* At open, alone: the replayed cells (every log) go into RocksDB, shard by shard, and the
+ * logs are emptied. */
 static int flush_replayed(embedded *e)
 {
-    pt_emb_head_freeze(&e->h);
-    int rv = pt_emb_flush_frozen(e, e->h.cur ^ 1, NULL, NULL);
-    if (rv != 0)
+    int rv;
+    for (unsigned k = 0; k < HEAD_SHARDS; k++) {
+        pt_emb_head_freeze(&e->h, k);
+        if ((rv = pt_emb_flush_frozen(e, k, NULL, NULL)) != 0)
+            return rv;
+        pt_emb_head_drop_frozen(&e->h, k);
+    }
+    /* Every log replayed goes; the records go to a new one, and the next is made. */
+    if ((rv = pt_emb_ihead_drain(&e->ix)) != 0 || (rv = pt_emb_wal_drop(&e->w, e->w.seq - 1)) != 0 ||
+        (rv = pt_emb_wal_start(&e->w)) != 0)
         return rv;
-    pt_emb_head_drop_frozen(&e->h);
-    if ((rv = pt_emb_ihead_drain(&e->ix)) != 0 || (rv = pt_emb_wal_drop_frozen(&e->w)) != 0 ||
-        (rv = pt_emb_wal_truncate(&e->w)) != 0)
-        return rv;
+    pt_emb_wal_prepared(&e->w, e->w.seq + 1, pt_emb_wal_prepare_fd(&e->w, e->w.seq + 1));
+    for (unsigned k = 0; k < HEAD_SHARDS; k++)
+        e->done[k] = e->w.dropped;
+    e->logs_done = e->w.dropped;
     e->epoch++;
     e->freezes++;
     e->flushes++;
@@ -239,6 +327,7 @@ static void embedded_close(void *state)
     pt_emb_expire_stop(&e->x);
     /* Only a head that opened completely may flush: after a failed replay the log holds
      * cells the head does not, and a flush would truncate them away. */
+    int flushed = 0;
     if (e->ready) {
         int rv = flush_sync(e);
         if (rv != 0)
@@ -246,9 +335,13 @@ static void embedded_close(void *state)
                     "promtable: embedded: flush on close failed (%s); the logs in %s "
                     "keep the data for the next open\n",
                     pt_strerror(rv), e->w.dir);
+        flushed = rv == 0;
     }
     e->ready = 0;
     stop_thread(e);
+    /* Everything is in RocksDB: a clean stop leaves no log. */
+    if (flushed && e->w.size == 0 && e->w.dropped == e->w.seq - 1)
+        pt_emb_wal_end(&e->w);
     pt_emb_ihead_free(&e->ix);
     pt_emb_head_free(&e->h);
     pt_emb_wal_close(&e->w);
@@ -260,6 +353,9 @@ static void embedded_close(void *state)
     if (e->mu_init)
         pthread_mutex_destroy(&e->mu);
     e->mu_init = 0;
+    if (e->drop_mu_init)
+        pthread_mutex_destroy(&e->drop_mu);
+    e->drop_mu_init = 0;
     pt_emb_rocks_close(&e->r);
     pt_emb_expire_free(&e->x);
 }
@@ -269,6 +365,9 @@ static int init_sync(embedded *e)
     if (pthread_mutex_init(&e->mu, NULL) != 0)
         return PT_ENOMEM;
     e->mu_init = 1;
+    if (pthread_mutex_init(&e->drop_mu, NULL) != 0)
+        return PT_ENOMEM;
+    e->drop_mu_init = 1;
     pthread_condattr_t ca;
     if (pthread_condattr_init(&ca) != 0)
         return PT_ENOMEM;
@@ -366,12 +465,12 @@ fail:
  * series than fit in it, counting rows would flush on every write. */
 static int make_room_locked(embedded *e)
 {
-    while (e->h.cell_bytes[e->h.cur] > e->budget) {
+    while (e->h.cur_bytes > e->budget) {
         if (!e->frozen) {
-            int rv = freeze_locked(e);
+            int rv = freeze_next_locked(e);
             /* A failed freeze keeps the generation; accept writes up to twice the
              * budget, then make the client back off and retry. */
-            if (rv != 0 && e->h.cell_bytes[e->h.cur] > 2 * e->budget)
+            if (rv != 0 && e->h.cur_bytes > 2 * e->budget)
                 return rv;
             return 0;
         }
@@ -495,16 +594,20 @@ void pt_embedded_get_stats(pt_backend *b, pt_embedded_stats *out)
 {
     embedded *e = b->state;
     pthread_mutex_lock(&e->mu);
-    unsigned fz = e->h.cur ^ 1;
+    const hshard *fsh = &e->h.sh[e->frozen_shard];
+    size_t cells = 0;
+    for (unsigned k = 0; k < HEAD_SHARDS; k++)
+        cells += e->h.sh[k].cells[0] + e->h.sh[k].cells[1];
     *out = (pt_embedded_stats){.flushes = e->flushes,
                                .flush_failures = e->flush_failures,
                                .flush_seconds = (double)e->flush_ns / 1e9,
                                .last_flush_seconds = (double)e->last_flush_ns / 1e9,
                                .write_waits = e->waits,
                                .head_rows = e->h.nrows,
-                               .head_cells = e->h.cells[0] + e->h.cells[1],
+                               .head_cells = cells,
                                .head_bytes = e->h.bytes,
-                               .frozen_cell_bytes = e->frozen ? e->h.cell_bytes[fz] : 0,
+                               .frozen_cell_bytes =
+                                   e->frozen ? fsh->cell_bytes[fsh->cur ^ 1] : 0,
                                .wal_bytes = e->w.size,
                                .expired_chunks = atomic_load(&e->x.dropped[0]),
                                .expired_index = atomic_load(&e->x.dropped[1]),

@@ -331,13 +331,14 @@ static inline uint32_t hcells_count(const hcells *s)
     return (s->z ? s->z->n : 0) + s->n;
 }
 
-/* A row of the head. head.c owns it; it lives until the head evicts it (at the end of a
- * flush, after it stayed empty for a whole flush interval) or is freed, so a pointer to
+/* A row of the head. head.c owns it; it lives until the head evicts it (at the end of its
+ * shard's flush, when it got no cell since the one before) or is freed, so a pointer to
  * it is good only while mu is held, or, for the flush thread, while the row is in the
  * frozen generation's list (such a row is never evicted).
  *
- * The head holds two generations of cells (double buffering): s[h->cur] takes the writes,
- * s[!h->cur] is the frozen generation a flush is writing into RocksDB. */
+ * The head holds two generations of cells (double buffering) per shard: s[cur] takes the
+ * writes, s[!cur] is the frozen generation a flush is writing into RocksDB (cur is the
+ * row's shard's, pt_emb_row_cur). */
 typedef struct hrow hrow;
 struct hrow {
     hrow *next; /* hash chain */
@@ -345,25 +346,40 @@ struct hrow {
     hcells s[2];
     uint32_t wal_gen, wal_id; /* wal.c's: the row's id in the log generation wal_gen */
     /* flush.c's: the row's last RocksDB chunk, valid when known; has_last = 0: none.
-     * The flush (thread) writes them; scans read them under mu, and only while no flush
-     * runs (scan.c: a row with no chunk from a read's window on skips RocksDB). */
+     * The flush (thread) writes them; scans read them under mu, and only while the row's
+     * shard is not being flushed (scan.c: a row with no chunk from a read's window on
+     * skips RocksDB). */
     uint32_t last_first, last_max, last_n;
     uint8_t known, has_last;
-    uint8_t idle; /* had no cells at the previous flush */
     uint32_t keylen;
     uint8_t key[];
 };
 
-typedef struct head {
+/* The head is cut into shards by row hash, each a table of its rows with two generations
+ * of its own. A flush takes one shard: its current generation is frozen and written into
+ * RocksDB while the other shards' go on taking writes, so what is held twice is one shard's
+ * samples, not the whole head's (which with one table made the head about twice its
+ * budget). Shards are frozen in turn; in steady state the one frozen is the one that
+ * waited longest, so it holds about 2 / (HEAD_SHARDS + 1) of the budget, and a row's
+ * samples per flush are about twice what one table of the same budget would give. */
+enum { HEAD_SHARD_BITS = 3, HEAD_SHARDS = 1 << HEAD_SHARD_BITS };
+
+typedef struct hshard {
     hrow **tab; /* hash table, chained, 2^k buckets */
     size_t mask, nrows;
     unsigned cur;         /* the generation taking writes, 0 or 1 */
     size_t cells[2];      /* cells held by each generation, duplicates included */
     size_t cell_bytes[2]; /* the samples each holds (16 bytes a cell, longer values) */
-    size_t bytes;         /* memory held: rows, cell arrays, values, the hash table */
     /* The rows with cells in each generation, in the order they got their first one. */
     hrow **dirty[2];
     size_t ndirty[2], dirty_cap[2];
+} hshard;
+
+typedef struct head {
+    hshard sh[HEAD_SHARDS];
+    size_t nrows;
+    size_t cur_bytes; /* cell_bytes of every shard's current generation: the budget's */
+    size_t bytes;     /* memory held: rows, cell arrays, runs, values, the hash tables */
 } head;
 
 static inline uint64_t pt_emb_head_hash(const uint8_t *key, size_t n)
@@ -371,8 +387,20 @@ static inline uint64_t pt_emb_head_hash(const uint8_t *key, size_t n)
     return XXH3_64bits(key, n);
 }
 
+/* The shard of a row hash: its top bits (the table buckets use the low ones). */
+static inline unsigned pt_emb_shard_of(uint64_t hash)
+{
+    return (unsigned)(hash >> (64 - HEAD_SHARD_BITS));
+}
+
+/* The generation of r taking writes. */
+static inline unsigned pt_emb_row_cur(const head *h, const hrow *r)
+{
+    return h->sh[pt_emb_shard_of(r->hash)].cur;
+}
+
 int pt_emb_head_init(head *h);
-/* Frees every row and the table; h is zeroed. */
+/* Frees every row and the tables; h is zeroed. */
 void pt_emb_head_free(head *h);
 hrow *pt_emb_head_find(head *h, const uint8_t *key, size_t n, uint64_t hash);
 /* The row with that key, created empty if missing; NULL when out of memory. */
@@ -381,12 +409,14 @@ hrow *pt_emb_head_get(head *h, const uint8_t *key, size_t n, uint64_t hash);
  * cache) the first row it leads to, header and key. */
 static inline void pt_emb_head_prefetch(const head *h, uint64_t hash)
 {
-    __builtin_prefetch(&h->tab[hash & h->mask]);
+    const hshard *sh = &h->sh[pt_emb_shard_of(hash)];
+    __builtin_prefetch(&sh->tab[hash & sh->mask]);
 }
 
 static inline void pt_emb_head_prefetch_row(const head *h, uint64_t hash)
 {
-    const hrow *r = h->tab[hash & h->mask];
+    const hshard *sh = &h->sh[pt_emb_shard_of(hash)];
+    const hrow *r = sh->tab[hash & sh->mask];
     if (r) {
         __builtin_prefetch(r);
         __builtin_prefetch((const char *)r + 64);
@@ -413,17 +443,20 @@ uint32_t pt_emb_cells_sort(cell *c, cell *tmp, uint32_t n);
  * row), in table order, into the array *rows (capacity *cap, grown as needed); their
  * number in *n. */
 int pt_emb_head_collect(head *h, const pt_row_range *r, hrow ***rows, size_t *cap, size_t *n);
-/* Makes the current generation the frozen one; the other, which must be empty, takes the
- * writes from now on. */
-void pt_emb_head_freeze(head *h);
-/* Ends the frozen generation once it is in RocksDB: drops rows that stayed empty since the
- * previous call, marks the empty ones idle, and empties the frozen cells. */
-void pt_emb_head_drop_frozen(head *h);
+/* Cells in the current generations of every shard. */
+size_t pt_emb_head_cur_cells(const head *h);
+/* Makes shard k's current generation its frozen one; the other, which must be empty,
+ * takes the shard's writes from now on. */
+void pt_emb_head_freeze(head *h, unsigned k);
+/* Ends shard k's frozen generation once it is in RocksDB: evicts the shard's rows that
+ * hold no cell (they got none since its previous flush) and empties the frozen cells,
+ * giving their runs' memory back. */
+void pt_emb_head_drop_frozen(head *h, unsigned k);
 /* The same in steps, so that mu can be released in between: evict_step walks up to n
- * buckets from *b, clear_step empties up to n frozen rows from *i; each returns 1 once
- * done (start both at 0, evict first: a row flushed now is not idle). */
-int pt_emb_head_evict_step(head *h, size_t *b, size_t n);
-int pt_emb_head_clear_step(head *h, size_t *i, size_t n);
+ * buckets of shard k from *b, clear_step empties up to n of its frozen rows from *i; each
+ * returns 1 once done (start both at 0, evict first: a row flushed now holds cells). */
+int pt_emb_head_evict_step(head *h, unsigned k, size_t *b, size_t n);
+int pt_emb_head_clear_step(head *h, unsigned k, size_t *i, size_t n);
 
 /* ---- ihead.c ---- */
 
@@ -475,28 +508,39 @@ void pt_emb_ihead_stats(ihead *x, pt_emb_ihead_stat *st);
 
 /* ---- wal.c ---- */
 
-/* The points logs. points.wal holds the cells of the head's current generation;
- * points.frozen.wal, while it exists, those of the frozen generation being flushed. A
- * freeze renames the first to the second and starts an empty points.wal in a new log
- * generation, whose records define their rows anew. */
+/* The points logs, points.<seq>.wal (wal.c). Records go to the one numbered seq; a freeze
+ * (of one head shard) moves them on to seq + 1 in a new log generation, whose records
+ * define their rows anew. A log holds cells of every shard; it is deleted once each
+ * shard's cells in it are in RocksDB, i.e. once every shard was flushed (or found empty)
+ * since it was closed, so about HEAD_SHARDS logs are kept. Files are made and deleted
+ * outside the backend mutex (prepare, drop); a freeze under it only switches fds. */
 typedef struct wal {
-    int fd; /* -1 when not open */
-    char *path, *frozen_path, *dir;
+    int fd;      /* log seq, taking the records; -1 when none is open */
+    int next_fd; /* log seq + 1, made ahead of the next freeze; -1 when not made yet */
+    char *dir;
     int sync;         /* fdatasync every record */
     uint32_t gen;     /* generation of the records now being appended */
     uint32_t next_id; /* next row id of this generation */
     uint64_t size;
+    uint64_t seq;     /* the log taking the records */
+    uint64_t dropped; /* logs up to this one are deleted (pt_emb_wal_drop's, alone) */
     pt_buf rec;  /* record being built */
     hrow **rows; /* after pt_emb_wal_log: the row of each points cell */
     size_t rows_cap;
 } wal;
 
-/* Opens (creating) dir/points.wal for appending. */
+/* Sets w up for the logs in dir (nothing opened yet: replay, then start). */
 int pt_emb_wal_open(wal *w, const char *dir, int sync, char *err, size_t errlen);
-/* Replays points.frozen.wal, if there is one, then points.wal into the head's current
- * generation (so the newer write of a cell comes last) and their index cells into x, and
- * cuts a torn or stale tail off points.wal. */
+/* Replays the logs of older versions (points.frozen.wal, points.wal), then every
+ * points.<seq>.wal in order into the head's current generations (so the newer write of a
+ * cell comes last) and their index cells into x, each up to its first torn or corrupt
+ * record. Then w->seq is past every log found, and pt_emb_wal_drop(w, w->seq - 1)
+ * deletes them all. */
 int pt_emb_wal_replay(wal *w, head *h, ihead *x, char *err, size_t errlen);
+/* Starts log w->seq (after a replay, and the drop of what it replayed). */
+int pt_emb_wal_start(wal *w);
+/* The log numbers in dir, ascending, into *seqs (malloc'ed, *n of them; NULL when none). */
+int pt_emb_wal_logs(const char *dir, uint64_t **seqs, size_t *n);
 /* Writes the points cells of a batch (k of them, hashes[j] the row hash of the j-th) and
  * its index cells iv[0..ni) as one record, creating the points' rows in the head; then
  * w->rows[0..k) are their rows, valid while mu is held. On failure nothing is logged (a
@@ -517,13 +561,21 @@ typedef struct wal_entry {
 /* Parses the entry at *p (before end): 1 with *p past it, 0 when it is malformed
  * (truncated, of no known type, a row key empty or holding 0x00). Ids are the caller's. */
 int pt_emb_wal_entry(const uint8_t **p, const uint8_t *end, wal_entry *e);
-/* points.wal becomes points.frozen.wal (which must not exist) and a new, empty
- * points.wal in the next log generation takes the records. On failure nothing changed. */
+/* Moves the records on to log seq + 1 (made now if no prepare made it) in the next log
+ * generation; log seq is closed. On failure nothing changed. */
 int pt_emb_wal_freeze(wal *w);
-/* Deletes points.frozen.wal (missing is fine): its cells are in RocksDB. */
-int pt_emb_wal_drop_frozen(wal *w);
-/* Empties points.wal (synced) and starts the next generation. */
-int pt_emb_wal_truncate(wal *w);
+/* Making the next log ahead of a freeze, without the mutex: note seq = w->seq + 1 under
+ * it, make the file with prepare_fd (no lock; -1 on failure), then hand the fd over with
+ * prepared, under it again (closed if a freeze made that log meanwhile). */
+int pt_emb_wal_prepare_fd(const wal *w, uint64_t seq);
+void pt_emb_wal_prepared(wal *w, uint64_t seq, int fd);
+/* Deletes the logs up to upto (and the older versions' logs): their cells are in RocksDB.
+ * Touches only w->dropped and files: callers serialize it among themselves, not under the
+ * backend mutex. */
+int pt_emb_wal_drop(wal *w, uint64_t upto);
+/* Closes and deletes the current log and the next one made ahead: the stop of a store
+ * whose every cell is in RocksDB (the current log holds no record). */
+void pt_emb_wal_end(wal *w);
 void pt_emb_wal_close(wal *w);
 
 /* ---- the backend (embedded.c) ---- */
@@ -544,12 +596,19 @@ typedef struct embedded {
     pthread_cond_t work;    /* to the flush thread: a frozen generation, a retry, or stop */
     pthread_cond_t flushed; /* from it: a flush attempt ended */
     pthread_t thread;
-    int mu_init, cond_init, thread_started;
+    int mu_init, cond_init, drop_mu_init, thread_started;
     int ready;      /* opened and replayed: close may flush */
-    size_t budget;  /* cell_bytes of the current generation that freeze it */
+    size_t budget;  /* samples of the current generations (h.cur_bytes) that freeze a shard */
     uint64_t epoch; /* flushes completed; scans refresh their iterators when it moves */
     atomic_int young_rows; /* the last scan's rows began inside its window (a hint) */
-    int frozen;     /* the head has a frozen generation (waiting for or in its flush) */
+    int frozen;     /* a head shard has a frozen generation (waiting for or in its flush) */
+    unsigned frozen_shard; /* that shard, when frozen */
+    unsigned next_shard;   /* the shard the next freeze looks at first */
+    uint64_t frozen_seq;   /* the last log holding cells of that frozen generation */
+    /* Per shard: the logs up to this one hold none of its cells that RocksDB lacks. */
+    uint64_t done[HEAD_SHARDS];
+    uint64_t logs_done;      /* the least of done: logs up to it may be deleted */
+    pthread_mutex_t drop_mu; /* serializes deleting logs (pt_emb_wal_drop), without mu */
     int stop;       /* the flush thread is to exit */
     int retry_now;  /* a synchronous flush waits: skip the backoff */
     int flush_err;  /* the last flush attempt's result */
@@ -572,11 +631,11 @@ int pt_emb_verify(void *e, const pt_backend_config *cfg, pt_verify_fn fn, void *
 
 /* ---- flush.c ---- */
 
-/* Writes the rows of the head's frozen generation fz into RocksDB as chunks and makes them
- * durable there; the caller then drops them (pt_emb_head_drop_frozen, under mu) and their
- * log. Called without mu by the one thread that flushes. On failure the rows are as they
+/* Writes the rows of head shard k's frozen generation into RocksDB as chunks and makes
+ * them durable there; the caller then drops them (pt_emb_head_drop_frozen, under mu) and
+ * the log segments no shard needs. Called without mu by the one thread that flushes. On failure the rows are as they
  * were (some chunks may be in RocksDB already; flushing them again is harmless). */
-int pt_emb_flush_frozen(embedded *e, unsigned fz, emb_hook hook, void *ud);
+int pt_emb_flush_frozen(embedded *e, unsigned k, emb_hook hook, void *ud);
 /* Deletes the table files a flush left in dir when it was cut short (open calls it). */
 void pt_emb_flush_clean(const char *dir);
 

@@ -1,5 +1,5 @@
 /*
- * Flush: the rows of the head's frozen generation, sorted, are written as chunks (chunk.c)
+ * Flush: the rows of a head shard's frozen generation, sorted, are written as chunks (chunk.c)
  * into table files of their own (flush.N.sst in the store's directory, a new one every
  * 64 MiB), which RocksDB then ingests in one step: it moves them into the store and
  * records them durably. Only then does the caller drop the frozen cells and their log
@@ -429,10 +429,11 @@ void pt_emb_flush_clean(const char *dir)
     closedir(d);
 }
 
-int pt_emb_flush_frozen(embedded *e, unsigned fz, emb_hook hook, void *ud)
+int pt_emb_flush_frozen(embedded *e, unsigned k, emb_hook hook, void *ud)
 {
-    head *h = &e->h;
-    flusher f = {.e = e, .fz = fz, .rows = h->dirty[fz], .nrows = h->ndirty[fz], .hook = hook,
+    hshard *sh = &e->h.sh[k];
+    unsigned fz = sh->cur ^ 1;
+    flusher f = {.e = e, .fz = fz, .rows = sh->dirty[fz], .nrows = sh->ndirty[fz], .hook = hook,
                  .ud = ud};
     int rv = 0;
     if (f.nrows > 0) {

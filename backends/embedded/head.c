@@ -35,11 +35,35 @@ static size_t zrun_used(const zrun *z)
     return ((size_t)z->bits + 7) / 8;
 }
 
-static void zrun_reset(zrun *z)
+/* A run's next capacity: doubled up to 512 bytes, then a quarter more (in 16-byte steps).
+ * A run grows with its samples rather than starting at what its row used last time: a
+ * generation's runs would otherwise hold their whole room from their first sample on, and
+ * the shards not being flushed would hold a full generation each. */
+static uint32_t zrun_next_cap(uint32_t cap)
 {
-    memset(z->data, 0, zrun_used(z));
-    uint32_t cap = z->cap;
-    *z = (zrun){.cap = cap, .leading = 0xff};
+    if (cap == 0)
+        return 32;
+    return cap < 512 ? 2 * cap : cap + (cap / 4 + 15) / 16 * 16;
+}
+
+static hshard *shard(head *h, const hrow *r)
+{
+    return &h->sh[pt_emb_shard_of(r->hash)];
+}
+
+/* Samples held by generation g of shard sh grew or shrank by n bytes. */
+static void held_add(head *h, hshard *sh, unsigned g, size_t n)
+{
+    sh->cell_bytes[g] += n;
+    if (g == sh->cur)
+        h->cur_bytes += n;
+}
+
+static void held_sub(head *h, hshard *sh, unsigned g, size_t n)
+{
+    sh->cell_bytes[g] -= n;
+    if (g == sh->cur)
+        h->cur_bytes -= n;
 }
 
 /* 1 when the cell can go into the run: nothing in the array yet, 8 bytes, in order, room. */
@@ -51,14 +75,12 @@ static int zrun_takes(const hcells *s, uint32_t q, size_t vlen)
     return !z || ((z->n == 0 || q > z->t) && z->cap < ZRUN_CAP_MAX);
 }
 
-static int zrun_append(head *h, unsigned g, hcells *s, uint32_t q, const uint8_t *v)
+static int zrun_append(head *h, hshard *sh, unsigned g, hcells *s, uint32_t q, const uint8_t *v)
 {
     zrun *z = s->z;
     size_t used = z ? zrun_used(z) : 0;
     if (!z || z->cap - used < ZRUN_SAMPLE_MAX) {
-        /* Grown by a quarter: the run's unused tail is memory no sample uses, and a
-         * series gets about as many samples in the next flush interval as in this one. */
-        uint32_t old = z ? z->cap : 0, cap = z ? z->cap + (z->cap / 4 + 15) / 16 * 16 : 32;
+        uint32_t old = z ? z->cap : 0, cap = zrun_next_cap(old);
         zrun *nz = realloc(z, sizeof(*nz) + cap);
         if (!nz)
             return PT_ENOMEM;
@@ -81,7 +103,7 @@ static int zrun_append(head *h, unsigned g, hcells *s, uint32_t q, const uint8_t
     z->v = e.v;
     z->leading = (uint8_t)e.leading;
     z->trailing = (uint8_t)e.trailing;
-    h->cell_bytes[g] += zrun_used(z) - used;
+    held_add(h, sh, g, zrun_used(z) - used);
     return 0;
 }
 
@@ -123,30 +145,35 @@ int pt_emb_hcells_get(const hcells *s, cell **buf, size_t *cap, const cell **out
 
 int pt_emb_head_init(head *h)
 {
-    h->mask = 1023;
-    h->tab = calloc(h->mask + 1, sizeof(*h->tab));
-    if (!h->tab)
-        return PT_ENOMEM;
-    h->bytes = (h->mask + 1) * sizeof(*h->tab);
+    memset(h, 0, sizeof(*h));
+    for (unsigned k = 0; k < HEAD_SHARDS; k++) {
+        hshard *sh = &h->sh[k];
+        sh->mask = 127;
+        sh->tab = calloc(sh->mask + 1, sizeof(*sh->tab));
+        if (!sh->tab)
+            return PT_ENOMEM; /* pt_emb_head_free releases the others */
+        h->bytes += (sh->mask + 1) * sizeof(*sh->tab);
+    }
     return 0;
 }
 
 hrow *pt_emb_head_find(head *h, const uint8_t *key, size_t n, uint64_t hash)
 {
-    for (hrow *r = h->tab[hash & h->mask]; r; r = r->next)
+    const hshard *sh = &h->sh[pt_emb_shard_of(hash)];
+    for (hrow *r = sh->tab[hash & sh->mask]; r; r = r->next)
         if (r->hash == hash && r->keylen == n && memcmp(r->key, key, n) == 0)
             return r;
     return NULL;
 }
 
-static int tab_grow(head *h)
+static int tab_grow(head *h, hshard *sh)
 {
-    size_t nb = (h->mask + 1) * 2;
+    size_t nb = (sh->mask + 1) * 2;
     hrow **t = calloc(nb, sizeof(*t));
     if (!t)
         return PT_ENOMEM;
-    for (size_t i = 0; i <= h->mask; i++) {
-        hrow *r = h->tab[i];
+    for (size_t i = 0; i <= sh->mask; i++) {
+        hrow *r = sh->tab[i];
         while (r) {
             hrow *next = r->next;
             r->next = t[r->hash & (nb - 1)];
@@ -154,10 +181,10 @@ static int tab_grow(head *h)
             r = next;
         }
     }
-    h->bytes += (nb - (h->mask + 1)) * sizeof(*t);
-    free(h->tab);
-    h->tab = t;
-    h->mask = nb - 1;
+    h->bytes += (nb - (sh->mask + 1)) * sizeof(*t);
+    free(sh->tab);
+    sh->tab = t;
+    sh->mask = nb - 1;
     return 0;
 }
 
@@ -166,7 +193,8 @@ hrow *pt_emb_head_get(head *h, const uint8_t *key, size_t n, uint64_t hash)
     hrow *r = pt_emb_head_find(h, key, n, hash);
     if (r)
         return r;
-    if (h->nrows >= h->mask + 1 && tab_grow(h) != 0)
+    hshard *sh = &h->sh[pt_emb_shard_of(hash)];
+    if (sh->nrows >= sh->mask + 1 && tab_grow(h, sh) != 0)
         return NULL;
     r = calloc(1, sizeof(*r) + n);
     if (!r)
@@ -175,46 +203,43 @@ hrow *pt_emb_head_get(head *h, const uint8_t *key, size_t n, uint64_t hash)
     r->keylen = (uint32_t)n;
     r->s[0].sorted = r->s[1].sorted = 1;
     memcpy(r->key, key, n);
-    r->next = h->tab[hash & h->mask];
-    h->tab[hash & h->mask] = r;
+    r->next = sh->tab[hash & sh->mask];
+    sh->tab[hash & sh->mask] = r;
+    sh->nrows++;
     h->nrows++;
     h->bytes += sizeof(*r) + n;
     return r;
 }
 
-static void free_value(head *h, unsigned g, cell *c)
+static void free_value(head *h, hshard *sh, unsigned g, cell *c)
 {
     if (c->vlen > 8) {
         free(c->v.p);
         h->bytes -= c->vlen;
-        h->cell_bytes[g] -= c->vlen;
+        held_sub(h, sh, g, c->vlen);
     }
 }
 
-/* The cell array stays for the next samples (no heap call per row and flush in steady
- * state); one that was far too big this time is halved. */
+/* Empties generation g of r. Its run goes back to the allocator, for the other shards'
+ * runs to grow into; the cell array stays for the next cells (rewrites and backfill come
+ * in streams), halved when far too big this time. */
 static void clear(head *h, hrow *r, unsigned g)
 {
+    hshard *sh = shard(h, r);
     hcells *s = &r->s[g];
     for (uint32_t i = 0; i < s->n; i++)
-        free_value(h, g, &s->c[i]);
+        free_value(h, sh, g, &s->c[i]);
     if (s->z) {
         zrun *z = s->z;
         size_t used = zrun_used(z);
-        h->cells[g] -= z->n;
-        h->cell_bytes[g] -= used;
-        zrun_reset(z);
-        if (z->cap > 256 && used < z->cap / 4) {
-            zrun *nz = realloc(z, sizeof(*z) + z->cap / 2);
-            if (nz) {
-                h->bytes -= nz->cap - nz->cap / 2;
-                nz->cap /= 2;
-                s->z = nz;
-            }
-        }
+        sh->cells[g] -= z->n;
+        held_sub(h, sh, g, used);
+        h->bytes -= sizeof(*z) + z->cap;
+        free(z);
+        s->z = NULL;
     }
-    h->cells[g] -= s->n;
-    h->cell_bytes[g] -= (size_t)s->n * sizeof(cell);
+    sh->cells[g] -= s->n;
+    held_sub(h, sh, g, (size_t)s->n * sizeof(cell));
     if (s->cap > 16 && s->n < s->cap / 4) {
         cell *c = realloc(s->c, (s->cap / 2) * sizeof(*c));
         if (c) {
@@ -227,61 +252,59 @@ static void clear(head *h, hrow *r, unsigned g)
     s->sorted = 1;
 }
 
-/* Gives an idle row's cell arrays back. */
-static void release_cells(head *h, hrow *r)
+/* Frees an empty row (unlinked by the caller) and its cell arrays. */
+static void free_row(head *h, hrow *r)
 {
     for (unsigned g = 0; g < 2; g++) {
         h->bytes -= r->s[g].cap * sizeof(cell);
         free(r->s[g].c);
-        r->s[g].c = NULL;
-        r->s[g].cap = 0;
-        if (r->s[g].z) {
-            h->bytes -= sizeof(zrun) + r->s[g].z->cap;
-            free(r->s[g].z);
-            r->s[g].z = NULL;
-        }
     }
+    h->bytes -= sizeof(*r) + r->keylen;
+    shard(h, r)->nrows--;
+    h->nrows--;
+    free(r);
 }
 
 void pt_emb_head_free(head *h)
 {
-    if (h->tab) {
-        for (size_t b = 0; b <= h->mask; b++) {
-            hrow *r = h->tab[b];
+    for (unsigned k = 0; k < HEAD_SHARDS; k++) {
+        hshard *sh = &h->sh[k];
+        for (size_t b = 0; sh->tab && b <= sh->mask; b++) {
+            hrow *r = sh->tab[b];
             while (r) {
                 hrow *next = r->next;
                 clear(h, r, 0);
                 clear(h, r, 1);
-                release_cells(h, r);
-                free(r);
+                free_row(h, r);
                 r = next;
             }
         }
+        free(sh->tab);
+        free(sh->dirty[0]);
+        free(sh->dirty[1]);
     }
-    free(h->tab);
-    free(h->dirty[0]);
-    free(h->dirty[1]);
     memset(h, 0, sizeof(*h));
 }
 
 int pt_emb_head_append(head *h, hrow *r, uint32_t q, pt_slice v)
 {
-    unsigned g = h->cur;
+    hshard *sh = shard(h, r);
+    unsigned g = sh->cur;
     hcells *s = &r->s[g];
     int rv, first = hcells_count(s) == 0;
     if (first) {
-        size_t cap = h->dirty_cap[g];
-        if ((rv = pt_array_reserve(&h->dirty[g], &h->dirty_cap[g], h->ndirty[g] + 1,
-                                   sizeof(*h->dirty[g]), 0)) != 0)
+        size_t cap = sh->dirty_cap[g];
+        if ((rv = pt_array_reserve(&sh->dirty[g], &sh->dirty_cap[g], sh->ndirty[g] + 1,
+                                   sizeof(*sh->dirty[g]), 0)) != 0)
             return rv;
-        h->bytes += (h->dirty_cap[g] - cap) * sizeof(*h->dirty[g]);
+        h->bytes += (sh->dirty_cap[g] - cap) * sizeof(*sh->dirty[g]);
     }
     if (zrun_takes(s, q, v.n)) {
-        if ((rv = zrun_append(h, g, s, q, v.p)) != 0)
+        if ((rv = zrun_append(h, sh, g, s, q, v.p)) != 0)
             return rv;
         if (first)
-            h->dirty[g][h->ndirty[g]++] = r;
-        h->cells[g]++;
+            sh->dirty[g][sh->ndirty[g]++] = r;
+        sh->cells[g]++;
         return 0;
     }
     if (s->n == s->cap) {
@@ -302,15 +325,15 @@ int pt_emb_head_append(head *h, hrow *r, uint32_t q, pt_slice v)
             return PT_ENOMEM;
         memcpy(c->v.p, v.p, v.n);
         h->bytes += v.n;
-        h->cell_bytes[g] += v.n;
+        held_add(h, sh, g, v.n);
     }
     if (first)
-        h->dirty[g][h->ndirty[g]++] = r;
-    h->cell_bytes[g] += sizeof(cell);
+        sh->dirty[g][sh->ndirty[g]++] = r;
+    held_add(h, sh, g, sizeof(cell));
     if (s->n ? s->c[s->n - 1].q >= q : s->z && s->z->n && s->z->t >= q)
         s->sorted = 0;
     s->n++;
-    h->cells[g]++;
+    sh->cells[g]++;
     return 0;
 }
 
@@ -325,14 +348,16 @@ int pt_emb_head_apply(head *h, hrow *const *rows, const pt_mutation *m, size_t n
          * cold line (two: the run's header, then where its bits end): load them early so
          * the misses overlap instead of queueing. */
         if (j + AHEAD < k) {
-            const hcells *ahead = &rows[j + AHEAD]->s[h->cur];
+            const hrow *r = rows[j + AHEAD];
+            const hcells *ahead = &r->s[pt_emb_row_cur(h, r)];
             if (ahead->z)
                 __builtin_prefetch(ahead->z, 1);
             else if (ahead->c)
                 __builtin_prefetch(&ahead->c[ahead->n], 1);
         }
         if (j + AHEAD / 2 < k) {
-            const zrun *z = rows[j + AHEAD / 2]->s[h->cur].z;
+            const hrow *r = rows[j + AHEAD / 2];
+            const zrun *z = r->s[pt_emb_row_cur(h, r)].z;
             if (z)
                 __builtin_prefetch(&z->data[z->bits >> 3], 1);
         }
@@ -359,16 +384,16 @@ static void msort(cell *a, cell *tmp, size_t n)
     }
 }
 
-/* Sorts and keeps the last write of each qualifier; h non-NULL: frees the values of the
- * cells dropped, which generation g of h owns. */
-static uint32_t sort_dedup(head *h, unsigned g, cell *c, cell *tmp, uint32_t n)
+/* Sorts and keeps the last write of each qualifier; sh non-NULL: frees the values of the
+ * cells dropped, which generation g of sh owns. */
+static uint32_t sort_dedup(head *h, hshard *sh, unsigned g, cell *c, cell *tmp, uint32_t n)
 {
     msort(c, tmp, n);
     uint32_t k = 0;
     for (uint32_t i = 0; i < n; i++) {
         if (i + 1 < n && c[i + 1].q == c[i].q) {
-            if (h)
-                free_value(h, g, &c[i]);
+            if (sh)
+                free_value(h, sh, g, &c[i]);
             continue;
         }
         c[k++] = c[i];
@@ -378,12 +403,13 @@ static uint32_t sort_dedup(head *h, unsigned g, cell *c, cell *tmp, uint32_t n)
 
 uint32_t pt_emb_cells_sort(cell *c, cell *tmp, uint32_t n)
 {
-    return sort_dedup(NULL, 0, c, tmp, n);
+    return sort_dedup(NULL, NULL, 0, c, tmp, n);
 }
 
 int pt_emb_head_normalize(head *h, hrow *r)
 {
-    unsigned g = h->cur;
+    hshard *sh = shard(h, r);
+    unsigned g = sh->cur;
     hcells *s = &r->s[g];
     if (s->sorted)
         return 0;
@@ -400,7 +426,8 @@ int pt_emb_head_normalize(head *h, hrow *r)
             memmove(s->c, s->c + z->n, (size_t)s->n * sizeof(cell));
             return rv;
         }
-        h->cell_bytes[g] += (size_t)z->n * sizeof(cell) - zrun_used(z);
+        held_add(h, sh, g, (size_t)z->n * sizeof(cell));
+        held_sub(h, sh, g, zrun_used(z));
         s->n = (uint32_t)total;
         h->bytes -= sizeof(*z) + z->cap;
         free(z);
@@ -409,10 +436,10 @@ int pt_emb_head_normalize(head *h, hrow *r)
     cell *tmp = malloc((size_t)s->n * sizeof(*tmp));
     if (!tmp)
         return PT_ENOMEM;
-    uint32_t k = sort_dedup(h, g, s->c, tmp, s->n);
+    uint32_t k = sort_dedup(h, sh, g, s->c, tmp, s->n);
     free(tmp);
-    h->cells[g] -= s->n - k;
-    h->cell_bytes[g] -= (size_t)(s->n - k) * sizeof(cell);
+    sh->cells[g] -= s->n - k;
+    held_sub(h, sh, g, (size_t)(s->n - k) * sizeof(cell));
     s->n = k;
     s->sorted = 1;
     return 0;
@@ -423,69 +450,84 @@ static int in_range(pt_slice row, const pt_row_range *r)
     return pt_slice_cmp(row, r->start) >= 0 && (r->end.n == 0 || pt_slice_cmp(row, r->end) < 0);
 }
 
+static int row_empty(const hrow *r)
+{
+    return hcells_count(&r->s[0]) == 0 && hcells_count(&r->s[1]) == 0;
+}
+
 int pt_emb_head_collect(head *h, const pt_row_range *r, hrow ***rows, size_t *cap, size_t *n)
 {
     *n = 0;
-    for (size_t b = 0; b <= h->mask; b++)
-        for (hrow *x = h->tab[b]; x; x = x->next) {
-            if ((hcells_count(&x->s[0]) == 0 && hcells_count(&x->s[1]) == 0) ||
-                (r && !in_range((pt_slice){x->key, x->keylen}, r)))
-                continue;
-            int rv = pt_array_reserve(rows, cap, *n + 1, sizeof(**rows), 0);
-            if (rv != 0)
-                return rv;
-            (*rows)[(*n)++] = x;
-        }
+    for (unsigned k = 0; k < HEAD_SHARDS; k++) {
+        const hshard *sh = &h->sh[k];
+        for (size_t b = 0; b <= sh->mask; b++)
+            for (hrow *x = sh->tab[b]; x; x = x->next) {
+                if (row_empty(x) || (r && !in_range((pt_slice){x->key, x->keylen}, r)))
+                    continue;
+                int rv = pt_array_reserve(rows, cap, *n + 1, sizeof(**rows), 0);
+                if (rv != 0)
+                    return rv;
+                (*rows)[(*n)++] = x;
+            }
+    }
     return 0;
 }
 
-void pt_emb_head_freeze(head *h)
+size_t pt_emb_head_cur_cells(const head *h)
 {
-    h->cur ^= 1;
+    size_t n = 0;
+    for (unsigned k = 0; k < HEAD_SHARDS; k++)
+        n += h->sh[k].cells[h->sh[k].cur];
+    return n;
 }
 
-/* Series churn must not grow the head forever. A row is dropped when it stayed empty
- * since the previous walk; evicting an empty row early is harmless (it holds no cells,
- * only caches), so a walk in steps may miss or revisit rows a table growth moved. */
-int pt_emb_head_evict_step(head *h, size_t *b, size_t n)
+void pt_emb_head_freeze(head *h, unsigned k)
 {
-    for (size_t end = *b + n; *b <= h->mask && *b < end; (*b)++) {
-        hrow **pp = &h->tab[*b];
+    hshard *sh = &h->sh[k];
+    h->cur_bytes -= sh->cell_bytes[sh->cur];
+    sh->cur ^= 1;
+    h->cur_bytes += sh->cell_bytes[sh->cur]; /* 0: the generation was emptied */
+}
+
+/* Series churn must not grow the head forever. A row is dropped when it holds no cell at
+ * the end of its shard's flush: it got none for a whole round of the shards, and none
+ * since. Dropping a row that is still in use costs little (it is made again, and the next
+ * flush looks up its last chunk once); a walk in steps may miss or revisit rows a table
+ * growth moved, which is harmless either way. */
+int pt_emb_head_evict_step(head *h, unsigned k, size_t *b, size_t n)
+{
+    hshard *sh = &h->sh[k];
+    for (size_t end = *b + n; *b <= sh->mask && *b < end; (*b)++) {
+        hrow **pp = &sh->tab[*b];
         while (*pp) {
             hrow *r = *pp;
-            int empty = hcells_count(&r->s[0]) == 0 && hcells_count(&r->s[1]) == 0;
-            if (empty && r->idle) {
+            if (row_empty(r)) {
                 *pp = r->next;
-                release_cells(h, r);
-                h->bytes -= sizeof(*r) + r->keylen;
-                h->nrows--;
-                free(r);
+                free_row(h, r);
                 continue;
             }
-            r->idle = (uint8_t)empty;
-            if (r->idle)
-                release_cells(h, r);
             pp = &r->next;
         }
     }
-    return *b > h->mask;
+    return *b > sh->mask;
 }
 
-int pt_emb_head_clear_step(head *h, size_t *i, size_t n)
+int pt_emb_head_clear_step(head *h, unsigned k, size_t *i, size_t n)
 {
-    unsigned fz = h->cur ^ 1;
-    for (size_t end = *i + n; *i < h->ndirty[fz] && *i < end; (*i)++)
-        clear(h, h->dirty[fz][*i], fz);
-    if (*i < h->ndirty[fz])
+    hshard *sh = &h->sh[k];
+    unsigned fz = sh->cur ^ 1;
+    for (size_t end = *i + n; *i < sh->ndirty[fz] && *i < end; (*i)++)
+        clear(h, sh->dirty[fz][*i], fz);
+    if (*i < sh->ndirty[fz])
         return 0;
-    h->ndirty[fz] = 0;
+    sh->ndirty[fz] = 0;
     return 1;
 }
 
-void pt_emb_head_drop_frozen(head *h)
+void pt_emb_head_drop_frozen(head *h, unsigned k)
 {
     size_t b = 0, i = 0;
-    /* Before the frozen cells go: a row flushed now is not idle. */
-    pt_emb_head_evict_step(h, &b, SIZE_MAX / 2);
-    pt_emb_head_clear_step(h, &i, SIZE_MAX / 2);
+    /* Before the frozen cells go: a row flushed now holds cells. */
+    pt_emb_head_evict_step(h, k, &b, SIZE_MAX / 2);
+    pt_emb_head_clear_step(h, k, &i, SIZE_MAX / 2);
 }

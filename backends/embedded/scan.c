@@ -94,17 +94,19 @@ static int copy_head_locked(pscan *sc, pt_slice row)
     hrow *r = pt_emb_head_find(h, row.p, row.n, pt_emb_head_hash(row.p, row.n));
     if (!r)
         return 0;
-    /* What the last flush learnt of the row's chunks holds until the next flush starts
-     * (the flush thread writes it): no chunk at all, or the last one ending before the
-     * window. Only deletions (retention) change RocksDB meanwhile. */
-    sc->no_chunks = !sc->e->frozen && r->known && (!r->has_last || r->last_max < sc->qlo);
+    /* What the last flush of the row's shard learnt of its chunks holds until the shard's
+     * next flush starts (the flush thread writes it): no chunk at all, or the last one
+     * ending before the window. Only deletions (retention) change RocksDB meanwhile. */
+    unsigned k = pt_emb_shard_of(r->hash), cur = h->sh[k].cur;
+    sc->no_chunks = !(sc->e->frozen && sc->e->frozen_shard == k) && r->known &&
+                    (!r->has_last || r->last_max < sc->qlo);
     int rv = pt_emb_head_normalize(h, r);
     if (rv != 0)
         return rv;
-    const hcells *fz = &r->s[h->cur ^ 1];
+    const hcells *fz = &r->s[cur ^ 1];
     const cell *cc, *fc;
     uint32_t cn, fn;
-    if ((rv = pt_emb_hcells_get(&r->s[h->cur], &sc->cur, &sc->cur_cap, &cc, &cn)) != 0 ||
+    if ((rv = pt_emb_hcells_get(&r->s[cur], &sc->cur, &sc->cur_cap, &cc, &cn)) != 0 ||
         (rv = pt_emb_hcells_get(fz, &sc->fsort, &sc->fsort_cap, &fc, &fn)) != 0)
         return rv;
     if (!fz->sorted) {

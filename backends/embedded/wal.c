@@ -1,7 +1,6 @@
 /*
- * The points logs (<path>/points.wal, and <path>/points.frozen.wal during a flush): every
- * acknowledged points cell not yet flushed into RocksDB is in one of them. Each is a
- * sequence of records:
+ * The points logs (<path>/points.<seq>.wal): every acknowledged points cell not yet
+ * flushed into RocksDB is in one of them. Each is a sequence of records:
  *
  *     magic "PTW1" | generation (4 LE) | payload length (4 LE) | XXH3-64 of the payload
  *     seeded with the generation (8 LE) | payload
@@ -11,7 +10,7 @@
  *
  * 'I' entries are the batch's index cells, in key order: they wait in the index head
  * (ihead.c) until a drain writes them into RocksDB, which happens before the log holding
- * them is deleted or truncated (embedded.c).
+ * them is deleted (embedded.c).
  *
  * A write batch is one record (rows by a per-generation id, defined once per generation),
  * written and, with sync, fdatasync'ed before the cells go into the head. (The fdatasync
@@ -19,17 +18,23 @@
  * commit would be the next step if sync = 1 matters for throughput.)
  *
  * Replay keeps the records of the first record's generation and stops at the first record
- * that is torn, corrupt or of another generation (truncation is fdatasync'ed, so older
- * records cannot show up behind newer ones).
+ * that is torn, corrupt or of another generation.
  *
- * Two files (double buffering, see embedded.c): a freeze renames points.wal to
- * points.frozen.wal and creates an empty points.wal, under the mutex, so every record of
- * the frozen file is older than every record of the new one; a flush deletes the frozen
- * file once its cells are durable in RocksDB. Replay reads the frozen file first, so for
- * a cell in both the newer write is applied last and wins. With sync, the directory is
- * fsync'ed after the rename and after the delete: a frozen file that came back after a
- * power loss would replay old values over newer flushed ones.
+ * The records go to the log with the highest number. A freeze (of one head shard) only
+ * switches them to the next number, a file the flush thread made beforehand
+ * (pt_emb_wal_prepare): no rename, creation or deletion happens under the backend mutex,
+ * where on ext4 (a journal commit forced by another file's fsync, online discard of a
+ * deleted file) one took up to 180 ms while every writer waited. So every record of a
+ * log is older than every record of a log with a higher number, and replay reads them in
+ * that order: for a cell in several, the newest write is applied last and wins. Logs are
+ * deleted oldest first once every shard's cells in them are durable in RocksDB. With
+ * sync, the directory is fsync'ed after a log is made and after deletions: a log that
+ * came back after a power loss would replay old values over newer flushed ones.
+ *
+ * Versions before the shards wrote points.wal and, during a flush, points.frozen.wal;
+ * replay reads those first (the frozen one, then points.wal) and open deletes them.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -45,39 +50,34 @@
 static const uint8_t wal_magic[4] = {'P', 'T', 'W', '1'};
 enum { WAL_HDR = 20 };
 
+/* The older versions' logs, replayed first in this order. */
+static const char *const legacy[] = {"points.frozen.wal", "points.wal"};
+
 int pt_emb_wal_open(wal *w, const char *dir, int sync, char *err, size_t errlen)
 {
+    (void)err;
+    (void)errlen;
+    w->fd = w->next_fd = -1;
     w->sync = sync;
     w->gen = 1;
+    w->seq = 1;
     /* The payload length field is 4 bytes. */
     pt_buf_init(&w->rec, WAL_HDR + (size_t)UINT32_MAX);
-    size_t pl = strlen(dir) + sizeof("/points.frozen.wal");
-    w->path = malloc(pl);
-    w->frozen_path = malloc(pl);
     w->dir = strdup(dir);
-    if (!w->path || !w->frozen_path || !w->dir)
-        return PT_ENOMEM;
-    snprintf(w->path, pl, "%s/points.wal", dir);
-    snprintf(w->frozen_path, pl, "%s/points.frozen.wal", dir);
-    w->fd = open(w->path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (w->fd < 0) {
-        snprintf(err, errlen, "embedded: open %s: %s", w->path, strerror(errno));
-        return PT_EIO;
-    }
-    return 0;
+    return w->dir ? 0 : PT_ENOMEM;
 }
 
 void pt_emb_wal_close(wal *w)
 {
     if (w->fd >= 0)
         close(w->fd);
-    free(w->path);
-    free(w->frozen_path);
+    if (w->next_fd >= 0)
+        close(w->next_fd);
     free(w->dir);
     pt_buf_free(&w->rec);
     free(w->rows);
     memset(w, 0, sizeof(*w));
-    w->fd = -1;
+    w->fd = w->next_fd = -1;
 }
 
 static void next_gen(wal *w)
@@ -87,14 +87,6 @@ static void next_gen(wal *w)
     if (w->gen == 0)
         w->gen = 1;
     w->next_id = 0;
-}
-
-int pt_emb_wal_truncate(wal *w)
-{
-    if (ftruncate(w->fd, 0) != 0 || fdatasync(w->fd) != 0)
-        return PT_EIO;
-    next_gen(w);
-    return 0;
 }
 
 /* Makes renames, creations and deletions in the directory durable (with sync only). */
@@ -110,33 +102,145 @@ static int sync_dir(const wal *w)
     return rv;
 }
 
-int pt_emb_wal_freeze(wal *w)
+/* The path of log seq in dir. */
+static void log_path(const char *dir, uint64_t seq, char *out, size_t n)
 {
-    if (rename(w->path, w->frozen_path) != 0)
-        return PT_EIO;
-    int fd = open(w->path, O_RDWR | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
-    if (fd >= 0 && sync_dir(w) == 0) {
-        close(w->fd);
-        w->fd = fd;
-        next_gen(w);
-        return 0;
-    }
-    /* Back as it was; w->fd still points to the renamed file. */
-    if (fd >= 0) {
-        close(fd);
-        unlink(w->path);
-    }
-    if (rename(w->frozen_path, w->path) != 0)
-        fprintf(stderr, "promtable: embedded: rename %s back to %s: %s\n", w->frozen_path,
-                w->path, strerror(errno));
-    return PT_EIO;
+    snprintf(out, n, "%s/points.%llu.wal", dir, (unsigned long long)seq);
 }
 
-int pt_emb_wal_drop_frozen(wal *w)
+/* Opens log seq of dir for appending, creating it (an existing one, made by a racing
+ * prepare, is taken as it is), with its directory entry durable; -1 on failure. */
+static int make_log(const wal *w, uint64_t seq)
 {
-    if (unlink(w->frozen_path) != 0 && errno != ENOENT)
+    char path[4096];
+    log_path(w->dir, seq, path, sizeof(path));
+    int fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd >= 0 && sync_dir(w) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+int pt_emb_wal_start(wal *w)
+{
+    if ((w->fd = make_log(w, w->seq)) < 0)
         return PT_EIO;
-    return sync_dir(w);
+    next_gen(w);
+    return 0;
+}
+
+int pt_emb_wal_prepare_fd(const wal *w, uint64_t seq)
+{
+    return make_log(w, seq);
+}
+
+void pt_emb_wal_prepared(wal *w, uint64_t seq, int fd)
+{
+    if (fd < 0)
+        return;
+    if (w->next_fd < 0 && seq == w->seq + 1)
+        w->next_fd = fd;
+    else
+        close(fd); /* a freeze made it meanwhile, or moved on: it is another's now */
+}
+
+int pt_emb_wal_freeze(wal *w)
+{
+    int fd = w->next_fd;
+    if (fd < 0 && (fd = make_log(w, w->seq + 1)) < 0)
+        return PT_EIO;
+    close(w->fd);
+    w->fd = fd;
+    w->next_fd = -1;
+    w->seq++;
+    next_gen(w);
+    return 0;
+}
+
+int pt_emb_wal_drop(wal *w, uint64_t upto)
+{
+    char path[4096];
+    int gone = 0;
+    for (size_t i = 0; i < sizeof(legacy) / sizeof(legacy[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", w->dir, legacy[i]);
+        if (unlink(path) == 0)
+            gone = 1;
+        else if (errno != ENOENT)
+            return PT_EIO;
+    }
+    for (; w->dropped < upto; w->dropped++, gone = 1) {
+        log_path(w->dir, w->dropped + 1, path, sizeof(path));
+        if (unlink(path) != 0 && errno != ENOENT)
+            return PT_EIO;
+    }
+    return gone ? sync_dir(w) : 0;
+}
+
+void pt_emb_wal_end(wal *w)
+{
+    char path[4096];
+    for (uint64_t seq = w->seq; seq <= w->seq + 1; seq++) {
+        int *fd = seq == w->seq ? &w->fd : &w->next_fd;
+        if (*fd < 0)
+            continue;
+        close(*fd);
+        *fd = -1;
+        log_path(w->dir, seq, path, sizeof(path));
+        unlink(path);
+    }
+    sync_dir(w);
+}
+
+/* "points.<digits>.wal": 1 and its number in *seq. */
+static int log_name(const char *name, uint64_t *seq)
+{
+    const char *p = name + sizeof("points.") - 1;
+    if (strncmp(name, "points.", sizeof("points.") - 1) != 0 || *p < '0' || *p > '9')
+        return 0;
+    uint64_t v = 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (v > (UINT64_MAX - 9) / 10)
+            return 0;
+        v = v * 10 + (uint64_t)(*p - '0');
+    }
+    *seq = v;
+    return v > 0 && strcmp(p, ".wal") == 0;
+}
+
+static int seq_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+int pt_emb_wal_logs(const char *dir, uint64_t **seqs, size_t *n)
+{
+    *seqs = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return PT_EIO;
+    size_t cap = 0;
+    int rv = 0;
+    struct dirent *de;
+    while (rv == 0 && (de = readdir(d)) != NULL) {
+        uint64_t seq;
+        if (!log_name(de->d_name, &seq))
+            continue;
+        if ((rv = pt_array_reserve(seqs, &cap, *n + 1, sizeof(**seqs), 0)) == 0)
+            (*seqs)[(*n)++] = seq;
+    }
+    closedir(d);
+    if (rv != 0) {
+        free(*seqs);
+        *seqs = NULL;
+        *n = 0;
+        return rv;
+    }
+    if (*n)
+        qsort(*seqs, *n, sizeof(**seqs), seq_cmp);
+    return 0;
 }
 
 /* ---- append ---- */
@@ -474,27 +578,42 @@ static int replay_fd(wal *w, head *h, ihead *x, int fd, const char *path, size_t
     return 0;
 }
 
+/* Replays one log (missing is fine) up to its first bad record. */
+static int replay_path(wal *w, head *h, ihead *x, const char *path, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return 0;
+        snprintf(err, errlen, "embedded: open %s: %s", path, strerror(errno));
+        return PT_EIO;
+    }
+    size_t size, good;
+    int rv = replay_fd(w, h, x, fd, path, &good, &size, err, errlen);
+    close(fd);
+    return rv;
+}
+
 int pt_emb_wal_replay(wal *w, head *h, ihead *x, char *err, size_t errlen)
 {
-    size_t size, good;
-    int rv;
-    /* The frozen generation first: what points.wal holds is newer. */
-    int fd = open(w->frozen_path, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        rv = replay_fd(w, h, x, fd, w->frozen_path, &good, &size, err, errlen);
-        close(fd);
-        if (rv != 0)
-            return rv;
-    } else if (errno != ENOENT) {
-        snprintf(err, errlen, "embedded: open %s: %s", w->frozen_path, strerror(errno));
-        return PT_EIO;
-    }
-    if ((rv = replay_fd(w, h, x, w->fd, w->path, &good, &size, err, errlen)) != 0)
+    uint64_t *seqs;
+    size_t n;
+    char path[4096];
+    int rv = pt_emb_wal_logs(w->dir, &seqs, &n);
+    if (rv != 0) {
+        snprintf(err, errlen, "embedded: cannot list %s", w->dir);
         return rv;
-    w->size = good;
-    if (ftruncate(w->fd, (off_t)good) != 0) {
-        snprintf(err, errlen, "embedded: truncate %s: %s", w->path, strerror(errno));
-        return PT_EIO;
     }
-    return 0;
+    for (size_t i = 0; i < sizeof(legacy) / sizeof(legacy[0]) && rv == 0; i++) {
+        snprintf(path, sizeof(path), "%s/%s", w->dir, legacy[i]);
+        rv = replay_path(w, h, x, path, err, errlen);
+    }
+    for (size_t i = 0; i < n && rv == 0; i++) {
+        log_path(w->dir, seqs[i], path, sizeof(path));
+        rv = replay_path(w, h, x, path, err, errlen);
+    }
+    w->dropped = n ? seqs[0] - 1 : 0;
+    w->seq = n ? seqs[n - 1] + 1 : 1;
+    free(seqs);
+    return rv;
 }

@@ -110,35 +110,38 @@ expect flipped 1 'points table: RocksDB stopped reading .*block checksum mismatc
     "a flipped byte in a points table file fails its block checksum (exit 1)"
 
 # ------------------------------------------------------------------------------- the log
-# Acknowledged writes are in points.wal until a flush; kill -9 leaves them there: four
-# records, the index format row the new store got at start and the three writes.
+# Acknowledged writes are in the points log (points.<n>.wal; the one after it is made
+# ahead, empty) until a flush; kill -9 leaves them there: four records, the index format
+# row the new store got at start and the three writes.
 serve "$T/wal.log" --storage.embedded.path="$T/wal" || tap_bail "promtable did not start"
 codes=$(write_golden; write_golden; write_golden)
 kill -9 "$SRV_PID"
 pt_stop "$SRV_PID" 1
 tap_is "$codes" 204204204 "three writes acknowledged, then kill -9"
-size=$(stat -c %s "$T/wal/points.wal")
-# logcopy NAME OFFSET : a copy of the killed store with one byte of points.wal changed.
+log=$(find "$T/wal" -name 'points.*.wal' -size +0 -printf '%f\n')
+tap_check "one points log holds the records ($log)" test "$(printf '%s\n' "$log" | wc -l)" = 1
+size=$(stat -c %s "$T/wal/$log")
+# logcopy NAME OFFSET : a copy of the killed store with one byte of its log changed.
 logcopy() {
     rm -rf "$T/$1"
     cp -a "$T/wal" "$T/$1"
-    [ "$2" -lt 0 ] || printf '\x5a' | dd of="$T/$1/points.wal" bs=1 seek="$2" conv=notrunc 2>/dev/null
-    cp "$T/$1/points.wal" "$T/$1.wal.before"
+    [ "$2" -lt 0 ] || printf '\x5a' | dd of="$T/$1/$log" bs=1 seek="$2" conv=notrunc 2>/dev/null
+    cp "$T/$1/$log" "$T/$1.wal.before"
 }
 logcopy waltail $((size - 3))
 check waltail --storage.embedded.path="$T/waltail"
-expect waltail 1 'points.wal: the last record \(byte [0-9]+, [0-9]+ bytes\) is damaged: checksum mismatch; a start replays the 3 records before it' \
+expect waltail 1 "$log"': the last record \(byte [0-9]+, [0-9]+ bytes\) is damaged: checksum mismatch; a start replays the 3 records before it' \
     "a damaged last log record is reported as the tail (exit 1)"
 tap_check "the store with a damaged log is not opened: the log is as it was" \
-    cmp -s "$T/waltail/points.wal" "$T/waltail.wal.before"
+    cmp -s "$T/waltail/$log" "$T/waltail.wal.before"
 logcopy walmid 30
 check walmid --storage.embedded.path="$T/walmid"
-expect walmid 1 'points.wal: record 0 at byte 0 is damaged in the middle of the log: checksum mismatch; .* drops it and the [0-9]+ bytes after it' \
+expect walmid 1 "$log"': record 0 at byte 0 is damaged in the middle of the log: checksum mismatch; .* drops it and the [0-9]+ bytes after it' \
     "a damaged record in the middle of the log is reported with what a start would drop (exit 1)"
-tap_check "not opened either" cmp -s "$T/walmid/points.wal" "$T/walmid.wal.before"
+tap_check "not opened either" cmp -s "$T/walmid/$log" "$T/walmid.wal.before"
 logcopy walok -1
 check walok --storage.embedded.path="$T/walok"
-expect walok 0 "points.wal: 4 records, $size bytes, checksums good" \
+expect walok 0 "$log: 4 records, $size bytes, checksums good" \
     "the killed store's intact log passes, then replays and the store passes (exit 0)"
 
 # ------------------------------------------------------------------------------ Bigtable

@@ -330,6 +330,213 @@ static void test_embedded(const char *tmp)
        "embedded: open without a path fails");
 }
 
+/* ---- the head's shards: memory, log segments, eviction, replay order ---- */
+
+static uint32_t rnd(uint32_t n);
+
+static int count_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    (void)row;
+    (void)qual;
+    (void)value;
+    ++*(size_t *)ud;
+    return 0;
+}
+
+/* Files in dir named points.<digits>.wal (points logs). */
+static int segment_files(const char *dir)
+{
+    uint64_t *seqs;
+    size_t n;
+    if (pt_emb_wal_logs(dir, &seqs, &n) != 0)
+        return -1;
+    free(seqs);
+    return (int)n;
+}
+
+/* One flush takes one shard at a time: with in-order samples streaming into 4,000 rows,
+ * the head's samples stay near the budget (about 1 + 2 / (HEAD_SHARDS + 1) times it; two
+ * whole generations, the old design, were twice it); about HEAD_SHARDS logs are kept,
+ * and none after a close; rows that stop getting samples are evicted. */
+static void test_embedded_shards(const char *tmp)
+{
+    enum { ROWS = 4000, ROUNDS = 1000, LIVE = 500 };
+    const size_t budget = 256 << 10;
+    char path[512];
+    snprintf(path, sizeof(path), "%s/shards", tmp);
+    pt_backend b;
+    if (open_named(&b, tmp, "shards", "embedded(shards)") != 0)
+        return;
+    pt_embedded_set_budget(&b, budget);
+    static char rows[ROWS][12];
+    static uint8_t vals[CT_BATCH_MAX][8];
+    for (int r = 0; r < ROWS; r++)
+        snprintf(rows[r], sizeof(rows[r]), "s/%04d", r);
+    embedded *e = b.state;
+    size_t max_samples = 0, max_frozen = 0;
+    int fails = 0, max_segments = 0;
+    for (uint32_t i = 0; i < ROUNDS; i++) {
+        /* From round 200 on only the first LIVE rows get samples. */
+        int nrows = i < 200 ? ROWS : LIVE;
+        for (int r0 = 0; r0 < nrows; r0 += CT_BATCH_MAX) {
+            ct_batch bt = {0};
+            for (int r = r0; r < nrows && r < r0 + CT_BATCH_MAX; r++) {
+                /* Random low bits: about 8 bytes a sample, like two-decimal gauges. */
+                pt_put_be64(vals[r - r0], 0x4059000000000000ULL ^ ((uint64_t)rnd(1u << 30) << 12));
+                ct_add_raw(&bt, PT_TABLE_POINTS, pt_slice_str(rows[r]), i * 15000,
+                           (pt_slice){vals[r - r0], 8});
+            }
+            fails += ct_write(&b, &bt) != 0;
+            pthread_mutex_lock(&e->mu);
+            size_t held = e->h.cur_bytes;
+            if (e->frozen) {
+                const hshard *sh = &e->h.sh[e->frozen_shard];
+                size_t fb = sh->cell_bytes[sh->cur ^ 1];
+                held += fb;
+                max_frozen = fb > max_frozen ? fb : max_frozen;
+            }
+            pthread_mutex_unlock(&e->mu);
+            max_samples = held > max_samples ? held : max_samples;
+        }
+        int segs = segment_files(path);
+        max_segments = segs > max_segments ? segs : max_segments;
+    }
+    pt_embedded_stats st;
+    pt_embedded_get_stats(&b, &st);
+    ok(fails == 0 && st.flushes > 3 * HEAD_SHARDS,
+       "embedded(shards): %d rows written, %d of them for %d rounds, %llu flushes", ROWS, LIVE,
+       ROUNDS, (unsigned long long)st.flushes);
+    ok(max_samples <= budget + budget / 2 + (64 << 10),
+       "embedded(shards): samples held at most %zu bytes for a budget of %zu (%.2fx)", max_samples,
+       budget, (double)max_samples / (double)budget);
+    ok(max_frozen > 0 && max_frozen < budget / 2,
+       "embedded(shards): one shard frozen at a time (at most %zu bytes)", max_frozen);
+    ok(max_segments >= 2 && max_segments <= HEAD_SHARDS + 3,
+       "embedded(shards): at most %d logs on disk", max_segments);
+    ok(st.head_rows <= LIVE + ROWS / HEAD_SHARDS,
+       "embedded(shards): rows without samples evicted (%zu rows left, %d live)", st.head_rows,
+       LIVE);
+    pt_row_range all[] = {CT_RANGE("s/", "s0")};
+    pt_scan s = {.table = PT_TABLE_POINTS, .ranges = all, .nranges = 1};
+    size_t cells = 0;
+    is(pt_backend_scan(&b, &s, count_cell, &cells), 0, "embedded(shards): scan");
+    is(cells, (size_t)ROWS * 200 + (size_t)LIVE * (ROUNDS - 200),
+       "embedded(shards): every sample read back");
+    pt_backend_close(&b);
+    is(segment_files(path), 0, "embedded(shards): no log left after a close");
+}
+
+/* The path of the log with records that is numbered highest, in p (a store makes the log
+ * after its current one ahead of time, empty). */
+static int current_log(const char *dir, char *p, size_t n)
+{
+    uint64_t *seqs;
+    size_t nl;
+    if (pt_emb_wal_logs(dir, &seqs, &nl) != 0)
+        return -1;
+    int rv = -1;
+    for (size_t i = nl; i-- > 0 && rv != 0;) {
+        struct stat st;
+        snprintf(p, n, "%s/points.%llu.wal", dir, (unsigned long long)seqs[i]);
+        if (stat(p, &st) == 0 && st.st_size > 0)
+            rv = 0;
+    }
+    free(seqs);
+    return rv;
+}
+
+/* A copy of the records a store has logged. */
+static char *read_log(const char *dir, size_t *n)
+{
+    char p[600];
+    if (current_log(dir, p, sizeof(p)) != 0)
+        return NULL;
+    FILE *f = fopen(p, "rb");
+    if (!f)
+        return NULL;
+    char *buf = malloc(1 << 20);
+    *n = buf ? fread(buf, 1, 1 << 20, f) : 0;
+    fclose(f);
+    return buf;
+}
+
+/* The points log of a store that got the cells "row=value" (qualifier 1) in one batch. */
+static char *log_of(const char *tmp, const char *name, const char *const *cells, size_t ncells,
+                    size_t *n)
+{
+    pt_backend b;
+    char dir[512];
+    snprintf(dir, sizeof(dir), "%s/%s", tmp, name);
+    if (open_named(&b, tmp, name, name) != 0)
+        return NULL;
+    ct_batch bt = {0};
+    for (size_t i = 0; i < ncells; i += 2)
+        ct_add(&bt, PT_TABLE_POINTS, cells[i], 1, cells[i + 1]);
+    char *log = ct_write(&b, &bt) == 0 ? read_log(dir, n) : NULL;
+    pt_backend_close(&b);
+    return log;
+}
+
+static int put_file(const char *dir, const char *name, const char *p, size_t n)
+{
+    char path[600];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    size_t w = fwrite(p, 1, n, f);
+    return fclose(f) == 0 && w == n ? 0 : -1;
+}
+
+/* Open replays the logs of older versions (the frozen one, then points.wal), then the
+ * numbered logs in the order of their numbers (not of their names: 7 before 12); the
+ * newest write of a cell wins, and every log is gone once its cells are in RocksDB. */
+static void test_embedded_replay_order(const char *tmp)
+{
+    static const char *const frozen[] = {"o/a", "frozen", "o/b", "frozen", "o/c", "frozen",
+                                          "o/d", "frozen"},
+                             *old[] = {"o/b", "wal", "o/c", "wal", "o/d", "wal"},
+                             *s7[] = {"o/c", "log7", "o/d", "log7"},
+                             *s12[] = {"o/d", "log12"};
+    size_t n[4];
+    char *logs[4] = {log_of(tmp, "ro-1", frozen, 8, &n[0]), log_of(tmp, "ro-2", old, 6, &n[1]),
+                     log_of(tmp, "ro-3", s7, 4, &n[2]), log_of(tmp, "ro-4", s12, 2, &n[3])};
+    char dir[512];
+    snprintf(dir, sizeof(dir), "%s/replay-order", tmp);
+    pt_backend b;
+    int made = logs[0] && logs[1] && logs[2] && logs[3] &&
+               open_named(&b, tmp, "replay-order", "embedded(replay order)") == 0;
+    if (made) {
+        pt_backend_close(&b);
+        made = segment_files(dir) == 0 &&
+               put_file(dir, "points.frozen.wal", logs[0], n[0]) == 0 &&
+               put_file(dir, "points.wal", logs[1], n[1]) == 0 &&
+               put_file(dir, "points.7.wal", logs[2], n[2]) == 0 &&
+               put_file(dir, "points.12.wal", logs[3], n[3]) == 0;
+    }
+    ok(made, "embedded(replay order): logs of four stores put in place");
+    if (made && open_named(&b, tmp, "replay-order", "embedded(replay order)") == 0) {
+        pt_row_range all[] = {CT_RANGE("o/", "o0")};
+        is_str(ct_show(&b, PT_TABLE_POINTS, all, 1),
+               "o/a:00000001=frozen;o/b:00000001=wal;o/c:00000001=log7;o/d:00000001=log12;",
+               "embedded(replay order): the newest write of each cell wins");
+        char p[600], q[600];
+        snprintf(p, sizeof(p), "%s/points.frozen.wal", dir);
+        snprintf(q, sizeof(q), "%s/points.wal", dir);
+        uint64_t *seqs;
+        size_t nl = 0;
+        int listed = pt_emb_wal_logs(dir, &seqs, &nl) == 0;
+        ok(access(p, F_OK) != 0 && access(q, F_OK) != 0 && listed && nl == 2 &&
+               seqs[0] == 13 && seqs[1] == 14,
+           "embedded(replay order): the replayed logs are gone; records go to log 13");
+        if (listed)
+            free(seqs);
+        pt_backend_close(&b);
+    }
+    for (int i = 0; i < 4; i++)
+        free(logs[i]);
+}
+
 /* ---- the embedded head: flushes, chunk merges, crash recovery ---- */
 
 /* The whole suite with a budget so small that every write flushes the head first: the
@@ -576,7 +783,7 @@ static int stall_hook(void *ud, int stage)
         return 0;
     for (;;) {
         pthread_mutex_lock(&st->e->mu);
-        size_t cur = st->e->h.cells[st->e->h.cur];
+        size_t cur = pt_emb_head_cur_cells(&st->e->h);
         pthread_mutex_unlock(&st->e->mu);
         if (cur >= 20 * 17)
             break;
@@ -753,8 +960,8 @@ static void test_crash(const char *self, const char *tmp, size_t budget, const c
 
     if (garbage) {
         /* A torn record at the end of the log, as a crash in the middle of write(). */
-        char log[600];
-        snprintf(log, sizeof(log), "%s/points.wal", path);
+        char log[600] = "";
+        current_log(path, log, sizeof(log));
         int fd = open(log, O_WRONLY | O_APPEND);
         static const char junk[] = "PTW1\x05\0\0\0\xff\xff\0\0torn";
         ok(fd >= 0 && write(fd, junk, sizeof(junk)) == (ssize_t)sizeof(junk),
@@ -1264,6 +1471,8 @@ int main(int argc, char **argv)
     test_embedded_flushing(t1, 64 << 10, 2, "embedded(64 KiB head)");
     test_embedded_model(t1);
     test_embedded_compressed_head(t1);
+    test_embedded_shards(t1);
+    test_embedded_replay_order(t1);
     test_flush_failure(t1);
     test_index_pressure(t1);
     test_faulty(t2);
