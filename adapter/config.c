@@ -46,7 +46,7 @@ static const pt_conf_key table[] = {
     {"web.read_basic_auth_password_file", NULL, PT_CONF_FILE, "", 0, 0,
      F(read_basic_auth_password_file), "File holding the remote read basic auth password."},
     {"web.workers", NULL, PT_CONF_LONG, "0", 0, 256, F(workers),
-     "Worker threads running requests (0 = 2 per CPU)."},
+     "Worker threads running requests (0 = 2 per CPU the process may run on)."},
     {"web.max_connections", NULL, PT_CONF_LONG, "4096", 1, 1000000, F(max_connections),
      "Open client connections at most."},
     {"web.idle_timeout", NULL, PT_CONF_DURATION, "5m", 0, 86400000LL, F(idle_timeout_ms),

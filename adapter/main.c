@@ -1,4 +1,5 @@
 /* promtable: flags and configuration, backend, HTTP server, signals. */
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,6 +97,16 @@ static int parse_args(int argc, char **argv, pt_config *cfg, int *cmd)
         }
     }
     return 0;
+}
+
+/* The CPUs this process may run on (taskset, a container's cpuset), not every CPU online:
+ * workers beyond what the CPUs run only wait, some of them holding a lock another needs. */
+static long usable_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    return sysconf(_SC_NPROCESSORS_ONLN);
 }
 
 int main(int argc, char **argv)
@@ -227,7 +238,7 @@ int main(int argc, char **argv)
         goto fail_cache;
     }
 
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    long ncpu = usable_cpus();
     pt_server_opts so = {
         .listen_address = cfg.listen_address,
         .workers = cfg.workers ? (int)cfg.workers : (int)(ncpu > 0 ? 2 * ncpu : 4),

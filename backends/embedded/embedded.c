@@ -648,7 +648,7 @@ static size_t embedded_stats(void *state, pt_backend_stat *out, size_t max)
          (double)st.head_cells},
         {"promtable_embedded_head_bytes", "Memory the head holds.", 0, (double)st.head_bytes},
         {"promtable_embedded_frozen_bytes",
-         "Samples (bytes) of the frozen head generation being flushed.", 0,
+         "Samples (bytes) of the frozen head shard being flushed.", 0,
          (double)st.frozen_cell_bytes},
         {"promtable_embedded_wal_bytes", "Size of the current points log.", 0,
          (double)st.wal_bytes},
@@ -730,10 +730,11 @@ static const pt_conf_key conf_keys[] = {
      "Data directory of the embedded store."},
     {"sync", "storage.sync", PT_CONF_BOOL, "false", 0, 1, C(sync),
      "fsync the embedded store's logs before acknowledging each write."},
-    {"head_memory", "storage.head_memory", PT_CONF_BYTES, "256MiB", 64LL << 10, 1LL << 40,
+    {"head_memory", "storage.head_memory", PT_CONF_BYTES, "128MiB", 64LL << 10, 1LL << 40,
      C(head_memory),
-     "Bytes of samples held in memory (in-order ones XOR-compressed, others 16 B each) "
-     "before a background flush into RocksDB; up to twice this while a flush runs."},
+     "Bytes of samples held in memory (in-order ones XOR-compressed, others 16 B each); "
+     "past it an eighth of the series is flushed into RocksDB in the background, so "
+     "about 1.25 times this is held at most."},
     {"block_cache", NULL, PT_CONF_BYTES, "64MiB", 8LL << 20, 1LL << 40, C(block_cache),
      "RocksDB block cache (uncompressed table blocks of the index and the points)."},
 };

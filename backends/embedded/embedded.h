@@ -45,9 +45,10 @@ typedef struct pt_embedded_stats {
     uint64_t index_waits;        /* writes that waited for a drain (index head full) */
 } pt_embedded_stats;
 
-/* Samples the head's current generation may hold before it is frozen and flushed into
- * RocksDB in the background (default 256 MiB; 0 = the default; the frozen generation
- * holds up to as much again). Takes effect at the next write. */
+/* Samples the head's current generations may hold: past it, the next head shard in turn
+ * (an eighth of the rows) is frozen and flushed into RocksDB in the background (default
+ * 128 MiB; 0 = the default; the frozen shard holds about 2/9 of it more). Takes effect at
+ * the next write. */
 void pt_embedded_set_budget(pt_backend *b, size_t bytes);
 void pt_embedded_get_stats(pt_backend *b, pt_embedded_stats *out);
 /* Flushes every cell written before the call into RocksDB (on the flush thread) and waits

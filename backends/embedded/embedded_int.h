@@ -580,7 +580,7 @@ void pt_emb_wal_close(wal *w);
 
 /* ---- the backend (embedded.c) ---- */
 
-#define EMB_DEFAULT_BUDGET ((size_t)256 << 20)
+#define EMB_DEFAULT_BUDGET ((size_t)128 << 20)
 #define EMB_DEFAULT_BLOCK_CACHE ((size_t)64 << 20)
 
 /* Where a flush calls a test's hook: after its first chunks went into RocksDB, and after
