@@ -339,9 +339,13 @@ static void embedded_close(void *state)
     }
     e->ready = 0;
     stop_thread(e);
-    /* Everything is in RocksDB: a clean stop leaves no log. */
+    /* Everything is in RocksDB: a clean stop leaves no log of ours, and the index's
+     * memtable goes into a table file rather than stay in RocksDB's log. */
     if (flushed && e->w.size == 0 && e->w.dropped == e->w.seq - 1)
         pt_emb_wal_end(&e->w);
+    if (flushed && pt_emb_rocks_flush_index(&e->r) != 0)
+        fprintf(stderr, "promtable: embedded: writing the index memtable on close failed; "
+                        "RocksDB's log keeps it for the next open\n");
     pt_emb_ihead_free(&e->ix);
     pt_emb_head_free(&e->h);
     pt_emb_wal_close(&e->w);
@@ -427,8 +431,8 @@ static int embedded_open(void *state, const pt_backend_config *cfg, char *err, s
         goto fail;
     if ((rv = init_sync(e)) != 0)
         goto fail;
-    /* Index cells drain past an eighth of the head's budget (at least 4 MiB). */
-    size_t soft = e->budget / 8 > ((size_t)4 << 20) ? e->budget / 8 : (size_t)4 << 20;
+    /* Index cells drain past a quarter of the head's budget (at least 4 MiB). */
+    size_t soft = e->budget / 4 > ((size_t)4 << 20) ? e->budget / 4 : (size_t)4 << 20;
     if ((rv = pt_emb_ihead_init(&e->ix, &e->r, soft)) != 0)
         goto fail;
     if ((rv = load_logs(e, path, sync, err, errlen)) != 0)

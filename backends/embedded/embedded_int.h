@@ -122,6 +122,10 @@ int pt_emb_rocks_open(rocks *r, const char *path, int sync, size_t block_cache, 
                       size_t errlen);
 /* Releases everything; a zeroed or half-opened rocks is fine. */
 void pt_emb_rocks_close(rocks *r);
+/* Writes the index family's memtables into table files and waits: at a graceful stop, so
+ * that the index is stored compressed rather than as RocksDB's log (which a start would
+ * replay). */
+int pt_emb_rocks_flush_index(rocks *r);
 /* Memory RocksDB holds: memtables of every family, table readers (index and filter
  * blocks outside the cache), the block cache's usage. */
 void pt_emb_rocks_memory(rocks *r, uint64_t *memtables, uint64_t *readers, uint64_t *cache);

@@ -88,7 +88,15 @@ static void row_prefix_destroy(void *st)
  * a 16 KiB dictionary per table file 2.30 (a key is label text and a hash reference, a
  * value a hash mask, in 4 KiB blocks too small for ZSTD alone to learn the text). The
  * dictionary is trained on at most the first 4 MiB of a file's blocks: unbounded, RocksDB
- * buffered a whole 64 MiB index memtable flush (+100 MiB RSS under ingest). */
+ * buffered a whole 64 MiB index memtable flush (+100 MiB RSS under ingest). Level 3
+ * instead of 6 for the index: 2.34 bytes a sample, and 5 % more samples/s under series
+ * churn (bench/churn.sh), whose index compactions rewrite the whole index; not taken.
+ *
+ * The index memtable is 64 MiB like the points': at 16 MiB series churn flushed it every
+ * 1.5 s and compacted the whole index (level 0 files span every key: references are
+ * hashes) four times as often, 0.8 of the samples/s (bench/churn.sh, 2026-11-27: 387k and
+ * 406k samples/s, against 491k and 473k; peak RSS 627 and 645 MiB against 703 and
+ * 718). */
 static rocksdb_options_t *make_options(rocksdb_cache_t *cache, int index,
                                        rocksdb_compactionfilter_t *filter)
 {
@@ -103,7 +111,7 @@ static rocksdb_options_t *make_options(rocksdb_cache_t *cache, int index,
      * files until it fills. */
     rocksdb_options_set_max_total_wal_size(o, 256u << 20);
 
-    rocksdb_options_set_write_buffer_size(o, (index ? 16u : 64u) << 20);
+    rocksdb_options_set_write_buffer_size(o, 64u << 20);
     rocksdb_options_set_max_write_buffer_number(o, 3);
     rocksdb_options_set_target_file_size_base(o, 64u << 20);
     rocksdb_options_set_max_bytes_for_level_base(o, 256u << 20);
@@ -227,6 +235,18 @@ void pt_emb_rocks_close(rocks *r)
     RELEASE(r->wopts, rocksdb_writeoptions_destroy);
     RELEASE(r->points_opts, rocksdb_options_destroy);
     RELEASE(r->envopts, rocksdb_envoptions_destroy);
+}
+
+int pt_emb_rocks_flush_index(rocks *r)
+{
+    rocksdb_flushoptions_t *fo = rocksdb_flushoptions_create();
+    if (!fo)
+        return PT_ENOMEM;
+    rocksdb_flushoptions_set_wait(fo, 1);
+    char *msg = NULL;
+    rocksdb_flush_cf(r->db, fo, r->cf[CF_INDEX], &msg);
+    rocksdb_flushoptions_destroy(fo);
+    return msg ? pt_emb_rocks_error(msg) : 0;
 }
 
 void pt_emb_rocks_memory(rocks *r, uint64_t *memtables, uint64_t *readers, uint64_t *cache)

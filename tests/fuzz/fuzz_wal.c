@@ -1,4 +1,4 @@
-/* libFuzzer: the embedded store's points log (points.wal) and what a replay leads to. The
+/* libFuzzer: the embedded store's points log (points.<n>.wal) and what a replay leads to. The
  * input is the payload of one log record (row definitions, points cells and index cells); the target wraps it
  * in a record with a correct header and checksum, so the fuzzer reaches the entry parser
  * instead of the checksum. Replaying the log (what an open does) flushes the cells into
@@ -7,7 +7,7 @@
  * cell of either table the ordering the tables promise (each cell once).
  *
  * Opening RocksDB costs far more than the rest (7-40 inputs/s under ASan), so one store
- * stays open: per input its tables are emptied, the record written as its points.wal and
+ * stays open: per input its tables are emptied, the record written as its points.1.wal and
  * the store's open-time replay and flush run again on it (pt_emb_reload_logs, tests only)
  * with a new head; a replay that fails is a failed open (nothing to scan). A store is
  * opened anew every REOPEN_EVERY inputs (the deletions' tombstones are shed). */
@@ -160,7 +160,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     pt_put_le32(hdr + 12, (uint32_t)sum);
     pt_put_le32(hdr + 16, (uint32_t)(sum >> 32));
     char wal[320];
-    snprintf(wal, sizeof(wal), "%s/points.wal", path);
+    snprintf(wal, sizeof(wal), "%s/points.1.wal", path);
     FILE *f = fopen(wal, "wb");
     if (!f || fwrite(hdr, 1, sizeof(hdr), f) != sizeof(hdr) ||
         (size && fwrite(data, 1, size, f) != size) || fclose(f) != 0)
