@@ -22,12 +22,12 @@
  *
  * Durability: write() returns after every cell is in the points log, fdatasync'ed with
  * storage.embedded.sync; without it it survives a process crash but not a power loss. An
- * acknowledged cell is in a log (points.wal, or points.frozen.wal while its flush runs)
- * and in the head (points) or the index head (index cells) until it is durable in
- * RocksDB; a log is deleted only after both are.
+ * acknowledged cell is in a log (points.<n>.wal) and in the head (points) or the index
+ * head (index cells) until it is durable in RocksDB; a log is deleted only after every
+ * cell in it is.
  *
- * Flushes run on the backend's own thread (flush_main): the head is double-buffered (see
- * embedded_int.h), so a writer only freezes a full head and goes on.
+ * Flushes run on the backend's own thread (flush_main): the head is double-buffered by
+ * shard (see embedded_int.h), so a writer only freezes the next shard and goes on.
  */
 #include <errno.h>
 #include <sched.h>
@@ -157,9 +157,8 @@ static int freeze_next_locked(embedded *e)
 
 /* After a flush wrote the frozen shard into RocksDB: its cells go, a few thousand rows per
  * hold of mu so that writers do not wait for a walk of the whole shard. The epoch moves
- * first: a scan from then on renews its
- * iterator, which sees the chunks, and the frozen cells it may still merge hold the same
- * values. Returns the longest hold of mu, ns. */
+ * first: a scan from then on renews its iterator, which sees the chunks, and the frozen
+ * cells it may still merge hold the same values. Returns the longest hold of mu, ns. */
 static uint64_t drop_frozen_locked(embedded *e)
 {
     enum { STEP = 4096 };
@@ -208,7 +207,7 @@ static void *flush_main(void *arg)
         pthread_mutex_unlock(&e->mu);
         uint64_t t0 = now_ns();
         int rv = pt_emb_flush_frozen(e, k, hook, ud);
-        /* The index cells of the segments too, before any is deleted. */
+        /* The logs' index cells too, before any log is deleted. */
         if (rv == 0)
             rv = pt_emb_ihead_drain(&e->ix);
         uint64_t took = now_ns() - t0;

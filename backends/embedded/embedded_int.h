@@ -9,7 +9,7 @@
  *     expire.c    retention: compaction filters, the compacting thread         rocks chunk
  *     head.c      the head: a hash table of rows and their unflushed cells     (none)
  *     ihead.c     the index head: index cells not yet in RocksDB, drains       rocks
- *     wal.c       the points log (points.wal): records, replay                 head ihead
+ *     wal.c       the points logs (points.<n>.wal): records, replay            head ihead
  *     flush.c     frozen head -> chunks, merged with the stored ones           rocks chunk head
  *     scan.c      points scans merging the head and the chunks                 rocks chunk head
  *     embedded.c  the ops table: open/close, write, scan; the flush thread     all
@@ -19,27 +19,32 @@
  * thread. The compaction filters of expire outlive the rocks that uses them (RocksDB does
  * not own them).
  *
- * Double buffering: the head holds two generations of cells, each with its log. Writers
- * append to the current one (points.wal); when it passes the budget, a writer freezes it
- * (points.wal becomes points.frozen.wal, a new points.wal is started, h.cur flips: O(1))
- * and the flush thread writes the frozen one into RocksDB, then drops it and its log.
- * Only when the frozen generation is still being flushed and the current one is full
- * too does a writer wait (embedded.c make_room_locked).
+ * Double buffering, by shard: the head is cut into HEAD_SHARDS shards by row hash, each
+ * with two generations of cells. Writers append to each shard's current one and to the
+ * current log (points.<n>.wal); when the current generations together pass the budget, a
+ * writer freezes the next shard in turn (its cur flips, the records go on in the next
+ * log, made beforehand: O(1)) and the flush thread writes that shard's frozen generation
+ * into RocksDB, then drops it and the logs no shard needs any more. One shard is frozen at
+ * a time; only when it is still being flushed and the current generations are over the
+ * budget again does a writer wait (embedded.c make_room_locked).
  *
- * Locking: embedded.mu guards the head (table, rows, both generations' counters and row
- * lists, h.cur), the log, budget, epoch, the flush state and statistics. head.c and wal.c
- * never lock; their callers hold mu, except open and close, which own the backend alone
- * (close joins the flush thread first). The one exception to "mu guards the head" is the
- * frozen generation while a flush runs (e->frozen set): the flush thread reads, without
- * mu, the frozen cells (r->s[fz]), the frozen row list (h.dirty[fz], which it sorts), the
- * rows' keys and writes their flush fields (known, has_last, last_*). That is safe
- * because under mu nobody writes those: writers touch only s[h.cur] and h.dirty[h.cur],
- * scans only read s[fz] (and normalize s[h.cur]), rows on the frozen list are never
- * evicted, and h.cur flips only when there is no frozen generation. The flush ends by
- * moving the epoch, evicting idle rows and dropping the frozen cells, under mu but in
- * steps of a few thousand rows with mu released in between (embedded.c
- * drop_frozen_locked); e->frozen is cleared only after the last step. That is the only
- * place rows are evicted, and only empty ones, never a row on the frozen list. Conditions: work (to the thread) and flushed (from it), both
+ * Locking: embedded.mu guards the head (tables, rows, every shard's generation counters,
+ * row lists and cur), the log, budget, epoch, the flush state and statistics. head.c and
+ * wal.c never lock; their callers hold mu, except open and close, which own the backend
+ * alone (close joins the flush thread first), and the file work the flush thread does
+ * without mu: making the next log (wal.c prepare) and deleting old ones (wal.c drop,
+ * under drop_mu). The one exception to "mu guards the head" is the frozen shard while a
+ * flush runs (e->frozen set, e->frozen_shard): the flush thread reads, without mu, its
+ * frozen cells (r->s[fz]), its frozen row list (dirty[fz], which it sorts), the rows'
+ * keys, and writes their flush fields (known, has_last, last_*). That is safe because
+ * under mu nobody writes those: writers touch only s[cur] and dirty[cur], scans only read
+ * s[fz] (and normalize s[cur]) and read the flush fields only of rows of other shards,
+ * rows on the frozen list are never evicted, and a shard's cur flips only when nothing is
+ * frozen. The flush ends by moving the epoch, evicting the shard's empty rows and
+ * dropping its frozen cells, under mu but in steps of a few thousand rows with mu
+ * released in between (embedded.c drop_frozen_locked); e->frozen is cleared only after
+ * the last step. That is the only place rows are evicted, and only empty ones, never a
+ * row on the frozen list. Conditions: work (to the thread) and flushed (from it), both
  * with mu. rocks.c and chunk.c hold no shared mutable state; RocksDB is thread-safe.
  */
 #ifndef PT_EMBEDDED_INT_H
@@ -637,8 +642,9 @@ int pt_emb_verify(void *e, const pt_backend_config *cfg, pt_verify_fn fn, void *
 
 /* Writes the rows of head shard k's frozen generation into RocksDB as chunks and makes
  * them durable there; the caller then drops them (pt_emb_head_drop_frozen, under mu) and
- * the log segments no shard needs. Called without mu by the one thread that flushes. On failure the rows are as they
- * were (some chunks may be in RocksDB already; flushing them again is harmless). */
+ * the logs no shard needs. Called without mu by the one thread that flushes. On failure
+ * the rows are as they were (some chunks may be in RocksDB already; flushing them again
+ * is harmless). */
 int pt_emb_flush_frozen(embedded *e, unsigned k, emb_hook hook, void *ud);
 /* Deletes the table files a flush left in dir when it was cut short (open calls it). */
 void pt_emb_flush_clean(const char *dir);

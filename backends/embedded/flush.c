@@ -1,13 +1,13 @@
 /*
- * Flush: the rows of a head shard's frozen generation, sorted, are written as chunks (chunk.c)
- * into table files of their own (flush.N.sst in the store's directory, a new one every
- * 64 MiB), which RocksDB then ingests in one step: it moves them into the store and
- * records them durably. Only then does the caller drop the frozen cells and their log
- * (points.frozen.wal). A crash anywhere in between replays that log into the head (open
- * deletes table files left unfinished or not ingested); flushing it again rewrites the same
- * cells with the same values.
+ * Flush: the rows of a head shard's frozen generation, sorted, are written as chunks
+ * (chunk.c) into table files of their own (flush.N.sst in the store's directory, a new one
+ * every 64 MiB), which RocksDB then ingests in one step: it moves them into the store and
+ * records them durably. Only then does the caller drop the frozen cells, and the logs that
+ * hold them once no other shard needs them. A crash anywhere in between replays the logs
+ * into the head (open deletes table files left unfinished or not ingested); flushing them
+ * again rewrites the same cells with the same values.
  *
- * Why files rather than writes: a flush writes about head_memory bytes at once. Through
+ * Why files rather than writes: a flush writes tens of megabytes at once. Through
  * the memtables, those bytes were held a second time in memory (up to three 64 MiB
  * memtables) and inserted one key at a time into a skip list, only to be written out as
  * the same table file; a sorted flush can write that file directly.

@@ -330,7 +330,7 @@ static void test_embedded(const char *tmp)
        "embedded: open without a path fails");
 }
 
-/* ---- the head's shards: memory, log segments, eviction, replay order ---- */
+/* ---- the head's shards: memory, logs, eviction, replay order ---- */
 
 static uint32_t rnd(uint32_t n);
 
@@ -344,7 +344,7 @@ static int count_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 }
 
 /* Files in dir named points.<digits>.wal (points logs). */
-static int segment_files(const char *dir)
+static int log_files(const char *dir)
 {
     uint64_t *seqs;
     size_t n;
@@ -374,7 +374,7 @@ static void test_embedded_shards(const char *tmp)
         snprintf(rows[r], sizeof(rows[r]), "s/%04d", r);
     embedded *e = b.state;
     size_t max_samples = 0, max_frozen = 0;
-    int fails = 0, max_segments = 0;
+    int fails = 0, max_logs = 0;
     for (uint32_t i = 0; i < ROUNDS; i++) {
         /* From round 200 on only the first LIVE rows get samples. */
         int nrows = i < 200 ? ROWS : LIVE;
@@ -398,8 +398,8 @@ static void test_embedded_shards(const char *tmp)
             pthread_mutex_unlock(&e->mu);
             max_samples = held > max_samples ? held : max_samples;
         }
-        int segs = segment_files(path);
-        max_segments = segs > max_segments ? segs : max_segments;
+        int logs = log_files(path);
+        max_logs = logs > max_logs ? logs : max_logs;
     }
     pt_embedded_stats st;
     pt_embedded_get_stats(&b, &st);
@@ -411,8 +411,8 @@ static void test_embedded_shards(const char *tmp)
        budget, (double)max_samples / (double)budget);
     ok(max_frozen > 0 && max_frozen < budget / 2,
        "embedded(shards): one shard frozen at a time (at most %zu bytes)", max_frozen);
-    ok(max_segments >= 2 && max_segments <= HEAD_SHARDS + 3,
-       "embedded(shards): at most %d logs on disk", max_segments);
+    ok(max_logs >= 2 && max_logs <= HEAD_SHARDS + 3,
+       "embedded(shards): at most %d logs on disk", max_logs);
     ok(st.head_rows <= LIVE + ROWS / HEAD_SHARDS,
        "embedded(shards): rows without samples evicted (%zu rows left, %d live)", st.head_rows,
        LIVE);
@@ -423,7 +423,7 @@ static void test_embedded_shards(const char *tmp)
     is(cells, (size_t)ROWS * 200 + (size_t)LIVE * (ROUNDS - 200),
        "embedded(shards): every sample read back");
     pt_backend_close(&b);
-    is(segment_files(path), 0, "embedded(shards): no log left after a close");
+    is(log_files(path), 0, "embedded(shards): no log left after a close");
 }
 
 /* The path of the log with records that is numbered highest, in p (a store makes the log
@@ -508,7 +508,7 @@ static void test_embedded_replay_order(const char *tmp)
                open_named(&b, tmp, "replay-order", "embedded(replay order)") == 0;
     if (made) {
         pt_backend_close(&b);
-        made = segment_files(dir) == 0 &&
+        made = log_files(dir) == 0 &&
                put_file(dir, "points.frozen.wal", logs[0], n[0]) == 0 &&
                put_file(dir, "points.wal", logs[1], n[1]) == 0 &&
                put_file(dir, "points.7.wal", logs[2], n[2]) == 0 &&
