@@ -93,6 +93,7 @@ static int freeze_shard_locked(embedded *e, unsigned k)
     e->frozen_shard = k;
     e->frozen_seq = e->w.seq - 1;
     e->freezes++;
+    e->last_freeze_ns = now_ns();
     pthread_cond_signal(&e->work);
     return 0;
 }
@@ -189,14 +190,55 @@ static uint64_t drop_frozen_locked(embedded *e)
     return longest;
 }
 
+/* With no cells anywhere, a shard that still has rows is frozen empty: its flush writes
+ * nothing and evicts them (a row goes at the flush after its last cells were flushed). */
+static int freeze_idle_locked(embedded *e)
+{
+    for (unsigned i = 0; i < HEAD_SHARDS; i++) {
+        unsigned k = (e->next_shard + i) % HEAD_SHARDS;
+        if (e->h.sh[k].nrows == 0)
+            continue;
+        e->next_shard = (k + 1) % HEAD_SHARDS;
+        return freeze_shard_locked(e, k);
+    }
+    return 0;
+}
+
+/* Waits for a frozen shard or the stop. Past head_max_age / HEAD_SHARDS without a freeze
+ * (a head that fills slowly), the next shard with cells is frozen here, so that a round of
+ * the shards takes head_max_age at most: the logs replayed at a start, and the rows of
+ * series that stopped (gone after two rounds at most), are bounded in time as well as by
+ * the budget. */
+static void wait_work_locked(embedded *e)
+{
+    while (!e->stop && !e->frozen) {
+        if (e->age_step_ns == 0) {
+            pthread_cond_wait(&e->work, &e->mu);
+            continue;
+        }
+        uint64_t due = e->last_freeze_ns + e->age_step_ns, now = now_ns();
+        if (now < due) {
+            struct timespec until = pt_emb_after_ms((due - now + 999999) / 1000000);
+            pthread_cond_timedwait(&e->work, &e->mu, &until);
+            continue;
+        }
+        e->last_freeze_ns = now; /* when nothing is frozen: the next step */
+        int rv = freeze_next_locked(e);
+        if (rv == 0 && !e->frozen)
+            rv = freeze_idle_locked(e);
+        if (rv != 0)
+            pt_log(PT_LOG_WARN, "embedded: freezing a shard for age failed", "code=\"%s\"",
+                   pt_strerror(rv));
+    }
+}
+
 static void *flush_main(void *arg)
 {
     embedded *e = arg;
     uint64_t backoff_ms = 0;
     pthread_mutex_lock(&e->mu);
     for (;;) {
-        while (!e->stop && !e->frozen)
-            pthread_cond_wait(&e->work, &e->mu);
+        wait_work_locked(e);
         if (!e->frozen)
             break;
         /* The log the next freeze moves to, while nothing waits for it. */
@@ -418,6 +460,9 @@ static int embedded_open(void *state, const pt_backend_config *cfg, char *err, s
     const char *path = ec->path;
     int sync = ec->sync;
     e->budget = ec->head_memory ? ec->head_memory : EMB_DEFAULT_BUDGET;
+    e->age_step_ns = ec->head_max_age_ms > 0
+                         ? (uint64_t)ec->head_max_age_ms * 1000000u / HEAD_SHARDS : 0;
+    e->last_freeze_ns = now_ns();
 
     int rv = mkdir_p(path, err, errlen);
     if (rv != 0)
@@ -738,6 +783,10 @@ static const pt_conf_key conf_keys[] = {
      "Bytes of samples held in memory (in-order ones XOR-compressed, others 16 B each); "
      "past it an eighth of the series is flushed into RocksDB in the background, so "
      "about 1.25 times this is held at most."},
+    {"head_max_age", NULL, PT_CONF_DURATION, "2h", 0, 366LL * 86400000LL, C(head_max_age_ms),
+     "Longest a sample stays in the head (and its logs) before it is flushed into RocksDB, "
+     "and about half the longest it keeps the row of a series that stopped; 0: only "
+     "head_memory decides."},
     {"block_cache", NULL, PT_CONF_BYTES, "64MiB", 8LL << 20, 1LL << 40, C(block_cache),
      "RocksDB block cache (uncompressed table blocks of the index and the points)."},
 };

@@ -18,6 +18,7 @@ typedef struct pt_embedded_conf {
     int sync;            /* fdatasync the logs before acknowledging a write */
     size_t head_memory;  /* bytes of samples held before a flush; 0 = the default */
     size_t block_cache;  /* RocksDB block cache for both tables; 0 = the default */
+    long head_max_age_ms; /* longest a sample stays only in the head and the logs; 0 = none */
 } pt_embedded_conf;
 
 typedef struct pt_embedded_stats {

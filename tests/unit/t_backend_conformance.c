@@ -426,6 +426,66 @@ static void test_embedded_shards(const char *tmp)
     is(log_files(path), 0, "embedded(shards): no log left after a close");
 }
 
+/* Every sample reaches RocksDB within head_max_age with no write pushing the head past
+ * its budget: the flush thread freezes a shard every head_max_age / HEAD_SHARDS, so the
+ * head empties, the rows of series that got no more samples go, and only the current and
+ * the next log stay. Without the setting, the same wait flushes nothing. */
+static void test_embedded_max_age(const char *tmp)
+{
+    enum { ROWS = 64 };
+    static char rows[ROWS][12];
+    uint8_t v[8];
+    for (int age = 0; age < 2; age++) {
+        char path[512], err[256] = "";
+        snprintf(path, sizeof(path), "%s/max-age-%d", tmp, age);
+        pt_embedded_conf ec = {.path = path, .head_max_age_ms = age ? 800 : 0};
+        pt_backend_config cfg = {.own = &ec};
+        pt_backend b;
+        if (pt_backend_open(&b, &pt_backend_embedded, &cfg, err, sizeof(err)) != 0) {
+            ok(0, "embedded(max age): open: %s", err);
+            return;
+        }
+        ct_batch bt = {0};
+        for (int r = 0; r < ROWS; r++) {
+            snprintf(rows[r], sizeof(rows[r]), "a/%04d", r);
+            pt_put_be64(v, (uint64_t)r);
+            ct_add_raw(&bt, PT_TABLE_POINTS, pt_slice_str(rows[r]), 15000, (pt_slice){v, 8});
+        }
+        int rv = ct_write(&b, &bt);
+        pt_embedded_stats st;
+        pt_embedded_get_stats(&b, &st);
+        uint64_t f0 = st.flushes; /* the open's flush of what it replayed */
+        /* Eight steps of 100 ms make a round; wait up to 20 rounds for a slow host (without
+         * the setting, one round and a quarter). */
+        for (int i = 0; i < (age ? 160 : 10); i++) {
+            pt_embedded_get_stats(&b, &st);
+            if (st.head_rows == 0 && log_files(path) <= 2)
+                break;
+            usleep(100 * 1000);
+        }
+        pt_embedded_get_stats(&b, &st);
+        pt_row_range all[] = {CT_RANGE("a/", "a0")};
+        pt_scan s = {.table = PT_TABLE_POINTS, .ranges = all, .nranges = 1};
+        size_t cells = 0;
+        int srv = pt_backend_scan(&b, &s, count_cell, &cells);
+        if (age) {
+            ok(rv == 0 && st.head_cells == 0 && st.head_rows == 0 && st.flushes > f0,
+               "embedded(max age 800 ms): the head emptied without a write past the budget "
+               "(%zu cells, %zu rows left, %llu flushes)",
+               st.head_cells, st.head_rows, (unsigned long long)(st.flushes - f0));
+            ok(log_files(path) <= 2, "embedded(max age): only the current and next log left (%d)",
+               log_files(path));
+        } else {
+            ok(rv == 0 && st.head_cells == ROWS && st.head_rows == ROWS && st.flushes == f0,
+               "embedded(no max age): the same wait flushed nothing (%zu cells, %llu flushes)",
+               st.head_cells, (unsigned long long)(st.flushes - f0));
+        }
+        ok(srv == 0 && cells == ROWS, "embedded(%s): every sample read back (%zu)",
+           age ? "max age" : "no max age", cells);
+        pt_backend_close(&b);
+    }
+}
+
 /* The path of the log with records that is numbered highest, in p (a store makes the log
  * after its current one ahead of time, empty). */
 static int current_log(const char *dir, char *p, size_t n)
@@ -1473,6 +1533,7 @@ int main(int argc, char **argv)
     test_embedded_compressed_head(t1);
     test_embedded_shards(t1);
     test_embedded_replay_order(t1);
+    test_embedded_max_age(t1);
     test_flush_failure(t1);
     test_index_pressure(t1);
     test_faulty(t2);

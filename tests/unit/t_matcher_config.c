@@ -151,7 +151,8 @@ int main(void)
     const pt_embedded_conf *ec = pt_config_backend(&c, &pt_backend_embedded);
     const pt_bigtable_conf *bc = pt_config_backend(&c, &pt_backend_bigtable);
     ok(strcmp(c.listen_address, ":9201") == 0 && strcmp(c.backend, "embedded") == 0 && ec &&
-           strcmp(ec->path, "./data") == 0 && ec->head_memory == 128u << 20 && bc &&
+           strcmp(ec->path, "./data") == 0 && ec->head_memory == 128u << 20 &&
+           ec->head_max_age_ms == 7200000 && bc &&
            strcmp(bc->table_prefix, "") == 0 && c.index_bucket_ms == 86400000,
        "defaults, the backends' too");
     const char *y = "web:\n  listen_address: 127.0.0.1:9999\nstorage:\n  embedded:\n"
