@@ -141,14 +141,15 @@ static void prepare_log_locked(embedded *e)
     pt_emb_wal_prepared(&e->w, seq, fd);
 }
 
-/* Freezes the next shard, in turn, that holds cells; nothing when none does. Called with
- * mu held and nothing frozen. */
-static int freeze_next_locked(embedded *e)
+/* Freezes the next shard, in turn, that holds cells in its current generation, or with
+ * rows set, rows (frozen empty, its flush writes nothing and evicts them); nothing when
+ * none does. Called with mu held and nothing frozen. */
+static int freeze_next_locked(embedded *e, int rows)
 {
     for (unsigned i = 0; i < HEAD_SHARDS; i++) {
         unsigned k = (e->next_shard + i) % HEAD_SHARDS;
         const hshard *sh = &e->h.sh[k];
-        if (sh->cells[sh->cur] == 0)
+        if ((rows ? sh->nrows : sh->cells[sh->cur]) == 0)
             continue;
         e->next_shard = (k + 1) % HEAD_SHARDS;
         return freeze_shard_locked(e, k);
@@ -190,25 +191,11 @@ static uint64_t drop_frozen_locked(embedded *e)
     return longest;
 }
 
-/* With no cells anywhere, a shard that still has rows is frozen empty: its flush writes
- * nothing and evicts them (a row goes at the flush after its last cells were flushed). */
-static int freeze_idle_locked(embedded *e)
-{
-    for (unsigned i = 0; i < HEAD_SHARDS; i++) {
-        unsigned k = (e->next_shard + i) % HEAD_SHARDS;
-        if (e->h.sh[k].nrows == 0)
-            continue;
-        e->next_shard = (k + 1) % HEAD_SHARDS;
-        return freeze_shard_locked(e, k);
-    }
-    return 0;
-}
-
 /* Waits for a frozen shard or the stop. Past head_max_age / HEAD_SHARDS without a freeze
- * (a head that fills slowly), the next shard with cells is frozen here, so that a round of
- * the shards takes head_max_age at most: the logs replayed at a start, and the rows of
- * series that stopped (gone after two rounds at most), are bounded in time as well as by
- * the budget. */
+ * (a head that fills slowly), the next shard with cells (or rows) is frozen here, so that
+ * a round of the shards takes head_max_age at most: the logs replayed at a start, and the
+ * rows of series that stopped (gone after two rounds at most), are bounded in time as
+ * well as by the budget. */
 static void wait_work_locked(embedded *e)
 {
     while (!e->stop && !e->frozen) {
@@ -223,9 +210,11 @@ static void wait_work_locked(embedded *e)
             continue;
         }
         e->last_freeze_ns = now; /* when nothing is frozen: the next step */
-        int rv = freeze_next_locked(e);
+        /* With no cells anywhere, a shard with rows: a row goes at the flush after the
+         * one that took its last cells. */
+        int rv = freeze_next_locked(e, 0);
         if (rv == 0 && !e->frozen)
-            rv = freeze_idle_locked(e);
+            rv = freeze_next_locked(e, 1);
         if (rv != 0)
             pt_log(PT_LOG_WARN, "embedded: freezing a shard for age failed", "code=\"%s\"",
                    pt_strerror(rv));
@@ -317,7 +306,7 @@ static int flush_sync(embedded *e)
             rv = e->flush_err;
             break;
         }
-        if ((rv = freeze_next_locked(e)) != 0 || !e->frozen)
+        if ((rv = freeze_next_locked(e, 0)) != 0 || !e->frozen)
             break;
         uint64_t target = e->freezes;
         while (e->flushes < target && e->flush_failures == failures)
@@ -515,7 +504,7 @@ static int make_room_locked(embedded *e)
 {
     while (e->h.cur_bytes > e->budget) {
         if (!e->frozen) {
-            int rv = freeze_next_locked(e);
+            int rv = freeze_next_locked(e, 0);
             /* A failed freeze keeps the generation; accept writes up to twice the
              * budget, then make the client back off and retry. */
             if (rv != 0 && e->h.cur_bytes > 2 * e->budget)

@@ -608,9 +608,10 @@ typedef struct embedded {
     int mu_init, cond_init, drop_mu_init, thread_started;
     int ready;      /* opened and replayed: close may flush */
     size_t budget;  /* samples of the current generations (h.cur_bytes) that freeze a shard */
-    /* head_max_age / HEAD_SHARDS: the flush thread freezes the next shard with cells when
-     * no shard was frozen for this long (0: never for age), so every sample is in RocksDB
-     * within about head_max_age and a series gone that long has no row left. */
+    /* head_max_age / HEAD_SHARDS: the flush thread freezes the next shard with cells (or,
+     * with none anywhere, rows) when no shard was frozen for this long (0: never for age),
+     * so every sample is in RocksDB within about head_max_age and a series gone twice that
+     * long has no row left. */
     uint64_t age_step_ns;
     uint64_t last_freeze_ns; /* when a shard was last frozen (or the store opened) */
     uint64_t epoch; /* flushes completed; scans refresh their iterators when it moves */
