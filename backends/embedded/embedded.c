@@ -163,7 +163,11 @@ static int freeze_next_locked(embedded *e, int rows)
  * cells it may still merge hold the same values. Returns the longest hold of mu, ns. */
 static uint64_t drop_frozen_locked(embedded *e)
 {
-    enum { STEP = 4096 };
+    /* A row the flush wrote out goes too when it was not logged since two log generations
+     * before the freeze (then the log moved on: the generation now is the freeze's + 1):
+     * a series scraped every interval is logged in every generation unless freezes come
+     * faster than its samples, and then the cost is a row made again. */
+    enum { STEP = 4096, QUIET_GENS = 3 };
     unsigned k = e->frozen_shard;
     e->epoch++;
     size_t b = 0, i = 0;
@@ -172,7 +176,7 @@ static uint64_t drop_frozen_locked(embedded *e)
     for (;;) {
         /* Before the frozen cells go: a row flushed now holds cells. */
         if (!evicted)
-            evicted = pt_emb_head_evict_step(&e->h, k, &b, STEP);
+            evicted = pt_emb_head_evict_step(&e->h, k, &b, STEP, e->w.gen, QUIET_GENS);
         else
             cleared = pt_emb_head_clear_step(&e->h, k, &i, STEP);
         uint64_t now = now_ns();
@@ -498,8 +502,9 @@ fail:
  * one is still being flushed, the writer waits for that flush (back-pressure: a flush
  * takes about as long as the writes that filled the generation); when it failed, the
  * writer gets PT_EBUSY (503: Prometheus backs off and retries) rather than wait for an
- * outage. The budget counts samples, not the rows that stay between flushes: with more
- * series than fit in it, counting rows would flush on every write. */
+ * outage. The budget counts samples and the rows made since their shard's last freeze,
+ * not the rows that stay between flushes: with more series than fit in it, counting
+ * those would flush on every write. */
 static int make_room_locked(embedded *e)
 {
     while (e->h.cur_bytes > e->budget) {
@@ -641,6 +646,7 @@ void pt_embedded_get_stats(pt_backend *b, pt_embedded_stats *out)
                                .last_flush_seconds = (double)e->last_flush_ns / 1e9,
                                .write_waits = e->waits,
                                .head_rows = e->h.nrows,
+                               .rows_evicted = e->h.evicted,
                                .head_cells = cells,
                                .head_bytes = e->h.bytes,
                                .frozen_cell_bytes =
@@ -681,6 +687,9 @@ static size_t embedded_stats(void *state, pt_backend_stat *out, size_t max)
          "Writes that waited for a flush because both head generations were full.", 1,
          (double)st.write_waits},
         {"promtable_embedded_head_rows", "Rows the head tracks.", 0, (double)st.head_rows},
+        {"promtable_embedded_head_rows_evicted_total",
+         "Head rows dropped after their series stopped getting samples.", 1,
+         (double)st.rows_evicted},
         {"promtable_embedded_head_cells", "Samples in the head, both generations.", 0,
          (double)st.head_cells},
         {"promtable_embedded_head_bytes", "Memory the head holds.", 0, (double)st.head_bytes},
@@ -769,12 +778,13 @@ static const pt_conf_key conf_keys[] = {
      "fsync the embedded store's logs before acknowledging each write."},
     {"head_memory", "storage.head_memory", PT_CONF_BYTES, "128MiB", 64LL << 10, 1LL << 40,
      C(head_memory),
-     "Bytes of samples held in memory (in-order ones XOR-compressed, others 16 B each); "
-     "past it an eighth of the series is flushed into RocksDB in the background, so "
-     "about 1.25 times this is held at most."},
+     "Bytes of samples held in memory (in-order ones XOR-compressed, others 16 B each), "
+     "and of the rows of series new since their shard's last flush; past it an eighth "
+     "of the series is flushed into RocksDB in the background, so about 1.25 times this "
+     "is held at most."},
     {"head_max_age", NULL, PT_CONF_DURATION, "2h", 0, 366LL * 86400000LL, C(head_max_age_ms),
      "Longest a sample stays in the head (and its logs) before it is flushed into RocksDB, "
-     "and about half the longest it keeps the row of a series that stopped; 0: only "
+     "and so about the longest it keeps the row of a series that stopped; 0: only "
      "head_memory decides."},
     {"block_cache", NULL, PT_CONF_BYTES, "64MiB", 8LL << 20, 1LL << 40, C(block_cache),
      "RocksDB block cache (uncompressed table blocks of the index and the points)."},

@@ -28,6 +28,7 @@ typedef struct pt_embedded_stats {
     double last_flush_seconds; /* duration of the last flush attempt */
     uint64_t write_waits;      /* writes that waited for a flush (both generations full) */
     size_t head_rows;          /* rows the head tracks (with or without cells) */
+    uint64_t rows_evicted;     /* rows the head dropped since open (series that stopped) */
     size_t head_cells;         /* cells waiting in the head, rewrites included */
     size_t head_bytes;         /* memory the head holds: rows, cells, both generations */
     size_t frozen_cell_bytes;  /* samples of the frozen generation being flushed */
@@ -46,7 +47,8 @@ typedef struct pt_embedded_stats {
     uint64_t index_waits;        /* writes that waited for a drain (index head full) */
 } pt_embedded_stats;
 
-/* Samples the head's current generations may hold: past it, the next head shard in turn
+/* Samples (and rows made since their shard's last flush) the head's current generations
+ * may hold: past it, the next head shard in turn
  * (an eighth of the rows) is frozen and flushed into RocksDB in the background (default
  * 128 MiB; 0 = the default; the frozen shard holds about 2/9 of it more). Takes effect at
  * the next write. */

@@ -360,6 +360,7 @@ struct hrow {
      * skips RocksDB). */
     uint32_t last_first, last_max, last_n;
     uint8_t known, has_last;
+    uint8_t gone; /* unlinked by evict_step; freed once its frozen cells are cleared */
     uint32_t keylen;
     uint8_t key[];
 };
@@ -379,6 +380,10 @@ typedef struct hshard {
     unsigned cur;         /* the generation taking writes, 0 or 1 */
     size_t cells[2];      /* cells held by each generation, duplicates included */
     size_t cell_bytes[2]; /* the samples each holds (16 bytes a cell, longer values) */
+    /* The rows made while each generation took writes, their bytes: they count in the
+     * budget with its samples, so that new series (churn) bring flushes, and with them
+     * the eviction of the rows of series that stopped, sooner. */
+    size_t row_bytes[2];
     /* The rows with cells in each generation, in the order they got their first one. */
     hrow **dirty[2];
     size_t ndirty[2], dirty_cap[2];
@@ -387,8 +392,10 @@ typedef struct hshard {
 typedef struct head {
     hshard sh[HEAD_SHARDS];
     size_t nrows;
-    size_t cur_bytes; /* cell_bytes of every shard's current generation: the budget's */
+    size_t cur_bytes; /* cell_bytes + row_bytes of every shard's current generation: the
+                       * budget's */
     size_t bytes;     /* memory held: rows, cell arrays, runs, values, the hash tables */
+    uint64_t evicted; /* rows evicted, ever */
 } head;
 
 static inline uint64_t pt_emb_head_hash(const uint8_t *key, size_t n)
@@ -463,8 +470,15 @@ void pt_emb_head_freeze(head *h, unsigned k);
 void pt_emb_head_drop_frozen(head *h, unsigned k);
 /* The same in steps, so that mu can be released in between: evict_step walks up to n
  * buckets of shard k from *b, clear_step empties up to n of its frozen rows from *i; each
- * returns 1 once done (start both at 0, evict first: a row flushed now holds cells). */
-int pt_emb_head_evict_step(head *h, unsigned k, size_t *b, size_t n);
+ * returns 1 once done (start both at 0, evict first: a row flushed now holds cells).
+ *
+ * evict_step evicts the rows with no cell in the current generation that either hold
+ * none in the frozen one or, quiet > 0, were last logged (hrow wal_gen) at least quiet
+ * log generations before gen, the log generation now: a series that stopped goes at the
+ * first flush of its shard after it stopped instead of the second. Those with frozen cells
+ * are unlinked at once and freed by clear_step. */
+int pt_emb_head_evict_step(head *h, unsigned k, size_t *b, size_t n, uint32_t gen,
+                           uint32_t quiet);
 int pt_emb_head_clear_step(head *h, unsigned k, size_t *i, size_t n);
 
 /* ---- ihead.c ---- */

@@ -208,6 +208,8 @@ hrow *pt_emb_head_get(head *h, const uint8_t *key, size_t n, uint64_t hash)
     sh->nrows++;
     h->nrows++;
     h->bytes += sizeof(*r) + n;
+    sh->row_bytes[sh->cur] += sizeof(*r) + n;
+    h->cur_bytes += sizeof(*r) + n;
     return r;
 }
 
@@ -484,26 +486,45 @@ size_t pt_emb_head_cur_cells(const head *h)
 void pt_emb_head_freeze(head *h, unsigned k)
 {
     hshard *sh = &h->sh[k];
-    h->cur_bytes -= sh->cell_bytes[sh->cur];
+    h->cur_bytes -= sh->cell_bytes[sh->cur] + sh->row_bytes[sh->cur];
     sh->cur ^= 1;
-    h->cur_bytes += sh->cell_bytes[sh->cur]; /* 0: the generation was emptied */
+    /* 0: the generation was emptied */
+    h->cur_bytes += sh->cell_bytes[sh->cur] + sh->row_bytes[sh->cur];
 }
 
-/* Series churn must not grow the head forever. A row is dropped when it holds no cell at
- * the end of its shard's flush: it got none for a whole round of the shards, and none
- * since. Dropping a row that is still in use costs little (it is made again, and the next
- * flush looks up its last chunk once); a walk in steps may miss or revisit rows a table
- * growth moved, which is harmless either way. */
-int pt_emb_head_evict_step(head *h, unsigned k, size_t *b, size_t n)
+/* Series churn must not grow the head forever. A row is dropped at the end of its shard's
+ * flush when it holds no cell: it got none for a whole round of the shards, and none
+ * since. With quiet, also when its only cells are the frozen ones just flushed and it was
+ * not logged for quiet log generations (the freezes of any shard) before gen: a series
+ * that stopped, whose last samples this flush wrote. Dropping a row that is still in use
+ * costs little (it is made again, and the next flush looks up its last chunk once); a
+ * walk in steps may miss or revisit rows a table growth moved, which is harmless either
+ * way. */
+int pt_emb_head_evict_step(head *h, unsigned k, size_t *b, size_t n, uint32_t gen,
+                           uint32_t quiet)
 {
     hshard *sh = &h->sh[k];
+    unsigned fz = sh->cur ^ 1;
     for (size_t end = *b + n; *b <= sh->mask && *b < end; (*b)++) {
         hrow **pp = &sh->tab[*b];
         while (*pp) {
             hrow *r = *pp;
-            if (row_empty(r)) {
+            if (hcells_count(&r->s[sh->cur]) != 0) {
+                pp = &r->next;
+                continue;
+            }
+            if (hcells_count(&r->s[fz]) == 0) {
                 *pp = r->next;
                 free_row(h, r);
+                h->evicted++;
+                continue;
+            }
+            if (quiet && gen - r->wal_gen >= quiet) {
+                /* In the frozen list: clear_step frees it. */
+                *pp = r->next;
+                r->next = NULL;
+                r->gone = 1;
+                h->evicted++;
                 continue;
             }
             pp = &r->next;
@@ -516,11 +537,16 @@ int pt_emb_head_clear_step(head *h, unsigned k, size_t *i, size_t n)
 {
     hshard *sh = &h->sh[k];
     unsigned fz = sh->cur ^ 1;
-    for (size_t end = *i + n; *i < sh->ndirty[fz] && *i < end; (*i)++)
-        clear(h, sh->dirty[fz][*i], fz);
+    for (size_t end = *i + n; *i < sh->ndirty[fz] && *i < end; (*i)++) {
+        hrow *r = sh->dirty[fz][*i];
+        clear(h, r, fz);
+        if (r->gone)
+            free_row(h, r);
+    }
     if (*i < sh->ndirty[fz])
         return 0;
     sh->ndirty[fz] = 0;
+    sh->row_bytes[fz] = 0;
     return 1;
 }
 
@@ -528,6 +554,6 @@ void pt_emb_head_drop_frozen(head *h, unsigned k)
 {
     size_t b = 0, i = 0;
     /* Before the frozen cells go: a row flushed now holds cells. */
-    pt_emb_head_evict_step(h, k, &b, SIZE_MAX / 2);
+    pt_emb_head_evict_step(h, k, &b, SIZE_MAX / 2, 0, 0);
     pt_emb_head_clear_step(h, k, &i, SIZE_MAX / 2);
 }
