@@ -163,11 +163,7 @@ static int freeze_next_locked(embedded *e, int rows)
  * cells it may still merge hold the same values. Returns the longest hold of mu, ns. */
 static uint64_t drop_frozen_locked(embedded *e)
 {
-    /* A row the flush wrote out goes too when it was not logged since two log generations
-     * before the freeze (then the log moved on: the generation now is the freeze's + 1):
-     * a series scraped every interval is logged in every generation unless freezes come
-     * faster than its samples, and then the cost is a row made again. */
-    enum { STEP = 4096, QUIET_GENS = 3 };
+    enum { STEP = 4096 };
     unsigned k = e->frozen_shard;
     e->epoch++;
     size_t b = 0, i = 0;
@@ -176,7 +172,7 @@ static uint64_t drop_frozen_locked(embedded *e)
     for (;;) {
         /* Before the frozen cells go: a row flushed now holds cells. */
         if (!evicted)
-            evicted = pt_emb_head_evict_step(&e->h, k, &b, STEP, e->w.gen, QUIET_GENS);
+            evicted = pt_emb_head_evict_step(&e->h, k, &b, STEP, e->w.gen, 1);
         else
             cleared = pt_emb_head_clear_step(&e->h, k, &i, STEP);
         uint64_t now = now_ns();
@@ -502,9 +498,8 @@ fail:
  * one is still being flushed, the writer waits for that flush (back-pressure: a flush
  * takes about as long as the writes that filled the generation); when it failed, the
  * writer gets PT_EBUSY (503: Prometheus backs off and retries) rather than wait for an
- * outage. The budget counts samples and the rows made since their shard's last freeze,
- * not the rows that stay between flushes: with more series than fit in it, counting
- * those would flush on every write. */
+ * outage. The budget counts samples, not the rows that stay between flushes: with more
+ * series than fit in it, counting rows would flush on every write. */
 static int make_room_locked(embedded *e)
 {
     while (e->h.cur_bytes > e->budget) {
@@ -778,10 +773,9 @@ static const pt_conf_key conf_keys[] = {
      "fsync the embedded store's logs before acknowledging each write."},
     {"head_memory", "storage.head_memory", PT_CONF_BYTES, "128MiB", 64LL << 10, 1LL << 40,
      C(head_memory),
-     "Bytes of samples held in memory (in-order ones XOR-compressed, others 16 B each), "
-     "and of the rows of series new since their shard's last flush; past it an eighth "
-     "of the series is flushed into RocksDB in the background, so about 1.25 times this "
-     "is held at most."},
+     "Bytes of samples held in memory (in-order ones XOR-compressed, others 16 B each); "
+     "past it an eighth of the series is flushed into RocksDB in the background, so "
+     "about 1.25 times this is held at most."},
     {"head_max_age", NULL, PT_CONF_DURATION, "2h", 0, 366LL * 86400000LL, C(head_max_age_ms),
      "Longest a sample stays in the head (and its logs) before it is flushed into RocksDB, "
      "and so about the longest it keeps the row of a series that stopped; 0: only "

@@ -47,8 +47,7 @@ typedef struct pt_embedded_stats {
     uint64_t index_waits;        /* writes that waited for a drain (index head full) */
 } pt_embedded_stats;
 
-/* Samples (and rows made since their shard's last flush) the head's current generations
- * may hold: past it, the next head shard in turn
+/* Samples the head's current generations may hold: past it, the next head shard in turn
  * (an eighth of the rows) is frozen and flushed into RocksDB in the background (default
  * 128 MiB; 0 = the default; the frozen shard holds about 2/9 of it more). Takes effect at
  * the next write. */

@@ -361,6 +361,9 @@ struct hrow {
     uint32_t last_first, last_max, last_n;
     uint8_t known, has_last;
     uint8_t gone; /* unlinked by evict_step; freed once its frozen cells are cleared */
+    /* wal.c's: log generations from the one the row was logged in before wal_gen to
+     * wal_gen (how often its series writes, in freezes), 255 when more or not known. */
+    uint8_t gap;
     uint32_t keylen;
     uint8_t key[];
 };
@@ -380,10 +383,6 @@ typedef struct hshard {
     unsigned cur;         /* the generation taking writes, 0 or 1 */
     size_t cells[2];      /* cells held by each generation, duplicates included */
     size_t cell_bytes[2]; /* the samples each holds (16 bytes a cell, longer values) */
-    /* The rows made while each generation took writes, their bytes: they count in the
-     * budget with its samples, so that new series (churn) bring flushes, and with them
-     * the eviction of the rows of series that stopped, sooner. */
-    size_t row_bytes[2];
     /* The rows with cells in each generation, in the order they got their first one. */
     hrow **dirty[2];
     size_t ndirty[2], dirty_cap[2];
@@ -392,8 +391,7 @@ typedef struct hshard {
 typedef struct head {
     hshard sh[HEAD_SHARDS];
     size_t nrows;
-    size_t cur_bytes; /* cell_bytes + row_bytes of every shard's current generation: the
-                       * budget's */
+    size_t cur_bytes; /* cell_bytes of every shard's current generation: the budget's */
     size_t bytes;     /* memory held: rows, cell arrays, runs, values, the hash tables */
     uint64_t evicted; /* rows evicted, ever */
 } head;
@@ -473,12 +471,12 @@ void pt_emb_head_drop_frozen(head *h, unsigned k);
  * returns 1 once done (start both at 0, evict first: a row flushed now holds cells).
  *
  * evict_step evicts the rows with no cell in the current generation that either hold
- * none in the frozen one or, quiet > 0, were last logged (hrow wal_gen) at least quiet
- * log generations before gen, the log generation now: a series that stopped goes at the
- * first flush of its shard after it stopped instead of the second. Those with frozen cells
- * are unlinked at once and freed by clear_step. */
+ * none in the frozen one or, with quiet set, went unlogged for more than twice their own
+ * gap (hrow gap) of log generations before gen, the log generation now: a series that
+ * stopped goes at the first flush of its shard after it stopped instead of the second.
+ * Those with frozen cells are unlinked at once and freed by clear_step. */
 int pt_emb_head_evict_step(head *h, unsigned k, size_t *b, size_t n, uint32_t gen,
-                           uint32_t quiet);
+                           int quiet);
 int pt_emb_head_clear_step(head *h, unsigned k, size_t *i, size_t n);
 
 /* ---- ihead.c ---- */

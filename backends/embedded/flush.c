@@ -39,7 +39,9 @@ typedef struct flusher {
     uint32_t hn;
     cell *sorted, *tmp; /* copies for sorting a row's cells */
     size_t sorted_cap, tmp_cap;
-    rocks_iters its; /* its.it[0]: the flush's reads, of the store before the flush */
+    /* The flush's reads, of the store before the flush (only the flush writes points):
+     * it[0] in total order, it[1] one row's, which the row bloom filters can skip. */
+    rocks_iters its;
     /* The current row's deletes and puts, written to the file in key order once the row
      * is done (a merge deletes old chunks a put may replace). */
     struct fl_op {
@@ -235,16 +237,26 @@ static int it_row_is(rocksdb_iterator_t *it, const hrow *r, uint32_t *first, con
 /* Learns the row's last chunk from RocksDB. */
 static int fl_learn_last(flusher *f, hrow *r)
 {
-    rocksdb_iterator_t *it = f->its.it[0];
-    int rv = chunk_key(f, r, UINT32_MAX);
+    /* Mostly a new series, with no chunk: a seek of the row's first chunk, which the row
+     * bloom filters answer without a block read, says so (a seek backwards, in total
+     * order, read a data block of every table file in the way and left it in the block
+     * cache). */
+    rocksdb_iterator_t *it = f->its.it[1];
+    int rv = pt_emb_rocks_key(&f->key, r->key, r->keylen, 0, NULL, 0);
     if (rv != 0)
         return rv;
-    rocksdb_iter_seek_for_prev(it, (const char *)f->key.p, f->key.len);
+    rocksdb_iter_seek(it, (const char *)f->key.p, f->key.len);
     uint32_t first;
     const char *v;
     size_t vn;
     r->known = 1;
     r->has_last = 0;
+    if (!it_row_is(it, r, &first, &v, &vn))
+        return pt_emb_rocks_iter_error(it);
+    it = f->its.it[0];
+    if ((rv = chunk_key(f, r, UINT32_MAX)) != 0)
+        return rv;
+    rocksdb_iter_seek_for_prev(it, (const char *)f->key.p, f->key.len);
     if (it_row_is(it, r, &first, &v, &vn)) {
         chunk c;
         if (pt_emb_chunk_parse((const uint8_t *)v, vn, &c) != 0 ||
@@ -401,6 +413,8 @@ static int fl_ingest(flusher *f)
 static int fl_write(flusher *f)
 {
     int rv = pt_emb_rocks_iter(&f->e->r, &f->its, CF_POINTS, 0, NULL);
+    if (rv == 0)
+        rv = pt_emb_rocks_iter(&f->e->r, &f->its, CF_POINTS, 1, NULL);
     for (size_t i = 0; i < f->nrows && rv == 0; i++)
         rv = fl_row(f, f->rows[i]);
     if (rv == 0)

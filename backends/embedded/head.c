@@ -208,8 +208,6 @@ hrow *pt_emb_head_get(head *h, const uint8_t *key, size_t n, uint64_t hash)
     sh->nrows++;
     h->nrows++;
     h->bytes += sizeof(*r) + n;
-    sh->row_bytes[sh->cur] += sizeof(*r) + n;
-    h->cur_bytes += sizeof(*r) + n;
     return r;
 }
 
@@ -486,22 +484,22 @@ size_t pt_emb_head_cur_cells(const head *h)
 void pt_emb_head_freeze(head *h, unsigned k)
 {
     hshard *sh = &h->sh[k];
-    h->cur_bytes -= sh->cell_bytes[sh->cur] + sh->row_bytes[sh->cur];
+    h->cur_bytes -= sh->cell_bytes[sh->cur];
     sh->cur ^= 1;
-    /* 0: the generation was emptied */
-    h->cur_bytes += sh->cell_bytes[sh->cur] + sh->row_bytes[sh->cur];
+    h->cur_bytes += sh->cell_bytes[sh->cur]; /* 0: the generation was emptied */
 }
 
 /* Series churn must not grow the head forever. A row is dropped at the end of its shard's
  * flush when it holds no cell: it got none for a whole round of the shards, and none
- * since. With quiet, also when its only cells are the frozen ones just flushed and it was
- * not logged for quiet log generations (the freezes of any shard) before gen: a series
- * that stopped, whose last samples this flush wrote. Dropping a row that is still in use
- * costs little (it is made again, and the next flush looks up its last chunk once); a
- * walk in steps may miss or revisit rows a table growth moved, which is harmless either
- * way. */
+ * since. With quiet, also when its only cells are the frozen ones just flushed and it went
+ * unlogged for more than twice its gap of log generations (the freezes of any shard)
+ * before gen, and at least three: a series that stopped, whose last samples this flush
+ * wrote. A series written once a pass over many series, slower than the freezes, has a
+ * gap as long, and stays. Dropping a row that is still in use costs little (it is made
+ * again, and the next flush looks up its last chunk once); a walk in steps may miss or
+ * revisit rows a table growth moved, which is harmless either way. */
 int pt_emb_head_evict_step(head *h, unsigned k, size_t *b, size_t n, uint32_t gen,
-                           uint32_t quiet)
+                           int quiet)
 {
     hshard *sh = &h->sh[k];
     unsigned fz = sh->cur ^ 1;
@@ -519,7 +517,7 @@ int pt_emb_head_evict_step(head *h, unsigned k, size_t *b, size_t n, uint32_t ge
                 h->evicted++;
                 continue;
             }
-            if (quiet && gen - r->wal_gen >= quiet) {
+            if (quiet && gen - r->wal_gen > 2u * r->gap) {
                 /* In the frozen list: clear_step frees it. */
                 *pp = r->next;
                 r->next = NULL;
@@ -546,7 +544,6 @@ int pt_emb_head_clear_step(head *h, unsigned k, size_t *i, size_t n)
     if (*i < sh->ndirty[fz])
         return 0;
     sh->ndirty[fz] = 0;
-    sh->row_bytes[fz] = 0;
     return 1;
 }
 

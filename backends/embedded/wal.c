@@ -322,6 +322,9 @@ static uint8_t *encode(wal *w, head *h, const pt_mutation *m, size_t n, const ui
             prev = r;
         }
         if (r->wal_gen != w->gen || r->wal_id >= w->next_id) {
+            uint32_t gap = w->gen - r->wal_gen; /* 0: a new row, or one reset below */
+            if (r->wal_gen != w->gen)
+                r->gap = r->wal_gen == 0 || gap > 255 ? 255 : (uint8_t)gap;
             r->wal_gen = w->gen;
             r->wal_id = w->next_id++;
             *p++ = 'R';

@@ -426,49 +426,46 @@ static void test_embedded_shards(const char *tmp)
     is(log_files(path), 0, "embedded(shards): no log left after a close");
 }
 
-/* New rows count in the head's budget. A series that stops is dropped from the head at the
- * first flush of its shard that comes two log generations (freezes) after its last
- * sample; a series written all along never is. With only the rule "no cell in either generation" the stopped rows would stay for a
+/* A series that stops is dropped from the head at the first flush of its shard that comes
+ * more than twice its gap of log generations (freezes) after its last sample; a series
+ * written all along never is, nor one written once every few freezes. With only the rule "no cell in either generation" the stopped rows would stay for a
  * second flush of their shard, past HEAD_SHARDS + 3 flushes. */
 static void test_embedded_evict(const char *tmp)
 {
-    enum { LIVE = 500, DEAD = 2000, STOP = 50 };
+    /* Rows [0, LIVE) get a sample every round, the next SLOW every SLOW_EVERY rounds (a
+     * few freezes apart), the last DEAD every round until STOP. */
+    enum { LIVE = 500, SLOW = 200, SLOW_EVERY = 40, DEAD = 2000, STOP = 50 };
+    enum { ROWS = LIVE + SLOW + DEAD };
     pt_backend b;
     if (open_named(&b, tmp, "evict", "embedded(evict)") != 0)
         return;
     pt_embedded_set_budget(&b, 256 << 10);
-    static char rows[LIVE + DEAD][12];
+    static char rows[ROWS][12];
     static uint8_t vals[CT_BATCH_MAX][8];
-    for (int r = 0; r < LIVE + DEAD; r++)
+    static int pick[ROWS];
+    for (int r = 0; r < ROWS; r++)
         snprintf(rows[r], sizeof(rows[r]), "e/%04d", r);
-    embedded *e = b.state;
-    pthread_mutex_lock(&e->mu);
-    uint64_t freezes0 = e->freezes;
-    pthread_mutex_unlock(&e->mu);
     pt_embedded_stats st;
     uint64_t at_stop = 0;
+    size_t written = 0;
     int fails = 0;
     uint32_t i;
     for (i = 0; i < 100000; i++) {
-        int nrows = i < STOP ? LIVE + DEAD : LIVE;
-        for (int r0 = 0; r0 < nrows; r0 += CT_BATCH_MAX) {
+        int n = 0;
+        for (int r = 0; r < ROWS; r++)
+            if (r < LIVE || (r < LIVE + SLOW ? i % SLOW_EVERY == 0 : i < STOP))
+                pick[n++] = r;
+        for (int k0 = 0; k0 < n; k0 += CT_BATCH_MAX) {
             ct_batch bt = {0};
-            for (int r = r0; r < nrows && r < r0 + CT_BATCH_MAX; r++) {
-                pt_put_be64(vals[r - r0], 0x4059000000000000ULL ^ ((uint64_t)rnd(1u << 30) << 12));
-                ct_add_raw(&bt, PT_TABLE_POINTS, pt_slice_str(rows[r]), i * 15000,
-                           (pt_slice){vals[r - r0], 8});
+            for (int k = k0; k < n && k < k0 + CT_BATCH_MAX; k++) {
+                pt_put_be64(vals[k - k0], 0x4059000000000000ULL ^ ((uint64_t)rnd(1u << 30) << 12));
+                ct_add_raw(&bt, PT_TABLE_POINTS, pt_slice_str(rows[pick[k]]), i * 15000,
+                           (pt_slice){vals[k - k0], 8});
             }
             fails += ct_write(&b, &bt) != 0;
         }
+        written += (size_t)n;
         pt_embedded_get_stats(&b, &st);
-        if (i == 0) {
-            /* The new rows' bytes fill the budget, their samples a tenth of it. */
-            pthread_mutex_lock(&e->mu);
-            uint64_t freezes = e->freezes - freezes0;
-            pthread_mutex_unlock(&e->mu);
-            ok(freezes >= 1, "embedded(evict): %d new rows of one sample froze a shard",
-               LIVE + DEAD);
-        }
         if (i + 1 == STOP)
             at_stop = st.flushes;
         if (i >= STOP && st.flushes >= at_stop + HEAD_SHARDS + 3)
@@ -476,17 +473,18 @@ static void test_embedded_evict(const char *tmp)
     }
     ok(fails == 0 && i < 100000, "embedded(evict): %llu flushes, %u rounds",
        (unsigned long long)st.flushes, i + 1);
-    ok(st.head_rows == LIVE,
-       "embedded(evict): %llu flushes after %d series stopped, %zu rows left (%d live)",
-       (unsigned long long)(st.flushes - at_stop), DEAD, st.head_rows, LIVE);
-    ok(st.rows_evicted == DEAD, "embedded(evict): %llu rows evicted, none of the live ones",
+    ok(st.head_rows == LIVE + SLOW,
+       "embedded(evict): %llu flushes after %d series stopped, %zu rows left (%d live, %d "
+       "slow)",
+       (unsigned long long)(st.flushes - at_stop), DEAD, st.head_rows, LIVE, SLOW);
+    ok(st.rows_evicted == DEAD,
+       "embedded(evict): %llu rows evicted, none of the live or slow ones",
        (unsigned long long)st.rows_evicted);
     pt_row_range all[] = {CT_RANGE("e/", "e0")};
     pt_scan s = {.table = PT_TABLE_POINTS, .ranges = all, .nranges = 1};
     size_t cells = 0;
     is(pt_backend_scan(&b, &s, count_cell, &cells), 0, "embedded(evict): scan");
-    is(cells, (size_t)(LIVE + DEAD) * STOP + (size_t)LIVE * (i + 1 - STOP),
-       "embedded(evict): every sample read back");
+    is(cells, written, "embedded(evict): every sample read back");
     pt_backend_close(&b);
 }
 
