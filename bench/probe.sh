@@ -61,7 +61,7 @@ sample() {
 }
 sample >"$OUT/samples" &
 SAMPLER=$!
-pt_on_exit "kill $SAMPLER 2>/dev/null"
+pt_on_exit "kill $SAMPLER 2>/dev/null || true"
 
 PERF_PID=
 if [[ $PERF == 1 ]]; then
