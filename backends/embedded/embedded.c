@@ -172,9 +172,9 @@ static uint64_t drop_frozen_locked(embedded *e)
     for (;;) {
         /* Before the frozen cells go: a row flushed now holds cells. */
         if (!evicted)
-            evicted = pt_emb_head_evict_step(&e->h, k, &b, STEP, e->w.gen, 1);
+            evicted = pt_emb_head_evict_step(&e->h, k, &b, STEP);
         else
-            cleared = pt_emb_head_clear_step(&e->h, k, &i, STEP);
+            cleared = pt_emb_head_clear_step(&e->h, k, &i, STEP, e->w.gen);
         uint64_t now = now_ns();
         longest = now - t > longest ? now - t : longest;
         if (cleared)

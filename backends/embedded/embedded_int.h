@@ -360,7 +360,6 @@ struct hrow {
      * skips RocksDB). */
     uint32_t last_first, last_max, last_n;
     uint8_t known, has_last;
-    uint8_t gone; /* unlinked by evict_step; freed once its frozen cells are cleared */
     /* wal.c's: log generations from the one the row was logged in before wal_gen to
      * wal_gen (how often its series writes, in freezes), 255 when more or not known. */
     uint8_t gap;
@@ -470,14 +469,12 @@ void pt_emb_head_drop_frozen(head *h, unsigned k);
  * buckets of shard k from *b, clear_step empties up to n of its frozen rows from *i; each
  * returns 1 once done (start both at 0, evict first: a row flushed now holds cells).
  *
- * evict_step evicts the rows with no cell in the current generation that either hold
- * none in the frozen one or, with quiet set, went unlogged for more than twice their own
- * gap (hrow gap) of log generations before gen, the log generation now: a series that
- * stopped goes at the first flush of its shard after it stopped instead of the second.
- * Those with frozen cells are unlinked at once and freed by clear_step. */
-int pt_emb_head_evict_step(head *h, unsigned k, size_t *b, size_t n, uint32_t gen,
-                           int quiet);
-int pt_emb_head_clear_step(head *h, unsigned k, size_t *i, size_t n);
+ * clear_step with gen, the log generation now (0: not this rule), also evicts a row it
+ * empties that took no cell since the freeze and went unlogged for more than twice its
+ * own gap (hrow gap) of log generations: a series that stopped goes at the first flush of
+ * its shard after it stopped instead of the second. */
+int pt_emb_head_evict_step(head *h, unsigned k, size_t *b, size_t n);
+int pt_emb_head_clear_step(head *h, unsigned k, size_t *i, size_t n, uint32_t gen);
 
 /* ---- ihead.c ---- */
 

@@ -489,39 +489,21 @@ void pt_emb_head_freeze(head *h, unsigned k)
     h->cur_bytes += sh->cell_bytes[sh->cur]; /* 0: the generation was emptied */
 }
 
-/* Series churn must not grow the head forever. A row is dropped at the end of its shard's
- * flush when it holds no cell: it got none for a whole round of the shards, and none
- * since. With quiet, also when its only cells are the frozen ones just flushed and it went
- * unlogged for more than twice its gap of log generations (the freezes of any shard)
- * before gen, and at least three: a series that stopped, whose last samples this flush
- * wrote. A series written once a pass over many series, slower than the freezes, has a
- * gap as long, and stays. Dropping a row that is still in use costs little (it is made
- * again, and the next flush looks up its last chunk once); a walk in steps may miss or
- * revisit rows a table growth moved, which is harmless either way. */
-int pt_emb_head_evict_step(head *h, unsigned k, size_t *b, size_t n, uint32_t gen,
-                           int quiet)
+/* Series churn must not grow the head forever. A row is dropped when it holds no cell at
+ * the end of its shard's flush: it got none for a whole round of the shards, and none
+ * since. Dropping a row that is still in use costs little (it is made again, and the next
+ * flush looks up its last chunk once); a walk in steps may miss or revisit rows a table
+ * growth moved, which is harmless either way. */
+int pt_emb_head_evict_step(head *h, unsigned k, size_t *b, size_t n)
 {
     hshard *sh = &h->sh[k];
-    unsigned fz = sh->cur ^ 1;
     for (size_t end = *b + n; *b <= sh->mask && *b < end; (*b)++) {
         hrow **pp = &sh->tab[*b];
         while (*pp) {
             hrow *r = *pp;
-            if (hcells_count(&r->s[sh->cur]) != 0) {
-                pp = &r->next;
-                continue;
-            }
-            if (hcells_count(&r->s[fz]) == 0) {
+            if (row_empty(r)) {
                 *pp = r->next;
                 free_row(h, r);
-                h->evicted++;
-                continue;
-            }
-            if (quiet && gen - r->wal_gen > 2u * r->gap) {
-                /* In the frozen list: clear_step frees it. */
-                *pp = r->next;
-                r->next = NULL;
-                r->gone = 1;
                 h->evicted++;
                 continue;
             }
@@ -531,15 +513,31 @@ int pt_emb_head_evict_step(head *h, unsigned k, size_t *b, size_t n, uint32_t ge
     return *b > sh->mask;
 }
 
-int pt_emb_head_clear_step(head *h, unsigned k, size_t *i, size_t n)
+/* A row the flush just wrote out goes with its frozen cells when it took none since and
+ * went unlogged for more than twice its gap of log generations (the freezes of any shard)
+ * before gen, three at least: a series that stopped leaves at the first flush of its
+ * shard after it stopped rather than the next one. A series written once a pass over many
+ * series, slower than the freezes, has a gap as long, and stays. */
+static int row_quiet(const hshard *sh, const hrow *r, uint32_t gen)
+{
+    return gen != 0 && hcells_count(&r->s[sh->cur]) == 0 && gen - r->wal_gen > 2u * r->gap;
+}
+
+int pt_emb_head_clear_step(head *h, unsigned k, size_t *i, size_t n, uint32_t gen)
 {
     hshard *sh = &h->sh[k];
     unsigned fz = sh->cur ^ 1;
     for (size_t end = *i + n; *i < sh->ndirty[fz] && *i < end; (*i)++) {
         hrow *r = sh->dirty[fz][*i];
         clear(h, r, fz);
-        if (r->gone)
-            free_row(h, r);
+        if (!row_quiet(sh, r, gen))
+            continue;
+        hrow **pp = &sh->tab[r->hash & sh->mask];
+        while (*pp != r)
+            pp = &(*pp)->next;
+        *pp = r->next;
+        free_row(h, r);
+        h->evicted++;
     }
     if (*i < sh->ndirty[fz])
         return 0;
@@ -551,6 +549,6 @@ void pt_emb_head_drop_frozen(head *h, unsigned k)
 {
     size_t b = 0, i = 0;
     /* Before the frozen cells go: a row flushed now holds cells. */
-    pt_emb_head_evict_step(h, k, &b, SIZE_MAX / 2, 0, 0);
-    pt_emb_head_clear_step(h, k, &i, SIZE_MAX / 2);
+    pt_emb_head_evict_step(h, k, &b, SIZE_MAX / 2);
+    pt_emb_head_clear_step(h, k, &i, SIZE_MAX / 2, 0);
 }

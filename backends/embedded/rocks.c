@@ -100,9 +100,10 @@ static void row_prefix_destroy(void *st)
  * compaction rewrites the whole level below, so while series are created its cost falls
  * about fourfold (a million new series in 30 s, one server pinned, three runs each: 60k,
  * 86k and 107k samples/s against 25k, 29k and 27k, p99 1.1-2.1 s against 2.8-5.5 s;
- * series churn 488k and 545k against 475k and 446k). And the dictionary is the sampled blocks made
- * into one (ZSTD's finalize) rather than trained: training cost each flush and compaction
- * output a few hundred ms of the one core, for 2.293 against 2.298 bytes a sample. */
+ * series churn 488k and 545k against 475k and 446k). And the dictionary is the sampled
+ * blocks made into one (ZSTD's finalize) rather than trained: training cost each flush and
+ * compaction output a few hundred ms of the one core, for 2.293 against 2.298 bytes a
+ * sample. */
 static rocksdb_options_t *make_options(rocksdb_cache_t *cache, int index,
                                        rocksdb_compactionfilter_t *filter)
 {

@@ -428,8 +428,9 @@ static void test_embedded_shards(const char *tmp)
 
 /* A series that stops is dropped from the head at the first flush of its shard that comes
  * more than twice its gap of log generations (freezes) after its last sample; a series
- * written all along never is, nor one written once every few freezes. With only the rule "no cell in either generation" the stopped rows would stay for a
- * second flush of their shard, past HEAD_SHARDS + 3 flushes. */
+ * written all along never is, nor one written once every few freezes. With only the rule
+ * "no cell in either generation" the stopped rows would stay for a second flush of their
+ * shard, past HEAD_SHARDS + 3 flushes. */
 static void test_embedded_evict(const char *tmp)
 {
     /* Rows [0, LIVE) get a sample every round, the next SLOW every SLOW_EVERY rounds (a
