@@ -13,8 +13,9 @@
 #        PROMTABLE_ARGS=--storage.embedded.head-memory=64MiB bench/probe.sh --series 300000
 # Without options: 100,000 series, 8 connections, 10 s warm-up, 60 s timed. Options given
 # are added after those defaults (loadgen takes the last of a repeated option).
-# PERF=1 also records a CPU profile of the server (perf record -g) over the timed phase
-# into $OUT/perf.data. OUT (default: a temporary directory, removed unless KEEP=1) keeps the
+# PERF=1 also records a CPU profile of the server (perf record -g) over the first
+# $PERF_SECONDS (30) s of the timed phase into $OUT/perf.data. OUT (default: a temporary
+# directory, removed unless KEEP=1) keeps the
 # server log, loadgen's output and the samples.
 set -euo pipefail
 
@@ -28,6 +29,7 @@ LOADGEN_CPU=${LOADGEN_CPU:-1}
 INTERVAL=${INTERVAL:-2}
 PROMTABLE_ARGS=${PROMTABLE_ARGS:-}
 PERF=${PERF:-0}
+PERF_SECONDS=${PERF_SECONDS:-30}
 export PT_KEEP_TMP=${KEEP:-0}
 
 PROMTABLE=$BUILD_DIR/promtable
@@ -63,10 +65,22 @@ sample >"$OUT/samples" &
 SAMPLER=$!
 pt_on_exit "kill $SAMPLER 2>/dev/null || true"
 
+# Waits (at most 600 s) until loadgen's timed phase starts: it prints "warmup: ..." when
+# its warm-up ends, or has none when it announces "warm-up 0s".
+timed_phase_started() {
+    local i
+    for ((i = 0; i < 6000; i++)); do
+        grep -q '^warmup:' "$OUT/loadgen.err" 2>/dev/null && return 0
+        grep -q '^loadgen: POST .* warm-up 0s,' "$OUT/loadgen.err" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
 PERF_PID=
 if [[ $PERF == 1 ]]; then
-    # Over the timed phase: after the default 10 s warm-up, for the default 60 s.
-    ( sleep 10; perf record -g -p "$SERVER" -o "$OUT/perf.data" -- sleep 60 ) \
+    # The first $PERF_SECONDS of the timed phase (not the body building or the warm-up).
+    ( timed_phase_started && perf record -g -p "$SERVER" -o "$OUT/perf.data" -- sleep "$PERF_SECONDS" ) \
         >"$OUT/perf.log" 2>&1 &
     PERF_PID=$!
 fi

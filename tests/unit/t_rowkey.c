@@ -39,15 +39,18 @@ static void random_value(char *buf, size_t max, unsigned *seed)
 }
 
 /* pt_text_flags against a byte-by-byte reading, for every byte value at every position of
- * names of 0..24 bytes (the word-at-a-time paths: under 8 bytes, whole words, tails). */
+ * names of 0..24 bytes (the word-at-a-time paths: under 4 bytes, under 8, whole words,
+ * tails). The bytes past the name are ',' and 0x80, which set both flags if read. */
 static void test_text_flags(void)
 {
-    uint8_t buf[24];
+    uint8_t buf[32]; /* names up to 24 bytes, then bytes that must not be read */
     int bad = 0;
-    for (size_t n = 0; n <= sizeof(buf) && !bad; n++) {
+    for (size_t n = 0; n <= 24 && !bad; n++) {
         for (size_t pos = 0; pos < (n ? n : 1) && !bad; pos++) {
             for (int b = 0; b < 256 && !bad; b++) {
-                memset(buf, 'a', sizeof(buf));
+                memset(buf, 'a', n);
+                for (size_t i = n; i < sizeof(buf); i++)
+                    buf[i] = i % 2 ? ',' : 0x80;
                 if (n)
                     buf[pos] = (uint8_t)b;
                 unsigned want = 0;
