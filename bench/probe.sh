@@ -15,8 +15,7 @@
 # are added after those defaults (loadgen takes the last of a repeated option).
 # PERF=1 also records a CPU profile of the server (perf record -g) over the first
 # $PERF_SECONDS (30) s of the timed phase into $OUT/perf.data. OUT (default: a temporary
-# directory, removed unless KEEP=1) keeps the
-# server log, loadgen's output and the samples.
+# directory, removed unless KEEP=1) keeps the server log, loadgen's output and the samples.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -70,8 +69,8 @@ pt_on_exit "kill $SAMPLER 2>/dev/null || true"
 timed_phase_started() {
     local i
     for ((i = 0; i < 6000; i++)); do
-        grep -q '^warmup:' "$OUT/loadgen.err" 2>/dev/null && return 0
-        grep -q '^loadgen: POST .* warm-up 0s,' "$OUT/loadgen.err" 2>/dev/null && return 0
+        grep -qE '^warmup:|^loadgen: POST .* warm-up 0s,' "$OUT/loadgen.err" 2>/dev/null &&
+            return 0
         sleep 0.1
     done
     return 1

@@ -39,8 +39,8 @@ static void random_value(char *buf, size_t max, unsigned *seed)
 }
 
 /* pt_text_flags against a byte-by-byte reading, for every byte value at every position of
- * names of 0..24 bytes (the word-at-a-time paths: under 4 bytes, under 8, whole words,
- * tails). The bytes past the name are ',' and 0x80, which set both flags if read. */
+ * names of 0..24 bytes (the paths: under 8 bytes, whole words, tails). The bytes past the
+ * name are ',' and 0x80, which set both flags if read. */
 static void test_text_flags(void)
 {
     uint8_t buf[32]; /* names up to 24 bytes, then bytes that must not be read */
