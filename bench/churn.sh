@@ -156,7 +156,7 @@ bench_promtable() {
             --requests 1 --warmup 0 --start-ms "$START_MS" --end-ms "$(($(date +%s) * 1000))" \
             '__name__=~.+' 2>>"$WORK/readbench.log") || true
         series=$(field series "$r")
-        log "  $r"
+        log "  ${r:-readbench failed: $(tail -n 2 "$WORK/readbench.log")}"
     fi
     if ! common_check promtable; then
         :
@@ -186,10 +186,13 @@ bench_victoriametrics() {
     sent=$(field total_ok_samples "$RESULT")
     want=${DISTINCT[victoriametrics]}
     curl -s -o /dev/null "$base/internal/force_flush"
-    series=$(curl -s "$base/api/v1/series/count" | sed -n 's/.*"data":\[\([0-9]*\)\].*/\1/p')
-    samples=$(curl -s "$base/api/v1/query" --data-urlencode "time=$(date +%s)" \
-        --data-urlencode 'query=sum(count_over_time({__name__=~".+"}[3d]))' |
-        sed -n 's/.*"value":\[[0-9.]*,"\([0-9]*\)"\].*/\1/p')
+    curl -s "$base/api/v1/series/count" >"$WORK/vm.count"
+    curl -s "$base/api/v1/query" --data-urlencode "time=$(date +%s)" \
+        --data-urlencode 'query=sum(count_over_time({__name__=~".+"}[3d]))' >"$WORK/vm.query"
+    series=$(sed -n 's/.*"data":\[\([0-9]*\)\].*/\1/p' "$WORK/vm.count")
+    samples=$(sed -n 's/.*"value":\[[0-9.]*,"\([0-9]*\)"\].*/\1/p' "$WORK/vm.query")
+    [[ -n $series && -n $samples ]] ||
+        log "  VictoriaMetrics' answers: $(head -c 300 "$WORK/vm.count"); $(head -c 300 "$WORK/vm.query")"
     curl -s "$base/metrics" >"$WORK/vm.metrics"
     ignored=$(pt_metric_sum "$WORK/vm.metrics" vm_rows_ignored_total)
     if ! common_check victoriametrics; then

@@ -147,9 +147,10 @@ print_footer() {
 }
 
 # vm_load PORT MAX_SERIES: starts VictoriaMetrics ($VM_BIN with VM_ARGS) on PORT and a fresh
-# $WORK/vm-data, its query limit raised to MAX_SERIES only so that a check can count every
-# series (ingest flags stay at their defaults), and runs the load against it. Sets VM_BASE
-# (its URL) and VM_DIR; returns 1 with CHECK[victoriametrics] set when either fails.
+# $WORK/vm-data, its query limits raised (MAX_SERIES, 10 minutes a query) only so that a
+# check can count every series (ingest flags stay at their defaults), and runs the load
+# against it. Sets VM_BASE (its URL) and VM_DIR; returns 1 with CHECK[victoriametrics] set
+# when either fails.
 vm_load() {
     VM_BASE=http://127.0.0.1:$1
     VM_DIR=$WORK/vm-data
@@ -161,7 +162,7 @@ vm_load() {
     # shellcheck disable=SC2086  # VM_ARGS is a list of flags
     start_server victoriametrics "$VM_BASE/health" "$VM_BIN" -httpListenAddr="127.0.0.1:$1" \
         -storageDataPath="$VM_DIR" -search.maxUniqueTimeseries="$2" \
-        $VM_ARGS || { CHECK[victoriametrics]="did not start"; return 1; }
+        -search.maxQueryDuration=10m $VM_ARGS || { CHECK[victoriametrics]="did not start"; return 1; }
     run_load victoriametrics "$VM_BASE/api/v1/write" ||
         { stop_server; CHECK[victoriametrics]="no result"; return 1; }
 }

@@ -13,9 +13,10 @@
 #        PROMTABLE_ARGS=--storage.embedded.head-memory=64MiB bench/probe.sh --series 300000
 # Without options: 100,000 series, 8 connections, 10 s warm-up, 60 s timed. Options given
 # are added after those defaults (loadgen takes the last of a repeated option).
-# PERF=1 also records a CPU profile of the server (perf record -g) over the first
-# $PERF_SECONDS (30) s of the timed phase into $OUT/perf.data. OUT (default: a temporary
-# directory, removed unless KEEP=1) keeps the server log, loadgen's output and the samples.
+# PERF=1 also records a CPU profile of the server (perf record -g) over $PERF_SECONDS (30)
+# s of the timed phase, from $PERF_DELAY (0) s into it, into $OUT/perf.data. OUT (default:
+# a temporary directory, removed unless KEEP=1) keeps the server log, loadgen's output and
+# the samples.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -29,6 +30,7 @@ INTERVAL=${INTERVAL:-2}
 PROMTABLE_ARGS=${PROMTABLE_ARGS:-}
 PERF=${PERF:-0}
 PERF_SECONDS=${PERF_SECONDS:-30}
+PERF_DELAY=${PERF_DELAY:-0}
 export PT_KEEP_TMP=${KEEP:-0}
 
 PROMTABLE=$BUILD_DIR/promtable
@@ -78,8 +80,8 @@ timed_phase_started() {
 
 PERF_PID=
 if [[ $PERF == 1 ]]; then
-    # The first $PERF_SECONDS of the timed phase (not the body building or the warm-up).
-    ( timed_phase_started && perf record -g -p "$SERVER" -o "$OUT/perf.data" -- sleep "$PERF_SECONDS" ) \
+    # $PERF_SECONDS of the timed phase (not the body building or the warm-up).
+    ( timed_phase_started && sleep "$PERF_DELAY" && perf record -g -p "$SERVER" -o "$OUT/perf.data" -- sleep "$PERF_SECONDS" ) \
         >"$OUT/perf.log" 2>&1 &
     PERF_PID=$!
 fi

@@ -41,7 +41,7 @@
 #include "remote.pb-c.h"
 
 #define MAX_MATCHERS 32
-#define MAX_ANSWER (1024u << 20) /* a larger answer is an error, not a crash */
+#define MAX_ANSWER ((size_t)8 << 30) /* a larger answer is an error, not a crash */
 
 /* ------------------------------------------------------------------------------------ */
 /* Time                                                                                 */
@@ -243,7 +243,7 @@ static int exchange(conn *c, const char *head, size_t head_len, pt_slice body)
         if (used != (size_t)r || HTTP_PARSER_ERRNO(&c->parser) != HPE_OK) {
             fprintf(stderr, "readbench: bad HTTP answer: %s%s\n",
                     http_errno_description(HTTP_PARSER_ERRNO(&c->parser)),
-                    c->too_big ? " (answer over 1 GiB)" : "");
+                    c->too_big ? " (answer over 8 GiB)" : "");
             return -1;
         }
     }
