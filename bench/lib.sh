@@ -162,7 +162,8 @@ vm_load() {
     # shellcheck disable=SC2086  # VM_ARGS is a list of flags
     start_server victoriametrics "$VM_BASE/health" "$VM_BIN" -httpListenAddr="127.0.0.1:$1" \
         -storageDataPath="$VM_DIR" -search.maxUniqueTimeseries="$2" \
-        -search.maxQueryDuration=10m $VM_ARGS || { CHECK[victoriametrics]="did not start"; return 1; }
+        -search.maxQueryDuration=10m $VM_ARGS ||
+        { CHECK[victoriametrics]="did not start"; return 1; }
     run_load victoriametrics "$VM_BASE/api/v1/write" ||
         { stop_server; CHECK[victoriametrics]="no result"; return 1; }
 }

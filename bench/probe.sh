@@ -81,7 +81,8 @@ timed_phase_started() {
 PERF_PID=
 if [[ $PERF == 1 ]]; then
     # $PERF_SECONDS of the timed phase (not the body building or the warm-up).
-    ( timed_phase_started && sleep "$PERF_DELAY" && perf record -g -p "$SERVER" -o "$OUT/perf.data" -- sleep "$PERF_SECONDS" ) \
+    ( timed_phase_started && sleep "$PERF_DELAY" &&
+        perf record -g -p "$SERVER" -o "$OUT/perf.data" -- sleep "$PERF_SECONDS" ) \
         >"$OUT/perf.log" 2>&1 &
     PERF_PID=$!
 fi

@@ -243,7 +243,7 @@ static int exchange(conn *c, const char *head, size_t head_len, pt_slice body)
         if (used != (size_t)r || HTTP_PARSER_ERRNO(&c->parser) != HPE_OK) {
             fprintf(stderr, "readbench: bad HTTP answer: %s%s\n",
                     http_errno_description(HTTP_PARSER_ERRNO(&c->parser)),
-                    c->too_big ? " (answer over 8 GiB)" : "");
+                    c->too_big ? " (answer over the limit, MAX_ANSWER)" : "");
             return -1;
         }
     }
