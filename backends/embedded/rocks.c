@@ -103,7 +103,26 @@ static void row_prefix_destroy(void *st)
  * series churn 488k and 545k against 475k and 446k). And the dictionary is the sampled
  * blocks made into one (ZSTD's finalize) rather than trained: training cost each flush and
  * compaction output a few hundred ms of the one core, for 2.293 against 2.298 bytes a
- * sample. */
+ * sample.
+ *
+ * The index's level-0 files (its memtable flushes) are ZSTD at level 1, with the same
+ * dictionary; the bottom level, where every compaction writes while the index is under
+ * ~2.5 GB, stays at level 6. Under series churn level-0 files live for seconds (sixteen
+ * of them are compacted into the bottom level), and writing them at level 6 was a fifth
+ * of the core's time at 300 s of churn. Measured with bench/churn.sh's load for 200 s,
+ * promtable alone: see the README (Benchmarks, "The index's level-0 files at ZSTD level
+ * 1"). The memtable a graceful stop flushes may stay in level 0 for days in a store
+ * without churn, so pt_emb_rocks_flush_index writes it at level 6. */
+/* The index's ZSTD: levels (the bottom level's, and level 0's) and a dictionary of
+ * IX_DICT bytes per table file, made from at most IX_BUFFER bytes of its first blocks. */
+enum {
+    IX_LEVEL = 6,
+    IX_LEVEL_L0 = 1,
+    IX_DICT = 16 << 10,
+    IX_TRAIN = 100 * IX_DICT,
+    IX_BUFFER = 4 << 20
+};
+
 static rocksdb_options_t *make_options(rocksdb_cache_t *cache, int index,
                                        rocksdb_compactionfilter_t *filter)
 {
@@ -128,13 +147,14 @@ static rocksdb_options_t *make_options(rocksdb_cache_t *cache, int index,
     if (index) {
         /* A read resolves each series it returns through a random lookup in the index,
          * hence small blocks; the series-row cache spares most of those lookups. */
-        enum { LEVEL = 6, DICT = 16 << 10, TRAIN = 100 * DICT, BUFFER = 4 << 20 };
-        rocksdb_options_set_compression_options(o, -14, LEVEL, 0, DICT);
-        rocksdb_options_set_compression_options_zstd_max_train_bytes(o, TRAIN);
-        rocksdb_options_set_compression_options_max_dict_buffer_bytes(o, BUFFER);
-        rocksdb_options_set_bottommost_compression_options(o, -14, LEVEL, 0, DICT, 1);
-        rocksdb_options_set_bottommost_compression_options_zstd_max_train_bytes(o, TRAIN, 1);
-        rocksdb_options_set_bottommost_compression_options_max_dict_buffer_bytes(o, BUFFER, 1);
+        rocksdb_options_set_compression_options(o, -14, IX_LEVEL_L0, 0, IX_DICT);
+        rocksdb_options_set_compression_options_zstd_max_train_bytes(o, IX_TRAIN);
+        rocksdb_options_set_compression_options_max_dict_buffer_bytes(o, IX_BUFFER);
+        rocksdb_options_set_bottommost_compression_options(o, -14, IX_LEVEL, 0, IX_DICT, 1);
+        rocksdb_options_set_bottommost_compression_options_zstd_max_train_bytes(o, IX_TRAIN,
+                                                                                1);
+        rocksdb_options_set_bottommost_compression_options_max_dict_buffer_bytes(o, IX_BUFFER,
+                                                                                 1);
         rocksdb_options_set_compression_options_use_zstd_dict_trainer(o, 0);
         rocksdb_options_set_bottommost_compression_options_use_zstd_dict_trainer(o, 0, 1);
         rocksdb_options_set_level0_file_num_compaction_trigger(o, 16);
@@ -249,12 +269,33 @@ void pt_emb_rocks_close(rocks *r)
     RELEASE(r->envopts, rocksdb_envoptions_destroy);
 }
 
+/* Sets the ZSTD level of the index's level-0 files; on failure logs and leaves it. */
+static void index_l0_level(rocks *r, int level)
+{
+    char v[256];
+    snprintf(v, sizeof v,
+             "{window_bits=-14;level=%d;strategy=0;max_dict_bytes=%d;zstd_max_train_bytes=%d;"
+             "parallel_threads=1;max_dict_buffer_bytes=%d;use_zstd_dict_trainer=false}",
+             level, IX_DICT, IX_TRAIN, IX_BUFFER);
+    const char *keys[] = {"compression_opts"}, *vals[] = {v};
+    char *msg = NULL;
+    rocksdb_set_options_cf(r->db, r->cf[CF_INDEX], 1, keys, vals, &msg);
+    if (msg) {
+        fprintf(stderr, "promtable: embedded: setting the index's level-0 compression: %s\n",
+                msg);
+        rocksdb_free(msg);
+    }
+}
+
 int pt_emb_rocks_flush_index(rocks *r)
 {
     rocksdb_flushoptions_t *fo = rocksdb_flushoptions_create();
     if (!fo)
         return PT_ENOMEM;
     rocksdb_flushoptions_set_wait(fo, 1);
+    /* This file may stay in level 0 long: it gets the bottom level's compression (an
+     * error leaves level 1: a larger file, no less correct). */
+    index_l0_level(r, IX_LEVEL);
     char *msg = NULL;
     rocksdb_flush_cf(r->db, fo, r->cf[CF_INDEX], &msg);
     rocksdb_flushoptions_destroy(fo);

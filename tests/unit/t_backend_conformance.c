@@ -1015,6 +1015,86 @@ static int crash_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     return 0;
 }
 
+/* Table files in dir whose properties say they were written with the index's ZSTD
+ * dictionary (only the index has one) at that level. */
+static int index_files_at(const char *dir, int level)
+{
+    char want[64], path[600];
+    snprintf(want, sizeof(want), "level=%d; strategy=0; max_dict_bytes=16384;", level);
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        size_t len = strlen(de->d_name);
+        if (len < 4 || strcmp(de->d_name + len - 4, ".sst") != 0)
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+        FILE *f = fopen(path, "rb");
+        if (!f)
+            continue;
+        static char buf[1 << 20];
+        size_t got = fread(buf, 1, sizeof(buf), f);
+        fclose(f);
+        n += memmem(buf, got, want, strlen(want)) != NULL;
+    }
+    closedir(d);
+    return n;
+}
+
+/* The index's level-0 files are ZSTD level 1 while the store runs (compactions soon
+ * rewrite them at level 6), and the one a graceful stop writes is level 6, since it may
+ * stay in level 0 for days; a reopen goes back to level 1. */
+static void test_embedded_index_levels(const char *tmp)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/ixlevels", tmp);
+    pt_backend b;
+    for (int round = 0; round < 2; round++) {
+        if (open_named(&b, tmp, "ixlevels", "embedded(index levels)") != 0)
+            return;
+        static char rows[101][32], vals[100][16]; /* they outlive the batches */
+        int fails = 0;
+        for (int i0 = 0; i0 < 100; i0 += 50) {
+            ct_batch bt = {0};
+            for (int i = i0; i < i0 + 50; i++) {
+                snprintf(rows[i], sizeof(rows[i]), "lv%d,%03d", round, i);
+                snprintf(vals[i], sizeof(vals[i]), "v%d", i);
+                ct_add(&bt, PT_TABLE_INDEX, rows[i], 1, vals[i]);
+            }
+            fails += ct_write(&b, &bt) != 0;
+        }
+        is(fails, 0, "embedded(index levels) %d: write", round);
+        size_t cells = 0;
+        pt_row_range all[] = {CT_RANGE("lv", "lw")};
+        pt_scan s = {.table = PT_TABLE_INDEX, .ranges = all, .nranges = 1};
+        is(pt_backend_scan(&b, &s, count_cell, &cells), 0, "embedded(index levels): scan");
+        /* this round's 100, and the last round's 100 and its "last" */
+        is(cells, (size_t)101 * round + 100, "embedded(index levels) %d: every cell", round);
+        /* What RocksDB does when the index memtable fills: a flush of its own. */
+        embedded *e = b.state;
+        rocksdb_flushoptions_t *fo = rocksdb_flushoptions_create();
+        rocksdb_flushoptions_set_wait(fo, 1);
+        char *msg = NULL;
+        rocksdb_flush_cf(e->r.db, fo, e->r.cf[CF_INDEX], &msg);
+        rocksdb_flushoptions_destroy(fo);
+        ok(msg == NULL, "embedded(index levels) %d: memtable flushed", round);
+        free(msg);
+        is(index_files_at(path, 1), round + 1,
+           "embedded(index levels) %d: a flush while running writes level 1", round);
+        ct_batch bt = {0};
+        snprintf(rows[100], sizeof(rows[100]), "lv%d,last", round);
+        ct_add(&bt, PT_TABLE_INDEX, rows[100], 1, "v");
+        /* with a sample: the stop's flush of the points drains the index head */
+        ct_add(&bt, PT_TABLE_POINTS, rows[100], 1, "12345678");
+        is(ct_write(&b, &bt), 0, "embedded(index levels) %d: write after", round);
+        pt_backend_close(&b);
+        is(index_files_at(path, 6), round + 1,
+           "embedded(index levels) %d: the stop's flush writes level 6", round);
+    }
+}
+
 /* Table files of a flush not ingested (flush.N.sst) in dir. */
 static int flush_files(const char *dir)
 {
@@ -1600,6 +1680,7 @@ int main(int argc, char **argv)
     test_embedded_max_age(t1);
     test_flush_failure(t1);
     test_index_pressure(t1);
+    test_embedded_index_levels(t1);
     test_faulty(t2);
     rm_rf(t1);
     rm_rf(t2);
