@@ -107,12 +107,13 @@ static void row_prefix_destroy(void *st)
  *
  * The index's level-0 files (its memtable flushes) are ZSTD at level 1, with the same
  * dictionary; the bottom level, where every compaction writes while the index is under
- * ~2.5 GB, stays at level 6. Under series churn level-0 files live for seconds (sixteen
- * of them are compacted into the bottom level), and writing them at level 6 was a fifth
- * of the core's time at 300 s of churn. Measured with bench/churn.sh's load for 200 s,
- * promtable alone: see the README (Benchmarks, "The index's level-0 files at ZSTD level
- * 1"). The memtable a graceful stop flushes may stay in level 0 for days in a store
- * without churn, so pt_emb_rocks_flush_index writes it at level 6. */
+ * ~2.5 GB, stays at level 6. Under series churn level-0 files live for seconds before
+ * sixteen of them are compacted into the bottom level, and ZSTD at level 6 in the index's
+ * memtable flushes took 5 % of the core late in a 300 s churn run. Measured with
+ * bench/churn.sh's load for 200 s, promtable alone, in the README (Benchmarks, "The
+ * index's level-0 files at ZSTD level 1"). The memtable a graceful stop flushes may stay
+ * in level 0 for days in a store without churn, so pt_emb_rocks_flush_index writes it at
+ * level 6. */
 /* The index's ZSTD: levels (the bottom level's, and level 0's) and a dictionary of
  * IX_DICT bytes per table file, made from at most IX_BUFFER bytes of its first blocks. */
 enum {
