@@ -270,14 +270,12 @@ void pt_emb_rocks_close(rocks *r)
     RELEASE(r->envopts, rocksdb_envoptions_destroy);
 }
 
-/* Sets the ZSTD level of the index's level-0 files; on failure logs and leaves it. */
+/* Sets the ZSTD level of the index's level-0 files, the rest of their options (the
+ * dictionary's) kept; on failure logs and leaves it. */
 static void index_l0_level(rocks *r, int level)
 {
-    char v[256];
-    snprintf(v, sizeof v,
-             "{window_bits=-14;level=%d;strategy=0;max_dict_bytes=%d;zstd_max_train_bytes=%d;"
-             "parallel_threads=1;max_dict_buffer_bytes=%d;use_zstd_dict_trainer=false}",
-             level, IX_DICT, IX_TRAIN, IX_BUFFER);
+    char v[32];
+    snprintf(v, sizeof v, "{level=%d}", level);
     const char *keys[] = {"compression_opts"}, *vals[] = {v};
     char *msg = NULL;
     rocksdb_set_options_cf(r->db, r->cf[CF_INDEX], 1, keys, vals, &msg);
