@@ -78,6 +78,12 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* The head's wall clock (head tick) now. */
+static uint8_t head_tick(void)
+{
+    return (uint8_t)(now_ns() / (HEAD_TICK_MS * 1000000ULL)) & HEAD_TICK_MASK;
+}
+
 /* ---- the flush thread ---- */
 
 /* Shard k's current generation becomes its frozen one and goes to the flush thread; its
@@ -89,6 +95,7 @@ static int freeze_shard_locked(embedded *e, unsigned k)
     if (rv != 0)
         return rv;
     pt_emb_head_freeze(&e->h, k);
+    e->h.sh[k].flushing = 1;
     e->frozen = 1;
     e->frozen_shard = k;
     e->frozen_seq = e->w.seq - 1;
@@ -106,7 +113,7 @@ static void logs_done_locked(embedded *e)
     uint64_t upto = UINT64_MAX;
     for (unsigned k = 0; k < HEAD_SHARDS; k++) {
         const hshard *sh = &e->h.sh[k];
-        if (!(e->frozen && e->frozen_shard == k) && sh->cells[sh->cur] == 0)
+        if (!sh->flushing && sh->cells[sh->cur] == 0)
             e->done[k] = e->w.seq - 1;
         if (e->done[k] < upto)
             upto = e->done[k];
@@ -157,38 +164,97 @@ static int freeze_next_locked(embedded *e, int rows)
     return 0;
 }
 
-/* After a flush wrote the frozen shard into RocksDB: its cells go, a few thousand rows per
- * hold of mu so that writers do not wait for a walk of the whole shard. The epoch moves
- * first: a scan from then on renews its iterator, which sees the chunks, and the frozen
- * cells it may still merge hold the same values. Returns the longest hold of mu, ns. */
+enum { MU_STEP = 4096 }; /* rows walked per hold of mu */
+
+/* Lets a waiting writer in between two steps of a walk under mu (unlock-lock alone would
+ * not); *t, when the hold began, and *longest, the longest hold, are kept up to date. */
+static void mu_pause(embedded *e, uint64_t *t, uint64_t *longest)
+{
+    uint64_t now = now_ns();
+    *longest = now - *t > *longest ? now - *t : *longest;
+    pthread_mutex_unlock(&e->mu);
+    sched_yield();
+    pthread_mutex_lock(&e->mu);
+    *t = now_ns();
+}
+
+/* The sweep of a new freeze (pt_emb_head_sweep_step), in steps, mu held on entry and
+ * return: every shard's rows, the frozen one's marked, the others' stale ones moved to
+ * be flushed with it. Returns the longest hold of mu, ns. */
+static uint64_t sweep_locked(embedded *e)
+{
+    uint64_t t = now_ns(), longest = 0;
+    e->h.tick = head_tick();
+    for (unsigned k = 0; k < HEAD_SHARDS; k++) {
+        int frozen = k == e->frozen_shard;
+        const hshard *sh = &e->h.sh[k];
+        if (!frozen && sh->ndirty[sh->cur ^ 1] != 0)
+            continue; /* never: only the frozen shard has cells in its other generation */
+        size_t i = 0, j = 0;
+        while (!pt_emb_head_sweep_step(&e->h, k, frozen, &i, &j, MU_STEP))
+            mu_pause(e, &t, &longest);
+    }
+    e->h.newest = 0;
+    e->swept_at = e->freezes;
+    uint64_t now = now_ns();
+    return now - t > longest ? now - t : longest;
+}
+
+/* After a flush wrote the frozen shard (and the sweep's rows) into RocksDB: their cells
+ * go, a few thousand rows per hold of mu so that writers do not wait for a walk of the
+ * whole shard. The epoch moves first: a scan from then on renews its iterator, which sees
+ * the chunks, and the frozen cells it may still merge hold the same values. Returns the
+ * longest hold of mu, ns. */
 static uint64_t drop_frozen_locked(embedded *e)
 {
-    enum { STEP = 4096 };
     unsigned k = e->frozen_shard;
     e->epoch++;
-    size_t b = 0, i = 0;
-    int evicted = 0, cleared = 0;
+    e->h.tick = head_tick();
+    size_t b = 0;
     uint64_t t = now_ns(), longest = 0;
-    for (;;) {
-        /* Before the frozen cells go: a row flushed now holds cells. */
-        if (!evicted)
-            evicted = pt_emb_head_evict_step(&e->h, k, &b, STEP);
-        else
-            cleared = pt_emb_head_clear_step(&e->h, k, &i, STEP, e->w.gen);
-        uint64_t now = now_ns();
-        longest = now - t > longest ? now - t : longest;
-        if (cleared)
-            break;
-        pthread_mutex_unlock(&e->mu);
-        sched_yield(); /* let a waiting writer in: unlock-lock alone would not */
-        pthread_mutex_lock(&e->mu);
-        t = now_ns();
+    /* Before the frozen cells go: a row flushed now holds cells. */
+    while (k < HEAD_SHARDS && !pt_emb_head_evict_step(&e->h, k, &b, MU_STEP))
+        mu_pause(e, &t, &longest);
+    for (unsigned j = 0; j < HEAD_SHARDS; j++) {
+        hshard *sh = &e->h.sh[j];
+        size_t i = 0;
+        if (!sh->flushing)
+            continue;
+        while (!pt_emb_head_clear_step(&e->h, j, &i, MU_STEP, e->w.gen))
+            mu_pause(e, &t, &longest);
+        sh->flushing = 0;
     }
+    uint64_t now = now_ns();
+    longest = now - t > longest ? now - t : longest;
     e->frozen = 0;
-    e->flushes++;
-    e->done[k] = e->frozen_seq;
+    e->sweep_rows = e->h.nrows;
+    if (k < HEAD_SHARDS) {
+        e->flushes++;
+        e->done[k] = e->frozen_seq;
+    }
     logs_done_locked(e);
     return longest;
+}
+
+/* A sweep on its own, with no shard frozen (frozen_shard HEAD_SHARDS), when the head's
+ * rows grew by a quarter (16,384 at least) since the last sweep: under series churn the
+ * freezes, which the samples' budget paces, come too seldom for the rows of series that
+ * stopped. Returns 1 when it took rows (to be flushed), else it is over. */
+static int sweep_alone_locked(embedded *e)
+{
+    size_t grow = e->sweep_rows / 4 > 16384 ? e->sweep_rows / 4 : 16384;
+    if (e->h.nrows <= e->sweep_rows + grow || e->h.cur_bytes > e->budget)
+        return 0;
+    e->frozen = 1;
+    e->frozen_shard = HEAD_SHARDS;
+    sweep_locked(e);
+    e->sweep_rows = e->h.nrows;
+    for (unsigned k = 0; k < HEAD_SHARDS; k++)
+        if (e->h.sh[k].flushing)
+            return 1;
+    e->frozen = 0;
+    pthread_cond_broadcast(&e->flushed);
+    return 0;
 }
 
 /* Waits for a frozen shard or the stop. Past head_max_age / HEAD_SHARDS without a freeze
@@ -199,13 +265,17 @@ static uint64_t drop_frozen_locked(embedded *e)
 static void wait_work_locked(embedded *e)
 {
     while (!e->stop && !e->frozen) {
+        if (sweep_alone_locked(e))
+            break;
         if (e->age_step_ns == 0) {
-            pthread_cond_wait(&e->work, &e->mu);
+            struct timespec until = pt_emb_after_ms(1000);
+            pthread_cond_timedwait(&e->work, &e->mu, &until);
             continue;
         }
         uint64_t due = e->last_freeze_ns + e->age_step_ns, now = now_ns();
         if (now < due) {
-            struct timespec until = pt_emb_after_ms((due - now + 999999) / 1000000);
+            uint64_t ms = (due - now + 999999) / 1000000;
+            struct timespec until = pt_emb_after_ms(ms < 1000 ? ms : 1000);
             pthread_cond_timedwait(&e->work, &e->mu, &until);
             continue;
         }
@@ -233,11 +303,14 @@ static void *flush_main(void *arg)
         /* The log the next freeze moves to, while nothing waits for it. */
         prepare_log_locked(e);
         unsigned k = e->frozen_shard;
+        uint64_t swept_hold = 0;
+        if (e->swept_at != e->freezes) /* not for a retry */
+            swept_hold = sweep_locked(e);
         emb_hook hook = e->hook;
         void *ud = e->hook_ud;
         pthread_mutex_unlock(&e->mu);
         uint64_t t0 = now_ns();
-        int rv = pt_emb_flush_frozen(e, k, hook, ud);
+        int rv = pt_emb_flush_flushing(e, hook, ud);
         /* The logs' index cells too, before any log is deleted. */
         if (rv == 0)
             rv = pt_emb_ihead_drain(&e->ix);
@@ -246,20 +319,24 @@ static void *flush_main(void *arg)
         e->flush_err = rv;
         e->flush_ns += took;
         e->last_flush_ns = took;
-        const hshard *sh = &e->h.sh[k];
+        size_t cells = 0, bytes = 0; /* what the flush holds, its shard's and the sweep's */
+        for (unsigned j = 0; j < HEAD_SHARDS; j++) {
+            const hshard *sh = &e->h.sh[j];
+            cells += sh->flushing ? sh->cells[sh->cur ^ 1] : 0;
+            bytes += sh->flushing ? sh->cell_bytes[sh->cur ^ 1] : 0;
+        }
         if (rv == 0) {
-            size_t cells = sh->cells[sh->cur ^ 1];
             uint64_t held = drop_frozen_locked(e);
             pt_log(PT_LOG_DEBUG, "embedded: flushed",
-                   "shard=%u cells=%zu seconds=%.3f max_hold_ms=%.3f", k, cells,
-                   (double)took / 1e9, (double)held / 1e6);
+                   "shard=%u cells=%zu seconds=%.3f max_hold_ms=%.3f sweep_hold_ms=%.3f", k,
+                   cells, (double)took / 1e9, (double)held / 1e6, (double)swept_hold / 1e6);
             backoff_ms = 0;
         } else {
             e->flush_failures++;
             backoff_ms = pt_emb_backoff_next(backoff_ms);
             pt_log(PT_LOG_ERROR, "embedded: flush failed, retrying",
                    "code=\"%s\" frozen_bytes=%zu retry_ms=%llu", pt_strerror(rv),
-                   sh->cell_bytes[sh->cur ^ 1], (unsigned long long)backoff_ms);
+                   bytes, (unsigned long long)backoff_ms);
         }
         pthread_cond_broadcast(&e->flushed);
         if (rv == 0) {
@@ -378,6 +455,8 @@ static void embedded_close(void *state)
                         "RocksDB's log keeps it for the next open\n");
     pt_emb_ihead_free(&e->ix);
     pt_emb_head_free(&e->h);
+    free(e->flush_rows);
+    e->flush_rows = NULL;
     pt_emb_wal_close(&e->w);
     if (e->cond_init) {
         pthread_cond_destroy(&e->work);
@@ -502,6 +581,15 @@ fail:
  * series than fit in it, counting rows would flush on every write. */
 static int make_room_locked(embedded *e)
 {
+    /* Sweeps take samples out of the budget but not out of the log, which only a freeze
+     * moves on: the current log is bounded too, at twice the budget (a sample takes more
+     * bytes in the log than in a head run, so without sweeps the budget's freezes come
+     * first). Not worth a wait. */
+    int lrv;
+    if (!e->frozen && e->w.size > 2 * (uint64_t)e->budget &&
+        (lrv = freeze_next_locked(e, 0)) != 0)
+        pt_log(PT_LOG_WARN, "embedded: freezing a shard for the log's size failed",
+               "code=\"%s\"", pt_strerror(lrv));
     while (e->h.cur_bytes > e->budget) {
         if (!e->frozen) {
             int rv = freeze_next_locked(e, 0);
@@ -542,7 +630,9 @@ static int write_logged(embedded *e, const pt_mutation *m, size_t n,
         j++;
     }
 
+    uint8_t tick = head_tick();
     pthread_mutex_lock(&e->mu);
+    e->h.tick = tick;
     /* Out of memory in apply leaves cells logged but not in the head; the error makes
      * the client retry the batch, which logs and applies it again. */
     int rv = make_room_locked(e);
@@ -631,7 +721,7 @@ void pt_embedded_get_stats(pt_backend *b, pt_embedded_stats *out)
 {
     embedded *e = b->state;
     pthread_mutex_lock(&e->mu);
-    const hshard *fsh = &e->h.sh[e->frozen_shard];
+    const hshard *fsh = &e->h.sh[e->frozen_shard % HEAD_SHARDS];
     size_t cells = 0;
     for (unsigned k = 0; k < HEAD_SHARDS; k++)
         cells += e->h.sh[k].cells[0] + e->h.sh[k].cells[1];
@@ -642,10 +732,13 @@ void pt_embedded_get_stats(pt_backend *b, pt_embedded_stats *out)
                                .write_waits = e->waits,
                                .head_rows = e->h.nrows,
                                .rows_evicted = e->h.evicted,
+                               .rows_swept = e->h.swept,
                                .head_cells = cells,
                                .head_bytes = e->h.bytes,
                                .frozen_cell_bytes =
-                                   e->frozen ? fsh->cell_bytes[fsh->cur ^ 1] : 0,
+                                   e->frozen && e->frozen_shard < HEAD_SHARDS
+                                       ? fsh->cell_bytes[fsh->cur ^ 1]
+                                       : 0,
                                .wal_bytes = e->w.size,
                                .expired_chunks = atomic_load(&e->x.dropped[0]),
                                .expired_index = atomic_load(&e->x.dropped[1]),
@@ -685,6 +778,9 @@ static size_t embedded_stats(void *state, pt_backend_stat *out, size_t max)
         {"promtable_embedded_head_rows_evicted_total",
          "Head rows dropped after their series stopped getting samples.", 1,
          (double)st.rows_evicted},
+        {"promtable_embedded_head_rows_swept_total",
+         "Head rows of stopped series a sweep flushed before their shard's turn.", 1,
+         (double)st.rows_swept},
         {"promtable_embedded_head_cells", "Samples in the head, both generations.", 0,
          (double)st.head_cells},
         {"promtable_embedded_head_bytes", "Memory the head holds.", 0, (double)st.head_bytes},

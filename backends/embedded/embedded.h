@@ -29,6 +29,7 @@ typedef struct pt_embedded_stats {
     uint64_t write_waits;      /* writes that waited for a flush (both generations full) */
     size_t head_rows;          /* rows the head tracks (with or without cells) */
     uint64_t rows_evicted;     /* rows the head dropped since open (series that stopped) */
+    uint64_t rows_swept;       /* of those, rows a sweep flushed early (series that stopped) */
     size_t head_cells;         /* cells waiting in the head, rewrites included */
     size_t head_bytes;         /* memory the head holds: rows, cells, both generations */
     size_t frozen_cell_bytes;  /* samples of the frozen generation being flushed */

@@ -44,7 +44,10 @@
  * dropping its frozen cells, under mu but in steps of a few thousand rows with mu
  * released in between (embedded.c drop_frozen_locked); e->frozen is cleared only after
  * the last step. That is the only place rows are evicted, and only empty ones, never a
- * row on the frozen list. Conditions: work (to the thread) and flushed (from it), both
+ * row on the frozen list. A sweep (pt_emb_head_sweep_step, under mu, e->frozen set) may
+ * add rows of the other shards to their empty other generations and lists (hshard
+ * flushing; with no shard frozen at all, frozen_shard HEAD_SHARDS): those rows follow the
+ * frozen shard's rules, and scans and logs_done look at flushing. Conditions: work (to the thread) and flushed (from it), both
  * with mu. rocks.c and chunk.c hold no shared mutable state; RocksDB is thread-safe.
  */
 #ifndef PT_EMBEDDED_INT_H
@@ -363,6 +366,7 @@ struct hrow {
     /* wal.c's: log generations from the one the row was logged in before wal_gen to
      * wal_gen (how often its series writes, in freezes), 255 when more or not known. */
     uint8_t gap;
+    uint8_t mark; /* head.c's sweep: the head's tick at the last append, or ROW_SWEPT */
     uint32_t keylen;
     uint8_t key[];
 };
@@ -376,10 +380,17 @@ struct hrow {
  * samples per flush are about twice what one table of the same budget would give. */
 enum { HEAD_SHARD_BITS = 3, HEAD_SHARDS = 1 << HEAD_SHARD_BITS };
 
+/* hrow mark: an append sets the head's tick (a wall clock of HEAD_TICK_MS ticks, 7 bits,
+ * wrapping), the sweep of a freeze ROW_SWEPT on a row it takes as stopped (head.c). */
+enum { ROW_SWEPT = 0x80, HEAD_TICK_MASK = 0x7f, HEAD_TICK_MS = 250 };
+
 typedef struct hshard {
     hrow **tab; /* hash table, chained, 2^k buckets */
     size_t mask, nrows;
     unsigned cur;         /* the generation taking writes, 0 or 1 */
+    /* Its other generation holds cells a flush is writing (the shard frozen, or rows the
+     * sweep took); while set the flush thread writes those rows' flush fields. */
+    uint8_t flushing;
     size_t cells[2];      /* cells held by each generation, duplicates included */
     size_t cell_bytes[2]; /* the samples each holds (16 bytes a cell, longer values) */
     /* The rows with cells in each generation, in the order they got their first one. */
@@ -393,6 +404,9 @@ typedef struct head {
     size_t cur_bytes; /* cell_bytes of every shard's current generation: the budget's */
     size_t bytes;     /* memory held: rows, cell arrays, runs, values, the hash tables */
     uint64_t evicted; /* rows evicted, ever */
+    uint64_t swept;   /* rows the sweep took out of a current generation, ever */
+    uint32_t newest;  /* the greatest qualifier appended since the last sweep */
+    uint8_t tick;     /* the wall clock in HEAD_TICK_MS, & HEAD_TICK_MASK (writers set it) */
 } head;
 
 static inline uint64_t pt_emb_head_hash(const uint8_t *key, size_t n)
@@ -475,6 +489,23 @@ void pt_emb_head_drop_frozen(head *h, unsigned k);
  * its shard after it stopped instead of the second. */
 int pt_emb_head_evict_step(head *h, unsigned k, size_t *b, size_t n);
 int pt_emb_head_clear_step(head *h, unsigned k, size_t *i, size_t n, uint32_t gen);
+
+/* The sweep: series that stopped leave the head at the next freeze of any shard, not at
+ * the next flush of their own, which under series churn came a whole round of the shards
+ * later and held most of the head in rows of series gone. At a freeze the flush thread
+ * walks every shard's row list, up to n rows per call from *i (start *i and *j at 0;
+ * returns 1 once the list is done). A row is taken when it got no append for
+ * PT_EMB_SWEEP_GUARD_MS of wall time, its cells are one in-order run (the common case),
+ * and that run ends more than max(PT_EMB_STALE_MS, 4 x the row's interval) of sample time
+ * before h->newest, the greatest qualifier written since the previous sweep. A row taken
+ * is marked ROW_SWEPT; in any shard but the frozen one its cells move into the shard's
+ * empty other generation, to be flushed with the frozen shard's (sh->flushing set).
+ * clear_step then evicts the rows still marked. In the frozen shard (frozen set; its
+ * frozen generation is the list walked) rows are only marked. Rows ahead of h->newest
+ * (another index bucket) stay. Both clocks: a stop in sample time alone may be a
+ * backfill, or a client behind the others; in wall time alone, a slow scrape interval. */
+enum { PT_EMB_STALE_MS = 5 * 60 * 1000, PT_EMB_SWEEP_GUARD_MS = 2000 };
+int pt_emb_head_sweep_step(head *h, unsigned k, int frozen, size_t *i, size_t *j, size_t n);
 
 /* ---- ihead.c ---- */
 
@@ -626,9 +657,13 @@ typedef struct embedded {
     uint64_t epoch; /* flushes completed; scans refresh their iterators when it moves */
     atomic_int young_rows; /* the last scan's rows began inside its window (a hint) */
     int frozen;     /* a head shard has a frozen generation (waiting for or in its flush) */
-    unsigned frozen_shard; /* that shard, when frozen */
+    unsigned frozen_shard; /* that shard, when frozen; HEAD_SHARDS: a sweep alone */
     unsigned next_shard;   /* the shard the next freeze looks at first */
     uint64_t frozen_seq;   /* the last log holding cells of that frozen generation */
+    uint64_t swept_at;     /* the freeze (freezes) whose sweep is done */
+    size_t sweep_rows;     /* head rows after the last sweep (embedded.c sweep_alone) */
+    hrow **flush_rows;     /* the flush thread's: the rows of every shard flushing */
+    size_t flush_rows_cap;
     /* Per shard: the logs up to this one hold none of its cells that RocksDB lacks. */
     uint64_t done[HEAD_SHARDS];
     uint64_t logs_done;      /* the least of done: logs up to it may be deleted */
@@ -661,6 +696,9 @@ int pt_emb_verify(void *e, const pt_backend_config *cfg, pt_verify_fn fn, void *
  * the rows are as they were (some chunks may be in RocksDB already; flushing them again
  * is harmless). */
 int pt_emb_flush_frozen(embedded *e, unsigned k, emb_hook hook, void *ud);
+/* The same for the rows of every shard flushing (hshard flushing): the frozen shard's and
+ * the sweep's, written into the same table files. */
+int pt_emb_flush_flushing(embedded *e, emb_hook hook, void *ud);
 /* Deletes the table files a flush left in dir when it was cut short (open calls it). */
 void pt_emb_flush_clean(const char *dir);
 

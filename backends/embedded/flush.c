@@ -34,7 +34,7 @@
 
 typedef struct flusher {
     embedded *e;
-    unsigned fz; /* the frozen generation */
+    const head *h; /* a row's frozen generation: the other of its shard's cur */
     const cell *hc; /* the current row's frozen cells, sorted, hn of them */
     uint32_t hn;
     cell *sorted, *tmp; /* copies for sorting a row's cells */
@@ -352,7 +352,7 @@ static int fl_merge_row(flusher *f, hrow *r)
 /* f->hc = the row's frozen cells in qualifier order, the last write of each. */
 static int fl_cells(flusher *f, const hrow *r)
 {
-    const hcells *s = &r->s[f->fz];
+    const hcells *s = &r->s[pt_emb_row_cur(f->h, r) ^ 1];
     const cell *c;
     uint32_t n;
     int rv = pt_emb_hcells_get(s, &f->sorted, &f->sorted_cap, &c, &n);
@@ -443,12 +443,10 @@ void pt_emb_flush_clean(const char *dir)
     closedir(d);
 }
 
-int pt_emb_flush_frozen(embedded *e, unsigned k, emb_hook hook, void *ud)
+/* Writes rows[0..n) (sorted here) of the shards flushing. */
+static int flush_rows(embedded *e, hrow **rows, size_t n, emb_hook hook, void *ud)
 {
-    hshard *sh = &e->h.sh[k];
-    unsigned fz = sh->cur ^ 1;
-    flusher f = {.e = e, .fz = fz, .rows = sh->dirty[fz], .nrows = sh->ndirty[fz], .hook = hook,
-                 .ud = ud};
+    flusher f = {.e = e, .h = &e->h, .rows = rows, .nrows = n, .hook = hook, .ud = ud};
     int rv = 0;
     if (f.nrows > 0) {
         qsort(f.rows, f.nrows, sizeof(*f.rows), row_key_cmp);
@@ -477,4 +475,40 @@ int pt_emb_flush_frozen(embedded *e, unsigned k, emb_hook hook, void *ud)
     free(f.tmp);
     pt_buf_free(&f.oldbytes);
     return rv;
+}
+
+int pt_emb_flush_frozen(embedded *e, unsigned k, emb_hook hook, void *ud)
+{
+    hshard *sh = &e->h.sh[k];
+    unsigned fz = sh->cur ^ 1;
+    return flush_rows(e, sh->dirty[fz], sh->ndirty[fz], hook, ud);
+}
+
+int pt_emb_flush_flushing(embedded *e, emb_hook hook, void *ud)
+{
+    size_t n = 0;
+    unsigned only = 0, shards = 0;
+    for (unsigned k = 0; k < HEAD_SHARDS; k++) {
+        const hshard *sh = &e->h.sh[k];
+        if (sh->flushing) {
+            n += sh->ndirty[sh->cur ^ 1];
+            only = k;
+            shards++;
+        }
+    }
+    if (shards <= 1) /* no sweep: the frozen shard's list, sorted in place */
+        return pt_emb_flush_frozen(e, only, hook, ud);
+    int rv = pt_array_reserve(&e->flush_rows, &e->flush_rows_cap, n, sizeof(*e->flush_rows), 0);
+    if (rv != 0)
+        return rv;
+    n = 0;
+    for (unsigned k = 0; k < HEAD_SHARDS; k++) {
+        const hshard *sh = &e->h.sh[k];
+        if (!sh->flushing)
+            continue;
+        memcpy(e->flush_rows + n, sh->dirty[sh->cur ^ 1],
+               sh->ndirty[sh->cur ^ 1] * sizeof(*e->flush_rows));
+        n += sh->ndirty[sh->cur ^ 1];
+    }
+    return flush_rows(e, e->flush_rows, n, hook, ud);
 }

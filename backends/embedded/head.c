@@ -292,6 +292,9 @@ int pt_emb_head_append(head *h, hrow *r, uint32_t q, pt_slice v)
     unsigned g = sh->cur;
     hcells *s = &r->s[g];
     int rv, first = hcells_count(s) == 0;
+    r->mark = h->tick;
+    if (q > h->newest)
+        h->newest = q;
     if (first) {
         size_t cap = sh->dirty_cap[g];
         if ((rv = pt_array_reserve(&sh->dirty[g], &sh->dirty_cap[g], sh->ndirty[g] + 1,
@@ -513,6 +516,35 @@ int pt_emb_head_evict_step(head *h, unsigned k, size_t *b, size_t n)
     return *b > sh->mask;
 }
 
+/* 1 when s, r's latest cells, is one run whose last sample is stale against newest
+ * (pt_emb_head_sweep_step). The row's interval: the run's last, or for a run of one
+ * sample the time since the row's last flushed one; a row with one sample known (new,
+ * or back after an eviction) is not taken, its interval unknown. Reads the flush
+ * fields: on the flush thread. */
+static int run_stale(const hrow *r, const hcells *s, uint32_t newest)
+{
+    const zrun *z = s->z;
+    if (s->n != 0 || !z || z->n == 0 || newest == 0 || z->t >= newest)
+        return 0;
+    uint64_t ival = z->tdelta;
+    if (z->n == 1) {
+        if (!r->known || !r->has_last || r->last_max >= z->t)
+            return 0; /* one sample ever seen: no interval yet */
+        ival = z->t - r->last_max;
+    }
+    uint64_t quiet = 4 * ival > PT_EMB_STALE_MS ? 4 * ival : PT_EMB_STALE_MS;
+    return newest - z->t > quiet;
+}
+
+/* 1 when r, whose latest cells are s, looks stopped: no append for the sweep's guard of
+ * wall time, and stale in sample time (run_stale). */
+static int row_stopped(const head *h, const hrow *r, const hcells *s)
+{
+    enum { GUARD = PT_EMB_SWEEP_GUARD_MS / HEAD_TICK_MS };
+    int recent = !(r->mark & ROW_SWEPT) && ((h->tick - r->mark) & HEAD_TICK_MASK) < GUARD;
+    return !recent && run_stale(r, s, h->newest);
+}
+
 /* A row the flush just wrote out goes with its frozen cells when it took none since and
  * went unlogged for more than twice its gap of log generations (the freezes of any shard)
  * before gen, three at least: a series that stopped leaves at the first flush of its
@@ -520,6 +552,8 @@ int pt_emb_head_evict_step(head *h, unsigned k, size_t *b, size_t n)
  * series, slower than the freezes, has a gap as long, and stays. */
 static int row_quiet(const hshard *sh, const hrow *r, uint32_t gen)
 {
+    if (r->mark & ROW_SWEPT) /* no append since the sweep took it */
+        return 1;
     return gen != 0 && hcells_count(&r->s[sh->cur]) == 0 && gen - r->wal_gen > 2u * r->gap;
 }
 
@@ -529,8 +563,12 @@ int pt_emb_head_clear_step(head *h, unsigned k, size_t *i, size_t n, uint32_t ge
     unsigned fz = sh->cur ^ 1;
     for (size_t end = *i + n; *i < sh->ndirty[fz] && *i < end; (*i)++) {
         hrow *r = sh->dirty[fz][*i];
+        /* Before its run goes: a row that stopped a while ago by both clocks goes too,
+         * whatever its gap, rather than stay empty until its shard's next flush. */
+        int gone = row_quiet(sh, r, gen) ||
+                   (gen != 0 && hcells_count(&r->s[sh->cur]) == 0 && row_stopped(h, r, &r->s[fz]));
         clear(h, r, fz);
-        if (!row_quiet(sh, r, gen))
+        if (!gone)
             continue;
         hrow **pp = &sh->tab[r->hash & sh->mask];
         while (*pp != r)
@@ -551,4 +589,54 @@ void pt_emb_head_drop_frozen(head *h, unsigned k)
     /* Before the frozen cells go: a row flushed now holds cells. */
     pt_emb_head_evict_step(h, k, &b, SIZE_MAX / 2);
     pt_emb_head_clear_step(h, k, &i, SIZE_MAX / 2, 0);
+}
+
+/* Moves r's current cells, one run, into the empty other generation of its shard and
+ * lists it there; 0 or PT_ENOMEM (r unchanged). */
+static int sweep_move(head *h, hshard *sh, hrow *r)
+{
+    unsigned g = sh->cur, fz = g ^ 1;
+    size_t cap = sh->dirty_cap[fz];
+    int rv = pt_array_reserve(&sh->dirty[fz], &sh->dirty_cap[fz], sh->ndirty[fz] + 1,
+                              sizeof(*sh->dirty[fz]), 0);
+    if (rv != 0)
+        return rv;
+    h->bytes += (sh->dirty_cap[fz] - cap) * sizeof(*sh->dirty[fz]);
+    sh->dirty[fz][sh->ndirty[fz]++] = r;
+    /* The other generation is empty; its cell array, if any, stays for new writes. */
+    hcells t = r->s[fz];
+    r->s[fz] = r->s[g];
+    r->s[g] = t;
+    uint32_t n = r->s[fz].z->n;
+    size_t used = zrun_used(r->s[fz].z);
+    sh->cells[g] -= n;
+    sh->cells[fz] += n;
+    held_sub(h, sh, g, used);
+    held_add(h, sh, fz, used);
+    sh->flushing = 1;
+    h->swept++;
+    return 0;
+}
+
+int pt_emb_head_sweep_step(head *h, unsigned k, int frozen, size_t *i, size_t *j, size_t n)
+{
+    hshard *sh = &h->sh[k];
+    unsigned g = frozen ? sh->cur ^ 1 : sh->cur;
+    hrow **list = sh->dirty[g];
+    for (size_t end = *i + n; *i < sh->ndirty[g] && *i < end; (*i)++) {
+        hrow *r = list[*i];
+        int take = 0;
+        if (row_stopped(h, r, &r->s[g])) {
+            r->mark = ROW_SWEPT;
+            take = !frozen && sweep_move(h, sh, r) == 0;
+        }
+        /* The list is compacted as it is walked: [*j, *i) holds rows gone to the other
+         * generation, and writers append past the end meanwhile. */
+        if (!take)
+            list[(*j)++] = r;
+    }
+    if (*i < sh->ndirty[g])
+        return 0;
+    sh->ndirty[g] = *j;
+    return 1;
 }

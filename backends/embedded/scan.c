@@ -98,7 +98,7 @@ static int copy_head_locked(pscan *sc, pt_slice row)
      * next flush starts (the flush thread writes it): no chunk at all, or the last one
      * ending before the window. Only deletions (retention) change RocksDB meanwhile. */
     unsigned k = pt_emb_shard_of(r->hash), cur = h->sh[k].cur;
-    sc->no_chunks = !(sc->e->frozen && sc->e->frozen_shard == k) && r->known &&
+    sc->no_chunks = !h->sh[k].flushing && r->known &&
                     (!r->has_last || r->last_max < sc->qlo);
     int rv = pt_emb_head_normalize(h, r);
     if (rv != 0)

@@ -389,7 +389,7 @@ static void test_embedded_shards(const char *tmp)
             fails += ct_write(&b, &bt) != 0;
             pthread_mutex_lock(&e->mu);
             size_t held = e->h.cur_bytes;
-            if (e->frozen) {
+            if (e->frozen && e->frozen_shard < HEAD_SHARDS) {
                 const hshard *sh = &e->h.sh[e->frozen_shard];
                 size_t fb = sh->cell_bytes[sh->cur ^ 1];
                 held += fb;
@@ -486,6 +486,95 @@ static void test_embedded_evict(const char *tmp)
     size_t cells = 0;
     is(pt_backend_scan(&b, &s, count_cell, &cells), 0, "embedded(evict): scan");
     is(cells, written, "embedded(evict): every sample read back");
+    pt_backend_close(&b);
+}
+
+/* Writes one sample at q to each row named fmt % r for r in [lo, hi). */
+static int write_rows(pt_backend *b, const char *fmt, int lo, int hi, uint32_t q)
+{
+    static char names[CT_BATCH_MAX][16];
+    static uint8_t vals[CT_BATCH_MAX][8];
+    int fails = 0;
+    for (int r0 = lo; r0 < hi; r0 += CT_BATCH_MAX) {
+        ct_batch bt = {0};
+        for (int r = r0; r < hi && r < r0 + CT_BATCH_MAX; r++) {
+            snprintf(names[r - r0], sizeof(names[0]), fmt, r);
+            pt_put_be64(vals[r - r0], 0x4059000000000000ULL ^ ((uint64_t)rnd(1u << 30) << 12));
+            ct_add_raw(&bt, PT_TABLE_POINTS, pt_slice_str(names[r - r0]), q,
+                       (pt_slice){vals[r - r0], 8});
+        }
+        fails += ct_write(b, &bt) != 0;
+    }
+    return fails;
+}
+
+static size_t count_rows_cells(pt_backend *b, const char *lo, const char *hi)
+{
+    pt_row_range all[] = {{.start = pt_slice_str(lo), .end = pt_slice_str(hi)}};
+    pt_scan s = {.table = PT_TABLE_POINTS, .ranges = all, .nranges = 1};
+    size_t cells = 0;
+    if (pt_backend_scan(b, &s, count_cell, &cells) != 0)
+        return SIZE_MAX;
+    return cells;
+}
+
+/* The sweep: with no shard frozen (the budget is far), series that stopped leave the
+ * head once they are stale in sample time (5 min behind the newest sample) and got no
+ * write for 2 s of wall time, when the head's rows grow by 16,384; live series, a
+ * client an hour behind that is still writing, and series seen once stay. The swept
+ * samples read back, and again after the logs (which still hold them) are replayed. */
+static void test_embedded_sweep(const char *tmp)
+{
+    enum { LIVE = 500, LAG = 300, DEAD = 20000, NEW = 17000, STOP = 30, ROUNDS = 60 };
+    const uint32_t hour = 3600 * 1000, step = 15000;
+    pt_backend b;
+    if (open_named(&b, tmp, "sweep", "embedded(sweep)") != 0)
+        return;
+    pt_embedded_set_budget(&b, 256u << 20);
+    int fails = 0;
+    for (uint32_t i = 0; i < ROUNDS; i++) {
+        fails += write_rows(&b, "l/%05d", 0, LIVE, 10 * hour + i * step);
+        fails += write_rows(&b, "g/%05d", 0, LAG, 9 * hour + i * step);
+        if (i < STOP)
+            fails += write_rows(&b, "d/%05d", 0, DEAD, 10 * hour + i * step);
+    }
+    pt_embedded_stats st;
+    pt_embedded_get_stats(&b, &st);
+    uint64_t flushes = st.flushes;
+    ok(fails == 0 && st.rows_swept == 0 && st.head_rows == LIVE + LAG + DEAD,
+       "embedded(sweep): nothing swept while the stopped series are recent in wall time "
+       "(%llu swept, %zu rows)",
+       (unsigned long long)st.rows_swept, st.head_rows);
+    /* Past the wall-time guard, the live and lagging series write again; new series
+     * grow the head's rows by more than 16,384, which starts a sweep. */
+    usleep(2300 * 1000);
+    fails += write_rows(&b, "l/%05d", 0, LIVE, 10 * hour + ROUNDS * step);
+    fails += write_rows(&b, "g/%05d", 0, LAG, 9 * hour + ROUNDS * step);
+    fails += write_rows(&b, "n/%05d", 0, NEW, 10 * hour + ROUNDS * step);
+    embedded *e = b.state;
+    for (int w = 0; w < 100; w++) {
+        pthread_mutex_lock(&e->mu);
+        int busy = e->frozen;
+        pthread_mutex_unlock(&e->mu);
+        pt_embedded_get_stats(&b, &st);
+        if (!busy && st.head_rows <= LIVE + LAG + NEW)
+            break;
+        usleep(50 * 1000);
+    }
+    ok(fails == 0 && st.rows_swept == DEAD && st.head_rows == LIVE + LAG + NEW,
+       "embedded(sweep): the %d stopped series swept (%llu), %zu rows left (%d live, %d "
+       "behind, %d new)",
+       DEAD, (unsigned long long)st.rows_swept, st.head_rows, LIVE, LAG, NEW);
+    is(st.flushes, flushes, "embedded(sweep): with no shard flushed");
+    size_t want = (size_t)DEAD * STOP + (size_t)(LIVE + LAG) * (ROUNDS + 1) + NEW;
+    is(count_rows_cells(&b, "a", "z"), want, "embedded(sweep): every sample read back");
+    char err[256] = "";
+    is(pt_emb_reload_logs(e, err, sizeof(err)), 0, "embedded(sweep): the logs replayed %s",
+       err);
+    is(count_rows_cells(&b, "a", "z"), want,
+       "embedded(sweep): every sample read back once after the replay");
+    is(count_rows_cells(&b, "d/", "d0"), (size_t)DEAD * STOP,
+       "embedded(sweep): the swept series' samples, once");
     pt_backend_close(&b);
 }
 
@@ -1676,6 +1765,7 @@ int main(int argc, char **argv)
     test_embedded_compressed_head(t1);
     test_embedded_shards(t1);
     test_embedded_evict(t1);
+    test_embedded_sweep(t1);
     test_embedded_replay_order(t1);
     test_embedded_max_age(t1);
     test_flush_failure(t1);
