@@ -582,13 +582,13 @@ fail:
 static int make_room_locked(embedded *e)
 {
     /* Sweeps take samples out of the budget but not out of the log, which only a freeze
-     * moves on: the current log is bounded too, at twice the budget (a sample takes more
-     * bytes in the log than in a head run, so without sweeps the budget's freezes come
-     * first). Not worth a wait. */
+     * moves on: the budget's freezes come as if nothing had been swept since the last one
+     * (so a log holds what it held without sweeps), without waiting for the memory. */
     int lrv;
-    if (!e->frozen && e->w.size > 2 * (uint64_t)e->budget &&
+    if (!e->frozen && e->h.cur_bytes <= e->budget &&
+        e->h.cur_bytes + e->h.swept_bytes > e->budget &&
         (lrv = freeze_next_locked(e, 0)) != 0)
-        pt_log(PT_LOG_WARN, "embedded: freezing a shard for the log's size failed",
+        pt_log(PT_LOG_WARN, "embedded: freezing a shard for the swept samples failed",
                "code=\"%s\"", pt_strerror(lrv));
     while (e->h.cur_bytes > e->budget) {
         if (!e->frozen) {

@@ -402,6 +402,7 @@ typedef struct head {
     hshard sh[HEAD_SHARDS];
     size_t nrows;
     size_t cur_bytes; /* cell_bytes of every shard's current generation: the budget's */
+    size_t swept_bytes; /* of those, what sweeps took out since the last freeze */
     size_t bytes;     /* memory held: rows, cell arrays, runs, values, the hash tables */
     uint64_t evicted; /* rows evicted, ever */
     uint64_t swept;   /* rows the sweep took out of a current generation, ever */

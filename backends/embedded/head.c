@@ -490,6 +490,7 @@ void pt_emb_head_freeze(head *h, unsigned k)
     h->cur_bytes -= sh->cell_bytes[sh->cur];
     sh->cur ^= 1;
     h->cur_bytes += sh->cell_bytes[sh->cur]; /* 0: the generation was emptied */
+    h->swept_bytes = 0;
 }
 
 /* Series churn must not grow the head forever. A row is dropped when it holds no cell at
@@ -613,6 +614,7 @@ static int sweep_move(head *h, hshard *sh, hrow *r)
     sh->cells[fz] += n;
     held_sub(h, sh, g, used);
     held_add(h, sh, fz, used);
+    h->swept_bytes += used;
     sh->flushing = 1;
     h->swept++;
     return 0;
