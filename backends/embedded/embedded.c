@@ -581,16 +581,10 @@ fail:
  * series than fit in it, counting rows would flush on every write. */
 static int make_room_locked(embedded *e)
 {
-    /* Sweeps take samples out of the budget but not out of the log, which only a freeze
-     * moves on: the budget's freezes come as if nothing had been swept since the last one
-     * (so a log holds what it held without sweeps), without waiting for the memory. */
-    int lrv;
-    if (!e->frozen && e->h.cur_bytes <= e->budget &&
-        e->h.cur_bytes + e->h.swept_bytes > e->budget &&
-        (lrv = freeze_next_locked(e, 0)) != 0)
-        pt_log(PT_LOG_WARN, "embedded: freezing a shard for the swept samples failed",
-               "code=\"%s\"", pt_strerror(lrv));
-    while (e->h.cur_bytes > e->budget) {
+    /* Sweeps take samples out of the head but not out of the log, which only a freeze
+     * moves on: the budget counts the samples swept since the last freeze too (so a log
+     * holds what it held without sweeps), and a writer waits only for the head's own. */
+    while (e->h.cur_bytes + e->h.swept_bytes > e->budget) {
         if (!e->frozen) {
             int rv = freeze_next_locked(e, 0);
             /* A failed freeze keeps the generation; accept writes up to twice the
@@ -599,6 +593,8 @@ static int make_room_locked(embedded *e)
                 return rv;
             return 0;
         }
+        if (e->h.cur_bytes <= e->budget)
+            return 0;
         if (e->flush_err != 0)
             return PT_EBUSY;
         e->waits++;

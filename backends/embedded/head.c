@@ -546,16 +546,20 @@ static int row_stopped(const head *h, const hrow *r, const hcells *s)
     return !recent && run_stale(r, s, h->newest);
 }
 
-/* A row the flush just wrote out goes with its frozen cells when it took none since and
- * went unlogged for more than twice its gap of log generations (the freezes of any shard)
- * before gen, three at least: a series that stopped leaves at the first flush of its
- * shard after it stopped rather than the next one. A series written once a pass over many
- * series, slower than the freezes, has a gap as long, and stays. */
-static int row_quiet(const hshard *sh, const hrow *r, uint32_t gen)
+/* A row the flush just wrote out (its frozen cells still there) goes with them when it
+ * took none since and went unlogged for more than twice its gap of log generations (the
+ * freezes of any shard) before gen, three at least: a series that stopped leaves at the
+ * first flush of its shard after it stopped rather than the next one. A series written
+ * once a pass over many series, slower than the freezes, has a gap as long, and stays.
+ * A row that stopped by both clocks (row_stopped) goes too, whatever its gap, rather than
+ * stay empty until its shard's next flush. */
+static int row_quiet(const head *h, const hshard *sh, const hrow *r, uint32_t gen)
 {
     if (r->mark & ROW_SWEPT) /* no append since the sweep took it */
         return 1;
-    return gen != 0 && hcells_count(&r->s[sh->cur]) == 0 && gen - r->wal_gen > 2u * r->gap;
+    if (gen == 0 || hcells_count(&r->s[sh->cur]) != 0)
+        return 0;
+    return gen - r->wal_gen > 2u * r->gap || row_stopped(h, r, &r->s[sh->cur ^ 1]);
 }
 
 int pt_emb_head_clear_step(head *h, unsigned k, size_t *i, size_t n, uint32_t gen)
@@ -564,10 +568,7 @@ int pt_emb_head_clear_step(head *h, unsigned k, size_t *i, size_t n, uint32_t ge
     unsigned fz = sh->cur ^ 1;
     for (size_t end = *i + n; *i < sh->ndirty[fz] && *i < end; (*i)++) {
         hrow *r = sh->dirty[fz][*i];
-        /* Before its run goes: a row that stopped a while ago by both clocks goes too,
-         * whatever its gap, rather than stay empty until its shard's next flush. */
-        int gone = row_quiet(sh, r, gen) ||
-                   (gen != 0 && hcells_count(&r->s[sh->cur]) == 0 && row_stopped(h, r, &r->s[fz]));
+        int gone = row_quiet(h, sh, r, gen); /* before its frozen cells go */
         clear(h, r, fz);
         if (!gone)
             continue;

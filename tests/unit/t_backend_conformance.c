@@ -569,26 +569,24 @@ static void test_embedded_sweep(const char *tmp)
     /* The budget's freezes count the swept samples until the next freeze (the log holds
      * them): a write freezes a shard once the head's samples and the swept ones pass the
      * budget, and not before. */
-    size_t held[3];
-    uint64_t freezes[3];
-    for (int k = 0; k < 3; k++) {
-        pthread_mutex_lock(&e->mu);
-        held[k] = e->h.cur_bytes;
-        freezes[k] = e->freezes;
-        if (k == 0)
-            e->budget = e->h.cur_bytes + e->h.swept_bytes + (1u << 20);
-        else if (k == 1)
-            e->budget = e->h.cur_bytes + e->h.swept_bytes / 2;
-        pthread_mutex_unlock(&e->mu);
-        if (k < 2)
-            fails += write_rows(&b, "l/%05d", 0, 1, 10 * hour + (ROUNDS + 1 + k) * step);
-    }
-    ok(fails == 0 && freezes[1] == freezes[0] && freezes[2] == freezes[1] + 1 &&
-           held[1] < e->budget,
+    pthread_mutex_lock(&e->mu);
+    uint64_t f0 = e->freezes;
+    e->budget = e->h.cur_bytes + e->h.swept_bytes + (1u << 20);
+    pthread_mutex_unlock(&e->mu);
+    fails += write_rows(&b, "l/%05d", 0, 1, 10 * hour + (ROUNDS + 1) * step);
+    pthread_mutex_lock(&e->mu);
+    uint64_t f1 = e->freezes;
+    size_t held = e->h.cur_bytes;
+    size_t budget = e->budget = held + e->h.swept_bytes / 2;
+    pthread_mutex_unlock(&e->mu);
+    fails += write_rows(&b, "l/%05d", 0, 1, 10 * hour + (ROUNDS + 2) * step);
+    pthread_mutex_lock(&e->mu);
+    uint64_t f2 = e->freezes;
+    pthread_mutex_unlock(&e->mu);
+    ok(fails == 0 && f1 == f0 && f2 == f1 + 1 && held < budget,
        "embedded(sweep): swept samples count in the budget's freezes (%llu, %llu, %llu "
        "freezes)",
-       (unsigned long long)freezes[0], (unsigned long long)freezes[1],
-       (unsigned long long)freezes[2]);
+       (unsigned long long)f0, (unsigned long long)f1, (unsigned long long)f2);
     pt_embedded_set_budget(&b, 256u << 20);
     size_t want = (size_t)DEAD * STOP + (size_t)(LIVE + LAG) * (ROUNDS + 1) + NEW + 2;
     is(count_rows_cells(&b, "a", "z"), want, "embedded(sweep): every sample read back");
