@@ -536,7 +536,7 @@ typedef struct pt_emb_ihead_stat {
 } pt_emb_ihead_stat;
 
 /* soft: pending bytes past which the drain thread drains (writers wait past 4 x soft). */
-int pt_emb_ihead_init(ihead *x, rocks *r, size_t soft);
+int pt_emb_ihead_init(ihead *x, rocks *r, size_t soft, size_t hard);
 /* Stops the thread and frees pending runs (their cells are still in the logs). */
 void pt_emb_ihead_free(ihead *x);
 int pt_emb_ihead_start(ihead *x);

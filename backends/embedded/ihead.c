@@ -44,12 +44,12 @@ enum { CELL_HDR = 8 };
 
 static size_t run_size(size_t len) { return sizeof(irun) + len; }
 
-int pt_emb_ihead_init(ihead *x, rocks *r, size_t soft)
+int pt_emb_ihead_init(ihead *x, rocks *r, size_t soft, size_t hard)
 {
     memset(x, 0, sizeof(*x));
     x->r = r;
     x->soft = soft;
-    x->hard = 4 * soft;
+    x->hard = hard > soft ? hard : soft;
     if (pthread_mutex_init(&x->mu, NULL) != 0)
         return PT_ENOMEM;
     pthread_condattr_t ca;
