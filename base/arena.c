@@ -6,59 +6,86 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The process-wide pool of standard blocks (pt_arena_pool_init): blocks a freed arena
- * gives back and the next arena of that block size takes, up to pool.max of them. */
+/* The process-wide pool (pt_arena_pool_init): blocks a freed arena gives back and the
+ * next arena of that block size takes, up to pool.max bytes of them. Class k holds blocks
+ * of block_size << k: class 0 the standard ones, the others a request's large pieces (a
+ * decoded body, its series array), rounded up to a class so the next request's fit. Given
+ * back to the allocator, a piece that size is a fresh mapping each time (glibc's mmap
+ * threshold, adapter/main.c), whose first touch of every page faulted: a fifth of the
+ * core at a million series. */
+enum { POOL_CLASSES = 11 }; /* up to 1024 standard blocks: 64 MiB of 64 KiB */
+
 static struct {
     pthread_mutex_t lock;
-    pt_arena_block *free;
+    pt_arena_block *free[POOL_CLASSES];
     _Atomic size_t block_size; /* 0: no pool; read without the lock to skip it */
-    size_t n, max;
-} pool = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, 0};
+    /* held: the blocks' sizes, which max bounds, large: those of classes past 0, which
+     * max / 4 bounds (a request or two per worker in flight need them); bytes: with
+     * their headers */
+    size_t bytes, held, large, max;
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 void pt_arena_pool_init(size_t block_size, size_t max_bytes)
 {
+    pt_arena_pool_drain();
     pthread_mutex_lock(&pool.lock);
     atomic_store_explicit(&pool.block_size, block_size, memory_order_relaxed);
-    pool.max = block_size ? max_bytes / block_size : 0;
+    pool.max = block_size ? max_bytes : 0;
     pthread_mutex_unlock(&pool.lock);
-    pt_arena_pool_drain();
 }
 
 void pt_arena_pool_drain(void)
 {
+    pt_arena_block *all = NULL;
     pthread_mutex_lock(&pool.lock);
-    pt_arena_block *b = pool.free;
-    pool.free = NULL;
-    pool.n = 0;
+    for (int k = 0; k < POOL_CLASSES; k++) {
+        while (pool.free[k]) {
+            pt_arena_block *b = pool.free[k];
+            pool.free[k] = b->next;
+            b->next = all;
+            all = b;
+        }
+    }
+    pool.bytes = pool.held = pool.large = 0;
     pthread_mutex_unlock(&pool.lock);
-    while (b) {
-        pt_arena_block *next = b->next;
-        free(b);
-        b = next;
+    while (all) {
+        pt_arena_block *next = all->next;
+        free(all);
+        all = next;
     }
 }
 
 size_t pt_arena_pool_bytes(void)
 {
     pthread_mutex_lock(&pool.lock);
-    size_t n = pool.n * (sizeof(pt_arena_block) + pool.block_size);
+    size_t n = pool.bytes;
     pthread_mutex_unlock(&pool.lock);
     return n;
+}
+
+/* The class of a block of size bytes given the pool's block size std, or -1. */
+static int class_of(size_t size, size_t std)
+{
+    for (int k = 0; std && k < POOL_CLASSES; k++)
+        if (size == std << k)
+            return k;
+    return -1;
 }
 
 /* A pooled block of size bytes, or NULL. The unlocked read of block_size only skips the
  * lock for sizes the pool does not hold; under the lock the block's own size decides. */
 static pt_arena_block *pool_take(size_t size)
 {
-    if (size != atomic_load_explicit(&pool.block_size, memory_order_relaxed))
+    if (class_of(size, atomic_load_explicit(&pool.block_size, memory_order_relaxed)) < 0)
         return NULL;
     pthread_mutex_lock(&pool.lock);
-    pt_arena_block *b = pool.free;
-    if (b && b->size == size) {
-        pool.free = b->next;
-        pool.n--;
-    } else {
-        b = NULL;
+    int k = class_of(size, pool.block_size);
+    pt_arena_block *b = k < 0 ? NULL : pool.free[k];
+    if (b) {
+        pool.free[k] = b->next;
+        pool.bytes -= sizeof(*b) + b->size;
+        pool.held -= b->size;
+        pool.large -= k > 0 ? b->size : 0;
     }
     pthread_mutex_unlock(&pool.lock);
     return b;
@@ -66,17 +93,34 @@ static pt_arena_block *pool_take(size_t size)
 
 static void release(pt_arena_block *b)
 {
-    if (b->size == atomic_load_explicit(&pool.block_size, memory_order_relaxed)) {
+    if (class_of(b->size, atomic_load_explicit(&pool.block_size, memory_order_relaxed)) >= 0) {
         pthread_mutex_lock(&pool.lock);
-        if (b->size == pool.block_size && pool.n < pool.max) {
-            b->next = pool.free;
-            pool.free = b;
-            pool.n++;
+        int k = class_of(b->size, pool.block_size);
+        if (k >= 0 && pool.held + b->size <= pool.max &&
+            (k == 0 || pool.large + b->size <= pool.max / 4)) {
+            b->next = pool.free[k];
+            pool.free[k] = b;
+            pool.bytes += sizeof(*b) + b->size;
+            pool.held += b->size;
+            pool.large += k > 0 ? b->size : 0;
             b = NULL;
         }
         pthread_mutex_unlock(&pool.lock);
     }
     free(b);
+}
+
+/* The size of a block for a request of need bytes past the arena's standard block: the
+ * pool's next class when the arena's blocks are the pool's, else need. */
+static size_t large_size(const pt_arena *a, size_t need)
+{
+    size_t std = atomic_load_explicit(&pool.block_size, memory_order_relaxed);
+    if (std != a->block_size)
+        return need;
+    for (int k = 1; k < POOL_CLASSES; k++)
+        if ((std << k) >= need)
+            return std << k;
+    return need;
 }
 
 void pt_arena_init(pt_arena *a, size_t block_size, size_t max)
@@ -92,7 +136,7 @@ static pt_arena_block *new_block(pt_arena *a, size_t need)
 {
     size_t size = a->block_size;
     if (need > size)
-        size = need;
+        size = large_size(a, need);
     if (a->max && a->used_total + size > a->max) {
         if (a->used_total + need > a->max)
             return NULL;

@@ -45,10 +45,12 @@ char *pt_arena_strndup(pt_arena *a, const char *s, size_t n);
 void pt_arena_reset(pt_arena *a);
 void pt_arena_free(pt_arena *a);
 
-/* A process-wide pool of blocks of block_size bytes, at most max_bytes of them: an arena
- * that frees such a block gives it to the pool, and an arena that needs one takes it from
- * there before asking malloc. A large read's blocks, handed back to malloc, would leave its
- * heap fragmented and later small reads slower in malloc; pooled ones are reused warm.
+/* A process-wide pool of blocks of block_size bytes and of its multiples by 2, 4 ... 1024
+ * (the classes an arena of that block size rounds a large request's block up to), at most
+ * max_bytes of them: an arena that frees such a block gives it to the pool, and an arena
+ * that needs one takes it from there before asking malloc. A large read's blocks, handed
+ * back to malloc, would leave its heap fragmented and later small reads slower in malloc;
+ * a request's large pieces would be fresh mappings each time; pooled ones are reused warm.
  * Called once at start-up, before any arena is used; without it there is no pool. */
 void pt_arena_pool_init(size_t block_size, size_t max_bytes);
 /* Frees the pooled blocks (at exit; tests). */

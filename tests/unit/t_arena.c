@@ -1,5 +1,6 @@
 /* The request arena: bump allocation, its ceiling, reset, and the process-wide pool of
- * standard blocks that freed arenas give back and new ones take from. */
+ * blocks (standard and large, by class) that freed arenas give back and new ones take
+ * from. */
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
@@ -36,7 +37,6 @@ static void pool(void)
         memset(pt_arena_alloc(&a, BLOCK), 0xa5, BLOCK); /* one standard block each */
         blocks[i] = a.head;
     }
-    pt_arena_alloc(&a, 3 * BLOCK); /* not standard: freed, never pooled */
     pt_arena_free(&a);
     is(pt_arena_pool_bytes(), 4 * (sizeof(pt_arena_block) + BLOCK),
        "freed standard blocks are pooled up to the bound, the rest freed");
@@ -69,6 +69,44 @@ static void pool(void)
     pt_arena_free(&b);
     pt_arena_pool_drain();
     is(pt_arena_pool_bytes(), 0, "drain empties the pool");
+}
+
+static void pool_large(void)
+{
+    pt_arena_pool_init(BLOCK, 32 * BLOCK); /* large blocks: 8 * BLOCK at most */
+    pt_arena a;
+    pt_arena_init(&a, BLOCK, 0);
+    memset(pt_arena_alloc(&a, 3 * BLOCK), 0x5a, 3 * BLOCK);
+    void *big = a.head;
+    ok(a.head->size == 4 * BLOCK, "a large request's block is rounded up to the next class");
+    pt_arena_reset(&a);
+    is(pt_arena_pool_bytes(), sizeof(pt_arena_block) + 4 * BLOCK, "and pooled when freed");
+    ok(pt_arena_alloc(&a, 4 * BLOCK - 100) && a.head == big && pt_arena_pool_bytes() == 0,
+       "the next request of that class takes it");
+    pt_arena_alloc(&a, 2 * BLOCK);
+    ok(a.head != big && a.head->size == 2 * BLOCK,
+       "a request of another class does not take a pooled block of a larger one");
+    pt_arena_alloc(&a, 9 * BLOCK);
+    ok(a.head->size == 16 * BLOCK, "each class is twice the one before");
+    pt_arena_free(&a);
+    is(pt_arena_pool_bytes(), 2 * sizeof(pt_arena_block) + 6 * BLOCK,
+       "freed: the block past the large blocks' quarter of the bound goes back to malloc, "
+       "the others stay");
+
+    pt_arena c;
+    pt_arena_init(&c, BLOCK, 3 * BLOCK);
+    ok(pt_arena_alloc(&c, 2 * BLOCK + 1) && c.head->size == 3 * BLOCK,
+       "a large block the ceiling cuts short keeps the size it got");
+    pt_arena_free(&c);
+    is(pt_arena_pool_bytes(), 2 * sizeof(pt_arena_block) + 6 * BLOCK, "and is not pooled");
+
+    pt_arena d;
+    pt_arena_init(&d, 2 * BLOCK, 0);
+    pt_arena_alloc(&d, 3 * BLOCK);
+    ok(d.head->size == 3 * BLOCK, "an arena of another block size gets its exact large block");
+    pt_arena_free(&d);
+    pt_arena_pool_drain();
+    is(pt_arena_pool_bytes(), 0, "drain empties every class");
 }
 
 enum { THREADS = 4, ROUNDS = 2000 };
@@ -115,6 +153,7 @@ int main(void)
 {
     basics();
     pool();
+    pool_large();
     pool_threads();
     return done_testing();
 }
