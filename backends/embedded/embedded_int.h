@@ -535,7 +535,8 @@ typedef struct pt_emb_ihead_stat {
     double drain_seconds;
 } pt_emb_ihead_stat;
 
-/* soft: pending bytes past which the drain thread drains (writers wait past 4 x soft). */
+/* soft: pending bytes past which the drain thread drains; writers wait past hard (at
+ * least soft). */
 int pt_emb_ihead_init(ihead *x, rocks *r, size_t soft, size_t hard);
 /* Stops the thread and frees pending runs (their cells are still in the logs). */
 void pt_emb_ihead_free(ihead *x);
