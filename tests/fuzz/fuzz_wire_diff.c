@@ -241,6 +241,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     int v2 = data[0] & 1;
     data++, size--;
+    /* The block pool on, as in the server: inputs take the blocks, standard and large (by
+     * class), the inputs before them gave back. */
+    static int pooled;
+    if (!pooled) {
+        pt_arena_pool_init(4096, 1u << 20);
+        pooled = 1;
+    }
     pt_arena a, b;
     pt_arena_init(&a, 4096, 256u << 20);
     pt_arena_init(&b, 4096, 256u << 20);
