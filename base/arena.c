@@ -36,22 +36,17 @@ void pt_arena_pool_init(size_t block_size, size_t max_bytes)
 
 void pt_arena_pool_drain(void)
 {
-    pt_arena_block *all = NULL;
+    pt_arena_block *lists[POOL_CLASSES];
     pthread_mutex_lock(&pool.lock);
-    for (int k = 0; k < POOL_CLASSES; k++) {
-        while (pool.free[k]) {
-            pt_arena_block *b = pool.free[k];
-            pool.free[k] = b->next;
-            b->next = all;
-            all = b;
-        }
-    }
+    memcpy(lists, pool.free, sizeof(lists));
+    memset(pool.free, 0, sizeof(pool.free));
     pool.bytes = pool.held = pool.large = 0;
     pthread_mutex_unlock(&pool.lock);
-    while (all) {
-        pt_arena_block *next = all->next;
-        free(all);
-        all = next;
+    for (int k = 0; k < POOL_CLASSES; k++) {
+        for (pt_arena_block *b = lists[k], *next; b; b = next) {
+            next = b->next;
+            free(b);
+        }
     }
 }
 
