@@ -633,7 +633,7 @@ static int secret_eq(const uint8_t *got, size_t n, const char *want)
 static struct pt_app_creds route_creds(const pt_app *app, int id)
 {
     int reads = id == PT_ROUTE_READ || id == PT_ROUTE_LABELS || id == PT_ROUTE_LABEL_VALUES ||
-                id == PT_ROUTE_SERIES || id == PT_ROUTE_METADATA;
+                id == PT_ROUTE_SERIES || id == PT_ROUTE_METADATA || id == PT_ROUTE_METRICS;
     int i = id == PT_ROUTE_WRITE ? 0 : reads ? 1 : -1;
     if (i >= 0 && (app->route_creds[i].bearer_token || app->route_creds[i].basic_credentials))
         return app->route_creds[i];
@@ -706,11 +706,9 @@ int pt_app_on_loop(void *ud, const pt_req *req)
     return strncmp(req->path, "/api/", 5) != 0;
 }
 
-/* With tenancy on: the request's tenant, its store (a view of the shared one, in the
- * request arena, as a streamed read outlives the handler) and its reference, into ctx.
- * 0, or the request answered: 401 without the header, 400 for a bad id or two headers,
- * 429 when tenancy.max_tenants are active. */
-static int tenant_begin(pt_app *app, pt_req *req, pt_resp *resp, pt_ctx *ctx)
+/* With tenancy on, whether the request names one valid tenant: 0, or the request answered
+ * (401 without the header, 400 for a bad id or two headers). */
+static int tenant_header_ok(const pt_app *app, pt_req *req, pt_resp *resp)
 {
     const char *hdr = app->cfg ? app->cfg->tenancy_header : "X-Scope-OrgID";
     const char *id = req->tenant;
@@ -725,11 +723,22 @@ static int tenant_begin(pt_app *app, pt_req *req, pt_resp *resp, pt_ctx *ctx)
                    "%s %s header", req->tenant_headers ? "an empty" : "no", hdr);
         return -1;
     }
-    size_t n = strlen(id);
-    if (!pt_tenant_valid(id, n, msg, sizeof(msg))) {
+    if (!pt_tenant_valid(id, strlen(id), msg, sizeof(msg))) {
         reply_fail(req, resp, PT_EBADREQ, "%s header: %s", hdr, msg);
         return -1;
     }
+    return 0;
+}
+
+/* With tenancy on: the request's tenant (its header already checked by tenant_header_ok),
+ * its store (a view of the shared one, in the request arena, as a streamed read outlives
+ * the handler) and its reference, into ctx. 0, or the request answered: 429 when
+ * tenancy.max_tenants are active. */
+static int tenant_begin(pt_app *app, pt_req *req, pt_resp *resp, pt_ctx *ctx)
+{
+    const char *id = req->tenant;
+    size_t n = strlen(id);
+    char msg[300];
     pt_tenant *t = pt_tenant_get(app->tenants, id, wall_ms(), msg, sizeof(msg));
     if (!t) {
         reply_fail(req, resp, PT_ETENANTLIMIT, "%s", msg);
@@ -754,6 +763,58 @@ static int tenant_begin(pt_app *app, pt_req *req, pt_resp *resp, pt_ctx *ctx)
     return 0;
 }
 
+/* What a request must pass before its body is read or its handler runs: a route, a method
+ * it allows, the credentials it demands (/metrics too with web.metrics_auth) and, with
+ * tenancy on, one valid tenant header. 0 with *out set, or the request answered (*out is
+ * the route, NULL when there is none). Cheap and non-blocking: the server calls it on its
+ * loop when the headers are complete (pt_app_admit), and dispatch calls it again. */
+static int admit(pt_app *app, pt_req *req, pt_resp *resp, const struct route **out)
+{
+    const struct route *r = NULL;
+    struct pt_app_creds cr;
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
+        if (route_matches(&routes[i], req->path))
+            r = &routes[i];
+    *out = r;
+    if (!r) {
+        reply_fail(req, resp, PT_ENOTFOUND, "not found: %.200s", req->path);
+        return -1;
+    }
+    int m = req->method == PT_M_GET || req->method == PT_M_HEAD ? ALLOW_GET
+            : req->method == PT_M_POST                           ? ALLOW_POST
+                                                                 : 0;
+    int post = (r->allow & ALLOW_POST) != 0;
+    int auth = (r->allow & NEEDS_AUTH) ||
+               (r->id == PT_ROUTE_METRICS && app->cfg && app->cfg->metrics_auth);
+    if (!(m & r->allow)) {
+        reply_fail(req, resp, PT_EMETHOD, "method %s not allowed on %s; use %s", req->method_name,
+                   r->path, !post ? "GET" : r->allow & ALLOW_GET ? "GET or POST" : "POST");
+        resp->headers[resp->nheaders++] = (pt_resp_header){
+            "Allow", !post ? "GET, HEAD" : r->allow & ALLOW_GET ? "GET, HEAD, POST" : "POST"};
+        return -1;
+    }
+    if (auth && (cr = route_creds(app, r->id), cr.bearer_token || cr.basic_credentials) &&
+        !authorized(cr, req)) {
+        reply_fail(req, resp, PT_EUNAUTHORIZED, "missing or wrong credentials (%s)",
+                   cr.bearer_token ? "bearer token" : "basic auth");
+        resp->headers[resp->nheaders++] = (pt_resp_header){
+            "WWW-Authenticate", cr.bearer_token ? "Bearer" : "Basic realm=\"promtable\""};
+        return -1;
+    }
+    if ((r->allow & NEEDS_AUTH) && app->tenants && tenant_header_ok(app, req, resp) != 0)
+        return -1;
+    return 0;
+}
+
+int pt_app_admit(void *ud, pt_req *req, pt_resp *resp)
+{
+    const struct route *r;
+    int rv = admit(ud, req, resp, &r);
+    if (rv != 0)
+        pt_metrics_request(r ? r->id : PT_ROUTE_OTHER, resp->status, req->proto);
+    return rv;
+}
+
 void pt_app_dispatch(void *ud, pt_req *req, pt_resp *resp)
 {
     pt_app *app = ud;
@@ -762,38 +823,12 @@ void pt_app_dispatch(void *ud, pt_req *req, pt_resp *resp)
     if (app->cfg)
         req->arena->max = app->cfg->max_request_memory; /* the server's default is a guess */
     resp->status = 200;
-    int id = PT_ROUTE_OTHER;
     pt_ctx ctx = {app, &app->store, "", NULL};
-    struct pt_app_creds cr;
-    const struct route *r = NULL;
-    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
-        if (route_matches(&routes[i], req->path))
-            r = &routes[i];
-    if (!r) {
-        reply_fail(req, resp, PT_ENOTFOUND, "not found: %.200s", req->path);
-    } else {
-        id = r->id;
-        int m = req->method == PT_M_GET || req->method == PT_M_HEAD ? ALLOW_GET
-                : req->method == PT_M_POST                           ? ALLOW_POST
-                                                                     : 0;
-        int post = (r->allow & ALLOW_POST) != 0;
-        if (!(m & r->allow)) {
-            reply_fail(req, resp, PT_EMETHOD, "method %s not allowed on %s; use %s", req->method_name,
-                       r->path, !post ? "GET" : r->allow & ALLOW_GET ? "GET or POST" : "POST");
-            resp->headers[resp->nheaders++] = (pt_resp_header){
-                "Allow", !post ? "GET, HEAD" : r->allow & ALLOW_GET ? "GET, HEAD, POST" : "POST"};
-        } else if ((r->allow & NEEDS_AUTH) &&
-                   (cr = route_creds(app, id), cr.bearer_token || cr.basic_credentials) &&
-                   !authorized(cr, req)) {
-            reply_fail(req, resp, PT_EUNAUTHORIZED, "missing or wrong credentials (%s)",
-                       cr.bearer_token ? "bearer token" : "basic auth");
-            resp->headers[resp->nheaders++] = (pt_resp_header){
-                "WWW-Authenticate", cr.bearer_token ? "Bearer" : "Basic realm=\"promtable\""};
-        } else if (!(r->allow & NEEDS_AUTH) || !app->tenants ||
-                   tenant_begin(app, req, resp, &ctx) == 0) {
-            r->fn(&ctx, req, resp);
-        }
-    }
+    const struct route *r;
+    if (admit(app, req, resp, &r) == 0 &&
+        (!(r->allow & NEEDS_AUTH) || !app->tenants || tenant_begin(app, req, resp, &ctx) == 0))
+        r->fn(&ctx, req, resp);
+    int id = r ? r->id : PT_ROUTE_OTHER;
     if (ctx.tn)
         pt_tenant_put(app->tenants, ctx.tn);
     if (resp->status >= 400 && resp->status != 404 && pt_log_enabled(PT_LOG_INFO) &&

@@ -56,5 +56,8 @@ int pt_app_on_loop(void *ud, const pt_req *req);
 /* pt_server_opts.heavy: 1 for remote reads, which may not take the last worker. */
 int pt_app_heavy(void *ud, const pt_req *req);
 void pt_app_dispatch(void *ud, pt_req *req, pt_resp *resp);
+/* pt_server_opts.admit: the route, method, credentials and tenant header of a request
+ * whose body has not been read yet; 0, or resp holds the refusal. */
+int pt_app_admit(void *ud, pt_req *req, pt_resp *resp);
 
 #endif

@@ -68,6 +68,33 @@ static const pt_conf_key table[] = {
      "(at least web.max_body_bytes, at most web.max_body_memory)."},
     {"web.overload_retry_after", NULL, PT_CONF_DURATION, "1s", 1000, 3600000LL,
      F(overload_retry_after_ms), "Retry-After of a 503 for overload (whole seconds, rounded up)."},
+    /* Hostile clients: deadlines and what one connection may hold (README, Security). */
+    {"web.header_timeout", NULL, PT_CONF_DURATION, "30s", 0, 3600000LL, F(header_timeout_ms),
+     "A request's headers (a new connection's first: from its accept) must be complete this "
+     "long after their first byte; past it 408 and the connection closes (0 = never)."},
+    {"web.body_timeout", NULL, PT_CONF_DURATION, "30s", 0, 3600000LL, F(body_timeout_ms),
+     "A request body that moves no byte this long is ended (HTTP/1.1: 408 and close; "
+     "HTTP/2: the stream is reset) (0 = never)."},
+    {"web.body_min_rate", NULL, PT_CONF_BYTES, "1KiB", 0, 1024 * MiB, F(body_min_rate),
+     "Bytes a second a request body must average once web.body_timeout has passed since its "
+     "headers; slower is ended like a stalled body (0 = no minimum)."},
+    {"web.write_timeout", NULL, PT_CONF_DURATION, "1m", 0, 3600000LL, F(write_timeout_ms),
+     "An answer the client reads nothing of this long (HTTP/2: its window stays shut) ends "
+     "its stream or connection (0 = never)."},
+    {"web.reserved_connections", NULL, PT_CONF_LONG, "4", 1, 1000, F(reserved_connections),
+     "Connections accepted past web.max_connections for /-/healthy, /-/ready and /metrics "
+     "only (one request each, within 2s)."},
+    {"web.max_connection_body_streams", NULL, PT_CONF_LONG, "64", 1, 100,
+     F(max_connection_body_streams),
+     "HTTP/2 streams of one connection receiving a body at once; more are refused "
+     "(REFUSED_STREAM, retried by clients)."},
+    {"web.max_connection_response_memory", NULL, PT_CONF_BYTES, "256MiB", MiB, 1048576 * MiB,
+     F(max_connection_response_memory),
+     "Answers one connection holds unread; past it its new requests get 503."},
+    {"web.max_response_memory", NULL, PT_CONF_BYTES, "1GiB", MiB, 1048576 * MiB,
+     F(max_response_memory), "Answers all connections hold unread; past it new requests get 503."},
+    {"web.metrics_auth", NULL, PT_CONF_BOOL, "false", 0, 0, F(metrics_auth),
+     "/metrics demands the read credentials (web.read_* or the shared ones) too."},
     {"storage.backend", NULL, PT_CONF_ENUM, "embedded|bigtable", 0, 0, F(backend),
      "Where samples go: embedded = RocksDB in storage.embedded.path, bigtable = Bigtable."},
     {"storage.retention", NULL, PT_CONF_DURATION, "0", 0, 100 * 31536000000LL, F(retention_ms),

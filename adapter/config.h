@@ -36,6 +36,15 @@ typedef struct pt_config {
     long max_inflight_requests;
     size_t max_connection_body_memory;
     long overload_retry_after_ms;
+    long header_timeout_ms;
+    long body_timeout_ms;
+    size_t body_min_rate;
+    long write_timeout_ms;
+    long reserved_connections;
+    long max_connection_body_streams;
+    size_t max_connection_response_memory;
+    size_t max_response_memory;
+    int metrics_auth;
 
     char *backend;
     long retention_ms;

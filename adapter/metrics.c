@@ -293,7 +293,8 @@ long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
     }
     gauge(&o, "promtable_http_connections", "Open client connections.", g->connections);
     static const char *const overload_reasons[PT_OVERLOAD_COUNT] = {
-        "inflight", "connection_body_memory", "body_memory"};
+        "inflight", "connection_body_memory", "body_memory", "connection_response_memory",
+        "response_memory", "connection_body_streams", "connections"};
     put(&o, "# HELP promtable_http_overload_rejected_total Requests answered 503 with "
             "Retry-After because a limit was reached, by limit.\n"
             "# TYPE promtable_http_overload_rejected_total counter\n");
@@ -306,6 +307,16 @@ long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
     gauge(&o, "promtable_http_body_bytes",
           "Request body memory held, kept buffers included (web.max_body_memory).",
           (long)LOAD(pt_m.http_body_bytes));
+    gauge(&o, "promtable_http_response_bytes",
+          "Answer memory held while answers are sent (web.max_response_memory).",
+          (long)LOAD(pt_m.http_response_bytes));
+    static const char *const timeout_kinds[PT_TIMEOUT_COUNT] = {"header", "body", "write",
+                                                                "idle"};
+    put(&o, "# HELP promtable_http_timeouts_total Requests or connections a deadline ended, "
+            "by deadline.\n# TYPE promtable_http_timeouts_total counter\n");
+    for (int k = 0; k < PT_TIMEOUT_COUNT; k++)
+        put(&o, "promtable_http_timeouts_total{deadline=\"%s\"} %llu\n", timeout_kinds[k],
+            LOAD(pt_m.http_timeouts[k]));
     gauge(&o, "promtable_index_cache_entries", "(series, day) pairs known to be indexed.",
           g->index_cache_entries);
     gauge(&o, "promtable_index_cache_capacity", "Capacity of the index cache.",

@@ -36,7 +36,14 @@ enum pt_reject_reason {
 /* Why the HTTP server answered 503 for overload (web.max_inflight_requests,
  * web.max_connection_body_memory, web.max_body_memory). */
 enum pt_overload_reason {
-    PT_OVERLOAD_INFLIGHT, PT_OVERLOAD_CONN_BODY, PT_OVERLOAD_BODY, PT_OVERLOAD_COUNT
+    PT_OVERLOAD_INFLIGHT, PT_OVERLOAD_CONN_BODY, PT_OVERLOAD_BODY, PT_OVERLOAD_CONN_RESP,
+    PT_OVERLOAD_RESP, PT_OVERLOAD_BODY_STREAMS, PT_OVERLOAD_CONNECTIONS, PT_OVERLOAD_COUNT
+};
+
+/* Which deadline of the HTTP server ended a request or a connection (web.header_timeout,
+ * web.body_timeout, web.write_timeout, web.idle_timeout). */
+enum pt_timeout_kind {
+    PT_TIMEOUT_HEADER, PT_TIMEOUT_BODY, PT_TIMEOUT_WRITE, PT_TIMEOUT_IDLE, PT_TIMEOUT_COUNT
 };
 
 typedef struct pt_metrics {
@@ -63,6 +70,8 @@ typedef struct pt_metrics {
     _Atomic uint64_t http_overload_rejected[PT_OVERLOAD_COUNT];
     _Atomic int64_t http_inflight;
     _Atomic int64_t http_body_bytes;
+    _Atomic int64_t http_response_bytes;    /* answers held while they are sent */
+    _Atomic uint64_t http_timeouts[PT_TIMEOUT_COUNT];
     /* HA pairs (ha.c): lease row reads and check-and-sets, and the store errors they met. */
     _Atomic uint64_t ha_lease_reads;
     _Atomic uint64_t ha_lease_writes;

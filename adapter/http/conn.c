@@ -87,7 +87,7 @@ static int conn_flush(pt_conn *c)
             }
         }
         out_consume(c, (size_t)n);
-        c->last_ms = c->srv->now_ms;
+        c->last_ms = c->wrote_ms = c->srv->now_ms;
     }
     return 0;
 }
@@ -187,10 +187,11 @@ static void detect_shutdown(pt_conn *c)
     pt_conn_advance(c, PT_CONN_CLOSE);
 }
 
-static int detect_idle(const pt_conn *c)
+static void detect_timeout(pt_conn *c, pt_task *t, int kind)
 {
-    (void)c;
-    return 1;
+    (void)t;
+    (void)kind;
+    pt_conn_close(c); /* not even a preface: nothing to answer */
 }
 
 static const pt_proto_ops detect_ops = {
@@ -204,7 +205,7 @@ static const pt_proto_ops detect_ops = {
     .eof = detect_eof,
     .hangup = NULL, /* always reads */
     .shutdown = detect_shutdown,
-    .idle = detect_idle,
+    .timeout = detect_timeout,
     .free = NULL,
 };
 
@@ -219,7 +220,8 @@ pt_conn *pt_conn_new(pt_server *s, int fd)
     c->fd = fd;
     pt_buf_init(&c->in, PT_RBUF_CAP);
     pt_buf_init(&c->out, OUT_MAX);
-    c->created_ms = c->last_ms = s->now_ms;
+    c->created_ms = c->last_ms = c->wrote_ms = s->now_ms;
+    c->reserved = atomic_load(&s->nconns) >= s->opts.max_connections;
     c->slot = s->free_slot;
     c->gen = s->slots[c->slot].gen;
     if (s->ssl_ctx) {

@@ -126,8 +126,44 @@ typedef struct pt_server_opts {
     int max_inflight;
     size_t max_conn_body;
     int retry_after_s;
-    int idle_timeout_ms;        /* close idle keep-alive connections; 0 = never */
-    int max_connections;        /* over it new connections are closed at once */
+    /* A connection is idle when no task of it is in a worker and no byte moved either way
+     * for idle_timeout_ms, whatever streams it has open; idle connections are closed.
+     * 0 = never. */
+    int idle_timeout_ms;
+    /* Deadlines, each 0 = none. header_timeout_ms: a request's headers must be complete
+     * this long after their first byte, and a new connection's first request's headers
+     * this long after it was accepted; past it 408 and the connection closes.
+     * body_timeout_ms: a body that moves no byte for this long, or that arrives slower
+     * than body_min_rate bytes a second on average once body_timeout_ms have passed since
+     * its headers, is answered 408 (HTTP/1.1, then the connection closes) or reset
+     * (HTTP/2). write_timeout_ms: an answer that makes no progress this long (the client
+     * reads nothing, or keeps its HTTP/2 window shut) ends its connection (HTTP/1.1, or
+     * output stuck in the socket) or its stream (HTTP/2). */
+    int header_timeout_ms;
+    int body_timeout_ms;
+    size_t body_min_rate;
+    int write_timeout_ms;
+    int max_connections;        /* over it new connections are closed at once, except: */
+    /* Connections accepted past max_connections for health checks and metrics: such a
+     * connection gets one request, which must be one on_loop answers, within
+     * RESERVED_HEADER_MS; anything else is answered 503 and closed. 0 = 4. */
+    int reserved_connections;
+    /* HTTP/2: streams of one connection that may be receiving a body at once; a stream
+     * past it is refused (RST_STREAM REFUSED_STREAM, which clients retry) before any of its
+     * body is read. 0 = 64. */
+    int max_conn_body_streams;
+    /* Answers held in memory while they are sent (the arena of every request between its
+     * handler and its last byte), per connection and for all of them. Past either, a new
+     * request on that connection is answered 503 with Retry-After without running.
+     * 0 = 256 MiB and 1 GiB. */
+    size_t max_conn_resp;
+    size_t max_resp_total;
+    /* Optional: called on the loop when a request that has a body has its headers, before
+     * any byte of the body is accepted (authentication, the route, the method, the tenant
+     * header). 0 accepts; otherwise resp holds the answer (allocated from req->arena or
+     * static), which is sent at once, and the body is never read (HTTP/1.1: the connection
+     * closes after the answer). Must not block. */
+    int (*admit)(void *ud, pt_req *req, pt_resp *resp);
     const char *tls_cert_file;  /* both set: TLS with ALPN h2, http/1.1 */
     const char *tls_key_file;
     const char *tls_client_ca_file; /* optional, with TLS: require client certificates that

@@ -5,7 +5,12 @@
  * to a worker, and nothing more is parsed (pipelined bytes wait in the connection's input)
  * until the response has been written. Limits are enforced while parsing: header bytes
  * (431), body bytes (413, from Content-Length before any body arrives, or as chunks add
- * up); after such an answer or a syntax error (400) the connection is closed.
+ * up); after such an answer or a syntax error (400) the connection is closed. A request
+ * with a body is admitted on its headers (pt_task_admit: credentials, route, limits)
+ * before any byte of the body is read; a refusal is answered at once and the connection
+ * closed. Trailer fields after a chunked body are counted against the header limit and
+ * dropped: they never reach the request's headers. CONNECT is refused (405, then close),
+ * since the parser would stop at its headers and take what follows for a new request.
  *
  * Debian builds the parser without HTTP_PARSER_STRICT, so the framing rules of RFC 9112 it
  * then skips are checked here (a request a proxy in front frames differently is how
@@ -19,6 +24,7 @@
 #include <strings.h>
 
 #include "error.h"
+#include "metrics.h"
 #include "server_int.h"
 
 static const char continue_line[] = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -80,6 +86,8 @@ static int on_message_begin(http_parser *p)
     h->hosts = h->te_lines = 0;
     h->chunk_left = 0;
     h->crlf_due = 0;
+    h->headers_done = 0;
+    h->refused = 0;
     return 0;
 }
 
@@ -149,6 +157,8 @@ static int on_header_field(http_parser *p, const char *at, size_t n)
 {
     pt_conn *c = conn_of(p);
     pt_h1_state *h = &c->h1;
+    if (h->headers_done)
+        return count_header(c, n); /* a trailer field: counted, dropped */
     if (h->in_value && end_header(h) < 0)
         return -1;
     if (count_header(c, n) < 0)
@@ -171,6 +181,8 @@ static int on_header_value(http_parser *p, const char *at, size_t n)
 {
     pt_conn *c = conn_of(p);
     pt_h1_state *h = &c->h1;
+    if (h->headers_done)
+        return count_header(c, n + 4);
     if (!h->in_value) {
         h->in_value = 1;
         h->val_start = h->sb.len;
@@ -189,6 +201,7 @@ static int on_headers_complete(http_parser *p)
     pt_task *t = h->cur;
     if (h->in_value && end_header(h) < 0)
         return -1;
+    h->headers_done = 1;
     /* Never 505: Prometheus must not retry what will never be accepted. HTTP/0.9 (no
      * version) is refused here too. */
     if (p->http_major != 1 || p->http_minor > 1)
@@ -205,14 +218,18 @@ static int on_headers_complete(http_parser *p)
     t->req.method_name = http_method_str((enum http_method)p->method);
     t->req.method = pt_task_method(t->req.method_name, strlen(t->req.method_name));
     h->keep_alive = http_should_keep_alive(p);
+    if (p->method == HTTP_CONNECT)
+        return fail_in_callback(h, PT_EMETHOD, "method CONNECT not allowed");
 
     int chunked = (p->flags & F_CHUNKED) != 0;
     int has_length = (p->flags & F_CONTENTLENGTH) != 0;
     if (!chunked && has_length && p->content_length > c->srv->opts.max_body)
         return fail_in_callback(h, PT_ETOOLARGE, NULL); /* before a byte of body is read */
-    if (!chunked && has_length)
-        pt_task_body_reserve(t, p->content_length);
     int has_body = chunked || (has_length && p->content_length > 0);
+    if (pt_task_admit(t, has_body) != 0) {
+        h->refused = 1; /* the answer is in t->resp */
+        return fail_in_callback(h, PT_EBADREQ, NULL);
+    }
     if (h->expect_continue && has_body && h->http11 &&
         pt_conn_out_append(c, continue_line, sizeof(continue_line) - 1) < 0)
         return fail_in_callback(h, PT_ENOMEM, NULL);
@@ -369,29 +386,47 @@ static int write_response(pt_conn *c, const pt_resp *r, int head, int framing, i
     return 0;
 }
 
-/* Answers the request's error (h->error_rv, h->error_msg) without dispatching, then closes.
- * The status comes from the error space, the text from pt_task_status_text() unless the
- * error says more precisely what was wrong. */
-static void h1_fail(pt_conn *c)
+/* Answers r without dispatching, its body copied behind the headers (with a line end when
+ * eol), then closes: what the client may still be sending is read and dropped a while. */
+static void h1_refuse(pt_conn *c, const pt_resp *r, int eol)
 {
     pt_h1_state *h = &c->h1;
-    const char *text = h->error_msg ? h->error_msg : pt_task_status_text(h->error_rv);
-    size_t len = strlen(text), eol = h->error_msg ? 1 : 0;
-    pt_resp r = {.status = pt_error_http_status(h->error_rv),
-                 .content_type = "text/plain; charset=utf-8",
-                 .body_len = len + eol};
-    pt_task_retry_after(c->srv, &r); /* 503: a body past a memory limit */
+    pt_resp head = *r;
+    head.body_len = r->body_len + (eol ? 1 : 0);
+    h->phase = PT_H1_DEAD;
+    h->in_message = 0;
+    pt_conn_advance(c, PT_CONN_LINGER);
+    /* Headers only (as for HEAD), then the text; the task (whose arena may hold it) is
+     * freed after the copy. */
+    if (write_response(c, &head, 1, BODY_LENGTH, 1) < 0 ||
+        pt_conn_out_append(c, r->body, r->body_len) < 0 || pt_conn_out_append(c, "\n", eol) < 0)
+        pt_conn_close(c);
     if (h->cur) {
         pt_task_free(h->cur);
         h->cur = NULL;
     }
-    h->phase = PT_H1_DEAD;
-    h->in_message = 0;
-    pt_conn_advance(c, PT_CONN_LINGER);
-    /* Headers only (as for HEAD), then the text copied behind them with its line end. */
-    if (write_response(c, &r, 1, BODY_LENGTH, 1) < 0 || pt_conn_out_append(c, text, len) < 0 ||
-        pt_conn_out_append(c, "\n", eol) < 0)
-        pt_conn_close(c);
+}
+
+/* Answers the request's error (h->error_rv, h->error_msg), or the refusal its admission
+ * left in the task, without dispatching, then closes. The status comes from the error
+ * space, the text from pt_task_status_text() unless the error says more precisely what was
+ * wrong. */
+static void h1_fail(pt_conn *c)
+{
+    pt_h1_state *h = &c->h1;
+    if (h->refused && h->cur) {
+        h1_refuse(c, &h->cur->resp, 0);
+        return;
+    }
+    const char *text = h->error_msg ? h->error_msg : pt_task_status_text(h->error_rv);
+    pt_resp r = {.status = pt_error_http_status(h->error_rv),
+                 .content_type = "text/plain; charset=utf-8",
+                 .body = (const uint8_t *)text,
+                 .body_len = strlen(text)};
+    pt_task_retry_after(c->srv, &r); /* 503: a body past a memory limit */
+    if (h->error_rv == PT_EMETHOD && r.nheaders < PT_MAX_RESP_HEADERS)
+        r.headers[r.nheaders++] = (pt_resp_header){"Allow", "GET, HEAD, POST"};
+    h1_refuse(c, &r, h->error_msg != NULL);
 }
 
 /* ------------------------------------------------------------------ a produced body */
@@ -581,9 +616,19 @@ static void h1_shutdown(pt_conn *c)
         pt_conn_advance(c, PT_CONN_CLOSE);
 }
 
-static int h1_idle(const pt_conn *c)
+static void h1_timeout(pt_conn *c, pt_task *t, int kind)
 {
-    return c->h1.phase == PT_H1_READ || c->h1.phase == PT_H1_DEAD;
+    (void)t;
+    pt_h1_state *h = &c->h1;
+    /* A request arriving too slowly is told why; anything else (no request yet, an answer
+     * the client does not read) just ends. */
+    if (kind != PT_TIMEOUT_WRITE && h->phase == PT_H1_READ && h->in_message) {
+        h->error_rv = PT_EREQTIMEOUT;
+        h->error_msg = NULL;
+        h1_fail(c);
+        return;
+    }
+    pt_conn_close(c);
 }
 
 static void h1_free(pt_conn *c)
@@ -602,6 +647,6 @@ const pt_proto_ops pt_http1_ops = {
     .eof = h1_eof,
     .hangup = h1_hangup,
     .shutdown = h1_shutdown,
-    .idle = h1_idle,
+    .timeout = h1_timeout,
     .free = h1_free,
 };

@@ -2,9 +2,12 @@
  * HTTP/2 on a connection: an nghttp2 server session fed from memory (mem_recv/mem_send),
  * for h2c with prior knowledge and h2 chosen by ALPN.
  *
- * Every stream gets its own task at its first HEADERS; the body accumulates in the task up
- * to max_body; END_STREAM hands it to a worker, so many streams of one connection run in
- * parallel. The stream's user data is the task. A request over a limit is answered early
+ * Every stream gets its own task at its first HEADERS; a stream with a body is admitted on
+ * its headers (pt_task_admit: credentials, route, limits) before any DATA is accepted, and
+ * at most max_conn_body_streams streams of a connection receive a body at once (others
+ * are refused with REFUSED_STREAM); the body accumulates in the task up to max_body, its
+ * memory growing with the bytes that arrive, never from a declared length; END_STREAM
+ * hands it to a worker, so many streams of one connection run in parallel. The stream's user data is the task. A request over a limit is answered early
  * (413/431) without dispatch; once that answer is out, the rest of a large upload is cut
  * with RST_STREAM(NO_ERROR). A produced body is read through a data provider that defers
  * until a worker has pulled the next piece, so it goes out under flow control.
@@ -14,6 +17,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "metrics.h"
 #include "server_int.h"
 
 #define MAX_CONCURRENT_STREAMS 100
@@ -58,6 +62,8 @@ static ssize_t read_body(nghttp2_session *ss, int32_t sid, uint8_t *buf, size_t 
         pt_buf_consume(&t->piece, n);
     else
         t->sent += n;
+    if (n)
+        t->touched_ms = t->srv->now_ms;
     if (n < left)
         return (ssize_t)n;
     if (!produced || t->pulled == PT_PULL_END) {
@@ -110,19 +116,11 @@ static int submit(pt_conn *c, pt_task *t)
     return nghttp2_submit_response(c->h2, t->stream_id, nv, n, body ? &dp : NULL);
 }
 
-/* Answers a stream that broke a limit, without dispatching it. */
+/* Answers a stream with the answer in t->resp, without dispatching it. */
 static void reject(pt_conn *c, pt_task *t)
 {
-    const char *msg = pt_task_status_text(t->early_rv);
     t->rejected = 1;
     t->state = PT_TASK_SEND;
-    t->resp.status = pt_error_http_status(t->early_rv);
-    t->resp.content_type = "text/plain; charset=utf-8";
-    t->resp.content_encoding = NULL;
-    t->resp.nheaders = 0;
-    t->resp.body = (const uint8_t *)msg;
-    t->resp.body_len = strlen(msg);
-    pt_task_retry_after(c->srv, &t->resp); /* 503: a body past a memory limit */
     if (submit(c, t) != 0)
         nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, t->stream_id,
                                   NGHTTP2_INTERNAL_ERROR);
@@ -198,8 +196,6 @@ static int on_header(nghttp2_session *ss, const nghttp2_frame *f, const uint8_t 
             t->declared_len = len;
             if (len > c->srv->opts.max_body)
                 t->early_rv = PT_ETOOLARGE; /* refused before a byte of body is read */
-            else
-                pt_task_body_reserve(t, len);
         }
         return 0;
     }
@@ -231,12 +227,41 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
     pt_task *t = stream_task(ss, f->hd.stream_id);
     if (!t || t->state != PT_TASK_RECV)
         return 0;
+    int end = (f->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0;
     if (t->early_rv) {
+        pt_task_error_resp(t, t->early_rv, NULL);
         reject(c, t);
         return 0;
     }
-    if (f->hd.flags & NGHTTP2_FLAG_END_STREAM)
+    if (f->hd.type == NGHTTP2_HEADERS && !t->headers_ms) {
+        /* The request's headers (a later HEADERS frame holds trailers). */
+        if (!end && c->body_streams >= c->srv->opts.max_conn_body_streams) {
+            atomic_fetch_add_explicit(&pt_m.http_overload_rejected[PT_OVERLOAD_BODY_STREAMS],
+                                      1, memory_order_relaxed);
+            t->early_rv = PT_EBUSY;
+            t->headers_ms = c->srv->now_ms;
+            return nghttp2_submit_rst_stream(ss, NGHTTP2_FLAG_NONE, t->stream_id,
+                                             NGHTTP2_REFUSED_STREAM) == 0
+                       ? 0
+                       : NGHTTP2_ERR_CALLBACK_FAILURE;
+        }
+        if (pt_task_admit(t, !end) != 0) {
+            t->early_rv = PT_EBADREQ; /* whatever comes of the stream is dropped */
+            reject(c, t);
+            return 0;
+        }
+        if (!end) {
+            t->body_stream = 1;
+            c->body_streams++;
+        }
+    }
+    if (end) {
+        if (t->body_stream) {
+            t->body_stream = 0;
+            c->body_streams--;
+        }
         pt_task_dispatch(t);
+    }
     return 0;
 }
 
@@ -376,9 +401,22 @@ static void h2_shutdown(pt_conn *c)
                           NGHTTP2_NO_ERROR, NULL, 0);
 }
 
-static int h2_idle(const pt_conn *c)
+static void h2_timeout(pt_conn *c, pt_task *t, int kind)
 {
-    return c->ntasks == 0;
+    if (!t || kind == PT_TIMEOUT_HEADER) {
+        /* No request in time, a header block that never ends (a stream cannot be reset in
+         * the middle of one), or output the client does not read: GOAWAY, then close. */
+        if (t || c->state >= PT_CONN_CLOSE ||
+            nghttp2_session_terminate_session(c->h2, NGHTTP2_NO_ERROR) != 0)
+            pt_conn_close(c);
+        return;
+    }
+    /* A body too slow, or an answer its client's window keeps shut: the stream ends and
+     * what it held goes when nghttp2 closes it. */
+    t->early_rv = PT_EREQTIMEOUT;
+    t->touched_ms = c->srv->now_ms;
+    if (nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, t->stream_id, NGHTTP2_CANCEL) != 0)
+        pt_conn_close(c);
 }
 
 static void h2_free(pt_conn *c)
@@ -399,6 +437,6 @@ const pt_proto_ops pt_http2_ops = {
     .eof = h2_eof,
     .hangup = NULL, /* the session reads until EOF, which closes the connection */
     .shutdown = h2_shutdown,
-    .idle = h2_idle,
+    .timeout = h2_timeout,
     .free = h2_free,
 };

@@ -24,6 +24,7 @@
 
 #include "error.h"
 #include "log.h"
+#include "metrics.h"
 #include "server_int.h"
 
 #define STOP_GRACE_MS 10000
@@ -36,6 +37,11 @@
 #define DEFAULT_MAX_HEADER (64u << 10)
 #define DEFAULT_MAX_CONNS 65536
 #define DEFAULT_MAX_INFLIGHT 1024
+#define DEFAULT_RESERVED_CONNS 4
+#define DEFAULT_BODY_STREAMS 64
+#define DEFAULT_MAX_CONN_RESP ((size_t)256 << 20)
+#define DEFAULT_MAX_RESP_TOTAL ((size_t)1 << 30)
+#define RESERVED_HEADER_MS 2000 /* a health check's request on a reserved connection */
 
 /*
  * An epoll event names a connection by slot and generation, never by pointer: close()
@@ -162,6 +168,8 @@ static void complete_one(pt_server *s, pt_task *t)
         pt_task_free(t); /* connection or stream gone: nobody to answer */
         return;
     }
+    t->touched_ms = s->now_ms;
+    pt_task_hold(t);
     if (job == PT_TASK_PULL)
         c->ops->piece(c, t);
     else
@@ -414,6 +422,14 @@ static pt_server *server_alloc(const pt_server_opts *opts, pt_dispatch_fn fn, vo
         s->opts.max_connections = DEFAULT_MAX_CONNS;
     if (s->opts.idle_timeout_ms < 0)
         s->opts.idle_timeout_ms = 0;
+    if (s->opts.reserved_connections <= 0)
+        s->opts.reserved_connections = DEFAULT_RESERVED_CONNS;
+    if (s->opts.max_conn_body_streams <= 0)
+        s->opts.max_conn_body_streams = DEFAULT_BODY_STREAMS;
+    if (!s->opts.max_conn_resp)
+        s->opts.max_conn_resp = DEFAULT_MAX_CONN_RESP;
+    if (!s->opts.max_resp_total)
+        s->opts.max_resp_total = DEFAULT_MAX_RESP_TOTAL;
     /* Handlers decode into the arena (snappy, protobuf), which can take many times the
      * body; the application may lower this per request. */
     s->arena_max = (64u << 20) + (s->opts.max_body <= SIZE_MAX / 16 ? 16 * s->opts.max_body
@@ -434,7 +450,7 @@ static pt_server *server_alloc(const pt_server_opts *opts, pt_dispatch_fn fn, vo
     }
     s->rbuf_cap = PT_RBUF_CAP;
     s->rbuf = malloc(s->rbuf_cap);
-    s->nslots = (uint32_t)s->opts.max_connections;
+    s->nslots = (uint32_t)s->opts.max_connections + (uint32_t)s->opts.reserved_connections;
     s->slots = calloc(s->nslots, sizeof(pt_slot));
     if (!s->listen_copy || (opts->tls_cert_file && (!s->cert_copy || !s->key_copy)) ||
         (opts->tls_cert_file && opts->tls_client_ca_file && !s->ca_copy) || !s->rbuf || !s->slots) {
@@ -591,12 +607,77 @@ static void begin_stop(pt_server *s)
     drive_dirty(s);
 }
 
+static void count_timeout(int kind)
+{
+    atomic_fetch_add_explicit(&pt_m.http_timeouts[kind], 1, memory_order_relaxed);
+}
+
+/* Whether a body has stalled: no byte for body_timeout, or, once body_timeout has passed
+ * since its headers, fewer than body_min_rate bytes a second on average. */
+static int body_late(const pt_server *s, const pt_task *t)
+{
+    int64_t limit = s->opts.body_timeout_ms, since = s->now_ms - t->headers_ms;
+    if (limit <= 0)
+        return 0;
+    if (s->now_ms - t->touched_ms >= limit)
+        return 1;
+    return since > limit && s->opts.body_min_rate &&
+           pt_buf_used(&t->body) < (uint64_t)(since - limit) * s->opts.body_min_rate / 1000;
+}
+
+/* The first deadline c or one of its requests has missed: PT_TIMEOUT_* with the request
+ * (NULL for the connection's own), or -1. A connection on its way out (closing,
+ * lingering) only has its output to flush in time. */
+static int missed(const pt_server *s, const pt_conn *c, pt_task **late)
+{
+    int64_t hdr = c->reserved ? RESERVED_HEADER_MS : s->opts.header_timeout_ms;
+    int64_t wr = s->opts.write_timeout_ms;
+    *late = NULL;
+    if (c->state < PT_CONN_CLOSE) {
+        if (hdr > 0 && c->requests == 0 && s->now_ms - c->created_ms >= hdr)
+            return PT_TIMEOUT_HEADER;
+        for (pt_task *t = c->tasks; t; t = t->next) {
+            *late = t;
+            if (t->state == PT_TASK_RECV && !t->headers_ms) {
+                if (hdr > 0 && s->now_ms - t->start_ms >= hdr)
+                    return PT_TIMEOUT_HEADER;
+            } else if (t->state == PT_TASK_RECV && !t->early_rv) {
+                if (body_late(s, t))
+                    return PT_TIMEOUT_BODY;
+            } else if (t->state == PT_TASK_SEND && wr > 0) {
+                /* HTTP/2 counts a stream's own progress (its window may be shut while
+                 * others move); HTTP/1.1 any byte written. */
+                int64_t moved = t->stream_id || t->touched_ms > c->wrote_ms ? t->touched_ms
+                                                                            : c->wrote_ms;
+                if (s->now_ms - moved >= wr)
+                    return PT_TIMEOUT_WRITE;
+            }
+        }
+        *late = NULL;
+    }
+    if (!pt_conn_out_empty(c) && wr > 0 && s->now_ms - c->wrote_ms >= wr)
+        return PT_TIMEOUT_WRITE;
+    return -1;
+}
+
+/* Whether a worker holds one of c's tasks: the server, not the client, is busy. */
+static int conn_busy(const pt_conn *c)
+{
+    for (const pt_task *t = c->tasks; t; t = t->next)
+        if (pt_task_in_worker(t))
+            return 1;
+    return 0;
+}
+
 static void sweep(pt_server *s)
 {
-    /* Often enough that a short idle timeout is honoured within about a quarter of it. */
+    /* Often enough that a short timeout is honoured within about a quarter of it. */
     int64_t every = SWEEP_MS;
-    if (s->opts.idle_timeout_ms > 0 && s->opts.idle_timeout_ms / 4 < every)
-        every = s->opts.idle_timeout_ms / 4 > 10 ? s->opts.idle_timeout_ms / 4 : 10;
+    int shortest[] = {s->opts.idle_timeout_ms, s->opts.header_timeout_ms,
+                      s->opts.body_timeout_ms, s->opts.write_timeout_ms, RESERVED_HEADER_MS};
+    for (size_t i = 0; i < sizeof(shortest) / sizeof(shortest[0]); i++)
+        if (shortest[i] > 0 && shortest[i] / 4 < every)
+            every = shortest[i] / 4 > 10 ? shortest[i] / 4 : 10;
     s->next_sweep_ms = s->now_ms + every;
     if (!s->listening && !s->stopping && s->now_ms >= s->accept_resume_ms)
         listener_enable(s, 1);
@@ -614,12 +695,21 @@ static void sweep(pt_server *s)
                 pt_conn_close(c);
             continue;
         }
-        if (idle <= 0 || !c->ops->idle(c) || s->now_ms - c->last_ms < idle)
+        pt_task *late;
+        int kind = missed(s, c, &late);
+        if (kind >= 0) {
+            count_timeout(kind);
+            c->ops->timeout(c, late, kind);
+            mark_dirty(s, c);
+            continue;
+        }
+        if (idle <= 0 || conn_busy(c) || s->now_ms - c->last_ms < idle)
             continue;
         if (c->state >= PT_CONN_STOPPING) {
             pt_conn_close(c); /* asked to wind down a period ago */
             continue;
         }
+        count_timeout(PT_TIMEOUT_IDLE);
         c->ops->shutdown(c);
         c->last_ms = s->now_ms;
         mark_dirty(s, c);

@@ -82,6 +82,11 @@ struct pt_task {
     int rejected;           /* HTTP/2: the early answer has been submitted */
     size_t hdr_bytes;       /* request header bytes seen, against max_header_bytes */
     uint64_t declared_len;  /* HTTP/2: content-length of the request, UINT64_MAX if none */
+    /* Deadlines (loop thread): when the request's first header byte came, when its headers
+     * were complete (0 before), and the last progress of its body or of its answer. */
+    int64_t start_ms, headers_ms, touched_ms;
+    int body_stream;        /* HTTP/2: counted in its connection's body_streams */
+    size_t held;            /* arena bytes counted in the answers held (conn and server) */
     pt_buf body;            /* kept with the cached task for reuse; cap counts in body_bytes */
     size_t sent;            /* HTTP/2: response body bytes handed to nghttp2 */
     /* A produced body: the piece the last pull made (ceiling PT_PIECE_MAX), what that pull
@@ -126,8 +131,10 @@ struct pt_proto_ops {
     void (*hangup)(pt_conn *c);
     /* Stop taking requests: finish those in progress, then close (server stop, idle). */
     void (*shutdown)(pt_conn *c);
-    /* No request is being processed or answered. */
-    int (*idle)(const pt_conn *c);
+    /* A deadline passed (enum pt_timeout_kind of metrics.h): for the request t, or for the
+     * connection when t is NULL (no request yet, output stuck). The protocol answers or
+     * resets what it can and ends what it must; the sweep comes back if nothing changed. */
+    void (*timeout)(pt_conn *c, pt_task *t, int kind);
     void (*free)(pt_conn *c);
 };
 
@@ -185,6 +192,8 @@ typedef struct pt_h1_state {
     int error_rv;
     const char *error_msg;
     int hosts, te_lines;    /* Host and Transfer-Encoding field lines of the request */
+    int headers_done;       /* past the header section: fields now are trailers */
+    int refused;            /* pt_task_admit refused the request; its answer is in cur */
     /* Chunk framing, which the non-strict parser does not check after a chunk's data: the
      * bytes of the chunk not delivered yet, and how many bytes of the CRLF that must follow
      * it are still to be seen (2, 1, 0), maybe at the start of the next input. */
@@ -214,6 +223,11 @@ struct pt_conn {
     int peer_eof;            /* read returned EOF */
     int dirty;               /* on the list of connections to drive after completions */
     int64_t created_ms, last_ms, linger_until_ms;
+    int64_t wrote_ms;        /* the last time output bytes left */
+    int reserved;            /* accepted past max_connections: health checks only */
+    unsigned requests;       /* requests whose headers were complete */
+    int body_streams;        /* HTTP/2 streams receiving a body */
+    size_t resp_held;        /* answers held by its tasks (max_conn_resp) */
     size_t linger_bytes;
     /* Input the protocol did not consume yet (a paused HTTP/1 parser, an undecided
      * preface), at most PT_RBUF_CAP. Fresh reads go to the server's shared buffer when
@@ -246,6 +260,7 @@ struct pt_server {
     pt_dispatch_fn fn;
     int (*on_loop)(void *ud, const pt_req *req);
     size_t body_bytes; /* capacity of every task's body buffer (loop thread only) */
+    size_t resp_held;  /* answers held by every task (loop thread only; max_resp_total) */
     void *ud;
     size_t arena_max;
     int lfd, epfd, wake_fd;
@@ -331,8 +346,17 @@ int pt_task_body_append(pt_task *t, const uint8_t *p, size_t n);
 void pt_task_returned(pt_task *t);
 /* Adds Retry-After to a 503 the server makes itself (r->headers has room). */
 void pt_task_retry_after(const pt_server *s, pt_resp *r);
-/* Pre-sizes the body for a declared length (already checked against max_body). */
-void pt_task_body_reserve(pt_task *t, uint64_t n);
+/* The request's headers are complete: 0 to go on with its body; otherwise t->resp holds
+ * the answer to send at once without reading the body (a reserved connection asking for
+ * anything but a health check, the application's admit refusing it, the connection's or
+ * the server's answers past max_conn_resp / max_resp_total). has_body: the request says a
+ * body follows. */
+int pt_task_admit(pt_task *t, int has_body);
+/* Fills t->resp with the server's own plain answer for error code rv. */
+void pt_task_error_resp(pt_task *t, int rv, const char *text);
+/* A worker posted t back with its answer or a piece: counts the memory its arena holds
+ * now in the answers held. */
+void pt_task_hold(pt_task *t);
 /* The plain-text body of an answer the server makes itself for error code rv (its status is
  * pt_error_http_status(rv)): the one place these texts come from. A protocol that knows
  * more precisely what was wrong says that instead (HTTP/1.1: the parser's complaint). */

@@ -20,7 +20,6 @@
 #define ARENA_BLOCK (64 * 1024)
 #define TASK_CACHE_MAX 64
 #define BODY_KEEP (256 * 1024)        /* body buffers up to this size stay with cached tasks */
-#define BODY_RESERVE_MAX (4u << 20)   /* a declared length pre-sizes the body up to this */
 
 pt_task *pt_task_new(pt_conn *c, int proto)
 {
@@ -46,6 +45,10 @@ pt_task *pt_task_new(pt_conn *c, int proto)
     t->admitted = 0;
     t->hdr_bytes = 0;
     t->declared_len = UINT64_MAX;
+    t->start_ms = t->touched_ms = s->now_ms;
+    t->headers_ms = 0;
+    t->body_stream = 0;
+    t->held = 0;
     pt_buf_reset(&t->body);
     t->body.max = s->opts.max_body;
     t->sent = 0;
@@ -106,6 +109,30 @@ static void detach(pt_task *t)
     t->conn = NULL;
     c->ntasks--;
     c->body_bytes -= t->body.cap;
+    c->resp_held -= t->held;
+    c->body_streams -= t->body_stream;
+    t->body_stream = 0;
+}
+
+/* Takes t's answer off the answers held (server and connection). */
+static void unhold(pt_task *t)
+{
+    t->srv->resp_held -= t->held;
+    if (t->conn)
+        t->conn->resp_held -= t->held;
+    atomic_fetch_sub_explicit(&pt_m.http_response_bytes, (int64_t)t->held, memory_order_relaxed);
+    t->held = 0;
+}
+
+void pt_task_hold(pt_task *t)
+{
+    size_t now = t->arena.used_total;
+    ptrdiff_t delta = (ptrdiff_t)now - (ptrdiff_t)t->held;
+    t->srv->resp_held += (size_t)delta;
+    if (t->conn)
+        t->conn->resp_held += (size_t)delta;
+    atomic_fetch_add_explicit(&pt_m.http_response_bytes, delta, memory_order_relaxed);
+    t->held = now;
 }
 
 /* Puts t on the workers' queue (loop thread). */
@@ -165,6 +192,7 @@ void pt_task_free(pt_task *t)
 {
     pt_server *s = t->srv;
     detach(t);
+    unhold(t);
     if (pt_task_in_worker(t)) {
         /* A request whose client is gone is not worth running (a client that did not get
          * its answer retries); the worker posts it back and it is freed then. */
@@ -432,6 +460,8 @@ const char *pt_task_status_text(int rv)
     case PT_ETOOLARGE: return "request body too large\n";
     case PT_EHEADERS: return "request header fields too large\n";
     case PT_EVERSION: return "HTTP version not supported\n";
+    case PT_EREQTIMEOUT: return "request timeout: its headers or body did not arrive in time "
+                                "(web.header_timeout, web.body_timeout)\n";
     case PT_EBUSY: return "server busy: request bodies in memory are at web.max_body_memory "
                           "or web.max_connection_body_memory; retry\n";
     case PT_ENOMEM: return "out of memory\n";
@@ -482,6 +512,7 @@ int pt_task_body_append(pt_task *t, const uint8_t *p, size_t n)
 {
     int limit;
     int rv = body_reserve(t, n, &limit);
+    t->touched_ms = t->srv->now_ms;
     if (rv == PT_EBUSY)
         atomic_fetch_add_explicit(&pt_m.http_overload_rejected[limit], 1, memory_order_relaxed);
     if (rv != 0)
@@ -491,14 +522,57 @@ int pt_task_body_append(pt_task *t, const uint8_t *p, size_t n)
     return 0;
 }
 
-void pt_task_body_reserve(pt_task *t, uint64_t n)
+void pt_task_error_resp(pt_task *t, int rv, const char *text)
 {
-    /* Capped: a declared length costs memory only as the bytes actually arrive. */
-    if (n > BODY_RESERVE_MAX)
-        n = BODY_RESERVE_MAX;
-    int limit;
-    if (n > t->body.cap)
-        body_reserve(t, (size_t)n, &limit); /* on failure the body grows as bytes arrive */
+    pt_resp *r = &t->resp;
+    r->status = pt_error_http_status(rv);
+    r->content_type = "text/plain; charset=utf-8";
+    r->content_encoding = NULL;
+    r->nheaders = 0;
+    r->body = (const uint8_t *)(text ? text : pt_task_status_text(rv));
+    r->body_len = strlen((const char *)r->body);
+    r->producer = (pt_producer){0};
+    pt_task_retry_after(t->srv, r);
+}
+
+/* Refuses t at its headers for a server limit, counted by reason. */
+static int refuse_early(pt_task *t, int reason, const char *text)
+{
+    atomic_fetch_add_explicit(&pt_m.http_overload_rejected[reason], 1, memory_order_relaxed);
+    pt_task_error_resp(t, PT_EBUSY, text);
+    return PT_EBUSY;
+}
+
+int pt_task_admit(pt_task *t, int has_body)
+{
+    pt_server *s = t->srv;
+    pt_conn *c = t->conn;
+    t->headers_ms = t->touched_ms = s->now_ms;
+    c->requests++;
+    int light = s->on_loop && s->on_loop(s->ud, &t->req);
+    if (c->reserved && !light)
+        return refuse_early(t, PT_OVERLOAD_CONNECTIONS,
+                            "server busy: web.max_connections connections are open; this "
+                            "connection serves health checks and metrics only; retry\n");
+    if (!light && c->resp_held > s->opts.max_conn_resp)
+        return refuse_early(t, PT_OVERLOAD_CONN_RESP,
+                            "server busy: this connection's answers not yet read are past "
+                            "web.max_connection_response_memory; retry\n");
+    if (!light && s->resp_held > s->opts.max_resp_total)
+        return refuse_early(t, PT_OVERLOAD_RESP,
+                            "server busy: answers not yet read are past "
+                            "web.max_response_memory; retry\n");
+    if (!has_body || !s->opts.admit)
+        return 0;
+    pt_resp *r = &t->resp;
+    int rv = s->opts.admit(s->ud, &t->req, r);
+    if (rv == 0)
+        return 0;
+    fix_resp(r);
+    if (r->status < 300) /* a refusal that forgot its status */
+        r->status = pt_error_http_status(PT_EBADREQ);
+    r->producer = (pt_producer){0};
+    return rv < 0 ? rv : PT_EBADREQ;
 }
 
 int pt_task_header_ok(const char *name, const char *value)
