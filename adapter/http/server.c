@@ -607,11 +607,6 @@ static void begin_stop(pt_server *s)
     drive_dirty(s);
 }
 
-static void count_timeout(int kind)
-{
-    atomic_fetch_add_explicit(&pt_m.http_timeouts[kind], 1, memory_order_relaxed);
-}
-
 /* Whether a body has stalled: no byte for body_timeout, or, once body_timeout has passed
  * since its headers, fewer than body_min_rate bytes a second on average. */
 static int body_late(const pt_server *s, const pt_task *t)
@@ -625,39 +620,55 @@ static int body_late(const pt_server *s, const pt_task *t)
            pt_buf_used(&t->body) < (uint64_t)(since - limit) * s->opts.body_min_rate / 1000;
 }
 
-/* The first deadline c or one of its requests has missed: PT_TIMEOUT_* with the request
- * (NULL for the connection's own), or -1. A connection on its way out (closing,
- * lingering) only has its output to flush in time. */
-static int missed(const pt_server *s, const pt_conn *c, pt_task **late)
+/* The deadline request t of c has missed (enum pt_timeout_kind), or -1. */
+static int task_late(const pt_server *s, const pt_conn *c, const pt_task *t, int64_t hdr)
+{
+    int64_t wr = s->opts.write_timeout_ms;
+    if (t->state == PT_TASK_RECV && !t->headers_ms)
+        return hdr > 0 && s->now_ms - t->start_ms >= hdr ? PT_TIMEOUT_HEADER : -1;
+    if (t->state == PT_TASK_RECV && !t->early_rv)
+        return body_late(s, t) ? PT_TIMEOUT_BODY : -1;
+    if (t->state != PT_TASK_SEND || wr <= 0)
+        return -1;
+    /* HTTP/2 counts a stream's own progress (its window may be shut while others move);
+     * HTTP/1.1 any byte written. */
+    int64_t moved = t->stream_id || t->touched_ms > c->wrote_ms ? t->touched_ms : c->wrote_ms;
+    return s->now_ms - moved >= wr ? PT_TIMEOUT_WRITE : -1;
+}
+
+static void time_out(pt_conn *c, pt_task *t, int kind)
+{
+    atomic_fetch_add_explicit(&pt_m.http_timeouts[kind], 1, memory_order_relaxed);
+    c->ops->timeout(c, t, kind);
+}
+
+/* Ends what of c missed a deadline: its first request's headers (counted from its accept),
+ * each of its requests, its output. A connection on its way out (closing, lingering) only
+ * has its output to flush in time. 1 when something was ended. */
+static int enforce_conn(pt_server *s, pt_conn *c)
 {
     int64_t hdr = c->reserved ? RESERVED_HEADER_MS : s->opts.header_timeout_ms;
-    int64_t wr = s->opts.write_timeout_ms;
-    *late = NULL;
-    if (c->state < PT_CONN_CLOSE) {
-        if (hdr > 0 && c->requests == 0 && s->now_ms - c->created_ms >= hdr)
-            return PT_TIMEOUT_HEADER;
-        for (pt_task *t = c->tasks; t; t = t->next) {
-            *late = t;
-            if (t->state == PT_TASK_RECV && !t->headers_ms) {
-                if (hdr > 0 && s->now_ms - t->start_ms >= hdr)
-                    return PT_TIMEOUT_HEADER;
-            } else if (t->state == PT_TASK_RECV && !t->early_rv) {
-                if (body_late(s, t))
-                    return PT_TIMEOUT_BODY;
-            } else if (t->state == PT_TASK_SEND && wr > 0) {
-                /* HTTP/2 counts a stream's own progress (its window may be shut while
-                 * others move); HTTP/1.1 any byte written. */
-                int64_t moved = t->stream_id || t->touched_ms > c->wrote_ms ? t->touched_ms
-                                                                            : c->wrote_ms;
-                if (s->now_ms - moved >= wr)
-                    return PT_TIMEOUT_WRITE;
-            }
-        }
-        *late = NULL;
+    int hit = 0;
+    if (c->state < PT_CONN_CLOSE && hdr > 0 && c->requests == 0 &&
+        s->now_ms - c->created_ms >= hdr) {
+        time_out(c, NULL, PT_TIMEOUT_HEADER);
+        return 1;
     }
-    if (!pt_conn_out_empty(c) && wr > 0 && s->now_ms - c->wrote_ms >= wr)
-        return PT_TIMEOUT_WRITE;
-    return -1;
+    pt_task *next;
+    for (pt_task *t = c->tasks; t && c->state < PT_CONN_CLOSE; t = next) {
+        next = t->next; /* t may be freed */
+        int kind = task_late(s, c, t, hdr);
+        if (kind >= 0) {
+            time_out(c, t, kind);
+            hit = 1;
+        }
+    }
+    if (!hit && c->state != PT_CONN_CLOSED && !pt_conn_out_empty(c) &&
+        s->opts.write_timeout_ms > 0 && s->now_ms - c->wrote_ms >= s->opts.write_timeout_ms) {
+        time_out(c, NULL, PT_TIMEOUT_WRITE);
+        hit = 1;
+    }
+    return hit;
 }
 
 /* Whether a worker holds one of c's tasks: the server, not the client, is busy. */
@@ -668,6 +679,8 @@ static int conn_busy(const pt_conn *c)
             return 1;
     return 0;
 }
+
+static void enforce_deadlines(pt_server *s);
 
 static void sweep(pt_server *s)
 {
@@ -681,6 +694,14 @@ static void sweep(pt_server *s)
     s->next_sweep_ms = s->now_ms + every;
     if (!s->listening && !s->stopping && s->now_ms >= s->accept_resume_ms)
         listener_enable(s, 1);
+    enforce_deadlines(s);
+    drive_dirty(s);
+}
+
+/* Ends what missed a deadline, shuts idle connections down, and marks what changed dirty
+ * (the sweep drives them; the protocol tests pump them). */
+static void enforce_deadlines(pt_server *s)
+{
     int64_t idle = s->opts.idle_timeout_ms;
     for (pt_conn *c = s->conns; c; c = c->next) {
         if (c->state == PT_CONN_CLOSED)
@@ -695,12 +716,9 @@ static void sweep(pt_server *s)
                 pt_conn_close(c);
             continue;
         }
-        pt_task *late;
-        int kind = missed(s, c, &late);
-        if (kind >= 0) {
-            count_timeout(kind);
-            c->ops->timeout(c, late, kind);
-            mark_dirty(s, c);
+        if (enforce_conn(s, c)) {
+            if (c->state != PT_CONN_CLOSED)
+                mark_dirty(s, c);
             continue;
         }
         if (idle <= 0 || conn_busy(c) || s->now_ms - c->last_ms < idle)
@@ -709,12 +727,11 @@ static void sweep(pt_server *s)
             pt_conn_close(c); /* asked to wind down a period ago */
             continue;
         }
-        count_timeout(PT_TIMEOUT_IDLE);
+        atomic_fetch_add_explicit(&pt_m.http_timeouts[PT_TIMEOUT_IDLE], 1, memory_order_relaxed);
         c->ops->shutdown(c);
         c->last_ms = s->now_ms;
         mark_dirty(s, c);
     }
-    drive_dirty(s);
 }
 
 /* The connection an event names, or NULL when that connection is gone. */
