@@ -86,8 +86,8 @@ static const pt_conf_key table[] = {
      "only (one request each, within 2s)."},
     {"web.max_connection_body_streams", NULL, PT_CONF_LONG, "64", 1, 100,
      F(max_connection_body_streams),
-     "HTTP/2 streams of one connection receiving a body at once; more are refused "
-     "(REFUSED_STREAM, retried by clients)."},
+     "HTTP/2 streams of one connection receiving a body at once; more get 503 on their "
+     "stream before their body."},
     {"web.max_connection_response_memory", NULL, PT_CONF_BYTES, "256MiB", MiB, 1048576 * MiB,
      F(max_connection_response_memory),
      "Answers one connection holds unread; past it its new requests get 503."},

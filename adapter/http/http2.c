@@ -5,7 +5,7 @@
  * Every stream gets its own task at its first HEADERS; a stream with a body is admitted on
  * its headers (pt_task_admit: credentials, route, limits) before any DATA is accepted, and
  * at most max_conn_body_streams streams of a connection receive a body at once (others
- * are refused with REFUSED_STREAM); the body accumulates in the task up to max_body, its
+ * are answered 503 before their body); the body accumulates in the task up to max_body, its
  * memory growing with the bytes that arrive, never from a declared length; END_STREAM
  * hands it to a worker, so many streams of one connection run in parallel. The stream's user data is the task. A request over a limit is answered early
  * (413/431) without dispatch; once that answer is out, the rest of a large upload is cut
@@ -236,14 +236,17 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
     if (f->hd.type == NGHTTP2_HEADERS && !t->headers_ms) {
         /* The request's headers (a later HEADERS frame holds trailers). */
         if (!end && c->body_streams >= c->srv->opts.max_conn_body_streams) {
+            /* A 503 on the stream, not REFUSED_STREAM: Prometheus' own retry loop backs
+             * off and counts it (see the README's Overload). */
             atomic_fetch_add_explicit(&pt_m.http_overload_rejected[PT_OVERLOAD_BODY_STREAMS],
                                       1, memory_order_relaxed);
-            t->early_rv = PT_EBUSY;
             t->headers_ms = c->srv->now_ms;
-            return nghttp2_submit_rst_stream(ss, NGHTTP2_FLAG_NONE, t->stream_id,
-                                             NGHTTP2_REFUSED_STREAM) == 0
-                       ? 0
-                       : NGHTTP2_ERR_CALLBACK_FAILURE;
+            t->early_rv = PT_EBUSY;
+            pt_task_error_resp(t, PT_EBUSY,
+                               "server busy: web.max_connection_body_streams streams of this "
+                               "connection are receiving bodies; retry\n");
+            reject(c, t);
+            return 0;
         }
         if (pt_task_admit(t, !end) != 0) {
             t->early_rv = PT_EBADREQ; /* whatever comes of the stream is dropped */
@@ -308,6 +311,39 @@ int pt_http2_callbacks(nghttp2_session_callbacks **out)
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
     *out = cb;
     return 0;
+}
+
+/*
+ * Whether the linked libnghttp2 ends a session that gets a flood of CONTINUATION frames
+ * (CVE-2024-28182; nghttp2 1.61, and Debian 12's 1.52.0-1+deb12u2 and later, which also
+ * carry the rapid-reset limits of CVE-2023-44487). The version number cannot tell a
+ * patched distribution build from an old one, so a session in memory is asked: a preface,
+ * an empty SETTINGS, a HEADERS frame without END_HEADERS and 64 empty CONTINUATION frames.
+ */
+int pt_http2_flood_guarded(void)
+{
+    static const uint8_t start[] = {
+        'P', 'R', 'I', ' ', '*', ' ', 'H', 'T', 'T', 'P', '/', '2', '.', '0', '\r', '\n',
+        '\r', '\n', 'S', 'M', '\r', '\n', '\r', '\n',
+        0, 0, 0, NGHTTP2_SETTINGS, 0, 0, 0, 0, 0,            /* SETTINGS, empty */
+        0, 0, 3, NGHTTP2_HEADERS, 0, 0, 0, 0, 1, 0x82, 0x86, 0x84, /* GET http / */
+    };
+    static const uint8_t cont[9] = {0, 0, 0, NGHTTP2_CONTINUATION, 0, 0, 0, 0, 1};
+    uint8_t in[sizeof(start) + 64 * sizeof(cont)];
+    memcpy(in, start, sizeof(start));
+    for (size_t i = 0; i < 64; i++)
+        memcpy(in + sizeof(start) + i * sizeof(cont), cont, sizeof(cont));
+    nghttp2_session_callbacks *cb;
+    nghttp2_session *ss;
+    if (nghttp2_session_callbacks_new(&cb) != 0)
+        return -1;
+    int rv = nghttp2_session_server_new(&ss, cb, NULL);
+    nghttp2_session_callbacks_del(cb);
+    if (rv != 0)
+        return -1;
+    ssize_t n = nghttp2_session_mem_recv(ss, in, sizeof(in));
+    nghttp2_session_del(ss);
+    return n < 0;
 }
 
 /* ---------------------------------------------------------------------- protocol ops */

@@ -495,6 +495,11 @@ pt_server *pt_server_new(const pt_server_opts *opts, pt_dispatch_fn fn, void *ud
     pt_server *s = server_alloc(opts, fn, ud, err, errlen);
     if (!s)
         return NULL;
+    if (pt_http2_flood_guarded() == 0)
+        pt_log(PT_LOG_ERROR, "libnghttp2 lacks the HTTP/2 flood fixes",
+               "version=%s fix=\"nghttp2 1.61 or later, or Debian 12's 1.52.0-1+deb12u2 or "
+               "later\" risk=\"CONTINUATION floods and rapid resets can exhaust the server\"",
+               nghttp2_version(0)->version_str);
     /* A peer that resets a connection must not kill the process through a TLS write
      * (OpenSSL uses write(), not send() with MSG_NOSIGNAL). Leave a custom handler alone. */
     struct sigaction sa;

@@ -386,6 +386,9 @@ int pt_conn_out_empty(const pt_conn *c);
 
 /* http2.c: the callbacks every server session shares. */
 int pt_http2_callbacks(nghttp2_session_callbacks **out);
+/* 1 when the linked libnghttp2 ends a session flooded with CONTINUATION frames (it has the
+ * flood fixes the HTTP/2 limits rely on), 0 when it does not, -1 out of memory. */
+int pt_http2_flood_guarded(void);
 
 /* tls.c */
 /* client_ca_file may be NULL; when set, clients must present a certificate it signs. */

@@ -2,7 +2,8 @@
  * nghttp2 when the input starts with the HTTP/2 preface). Each input is one connection:
  * send, wait up to ANSWER_WAIT_MS for an answer to start, half-close, read until the server
  * closes. GET /s... answers with a produced body
- * (pt_producer) of as many 1000-byte pieces as the path is long. */
+ * (pt_producer) of as many 1000-byte pieces as the path is long; a body sent to /x... is
+ * refused on its headers. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -53,6 +54,19 @@ static void echo(void *ud, pt_req *req, pt_resp *resp)
     resp->body_len = req->body_len;
 }
 
+/* Refuses a request with a body to /x... on its headers, as the daemon's admission would
+ * without credentials. */
+static int admit(void *ud, pt_req *req, pt_resp *resp)
+{
+    (void)ud;
+    if (req->path[0] != '/' || req->path[1] != 'x')
+        return 0;
+    resp->status = 401;
+    resp->body = (const uint8_t *)"no\n";
+    resp->body_len = 3;
+    return -12;
+}
+
 static void *run(void *arg)
 {
     pt_server_run(arg);
@@ -64,7 +78,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argc, (void)argv;
     char err[256];
     pt_server_opts o = {.listen_address = "127.0.0.1:0", .workers = 2, .max_body = 1 << 16,
-                        .max_header_bytes = 8192, .idle_timeout_ms = 2000, .max_connections = 64};
+                        .max_header_bytes = 8192, .idle_timeout_ms = 2000, .max_connections = 64,
+                        .header_timeout_ms = 1000, .body_timeout_ms = 1000, .body_min_rate = 1024,
+                        .write_timeout_ms = 1000, .max_conn_body_streams = 4, .admit = admit};
     srv = pt_server_new(&o, echo, NULL, err, sizeof(err));
     if (!srv) {
         fprintf(stderr, "fuzz_http: %s\n", err);

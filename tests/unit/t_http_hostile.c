@@ -167,8 +167,9 @@ static void h2_body_streams(void)
     exchange(&cl, c, &out, 1);
     ok(!cl.closed[slot_of(a)] && !cl.closed[slot_of(b)],
        "h2: two streams receive bodies (web.max_connection_body_streams = 2)");
-    ok(cl.closed[slot_of(x)] && cl.close_error[slot_of(x)] == NGHTTP2_REFUSED_STREAM,
-       "... a third is refused with REFUSED_STREAM before its body");
+    ok(cl.status[slot_of(x)] == 503 && cl.retry_after[slot_of(x)] > 0 &&
+           pt_m.http_overload_rejected[PT_OVERLOAD_BODY_STREAMS] == 1,
+       "... a third is answered 503 with Retry-After before its body");
     int32_t g = request(&cl, "GET", "/light", NULL, 0);
     exchange(&cl, c, &out, 1);
     is(cl.status[slot_of(g)], 200, "... a request without a body still goes through");
@@ -397,8 +398,16 @@ static void reserved_connections(void)
     teardown(s, &out);
 }
 
+static void nghttp2_guards(void)
+{
+    ok(pt_http2_flood_guarded() == 1,
+       "the linked libnghttp2 (%s) ends a session flooded with CONTINUATION frames",
+       nghttp2_version(0)->version_str);
+}
+
 int main(void)
 {
+    nghttp2_guards();
     h1_admission();
     h2_admission();
     h2_body_streams();
