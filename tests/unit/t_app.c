@@ -391,6 +391,46 @@ int main(void)
         app.basic_credentials = NULL;
     }
 
+    /* Admission on headers: what the server asks before it reads a body. */
+    {
+        app.bearer_token = "s3cret";
+        call a;
+        memset(&a, 0, sizeof(a));
+        pt_arena_init(&a.arena, 0, 0);
+        a.req = (pt_req){.method = PT_M_POST, .method_name = "POST", .path = "/api/v1/write",
+                         .query = "", .content_type = "", .content_encoding = "",
+                         .authorization = "", .user_agent = "", .remote_write_version = "",
+                         .tenant = "", .arena = &a.arena};
+        ok(pt_app_admit(&app, &a.req, &a.resp) != 0 && a.resp.status == 401,
+           "admission: a write without the token is refused on its headers (401)");
+        memset(&a.resp, 0, sizeof(a.resp));
+        a.req.authorization = "Bearer s3cret";
+        ok(pt_app_admit(&app, &a.req, &a.resp) == 0, "... with it, admitted");
+        a.req.path = "/api/v1/nope";
+        ok(pt_app_admit(&app, &a.req, &a.resp) != 0 && a.resp.status == 404,
+           "... a body to an unknown path: 404 before it is read");
+        memset(&a.resp, 0, sizeof(a.resp));
+        a.req.path = "/api/v1/write";
+        a.req.method = PT_M_PUT;
+        a.req.method_name = "PUT";
+        ok(pt_app_admit(&app, &a.req, &a.resp) != 0 && a.resp.status == 405,
+           "... a body with a method the route does not take: 405");
+        pt_arena_free(&a.arena);
+
+        is(run(&c, PT_M_GET, "/metrics", "", "", NULL, 0), 200,
+           "/metrics without web.metrics_auth needs no credentials");
+        pt_arena_free(&c.arena);
+        cfg.metrics_auth = 1;
+        is(run(&c, PT_M_GET, "/metrics", "", "", NULL, 0), 401,
+           "web.metrics_auth: /metrics without credentials: 401");
+        pt_arena_free(&c.arena);
+        c.req.authorization = "Bearer s3cret";
+        is(again(&c), 200, "... with the read credentials: 200");
+        pt_arena_free(&c.arena);
+        cfg.metrics_auth = 0;
+        app.bearer_token = NULL;
+    }
+
     /* Routes and methods. */
     is(run(&c, PT_M_GET, "/nope", "", "", NULL, 0), 404, "unknown path: 404");
     pt_arena_free(&c.arena);
