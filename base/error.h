@@ -27,6 +27,7 @@ enum {
     PT_EHEADERS = -13,    /* request header fields over the limit (431) */
     PT_EVERSION = -14,    /* HTTP version other than 1.0 and 1.1 (400, not 505: bad input) */
     PT_ETENANTLIMIT = -15, /* over a tenant's limit (429; tenancy.*) */
+    PT_EREGEXLIMIT = -16, /* a regex matcher ran into its match limits on a value (422) */
 
     PT_EUNAVAIL = -100,   /* backend unavailable */
     PT_ETIMEOUT = -101,   /* backend timed out */
