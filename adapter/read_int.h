@@ -65,7 +65,7 @@ typedef struct qctx {
 
 /* Every so many index rows or cells, a read checks its deadline. */
 #define DEADLINE_EVERY 1024
-/* And every so many regex evaluations: one may take up to its match limit (about 3 ms at
+/* And every so many regex evaluations: one may take up to its match limit (some ms at
  * read.regex_match_limit's default). */
 #define DEADLINE_EVERY_REGEX 16
 
