@@ -566,10 +566,10 @@ static void json_error(apictx *c, int rv, const char *text)
 {
     pt_resp *resp = c->resp;
     const char *type = rv == PT_ELIMIT || rv == PT_EREGEXLIMIT ? "execution"
-                       : PT_IS_BAD_INPUT(rv) ? "bad_data"
-                       : rv == PT_ETIMEOUT   ? "timeout"
-                       : PT_IS_RETRYABLE(rv) ? "unavailable"
-                                             : "internal";
+                       : PT_IS_BAD_INPUT(rv)                   ? "bad_data"
+                       : rv == PT_ETIMEOUT                     ? "timeout"
+                       : PT_IS_RETRYABLE(rv)                   ? "unavailable"
+                                                               : "internal";
     resp->status = rv == PT_ELIMIT ? 422 : pt_error_http_status(rv);
     resp->content_type = "application/json";
     pt_buf_reset(&c->out);

@@ -39,7 +39,7 @@ typedef struct pt_matcher {
     void *re;       /* pcre2_code * for RE/NRE */
     void *md;       /* pcre2_match_data * */
     pt_matcher_env *env; /* NULL: PCRE2's defaults */
-    int err;        /* the PCRE2 error of the last failed match (pt_matcher_limit_msg) */
+    int err;             /* the PCRE2 error of the last failed match (pt_matcher_limit_msg) */
     int matches_empty;
 } pt_matcher;
 

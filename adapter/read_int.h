@@ -59,7 +59,7 @@ typedef struct qctx {
     refset refs;    /* series references the index lists gave */
     size_t rows;    /* index rows scanned so far */
     size_t rows_cached; /* list cells read from the list cache instead */
-    size_t evals;   /* regex evaluations, for the deadline checks */
+    size_t evals;       /* regex evaluations, for the deadline checks */
     const pt_matcher *costly; /* the matcher that ran into its limits (PT_EREGEXLIMIT) */
 } qctx;
 

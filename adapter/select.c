@@ -995,7 +995,8 @@ int pt_select_filter(qctx *q)
         series *se = &q->c.v[i];
         int rv = past_deadline(q);
         size_t j = 0;
-        while (rv == 0 && j < q->nms && (rv = accepts(q, &q->ms[j], label_value(se, q->ms[j].name))) > 0)
+        while (rv == 0 && j < q->nms &&
+               (rv = accepts(q, &q->ms[j], label_value(se, q->ms[j].name))) > 0)
             rv = 0, j++;
         if (rv < 0)
             return rv;

@@ -23,8 +23,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 pt_matcher m;
                 Prometheus__LabelMatcher *lm = q->matchers[j];
                 if (pt_matcher_init(&m, (int)lm->type, (pt_slice){lm->name.data, lm->name.len},
-                                    (pt_slice){lm->value.data, lm->value.len}, &env,
-                                    msg, sizeof(msg)) == 0) {
+                                    (pt_slice){lm->value.data, lm->value.len}, &env, msg,
+                                    sizeof(msg)) == 0) {
                     pt_matcher_match(&m, (pt_slice){lm->value.data, lm->value.len});
                     pt_matcher_free(&m);
                 }

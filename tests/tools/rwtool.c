@@ -335,10 +335,11 @@ static int readreq(int argc, char **argv)
         if (!op || (op[0] == '!' && op[1] != '=' && op[1] != '~'))
             return 2;
         int re = op[1] == '~', neg = op[0] == '!';
-        lm->type = (Prometheus__LabelMatcher__Type)(re ? (neg ? PROMETHEUS__LABEL_MATCHER__TYPE__NRE
-                                                              : PROMETHEUS__LABEL_MATCHER__TYPE__RE)
-                                                   : (neg ? PROMETHEUS__LABEL_MATCHER__TYPE__NEQ
-                                                          : PROMETHEUS__LABEL_MATCHER__TYPE__EQ));
+        lm->type =
+            (Prometheus__LabelMatcher__Type)(re ? (neg ? PROMETHEUS__LABEL_MATCHER__TYPE__NRE
+                                                       : PROMETHEUS__LABEL_MATCHER__TYPE__RE)
+                                                : (neg ? PROMETHEUS__LABEL_MATCHER__TYPE__NEQ
+                                                       : PROMETHEUS__LABEL_MATCHER__TYPE__EQ));
         *op = 0;
         lm->name = bin(argv[i]), lm->value = bin(op + (re || neg ? 2 : 1));
         q->matchers[i - 3] = lm;

@@ -352,13 +352,17 @@ static void pt_api_conformance(pt_backend *be, const char *name)
         /* A regex that backtracks exponentially on a value: 422 naming the matcher and the
          * limit, for =~ and !~ (a non-match would have !~ select the series). */
         const tseries patho[] = {
-            {{"__name__", "patho", "v", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa1c", NULL}, {API_T0}, {1}, 1}};
+            {{"__name__", "patho", "v", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa1c", NULL},
+             {API_T0},
+             {1},
+             1}};
         pt_arena_init(&a, 0, 0);
-        is(pt_store_write(&st, mk_write(&a, patho, 1), &a, &res), 0, "%s: a pathological value", name);
+        is(pt_store_write(&st, mk_write(&a, patho, 1), &a, &res), 0, "%s: a pathological value",
+           name);
         pt_arena_free(&a);
         app.store.regex_match_limit = 100000;
         static const char *const sel[] = {"match[]={v=~\"(a|a)*c\"}",
-                                           "match[]={__name__=\"patho\",v!~\"(a|a)*c\"}"};
+                                          "match[]={__name__=\"patho\",v!~\"(a|a)*c\"}"};
         for (int i = 0; i < 2; i++) {
             api_call r;
             int s = api_run(&app, &r, PT_M_GET, "/api/v1/series", sel[i], NULL);

@@ -14,7 +14,8 @@ static int m(int type, const char *pattern, const char *value)
 {
     pt_matcher mt;
     char msg[256];
-    if (pt_matcher_init(&mt, type, pt_slice_str("l"), pt_slice_str(pattern), NULL, msg, sizeof(msg)))
+    if (pt_matcher_init(&mt, type, pt_slice_str("l"), pt_slice_str(pattern), NULL, msg,
+                        sizeof(msg)))
         return -1;
     int r = pt_matcher_match(&mt, pt_slice_str(value));
     pt_matcher_free(&mt);
@@ -86,10 +87,10 @@ static void test_limits(void)
     char msg[512] = "";
     int r0 = pt_matcher_init(&ms[0], PT_MATCH_EQ, pt_slice_str("a"), pt_slice_str("1"), &env, msg,
                              sizeof(msg));
-    int r1 = pt_matcher_init(&ms[1], PT_MATCH_RE, pt_slice_str("b"), pt_slice_str("x.*"), &env,
-                             msg, sizeof(msg));
-    int r2 = pt_matcher_init(&ms[2], PT_MATCH_RE, pt_slice_str("c"), pt_slice_str("y.*"), &env,
-                             msg, sizeof(msg));
+    int r1 = pt_matcher_init(&ms[1], PT_MATCH_RE, pt_slice_str("b"), pt_slice_str("x.*"), &env, msg,
+                             sizeof(msg));
+    int r2 = pt_matcher_init(&ms[2], PT_MATCH_RE, pt_slice_str("c"), pt_slice_str("y.*"), &env, msg,
+                             sizeof(msg));
     ok(r0 == 0 && r1 == 0 && r2 == PT_EBADREQ && strstr(msg, "read.max_matchers") && !ms[2].re,
        "a matcher past max_matchers: 400 naming the limit, nothing compiled (%s)", msg);
     ok(pt_matcher_env_check(&env, 1, msg, sizeof(msg)) == PT_EBADREQ &&
@@ -236,10 +237,12 @@ int main(void)
     {
         pt_matcher mt;
         char msg[256];
-        pt_matcher_init(&mt, PT_MATCH_NEQ, pt_slice_str("l"), pt_slice_str(""), NULL, msg, sizeof(msg));
+        pt_matcher_init(&mt, PT_MATCH_NEQ, pt_slice_str("l"), pt_slice_str(""), NULL, msg,
+                        sizeof(msg));
         ok(!mt.matches_empty, "l!=\"\" does not match a missing label");
         pt_matcher_free(&mt);
-        pt_matcher_init(&mt, PT_MATCH_NRE, pt_slice_str("l"), pt_slice_str("x"), NULL, msg, sizeof(msg));
+        pt_matcher_init(&mt, PT_MATCH_NRE, pt_slice_str("l"), pt_slice_str("x"), NULL, msg,
+                        sizeof(msg));
         ok(mt.matches_empty, "l!~\"x\" matches a missing label");
         pt_matcher_free(&mt);
     }

@@ -19,7 +19,8 @@ static void filter_deadline(void)
     }
     pt_matcher m;
     char msg[256];
-    pt_matcher_init(&m, PT_MATCH_RE, PT_SLICE_LIT("v"), PT_SLICE_LIT("a.c"), NULL, msg, sizeof(msg));
+    pt_matcher_init(&m, PT_MATCH_RE, PT_SLICE_LIT("v"), PT_SLICE_LIT("a.c"), NULL, msg,
+                    sizeof(msg));
     atomic_int gone = 0;
     qctx q = {.ms = &m, .nms = 1, .cancel = &gone};
     q.c.v = v, q.c.x.n = N;

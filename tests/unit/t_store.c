@@ -261,7 +261,9 @@ static void regex_limits(tstore *s)
         const char *say, *what;
     } cases[] = {
         {{{2, "v", "(a|a)*c"}}, 1, "v=~\"(a|a)*c\"", "=~ alone (the values rows)"},
-        {{{0, "__name__", "patho"}, {2, "v", "(a|a)*c"}}, 2, "v=~\"(a|a)*c\"",
+        {{{0, "__name__", "patho"}, {2, "v", "(a|a)*c"}},
+         2,
+         "v=~\"(a|a)*c\"",
          "=~ after a name (the last filter)"},
         {{{0, "__name__", "patho"}, {3, "v", "(a|a)*c"}}, 2, "v!~\"(a|a)*c\"", "!~"},
     };
