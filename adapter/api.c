@@ -390,8 +390,8 @@ static int braces(lexer *lx, rawm *v, size_t *n, int *quoted_metric)
     }
 }
 
-int pt_selector_parse(pt_arena *a, const char *s, size_t n, pt_matcher **ms, size_t *nms, char *msg,
-                      size_t msglen)
+int pt_selector_parse(pt_arena *a, const char *s, size_t n, pt_matcher_env *env, pt_matcher **ms,
+                      size_t *nms, char *msg, size_t msglen)
 {
     lexer lx = {s, n, 0, a, msg, msglen};
     *ms = NULL;
@@ -428,13 +428,15 @@ int pt_selector_parse(pt_arena *a, const char *s, size_t n, pt_matcher **ms, siz
         snprintf(msg, msglen, "metric name must not be set twice");
         return PT_EBADREQ;
     }
+    if ((rv = pt_matcher_env_check(env, k, msg, msglen)) != 0)
+        return rv;
     pt_matcher *m = pt_arena_calloc(a, (k ? k : 1) * sizeof(*m));
     if (!m)
         return PT_ENOMEM;
     *ms = m;
     int selective = 0;
     for (size_t i = 0; i < k; i++) {
-        if ((rv = pt_matcher_init(&m[i], v[i].type, v[i].name, v[i].value, msg, msglen)) != 0)
+        if ((rv = pt_matcher_init(&m[i], v[i].type, v[i].name, v[i].value, env, msg, msglen)) != 0)
             return rv;
         *nms = i + 1;
         selective |= !m[i].matches_empty;
@@ -563,11 +565,11 @@ static size_t param_count(const apictx *c, const char *key)
 static void json_error(apictx *c, int rv, const char *text)
 {
     pt_resp *resp = c->resp;
-    const char *type = rv == PT_ELIMIT       ? "execution"
-                       : PT_IS_BAD_INPUT(rv) ? "bad_data"
-                       : rv == PT_ETIMEOUT   ? "timeout"
-                       : PT_IS_RETRYABLE(rv) ? "unavailable"
-                                             : "internal";
+    const char *type = rv == PT_ELIMIT || rv == PT_EREGEXLIMIT ? "execution"
+                       : PT_IS_BAD_INPUT(rv)                   ? "bad_data"
+                       : rv == PT_ETIMEOUT                     ? "timeout"
+                       : PT_IS_RETRYABLE(rv)                   ? "unavailable"
+                                                               : "internal";
     resp->status = rv == PT_ELIMIT ? 422 : pt_error_http_status(rv);
     resp->content_type = "application/json";
     pt_buf_reset(&c->out);
@@ -710,9 +712,8 @@ static int series_cmp(const void *x, const void *y)
     return pt_labels_cmp(a->labels, a->nlabels, b->labels, b->nlabels);
 }
 
-/* The series of every match[] (a union), sorted by labels, without duplicates. 0 or an
- * error already answered. */
-static int select_union(apictx *c, series **out, size_t *n)
+/* select_union's work, with its matchers' environment. */
+static int union_of(apictx *c, pt_matcher_env *env, series **out, size_t *n)
 {
     series *all = NULL;
     size_t k = 0;
@@ -725,13 +726,17 @@ static int select_union(apictx *c, series **out, size_t *n)
             continue;
         qctx q;
         qctx_init(c, &q);
-        int rv = pt_selector_parse(c->req->arena, c->p[i].val, strlen(c->p[i].val), &q.ms, &q.nms,
-                                   c->msg, sizeof(c->msg));
-        if (rv == 0)
-            rv = pt_select(&q);
+        int rv = pt_selector_parse(c->req->arena, c->p[i].val, strlen(c->p[i].val), env, &q.ms,
+                                   &q.nms, c->msg, sizeof(c->msg));
+        if (rv == 0 && (rv = pt_select(&q)) == PT_EREGEXLIMIT)
+            pt_matcher_limit_msg(q.costly, c->msg, sizeof(c->msg));
         pt_selector_free(q.ms, q.nms);
         if (rv == 0 && k + q.c.n > c->max)
             rv = PT_ELIMIT;
+        if (rv == PT_EREGEXLIMIT) {
+            json_error(c, rv, c->msg);
+            return rv;
+        }
         if (rv) {
             if (PT_IS_BAD_INPUT(rv) && rv != PT_ELIMIT) {
                 char m[PT_MSG_MAX + 32];
@@ -764,6 +769,22 @@ static int select_union(apictx *c, series **out, size_t *n)
     *out = all;
     *n = u;
     return 0;
+}
+
+/* The series of every match[] (a union), sorted by labels, without duplicates. 0 or an
+ * error already answered. */
+static int select_union(apictx *c, series **out, size_t *n)
+{
+    pt_store *st = c->st;
+    pt_matcher_env env;
+    int rv = pt_matcher_env_init(&env, c->req->arena, st->regex_match_limit, st->regex_heap_limit,
+                                 st->max_matchers);
+    if (rv)
+        fail_store(c, rv);
+    else
+        rv = union_of(c, &env, out, n);
+    pt_matcher_env_free(&env);
+    return rv;
 }
 
 static int slice_cmp(const void *x, const void *y)

@@ -16,10 +16,12 @@
 
 /* Parses a series selector (`up`, `{job="a",instance=~"b.*"}`, `m{a!="",b!~"x"}`; names
  * may be quoted as in Prometheus 3: `{"a.b"}`, `{"x y"="1"}`) into compiled matchers
- * (arena a; free them with pt_selector_free, also after an error). At least one matcher
- * must not match the empty string. 0, or PT_EBADREQ / PT_EREGEX with msg set, PT_ENOMEM. */
-int pt_selector_parse(pt_arena *a, const char *s, size_t n, pt_matcher **ms, size_t *nms, char *msg,
-                      size_t msglen);
+ * (arena a; free them with pt_selector_free, also after an error) under env's limits
+ * (NULL: none): when its matchers would take env past max_matchers, none is compiled. At
+ * least one matcher must not match the empty string. 0, or PT_EBADREQ / PT_EREGEX /
+ * PT_EREGEXLIMIT with msg set, PT_ENOMEM. */
+int pt_selector_parse(pt_arena *a, const char *s, size_t n, pt_matcher_env *env, pt_matcher **ms,
+                      size_t *nms, char *msg, size_t msglen);
 void pt_selector_free(pt_matcher *ms, size_t n);
 
 /* A timestamp as Prometheus' API takes it: Unix seconds with an optional fraction

@@ -110,6 +110,17 @@ static const pt_conf_key table[] = {
      "Samples one remote read query may return (0 = no limit)."},
     {"read.timeout", NULL, PT_CONF_DURATION, "2m", 0, 86400000LL, F(read_timeout_ms),
      "A remote read running longer ends with 503 (0 = no deadline)."},
+    {"read.max_matchers", NULL, PT_CONF_LONG, "1000", 0, 1000000000LL, F(read_max_matchers),
+     "Label matchers one remote read or API request may carry, over all its queries or "
+     "match[] selectors (0 = no limit); past it 400, before any is compiled."},
+    {"read.regex_match_limit", NULL, PT_CONF_LONG, "1000000", 1000, 4294967295LL,
+     F(read_regex_match_limit),
+     "Steps a regex matcher may take on one label value (PCRE2's match limit); past it the "
+     "query ends with 422 naming the matcher."},
+    {"read.regex_heap_limit", NULL, PT_CONF_BYTES, "8MiB", 65536, 1024 * MiB,
+     F(read_regex_heap_limit),
+     "Backtracking memory a regex matcher may use on one label value (PCRE2's heap limit); "
+     "past it 422."},
     {"read.series_cache", NULL, PT_CONF_BYTES, "64MiB", 0, 1048576 * MiB, F(read_series_cache),
      "Series rows kept for resolving index references (embedded store only; 0 = none)."},
     {"read.list_cache", NULL, PT_CONF_BYTES, "16MiB", 0, 1048576 * MiB, F(read_list_cache),

@@ -57,6 +57,9 @@ typedef struct pt_config {
     long read_max_series;
     long read_max_samples;
     long read_timeout_ms;
+    long read_max_matchers;
+    long read_regex_match_limit;
+    size_t read_regex_heap_limit;
     size_t read_series_cache;
     size_t read_list_cache;
 

@@ -231,6 +231,9 @@ int main(int argc, char **argv)
                            .max_series = (size_t)cfg.read_max_series,
                            .max_samples = (size_t)cfg.read_max_samples,
                            .read_timeout_ms = cfg.read_timeout_ms,
+                           .max_matchers = (size_t)cfg.read_max_matchers,
+                           .regex_match_limit = (uint32_t)cfg.read_regex_match_limit,
+                           .regex_heap_limit = cfg.read_regex_heap_limit,
                            .retention_ms = cfg.retention_ms};
     if (cfg.ha_enabled) {
         pt_ha_opts ho = {cfg.ha_cluster_label, cfg.ha_replica_label, cfg.ha_failover_timeout_ms,

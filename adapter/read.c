@@ -351,6 +351,7 @@ struct pt_read {
     uint64_t t0;
     uint64_t deadline_ns; /* read.timeout after the start; 0 = none */
     const atomic_int *cancel;
+    pt_matcher_env env;   /* the request's matchers: their limits and memory (arena a) */
     pt_histogram scratch; /* each histogram cell is decoded here first */
     int exemplars;        /* read exemplar rows too (SAMPLES answers) */
     int chunks;           /* pass stored chunks on (streamed answers) */
@@ -415,6 +416,14 @@ static int query_begin(pt_read *r, char *msg, size_t msglen)
     pt_store *st = r->st;
     pt_arena *a = r->a;
     int rv;
+    if (r->qi == 0) {
+        /* Every query's matchers are counted before any is compiled. */
+        size_t total = 0;
+        for (size_t i = 0; i < r->rr->n_queries; i++)
+            total += r->rr->queries[i]->n_matchers;
+        if ((rv = pt_matcher_env_check(&r->env, total, msg, msglen)) != 0)
+            return rv;
+    }
     memset(&r->q, 0, sizeof(r->q));
     r->q.st = st;
     r->q.a = a;
@@ -432,7 +441,7 @@ static int query_begin(pt_read *r, char *msg, size_t msglen)
         const Prometheus__LabelMatcher *lm = pq->matchers[r->inited];
         rv = pt_matcher_init(&r->q.ms[r->inited], (int)lm->type,
                              (pt_slice){lm->name.data, lm->name.len},
-                             (pt_slice){lm->value.data, lm->value.len}, msg, msglen);
+                             (pt_slice){lm->value.data, lm->value.len}, &r->env, msg, msglen);
         if (rv)
             return rv;
     }
@@ -450,6 +459,10 @@ static int query_begin(pt_read *r, char *msg, size_t msglen)
     if (rv == PT_ELIMIT) {
         snprintf(msg, msglen, "query touches too many series (limit read.max_series = %zu)",
                  st->max_series);
+        return rv;
+    }
+    if (rv == PT_EREGEXLIMIT) {
+        pt_matcher_limit_msg(r->q.costly, msg, msglen);
         return rv;
     }
     if (rv) {
@@ -478,6 +491,10 @@ int pt_read_start(pt_store *st, const Prometheus__ReadRequest *rr, pt_arena *a,
     r->cancel = cancel;
     r->exemplars = 1;
     r->t0 = pt_now_ns();
+    int rv = pt_matcher_env_init(&r->env, a, st->regex_match_limit, st->regex_heap_limit,
+                                 st->max_matchers);
+    if (rv)
+        return rv;
     if (st->read_timeout_ms > 0)
         r->deadline_ns = r->t0 + (uint64_t)st->read_timeout_ms * 1000000u;
     *out = r;
@@ -489,6 +506,7 @@ void pt_read_free(pt_read *r)
     if (!r)
         return;
     query_end(r);
+    pt_matcher_env_free(&r->env);
     pt_histogram_free(&r->scratch);
     pt_metrics_observe(&pt_m.backend_read_duration, pt_now_ns() - r->t0);
 }

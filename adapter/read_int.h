@@ -59,10 +59,15 @@ typedef struct qctx {
     refset refs;    /* series references the index lists gave */
     size_t rows;    /* index rows scanned so far */
     size_t rows_cached; /* list cells read from the list cache instead */
+    size_t evals;       /* regex evaluations, for the deadline checks */
+    const pt_matcher *costly; /* the matcher that ran into its limits (PT_EREGEXLIMIT) */
 } qctx;
 
 /* Every so many index rows or cells, a read checks its deadline. */
 #define DEADLINE_EVERY 1024
+/* And every so many regex evaluations: one may take up to its match limit (some ms at
+ * read.regex_match_limit's default). */
+#define DEADLINE_EVERY_REGEX 16
 
 static inline int deadline_passed(const qctx *q)
 {
@@ -79,8 +84,13 @@ static inline int past_deadline(qctx *q)
 
 /* Lists the series every matcher of q accepts, sorted by labels, into q->c.v[0, q->c.n),
  * allocated from q->a. 0, or PT_ELIMIT (over max_series candidates), PT_ETIMEOUT (past
- * the deadline), a storage error. */
+ * the deadline), PT_ECANCELLED, PT_EREGEXLIMIT (q->costly set), a storage error. */
 int pt_select(qctx *q);
+
+/* pt_select's last step: keeps the candidates q->c.v[0, q->c.x.n) that every matcher
+ * accepts, sorted by labels, in q->c.v[0, q->c.n). Its errors: PT_EREGEXLIMIT (q->costly
+ * set), PT_ETIMEOUT, PT_ECANCELLED. */
+int pt_select_filter(qctx *q);
 
 /* The first millisecond a read may return (storage.retention; read.c). */
 int64_t pt_oldest_kept(const pt_store *st);

@@ -481,6 +481,24 @@ static int resolve_refs(qctx *q)
     return rv;
 }
 
+/* Whether matcher m accepts v: 1 or 0, or an error: m's limits (q->costly = m), the
+ * deadline, which every DEADLINE_EVERY_REGEX regex evaluations are followed by a look at. */
+static int accepts(qctx *q, pt_matcher *m, pt_slice v)
+{
+    int rv = pt_matcher_match(m, v);
+    if (rv < 0) {
+        if (rv == PT_EREGEXLIMIT)
+            q->costly = m;
+        return rv;
+    }
+    if (m->re && ++q->evals % DEADLINE_EVERY_REGEX == 0) {
+        int late = deadline_passed(q);
+        if (late)
+            return late;
+    }
+    return rv;
+}
+
 static int on_value_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 {
     (void)qual;
@@ -506,8 +524,8 @@ static int on_value_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
             return PT_EINTERNAL;
         val = (pt_slice){v, (size_t)n};
     }
-    if (r->filter && !pt_matcher_match(r->filter, val))
-        return 0;
+    if (r->filter && (rv = accepts(r->q, r->filter, val)) <= 0)
+        return rv;
     rv = valset_add(&r->vals, val); /* the same value comes once per day */
     return rv < 0 ? rv : 0;
 }
@@ -967,15 +985,21 @@ int pt_select(qctx *q)
         q->c.x = (hindex){0};
         rv = resolve(q, 0, &hinted);
     }
-    if (rv)
-        return rv;
-    /* Keep the candidates every matcher accepts. */
+    return rv ? rv : pt_select_filter(q);
+}
+
+int pt_select_filter(qctx *q)
+{
     size_t k = 0;
     for (size_t i = 0; i < q->c.x.n; i++) {
         series *se = &q->c.v[i];
+        int rv = past_deadline(q);
         size_t j = 0;
-        while (j < q->nms && pt_matcher_match(&q->ms[j], label_value(se, q->ms[j].name)))
-            j++;
+        while (rv == 0 && j < q->nms &&
+               (rv = accepts(q, &q->ms[j], label_value(se, q->ms[j].name))) > 0)
+            rv = 0, j++;
+        if (rv < 0)
+            return rv;
         if (j == q->nms)
             q->c.v[k++] = *se;
     }

@@ -36,6 +36,11 @@ typedef struct pt_store {
     size_t max_series;
     size_t max_samples;
     int64_t read_timeout_ms; /* a read running longer ends with 503; 0 = no deadline */
+    /* Matchers, per request (matcher.h): at most max_matchers of them (0 = no limit); a
+     * regex's steps and backtracking bytes per label value (0 = PCRE2's defaults). */
+    size_t max_matchers;
+    uint32_t regex_match_limit;
+    size_t regex_heap_limit;
     /* storage.retention: reads start no earlier than now - retention_ms (0 = forever), so
      * they never return what a backend is about to delete or has not deleted yet. */
     int64_t retention_ms;

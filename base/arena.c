@@ -177,6 +177,16 @@ void *pt_arena_calloc(pt_arena *a, size_t n)
     return p;
 }
 
+int pt_arena_charge(pt_arena *a, size_t n)
+{
+    if (a->max && (n > a->max || a->used_total > a->max - n)) {
+        a->exhausted = 1;
+        return -1;
+    }
+    a->used_total += n;
+    return 0;
+}
+
 char *pt_arena_strndup(pt_arena *a, const char *s, size_t n)
 {
     char *p = pt_arena_alloc(a, n + 1);

@@ -40,6 +40,10 @@ static inline void *pt_arena_alloc(pt_arena *a, size_t n)
     return pt_arena_alloc_slow(a, n);
 }
 void *pt_arena_calloc(pt_arena *a, size_t n);
+/* Counts n bytes that are held outside the arena on behalf of its owner (a library's own
+ * allocations made for the request) against the ceiling, until the arena is reset or
+ * freed. 0, or -1 (exhausted set) when they do not fit. */
+int pt_arena_charge(pt_arena *a, size_t n);
 char *pt_arena_strndup(pt_arena *a, const char *s, size_t n);
 /* Frees every block; the arena can be reused afterwards (keeps its first block). */
 void pt_arena_reset(pt_arena *a);

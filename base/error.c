@@ -20,6 +20,7 @@ const char *pt_strerror(int rv)
     case PT_EVERSION: return "HTTP version not supported";
     case PT_ETENANTLIMIT: return "tenant limit reached";
     case PT_EREQTIMEOUT: return "request timeout";
+    case PT_EREGEXLIMIT: return "regular expression over its match limits";
     case PT_EUNAVAIL: return "storage unavailable";
     case PT_ETIMEOUT: return "storage timed out";
     case PT_EBUSY: return "server busy";
@@ -46,6 +47,7 @@ int pt_error_http_status(int rv)
     case PT_EHEADERS: return 431;
     case PT_ETENANTLIMIT: return 429;
     case PT_EREQTIMEOUT: return 408;
+    case PT_EREGEXLIMIT: return 422;
     default: break;
     }
     if (PT_IS_BAD_INPUT(rv))

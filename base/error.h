@@ -28,6 +28,7 @@ enum {
     PT_EVERSION = -14,    /* HTTP version other than 1.0 and 1.1 (400, not 505: bad input) */
     PT_ETENANTLIMIT = -15, /* over a tenant's limit (429; tenancy.*) */
     PT_EREQTIMEOUT = -16, /* the client sent its request too slowly (408) */
+    PT_EREGEXLIMIT = -17, /* a regex matcher ran into its match limits on a value (422) */
 
     PT_EUNAVAIL = -100,   /* backend unavailable */
     PT_ETIMEOUT = -101,   /* backend timed out */

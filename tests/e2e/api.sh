@@ -137,6 +137,30 @@ if [ "$day1" = "$(date -u +%F)" ]; then
 else
     tap_skip "metadata written once" "the day changed during the test"
 fi
+# A regex that backtracks exponentially on these values ends with 422 naming the matcher
+# and its limit, for =~ and !~, on the browsing API and on remote read; never a silent
+# non-match (which !~ would turn into a match).
+RWTOOL=${PT_BUILD_DIR:-$here/build}/tests/rwtool
+T=$((NOW * 1000))
+spec=()
+for i in 1 2 3; do spec+=(s l __name__ patho l v "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa${i}c" v 1 "$T"); done
+"$RWTOOL" write 1 "$DIR/patho.bin" "${spec[@]}" || tap_bail "rwtool write failed"
+tap_is "$(curl -s -o /dev/null -w '%{http_code}' "${AUTH[@]}" -H 'Content-Encoding: snappy' \
+    -H 'Content-Type: application/x-protobuf' --data-binary @"$DIR/patho.bin" "$URL/api/v1/write")" \
+    204 "pathological label values written"
+for sel in '{v=~"(a|a)*c"}' '{__name__="patho",v!~"(a|a)*c"}'; do
+    r=$(curl -s -w ' %{http_code}' "${AUTH[@]}" -G "$URL/api/v1/series" --data-urlencode "match[]=$sel")
+    tap_check "series $sel: 422 naming the matcher and read.regex_match_limit ($r)" \
+        grep -q '"errorType":"execution".*(a|a)\*c.*read.regex_match_limit.* 422$' <<<"$r"
+done
+"$RWTOOL" readreq "$DIR/patho-read.bin" $((T - 60000)) $((T + 60000)) __name__=patho 'v!~(a|a)*c' ||
+    tap_bail "rwtool readreq failed"
+r=$(curl -s -w ' %{http_code}' "${AUTH[@]}" -H 'Content-Type: application/x-protobuf' \
+    -H 'Content-Encoding: snappy' -H 'X-Prometheus-Remote-Read-Version: 0.1.0' \
+    --data-binary @"$DIR/patho-read.bin" "$URL/api/v1/read" | tr -d '\n')
+tap_check "remote read v!~\"(a|a)*c\": 422 naming the limit ($r)" \
+    grep -q 'read.regex_match_limit.* 422$' <<<"$r"
+
 pt_stop "$PID" 15
 tap_is "$?" 0 "promtable exits 0 on SIGTERM"
 tap_done

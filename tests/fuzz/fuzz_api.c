@@ -33,7 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     pt_matcher *ms;
     size_t n;
     char msg[512];
-    pt_selector_parse(&a, (const char *)data, size, &ms, &n, msg, sizeof(msg));
+    pt_selector_parse(&a, (const char *)data, size, NULL, &ms, &n, msg, sizeof(msg));
     pt_selector_free(ms, n);
     char *s = pt_arena_strndup(&a, (const char *)data, size);
     int64_t t;

@@ -14,20 +14,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     pt_decode_limits lim = {8u << 20};
     char msg[PT_MSG_MAX];
     Prometheus__ReadRequest *rr;
-    if (pt_decode_read(data, size, &lim, &a, &rr, msg, sizeof(msg)) == 0) {
+    pt_matcher_env env;
+    if (pt_decode_read(data, size, &lim, &a, &rr, msg, sizeof(msg)) == 0 &&
+        pt_matcher_env_init(&env, &a, 100000, 1u << 20, 32) == 0) {
         for (size_t i = 0; i < rr->n_queries && i < 4; i++) {
             Prometheus__Query *q = rr->queries[i];
             for (size_t j = 0; j < q->n_matchers && j < 8; j++) {
                 pt_matcher m;
                 Prometheus__LabelMatcher *lm = q->matchers[j];
                 if (pt_matcher_init(&m, (int)lm->type, (pt_slice){lm->name.data, lm->name.len},
-                                    (pt_slice){lm->value.data, lm->value.len}, msg,
+                                    (pt_slice){lm->value.data, lm->value.len}, &env, msg,
                                     sizeof(msg)) == 0) {
                     pt_matcher_match(&m, (pt_slice){lm->value.data, lm->value.len});
                     pt_matcher_free(&m);
                 }
             }
         }
+        pt_matcher_env_free(&env);
     }
     pt_arena_free(&a);
     return 0;

@@ -1,7 +1,8 @@
 /* rwtool: remote write and read bodies for the shell tests (curl carries them).
  *
  *   rwtool write 1|2 OUT SPEC...      snappy(WriteRequest 1.0 or Request 2.0) into OUT
- *   rwtool readreq OUT START END NAME=VALUE...   snappy(ReadRequest), one SAMPLES query
+ *   rwtool readreq OUT START END NAME=VALUE...   snappy(ReadRequest), one SAMPLES query;
+ *                                     NAME!=VALUE, NAME=~RE, NAME!~RE for the other types
  *   rwtool readresp FILE              prints a SAMPLES ReadResponse, one sample a line:
  *                                     {labels} TS VALUE-BITS-HEX
  *                                     and one native histogram a line:
@@ -330,11 +331,17 @@ static int readreq(int argc, char **argv)
     for (int i = 3; i < argc; i++) {
         Prometheus__LabelMatcher *lm = alloc(sizeof(*lm));
         prometheus__label_matcher__init(lm);
-        char *eq = strchr(argv[i], '=');
-        if (!eq)
+        char *op = strpbrk(argv[i], "=!");
+        if (!op || (op[0] == '!' && op[1] != '=' && op[1] != '~'))
             return 2;
-        *eq = 0;
-        lm->name = bin(argv[i]), lm->value = bin(eq + 1);
+        int re = op[1] == '~', neg = op[0] == '!';
+        lm->type =
+            (Prometheus__LabelMatcher__Type)(re ? (neg ? PROMETHEUS__LABEL_MATCHER__TYPE__NRE
+                                                       : PROMETHEUS__LABEL_MATCHER__TYPE__RE)
+                                                : (neg ? PROMETHEUS__LABEL_MATCHER__TYPE__NEQ
+                                                       : PROMETHEUS__LABEL_MATCHER__TYPE__EQ));
+        *op = 0;
+        lm->name = bin(argv[i]), lm->value = bin(op + (re || neg ? 2 : 1));
         q->matchers[i - 3] = lm;
     }
     r->n_queries = 1;

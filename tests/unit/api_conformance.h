@@ -348,6 +348,40 @@ static void pt_api_conformance(pt_backend *be, const char *name)
         is(mb.muts.len, sizeof(pt_mutation), "changed metadata is written");
         pt_arena_free(&b);
     }
+    {
+        /* A regex that backtracks exponentially on a value: 422 naming the matcher and the
+         * limit, for =~ and !~ (a non-match would have !~ select the series). */
+        const tseries patho[] = {
+            {{"__name__", "patho", "v", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa1c", NULL},
+             {API_T0},
+             {1},
+             1}};
+        pt_arena_init(&a, 0, 0);
+        is(pt_store_write(&st, mk_write(&a, patho, 1), &a, &res), 0, "%s: a pathological value",
+           name);
+        pt_arena_free(&a);
+        app.store.regex_match_limit = 100000;
+        static const char *const sel[] = {"match[]={v=~\"(a|a)*c\"}",
+                                          "match[]={__name__=\"patho\",v!~\"(a|a)*c\"}"};
+        for (int i = 0; i < 2; i++) {
+            api_call r;
+            int s = api_run(&app, &r, PT_M_GET, "/api/v1/series", sel[i], NULL);
+            ok(s == 422 && strstr(r.body, "\"errorType\":\"execution\"") &&
+                   strstr(r.body, "(a|a)*c") && strstr(r.body, "read.regex_match_limit = 100000"),
+               "%s: a regex past its match limit: 422 naming it (%s)", sel[i], r.body);
+            pt_arena_free(&r.arena);
+        }
+        app.store.regex_match_limit = 0;
+        app.store.max_matchers = 3;
+        api_call r;
+        int s = api_run(&app, &r, PT_M_GET, "/api/v1/series",
+                        "match[]={a=\"1\",b=\"2\"}&match[]={c=\"3\",d=~\"4\"}", NULL);
+        ok(s == 400 && strstr(r.body, "\"errorType\":\"bad_data\"") &&
+               strstr(r.body, "more than 3 label matchers (limit read.max_matchers)"),
+           "match[] selectors past read.max_matchers: 400 naming it (%s)", r.body);
+        pt_arena_free(&r.arena);
+        app.store.max_matchers = 0;
+    }
     pt_index_cache_free(st.cache);
 }
 

@@ -25,7 +25,7 @@ static void describe(const char *in, char *out, size_t cap)
     size_t len = strlen(in);
     char *exact = malloc(len ? len : 1);
     memcpy(exact, in, len);
-    int rv = pt_selector_parse(&a, exact, len, &ms, &n, msg, sizeof(msg));
+    int rv = pt_selector_parse(&a, exact, len, NULL, &ms, &n, msg, sizeof(msg));
     size_t o = 0;
     out[0] = '\0';
     if (rv != 0)

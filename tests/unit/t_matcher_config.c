@@ -14,11 +14,124 @@ static int m(int type, const char *pattern, const char *value)
 {
     pt_matcher mt;
     char msg[256];
-    if (pt_matcher_init(&mt, type, pt_slice_str("l"), pt_slice_str(pattern), msg, sizeof(msg)))
+    if (pt_matcher_init(&mt, type, pt_slice_str("l"), pt_slice_str(pattern), NULL, msg,
+                        sizeof(msg)))
         return -1;
     int r = pt_matcher_match(&mt, pt_slice_str(value));
     pt_matcher_free(&mt);
     return r;
+}
+
+/* A request's regex limits (matcher.h): a value a regex cannot decide within them is an
+ * error, for =~ and !~ alike, never a non-match; the matcher count and the compiled
+ * regexes' memory count against the request. */
+static void test_limits(void)
+{
+    static const char slow[] = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa1c"; /* (a|a)*c: 2^30 paths */
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    pt_matcher_env env;
+    ok(pt_matcher_env_init(&env, &a, 10000, 1u << 20, 0) == 0, "an environment on an arena");
+    for (int type = PT_MATCH_RE; type <= PT_MATCH_NRE; type++) {
+        pt_matcher mt;
+        char msg[512] = "";
+        int rv = pt_matcher_init(&mt, type, pt_slice_str("v"), pt_slice_str("(a|a)*c"), &env, msg,
+                                 sizeof(msg));
+        int fast = rv == 0 ? pt_matcher_match(&mt, pt_slice_str("aac")) : -1;
+        int got = rv == 0 ? pt_matcher_match(&mt, pt_slice_str(slow)) : rv;
+        if (got == PT_EREGEXLIMIT)
+            pt_matcher_limit_msg(&mt, msg, sizeof(msg));
+        ok(fast == (type == PT_MATCH_RE) && got == PT_EREGEXLIMIT &&
+               strstr(msg, type == PT_MATCH_RE ? "v=~\"(a|a)*c\"" : "v!~\"(a|a)*c\"") &&
+               strstr(msg, "read.regex_match_limit = 10000"),
+           "%s: a value past the match limit is an error naming matcher and limit (%d: %s)",
+           type == PT_MATCH_RE ? "=~" : "!~", got, msg);
+        pt_matcher_free(&mt);
+    }
+    {
+        /* A value deeper than the JIT's stack goes to the interpreter, whose backtracking
+         * memory is limited by heap_limit. */
+        size_t n = 200000;
+        char *deep = malloc(n + 1);
+        memset(deep, 'a', n);
+        deep[n] = '\0';
+        pt_matcher mt;
+        char msg[512] = "";
+        int big = -9, small = -9;
+        if (pt_matcher_init(&mt, PT_MATCH_RE, pt_slice_str("v"), pt_slice_str("(a|b)*"), &env, msg,
+                            sizeof(msg)) == 0) {
+            pt_matcher_env wide, narrow;
+            pt_matcher_env_init(&wide, &a, 100000000, 256u << 20, 0);
+            pt_matcher_env_init(&narrow, &a, 100000000, 64u << 10, 0);
+            /* Narrow first: the match data keeps the frames a wide match grew. */
+            mt.env = &narrow;
+            small = pt_matcher_match(&mt, pt_slice_str(deep));
+            if (small == PT_EREGEXLIMIT)
+                pt_matcher_limit_msg(&mt, msg, sizeof(msg));
+            mt.env = &wide;
+            big = pt_matcher_match(&mt, pt_slice_str(deep));
+            pt_matcher_free(&mt);
+        }
+        ok(big == 1 && small == PT_EREGEXLIMIT && strstr(msg, "read.regex_heap_limit"),
+           "a deep value: a match with room, the heap limit's error without (%d %d: %s)", big,
+           small, msg);
+        free(deep);
+    }
+    pt_matcher_env_free(&env);
+    pt_arena_free(&a);
+
+    /* read.max_matchers: counted before compiling. */
+    pt_arena_init(&a, 0, 0);
+    pt_matcher_env_init(&env, &a, 0, 0, 2);
+    pt_matcher ms[3];
+    char msg[512] = "";
+    int r0 = pt_matcher_init(&ms[0], PT_MATCH_EQ, pt_slice_str("a"), pt_slice_str("1"), &env, msg,
+                             sizeof(msg));
+    int r1 = pt_matcher_init(&ms[1], PT_MATCH_RE, pt_slice_str("b"), pt_slice_str("x.*"), &env, msg,
+                             sizeof(msg));
+    int r2 = pt_matcher_init(&ms[2], PT_MATCH_RE, pt_slice_str("c"), pt_slice_str("y.*"), &env, msg,
+                             sizeof(msg));
+    ok(r0 == 0 && r1 == 0 && r2 == PT_EBADREQ && strstr(msg, "read.max_matchers") && !ms[2].re,
+       "a matcher past max_matchers: 400 naming the limit, nothing compiled (%s)", msg);
+    ok(pt_matcher_env_check(&env, 1, msg, sizeof(msg)) == PT_EBADREQ &&
+           pt_matcher_env_check(&env, 0, msg, sizeof(msg)) == 0,
+       "the check counts what is already compiled");
+    pt_matcher_free(&ms[0]);
+    pt_matcher_free(&ms[1]);
+    pt_matcher_env_free(&env);
+    pt_arena_free(&a);
+
+    /* Compiling charges the request's arena: a big regex set fails cleanly in a small one. */
+    char *alt = malloc(64 * 1024);
+    size_t k = 0;
+    for (int i = 0; i < 2000; i++)
+        k += (size_t)sprintf(alt + k, "%sword%d", i ? "|" : "", i);
+    pt_arena_init(&a, 4096, 0);
+    pt_matcher_env_init(&env, &a, 0, 0, 0);
+    size_t before = a.used_total;
+    pt_matcher big;
+    int rb = pt_matcher_init(&big, PT_MATCH_RE, pt_slice_str("w"), (pt_slice){(uint8_t *)alt, k},
+                             &env, msg, sizeof(msg));
+    int hit = rb == 0 ? pt_matcher_match(&big, pt_slice_str("word1999")) : rb;
+    ok(rb == 0 && a.used_total - before > k && hit == 1,
+       "a %zu-byte regex compiles into the request's arena (%zu bytes charged; %d %d %s)", k,
+       a.used_total - before, rb, hit, rb ? msg : "");
+    pt_matcher_free(&big);
+    pt_matcher_env_free(&env);
+    pt_arena_free(&a);
+    pt_arena_init(&a, 4096, 64 * 1024);
+    pt_matcher_env_init(&env, &a, 0, 0, 0);
+    int rs = 0;
+    for (int i = 0; i < 8 && rs == 0; i++) {
+        rs = pt_matcher_init(&big, PT_MATCH_RE, pt_slice_str("w"), (pt_slice){(uint8_t *)alt, k},
+                             &env, msg, sizeof(msg));
+        if (rs == 0)
+            pt_matcher_free(&big);
+    }
+    ok(rs == PT_ENOMEM && a.exhausted, "past the request's memory: PT_ENOMEM, the arena exhausted");
+    pt_matcher_env_free(&env);
+    pt_arena_free(&a);
+    free(alt);
 }
 
 /* The end of the first "name:" at or after from that starts a YAML key, or NULL. */
@@ -108,7 +221,7 @@ int main(void)
                 pt_slice v = pt_slice_str(cases[i].value);
                 if (null)
                     v.p = NULL;
-                int rv = pt_matcher_init(&mt, cases[i].type, pt_slice_str("l"), v, msg,
+                int rv = pt_matcher_init(&mt, cases[i].type, pt_slice_str("l"), v, NULL, msg,
                                          sizeof(msg));
                 ok(rv == 0 && mt.matches_empty == cases[i].empty &&
                        pt_matcher_match(&mt, pt_slice_str("a")) == cases[i].nonempty,
@@ -124,10 +237,12 @@ int main(void)
     {
         pt_matcher mt;
         char msg[256];
-        pt_matcher_init(&mt, PT_MATCH_NEQ, pt_slice_str("l"), pt_slice_str(""), msg, sizeof(msg));
+        pt_matcher_init(&mt, PT_MATCH_NEQ, pt_slice_str("l"), pt_slice_str(""), NULL, msg,
+                        sizeof(msg));
         ok(!mt.matches_empty, "l!=\"\" does not match a missing label");
         pt_matcher_free(&mt);
-        pt_matcher_init(&mt, PT_MATCH_NRE, pt_slice_str("l"), pt_slice_str("x"), msg, sizeof(msg));
+        pt_matcher_init(&mt, PT_MATCH_NRE, pt_slice_str("l"), pt_slice_str("x"), NULL, msg,
+                        sizeof(msg));
         ok(mt.matches_empty, "l!~\"x\" matches a missing label");
         pt_matcher_free(&mt);
     }
@@ -210,5 +325,6 @@ int main(void)
         pt_config_free(&c);
     }
     test_reference_config();
+    test_limits();
     return done_testing();
 }

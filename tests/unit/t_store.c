@@ -239,6 +239,61 @@ static void stale_hint_limit(void)
     tstore_close(&s);
 }
 
+/* A regex a value makes backtrack exponentially: an error for =~ and !~ (a non-match
+ * would make !~ select the series), on the values rows and in the last filter alike; a
+ * request past read.max_matchers is refused before anything is compiled. */
+static void regex_limits(tstore *s)
+{
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    pt_write_result res;
+    const tseries ps[] = {
+        {{"__name__", "patho", "v", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa1c", NULL}, {T0}, {1}, 1},
+        {{"__name__", "patho", "v", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa2c", NULL}, {T0}, {1}, 1},
+        {{"__name__", "patho", "v", "ac", NULL}, {T0}, {1}, 1},
+    };
+    ok(pt_store_write(&s->st, mk_write(&a, ps, 3), &a, &res) == 0, "pathological values written");
+    pt_arena_free(&a);
+    s->st.regex_match_limit = 100000;
+    static const struct {
+        tmatch m[2];
+        size_t n;
+        const char *say, *what;
+    } cases[] = {
+        {{{2, "v", "(a|a)*c"}}, 1, "v=~\"(a|a)*c\"", "=~ alone (the values rows)"},
+        {{{0, "__name__", "patho"}, {2, "v", "(a|a)*c"}},
+         2,
+         "v=~\"(a|a)*c\"",
+         "=~ after a name (the last filter)"},
+        {{{0, "__name__", "patho"}, {3, "v", "(a|a)*c"}}, 2, "v!~\"(a|a)*c\"", "!~"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        pt_arena_init(&a, 0, 0);
+        int rv;
+        char msg[512] = "";
+        query(s, &a, T0 - 3600000, T0 + 3600000, cases[i].m, cases[i].n, &rv, msg);
+        ok(rv == PT_EREGEXLIMIT && pt_error_http_status(rv) == 422 && strstr(msg, cases[i].say) &&
+               strstr(msg, "read.regex_match_limit = 100000"),
+           "%s: the match limit is a 422 naming it (%d: %s)", cases[i].what, rv, msg);
+        pt_arena_free(&a);
+    }
+    const tmatch fine[] = {{0, "__name__", "patho"}, {2, "v", "a+1c"}};
+    is(count(s, fine, 2), 1, "a regex within the limits selects as before");
+    s->st.regex_match_limit = 0;
+
+    s->st.max_matchers = 2;
+    const tmatch three[] = {{0, "__name__", "patho"}, {2, "v", "a.*"}, {1, "v", "x"}};
+    pt_arena_init(&a, 0, 0);
+    int rv;
+    char msg[512] = "";
+    query(s, &a, T0 - 3600000, T0 + 3600000, three, 3, &rv, msg);
+    ok(rv == PT_EBADREQ && strstr(msg, "read.max_matchers"),
+       "3 matchers past read.max_matchers = 2: 400 naming it (%s)", msg);
+    pt_arena_free(&a);
+    is(count(s, fine, 2), 1, "2 matchers: within it");
+    s->st.max_matchers = 0;
+}
+
 int main(void)
 {
     tstore s;
@@ -584,6 +639,7 @@ int main(void)
 
     pt_arena_free(&a);
     read_cost(&s);
+    regex_limits(&s);
     tstore_close(&s);
     index_format();
     stale_hint_limit();
