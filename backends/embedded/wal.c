@@ -89,6 +89,12 @@ static void next_gen(wal *w)
     w->next_id = 0;
 }
 
+/* The code of a failed file operation (errno): a full disk is retryable. */
+static int io_error(void)
+{
+    return errno == ENOSPC || errno == EDQUOT ? PT_ENOSPACE : PT_EIO;
+}
+
 /* Makes renames, creations and deletions in the directory durable (with sync only). */
 static int sync_dir(const wal *w)
 {
@@ -96,8 +102,8 @@ static int sync_dir(const wal *w)
         return 0;
     int fd = open(w->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
-        return PT_EIO;
-    int rv = fsync(fd) == 0 ? 0 : PT_EIO;
+        return io_error();
+    int rv = fsync(fd) == 0 ? 0 : io_error();
     close(fd);
     return rv;
 }
@@ -109,14 +115,17 @@ static void log_path(const char *dir, uint64_t seq, char *out, size_t n)
 }
 
 /* Opens log seq of dir for appending, creating it (an existing one, made by a racing
- * prepare, is taken as it is), with its directory entry durable; -1 on failure. */
+ * prepare, is taken as it is), with its directory entry durable; -1 on failure, errno
+ * saying why. */
 static int make_log(const wal *w, uint64_t seq)
 {
     char path[4096];
     log_path(w->dir, seq, path, sizeof(path));
     int fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd >= 0 && sync_dir(w) != 0) {
+        int saved = errno;
         close(fd);
+        errno = saved;
         fd = -1;
     }
     return fd;
@@ -125,7 +134,7 @@ static int make_log(const wal *w, uint64_t seq)
 int pt_emb_wal_start(wal *w)
 {
     if ((w->fd = make_log(w, w->seq)) < 0)
-        return PT_EIO;
+        return io_error();
     next_gen(w);
     return 0;
 }
@@ -149,7 +158,7 @@ int pt_emb_wal_freeze(wal *w)
 {
     int fd = w->next_fd;
     if (fd < 0 && (fd = make_log(w, w->seq + 1)) < 0)
-        return PT_EIO;
+        return io_error();
     close(w->fd);
     w->fd = fd;
     w->next_fd = -1;
@@ -245,14 +254,14 @@ int pt_emb_wal_logs(const char *dir, uint64_t **seqs, size_t *n)
 
 /* ---- append ---- */
 
-static int write_all(int fd, const uint8_t *p, size_t n)
+static int write_all(const wal *wl, const uint8_t *p, size_t n)
 {
     while (n) {
-        ssize_t w = write(fd, p, n);
+        ssize_t w = wl->write_fn ? wl->write_fn(wl->fd, p, n) : write(wl->fd, p, n);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
-            return PT_EIO;
+            return io_error();
         }
         p += w;
         n -= (size_t)w;
@@ -380,11 +389,12 @@ int pt_emb_wal_log(wal *w, head *h, const pt_mutation *m, size_t n, const uint64
     uint64_t sum = XXH3_64bits_withSeed(rec + WAL_HDR, len, w->gen);
     pt_put_le32(rec + 12, (uint32_t)sum);
     pt_put_le32(rec + 16, (uint32_t)(sum >> 32));
-    rv = write_all(w->fd, rec, WAL_HDR + len);
+    rv = write_all(w, rec, WAL_HDR + len);
     if (rv == 0 && w->sync && fdatasync(w->fd) != 0)
-        rv = PT_EIO;
+        rv = io_error();
     if (rv != 0) {
-        /* Cut the torn record off so the next record is not hidden behind it. */
+        /* Cut the torn record off so the next record is not hidden behind it (on a full
+         * disk this gives the partial record's blocks back). */
         if (ftruncate(w->fd, (off_t)w->size) != 0)
             rv = PT_EIO;
         goto undo;
