@@ -439,7 +439,7 @@ int main(void)
         ok(strstr(text, "promtable_http_request_duration_seconds_bucket{route=\"/api/v1/write\",le=\"+Inf\"}"),
            "request duration histogram");
         ok(strstr(text, "promtable_backend_write_duration_seconds_count") &&
-               strstr(text, "promtable_backend_errors_total{op=\"write\"} 2"),
+               strstr(text, "promtable_backend_errors_total{op=\"write\"} 3"),
            "backend duration and errors");
         ok(strstr(text, "promtable_index_cache_entries "), "index cache size");
         ok(strstr(text, "# TYPE promtable_embedded_flushes_total counter\npromtable_embedded_flushes_total ") &&
