@@ -380,8 +380,12 @@ static void *flush_main(void *arg)
         void *ud = e->hook_ud;
         pthread_mutex_unlock(&e->mu);
         uint64_t t0 = now_ns();
-        /* No RocksDB after a failed reopen: the next disk check tries again. */
-        int rv = e->r.db ? pt_emb_flush_flushing(e, hook, ud) : PT_EUNAVAIL;
+        /* Not into a RocksDB that refused a write (or is not open after a failed
+         * reopen): the disk check reopens it first. */
+        int rv = !e->r.db ? PT_EUNAVAIL
+                 : atomic_load(&e->r.broken)
+                     ? (atomic_load(&e->r.full) ? PT_ENOSPACE : PT_EUNAVAIL)
+                     : pt_emb_flush_flushing(e, hook, ud);
         /* The logs' index cells too, before any log is deleted. */
         if (rv == 0)
             rv = pt_emb_ihead_drain(&e->ix);

@@ -156,6 +156,11 @@ int pt_emb_rocks_reopen(rocks *r, char *err, size_t errlen);
  * or PT_EUNAVAIL (nothing held) while a reopen waits or after one failed. */
 int pt_emb_rocks_enter(rocks *r);
 void pt_emb_rocks_leave(rocks *r);
+/* The same before a write into RocksDB, which also refuses while the store is broken
+ * (PT_ENOSPACE on a full disk, else PT_EUNAVAIL): RocksDB 7.8 asserts (aborts) when its
+ * log is written again after a failed write, before a reopen. Writes into RocksDB are
+ * serialized (one drain at a time; ingests write no log), so one failure is the last. */
+int pt_emb_rocks_enter_write(rocks *r);
 /* Notes the result of a RocksDB write: a disk error marks the store broken (and full,
  * for PT_ENOSPACE). Returns rv. */
 int pt_emb_rocks_note(rocks *r, int rv);

@@ -176,7 +176,7 @@ void pt_emb_expire_compact(expire *x, rocks *r)
     /* Rewrite the bottom level too: that is where most expired entries are. */
     rocksdb_compactoptions_set_bottommost_level_compaction(o, 2 /* kForce */);
     for (int cf = CF_POINTS; cf <= CF_INDEX; cf++)
-        if (!atomic_load(&x->stop) && pt_emb_rocks_enter(r) == 0) {
+        if (!atomic_load(&x->stop) && pt_emb_rocks_enter_write(r) == 0) {
             rocksdb_compact_range_cf_opt(r->db, r->cf[cf], o, NULL, 0, NULL, 0);
             pt_emb_rocks_leave(r);
         }

@@ -312,7 +312,7 @@ int pt_emb_ihead_drain(ihead *x)
         size_t cells = 0;
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        if ((rv = pt_emb_rocks_enter(x->r)) == 0) {
+        if ((rv = pt_emb_rocks_enter_write(x->r)) == 0) {
             rv = pt_emb_rocks_note(x->r, write_runs(x->r, list, &cells));
             pt_emb_rocks_leave(x->r);
         }

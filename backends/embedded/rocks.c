@@ -135,6 +135,11 @@ static rocksdb_options_t *make_options(rocksdb_cache_t *cache, int index,
     rocksdb_options_set_max_background_jobs(o, 2);
     rocksdb_options_set_bytes_per_sync(o, 1 << 20);
     rocksdb_options_set_keep_log_file_num(o, 4);
+    /* RocksDB's info log (LOG) gets only the header an open writes: on a full disk its
+     * first failed line made the next one abort the process (RocksDB 7.8 asserts that a
+     * file which failed a write is not written again), and every background error logs.
+     * Our own log says what failed. */
+    rocksdb_options_set_info_log_level(o, 5 /* HEADER_LEVEL */);
     rocksdb_options_set_max_log_file_size(o, 16 << 20);
     /* The index family is written rarely; without a cap its memtable would pin old WAL
      * files until it fills. */
@@ -343,6 +348,16 @@ int pt_emb_rocks_enter(rocks *r)
     return PT_EUNAVAIL;
 }
 
+int pt_emb_rocks_enter_write(rocks *r)
+{
+    int rv = pt_emb_rocks_enter(r);
+    if (rv == 0 && atomic_load(&r->broken)) {
+        pt_emb_rocks_leave(r);
+        rv = atomic_load(&r->full) ? PT_ENOSPACE : PT_EUNAVAIL;
+    }
+    return rv;
+}
+
 void pt_emb_rocks_leave(rocks *r)
 {
     pthread_rwlock_unlock(&r->lock);
@@ -375,8 +390,8 @@ static void index_l0_level(rocks *r, int level)
 
 int pt_emb_rocks_flush_index(rocks *r)
 {
-    if (!r->db)
-        return PT_EUNAVAIL; /* a reopen failed */
+    if (!r->db || atomic_load(&r->broken))
+        return PT_EUNAVAIL; /* a reopen failed, or none was made after a disk error */
     rocksdb_flushoptions_t *fo = rocksdb_flushoptions_create();
     if (!fo)
         return PT_ENOMEM;
