@@ -17,8 +17,11 @@
  * runs under the backend mutex: concurrent writers wait for each other's sync; group
  * commit would be the next step if sync = 1 matters for throughput.)
  *
- * Replay keeps the records of the first record's generation and stops at the first record
- * that is torn, corrupt or of another generation.
+ * Replay keeps the records of the first record's generation. A damaged record (checksum,
+ * framing) with intact records of that generation behind it is skipped: replay resumes at
+ * the next intact record header and reports the damaged byte range; cells of rows that only
+ * the damaged bytes defined are lost (and counted in the report). Replay stops where no
+ * intact record follows: a torn or stale tail.
  *
  * The records go to the log with the highest number. A freeze (of one head shard) only
  * switches them to the next number, a file the flush thread made beforehand
@@ -482,22 +485,52 @@ static int icells_flush(icells *ic, ihead *x)
     return rv;
 }
 
-static int replay(wal *w, head *h, ihead *x, const uint8_t *buf, size_t size, size_t *good)
+/* Whether an intact record starts at buf + off: its magic, a length inside the file, its
+ * checksum, and (any when want is 0) generation want. */
+static int record_at(const uint8_t *buf, size_t size, size_t off, uint32_t want)
+{
+    if (size - off < WAL_HDR || memcmp(buf + off, wal_magic, 4) != 0)
+        return 0;
+    const uint8_t *r = buf + off;
+    uint32_t g = pt_get_le32(r + 4), len = pt_get_le32(r + 8);
+    if ((want && g != want) || len > size - off - WAL_HDR)
+        return 0;
+    uint64_t sum = (uint64_t)pt_get_le32(r + 12) | (uint64_t)pt_get_le32(r + 16) << 32;
+    return XXH3_64bits_withSeed(r + WAL_HDR, len, g) == sum;
+}
+
+/* Replays buf; *good is where the last intact record ends. A damaged record in the middle
+ * (more intact records of the generation behind it) is skipped: replay goes on at the
+ * next intact record header, and the damaged range is reported (file, offset, length).
+ * Cells of rows the damaged bytes defined cannot be placed and are counted as lost. */
+static int replay(wal *w, head *h, ihead *x, const uint8_t *buf, size_t size, size_t *good,
+                  const char *path)
 {
     hrow **ids = NULL;
-    size_t nids = 0, cap = 0;
+    size_t nids = 0, cap = 0, lost = 0;
     icells ic = {0};
     uint32_t gen = 0;
-    size_t off = 0;
+    size_t off = 0, end_ok = 0;
+    int resynced = 0;
     int rv = 0;
     while (size - off >= WAL_HDR) {
+        if (!record_at(buf, size, off, off > 0 ? gen : 0)) {
+            size_t next = off + 1;
+            while (next < size && !record_at(buf, size, next, gen))
+                next++;
+            if (next >= size)
+                break; /* nothing intact behind it: a torn or stale tail */
+            fprintf(stderr,
+                    "promtable: embedded: %s: bytes %zu to %zu (%zu bytes) are damaged; "
+                    "skipped, replay goes on with the intact records after them\n",
+                    path, off, next, next - off);
+            w->damaged_bytes += next - off;
+            resynced = 1;
+            off = next;
+            continue;
+        }
         const uint8_t *r = buf + off;
         uint32_t g = pt_get_le32(r + 4), len = pt_get_le32(r + 8);
-        if (memcmp(r, wal_magic, 4) != 0 || (off > 0 && g != gen) || len > size - off - WAL_HDR)
-            break;
-        uint64_t sum = (uint64_t)pt_get_le32(r + 12) | (uint64_t)pt_get_le32(r + 16) << 32;
-        if (XXH3_64bits_withSeed(r + WAL_HDR, len, g) != sum)
-            break;
         gen = g;
         const uint8_t *p = r + WAL_HDR, *end = p + len;
         while (p < end) {
@@ -507,21 +540,28 @@ static int replay(wal *w, head *h, ihead *x, const uint8_t *buf, size_t size, si
                 goto out;
             }
             if (e.type == 'R') {
-                if (e.id != nids) {
+                /* After skipped bytes, the ids they defined are unknown: a gap. */
+                if (e.id < nids || (e.id > nids && !resynced)) {
                     rv = PT_EINTERNAL;
                     goto out;
                 }
-                if ((rv = pt_array_reserve(&ids, &cap, nids + 1, sizeof(*ids), 0)) != 0)
+                if ((rv = pt_array_reserve(&ids, &cap, (size_t)e.id + 1, sizeof(*ids), 0)) != 0)
                     goto out;
+                while (nids < e.id)
+                    ids[nids++] = NULL;
                 if (!(ids[nids++] = pt_emb_head_get(h, e.key.p, e.key.n,
                                                      pt_emb_head_hash(e.key.p, e.key.n)))) {
                     rv = PT_ENOMEM;
                     goto out;
                 }
             } else if (e.type == 'C') {
-                if (e.id >= nids) {
+                if (e.id >= nids && !resynced) {
                     rv = PT_EINTERNAL;
                     goto out;
+                }
+                if (e.id >= nids || !ids[e.id]) {
+                    lost++; /* its row was defined in the damaged bytes */
+                    continue;
                 }
                 if ((rv = pt_emb_head_append(h, ids[e.id], e.q, e.value)) != 0)
                     goto out;
@@ -537,10 +577,16 @@ static int replay(wal *w, head *h, ihead *x, const uint8_t *buf, size_t size, si
         if ((rv = icells_flush(&ic, x)) != 0)
             goto out;
         off += WAL_HDR + len;
+        end_ok = off;
     }
     w->gen = gen + 1 ? gen + 1 : 1;
+    if (lost)
+        fprintf(stderr,
+                "promtable: embedded: %s: %zu samples after the damaged bytes belong to "
+                "series the damaged bytes defined and are lost\n",
+                path, lost);
 out:
-    *good = off;
+    *good = rv == 0 ? end_ok : off;
     free(ids);
     free(ic.m);
     free(ic.v);
@@ -578,7 +624,7 @@ static int replay_fd(wal *w, head *h, ihead *x, int fd, const char *path, size_t
     *size = *good = 0;
     int rv = read_file(fd, &buf, size);
     if (rv == 0)
-        rv = replay(w, h, x, buf, *size, good);
+        rv = replay(w, h, x, buf, *size, good, path);
     free(buf);
     if (rv != 0) {
         snprintf(err, errlen, "embedded: replay %s failed at byte %zu (%s)", path, *good,
@@ -586,8 +632,10 @@ static int replay_fd(wal *w, head *h, ihead *x, int fd, const char *path, size_t
         return rv;
     }
     if (*good < *size)
-        fprintf(stderr, "promtable: embedded: %s: dropped %zu bytes of a torn or stale tail\n",
-                path, *size - *good);
+        fprintf(stderr,
+                "promtable: embedded: %s: dropped %zu bytes at byte %zu, a torn or stale "
+                "tail (no intact record after them)\n",
+                path, *size - *good, *good);
     return 0;
 }
 
