@@ -165,6 +165,20 @@ static int64_t wall_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* The store's own word on whether writes can be stored (pt_backend_ops.health): 0, or
+ * its code with why set. */
+static int store_health(pt_app *app, char *why, size_t len)
+{
+    const pt_backend *be = app->store.be;
+    why[0] = '\0';
+    if (!be || !be->ops->health)
+        return 0;
+    int rv = be->ops->health(be->state, why, len);
+    if (rv != 0 && !why[0])
+        snprintf(why, len, "%s", pt_strerror(rv));
+    return rv;
+}
+
 static void handle_write(pt_ctx *c, pt_req *req, pt_resp *resp)
 {
     pt_app *app = c->app;
@@ -214,8 +228,12 @@ static void handle_write(pt_ctx *c, pt_req *req, pt_resp *resp)
         pt_log(PT_LOG_WARN, "write failed", "err=%s samples=%zu",
                pt_log_quote(q, sizeof(q), pt_strerror(rv), strlen(pt_strerror(rv))),
                res.samples_written);
-        reply_fail(req, resp, rv, "%s; nothing was acknowledged, retry",
-                   pt_strerror(rv));
+        char why[PT_MSG_MAX / 2];
+        if (store_health(app, why, sizeof(why)) != 0)
+            reply_fail(req, resp, rv, "%s: %s; nothing was acknowledged, retry",
+                       pt_strerror(rv), why);
+        else
+            reply_fail(req, resp, rv, "%s; nothing was acknowledged, retry", pt_strerror(rv));
         return;
     }
     if (res.limited) {
@@ -531,10 +549,14 @@ static void handle_healthy(pt_ctx *c, pt_req *req, pt_resp *resp)
 static void handle_ready(pt_ctx *c, pt_req *req, pt_resp *resp)
 {
     pt_app *app = c->app;
-    if (atomic_load(&app->ready))
-        reply_ok(req, resp, "promtable is ready.");
-    else
+    char why[PT_MSG_MAX / 2];
+    int rv;
+    if (!atomic_load(&app->ready))
         reply_fail(req, resp, PT_EUNAVAIL, "promtable is not ready.");
+    else if ((rv = store_health(app, why, sizeof(why))) != 0)
+        reply_fail(req, resp, rv, "promtable is not ready: %s", why);
+    else
+        reply_ok(req, resp, "promtable is ready.");
 }
 
 /* A secret from a file, without the trailing newline editors add. */
@@ -815,6 +837,23 @@ int pt_app_admit(void *ud, pt_req *req, pt_resp *resp)
     return rv;
 }
 
+/* Every 503 says when to come back (an outage, a full disk, a timeout): the Retry-After
+ * of overload answers, web.overload_retry_after. */
+static void add_retry_after(const pt_app *app, pt_req *req, pt_resp *resp)
+{
+    if (resp->status != 503 || resp->nheaders >= PT_MAX_RESP_HEADERS)
+        return;
+    for (int i = 0; i < resp->nheaders; i++)
+        if (strcasecmp(resp->headers[i].name, "Retry-After") == 0)
+            return;
+    long ms = app->cfg ? app->cfg->overload_retry_after_ms : 1000;
+    char *v = pt_arena_alloc(req->arena, 24);
+    if (!v)
+        return;
+    snprintf(v, 24, "%ld", ms > 0 ? (ms + 999) / 1000 : 1);
+    resp->headers[resp->nheaders++] = (pt_resp_header){"Retry-After", v};
+}
+
 void pt_app_dispatch(void *ud, pt_req *req, pt_resp *resp)
 {
     pt_app *app = ud;
@@ -831,6 +870,7 @@ void pt_app_dispatch(void *ud, pt_req *req, pt_resp *resp)
     int id = r ? r->id : PT_ROUTE_OTHER;
     if (ctx.tn)
         pt_tenant_put(app->tenants, ctx.tn);
+    add_retry_after(app, req, resp);
     if (resp->status >= 400 && resp->status != 404 && pt_log_enabled(PT_LOG_INFO) &&
         id != PT_ROUTE_READY) {
         char q[600];

@@ -154,6 +154,11 @@ typedef struct pt_backend_ops {
      * reads the cell again). NULL for a store that one process owns: the caller then keeps
      * such state in its own memory. */
     int (*check_and_set)(void *state, const pt_mutation *m, pt_slice expect, int *applied);
+    /* Optional: 0 when a write can be stored now; else the retryable code writes get
+     * (PT_ENOSPACE: the disk is full) with msg saying why and what brings writes back.
+     * Called from any thread while the backend is open (/-/ready, a failed write's
+     * answer). NULL: always 0. */
+    int (*health)(void *state, char *msg, size_t msglen);
 } pt_backend_ops;
 
 /* An open backend: the ops table and its state. */

@@ -25,6 +25,7 @@ const char *pt_strerror(int rv)
     case PT_ETIMEOUT: return "storage timed out";
     case PT_EBUSY: return "server busy";
     case PT_ECANCELLED: return "the client went away";
+    case PT_ENOSPACE: return "storage disk full";
     case PT_EINTERNAL: return "internal error";
     case PT_ENOMEM: return "out of memory";
     case PT_EIO: return "storage I/O error";

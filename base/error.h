@@ -34,6 +34,8 @@ enum {
     PT_ETIMEOUT = -101,   /* backend timed out */
     PT_EBUSY = -102,      /* overloaded: try again later */
     PT_ECANCELLED = -103, /* the client went away; nobody waits for the answer */
+    PT_ENOSPACE = -104,   /* the disk holding the store is full; writes resume once space is
+                             freed (503: nothing is lost, the client retries) */
 
     PT_EINTERNAL = -200,  /* invariant broken, backend corruption */
     PT_ENOMEM = -201,

@@ -265,7 +265,15 @@ int pt_emb_verify(void *state, const pt_backend_config *cfg, pt_verify_fn fn, vo
         free(seqs);
         return 0;
     }
+    embedded *e = state;
+    int rv = pt_emb_rocks_enter(&e->r);
+    if (rv != 0) {
+        snprintf(err, errlen, "embedded: RocksDB is not open (a reopen after a disk error "
+                              "failed)");
+        return rv;
+    }
     check_family(&r, state, CF_POINTS, "points table");
     check_family(&r, state, CF_INDEX, "index table");
+    pt_emb_rocks_leave(&e->r);
     return 0;
 }

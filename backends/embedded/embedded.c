@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 
 #include "embedded.h"
@@ -257,6 +258,73 @@ static int sweep_alone_locked(embedded *e)
     return 0;
 }
 
+/* Bytes free on the disk holding dir for an unprivileged writer; UINT64_MAX when the
+ * file system does not say. */
+static uint64_t disk_free(const char *dir)
+{
+    struct statvfs v;
+    if (statvfs(dir, &v) != 0)
+        return UINT64_MAX;
+    return (uint64_t)v.f_bavail * v.f_frsize;
+}
+
+/* A full disk, from the flush thread, mu held on entry and return (released during a
+ * reopen). Writes that find no space get PT_ENOSPACE (503) and nothing is acknowledged;
+ * the logs keep every acknowledged cell. Once EMB_FREE_MIN bytes are free again: a
+ * RocksDB that refused a write (its background error stops every later write until a
+ * resume, and its own resume is off, rocks.c) is reopened here, where no flush runs and
+ * the other users wait at the lock; then the store counts as ready again and the flush
+ * in retry (or the next one) writes what the head holds. Called at least once a second
+ * while anything is wrong. */
+static void disk_check_locked(embedded *e)
+{
+    int full = atomic_load(&e->r.full), broken = atomic_load(&e->r.broken);
+    if (!full && !broken)
+        return;
+    if (full && !e->full_logged) {
+        e->full_logged = 1;
+        e->full_events++;
+        pt_log(PT_LOG_ERROR, "embedded: the disk is full, writes are refused with 503 until "
+               "space is freed", "path=\"%s\" free_bytes=%llu", e->w.dir,
+               (unsigned long long)disk_free(e->w.dir));
+    }
+    uint64_t now = now_ns();
+    if (now < e->recover_at)
+        return;
+    uint64_t avail = disk_free(e->w.dir);
+    if (avail < EMB_FREE_MIN) {
+        e->recover_at = now + 1000000000u;
+        return;
+    }
+    if (broken) {
+        char err[512] = "";
+        pthread_mutex_unlock(&e->mu);
+        int rv = pt_emb_rocks_reopen(&e->r, err, sizeof(err));
+        pthread_mutex_lock(&e->mu);
+        if (rv != 0) {
+            e->recover_ms = pt_emb_backoff_next(e->recover_ms);
+            e->recover_at = now_ns() + e->recover_ms * 1000000u;
+            pt_log(PT_LOG_ERROR, "embedded: reopening RocksDB after a disk error failed, "
+                   "retrying", "error=\"%s\" retry_ms=%llu", err,
+                   (unsigned long long)e->recover_ms);
+            return;
+        }
+        e->recover_ms = 0;
+        e->reopens++;
+        pt_log(PT_LOG_WARN, "embedded: RocksDB reopened after a disk error",
+               "path=\"%s\" free_bytes=%llu", e->w.dir, (unsigned long long)avail);
+    }
+    if (full) {
+        atomic_store(&e->r.full, 0);
+        e->full_logged = 0;
+        pt_log(PT_LOG_WARN, "embedded: space is free again, writes are accepted",
+               "path=\"%s\" free_bytes=%llu", e->w.dir, (unsigned long long)avail);
+    }
+    /* A flush waiting for its retry goes now. */
+    e->retry_now = 1;
+    pthread_cond_signal(&e->work);
+}
+
 /* Waits for a frozen shard or the stop. Past head_max_age / HEAD_SHARDS without a freeze
  * (a head that fills slowly), the next shard with cells (or rows) is frozen here, so that
  * a round of the shards takes head_max_age at most: the logs replayed at a start, and the
@@ -265,6 +333,7 @@ static int sweep_alone_locked(embedded *e)
 static void wait_work_locked(embedded *e)
 {
     while (!e->stop && !e->frozen) {
+        disk_check_locked(e);
         if (sweep_alone_locked(e))
             break;
         if (e->age_step_ns == 0) {
@@ -300,6 +369,7 @@ static void *flush_main(void *arg)
         wait_work_locked(e);
         if (!e->frozen)
             break;
+        disk_check_locked(e);
         /* The log the next freeze moves to, while nothing waits for it. */
         prepare_log_locked(e);
         unsigned k = e->frozen_shard;
@@ -310,10 +380,17 @@ static void *flush_main(void *arg)
         void *ud = e->hook_ud;
         pthread_mutex_unlock(&e->mu);
         uint64_t t0 = now_ns();
-        int rv = pt_emb_flush_flushing(e, hook, ud);
+        /* Not into a RocksDB that refused a write (or is not open after a failed
+         * reopen): the disk check reopens it first. */
+        int rv = !e->r.db ? PT_EUNAVAIL
+                 : atomic_load(&e->r.broken)
+                     ? (atomic_load(&e->r.full) ? PT_ENOSPACE : PT_EUNAVAIL)
+                     : pt_emb_flush_flushing(e, hook, ud);
         /* The logs' index cells too, before any log is deleted. */
         if (rv == 0)
             rv = pt_emb_ihead_drain(&e->ix);
+        if (rv == PT_ENOSPACE) /* the table files of the flush, before RocksDB saw them */
+            atomic_store(&e->r.full, 1);
         uint64_t took = now_ns() - t0;
         pthread_mutex_lock(&e->mu);
         e->flush_err = rv;
@@ -334,6 +411,9 @@ static void *flush_main(void *arg)
         } else {
             e->flush_failures++;
             backoff_ms = pt_emb_backoff_next(backoff_ms);
+            /* A full disk: the disk check before the retry looks for space each second. */
+            if ((rv == PT_ENOSPACE || atomic_load(&e->r.broken)) && backoff_ms > 1000)
+                backoff_ms = 1000;
             pt_log(PT_LOG_ERROR, "embedded: flush failed, retrying",
                    "code=\"%s\" frozen_bytes=%zu retry_ms=%llu", pt_strerror(rv),
                    bytes, (unsigned long long)backoff_ms);
@@ -599,7 +679,7 @@ static int make_room_locked(embedded *e)
         if (e->h.cur_bytes <= e->budget)
             return 0;
         if (e->flush_err != 0)
-            return PT_EBUSY;
+            return e->flush_err == PT_ENOSPACE ? PT_ENOSPACE : PT_EBUSY;
         e->waits++;
         pthread_cond_wait(&e->flushed, &e->mu);
     }
@@ -638,6 +718,8 @@ static int write_logged(embedded *e, const pt_mutation *m, size_t n,
     if (rv == 0 && (rv = pt_emb_wal_log(&e->w, &e->h, m, n, hashes, k, iv, ni)) == 0 &&
         (rv = pt_emb_head_apply(&e->h, e->w.rows, m, n, k)) == 0)
         rv = pt_emb_ihead_add(&e->ix, iv, ni);
+    if (rv == PT_ENOSPACE && !atomic_exchange(&e->r.full, 1))
+        pthread_cond_signal(&e->work); /* the flush thread logs it and watches for space */
     pthread_mutex_unlock(&e->mu);
     free(hashes);
     return rv;
@@ -695,15 +777,37 @@ static int embedded_write(void *state, const pt_mutation *m, size_t n)
 static int embedded_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
 {
     embedded *e = state;
-    switch (s->table) {
-    case PT_TABLE_POINTS: return pt_emb_scan_points(e, s, fn, ud);
-    case PT_TABLE_INDEX: {
-        /* Every index cell acknowledged before the scan began, in RocksDB. */
-        int rv = pt_emb_ihead_drain(&e->ix);
-        return rv ? rv : pt_emb_rocks_scan_index(&e->r, s, fn, ud);
+    if (s->table >= PT_TABLE_COUNT)
+        return PT_EINTERNAL;
+    /* RocksDB stays open for the whole scan (a reopen after a disk error waits). */
+    int rv = pt_emb_rocks_enter(&e->r);
+    if (rv != 0)
+        return rv;
+    if (s->table == PT_TABLE_POINTS) {
+        rv = pt_emb_scan_points(e, s, fn, ud);
+    } else {
+        /* Every index cell acknowledged before the scan began, in RocksDB. On a full
+         * disk that write fails, and the read with it (503): without those cells it
+         * would miss the newest series. */
+        rv = pt_emb_ihead_drain(&e->ix);
+        if (rv == 0)
+            rv = pt_emb_rocks_scan_index(&e->r, s, fn, ud);
     }
-    default: return PT_EINTERNAL;
-    }
+    pt_emb_rocks_leave(&e->r);
+    return rv;
+}
+
+/* pt_backend_ops.health: whether a write can be stored now. */
+static int embedded_health(void *state, char *msg, size_t msglen)
+{
+    embedded *e = state;
+    if (!atomic_load(&e->r.full))
+        return 0;
+    snprintf(msg, msglen,
+             "no space left on the disk holding %s (%llu bytes free); writes are accepted "
+             "again once space is freed",
+             e->w.dir ? e->w.dir : "the store", (unsigned long long)disk_free(e->w.dir));
+    return PT_ENOSPACE;
 }
 
 /* ---- public knobs ---- */
@@ -739,6 +843,10 @@ void pt_embedded_get_stats(pt_backend *b, pt_embedded_stats *out)
                                        ? fsh->cell_bytes[fsh->cur ^ 1]
                                        : 0,
                                .wal_bytes = e->w.size,
+                               .disk_full = atomic_load(&e->r.full),
+                               .disk_full_events = e->full_events,
+                               .reopens = e->reopens,
+                               .wal_damaged_bytes = e->w.damaged_bytes,
                                .expired_chunks = atomic_load(&e->x.dropped[0]),
                                .expired_index = atomic_load(&e->x.dropped[1]),
                                .compactions = atomic_load(&e->x.compactions)};
@@ -788,6 +896,17 @@ static size_t embedded_stats(void *state, pt_backend_stat *out, size_t max)
          (double)st.frozen_cell_bytes},
         {"promtable_embedded_wal_bytes", "Size of the current points log.", 0,
          (double)st.wal_bytes},
+        {"promtable_embedded_wal_damaged_bytes",
+         "Bytes of damaged records the start skipped in the points logs it replayed.", 0,
+         (double)st.wal_damaged_bytes},
+        {"promtable_embedded_disk_full",
+         "1 while the disk holding the store is full and writes are refused (503).", 0,
+         (double)st.disk_full},
+        {"promtable_embedded_disk_full_total", "Times the disk holding the store filled up.",
+         1, (double)st.disk_full_events},
+        {"promtable_embedded_reopens_total",
+         "RocksDB reopened after a disk error once space was free again.", 1,
+         (double)st.reopens},
         {"promtable_embedded_memtable_bytes", "Memory of RocksDB's memtables, both tables.", 0,
          (double)st.memtable_bytes},
         {"promtable_embedded_table_reader_bytes",
@@ -894,4 +1013,5 @@ const pt_backend_ops pt_backend_embedded = {
     .init = NULL,
     .stats = embedded_stats,
     .verify = pt_emb_verify,
+    .health = embedded_health,
 };

@@ -34,6 +34,10 @@ typedef struct pt_embedded_stats {
     size_t head_bytes;         /* memory the head holds: rows, cells, both generations */
     size_t frozen_cell_bytes;  /* samples of the frozen generation being flushed */
     uint64_t wal_bytes;        /* size of the current generation's log */
+    uint64_t wal_damaged_bytes; /* damaged log records the start skipped */
+    int disk_full;             /* the disk is full: writes are refused */
+    uint64_t disk_full_events; /* times it filled up */
+    uint64_t reopens;          /* RocksDB reopened after a disk error */
     uint64_t expired_chunks;   /* points chunks compactions dropped as past the retention */
     uint64_t expired_index;    /* index cells dropped likewise */
     uint64_t compactions;      /* whole-store compactions run for the retention */

@@ -59,6 +59,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 #include <time.h>
 
 #include <rocksdb/c.h>
@@ -112,6 +113,22 @@ static inline void pt_emb_thread_stop(pthread_t t, pthread_mutex_t *mu, pthread_
 enum { CF_DEFAULT, CF_POINTS, CF_INDEX, NCF };
 
 typedef struct rocks {
+    /* Every use of db and cf from a thread other than the flush thread holds lock for
+     * reading (pt_emb_rocks_enter); a reopen holds it for writing. The flush thread, the
+     * only one that reopens, uses them without it. */
+    pthread_rwlock_t lock;
+    int lock_init;
+    atomic_int reopening; /* a reopen waits for the lock: new users get PT_EUNAVAIL */
+    /* A write RocksDB refused for a disk error (no space, I/O error). RocksDB's own
+     * resume is off (it raced the flush thread's ingests and aborted): the flush thread
+     * reopens the store once there is space again. */
+    atomic_int broken;
+    /* The disk ran out of space (the points log or RocksDB said so); cleared by the flush
+     * thread once space is back and RocksDB takes writes. */
+    atomic_int full;
+    char *path; /* for a reopen */
+    int sync;
+    size_t block_cache;
     rocksdb_t *db;
     rocksdb_column_family_handle_t *cf[NCF];
     rocksdb_writeoptions_t *wopts;       /* index writes: RocksDB's WAL, synced if asked */
@@ -130,6 +147,23 @@ int pt_emb_rocks_open(rocks *r, const char *path, int sync, size_t block_cache, 
                       size_t errlen);
 /* Releases everything; a zeroed or half-opened rocks is fine. */
 void pt_emb_rocks_close(rocks *r);
+/* Closes and opens the store again, waiting for the users of the lock to leave (new ones
+ * get PT_EUNAVAIL meanwhile): clears RocksDB's background error, which refuses every
+ * write after a failed one. Only the flush thread calls it. On failure db is NULL
+ * (enter then answers PT_EUNAVAIL) and broken stays set, for the next attempt. */
+int pt_emb_rocks_reopen(rocks *r, char *err, size_t errlen);
+/* Takes the lock for reading around a use of db from any thread but the flush thread: 0,
+ * or PT_EUNAVAIL (nothing held) while a reopen waits or after one failed. */
+int pt_emb_rocks_enter(rocks *r);
+void pt_emb_rocks_leave(rocks *r);
+/* The same before a write into RocksDB, which also refuses while the store is broken
+ * (PT_ENOSPACE on a full disk, else PT_EUNAVAIL): RocksDB 7.8 asserts (aborts) when its
+ * log is written again after a failed write, before a reopen. Writes into RocksDB are
+ * serialized (one drain at a time; ingests write no log), so one failure is the last. */
+int pt_emb_rocks_enter_write(rocks *r);
+/* Notes the result of a RocksDB write: a disk error marks the store broken (and full,
+ * for PT_ENOSPACE). Returns rv. */
+int pt_emb_rocks_note(rocks *r, int rv);
 /* Writes the index family's memtables into table files and waits: at a graceful stop, so
  * that the index is stored compressed rather than as RocksDB's log (which a start would
  * replay). */
@@ -138,8 +172,8 @@ int pt_emb_rocks_flush_index(rocks *r);
  * blocks outside the cache), the block cache's usage. */
 void pt_emb_rocks_memory(rocks *r, uint64_t *memtables, uint64_t *readers, uint64_t *cache);
 
-/* Maps a RocksDB error string to a pt code (timeouts and busy states retryable) and frees
- * it. */
+/* Maps a RocksDB error string to a pt code (timeouts, busy states and a full disk
+ * retryable) and frees it. */
 int pt_emb_rocks_error(char *msg);
 /* The iterator's error as a pt code, 0 when none. */
 int pt_emb_rocks_iter_error(rocksdb_iterator_t *it);
@@ -575,6 +609,10 @@ typedef struct wal {
     uint64_t size;
     uint64_t seq;     /* the log taking the records */
     uint64_t dropped; /* logs up to this one are deleted (pt_emb_wal_drop's, alone) */
+    uint64_t damaged_bytes; /* bytes of damaged records the replay skipped */
+    /* Tests only: replaces write(2) for records (a full disk on demand; the faulty
+     * backend wraps the ops table and cannot reach this file). NULL: write(2). */
+    ssize_t (*write_fn)(int fd, const void *p, size_t n);
     pt_buf rec;  /* record being built */
     hrow **rows; /* after pt_emb_wal_log: the row of each points cell */
     size_t rows_cap;
@@ -633,6 +671,9 @@ void pt_emb_wal_close(wal *w);
 
 #define EMB_DEFAULT_BUDGET ((size_t)128 << 20)
 #define EMB_DEFAULT_BLOCK_CACHE ((size_t)64 << 20)
+/* Free bytes on a full disk's file system before RocksDB is reopened and writes count as
+ * possible again. */
+#define EMB_FREE_MIN ((uint64_t)4 << 20)
 
 /* Where a flush calls a test's hook: after its first chunks went into RocksDB, and after
  * they all are durable there (before the frozen log is deleted). */
@@ -674,6 +715,12 @@ typedef struct embedded {
     int retry_now;  /* a synchronous flush waits: skip the backoff */
     int flush_err;  /* the last flush attempt's result */
     uint64_t freezes, flushes, flush_failures, waits;
+    /* A full disk (embedded.c disk_check_locked), the flush thread's alone. */
+    int full_logged;       /* its start was logged and counted */
+    uint64_t full_events;  /* times the disk filled up */
+    uint64_t reopens;      /* RocksDB reopened after a disk error */
+    uint64_t recover_at;   /* no reopen before this (CLOCK_MONOTONIC ns) */
+    uint64_t recover_ms;   /* the backoff after a failed reopen */
     uint64_t flush_ns, last_flush_ns; /* time spent in flushes, in total and the last one */
     emb_hook hook;  /* tests only */
     void *hook_ud;

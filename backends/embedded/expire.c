@@ -176,8 +176,10 @@ void pt_emb_expire_compact(expire *x, rocks *r)
     /* Rewrite the bottom level too: that is where most expired entries are. */
     rocksdb_compactoptions_set_bottommost_level_compaction(o, 2 /* kForce */);
     for (int cf = CF_POINTS; cf <= CF_INDEX; cf++)
-        if (!atomic_load(&x->stop))
+        if (!atomic_load(&x->stop) && pt_emb_rocks_enter_write(r) == 0) {
             rocksdb_compact_range_cf_opt(r->db, r->cf[cf], o, NULL, 0, NULL, 0);
+            pt_emb_rocks_leave(r);
+        }
     rocksdb_compactoptions_destroy(o);
     atomic_fetch_add(&x->compactions, 1);
 }
@@ -234,7 +236,10 @@ void pt_emb_expire_stop(expire *x)
     pthread_cond_signal(&x->cv);
     pthread_mutex_unlock(&x->mu);
     /* A compaction under way gives up at its next step. */
-    rocksdb_disable_manual_compaction(x->r->db);
+    if (pt_emb_rocks_enter(x->r) == 0) {
+        rocksdb_disable_manual_compaction(x->r->db);
+        pt_emb_rocks_leave(x->r);
+    }
     pthread_join(x->thread, NULL);
     pthread_cond_destroy(&x->cv);
     pthread_mutex_destroy(&x->mu);

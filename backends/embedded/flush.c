@@ -406,7 +406,7 @@ static int fl_ingest(flusher *f)
     rocksdb_ingest_external_file_cf(f->e->r.db, f->e->r.cf[CF_POINTS],
                                     (const char *const *)f->files, f->nfiles, io, &msg);
     rocksdb_ingestexternalfileoptions_destroy(io);
-    return msg ? pt_emb_rocks_error(msg) : 0;
+    return msg ? pt_emb_rocks_note(&f->e->r, pt_emb_rocks_error(msg)) : 0;
 }
 
 /* Writes the sorted rows into table files and has RocksDB ingest them. */

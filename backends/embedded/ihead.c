@@ -166,7 +166,8 @@ int pt_emb_ihead_wait_room(ihead *x)
     int rv = 0;
     while (x->bytes >= x->hard) {
         if (x->last_err) {
-            rv = PT_EBUSY; /* RocksDB refuses the drains: come back later */
+            /* RocksDB refuses the drains: come back later */
+            rv = x->last_err == PT_ENOSPACE ? PT_ENOSPACE : PT_EBUSY;
             break;
         }
         if (!x->thread_started) {
@@ -311,7 +312,10 @@ int pt_emb_ihead_drain(ihead *x)
         size_t cells = 0;
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        rv = write_runs(x->r, list, &cells);
+        if ((rv = pt_emb_rocks_enter_write(x->r)) == 0) {
+            rv = pt_emb_rocks_note(x->r, write_runs(x->r, list, &cells));
+            pt_emb_rocks_leave(x->r);
+        }
         clock_gettime(CLOCK_MONOTONIC, &t1);
 
         pthread_mutex_lock(&x->mu);

@@ -24,7 +24,9 @@ static int starts_with(const char *s, const char *prefix)
 int pt_emb_rocks_error(char *msg)
 {
     int rv = PT_EIO;
-    if (starts_with(msg, "Operation timed out"))
+    if (strstr(msg, "No space left on device") || strstr(msg, "Disk quota exceeded"))
+        rv = PT_ENOSPACE;
+    else if (starts_with(msg, "Operation timed out"))
         rv = PT_ETIMEOUT;
     else if (starts_with(msg, "Resource busy") || starts_with(msg, "Operation failed. Try again") ||
              starts_with(msg, "Result incomplete") || starts_with(msg, "Shutdown in progress"))
@@ -133,6 +135,11 @@ static rocksdb_options_t *make_options(rocksdb_cache_t *cache, int index,
     rocksdb_options_set_max_background_jobs(o, 2);
     rocksdb_options_set_bytes_per_sync(o, 1 << 20);
     rocksdb_options_set_keep_log_file_num(o, 4);
+    /* RocksDB's info log (LOG) gets only the header an open writes: on a full disk its
+     * first failed line made the next one abort the process (RocksDB 7.8 asserts that a
+     * file which failed a write is not written again), and every background error logs.
+     * Our own log says what failed. */
+    rocksdb_options_set_info_log_level(o, 5 /* HEADER_LEVEL */);
     rocksdb_options_set_max_log_file_size(o, 16 << 20);
     /* The index family is written rarely; without a cap its memtable would pin old WAL
      * files until it fills. */
@@ -217,38 +224,48 @@ static int old_layout(const char *path)
     return old;
 }
 
-int pt_emb_rocks_open(rocks *r, const char *path, int sync, size_t block_cache, char *err,
-                      size_t errlen)
+/* The options of the whole store (and of the default family), with RocksDB's automatic
+ * resume after a background error off: it ran on RocksDB's own thread while the flush
+ * thread ingested table files, and aborted the process (Debian's build keeps
+ * assertions) seconds after a full disk had space again. The flush thread reopens the
+ * store instead, at a point where nothing else uses it (pt_emb_rocks_reopen). */
+static rocksdb_options_t *db_options(rocksdb_cache_t *cache)
 {
-    if (old_layout(path)) {
-        snprintf(err, errlen,
-                 "embedded: %s holds the old one-key-per-sample layout (column "
-                 "family \"points\"); copy its data out with the old version",
-                 path);
-        return PT_EINTERNAL;
+    rocksdb_options_t *base = make_options(cache, 0, NULL), *o = rocksdb_options_create();
+    char *msg = NULL;
+    rocksdb_get_options_from_string(base, "max_bgerror_resume_count=0", o, &msg);
+    if (msg) { /* not this RocksDB's option: keep its default */
+        fprintf(stderr, "promtable: embedded: cannot turn RocksDB's resume off: %s\n", msg);
+        rocksdb_free(msg);
+        rocksdb_options_destroy(o);
+        return base;
     }
+    rocksdb_options_destroy(base);
+    return o;
+}
+
+/* Opens r->path with the column families; db NULL and err set on failure. */
+static int open_db(rocks *r, char *err, size_t errlen)
+{
     /* Options are reference-counted inside RocksDB once the DB holds them, so our
      * handles are released right after open; the cache's is kept for its usage. */
-    rocksdb_cache_t *cache = rocksdb_cache_create_lru(block_cache);
-    rocksdb_options_t *opts = make_options(cache, 0, NULL),
+    rocksdb_cache_t *cache = rocksdb_cache_create_lru(r->block_cache);
+    rocksdb_options_t *opts = db_options(cache),
                       *popts = make_options(cache, 0, r->filter[CF_POINTS]),
                       *iopts = make_options(cache, 1, r->filter[CF_INDEX]);
     const rocksdb_options_t *cfopts[NCF] = {opts, popts, iopts};
     char *msg = NULL;
-    r->db = rocksdb_open_column_families(opts, path, NCF, cf_names, cfopts, r->cf, &msg);
+    r->db = rocksdb_open_column_families(opts, r->path, NCF, cf_names, cfopts, r->cf, &msg);
     rocksdb_options_destroy(opts);
     rocksdb_options_destroy(iopts);
     r->points_opts = popts;
     r->cache = cache;
     if (msg) {
-        snprintf(err, errlen, "embedded: open %s: %s", path, msg);
+        snprintf(err, errlen, "embedded: open %s: %s", r->path, msg);
+        r->db = NULL;
         return pt_emb_rocks_error(msg);
     }
-    r->wopts = rocksdb_writeoptions_create();
-    rocksdb_writeoptions_set_sync(r->wopts, sync ? 1 : 0);
-    rocksdb_writeoptions_set_memtable_insert_hint_per_batch(r->wopts, 1);
-    r->envopts = rocksdb_envoptions_create();
-    return r->envopts ? 0 : PT_ENOMEM;
+    return 0;
 }
 
 /* Destroys *p with fn unless NULL, and clears it. */
@@ -259,15 +276,100 @@ int pt_emb_rocks_open(rocks *r, const char *path, int sync, size_t block_cache, 
         (p) = NULL;                                                                         \
     } while (0)
 
-void pt_emb_rocks_close(rocks *r)
+static void close_db(rocks *r)
 {
     for (int i = 0; i < NCF; i++)
         RELEASE(r->cf[i], rocksdb_column_family_handle_destroy);
     RELEASE(r->db, rocksdb_close);
     RELEASE(r->cache, rocksdb_cache_destroy);
-    RELEASE(r->wopts, rocksdb_writeoptions_destroy);
     RELEASE(r->points_opts, rocksdb_options_destroy);
+}
+
+int pt_emb_rocks_open(rocks *r, const char *path, int sync, size_t block_cache, char *err,
+                      size_t errlen)
+{
+    if (old_layout(path)) {
+        snprintf(err, errlen,
+                 "embedded: %s holds the old one-key-per-sample layout (column "
+                 "family \"points\"); copy its data out with the old version",
+                 path);
+        return PT_EINTERNAL;
+    }
+    if (pthread_rwlock_init(&r->lock, NULL) != 0)
+        return PT_ENOMEM;
+    r->lock_init = 1;
+    r->sync = sync;
+    r->block_cache = block_cache;
+    if (!(r->path = strdup(path)))
+        return PT_ENOMEM;
+    int rv = open_db(r, err, errlen);
+    if (rv != 0)
+        return rv;
+    r->wopts = rocksdb_writeoptions_create();
+    rocksdb_writeoptions_set_sync(r->wopts, sync ? 1 : 0);
+    rocksdb_writeoptions_set_memtable_insert_hint_per_batch(r->wopts, 1);
+    r->envopts = rocksdb_envoptions_create();
+    return r->envopts ? 0 : PT_ENOMEM;
+}
+
+void pt_emb_rocks_close(rocks *r)
+{
+    close_db(r);
+    RELEASE(r->wopts, rocksdb_writeoptions_destroy);
     RELEASE(r->envopts, rocksdb_envoptions_destroy);
+    free(r->path);
+    r->path = NULL;
+    if (r->lock_init)
+        pthread_rwlock_destroy(&r->lock);
+    r->lock_init = 0;
+}
+
+int pt_emb_rocks_reopen(rocks *r, char *err, size_t errlen)
+{
+    atomic_store(&r->reopening, 1);
+    pthread_rwlock_wrlock(&r->lock);
+    close_db(r);
+    int rv = open_db(r, err, errlen);
+    if (rv == 0)
+        atomic_store(&r->broken, 0);
+    pthread_rwlock_unlock(&r->lock);
+    atomic_store(&r->reopening, 0);
+    return rv;
+}
+
+int pt_emb_rocks_enter(rocks *r)
+{
+    if (atomic_load(&r->reopening))
+        return PT_EUNAVAIL;
+    pthread_rwlock_rdlock(&r->lock);
+    if (r->db)
+        return 0;
+    pthread_rwlock_unlock(&r->lock);
+    return PT_EUNAVAIL;
+}
+
+int pt_emb_rocks_enter_write(rocks *r)
+{
+    int rv = pt_emb_rocks_enter(r);
+    if (rv == 0 && atomic_load(&r->broken)) {
+        pt_emb_rocks_leave(r);
+        rv = atomic_load(&r->full) ? PT_ENOSPACE : PT_EUNAVAIL;
+    }
+    return rv;
+}
+
+void pt_emb_rocks_leave(rocks *r)
+{
+    pthread_rwlock_unlock(&r->lock);
+}
+
+int pt_emb_rocks_note(rocks *r, int rv)
+{
+    if (rv == PT_ENOSPACE)
+        atomic_store(&r->full, 1);
+    if (rv == PT_ENOSPACE || rv == PT_EIO)
+        atomic_store(&r->broken, 1);
+    return rv;
 }
 
 /* Sets the ZSTD level of the index's level-0 files, the rest of their options (the
@@ -288,6 +390,8 @@ static void index_l0_level(rocks *r, int level)
 
 int pt_emb_rocks_flush_index(rocks *r)
 {
+    if (!r->db || atomic_load(&r->broken))
+        return PT_EUNAVAIL; /* a reopen failed, or none was made after a disk error */
     rocksdb_flushoptions_t *fo = rocksdb_flushoptions_create();
     if (!fo)
         return PT_ENOMEM;
@@ -303,7 +407,9 @@ int pt_emb_rocks_flush_index(rocks *r)
 
 void pt_emb_rocks_memory(rocks *r, uint64_t *memtables, uint64_t *readers, uint64_t *cache)
 {
-    *memtables = *readers = 0;
+    *memtables = *readers = *cache = 0;
+    if (pt_emb_rocks_enter(r) != 0)
+        return;
     for (int i = 0; i < NCF; i++) {
         uint64_t v;
         if (rocksdb_property_int_cf(r->db, r->cf[i], "rocksdb.cur-size-all-mem-tables", &v) == 0)
@@ -312,6 +418,7 @@ void pt_emb_rocks_memory(rocks *r, uint64_t *memtables, uint64_t *readers, uint6
             *readers += v;
     }
     *cache = rocksdb_cache_get_usage(r->cache);
+    pt_emb_rocks_leave(r);
 }
 
 int pt_emb_rocks_iter(rocks *r, rocks_iters *its, int cf, int one_row,

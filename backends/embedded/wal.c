@@ -17,8 +17,11 @@
  * runs under the backend mutex: concurrent writers wait for each other's sync; group
  * commit would be the next step if sync = 1 matters for throughput.)
  *
- * Replay keeps the records of the first record's generation and stops at the first record
- * that is torn, corrupt or of another generation.
+ * Replay keeps the records of the first record's generation. A damaged record (checksum,
+ * framing) with intact records of that generation behind it is skipped: replay resumes at
+ * the next intact record header and reports the damaged byte range; cells of rows that only
+ * the damaged bytes defined are lost (and counted in the report). Replay stops where no
+ * intact record follows: a torn or stale tail.
  *
  * The records go to the log with the highest number. A freeze (of one head shard) only
  * switches them to the next number, a file the flush thread made beforehand
@@ -89,6 +92,12 @@ static void next_gen(wal *w)
     w->next_id = 0;
 }
 
+/* The code of a failed file operation (errno): a full disk is retryable. */
+static int io_error(void)
+{
+    return errno == ENOSPC || errno == EDQUOT ? PT_ENOSPACE : PT_EIO;
+}
+
 /* Makes renames, creations and deletions in the directory durable (with sync only). */
 static int sync_dir(const wal *w)
 {
@@ -96,8 +105,8 @@ static int sync_dir(const wal *w)
         return 0;
     int fd = open(w->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
-        return PT_EIO;
-    int rv = fsync(fd) == 0 ? 0 : PT_EIO;
+        return io_error();
+    int rv = fsync(fd) == 0 ? 0 : io_error();
     close(fd);
     return rv;
 }
@@ -109,14 +118,17 @@ static void log_path(const char *dir, uint64_t seq, char *out, size_t n)
 }
 
 /* Opens log seq of dir for appending, creating it (an existing one, made by a racing
- * prepare, is taken as it is), with its directory entry durable; -1 on failure. */
+ * prepare, is taken as it is), with its directory entry durable; -1 on failure, errno
+ * saying why. */
 static int make_log(const wal *w, uint64_t seq)
 {
     char path[4096];
     log_path(w->dir, seq, path, sizeof(path));
     int fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd >= 0 && sync_dir(w) != 0) {
+        int saved = errno;
         close(fd);
+        errno = saved;
         fd = -1;
     }
     return fd;
@@ -125,7 +137,7 @@ static int make_log(const wal *w, uint64_t seq)
 int pt_emb_wal_start(wal *w)
 {
     if ((w->fd = make_log(w, w->seq)) < 0)
-        return PT_EIO;
+        return io_error();
     next_gen(w);
     return 0;
 }
@@ -149,7 +161,7 @@ int pt_emb_wal_freeze(wal *w)
 {
     int fd = w->next_fd;
     if (fd < 0 && (fd = make_log(w, w->seq + 1)) < 0)
-        return PT_EIO;
+        return io_error();
     close(w->fd);
     w->fd = fd;
     w->next_fd = -1;
@@ -245,14 +257,14 @@ int pt_emb_wal_logs(const char *dir, uint64_t **seqs, size_t *n)
 
 /* ---- append ---- */
 
-static int write_all(int fd, const uint8_t *p, size_t n)
+static int write_all(const wal *wl, const uint8_t *p, size_t n)
 {
     while (n) {
-        ssize_t w = write(fd, p, n);
+        ssize_t w = wl->write_fn ? wl->write_fn(wl->fd, p, n) : write(wl->fd, p, n);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
-            return PT_EIO;
+            return io_error();
         }
         p += w;
         n -= (size_t)w;
@@ -380,11 +392,12 @@ int pt_emb_wal_log(wal *w, head *h, const pt_mutation *m, size_t n, const uint64
     uint64_t sum = XXH3_64bits_withSeed(rec + WAL_HDR, len, w->gen);
     pt_put_le32(rec + 12, (uint32_t)sum);
     pt_put_le32(rec + 16, (uint32_t)(sum >> 32));
-    rv = write_all(w->fd, rec, WAL_HDR + len);
+    rv = write_all(w, rec, WAL_HDR + len);
     if (rv == 0 && w->sync && fdatasync(w->fd) != 0)
-        rv = PT_EIO;
+        rv = io_error();
     if (rv != 0) {
-        /* Cut the torn record off so the next record is not hidden behind it. */
+        /* Cut the torn record off so the next record is not hidden behind it (on a full
+         * disk this gives the partial record's blocks back). */
         if (ftruncate(w->fd, (off_t)w->size) != 0)
             rv = PT_EIO;
         goto undo;
@@ -472,22 +485,52 @@ static int icells_flush(icells *ic, ihead *x)
     return rv;
 }
 
-static int replay(wal *w, head *h, ihead *x, const uint8_t *buf, size_t size, size_t *good)
+/* Whether an intact record starts at buf + off: its magic, a length inside the file, its
+ * checksum, and (any when want is 0) generation want. */
+static int record_at(const uint8_t *buf, size_t size, size_t off, uint32_t want)
+{
+    if (size - off < WAL_HDR || memcmp(buf + off, wal_magic, 4) != 0)
+        return 0;
+    const uint8_t *r = buf + off;
+    uint32_t g = pt_get_le32(r + 4), len = pt_get_le32(r + 8);
+    if ((want && g != want) || len > size - off - WAL_HDR)
+        return 0;
+    uint64_t sum = (uint64_t)pt_get_le32(r + 12) | (uint64_t)pt_get_le32(r + 16) << 32;
+    return XXH3_64bits_withSeed(r + WAL_HDR, len, g) == sum;
+}
+
+/* Replays buf; *good is where the last intact record ends. A damaged record in the middle
+ * (more intact records of the generation behind it) is skipped: replay goes on at the
+ * next intact record header, and the damaged range is reported (file, offset, length).
+ * Cells of rows the damaged bytes defined cannot be placed and are counted as lost. */
+static int replay(wal *w, head *h, ihead *x, const uint8_t *buf, size_t size, size_t *good,
+                  const char *path)
 {
     hrow **ids = NULL;
-    size_t nids = 0, cap = 0;
+    size_t nids = 0, cap = 0, lost = 0;
     icells ic = {0};
     uint32_t gen = 0;
-    size_t off = 0;
+    size_t off = 0, end_ok = 0;
+    int resynced = 0;
     int rv = 0;
     while (size - off >= WAL_HDR) {
+        if (!record_at(buf, size, off, off > 0 ? gen : 0)) {
+            size_t next = off + 1;
+            while (next < size && !record_at(buf, size, next, gen))
+                next++;
+            if (next >= size)
+                break; /* nothing intact behind it: a torn or stale tail */
+            fprintf(stderr,
+                    "promtable: embedded: %s: bytes %zu to %zu (%zu bytes) are damaged; "
+                    "skipped, replay goes on with the intact records after them\n",
+                    path, off, next, next - off);
+            w->damaged_bytes += next - off;
+            resynced = 1;
+            off = next;
+            continue;
+        }
         const uint8_t *r = buf + off;
         uint32_t g = pt_get_le32(r + 4), len = pt_get_le32(r + 8);
-        if (memcmp(r, wal_magic, 4) != 0 || (off > 0 && g != gen) || len > size - off - WAL_HDR)
-            break;
-        uint64_t sum = (uint64_t)pt_get_le32(r + 12) | (uint64_t)pt_get_le32(r + 16) << 32;
-        if (XXH3_64bits_withSeed(r + WAL_HDR, len, g) != sum)
-            break;
         gen = g;
         const uint8_t *p = r + WAL_HDR, *end = p + len;
         while (p < end) {
@@ -497,21 +540,28 @@ static int replay(wal *w, head *h, ihead *x, const uint8_t *buf, size_t size, si
                 goto out;
             }
             if (e.type == 'R') {
-                if (e.id != nids) {
+                /* After skipped bytes, the ids they defined are unknown: a gap. */
+                if (e.id < nids || (e.id > nids && !resynced)) {
                     rv = PT_EINTERNAL;
                     goto out;
                 }
-                if ((rv = pt_array_reserve(&ids, &cap, nids + 1, sizeof(*ids), 0)) != 0)
+                if ((rv = pt_array_reserve(&ids, &cap, (size_t)e.id + 1, sizeof(*ids), 0)) != 0)
                     goto out;
+                while (nids < e.id)
+                    ids[nids++] = NULL;
                 if (!(ids[nids++] = pt_emb_head_get(h, e.key.p, e.key.n,
                                                      pt_emb_head_hash(e.key.p, e.key.n)))) {
                     rv = PT_ENOMEM;
                     goto out;
                 }
             } else if (e.type == 'C') {
-                if (e.id >= nids) {
+                if (e.id >= nids && !resynced) {
                     rv = PT_EINTERNAL;
                     goto out;
+                }
+                if (e.id >= nids || !ids[e.id]) {
+                    lost++; /* its row was defined in the damaged bytes */
+                    continue;
                 }
                 if ((rv = pt_emb_head_append(h, ids[e.id], e.q, e.value)) != 0)
                     goto out;
@@ -527,10 +577,16 @@ static int replay(wal *w, head *h, ihead *x, const uint8_t *buf, size_t size, si
         if ((rv = icells_flush(&ic, x)) != 0)
             goto out;
         off += WAL_HDR + len;
+        end_ok = off;
     }
     w->gen = gen + 1 ? gen + 1 : 1;
+    if (lost)
+        fprintf(stderr,
+                "promtable: embedded: %s: %zu samples after the damaged bytes belong to "
+                "series the damaged bytes defined and are lost\n",
+                path, lost);
 out:
-    *good = off;
+    *good = rv == 0 ? end_ok : off;
     free(ids);
     free(ic.m);
     free(ic.v);
@@ -568,7 +624,7 @@ static int replay_fd(wal *w, head *h, ihead *x, int fd, const char *path, size_t
     *size = *good = 0;
     int rv = read_file(fd, &buf, size);
     if (rv == 0)
-        rv = replay(w, h, x, buf, *size, good);
+        rv = replay(w, h, x, buf, *size, good, path);
     free(buf);
     if (rv != 0) {
         snprintf(err, errlen, "embedded: replay %s failed at byte %zu (%s)", path, *good,
@@ -576,8 +632,10 @@ static int replay_fd(wal *w, head *h, ihead *x, int fd, const char *path, size_t
         return rv;
     }
     if (*good < *size)
-        fprintf(stderr, "promtable: embedded: %s: dropped %zu bytes of a torn or stale tail\n",
-                path, *size - *good);
+        fprintf(stderr,
+                "promtable: embedded: %s: dropped %zu bytes at byte %zu, a torn or stale "
+                "tail (no intact record after them)\n",
+                path, *size - *good, *good);
     return 0;
 }
 

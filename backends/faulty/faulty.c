@@ -190,6 +190,12 @@ static size_t faulty_stats(void *state, pt_backend_stat *out, size_t max)
     return f->inner->ops->stats ? f->inner->ops->stats(f->inner->state, out, max) : 0;
 }
 
+static int faulty_health(void *state, char *msg, size_t msglen)
+{
+    faulty *f = state;
+    return f->inner->ops->health ? f->inner->ops->health(f->inner->state, msg, msglen) : 0;
+}
+
 const pt_backend_ops pt_backend_faulty = {
     .name = "faulty",
     .caps = PT_BACKEND_CAP_TEST,
@@ -200,4 +206,5 @@ const pt_backend_ops pt_backend_faulty = {
     .scan = faulty_scan,
     .init = faulty_init,
     .stats = faulty_stats,
+    .health = faulty_health,
 };

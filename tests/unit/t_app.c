@@ -327,6 +327,26 @@ int main(void)
         plan.write.fail_next = 1;
         pt_faulty_set(&s.faulty, &plan);
         is(post(&c, "/api/v1/write", w), 503, "backend unavailable: 503 (Prometheus retries)");
+        ok(c.resp.nheaders == 1 && strcmp(c.resp.headers[0].name, "Retry-After") == 0 &&
+               strcmp(c.resp.headers[0].value, "1") == 0,
+           "with Retry-After: 1");
+        pt_arena_free(&c.arena);
+        /* A full disk (the store's write failed with ENOSPC): retryable, never a 500. */
+        plan = (pt_faulty_plan){0};
+        plan.write.fail_next = 1;
+        plan.write.code = PT_ENOSPACE;
+        pt_faulty_set(&s.faulty, &plan);
+        is(post(&c, "/api/v1/write", w), 503, "disk full: 503 (Prometheus retries)");
+        ok(strstr(c.body, "storage disk full") && strstr(c.body, "nothing was acknowledged"),
+           "the message says the disk is full: %s", c.body);
+        ok(c.resp.nheaders == 1 && strcmp(c.resp.headers[0].name, "Retry-After") == 0,
+           "with Retry-After");
+        pt_arena_free(&c.arena);
+        plan = (pt_faulty_plan){0};
+        plan.scan.fail_next = 1;
+        plan.scan.code = PT_ENOSPACE;
+        pt_faulty_set(&s.faulty, &plan);
+        is(post(&c, "/api/v1/read", file("prom-2.42-read.bin")), 503, "a read on a full disk: 503");
         pt_arena_free(&c.arena);
         plan = (pt_faulty_plan){0};
         plan.scan.fail_next = 1;
@@ -347,8 +367,9 @@ int main(void)
         pt_faulty_set(&s.faulty, &plan);
         is(run(&c, PT_M_POST, "/api/v1/write", ct2, "snappy", body.p, body.n), 503,
            "2.0 during an outage: 503");
-        ok(c.resp.nheaders == 3 && strcmp(c.resp.headers[0].value, "0") == 0,
-           "with Samples-Written 0");
+        ok(c.resp.nheaders == 4 && strcmp(c.resp.headers[0].value, "0") == 0 &&
+               strcmp(c.resp.headers[3].name, "Retry-After") == 0,
+           "with Samples-Written 0, and Retry-After");
         pt_arena_free(&c.arena);
         pt_faulty_set(&s.faulty, NULL);
         is(run(&c, PT_M_POST, "/api/v1/write", ct2, "snappy", body.p, body.n), 204,
@@ -458,7 +479,7 @@ int main(void)
         ok(strstr(text, "promtable_http_request_duration_seconds_bucket{route=\"/api/v1/write\",le=\"+Inf\"}"),
            "request duration histogram");
         ok(strstr(text, "promtable_backend_write_duration_seconds_count") &&
-               strstr(text, "promtable_backend_errors_total{op=\"write\"} 2"),
+               strstr(text, "promtable_backend_errors_total{op=\"write\"} 3"),
            "backend duration and errors");
         ok(strstr(text, "promtable_index_cache_entries "), "index cache size");
         ok(strstr(text, "# TYPE promtable_embedded_flushes_total counter\npromtable_embedded_flushes_total ") &&
