@@ -506,7 +506,7 @@ static void handle_metrics(pt_ctx *c, pt_req *req, pt_resp *resp)
         pt_ha_stat *hs = pt_arena_alloc(req->arena, (size_t)app->cfg->ha_max_clusters * sizeof(*hs));
         if (hs) {
             g.ha = hs;
-            g.nha = pt_ha_stats(app->store.ha, hs, (size_t)app->cfg->ha_max_clusters);
+            g.nha = pt_ha_stats(app->store.ha, req->arena, hs, (size_t)app->cfg->ha_max_clusters);
         }
     }
     char *text;

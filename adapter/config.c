@@ -124,7 +124,11 @@ static const pt_conf_key table[] = {
      "Bigtable: the elected replica's lease row is refreshed (another replica's re-read) at "
      "most this often; less than ha.failover_timeout (0 = at every write)."},
     {"ha.max_clusters", NULL, PT_CONF_LONG, "1000", 1, 1000000, F(ha_max_clusters),
-     "HA (tenant, cluster) pairs tracked at most; a series of a new one past it gets 400."},
+     "HA (tenant, cluster) pairs tracked at most; a series of a new one past it gets 429 "
+     "(pairs idle longer than ha.failover_timeout are forgotten to make room)."},
+    {"ha.max_clusters_per_tenant", NULL, PT_CONF_LONG, "100", 1, 1000000,
+     F(ha_max_clusters_per_tenant),
+     "With tenancy: HA pairs one tenant may have tracked at most; past it 429."},
     {"log.level", NULL, PT_CONF_ENUM, "info|debug|warn|error", 0, 0, F(log_level),
      "Log level."},
 };

@@ -65,6 +65,7 @@ typedef struct pt_config {
     long ha_failover_timeout_ms;
     long ha_update_interval_ms;
     long ha_max_clusters;
+    long ha_max_clusters_per_tenant;
 
     char *log_level;
 } pt_config;

@@ -712,21 +712,25 @@ static int ha_series(pt_store *st, pt_slice tenant, ha_memo *m, pt_label *ls, lo
         return 1; /* not of an HA pair: stored as it is */
     pt_slice cluster = ls[ci].value, replica = ls[ri].value;
     if (m->verdict < 0 || !pt_slice_eq(m->cluster, cluster) || !pt_slice_eq(m->replica, replica)) {
-        int rv = pt_ha_decide(st->ha, tenant, cluster, replica, &m->e);
-        if (rv == PT_ELABELS || rv == PT_ELIMIT) {
+        pt_ha_entry *e;
+        char msg[PT_MSG_MAX];
+        int rv = pt_ha_decide(st->ha, tenant, cluster, replica, &e, msg, sizeof(msg));
+        if (rv == PT_ELABELS) {
             reject_entry(res, ts, PT_REJECT_LABELS);
-            if (rv == PT_ELIMIT)
-                note(res, "HA cluster \"%.*s\" is one more than ha.max_clusters tracks",
-                     (int)(cluster.n > 60 ? 60 : cluster.n), (const char *)cluster.p);
-            else
-                note(res, "HA cluster, replica or tenant over %d bytes (cluster \"%.*s...\")",
-                     PT_HA_MAX_VALUE, (int)(cluster.n > 60 ? 60 : cluster.n),
-                     (const char *)cluster.p);
+            note(res, "%s", msg);
+            return 0;
+        }
+        if (rv == PT_ETENANTLIMIT) { /* a full table: 429, the request may be retried */
+            reject_entry(res, ts, PT_REJECT_LIMIT);
+            if (!res->limited)
+                snprintf(res->msg, sizeof(res->msg), "%s", msg);
+            res->limited = 1;
             return 0;
         }
         if (rv < 0)
             return rv;
-        *m = (ha_memo){cluster, replica, m->e, rv};
+        pt_ha_release(st->ha, m->e);
+        *m = (ha_memo){cluster, replica, e, rv};
     }
     pt_ha_count(m->e, m->verdict, n);
     if (m->verdict == PT_HA_DROP) {
@@ -742,7 +746,7 @@ static int ha_series(pt_store *st, pt_slice tenant, ha_memo *m, pt_label *ls, lo
 /* pt_store_write, with hs the one histogram every histogram of the request is converted
  * into in turn. */
 static int store_write(pt_store *st, pt_slice tenant, pt_wreq *wr, pt_arena *a,
-                       pt_write_result *res, pt_histogram *hs)
+                       pt_write_result *res, pt_histogram *hs, ha_memo *ham)
 {
     memset(res, 0, sizeof(*res));
     res->series = wr->nseries;
@@ -778,7 +782,6 @@ static int store_write(pt_store *st, pt_slice tenant, pt_wreq *wr, pt_arena *a,
         !(xb.v = pt_arena_alloc(a, wr->nexemplars * sizeof(*xb.v))))
         return PT_ENOMEM;
 
-    ha_memo ham = {.verdict = -1};
     pt_meta_batch mb;
     pt_meta_begin(&mb, st, a);
     for (size_t i = 0; i < wr->nmetadata; i++)
@@ -818,7 +821,7 @@ static int store_write(pt_store *st, pt_slice tenant, pt_wreq *wr, pt_arena *a,
             continue;
         }
         if (st->ha) {
-            int keep = ha_series(st, tenant, &ham, ls, &nl, ts, res);
+            int keep = ha_series(st, tenant, ham, ls, &nl, ts, res);
             if (keep < 0)
                 return keep; /* nothing is stored: the whole request is retried */
             if (!keep)
@@ -949,7 +952,10 @@ int pt_store_write_tenant(pt_store *st, pt_slice tenant, pt_wreq *wr, pt_arena *
                           pt_write_result *res)
 {
     pt_histogram hs = PT_HISTOGRAM_INIT;
-    int rv = store_write(st, tenant, wr, a, res, &hs);
+    ha_memo ham = {.verdict = -1};
+    int rv = store_write(st, tenant, wr, a, res, &hs, &ham);
+    if (ham.e)
+        pt_ha_release(st->ha, ham.e);
     pt_histogram_free(&hs);
     return rv;
 }
