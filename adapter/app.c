@@ -707,9 +707,12 @@ int pt_app_on_loop(void *ud, const pt_req *req)
 }
 
 /* With tenancy on: the request's tenant, its store (a view of the shared one, in the
- * request arena, as a streamed read outlives the handler) and its reference, into ctx.
- * 0, or the request answered: 401 without the header, 400 for a bad id or two headers,
- * 429 when tenancy.max_tenants are active. */
+ * request arena, as a streamed read outlives the handler) and, for a write, its reference
+ * into ctx. Only a write makes a tenant (takes a place in tenancy.max_tenants): any other
+ * route reads the id's row space without one, so an id never written reads as empty and
+ * made-up ids cannot crowd out real tenants. 0, or the request answered: 401 without the
+ * header, 400 for a bad id or two headers, 429 for a write when tenancy.max_tenants are
+ * active. */
 static int tenant_begin(pt_app *app, pt_req *req, pt_resp *resp, pt_ctx *ctx)
 {
     const char *hdr = app->cfg ? app->cfg->tenancy_header : "X-Scope-OrgID";
@@ -730,8 +733,9 @@ static int tenant_begin(pt_app *app, pt_req *req, pt_resp *resp, pt_ctx *ctx)
         reply_fail(req, resp, PT_EBADREQ, "%s header: %s", hdr, msg);
         return -1;
     }
-    pt_tenant *t = pt_tenant_get(app->tenants, id, wall_ms(), msg, sizeof(msg));
-    if (!t) {
+    pt_tenant *t = NULL;
+    if (strcmp(req->path, "/api/v1/write") == 0 &&
+        !(t = pt_tenant_get(app->tenants, id, wall_ms(), msg, sizeof(msg)))) {
         reply_fail(req, resp, PT_ETENANTLIMIT, "%s", msg);
         return -1;
     }
@@ -739,7 +743,8 @@ static int tenant_begin(pt_app *app, pt_req *req, pt_resp *resp, pt_ctx *ctx)
         pt_tenant_view view;
         pt_store store;
     } *tr = pt_arena_alloc(req->arena, sizeof(*tr));
-    if (!tr) {
+    const char *tid = t ? pt_tenant_id(t) : pt_arena_strndup(req->arena, id, n);
+    if (!tr || !tid) {
         pt_tenant_put(app->tenants, t);
         reply_memory(app, req, resp, 0);
         return -1;
@@ -748,9 +753,9 @@ static int tenant_begin(pt_app *app, pt_req *req, pt_resp *resp, pt_ctx *ctx)
     tr->store = app->store;
     tr->store.be = &tr->view.be;
     tr->store.salt = pt_tenant_salt(id, n);
-    tr->store.gate = pt_tenant_gate;
+    tr->store.gate = t ? pt_tenant_gate : NULL;
     tr->store.gate_ud = t;
-    *ctx = (pt_ctx){app, &tr->store, pt_tenant_id(t), t};
+    *ctx = (pt_ctx){app, &tr->store, tid, t};
     return 0;
 }
 
