@@ -68,6 +68,20 @@ static const pt_conf_key table[] = {
      "(at least web.max_body_bytes, at most web.max_body_memory)."},
     {"web.overload_retry_after", NULL, PT_CONF_DURATION, "1s", 1000, 3600000LL,
      F(overload_retry_after_ms), "Retry-After of a 503 for overload (whole seconds, rounded up)."},
+    /* Label limits (README "Remote write"); Prometheus' own scrape limits and Mimir's
+     * ingester limits are of this kind. */
+    {"write.max_label_name_length", NULL, PT_CONF_BYTES, "1KiB", 0, MiB,
+     F(write_max_label_name_length),
+     "Longest label name a series may have; a series with a longer one gets 400 (0 = no "
+     "limit)."},
+    {"write.max_label_value_length", NULL, PT_CONF_BYTES, "16KiB", 0, 64 * MiB,
+     F(write_max_label_value_length),
+     "Longest label value a series may have; a series with a longer one gets 400 (0 = no "
+     "limit)."},
+    {"write.max_labels_per_series", NULL, PT_CONF_LONG, "128", 0, 1000000,
+     F(write_max_labels_per_series),
+     "Labels a series may have (__name__ included); a series with more gets 400 (0 = no "
+     "limit)."},
     {"storage.backend", NULL, PT_CONF_ENUM, "embedded|bigtable", 0, 0, F(backend),
      "Where samples go: embedded = RocksDB in storage.embedded.path, bigtable = Bigtable."},
     {"storage.retention", NULL, PT_CONF_DURATION, "0", 0, 100 * 31536000000LL, F(retention_ms),

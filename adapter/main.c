@@ -231,7 +231,10 @@ int main(int argc, char **argv)
                            .max_series = (size_t)cfg.read_max_series,
                            .max_samples = (size_t)cfg.read_max_samples,
                            .read_timeout_ms = cfg.read_timeout_ms,
-                           .retention_ms = cfg.retention_ms};
+                           .retention_ms = cfg.retention_ms,
+                           .label_limits = {cfg.write_max_label_name_length,
+                                            cfg.write_max_label_value_length,
+                                            (size_t)cfg.write_max_labels_per_series}};
     if (cfg.ha_enabled) {
         pt_ha_opts ho = {cfg.ha_cluster_label, cfg.ha_replica_label, cfg.ha_failover_timeout_ms,
                          cfg.ha_update_interval_ms, (size_t)cfg.ha_max_clusters, &be, NULL, NULL,

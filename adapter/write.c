@@ -123,8 +123,16 @@ static void sort_labels(pt_label *ls, size_t n)
     }
 }
 
-long pt_labels_validate(pt_label *ls, size_t n, int *plain, char *msg, size_t msglen)
+long pt_labels_validate(pt_label *ls, size_t n, const pt_label_limits *lim, int *plain,
+                        char *msg, size_t msglen)
 {
+    static const pt_label_limits none = {0, 0, 0};
+    if (!lim)
+        lim = &none;
+    /* Before sorting: an insertion sort of a huge unsorted set would be the cost. */
+    if (lim->labels && n > lim->labels)
+        return label_error(msg, msglen, ls, n, "%zu labels, more than "
+                           "write.max_labels_per_series (%zu)", n, lim->labels);
     unsigned text = 0;
     sort_labels(ls, n);
     size_t k = 0;
@@ -133,6 +141,15 @@ long pt_labels_validate(pt_label *ls, size_t n, int *plain, char *msg, size_t ms
         pt_slice name = ls[i].name, value = ls[i].value;
         if (name.n == 0)
             return label_error(msg, msglen, ls, n, "a label has an empty name");
+        if (lim->name_len && name.n > lim->name_len)
+            return label_error(msg, msglen, ls, n, "label name \"%.*s...\" is %zu bytes long, "
+                               "more than write.max_label_name_length (%zu)", (int)(name.n > 60 ? 60 : name.n),
+                               (const char *)name.p, name.n, lim->name_len);
+        if (lim->value_len && value.n > lim->value_len)
+            return label_error(msg, msglen, ls, n, "value of label \"%.*s\" is %zu bytes long, "
+                               "more than write.max_label_value_length (%zu)",
+                               (int)(name.n > 60 ? 60 : name.n), (const char *)name.p, value.n,
+                               lim->value_len);
         unsigned f = pt_text_flags(name) | pt_text_flags(value);
         text |= f;
         if ((f & PT_TEXT_NONASCII) && !pt_utf8_valid(name))
@@ -545,19 +562,16 @@ static int put_exemplar(sput *s, const pt_wexemplar *x, size_t entry)
         seen = xseen_find(s->xs, s->xh);
         int64_t newest = seen->h ? seen->ts : pt_exemplar_newest_get(s->st->xnewest, s->xh);
         if (x->timestamp < newest) {
-            if (!s->v2) { /* dropped, as Prometheus' 1.0 receiver does */
-                pt_m.exemplars_out_of_order++;
-                return 0;
-            }
-            snprintf(why, sizeof(why),
-                     "out of order: timestamp %" PRId64 " is older than the series' newest "
-                     "exemplar (%" PRId64 ")", x->timestamp, newest);
+            /* Dropped and counted, the request answered 2xx, as Prometheus' receivers do
+             * (1.0 and 2.0): a refusal would make the sender count the request's stored
+             * samples as failed and drop them without a retry. */
+            pt_m.exemplars_out_of_order++;
+            return 0;
         }
     }
     if (why[0]) {
         s->res->samples_rejected++;
         pt_m.samples_rejected[PT_REJECT_EXEMPLAR]++;
-        pt_m.exemplars_out_of_order += strncmp(why, "out of order", 12) == 0;
         note(s->res, "invalid exemplar in timeseries %zu (series %.*s): %s", entry,
              (int)(s->sid.n > 200 ? 200 : s->sid.n), (const char *)s->sid.p, why);
         return 0;
@@ -812,7 +826,8 @@ static int store_write(pt_store *st, pt_slice tenant, pt_wreq *wr, pt_arena *a,
         pt_label *ls = ts->labels;
         char lmsg[PT_MSG_MAX];
         int plain;
-        long nl = pt_labels_validate(ls, ts->nlabels, &plain, lmsg, sizeof(lmsg));
+        long nl = pt_labels_validate(ls, ts->nlabels, &st->label_limits, &plain, lmsg,
+                                     sizeof(lmsg));
         if (nl < 0) {
             res->entries_rejected++;
             res->samples_rejected += npoints + ts->nexemplars;
