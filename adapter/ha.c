@@ -196,7 +196,7 @@ static uint64_t key_hash(const uint8_t *k, size_t n)
     return x;
 }
 
-/* Under h->mu: the tenant's record, or NULL. */
+/* Under h->mu: the link that holds the tenant's record (*link NULL when it has none). */
 static ha_tenant **tenant_link(pt_ha *h, pt_slice tenant, uint64_t hash)
 {
     ha_tenant **at = &h->tenants[hash & h->mask];
@@ -208,7 +208,9 @@ static ha_tenant **tenant_link(pt_ha *h, pt_slice tenant, uint64_t hash)
 /* Under h->mu: forgets every pair nobody holds and nobody asked about for longer than
  * the failover timeout. Forgetting one changes no verdict: its elected replica has been
  * silent that long, so the next replica to write would be elected anyway, and a shared
- * election lives on in its lease row. Sets when the next sweep can find one. */
+ * election lives on in its lease row. Sets when the next sweep can find one; a pair held
+ * by a request is looked at again a failover timeout later, so that a long request does
+ * not make every refused one sweep. */
 static void sweep(pt_ha *h, int64_t now)
 {
     int64_t next = INT64_MAX;
@@ -216,7 +218,7 @@ static void sweep(pt_ha *h, int64_t now)
         for (pt_ha_entry **at = &h->chains[i]; *at;) {
             pt_ha_entry *e = *at;
             if (e->refs > 0 || now - e->touched_ms <= h->failover_ms) {
-                int64_t idle_at = e->refs > 0 ? now + 1 : e->touched_ms + h->failover_ms + 1;
+                int64_t idle_at = (e->refs > 0 ? now : e->touched_ms) + h->failover_ms + 1;
                 next = idle_at < next ? idle_at : next;
                 at = &e->next;
                 continue;
