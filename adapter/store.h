@@ -78,7 +78,7 @@ typedef struct pt_write_result {
     size_t samples_rejected;   /* samples, histograms and exemplars not stored */
     size_t entries_rejected;   /* TimeSeries entries with an invalid label set */
     size_t index_rows;
-    int limited;               /* samples were refused by pt_store.gate: 429 */
+    int limited;               /* samples were refused by pt_store.gate or a full HA table: 429 */
     size_t samples_deduplicated; /* HA: samples and histograms of a replica not elected */
     char msg[PT_MSG_MAX];      /* first problem, for the 400 body */
 } pt_write_result;
