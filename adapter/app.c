@@ -524,7 +524,7 @@ static void handle_metrics(pt_ctx *c, pt_req *req, pt_resp *resp)
         pt_ha_stat *hs = pt_arena_alloc(req->arena, (size_t)app->cfg->ha_max_clusters * sizeof(*hs));
         if (hs) {
             g.ha = hs;
-            g.nha = pt_ha_stats(app->store.ha, hs, (size_t)app->cfg->ha_max_clusters);
+            g.nha = pt_ha_stats(app->store.ha, req->arena, hs, (size_t)app->cfg->ha_max_clusters);
         }
     }
     char *text;
@@ -754,15 +754,18 @@ static int tenant_header_ok(const pt_app *app, pt_req *req, pt_resp *resp)
 
 /* With tenancy on: the request's tenant (its header already checked by tenant_header_ok),
  * its store (a view of the shared one, in the request arena, as a streamed read outlives
- * the handler) and its reference, into ctx. 0, or the request answered: 429 when
- * tenancy.max_tenants are active. */
+ * the handler) and, for a write, its reference into ctx. Only a write makes a tenant (takes
+ * a place in tenancy.max_tenants): any other route reads the id's row space without one,
+ * so an id never written reads as empty and made-up ids cannot crowd out real tenants.
+ * 0, or the request answered: 429 for a write when tenancy.max_tenants are active. */
 static int tenant_begin(pt_app *app, pt_req *req, pt_resp *resp, pt_ctx *ctx)
 {
     const char *id = req->tenant;
     size_t n = strlen(id);
     char msg[300];
-    pt_tenant *t = pt_tenant_get(app->tenants, id, wall_ms(), msg, sizeof(msg));
-    if (!t) {
+    pt_tenant *t = NULL;
+    if (strcmp(req->path, "/api/v1/write") == 0 &&
+        !(t = pt_tenant_get(app->tenants, id, wall_ms(), msg, sizeof(msg)))) {
         reply_fail(req, resp, PT_ETENANTLIMIT, "%s", msg);
         return -1;
     }
@@ -770,7 +773,8 @@ static int tenant_begin(pt_app *app, pt_req *req, pt_resp *resp, pt_ctx *ctx)
         pt_tenant_view view;
         pt_store store;
     } *tr = pt_arena_alloc(req->arena, sizeof(*tr));
-    if (!tr) {
+    const char *tid = t ? pt_tenant_id(t) : pt_arena_strndup(req->arena, id, n);
+    if (!tr || !tid) {
         pt_tenant_put(app->tenants, t);
         reply_memory(app, req, resp, 0);
         return -1;
@@ -779,9 +783,9 @@ static int tenant_begin(pt_app *app, pt_req *req, pt_resp *resp, pt_ctx *ctx)
     tr->store = app->store;
     tr->store.be = &tr->view.be;
     tr->store.salt = pt_tenant_salt(id, n);
-    tr->store.gate = pt_tenant_gate;
+    tr->store.gate = t ? pt_tenant_gate : NULL;
     tr->store.gate_ud = t;
-    *ctx = (pt_ctx){app, &tr->store, pt_tenant_id(t), t};
+    *ctx = (pt_ctx){app, &tr->store, tid, t};
     return 0;
 }
 

@@ -95,6 +95,20 @@ static const pt_conf_key table[] = {
      F(max_response_memory), "Answers all connections hold unread; past it new requests get 503."},
     {"web.metrics_auth", NULL, PT_CONF_BOOL, "false", 0, 0, F(metrics_auth),
      "/metrics demands the read credentials (web.read_* or the shared ones) too."},
+    /* Label limits (README "Remote write"); Prometheus' own scrape limits and Mimir's
+     * ingester limits are of this kind. */
+    {"write.max_label_name_length", NULL, PT_CONF_BYTES, "1KiB", 0, MiB,
+     F(write_max_label_name_length),
+     "Longest label name a series may have; a series with a longer one gets 400 (0 = no "
+     "limit)."},
+    {"write.max_label_value_length", NULL, PT_CONF_BYTES, "16KiB", 0, 64 * MiB,
+     F(write_max_label_value_length),
+     "Longest label value a series may have; a series with a longer one gets 400 (0 = no "
+     "limit)."},
+    {"write.max_labels_per_series", NULL, PT_CONF_LONG, "128", 0, 1000000,
+     F(write_max_labels_per_series),
+     "Labels a series may have (__name__ included); a series with more gets 400 (0 = no "
+     "limit)."},
     {"storage.backend", NULL, PT_CONF_ENUM, "embedded|bigtable", 0, 0, F(backend),
      "Where samples go: embedded = RocksDB in storage.embedded.path, bigtable = Bigtable."},
     {"storage.retention", NULL, PT_CONF_DURATION, "0", 0, 100 * 31536000000LL, F(retention_ms),
@@ -162,7 +176,11 @@ static const pt_conf_key table[] = {
      "Bigtable: the elected replica's lease row is refreshed (another replica's re-read) at "
      "most this often; less than ha.failover_timeout (0 = at every write)."},
     {"ha.max_clusters", NULL, PT_CONF_LONG, "1000", 1, 1000000, F(ha_max_clusters),
-     "HA (tenant, cluster) pairs tracked at most; a series of a new one past it gets 400."},
+     "HA (tenant, cluster) pairs tracked at most; a series of a new one past it gets 429 "
+     "(pairs idle longer than ha.failover_timeout are forgotten to make room)."},
+    {"ha.max_clusters_per_tenant", NULL, PT_CONF_LONG, "100", 1, 1000000,
+     F(ha_max_clusters_per_tenant),
+     "With tenancy: HA pairs one tenant may have tracked at most; past it 429."},
     {"log.level", NULL, PT_CONF_ENUM, "info|debug|warn|error", 0, 0, F(log_level),
      "Log level."},
 };

@@ -32,6 +32,9 @@ typedef struct pt_config {
     size_t max_body_bytes;
     size_t max_body_memory;
     size_t max_decoded_bytes;
+    size_t write_max_label_name_length;
+    size_t write_max_label_value_length;
+    long write_max_labels_per_series;
     size_t max_request_memory;
     long max_inflight_requests;
     size_t max_connection_body_memory;
@@ -77,6 +80,7 @@ typedef struct pt_config {
     long ha_failover_timeout_ms;
     long ha_update_interval_ms;
     long ha_max_clusters;
+    long ha_max_clusters_per_tenant;
 
     char *log_level;
 } pt_config;

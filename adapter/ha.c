@@ -25,9 +25,16 @@
 
 static const uint8_t lease_qual[] = {'l'};
 
+/* lookup's answers for a full table: all pairs, or the tenant's. */
+enum { FULL_ALL = 1, FULL_TENANT = 2 };
+
 struct pt_ha_entry {
     pthread_mutex_t mu;
     uint64_t hash;
+    pt_ha_entry *next; /* in its hash chain (under the tracker's mu) */
+    struct ha_tenant *owner;
+    size_t refs;       /* requests holding it (under the tracker's mu) */
+    int64_t touched_ms; /* last decision asked of it (under the tracker's mu) */
     size_t tenant_n, cluster_n, key_n;
     uint8_t tenant[PT_HA_MAX_TENANT], cluster[PT_HA_MAX_VALUE];
     uint8_t key[KEY_MAX + 1]; /* the lease row, then the 0x00 that ends its range */
@@ -43,16 +50,28 @@ struct pt_ha_entry {
     _Atomic uint64_t accepted, deduplicated, elections;
 };
 
+/* A tenant with pairs tracked, and how many. */
+typedef struct ha_tenant {
+    struct ha_tenant *next;
+    uint64_t hash;
+    size_t pairs;
+    size_t id_n;
+    uint8_t id[PT_HA_MAX_TENANT];
+} ha_tenant;
+
 struct pt_ha {
     char *cluster_label, *replica_label;
     int64_t failover_ms, update_ms;
     pt_backend *be; /* NULL: local election */
     int64_t (*now_ms)(void *ud);
     void *clock_ud;
-    pthread_mutex_t mu; /* the table and the list */
-    size_t max, n, mask;
-    pt_ha_entry **slots; /* open addressing by hash of the key */
-    pt_ha_entry **list;  /* in the order first seen */
+    pthread_mutex_t mu; /* the tables and what entries keep under it */
+    size_t max, per_tenant, n, mask;
+    pt_ha_entry **chains; /* by hash of the lease key */
+    ha_tenant **tenants;  /* by hash of the tenant id, same size */
+    /* No entry can be idle past the failover timeout before this: a full table is not
+     * swept again until then. */
+    int64_t sweep_ms;
 };
 
 static int64_t wall_ms(void *ud)
@@ -68,14 +87,14 @@ pt_ha *pt_ha_new(const pt_ha_opts *o)
     pt_ha *h = calloc(1, sizeof(*h));
     if (!h)
         return NULL;
-    size_t slots = 16;
-    while (slots < 2 * o->max_clusters)
-        slots <<= 1;
+    size_t chains = 16;
+    while (chains < o->max_clusters)
+        chains <<= 1;
     h->cluster_label = strdup(o->cluster_label);
     h->replica_label = strdup(o->replica_label);
-    h->slots = calloc(slots, sizeof(*h->slots));
-    h->list = calloc(o->max_clusters ? o->max_clusters : 1, sizeof(*h->list));
-    if (!h->cluster_label || !h->replica_label || !h->slots || !h->list) {
+    h->chains = calloc(chains, sizeof(*h->chains));
+    h->tenants = calloc(chains, sizeof(*h->tenants));
+    if (!h->cluster_label || !h->replica_label || !h->chains || !h->tenants) {
         pt_ha_free(h);
         return NULL;
     }
@@ -85,7 +104,9 @@ pt_ha *pt_ha_new(const pt_ha_opts *o)
     h->now_ms = o->now_ms ? o->now_ms : wall_ms;
     h->clock_ud = o->clock_ud;
     h->max = o->max_clusters;
-    h->mask = slots - 1;
+    h->per_tenant = o->max_per_tenant ? o->max_per_tenant : o->max_clusters;
+    h->mask = chains - 1;
+    h->sweep_ms = INT64_MIN;
     pthread_mutex_init(&h->mu, NULL);
     return h;
 }
@@ -94,14 +115,21 @@ void pt_ha_free(pt_ha *h)
 {
     if (!h)
         return;
-    for (size_t i = 0; i < h->n; i++) {
-        pthread_mutex_destroy(&h->list[i]->mu);
-        free(h->list[i]);
-    }
-    if (h->slots)
+    for (size_t i = 0; h->chains && i <= h->mask; i++)
+        for (pt_ha_entry *e = h->chains[i], *next; e; e = next) {
+            next = e->next;
+            pthread_mutex_destroy(&e->mu);
+            free(e);
+        }
+    for (size_t i = 0; h->tenants && i <= h->mask; i++)
+        for (ha_tenant *t = h->tenants[i], *next; t; t = next) {
+            next = t->next;
+            free(t);
+        }
+    if (h->chains && h->tenants)
         pthread_mutex_destroy(&h->mu);
-    free(h->slots);
-    free(h->list);
+    free(h->chains);
+    free(h->tenants);
     free(h->cluster_label);
     free(h->replica_label);
     free(h);
@@ -168,30 +196,88 @@ static uint64_t key_hash(const uint8_t *k, size_t n)
     return x;
 }
 
-/* The entry of (tenant, cluster), made when new: 0, PT_ELIMIT or PT_ENOMEM. */
-static int lookup(pt_ha *h, pt_slice tenant, pt_slice cluster, pt_ha_entry **out)
+/* Under h->mu: the link that holds the tenant's record (*link NULL when it has none). */
+static ha_tenant **tenant_link(pt_ha *h, pt_slice tenant, uint64_t hash)
+{
+    ha_tenant **at = &h->tenants[hash & h->mask];
+    while (*at && !((*at)->hash == hash && pt_slice_eq((pt_slice){(*at)->id, (*at)->id_n}, tenant)))
+        at = &(*at)->next;
+    return at;
+}
+
+/* Under h->mu: forgets every pair nobody holds and nobody asked about for longer than
+ * the failover timeout. Forgetting one changes no verdict: its elected replica has been
+ * silent that long, so the next replica to write would be elected anyway, and a shared
+ * election lives on in its lease row. Sets when the next sweep can find one; a pair held
+ * by a request is looked at again a failover timeout later, so that a long request does
+ * not make every refused one sweep. */
+static void sweep(pt_ha *h, int64_t now)
+{
+    int64_t next = INT64_MAX;
+    for (size_t i = 0; i <= h->mask; i++)
+        for (pt_ha_entry **at = &h->chains[i]; *at;) {
+            pt_ha_entry *e = *at;
+            if (e->refs > 0 || now - e->touched_ms <= h->failover_ms) {
+                int64_t idle_at = (e->refs > 0 ? now : e->touched_ms) + h->failover_ms + 1;
+                next = idle_at < next ? idle_at : next;
+                at = &e->next;
+                continue;
+            }
+            *at = e->next;
+            ha_tenant *t = e->owner;
+            if (--t->pairs == 0) {
+                ha_tenant **tl = tenant_link(h, (pt_slice){t->id, t->id_n}, t->hash);
+                *tl = t->next;
+                free(t);
+            }
+            pthread_mutex_destroy(&e->mu);
+            free(e);
+            h->n--;
+        }
+    h->sweep_ms = next;
+}
+
+/* The entry of (tenant, cluster) with a reference (pt_ha_release), made when new: 0,
+ * PT_ETENANTLIMIT (msg says which limit) or PT_ENOMEM. */
+static int lookup(pt_ha *h, pt_slice tenant, pt_slice cluster, int64_t now, pt_ha_entry **out)
 {
     uint8_t k[KEY_MAX];
     size_t kn = lease_key(k, tenant, cluster);
-    uint64_t hash = key_hash(k, kn);
+    uint64_t hash = key_hash(k, kn), th = key_hash(tenant.p, tenant.n);
     int rv = 0;
     pthread_mutex_lock(&h->mu);
-    size_t i = (size_t)hash & h->mask;
-    pt_ha_entry *e;
-    while ((e = h->slots[i]) != NULL &&
-           !(e->hash == hash && e->key_n == kn && memcmp(e->key, k, kn) == 0))
-        i = (i + 1) & h->mask;
+    pt_ha_entry **at = &h->chains[hash & h->mask], *e;
+    while ((e = *at) != NULL && !(e->hash == hash && e->key_n == kn && memcmp(e->key, k, kn) == 0))
+        at = &e->next;
     if (!e) {
-        if (h->n >= h->max) {
-            rv = PT_ELIMIT;
+        ha_tenant **tl = tenant_link(h, tenant, th);
+        if ((h->n >= h->max || (*tl && (*tl)->pairs >= h->per_tenant)) && now >= h->sweep_ms) {
+            sweep(h, now);
+            tl = tenant_link(h, tenant, th); /* the sweep may have freed the record */
+        }
+        if (h->n >= h->max || (*tl && (*tl)->pairs >= h->per_tenant)) {
+            rv = h->n >= h->max ? FULL_ALL : FULL_TENANT;
             goto out;
         }
-        if (!(e = calloc(1, sizeof(*e)))) {
+        ha_tenant *t = *tl;
+        if (!t && (t = calloc(1, sizeof(*t))) != NULL) {
+            t->hash = th;
+            memcpy(t->id, tenant.p, tenant.n);
+            t->id_n = tenant.n;
+            *tl = t;
+        }
+        if (!t || !(e = calloc(1, sizeof(*e)))) {
+            if (t && t->pairs == 0) {
+                *tl = t->next;
+                free(t);
+            }
             rv = PT_ENOMEM;
             goto out;
         }
+        t->pairs++;
         pthread_mutex_init(&e->mu, NULL);
         e->hash = hash;
+        e->owner = t;
         memcpy(e->key, k, kn);
         e->key[kn] = 0;
         e->key_n = kn;
@@ -199,13 +285,25 @@ static int lookup(pt_ha *h, pt_slice tenant, pt_slice cluster, pt_ha_entry **out
         e->tenant_n = tenant.n;
         memcpy(e->cluster, cluster.p, cluster.n);
         e->cluster_n = cluster.n;
-        h->slots[i] = e;
-        h->list[h->n++] = e;
+        e->next = h->chains[hash & h->mask];
+        h->chains[hash & h->mask] = e;
+        h->n++;
     }
+    e->refs++;
+    e->touched_ms = now;
     *out = e;
 out:
     pthread_mutex_unlock(&h->mu);
     return rv;
+}
+
+void pt_ha_release(pt_ha *h, pt_ha_entry *e)
+{
+    if (!e)
+        return;
+    pthread_mutex_lock(&h->mu);
+    e->refs--;
+    pthread_mutex_unlock(&h->mu);
 }
 
 static int is_elected(const pt_ha_entry *e, pt_slice replica)
@@ -369,18 +467,37 @@ static int decide_shared(pt_ha *h, pt_ha_entry *e, pt_slice replica, int64_t now
     return PT_EUNAVAIL;
 }
 
-int pt_ha_decide(pt_ha *h, pt_slice tenant, pt_slice cluster, pt_slice replica, pt_ha_entry **entry)
+int pt_ha_decide(pt_ha *h, pt_slice tenant, pt_slice cluster, pt_slice replica, pt_ha_entry **entry,
+                 char *msg, size_t msglen)
 {
-    if (cluster.n > PT_HA_MAX_VALUE || replica.n > PT_HA_MAX_VALUE || tenant.n > PT_HA_MAX_TENANT)
+    *entry = NULL;
+    if (cluster.n > PT_HA_MAX_VALUE || replica.n > PT_HA_MAX_VALUE || tenant.n > PT_HA_MAX_TENANT) {
+        snprintf(msg, msglen, "HA cluster, replica or tenant over %d bytes (cluster \"%.*s...\")",
+                 PT_HA_MAX_VALUE, (int)(cluster.n > 60 ? 60 : cluster.n), (const char *)cluster.p);
         return PT_ELABELS;
-    int rv = lookup(h, tenant, cluster, entry);
+    }
+    int64_t now = h->now_ms(h->clock_ud);
+    pt_ha_entry *e;
+    int rv = lookup(h, tenant, cluster, now, &e);
+    if (rv == FULL_ALL || rv == FULL_TENANT) {
+        int all = rv == FULL_ALL;
+        snprintf(msg, msglen, "HA cluster \"%.*s\"%s%.*s%s is one more than %s (%zu) tracks; "
+                 "a pair is forgotten once idle longer than ha.failover_timeout, retry later",
+                 (int)(cluster.n > 60 ? 60 : cluster.n), (const char *)cluster.p,
+                 tenant.n ? " of tenant \"" : "", (int)tenant.n, (const char *)tenant.p,
+                 tenant.n ? "\"" : "", all ? "ha.max_clusters" : "ha.max_clusters_per_tenant",
+                 all ? h->max : h->per_tenant);
+        return PT_ETENANTLIMIT;
+    }
     if (rv != 0)
         return rv;
-    pt_ha_entry *e = *entry;
-    int64_t now = h->now_ms(h->clock_ud);
     pthread_mutex_lock(&e->mu);
     rv = h->be ? decide_shared(h, e, replica, now) : decide_local(h, e, replica, now);
     pthread_mutex_unlock(&e->mu);
+    if (rv < 0)
+        pt_ha_release(h, e);
+    else
+        *entry = e;
     return rv;
 }
 
@@ -389,18 +506,24 @@ void pt_ha_count(pt_ha_entry *e, int verdict, size_t n)
     atomic_fetch_add(verdict == PT_HA_ACCEPT ? &e->accepted : &e->deduplicated, n);
 }
 
-size_t pt_ha_stats(pt_ha *h, pt_ha_stat *out, size_t max)
+size_t pt_ha_stats(pt_ha *h, pt_arena *a, pt_ha_stat *out, size_t max)
 {
+    size_t n = 0;
     pthread_mutex_lock(&h->mu);
-    size_t n = h->n < max ? h->n : max;
-    for (size_t i = 0; i < n; i++) {
-        pt_ha_entry *e = h->list[i];
-        out[i] = (pt_ha_stat){{e->tenant, e->tenant_n},
-                              {e->cluster, e->cluster_n},
-                              atomic_load(&e->accepted),
-                              atomic_load(&e->deduplicated),
-                              atomic_load(&e->elections)};
-    }
+    for (size_t i = 0; i <= h->mask; i++)
+        for (pt_ha_entry *e = h->chains[i]; e && n < max; e = e->next) {
+            uint8_t *names = pt_arena_alloc(a, e->tenant_n + e->cluster_n + 1);
+            if (!names)
+                goto out;
+            memcpy(names, e->tenant, e->tenant_n);
+            memcpy(names + e->tenant_n, e->cluster, e->cluster_n);
+            out[n++] = (pt_ha_stat){{names, e->tenant_n},
+                                    {names + e->tenant_n, e->cluster_n},
+                                    atomic_load(&e->accepted),
+                                    atomic_load(&e->deduplicated),
+                                    atomic_load(&e->elections)};
+        }
+out:
     pthread_mutex_unlock(&h->mu);
     return n;
 }

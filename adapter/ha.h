@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "arena.h"
 #include "backend.h"
 #include "rowkey.h"
 #include "slice.h"
@@ -48,6 +49,7 @@ typedef struct pt_ha_opts {
      * one. Tests pass a fake one and move it. */
     int64_t (*now_ms)(void *ud);
     void *clock_ud;
+    size_t max_per_tenant; /* pairs of one tenant tracked at most; 0 = max_clusters */
 } pt_ha_opts;
 
 /* NULL when out of memory. */
@@ -66,24 +68,28 @@ enum { PT_HA_ACCEPT = 0, PT_HA_DROP = 1 };
 
 /* Whether samples of (tenant, cluster) from replica, received now, are stored: returns
  * PT_HA_ACCEPT (electing replica if none is, or the elected one has been silent longer
- * than the failover timeout) or PT_HA_DROP, with *entry set for pt_ha_count. Errors:
- * PT_ELABELS for a value over the limits above, PT_ELIMIT when max_clusters pairs are
- * tracked and this is a new one, or a store error (retryable: answer 503, store
- * nothing). Slices are not kept. */
+ * than the failover timeout) or PT_HA_DROP, with *entry set, holding a reference: pass it
+ * to pt_ha_count, then give it back with pt_ha_release. Errors (*entry NULL): PT_ELABELS
+ * for a value over the limits above and PT_ETENANTLIMIT for a new pair past max_clusters
+ * or max_per_tenant, both with msg saying so; or a store error (retryable: answer 503,
+ * store nothing). A full table first forgets the pairs nobody asked about for longer than
+ * the failover timeout (their elections are over). Slices are not kept. */
 int pt_ha_decide(pt_ha *h, pt_slice tenant, pt_slice cluster, pt_slice replica,
-                 pt_ha_entry **entry);
+                 pt_ha_entry **entry, char *msg, size_t msglen);
 
 /* Counts n samples accepted or deduplicated (verdict) for the entry's cluster. */
 void pt_ha_count(pt_ha_entry *e, int verdict, size_t n);
 
-/* One (tenant, cluster) pair's figures for /metrics. The slices point into the tracker
- * (valid while it lives: pairs are never forgotten). */
+/* Gives back the reference pt_ha_decide handed out (NULL: nothing). */
+void pt_ha_release(pt_ha *h, pt_ha_entry *e);
+
+/* One (tenant, cluster) pair's figures for /metrics. */
 typedef struct pt_ha_stat {
     pt_slice tenant, cluster;
     uint64_t accepted, deduplicated, elections;
 } pt_ha_stat;
 
-/* Writes up to max pairs' figures, in the order they were first seen; returns how many. */
-size_t pt_ha_stats(pt_ha *h, pt_ha_stat *out, size_t max);
+/* Writes up to max pairs' figures (their names copied into a); returns how many. */
+size_t pt_ha_stats(pt_ha *h, pt_arena *a, pt_ha_stat *out, size_t max);
 
 #endif

@@ -234,10 +234,15 @@ int main(int argc, char **argv)
                            .max_matchers = (size_t)cfg.read_max_matchers,
                            .regex_match_limit = (uint32_t)cfg.read_regex_match_limit,
                            .regex_heap_limit = cfg.read_regex_heap_limit,
-                           .retention_ms = cfg.retention_ms};
+                           .retention_ms = cfg.retention_ms,
+                           .label_limits = {cfg.write_max_label_name_length,
+                                            cfg.write_max_label_value_length,
+                                            (size_t)cfg.write_max_labels_per_series}};
     if (cfg.ha_enabled) {
         pt_ha_opts ho = {cfg.ha_cluster_label, cfg.ha_replica_label, cfg.ha_failover_timeout_ms,
-                         cfg.ha_update_interval_ms, (size_t)cfg.ha_max_clusters, &be, NULL, NULL};
+                         cfg.ha_update_interval_ms, (size_t)cfg.ha_max_clusters, &be, NULL, NULL,
+                         /* Without tenancy every pair is of the one tenant "". */
+                         cfg.tenancy_enabled ? (size_t)cfg.ha_max_clusters_per_tenant : 0};
         if (!(app.store.ha = pt_ha_new(&ho))) {
             pt_log_msg(PT_LOG_ERROR, "out of memory for the HA tracker");
             goto fail_cache;

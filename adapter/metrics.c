@@ -228,8 +228,8 @@ long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
     counter(&o, "promtable_exemplars_received_total",
             "Exemplars received by remote write and stored.", LOAD(pt_m.exemplars_received));
     counter(&o, "promtable_exemplars_out_of_order_total",
-            "Exemplars older than their series' newest stored one: refused (remote write "
-            "2.0) or dropped (1.0).",
+            "Exemplars older than their series' newest stored one: dropped (not stored, "
+            "not counted written), the request answered 2xx.",
             LOAD(pt_m.exemplars_out_of_order));
     counter(&o, "promtable_metadata_received_total",
             "Metric metadata entries received by remote write.",

@@ -52,7 +52,7 @@ typedef struct pt_metrics {
     _Atomic uint64_t samples_rejected[PT_REJECT_COUNT];
     _Atomic uint64_t metadata_received;
     _Atomic uint64_t exemplars_received;
-    _Atomic uint64_t exemplars_out_of_order; /* refused (2.0) or dropped (1.0) as out of order */
+    _Atomic uint64_t exemplars_out_of_order; /* dropped as out of order (1.0 and 2.0) */
     _Atomic uint64_t metadata_written;      /* metadata cells stored (meta.c) */
     _Atomic uint64_t index_rows_written;
     _Atomic uint64_t read_queries;

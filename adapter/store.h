@@ -18,6 +18,12 @@
 #include "rowkey.h"
 #include "wire.h"
 
+/* write.max_label_name_length, write.max_label_value_length (bytes) and
+ * write.max_labels_per_series; 0 = no limit. */
+typedef struct pt_label_limits {
+    size_t name_len, value_len, labels;
+} pt_label_limits;
+
 typedef struct pt_store {
     pt_backend *be;
     pt_index_cache *cache;
@@ -55,6 +61,7 @@ typedef struct pt_store {
                    size_t msglen);
     void *gate_ud;
     struct pt_ha *ha; /* HA pair deduplication (ha.h); NULL = off */
+    pt_label_limits label_limits; /* series past them are refused (400); zero = none */
 } pt_store;
 
 /* The index-cache key of s with seed, for this store's tenant. */
@@ -76,7 +83,7 @@ typedef struct pt_write_result {
     size_t samples_rejected;   /* samples, histograms and exemplars not stored */
     size_t entries_rejected;   /* TimeSeries entries with an invalid label set */
     size_t index_rows;
-    int limited;               /* samples were refused by pt_store.gate: 429 */
+    int limited;               /* samples were refused by pt_store.gate or a full HA table: 429 */
     size_t samples_deduplicated; /* HA: samples and histograms of a replica not elected */
     char msg[PT_MSG_MAX];      /* first problem, for the 400 body */
 } pt_write_result;
@@ -97,12 +104,15 @@ int pt_store_write_tenant(pt_store *st, pt_slice tenant, pt_wreq *wr, pt_arena *
  * storage error. */
 int pt_store_check_index(pt_store *st, char *err, size_t errlen);
 
-/* Validates one label set in place: sorts it by name (as Prometheus's own receiver does),
- * refuses empty or duplicate names, invalid UTF-8 and a missing __name__, and drops
- * labels with an empty value (moving the rest up); *plain (when not NULL) tells whether
- * no name or value needs escaping in keys. Returns the label count or PT_ELABELS with msg
- * set. */
-long pt_labels_validate(pt_label *ls, size_t n, int *plain, char *msg, size_t msglen);
+/* Validates one label set in place: refuses more labels than lim allows (before any
+ * other work), sorts it by name (as Prometheus's own receiver does), refuses empty or
+ * duplicate names, names and values longer than lim allows, invalid UTF-8 and a missing
+ * __name__, and drops labels with an empty value (moving the rest up); *plain (when not
+ * NULL) tells whether no name or value needs escaping in keys. lim NULL or a limit 0: no
+ * such limit. Returns the label count or PT_ELABELS with msg set (naming the limit, the
+ * series and the length). */
+long pt_labels_validate(pt_label *ls, size_t n, const pt_label_limits *lim, int *plain,
+                        char *msg, size_t msglen);
 
 /* Returns 1 if s is valid UTF-8. */
 int pt_utf8_valid(pt_slice s);

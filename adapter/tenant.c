@@ -304,7 +304,7 @@ pt_tenant *pt_tenant_get(pt_tenants *ts, const char *id, int64_t now_ms, char *m
         if (!idle || now_ms - (*idle)->last_ms < ts->lim.bucket_ms) {
             pthread_mutex_unlock(&ts->mu);
             snprintf(msg, msglen, "tenant \"%s\": limit tenancy.max_tenants (%zu) reached: as "
-                     "many tenants are active (each wrote or read within index.bucket)",
+                     "many tenants are active (each wrote within index.bucket)",
                      id, ts->lim.max_tenants);
             return NULL;
         }

@@ -75,7 +75,9 @@ typedef struct pt_tenant_limits {
 pt_tenants *pt_tenants_new(const pt_tenant_limits *lim);
 void pt_tenants_free(pt_tenants *ts);
 
-/* The tenant of a request, with a reference the caller drops with pt_tenant_put; NULL
+/* The tenant of a write (only writes make tenants: a read of an id never written reads
+ * its empty row space without one), with a reference the caller drops with
+ * pt_tenant_put; NULL
  * when max_tenants are kept and none of them has been idle for a whole index bucket
  * (msg says so: 429), or out of memory. now_ms: wall clock. */
 pt_tenant *pt_tenant_get(pt_tenants *ts, const char *id, int64_t now_ms, char *msg,

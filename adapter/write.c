@@ -123,8 +123,16 @@ static void sort_labels(pt_label *ls, size_t n)
     }
 }
 
-long pt_labels_validate(pt_label *ls, size_t n, int *plain, char *msg, size_t msglen)
+long pt_labels_validate(pt_label *ls, size_t n, const pt_label_limits *lim, int *plain,
+                        char *msg, size_t msglen)
 {
+    static const pt_label_limits none = {0, 0, 0};
+    if (!lim)
+        lim = &none;
+    /* Before sorting: an insertion sort of a huge unsorted set would be the cost. */
+    if (lim->labels && n > lim->labels)
+        return label_error(msg, msglen, ls, n, "%zu labels, more than "
+                           "write.max_labels_per_series (%zu)", n, lim->labels);
     unsigned text = 0;
     sort_labels(ls, n);
     size_t k = 0;
@@ -133,6 +141,15 @@ long pt_labels_validate(pt_label *ls, size_t n, int *plain, char *msg, size_t ms
         pt_slice name = ls[i].name, value = ls[i].value;
         if (name.n == 0)
             return label_error(msg, msglen, ls, n, "a label has an empty name");
+        if (lim->name_len && name.n > lim->name_len)
+            return label_error(msg, msglen, ls, n, "label name \"%.*s...\" is %zu bytes long, "
+                               "more than write.max_label_name_length (%zu)", (int)(name.n > 60 ? 60 : name.n),
+                               (const char *)name.p, name.n, lim->name_len);
+        if (lim->value_len && value.n > lim->value_len)
+            return label_error(msg, msglen, ls, n, "value of label \"%.*s\" is %zu bytes long, "
+                               "more than write.max_label_value_length (%zu)",
+                               (int)(name.n > 60 ? 60 : name.n), (const char *)name.p, value.n,
+                               lim->value_len);
         unsigned f = pt_text_flags(name) | pt_text_flags(value);
         text |= f;
         if ((f & PT_TEXT_NONASCII) && !pt_utf8_valid(name))
@@ -545,19 +562,16 @@ static int put_exemplar(sput *s, const pt_wexemplar *x, size_t entry)
         seen = xseen_find(s->xs, s->xh);
         int64_t newest = seen->h ? seen->ts : pt_exemplar_newest_get(s->st->xnewest, s->xh);
         if (x->timestamp < newest) {
-            if (!s->v2) { /* dropped, as Prometheus' 1.0 receiver does */
-                pt_m.exemplars_out_of_order++;
-                return 0;
-            }
-            snprintf(why, sizeof(why),
-                     "out of order: timestamp %" PRId64 " is older than the series' newest "
-                     "exemplar (%" PRId64 ")", x->timestamp, newest);
+            /* Dropped and counted, the request answered 2xx, as Prometheus' receivers do
+             * (1.0 and 2.0): a refusal would make the sender count the request's stored
+             * samples as failed and drop them without a retry. */
+            pt_m.exemplars_out_of_order++;
+            return 0;
         }
     }
     if (why[0]) {
         s->res->samples_rejected++;
         pt_m.samples_rejected[PT_REJECT_EXEMPLAR]++;
-        pt_m.exemplars_out_of_order += strncmp(why, "out of order", 12) == 0;
         note(s->res, "invalid exemplar in timeseries %zu (series %.*s): %s", entry,
              (int)(s->sid.n > 200 ? 200 : s->sid.n), (const char *)s->sid.p, why);
         return 0;
@@ -712,21 +726,25 @@ static int ha_series(pt_store *st, pt_slice tenant, ha_memo *m, pt_label *ls, lo
         return 1; /* not of an HA pair: stored as it is */
     pt_slice cluster = ls[ci].value, replica = ls[ri].value;
     if (m->verdict < 0 || !pt_slice_eq(m->cluster, cluster) || !pt_slice_eq(m->replica, replica)) {
-        int rv = pt_ha_decide(st->ha, tenant, cluster, replica, &m->e);
-        if (rv == PT_ELABELS || rv == PT_ELIMIT) {
+        pt_ha_entry *e;
+        char msg[PT_MSG_MAX];
+        int rv = pt_ha_decide(st->ha, tenant, cluster, replica, &e, msg, sizeof(msg));
+        if (rv == PT_ELABELS) {
             reject_entry(res, ts, PT_REJECT_LABELS);
-            if (rv == PT_ELIMIT)
-                note(res, "HA cluster \"%.*s\" is one more than ha.max_clusters tracks",
-                     (int)(cluster.n > 60 ? 60 : cluster.n), (const char *)cluster.p);
-            else
-                note(res, "HA cluster, replica or tenant over %d bytes (cluster \"%.*s...\")",
-                     PT_HA_MAX_VALUE, (int)(cluster.n > 60 ? 60 : cluster.n),
-                     (const char *)cluster.p);
+            note(res, "%s", msg);
+            return 0;
+        }
+        if (rv == PT_ETENANTLIMIT) { /* a full table: 429, the request may be retried */
+            reject_entry(res, ts, PT_REJECT_LIMIT);
+            if (!res->limited)
+                snprintf(res->msg, sizeof(res->msg), "%s", msg);
+            res->limited = 1;
             return 0;
         }
         if (rv < 0)
             return rv;
-        *m = (ha_memo){cluster, replica, m->e, rv};
+        pt_ha_release(st->ha, m->e);
+        *m = (ha_memo){cluster, replica, e, rv};
     }
     pt_ha_count(m->e, m->verdict, n);
     if (m->verdict == PT_HA_DROP) {
@@ -742,7 +760,7 @@ static int ha_series(pt_store *st, pt_slice tenant, ha_memo *m, pt_label *ls, lo
 /* pt_store_write, with hs the one histogram every histogram of the request is converted
  * into in turn. */
 static int store_write(pt_store *st, pt_slice tenant, pt_wreq *wr, pt_arena *a,
-                       pt_write_result *res, pt_histogram *hs)
+                       pt_write_result *res, pt_histogram *hs, ha_memo *ham)
 {
     memset(res, 0, sizeof(*res));
     res->series = wr->nseries;
@@ -778,7 +796,6 @@ static int store_write(pt_store *st, pt_slice tenant, pt_wreq *wr, pt_arena *a,
         !(xb.v = pt_arena_alloc(a, wr->nexemplars * sizeof(*xb.v))))
         return PT_ENOMEM;
 
-    ha_memo ham = {.verdict = -1};
     pt_meta_batch mb;
     pt_meta_begin(&mb, st, a);
     for (size_t i = 0; i < wr->nmetadata; i++)
@@ -809,7 +826,8 @@ static int store_write(pt_store *st, pt_slice tenant, pt_wreq *wr, pt_arena *a,
         pt_label *ls = ts->labels;
         char lmsg[PT_MSG_MAX];
         int plain;
-        long nl = pt_labels_validate(ls, ts->nlabels, &plain, lmsg, sizeof(lmsg));
+        long nl = pt_labels_validate(ls, ts->nlabels, &st->label_limits, &plain, lmsg,
+                                     sizeof(lmsg));
         if (nl < 0) {
             res->entries_rejected++;
             res->samples_rejected += npoints + ts->nexemplars;
@@ -818,7 +836,7 @@ static int store_write(pt_store *st, pt_slice tenant, pt_wreq *wr, pt_arena *a,
             continue;
         }
         if (st->ha) {
-            int keep = ha_series(st, tenant, &ham, ls, &nl, ts, res);
+            int keep = ha_series(st, tenant, ham, ls, &nl, ts, res);
             if (keep < 0)
                 return keep; /* nothing is stored: the whole request is retried */
             if (!keep)
@@ -949,7 +967,10 @@ int pt_store_write_tenant(pt_store *st, pt_slice tenant, pt_wreq *wr, pt_arena *
                           pt_write_result *res)
 {
     pt_histogram hs = PT_HISTOGRAM_INIT;
-    int rv = store_write(st, tenant, wr, a, res, &hs);
+    ha_memo ham = {.verdict = -1};
+    int rv = store_write(st, tenant, wr, a, res, &hs, &ham);
+    if (ham.e)
+        pt_ha_release(st->ha, ham.e);
     pt_histogram_free(&hs);
     return rv;
 }

@@ -61,9 +61,11 @@ int main(int argc, char **argv)
     fclose(f);
 
     pt_backend be = {&null_ops, NULL};
-    pt_store st = {.be = &be, .cache = pt_index_cache_new(1 << 20), .index_bucket_ms = 86400000};
+    /* The daemon's default label limits (write.max_label_*), checked as it checks them. */
+    pt_store st = {.be = &be, .cache = pt_index_cache_new(1 << 20), .index_bucket_ms = 86400000,
+                   .label_limits = {1024, 16384, 128}};
     if (argc > 4 && strcmp(argv[4], "ha") == 0) {
-        pt_ha_opts ho = {"cluster", "__replica__", 30000, 15000, 1000, NULL, NULL, NULL};
+        pt_ha_opts ho = {"cluster", "__replica__", 30000, 15000, 1000, NULL, NULL, NULL, 0};
         st.ha = pt_ha_new(&ho);
     }
     pt_decode_limits lim = {256u << 20};

@@ -9,6 +9,8 @@
 #   - limits: tenancy.max_series and tenancy.max_samples_per_second answer 429 with a
 #     message naming the limit and the tenant, other tenants unaffected; tenancy.header
 #     renames the header; the per-tenant counters are on /metrics;
+#   - reads (remote read, the browsing API) of made-up ids answer empty and make no tenant:
+#     they do not fill tenancy.max_tenants for a real tenant's write;
 #   - `promtable check` walks every tenant's space and passes;
 #   - the same isolation on the Bigtable emulator (skipped when it is not installed);
 #   - HTTP/2 over TLS: 401 without the header, 400 for a bad id, 204 with a good one.
@@ -183,6 +185,25 @@ tap_is "$(pt_metric_sum "$T/metrics" promtable_tenant_limit_rejections_total 'te
 tap_is "$(pt_metric_sum "$T/metrics" promtable_tenants)" 3 "metrics: three tenants kept"
 pt_stop "$PID" 10
 unset HDR
+
+# ------------------------------------------------------------ reads make no tenant
+serve "$T/reads.log" --storage.embedded.path="$T/store4" --tenancy.enabled=true \
+    --tenancy.max-tenants=2 || tap_bail "promtable did not start"
+bad=0
+for i in $(seq 1 30); do
+    c1=$(status "made-up-$i" /api/v1/labels)
+    c2=$(status "made-up-$i" /api/v1/read "${H[@]}" --data-binary @"$T/rr.bin")
+    [ "$c1" = 200 ] && [ "$c2" = 200 ] || bad=$((bad + 1))
+done
+tap_is "$bad" 0 "30 made-up tenant ids read the labels API and remote read: 200 each"
+tap_is "$(api made-up-1 /api/v1/labels | jq -c .data)" '[]' "a made-up id reads as empty"
+tap_is "$(write real "$T/a.bin")" 204 \
+    "then a real tenant's write (tenancy.max_tenants=2): 204, the reads made no tenant"
+tap_is "$(readall real shared_m)" "{__name__=\"shared_m\",job=\"x\"} $T0 $ONE" \
+    "the real tenant reads its sample back"
+curl -s "$URL/metrics" >"$T/metrics"
+tap_is "$(pt_metric_sum "$T/metrics" promtable_tenants)" 1 "metrics: one tenant kept"
+pt_stop "$PID" 10
 
 # ----------------------------------------------------------------------- HTTP/2 over TLS
 openssl req -x509 -newkey rsa:2048 -nodes -keyout "$T/key.pem" -out "$T/cert.pem" -days 2 \

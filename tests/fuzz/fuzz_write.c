@@ -19,7 +19,7 @@ static void check(pt_wreq *wr, pt_arena *a)
     for (size_t i = 0; i < wr->nseries; i++) {
         pt_label *ls = wr->series[i].labels;
         int plain;
-        long n = pt_labels_validate(ls, wr->series[i].nlabels, &plain, msg, sizeof(msg));
+        long n = pt_labels_validate(ls, wr->series[i].nlabels, NULL, &plain, msg, sizeof(msg));
         if (n < 0)
             continue;
         pt_slice sid, fast;

@@ -87,8 +87,10 @@ static int fs_cas(void *state, const pt_mutation *m, pt_slice expect, int *appli
         pt_ha *racer = f->racer;
         f->racer = NULL;
         pt_ha_entry *e;
+        char msg[256];
         pt_ha_decide(racer, pt_slice_str(""), pt_slice_str("c1"), pt_slice_str(f->racer_replica),
-                     &e);
+                     &e, msg, sizeof(msg));
+        pt_ha_release(racer, e);
     }
     int r = find_row(f, m->row);
     int holds = r >= 0 ? expect.p && f->rows[r].value_n == expect.n &&
@@ -137,27 +139,42 @@ static const pt_backend_ops fake_ops = {
 
 static pt_ha *tracker(pt_backend *be, fake_clock *c)
 {
-    pt_ha_opts o = {"cluster", "__replica__", FAILOVER, UPDATE, 4, be, clock_now, c};
+    pt_ha_opts o = {"cluster", "__replica__", FAILOVER, UPDATE, 4, be, clock_now, c, 0};
     return pt_ha_new(&o);
+}
+
+/* The last refusal's message. */
+static char last_msg[512];
+
+static int decide_for(pt_ha *h, const char *tenant, const char *cluster, const char *replica)
+{
+    pt_ha_entry *e;
+    last_msg[0] = '\0';
+    int v = pt_ha_decide(h, pt_slice_str(tenant), pt_slice_str(cluster), pt_slice_str(replica), &e,
+                         last_msg, sizeof(last_msg));
+    if (v >= 0)
+        pt_ha_count(e, v, 1);
+    pt_ha_release(h, e);
+    return v;
 }
 
 static int decide(pt_ha *h, const char *cluster, const char *replica)
 {
-    pt_ha_entry *e;
-    int v = pt_ha_decide(h, pt_slice_str(""), pt_slice_str(cluster), pt_slice_str(replica), &e);
-    if (v >= 0)
-        pt_ha_count(e, v, 1);
-    return v;
+    return decide_for(h, "", cluster, replica);
 }
 
 static pt_ha_stat stat_of(pt_ha *h, const char *cluster)
 {
-    pt_ha_stat s[8];
-    size_t n = pt_ha_stats(h, s, 8);
+    pt_ha_stat s[8], found = {{0}, {0}, 0, 0, 0};
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    size_t n = pt_ha_stats(h, &a, s, 8);
     for (size_t i = 0; i < n; i++)
         if (pt_slice_eq(s[i].cluster, pt_slice_str(cluster)))
-            return s[i];
-    return (pt_ha_stat){{0}, {0}, 0, 0, 0};
+            found = s[i];
+    found.tenant = found.cluster = (pt_slice){0}; /* they die with the arena */
+    pt_arena_free(&a);
+    return found;
 }
 
 static void test_local(void)
@@ -181,14 +198,62 @@ static void test_local(void)
        (unsigned long long)s.accepted, (unsigned long long)s.deduplicated,
        (unsigned long long)s.elections);
     /* The same cluster value under another tenant is another election. */
-    pt_ha_entry *e;
-    is(pt_ha_decide(h, pt_slice_str("t2"), pt_slice_str("c1"), pt_slice_str("a"), &e), PT_HA_ACCEPT,
+    is(decide_for(h, "t2", "c1", "a"), PT_HA_ACCEPT,
        "(tenant, cluster): another tenant's c1 elects on its own");
+    is(decide(h, "c2", "b"), PT_HA_ACCEPT, "c2 written again (not idle)");
     is(decide(h, "c3", "a"), PT_HA_ACCEPT, "a fourth pair: max_clusters 4 reached");
-    is(decide(h, "c4", "a"), PT_ELIMIT, "a fifth pair past max_clusters 4: PT_ELIMIT");
+    is(decide(h, "c4", "a"), PT_ETENANTLIMIT, "a fifth pair past max_clusters 4: PT_ETENANTLIMIT");
+    ok(strstr(last_msg, "ha.max_clusters (4)") != NULL, "the refusal names the limit: %s", last_msg);
+    is(pt_error_http_status(PT_ETENANTLIMIT), 429, "... answered 429 (retry later), not 400");
     static char big[PT_HA_MAX_VALUE + 2];
     memset(big, 'x', sizeof(big) - 1);
     is(decide(h, "c1", big), PT_ELABELS, "a replica value over the limit: PT_ELABELS");
+    pt_ha_free(h);
+}
+
+/* One tenant filling the table must not deny another; idle pairs make room. */
+static void test_limits(void)
+{
+    fake_clock c = {T0};
+    pt_ha_opts o = {"cluster", "__replica__", FAILOVER, UPDATE, 4, NULL, clock_now, &c, 2};
+    pt_ha *h = pt_ha_new(&o);
+    is(decide_for(h, "mallory", "m1", "a"), PT_HA_ACCEPT, "mallory's first cluster");
+    is(decide_for(h, "mallory", "m2", "a"), PT_HA_ACCEPT, "mallory's second cluster");
+    is(decide_for(h, "mallory", "m3", "a"), PT_ETENANTLIMIT,
+       "mallory's third cluster: past max_per_tenant 2, PT_ETENANTLIMIT");
+    ok(strstr(last_msg, "ha.max_clusters_per_tenant (2)") && strstr(last_msg, "\"mallory\""),
+       "the refusal names the limit and the tenant: %s", last_msg);
+    is(decide_for(h, "mallory", "m1", "b"), PT_HA_DROP, "mallory's known clusters still decide");
+    is(decide_for(h, "victim", "prod", "a"), PT_HA_ACCEPT,
+       "victim's first HA write is decided although mallory is at her limit");
+    is(decide_for(h, "eve", "e1", "a"), PT_HA_ACCEPT, "a fourth pair: the table is full");
+    is(decide_for(h, "bob", "b1", "a"), PT_ETENANTLIMIT, "a fifth pair: past max_clusters 4");
+    ok(strstr(last_msg, "ha.max_clusters (4)") != NULL, "the refusal names the limit: %s",
+       last_msg);
+    /* A pair held by a request in flight is never forgotten. */
+    pt_ha_entry *held;
+    char msg[256];
+    is(pt_ha_decide(h, pt_slice_str("eve"), pt_slice_str("e1"), pt_slice_str("a"), &held, msg,
+                    sizeof(msg)),
+       PT_HA_ACCEPT, "eve's pair held by a request");
+    c.now += FAILOVER;
+    is(decide_for(h, "victim", "prod", "a"), PT_HA_ACCEPT, "victim keeps writing");
+    is(decide_for(h, "bob", "b1", "a"), PT_ETENANTLIMIT,
+       "idle for exactly the failover timeout: nothing is forgotten yet");
+    c.now += 1;
+    is(decide_for(h, "bob", "b1", "a"), PT_HA_ACCEPT,
+       "idle for longer: mallory's pairs are forgotten and bob's is tracked");
+    is(decide_for(h, "mallory", "m3", "a"), PT_HA_ACCEPT, "mallory is under her limit again");
+    ok(stat_of(h, "prod").accepted == 2, "victim's pair is kept, with its counts");
+    ok(stat_of(h, "e1").accepted == 1, "eve's held pair is kept");
+    ok(stat_of(h, "m1").accepted == 0 && stat_of(h, "m2").accepted == 0,
+       "mallory's idle pairs are gone");
+    is(decide_for(h, "carol", "c1", "a"), PT_ETENANTLIMIT, "full again: prod, e1, b1, m3");
+    pt_ha_release(h, held);
+    c.now += FAILOVER + 1;
+    is(decide_for(h, "carol", "c1", "a"), PT_HA_ACCEPT, "released and idle: eve's pair goes too");
+    is(decide_for(h, "mallory", "m1", "b"), PT_HA_ACCEPT,
+       "a forgotten pair elects again: its replica was silent past the failover timeout");
     pt_ha_free(h);
 }
 
@@ -336,7 +401,7 @@ static void test_write_path(void)
     if (tstore_open(&s) != 0)
         bail("cannot open the embedded store");
     fake_clock c = {T0};
-    pt_ha_opts o = {"cluster", "__replica__", FAILOVER, UPDATE, 16, s.st.be, clock_now, &c};
+    pt_ha_opts o = {"cluster", "__replica__", FAILOVER, UPDATE, 16, s.st.be, clock_now, &c, 0};
     s.st.ha = pt_ha_new(&o);
     ok(s.st.ha && !pt_ha_shared(s.st.ha), "the embedded store (no check_and_set): local");
     pt_arena a;
@@ -371,6 +436,18 @@ static void test_write_path(void)
        "after r1 is silent past the failover timeout, r2's sample is stored");
     is(stored(&s, "m_b"), 1, "m_b reads back");
 
+    /* A full table refuses a new pair's series as over a limit (429), not as bad input. */
+    pt_ha_free(s.st.ha);
+    o.max_clusters = 1;
+    s.st.ha = pt_ha_new(&o);
+    tseries two[] = {
+        {{"__name__", "m_c", "cluster", "eu", "__replica__", "r1", NULL}, {T0 + 6}, {8}, 1},
+        {{"__name__", "m_c", "cluster", "us", "__replica__", "r1", NULL}, {T0 + 6}, {9}, 1}};
+    rv = pt_store_write_tenant(&s.st, pt_slice_str(""), mk_write(&a, two, 2), &a, &res);
+    ok(rv == 0 && res.samples_written == 1 && res.samples_rejected == 1 && res.limited,
+       "a full table: the new pair's series is refused as over a limit, the other stored");
+    ok(strstr(res.msg, "ha.max_clusters (1)") != NULL, "the message names the limit: %s", res.msg);
+
     pt_ha_free(s.st.ha);
     s.st.ha = NULL;
     pt_arena_free(&a);
@@ -391,6 +468,7 @@ int main(void)
 {
     test_flags();
     test_local();
+    test_limits();
     test_labels();
     test_shared();
     test_write_path();

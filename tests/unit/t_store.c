@@ -1,6 +1,7 @@
 /* The write and read paths over the embedded store (through the faulty wrapper). */
 #include <math.h>
 
+#include "bytes.h"
 #include "faulty.h"
 #include "metrics.h"
 #include "embedded.h"
@@ -53,6 +54,123 @@ static int longest_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     if (row.n > *l)
         *l = row.n;
     return 0;
+}
+
+/* A 2.0 body (snappy): symbols "", "__name__", then the label names and values of one
+ * series (name, value, ..., NULL) and one sample at T0. */
+static pt_slice body_v2(pt_arena *a, const char *const *ls)
+{
+    size_t cap = 64, nl = 0;
+    while (ls[2 * nl])
+        cap += strlen(ls[2 * nl]) + strlen(ls[2 * nl + 1]) + 40, nl++;
+    uint8_t *w = pt_arena_alloc(a, cap), *p = w, refs[64], *r = refs, series[96], *q = series;
+    const char *syms[130] = {""};
+    for (size_t i = 0; i < 2 * nl; i++)
+        syms[i + 1] = ls[i];
+    for (size_t i = 0; i < 2 * nl + 1; i++) {
+        size_t n = strlen(syms[i]);
+        *p++ = 4 << 3 | 2;
+        p = pt_put_uvarint(p, n);
+        memcpy(p, syms[i], n), p += n;
+        if (i > 0)
+            r = pt_put_uvarint(r, i);
+    }
+    *q++ = 1 << 3 | 2;
+    q = pt_put_uvarint(q, (size_t)(r - refs));
+    memcpy(q, refs, (size_t)(r - refs)), q += r - refs;
+    uint8_t sample[] = {1 << 3 | 1, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f, 2 << 3 | 0};
+    *q++ = 2 << 3 | 2;
+    uint8_t *sl = q++;
+    memcpy(q, sample, sizeof(sample)), q += sizeof(sample);
+    q = pt_put_uvarint(q, (uint64_t)T0);
+    *sl = (uint8_t)(q - sl - 1);
+    *p++ = 5 << 3 | 2;
+    p = pt_put_uvarint(p, (size_t)(q - series));
+    memcpy(p, series, (size_t)(q - series)), p += q - series;
+    pt_slice z = {0};
+    pt_snappy_encode(w, (size_t)(p - w), a, &z);
+    return z;
+}
+
+/* write.max_label_*: a series past a limit is refused naming the limit, the series and
+ * the length, the request's other series stored; 1.0 and 2.0 bodies alike, through the
+ * decoder. */
+static void label_limits(void)
+{
+    tstore s;
+    if (tstore_open(&s) != 0) {
+        printf("Bail out! cannot open the embedded store\n");
+        exit(1);
+    }
+    s.st.label_limits = (pt_label_limits){1024, 16384, 128};
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    pt_decode_limits dl = {256u << 20};
+    char *huge = malloc((3 << 20) + 1), *name = malloc(1026), *val = malloc(16385);
+    memset(huge, 'x', 3 << 20), huge[3 << 20] = '\0';
+    memset(name, 'n', 1025), name[1025] = '\0';
+    memset(val, 'v', 16384), val[16384] = '\0';
+    static char names[129][8];
+    tseries many = {{"__name__", "many"}, {T0}, {1}, 1};
+    for (int i = 0; i < 10; i++) {
+        snprintf(names[i], sizeof(names[i]), "l%03d", i);
+        many.labels[2 + 2 * i] = names[i], many.labels[3 + 2 * i] = "1";
+    }
+    const struct {
+        tseries ts;
+        const char *want;
+    } cases[] = {
+        {{{"__name__", "big", "job", "a", "v", huge, NULL}, {T0}, {1}, 1},
+         "invalid label set big{job=\"a\", v=\"xxxx"},
+        {{{"__name__", "big", "job", "a", "v", huge, NULL}, {T0}, {1}, 1},
+         "value of label \"v\" is 3145728 bytes long, more than "
+         "write.max_label_value_length (16384)"},
+        {{{"__name__", "long_name", name, "1", NULL}, {T0}, {1}, 1},
+         "is 1025 bytes long, more than write.max_label_name_length (1024)"},
+    };
+    int version_ok[2] = {1, 1};
+    for (int v = 1; v <= 2; v++)
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+            tseries two[2] = {cases[i].ts, {{"__name__", "fine", NULL}, {T0}, {2}, 1}};
+            pt_slice body = v == 1 ? mk_body(&a, &mk_pb_write(&a, two, 2)->base)
+                                   : body_v2(&a, cases[i].ts.labels);
+            pt_wreq wr;
+            char msg[256];
+            pt_write_result res;
+            int rv = pt_decode_write(body.p, body.n, &dl, &a, v, &wr, msg, sizeof(msg));
+            if (rv == 0)
+                rv = pt_store_write(&s.st, &wr, &a, &res);
+            int good = rv == 0 && res.samples_rejected == 1 && res.entries_rejected == 1 &&
+                       res.samples_written == (v == 1 ? 1u : 0u) && strstr(res.msg, cases[i].want);
+            if (!good)
+                diag("%d.0 case %zu: rv %d, written %zu, rejected %zu: %.300s", v, i, rv,
+                     res.samples_written, res.samples_rejected, rv ? msg : res.msg);
+            version_ok[v - 1] &= good;
+        }
+    ok(version_ok[0], "1.0: a 3 MiB label value and a 1025-byte name are refused naming the "
+       "limit, the series and the length; the other series stored");
+    ok(version_ok[1], "2.0: the same through the symbol table");
+
+    pt_write_result res;
+    tseries at[] = {{{"__name__", "at_limit", name + 1, val, NULL}, {T0}, {1}, 1}};
+    int rv = pt_store_write(&s.st, mk_write(&a, at, 1), &a, &res);
+    ok(rv == 0 && res.samples_written == 1 && res.samples_rejected == 0,
+       "a 1024-byte name with a 16384-byte value is stored");
+    s.st.label_limits.labels = 11;
+    rv = pt_store_write(&s.st, mk_write(&a, &many, 1), &a, &res);
+    ok(rv == 0 && res.samples_written == 1, "11 labels with write.max_labels_per_series 11: stored");
+    s.st.label_limits.labels = 10;
+    rv = pt_store_write(&s.st, mk_write(&a, &many, 1), &a, &res);
+    ok(rv == 0 && res.samples_rejected == 1 &&
+           strstr(res.msg, "11 labels, more than write.max_labels_per_series (10)"),
+       "one more than write.max_labels_per_series: refused (%s)", res.msg);
+    s.st.label_limits = (pt_label_limits){0, 0, 0};
+    tseries big[] = {{{"__name__", "unlimited", "v", huge, NULL}, {T0}, {1}, 1}};
+    rv = pt_store_write(&s.st, mk_write(&a, big, 1), &a, &res);
+    ok(rv == 0 && res.samples_written == 1, "limits 0: no limit");
+    free(huge), free(name), free(val);
+    pt_arena_free(&a);
+    tstore_close(&s);
 }
 
 /* Writes n series no read below selects: metric noise_<tag>, 4 labels each. */
@@ -296,6 +414,7 @@ static void regex_limits(tstore *s)
 
 int main(void)
 {
+    label_limits();
     tstore s;
     if (tstore_open(&s) != 0) {
         printf("Bail out! cannot open the embedded store\n");

@@ -1,5 +1,6 @@
 /* Tenancy (adapter/tenant.c): tenant id validation, the key-prefix view (two tenants'
  * stores over one embedded store, with shared caches), the series gate and the rate. */
+#include "log.h"
 #include "metrics.h"
 #include "embedded.h"
 #include "store_helpers.h"
@@ -267,10 +268,121 @@ static void gate_and_rate(void)
     pt_tenants_free(ts);
 }
 
+/* One request through the app's routes as the server would hand it over. */
+static int dispatch(pt_app *app, int method, const char *path, const char *tenant, pt_slice body,
+                    pt_arena *a, pt_resp *resp)
+{
+    memset(resp, 0, sizeof(*resp));
+    pt_arena_init(a, 0, 0);
+    pt_req req = {.method = method, .method_name = method == PT_M_POST ? "POST" : "GET",
+                  .path = path, .query = "", .content_type = body.n ? "application/x-protobuf" : "",
+                  .content_encoding = body.n ? "snappy" : "", .authorization = "",
+                  .user_agent = "t", .remote_write_version = "0.1.0", .body = body.p,
+                  .body_len = body.n, .proto = PT_PROTO_HTTP1, .arena = a, .tenant = tenant,
+                  .tenant_headers = 1};
+    pt_app_dispatch(app, &req, resp);
+    return resp->status;
+}
+
+/* The series a SAMPLES answer holds in its one result, or -1 when it is no such answer. */
+static long answer_series(const pt_resp *resp)
+{
+    pt_arena d;
+    pt_arena_init(&d, 0, 0);
+    pt_slice raw;
+    char msg[256];
+    long n = -1;
+    if (resp->status == 200 &&
+        pt_snappy_decode(resp->body, resp->body_len, 1 << 24, &d, &raw, msg, sizeof(msg)) == 0) {
+        Prometheus__ReadResponse *rr = prometheus__read_response__unpack(NULL, raw.n, raw.p);
+        if (rr && rr->n_results == 1)
+            n = (long)rr->results[0]->n_timeseries;
+        if (rr)
+            prometheus__read_response__free_unpacked(rr, NULL);
+    }
+    pt_arena_free(&d);
+    return n;
+}
+
+/* Reads never make a tenant: ids never written read as empty and leave
+ * tenancy.max_tenants to the tenants that write. */
+static void reads_make_no_tenant(void)
+{
+    tstore s;
+    if (tstore_open(&s) != 0) {
+        printf("Bail out! cannot open store\n");
+        exit(1);
+    }
+    pt_log_set_level("error"); /* the 429 below would only clutter prove's output */
+    pt_config cfg;
+    pt_config_defaults(&cfg);
+    pt_tenant_limits lim = {.max_tenants = 2, .metrics_tenants = 10, .track_max = 100,
+                            .bucket_ms = 86400000};
+    pt_app app = {.cfg = &cfg, .store = s.st, .tenants = pt_tenants_new(&lim)};
+    app.lim.max_decoded = cfg.max_decoded_bytes;
+    atomic_store(&app.ready, 1);
+    pt_arena b, a;
+    pt_arena_init(&b, 0, 0);
+    pt_resp resp;
+    const tmatch up[] = {{0, "__name__", "up"}};
+    pt_slice read = mk_body(&b, &mk_read(&b, T0 - 60000, T0 + 60000, up, 1)->base);
+    const tseries one[] = {{{"__name__", "up", "job", "a", NULL}, {T0}, {1}, 1}};
+    pt_slice write = mk_body(&b, &mk_pb_write(&b, one, 1)->base);
+
+    static const struct {
+        const char *path, *empty;
+    } gets[] = {{"/api/v1/labels", "\"data\":[]"},
+                {"/api/v1/label/job/values", "\"data\":[]"},
+                {"/api/v1/metadata", "\"data\":{}"}};
+    int all = 1;
+    char id[32];
+    for (int i = 0; i < 20; i++) {
+        snprintf(id, sizeof(id), "made-up-%d", i);
+        size_t g = (size_t)i % 3;
+        int st = dispatch(&app, PT_M_GET, gets[g].path, id, (pt_slice){0}, &a, &resp);
+        int empty = st == 200 && resp.body_len < 200 &&
+                    memmem(resp.body, resp.body_len, gets[g].empty, strlen(gets[g].empty));
+        if (!empty)
+            diag("%s for %s: %d %.*s", gets[g].path, id, st, (int)resp.body_len,
+                 (const char *)resp.body);
+        all &= empty;
+        pt_arena_free(&a);
+        dispatch(&app, PT_M_POST, "/api/v1/read", id, read, &a, &resp);
+        all &= answer_series(&resp) == 0;
+        pt_arena_free(&a);
+    }
+    ok(all, "20 made-up tenant ids: the browsing API and remote read answer 200, empty");
+    const char *text;
+    pt_arena_init(&a, 0, 0);
+    ok(pt_tenants_render(app.tenants, &a, &text) > 0 && strstr(text, "promtable_tenants 0\n"),
+       "... and none of them became a tenant");
+    pt_arena_free(&a);
+    is(dispatch(&app, PT_M_POST, "/api/v1/write", "real", write, &a, &resp), 204,
+       "then a real tenant's first write (tenancy.max_tenants 2): 204");
+    pt_arena_free(&a);
+    is(dispatch(&app, PT_M_POST, "/api/v1/write", "real2", write, &a, &resp), 204,
+       "a second tenant's write: 204");
+    pt_arena_free(&a);
+    dispatch(&app, PT_M_POST, "/api/v1/read", "real", read, &a, &resp);
+    is(answer_series(&resp), 1, "the tenant reads its series back");
+    pt_arena_free(&a);
+    dispatch(&app, PT_M_POST, "/api/v1/read", "made-up-0", read, &a, &resp);
+    is(answer_series(&resp), 0, "an id never written still reads as empty with the table full");
+    pt_arena_free(&a);
+    is(dispatch(&app, PT_M_POST, "/api/v1/write", "real3", write, &a, &resp), 429,
+       "a third writer past tenancy.max_tenants 2: 429 (the limit holds for writes)");
+    pt_arena_free(&a);
+    pt_arena_free(&b);
+    pt_tenants_free(app.tenants);
+    pt_config_free(&cfg);
+    tstore_close(&s);
+}
+
 int main(void)
 {
     ids();
     views();
     gate_and_rate();
+    reads_make_no_tenant();
     return done_testing();
 }
