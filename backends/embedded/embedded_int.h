@@ -663,7 +663,7 @@ void pt_emb_wal_prepared(wal *w, uint64_t seq, int fd);
  * backend mutex. */
 int pt_emb_wal_drop(wal *w, uint64_t upto);
 /* Closes and deletes the current log and the next one made ahead: the stop of a store
- * whose every cell is in RocksDB (the current log holds no record). */
+ * whose every cell is in RocksDB (the current log's records included). */
 void pt_emb_wal_end(wal *w);
 void pt_emb_wal_close(wal *w);
 
