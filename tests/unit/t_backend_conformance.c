@@ -806,6 +806,14 @@ static int log_whole(embedded *e)
     return whole;
 }
 
+/* open_named, with the store's directory in dir. */
+static int open_dir(pt_backend *b, const char *tmp, const char *name, const char *label, char *dir,
+                    size_t dirlen)
+{
+    snprintf(dir, dirlen, "%s/%s", tmp, name);
+    return open_named(b, tmp, name, label);
+}
+
 /* The store's points ("n/") and index ("x/") cells, as "points | index". */
 static const char *enospc_show(pt_backend *b)
 {
@@ -826,9 +834,8 @@ static void test_embedded_wal_enospc(const char *tmp)
 {
     const char *L = "embedded(full disk under the log)";
     char dir[512];
-    snprintf(dir, sizeof(dir), "%s/wal-enospc", tmp);
     pt_backend b;
-    if (open_named(&b, tmp, "wal-enospc", L) != 0)
+    if (open_dir(&b, tmp, "wal-enospc", L, dir, sizeof(dir)) != 0)
         return;
     embedded *e = b.state;
     ct_batch a = {0}, bb = {0}, c = {0};
@@ -894,9 +901,8 @@ static void test_embedded_index_only_close(const char *tmp)
 {
     const char *L = "embedded(index cells only)";
     char dir[512];
-    snprintf(dir, sizeof(dir), "%s/index-only", tmp);
     pt_backend b;
-    if (open_named(&b, tmp, "index-only", L) != 0)
+    if (open_dir(&b, tmp, "index-only", L, dir, sizeof(dir)) != 0)
         return;
     ct_batch bt = {0};
     ct_add(&bt, PT_TABLE_INDEX, "x/format", 1, "2");
