@@ -451,8 +451,8 @@ int pt_check_store(const pt_config *cfg, const pt_backend_ops *ops, const pt_bac
         goto done;
     }
     if (ck.problems) {
-        fprintf(out, "not opening the store: a start would drop what its damaged log holds "
-                     "past the damage (copy the directory away first to keep it)\n");
+        fprintf(out, "not opening the store: a start replays its logs as said above and "
+                     "then deletes them (copy the directory away first to keep them)\n");
         status = PT_CHECK_DAMAGED;
         goto done;
     }

@@ -5,12 +5,13 @@
  * Before open (e == NULL): whether another process holds the store (RocksDB's LOCK file,
  * an fcntl lock: F_GETLK only looks), then every record of the points logs (those of
  * older versions, then points.<seq>.wal in order, as a start replays them): magic,
- * generation, length, XXH3 checksum and the row/cell entries (the format of wal.c). Open
- * replays a log up to its first bad record and drops the rest, so the check looks first
- * and says what a start would drop:
- *   - a bad last record (torn: it runs past the end of the file, or its checksum fails and
- *     nothing follows) is the tail;
- *   - a bad record with more bytes behind it is in the middle: replay would drop them.
+ * generation, length, XXH3 checksum and the row/cell entries (the format of wal.c). The
+ * check reads a log as replay does (wal.c's record, resync and row id rules) and says
+ * what a start would do with it:
+ *   - damaged bytes with an intact record after them are skipped: replay goes on at that
+ *     record; the samples of series only the damaged bytes defined are lost (counted);
+ *   - damaged bytes with no intact record after them are a torn or stale tail: dropped;
+ *   - a record whose checksum holds but whose entries do not parse stops the start.
  * After open: every entry of both column families read with RocksDB's block checksums
  * verified (a flipped byte in a table file fails its block), and every points chunk
  * parsed and decoded (its key's first qualifier and its count must agree with the cells).
@@ -87,19 +88,37 @@ static int lock_holder(const char *dir, char *err, size_t errlen)
     return rv;
 }
 
-/* Whether the payload's entries parse: rows defined in order, cells naming a defined row. */
-static int payload_ok(const uint8_t *p, const uint8_t *end, uint32_t *nrows)
+/* Walks a record's payload as replay does, counting in *lost the cells of rows the
+ * skipped bytes defined: 0, or what makes a start fail on it. */
+static const char *payload_check(wal_ids *ids, const uint8_t *p, const uint8_t *end, size_t *lost)
 {
     while (p < end) {
         wal_entry e;
+        void *row;
         if (!pt_emb_wal_entry(&p, end, &e))
-            return 0;
-        if (e.type == 'R' && e.id != (*nrows)++)
-            return 0;
-        if (e.type == 'C' && e.id >= *nrows)
-            return 0;
+            return "an entry does not parse";
+        if (e.type == 'R' && pt_emb_wal_ids_define(ids, e.id, ids) != 0)
+            return "a row id out of order";
+        if (e.type == 'C') {
+            if (pt_emb_wal_ids_row(ids, e.id, &row) != 0)
+                return "a cell of a row never defined";
+            *lost += row == NULL;
+        }
     }
-    return 1;
+    return NULL;
+}
+
+/* Why no intact record starts at h (left bytes, after records intact ones of gen). */
+static const char *damage(const uint8_t *h, size_t left, size_t records, uint32_t gen)
+{
+    uint32_t len = left >= LOG_HDR ? pt_get_le32(h + 8) : 0;
+    if (left >= 4 && memcmp(h, "PTW1", 4) != 0)
+        return "no record header (magic)";
+    if (left < LOG_HDR || len > left - LOG_HDR)
+        return "the record runs past the end of the file (torn write)";
+    if (records > 0 && pt_get_le32(h + 4) != gen)
+        return "a record of another log generation";
+    return "checksum mismatch";
 }
 
 static void check_log(report *r, const char *dir, const char *name)
@@ -122,46 +141,54 @@ static void check_log(report *r, const char *dir, const char *name)
         say(r, 1, "%s: cannot read: out of memory", name);
         return;
     }
-    size_t off = 0, records = 0;
-    uint32_t gen = 0, nrows = 0;
+    size_t off = 0, records = 0, lost = 0, skipped = 0;
+    uint32_t gen = 0; /* of the intact records; 0 before the first */
+    wal_ids ids = {0};
     while (off < size) {
         const uint8_t *h = buf + off;
-        size_t left = size - off;
-        const char *why = NULL;
-        uint32_t len = left >= LOG_HDR ? pt_get_le32(h + 8) : 0;
-        int past_end = left < LOG_HDR || len > left - LOG_HDR;
-        if (left >= 4 && memcmp(h, "PTW1", 4) != 0)
-            why = "no record header (magic)";
-        else if (past_end)
-            why = "the record runs past the end of the file (torn write)";
-        else if (records > 0 && pt_get_le32(h + 4) != gen)
-            why = "a record of another log generation";
-        else if (XXH3_64bits_withSeed(h + LOG_HDR, len, pt_get_le32(h + 4)) !=
-                 ((uint64_t)pt_get_le32(h + 12) | (uint64_t)pt_get_le32(h + 16) << 32))
-            why = "checksum mismatch";
-        else if (!payload_ok(h + LOG_HDR, h + LOG_HDR + len, &nrows))
-            why = "malformed entries behind a good checksum";
-        if (why) {
-            size_t after = past_end ? 0 : left - LOG_HDR - len;
-            if (after == 0)
+        if (pt_emb_wal_record_at(buf, size, off, gen)) {
+            uint32_t len = pt_get_le32(h + 8);
+            const char *bad = payload_check(&ids, h + LOG_HDR, h + LOG_HDR + len, &lost);
+            if (bad) {
                 say(r, 1,
-                    "%s: the last record (byte %zu, %zu bytes) is damaged: %s; a start "
-                    "replays the %zu records before it and drops it",
-                    name, off, left, why, records);
-            else
-                say(r, 1,
-                    "%s: record %zu at byte %zu is damaged in the middle of the log: %s; "
-                    "a start replays the %zu records before it and drops it and the %zu "
-                    "bytes after it",
-                    name, records, off, why, records, after);
-            free(buf);
-            return;
+                    "%s: record %zu at byte %zu has a good checksum but %s: a start "
+                    "fails on it (corrupt record) and the store does not open",
+                    name, records, off, bad);
+                goto out;
+            }
+            gen = pt_get_le32(h + 4);
+            records++;
+            off += LOG_HDR + len;
+            continue;
         }
-        gen = pt_get_le32(h + 4);
-        records++;
-        off += LOG_HDR + len;
+        const char *why = damage(h, size - off, records, gen);
+        size_t next = pt_emb_wal_resync(buf, size, off, gen);
+        if (next >= size) {
+            say(r, 1,
+                "%s: the last %zu bytes (from byte %zu) are damaged: %s; no intact record "
+                "follows, so a start drops them as a torn or stale tail after replaying the "
+                "%zu records before them",
+                name, size - off, off, why, records);
+            skipped = 1;
+            break;
+        }
+        say(r, 1,
+            "%s: bytes %zu to %zu (%zu bytes) are damaged in the middle of the log: %s; a "
+            "start skips them and replays the intact records after them",
+            name, off, next, next - off, why);
+        skipped = 1;
+        ids.resynced = 1;
+        off = next;
     }
-    say(r, 0, "%s: %zu records, %zu bytes, checksums good", name, records, size);
+    if (lost)
+        say(r, 1,
+            "%s: %zu samples after the damaged bytes belong to series only the damaged "
+            "bytes defined: a start loses them",
+            name, lost);
+    if (!skipped)
+        say(r, 0, "%s: %zu records, %zu bytes, checksums good", name, records, size);
+out:
+    pt_emb_wal_ids_free(&ids);
     free(buf);
 }
 

@@ -508,6 +508,22 @@ static void stop_thread(embedded *e)
     pt_emb_thread_stop(e->thread, &e->mu, &e->work, &e->stop, &e->thread_started);
 }
 
+/* After a flush of everything and the stop of the flush thread: whether RocksDB holds
+ * every cell of the logs still on disk, the current one's included. The current log's
+ * points cells are in the shards' current generations until a flush; its index cells
+ * are in the index head until a drain (the caller drained it). */
+static int logs_durable(const embedded *e)
+{
+    if (e->w.dropped != e->w.seq - 1)
+        return 0; /* a closed log stayed behind */
+    for (unsigned k = 0; k < HEAD_SHARDS; k++) {
+        const hshard *sh = &e->h.sh[k];
+        if (sh->flushing || sh->cells[sh->cur] != 0)
+            return 0;
+    }
+    return 1;
+}
+
 static void embedded_close(void *state)
 {
     embedded *e = state;
@@ -517,6 +533,10 @@ static void embedded_close(void *state)
     int flushed = 0;
     if (e->ready) {
         int rv = flush_sync(e);
+        /* Index cells no flush drained: a log whose records hold index cells only (a new
+         * store's format row) has no shard to freeze, so no flush takes them. */
+        if (rv == 0)
+            rv = pt_emb_ihead_drain(&e->ix);
         if (rv != 0)
             fprintf(stderr,
                     "promtable: embedded: flush on close failed (%s); the logs in %s "
@@ -528,7 +548,7 @@ static void embedded_close(void *state)
     stop_thread(e);
     /* Everything is in RocksDB: a clean stop leaves no log of ours, and the index's
      * memtable goes into a table file rather than stay in RocksDB's log. */
-    if (flushed && e->w.size == 0 && e->w.dropped == e->w.seq - 1)
+    if (flushed && logs_durable(e))
         pt_emb_wal_end(&e->w);
     if (flushed && pt_emb_rocks_flush_index(&e->r) != 0)
         fprintf(stderr, "promtable: embedded: writing the index memtable on close failed; "

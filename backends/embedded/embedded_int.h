@@ -622,9 +622,10 @@ typedef struct wal {
 int pt_emb_wal_open(wal *w, const char *dir, int sync, char *err, size_t errlen);
 /* Replays the logs of older versions (points.frozen.wal, points.wal), then every
  * points.<seq>.wal in order into the head's current generations (so the newer write of a
- * cell comes last) and their index cells into x, each up to its first torn or corrupt
- * record. Then w->seq is past every log found, and pt_emb_wal_drop(w, w->seq - 1)
- * deletes them all. */
+ * cell comes last) and their index cells into x, each up to its torn or stale tail;
+ * damaged bytes with intact records after them are skipped (w->damaged_bytes). Fails
+ * (PT_EINTERNAL) on a record whose checksum holds but whose entries do not parse. Then
+ * w->seq is past every log found, and pt_emb_wal_drop(w, w->seq - 1) deletes them all. */
 int pt_emb_wal_replay(wal *w, head *h, ihead *x, char *err, size_t errlen);
 /* Starts log w->seq (after a replay, and the drop of what it replayed). */
 int pt_emb_wal_start(wal *w);
@@ -650,6 +651,30 @@ typedef struct wal_entry {
 /* Parses the entry at *p (before end): 1 with *p past it, 0 when it is malformed
  * (truncated, of no known type, a row key empty or holding 0x00). Ids are the caller's. */
 int pt_emb_wal_entry(const uint8_t **p, const uint8_t *end, wal_entry *e);
+/* Whether an intact record starts at buf + off (of size bytes): its magic, a length
+ * inside buf, its checksum, and generation want (any when want is 0). */
+int pt_emb_wal_record_at(const uint8_t *buf, size_t size, size_t off, uint32_t want);
+/* Where replay goes on past a damaged record at off: the next offset where an intact
+ * record of generation gen (any when 0) starts; size when none does (a torn or stale
+ * tail). */
+size_t pt_emb_wal_resync(const uint8_t *buf, size_t size, size_t off, uint32_t gen);
+
+/* The row ids of one log generation as replay reads them: 'R' entries define them in
+ * order. Once damaged bytes were skipped (resynced), the ids they defined are missing: a
+ * later definition may leave a gap, and the cells of a missing id are lost. */
+typedef struct wal_ids {
+    void **row; /* the caller's row of each id; NULL: defined in skipped bytes */
+    size_t n, cap;
+    int resynced;
+} wal_ids;
+
+/* Defines id as row (not NULL): 0, PT_ENOMEM, or PT_EINTERNAL when id is not the next
+ * one (or, after skipped bytes, a later one). */
+int pt_emb_wal_ids_define(wal_ids *ids, uint32_t id, void *row);
+/* The row of a cell's id into *row, NULL when skipped bytes defined it (the cell is
+ * lost); PT_EINTERNAL when id was never defined and nothing was skipped. */
+int pt_emb_wal_ids_row(const wal_ids *ids, uint32_t id, void **row);
+void pt_emb_wal_ids_free(wal_ids *ids);
 /* Moves the records on to log seq + 1 (made now if no prepare made it) in the next log
  * generation; log seq is closed. On failure nothing changed. */
 int pt_emb_wal_freeze(wal *w);
@@ -663,7 +688,7 @@ void pt_emb_wal_prepared(wal *w, uint64_t seq, int fd);
  * backend mutex. */
 int pt_emb_wal_drop(wal *w, uint64_t upto);
 /* Closes and deletes the current log and the next one made ahead: the stop of a store
- * whose every cell is in RocksDB (the current log holds no record). */
+ * whose every cell is in RocksDB (the current log's records included). */
 void pt_emb_wal_end(wal *w);
 void pt_emb_wal_close(wal *w);
 

@@ -485,9 +485,7 @@ static int icells_flush(icells *ic, ihead *x)
     return rv;
 }
 
-/* Whether an intact record starts at buf + off: its magic, a length inside the file, its
- * checksum, and (any when want is 0) generation want. */
-static int record_at(const uint8_t *buf, size_t size, size_t off, uint32_t want)
+int pt_emb_wal_record_at(const uint8_t *buf, size_t size, size_t off, uint32_t want)
 {
     if (size - off < WAL_HDR || memcmp(buf + off, wal_magic, 4) != 0)
         return 0;
@@ -499,6 +497,40 @@ static int record_at(const uint8_t *buf, size_t size, size_t off, uint32_t want)
     return XXH3_64bits_withSeed(r + WAL_HDR, len, g) == sum;
 }
 
+size_t pt_emb_wal_resync(const uint8_t *buf, size_t size, size_t off, uint32_t gen)
+{
+    size_t next = off + 1;
+    while (next < size && !pt_emb_wal_record_at(buf, size, next, gen))
+        next++;
+    return next < size ? next : size;
+}
+
+int pt_emb_wal_ids_define(wal_ids *ids, uint32_t id, void *row)
+{
+    /* After skipped bytes, the ids they defined are unknown: a gap. */
+    if (id < ids->n || (id > ids->n && !ids->resynced))
+        return PT_EINTERNAL;
+    int rv = pt_array_reserve(&ids->row, &ids->cap, (size_t)id + 1, sizeof(*ids->row), 0);
+    if (rv != 0)
+        return rv;
+    while (ids->n < id)
+        ids->row[ids->n++] = NULL;
+    ids->row[ids->n++] = row;
+    return 0;
+}
+
+int pt_emb_wal_ids_row(const wal_ids *ids, uint32_t id, void **row)
+{
+    *row = id < ids->n ? ids->row[id] : NULL;
+    return id < ids->n || ids->resynced ? 0 : PT_EINTERNAL;
+}
+
+void pt_emb_wal_ids_free(wal_ids *ids)
+{
+    free(ids->row);
+    *ids = (wal_ids){0};
+}
+
 /* Replays buf; *good is where the last intact record ends. A damaged record in the middle
  * (more intact records of the generation behind it) is skipped: replay goes on at the
  * next intact record header, and the damaged range is reported (file, offset, length).
@@ -506,18 +538,15 @@ static int record_at(const uint8_t *buf, size_t size, size_t off, uint32_t want)
 static int replay(wal *w, head *h, ihead *x, const uint8_t *buf, size_t size, size_t *good,
                   const char *path)
 {
-    hrow **ids = NULL;
-    size_t nids = 0, cap = 0, lost = 0;
+    wal_ids ids = {0};
+    size_t lost = 0;
     icells ic = {0};
-    uint32_t gen = 0;
+    uint32_t gen = 0; /* of the records replayed; 0 (no generation) until the first */
     size_t off = 0, end_ok = 0;
-    int resynced = 0;
     int rv = 0;
     while (size - off >= WAL_HDR) {
-        if (!record_at(buf, size, off, off > 0 ? gen : 0)) {
-            size_t next = off + 1;
-            while (next < size && !record_at(buf, size, next, gen))
-                next++;
+        if (!pt_emb_wal_record_at(buf, size, off, gen)) {
+            size_t next = pt_emb_wal_resync(buf, size, off, gen);
             if (next >= size)
                 break; /* nothing intact behind it: a torn or stale tail */
             fprintf(stderr,
@@ -525,13 +554,13 @@ static int replay(wal *w, head *h, ihead *x, const uint8_t *buf, size_t size, si
                     "skipped, replay goes on with the intact records after them\n",
                     path, off, next, next - off);
             w->damaged_bytes += next - off;
-            resynced = 1;
+            ids.resynced = 1;
             off = next;
             continue;
         }
         const uint8_t *r = buf + off;
-        uint32_t g = pt_get_le32(r + 4), len = pt_get_le32(r + 8);
-        gen = g;
+        uint32_t len = pt_get_le32(r + 8);
+        gen = pt_get_le32(r + 4);
         const uint8_t *p = r + WAL_HDR, *end = p + len;
         while (p < end) {
             wal_entry e;
@@ -540,30 +569,23 @@ static int replay(wal *w, head *h, ihead *x, const uint8_t *buf, size_t size, si
                 goto out;
             }
             if (e.type == 'R') {
-                /* After skipped bytes, the ids they defined are unknown: a gap. */
-                if (e.id < nids || (e.id > nids && !resynced)) {
-                    rv = PT_EINTERNAL;
-                    goto out;
-                }
-                if ((rv = pt_array_reserve(&ids, &cap, (size_t)e.id + 1, sizeof(*ids), 0)) != 0)
-                    goto out;
-                while (nids < e.id)
-                    ids[nids++] = NULL;
-                if (!(ids[nids++] = pt_emb_head_get(h, e.key.p, e.key.n,
-                                                     pt_emb_head_hash(e.key.p, e.key.n)))) {
+                hrow *row =
+                    pt_emb_head_get(h, e.key.p, e.key.n, pt_emb_head_hash(e.key.p, e.key.n));
+                if (!row) {
                     rv = PT_ENOMEM;
                     goto out;
                 }
-            } else if (e.type == 'C') {
-                if (e.id >= nids && !resynced) {
-                    rv = PT_EINTERNAL;
+                if ((rv = pt_emb_wal_ids_define(&ids, e.id, row)) != 0)
                     goto out;
-                }
-                if (e.id >= nids || !ids[e.id]) {
+            } else if (e.type == 'C') {
+                void *row;
+                if ((rv = pt_emb_wal_ids_row(&ids, e.id, &row)) != 0)
+                    goto out;
+                if (!row) {
                     lost++; /* its row was defined in the damaged bytes */
                     continue;
                 }
-                if ((rv = pt_emb_head_append(h, ids[e.id], e.q, e.value)) != 0)
+                if ((rv = pt_emb_head_append(h, row, e.q, e.value)) != 0)
                     goto out;
             } else {
                 if ((rv = pt_array_reserve(&ic.m, &ic.cap, ic.n + 1, sizeof(*ic.m), 0)) != 0)
@@ -583,11 +605,11 @@ static int replay(wal *w, head *h, ihead *x, const uint8_t *buf, size_t size, si
     if (lost)
         fprintf(stderr,
                 "promtable: embedded: %s: %zu samples after the damaged bytes belong to "
-                "series the damaged bytes defined and are lost\n",
+                "series only the damaged bytes defined and are lost\n",
                 path, lost);
 out:
     *good = rv == 0 ? end_ok : off;
-    free(ids);
+    pt_emb_wal_ids_free(&ids);
     free(ic.m);
     free(ic.v);
     return rv;
@@ -639,7 +661,7 @@ static int replay_fd(wal *w, head *h, ihead *x, int fd, const char *path, size_t
     return 0;
 }
 
-/* Replays one log (missing is fine) up to its first bad record. */
+/* Replays one log (missing is fine) up to its torn or stale tail. */
 static int replay_path(wal *w, head *h, ihead *x, const char *path, char *err, size_t errlen)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);

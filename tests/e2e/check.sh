@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# `promtable check` on real stores: a store written through the daemon passes; a store in
-# use by a running daemon is refused (exit 2); each kind of damage fails (exit 1) with its
-# own message: a deleted points row, a deleted series row, a deleted postings cell, a chunk
+# `promtable check` on real stores: a store written through the daemon passes (and its
+# graceful stop, like one right after a start, leaves no points log); a store in use by a
+# running daemon is refused (exit 2); each kind of damage fails (exit 1) with its own
+# message: a deleted points row, a deleted series row, a deleted postings cell, a chunk
 # that does not decode, a flipped byte in a table file, a damaged last log record and a
-# damaged record in the middle of the log (the store is then not opened, so the log stays
-# as it was). On Bigtable (the emulator, when installed, and cbt) the index/data
-# comparison: a healthy store passes, a deleted points row and a deleted series row fail.
+# damaged record in the middle of the log, which a start skips (the store is then not
+# opened, so the log stays as it was); the check's account of a damaged record matches
+# what a start then logs and does. On Bigtable (the emulator, when installed, and cbt) the
+# index/data comparison: a healthy store passes, a deleted points row and a deleted series
+# row fail.
 #
 # Environment: PT_BUILD_DIR (build tree with promtable and tests/ptdamage).
 set -u -o pipefail
@@ -57,12 +60,23 @@ expect() {
     fi
 }
 
+# logs DIR : the points logs in DIR, one a line.
+logs() { find "$1" -name 'points.*.wal' -printf '%f\n'; }
+
+# ------------------------------------------------------------- a stop right after a start
+# A new store's first record is its index format row (index cells only, no points).
+serve "$T/empty.log" --storage.embedded.path="$T/empty" || tap_bail "promtable did not start"
+pt_stop "$SRV_PID" 10
+tap_is "$?" 0 "a graceful stop right after a start"
+tap_is "$(logs "$T/empty")" "" "... leaves no points log"
+
 # ---------------------------------------------------------------------- a healthy store
 serve "$T/emb.log" --storage.embedded.path="$T/data" || tap_bail "promtable did not start"
 tap_is "$(write_golden)" 204 "377 series written through the daemon"
 check running --storage.embedded.path="$T/data"
 expect running 2 "in use by process $SRV_PID" "a store a running daemon holds is refused (exit 2)"
 pt_stop "$SRV_PID" 10
+tap_is "$(logs "$T/data")" "" "a graceful stop after writes leaves no points log"
 check nostore --storage.embedded.path="$T/nothing"
 expect nostore 2 "no embedded store at $T/nothing" "a path without a store is refused, not created (exit 2)"
 tap_check "  and nothing was created there" test ! -e "$T/nothing"
@@ -130,15 +144,37 @@ logcopy() {
 }
 logcopy waltail $((size - 3))
 check waltail --storage.embedded.path="$T/waltail"
-expect waltail 1 "$log"': the last record \(byte [0-9]+, [0-9]+ bytes\) is damaged: checksum mismatch; a start replays the 3 records before it' \
+expect waltail 1 "$log"': the last [0-9]+ bytes \(from byte [0-9]+\) are damaged: checksum mismatch; no intact record follows, so a start drops them as a torn or stale tail after replaying the 3 records before them' \
     "a damaged last log record is reported as the tail (exit 1)"
 tap_check "the store with a damaged log is not opened: the log is as it was" \
     cmp -s "$T/waltail/$log" "$T/waltail.wal.before"
+# Record 0 is the format row (index cells only): skipping it loses no sample.
+rec0=$((20 + $(od -An -tu4 -j8 -N4 "$T/wal/$log" | tr -d ' ')))
 logcopy walmid 30
 check walmid --storage.embedded.path="$T/walmid"
-expect walmid 1 "$log"': record 0 at byte 0 is damaged in the middle of the log: checksum mismatch; .* drops it and the [0-9]+ bytes after it' \
-    "a damaged record in the middle of the log is reported with what a start would drop (exit 1)"
+expect walmid 1 "$log: bytes 0 to $rec0 \\($rec0 bytes\\) are damaged in the middle of the log: checksum mismatch; a start skips them and replays the intact records after them" \
+    "a damaged record in the middle of the log is reported as skipped by a start (exit 1)"
+expect walmid 1 "^not opening the store: a start replays its logs as said above" \
+    "  and the store is not opened"
+tap_is "$(grep -c 'samples after the damaged' "$T/walmid.out")" 0 "  nor is a sample said to be lost"
 tap_check "not opened either" cmp -s "$T/walmid/$log" "$T/walmid.wal.before"
+# Record 1, the first write, defines the rows of all 377 series; records 2 and 3 have
+# samples of the same rows only.
+logcopy walrow $((rec0 + 30))
+check walrow --storage.embedded.path="$T/walrow"
+expect walrow 1 "$log: bytes $rec0 to [0-9]+ \\([0-9]+ bytes\\) are damaged in the middle of the log: checksum mismatch; a start skips them" \
+    "a damaged record defining rows is reported as skipped (exit 1)"
+expect walrow 1 "$log: [0-9]+ samples after the damaged bytes belong to series only the damaged bytes defined: a start loses them" \
+    "  with the samples a start loses"
+range=$(grep -o "bytes $rec0 to [0-9]* ([0-9]* bytes)" "$T/walrow.out")
+lost=$(grep -o '[0-9]* samples after the damaged bytes' "$T/walrow.out")
+serve "$T/walrow.log" --storage.embedded.path="$T/walrow" || tap_bail "promtable did not start"
+pt_stop "$SRV_PID" 10
+tap_check "a start logs the same damaged range ($range)" \
+    grep -qF "$log: $range are damaged; skipped, replay goes on" "$T/walrow.log"
+tap_check "  and the same lost samples ($lost)" grep -qF "$log: $lost" "$T/walrow.log"
+check walrow2 --storage.embedded.path="$T/walrow"
+expect walrow2 0 '^ok: no problems found' "the store that start made passes the check (exit 0)"
 logcopy walok -1
 check walok --storage.embedded.path="$T/walok"
 expect walok 0 "$log: 4 records, $size bytes, checksums good" \

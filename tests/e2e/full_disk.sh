@@ -4,7 +4,8 @@
 # message naming the disk, /-/ready says not ready, reads answer 200 or 503 (never 500),
 # /metrics shows promtable_embedded_disk_full 1. Once the file is removed the store takes
 # writes again by itself (RocksDB reopened if it refused a write), without crashing, and
-# every acknowledged sample reads back, before and after a restart.
+# every acknowledged sample reads back, before and after a restart; each graceful stop
+# leaves no points log.
 set -u -o pipefail
 
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -119,9 +120,13 @@ pt_sleep 2 # past the next disk check: a late abort would show here
 tap_check "promtable is still running" pt_alive "$PID"
 tap_check "the log says the disk filled up" grep -q 'the disk is full' "$DIR/promtable.log"
 tap_check "... and that space is free again" grep -q 'space is free again' "$DIR/promtable.log"
+logs() { find "$DATA" -name 'points.*.wal' -printf '%f\n'; }
 pt_stop "$PID" 20
 tap_is "$?" 0 "a graceful stop"
+tap_is "$(logs)" "" "... leaves no points log"
 start "$DIR/promtable2.log"
 check_all "after a restart"
 pt_stop "$PID" 20
+tap_is "$?" 0 "a graceful stop after the restart"
+tap_is "$(logs)" "" "... leaves no points log"
 tap_done
