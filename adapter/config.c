@@ -24,12 +24,13 @@ static const pt_conf_key table[] = {
      "TLS certificate (PEM). With the key: TLS only, ALPN h2 and http/1.1."},
     {"web.tls_key_file", NULL, PT_CONF_FILE, "", 0, 0, F(tls_key_file), "TLS private key (PEM)."},
     {"web.bearer_token_file", NULL, PT_CONF_FILE, "", 0, 0, F(bearer_token_file),
-     "File holding a token: write and read then need \"Authorization: Bearer <token>\"."},
+     "File holding a token: write, read and the browsing API then need \"Authorization: "
+     "Bearer <token>\" (401 otherwise)."},
     {"web.basic_auth_username", NULL, PT_CONF_STR, "", 0, 0, F(basic_auth_username),
-     "With the password file: write and read need this basic auth."},
+     "With the password file: write, read and the browsing API need this basic auth."},
     {"web.basic_auth_password_file", NULL, PT_CONF_FILE, "", 0, 0, F(basic_auth_password_file),
      "File holding the basic auth password."},
-    /* Security (issue 12 item 5): client certificates, credentials per route. */
+    /* Client certificates, credentials per route (docs/operations.md, Security). */
     {"web.tls_client_ca_file", NULL, PT_CONF_FILE, "", 0, 0, F(tls_client_ca_file),
      "CA certificates (PEM): with TLS, every client must present a certificate they sign."},
     {"web.write_bearer_token_file", NULL, PT_CONF_FILE, "", 0, 0, F(write_bearer_token_file),
@@ -46,29 +47,33 @@ static const pt_conf_key table[] = {
     {"web.read_basic_auth_password_file", NULL, PT_CONF_FILE, "", 0, 0,
      F(read_basic_auth_password_file), "File holding the remote read basic auth password."},
     {"web.workers", NULL, PT_CONF_LONG, "0", 0, 256, F(workers),
-     "Worker threads running requests (0 = 2 per CPU the process may run on)."},
+     "Worker threads running requests (0 = 2 per CPU the process may run on: its affinity, "
+     "as taskset or a container's cpuset sets it)."},
     {"web.max_connections", NULL, PT_CONF_LONG, "4096", 1, 1000000, F(max_connections),
      "Open client connections at most."},
     {"web.idle_timeout", NULL, PT_CONF_DURATION, "5m", 0, 86400000LL, F(idle_timeout_ms),
-     "Close keep-alive connections idle this long (0 = never)."},
+     "Close a connection on which no byte moved this long while none of its requests is "
+     "being processed, whatever HTTP/2 streams it has open (0 = never)."},
     {"web.max_body_bytes", NULL, PT_CONF_BYTES, "32MiB", 1024, 1024 * MiB, F(max_body_bytes),
      "Largest compressed request body; larger gets 413."},
     {"web.max_body_memory", NULL, PT_CONF_BYTES, "1GiB", MiB, 1048576 * MiB, F(max_body_memory),
-     "Request bodies held at once, all connections; past it 503."},
+     "Request bodies held in memory at once over all connections and HTTP/2 streams; a body "
+     "that would pass it gets 503 (Prometheus retries)."},
     {"web.max_decoded_bytes", NULL, PT_CONF_BYTES, "64MiB", 1024, 4096 * MiB,
      F(max_decoded_bytes), "Largest declared snappy-decoded size; larger gets 413."},
     {"web.max_request_memory", NULL, PT_CONF_BYTES, "512MiB", MiB, 65536 * MiB,
      F(max_request_memory), "Memory one request may use to decode and answer; over it 413."},
-    /* Overload: past these a request gets 503 with Retry-After (README, Overload). */
+    /* Overload: past these a request gets 503 with Retry-After (docs/operations.md, Overload). */
     {"web.max_inflight_requests", NULL, PT_CONF_LONG, "128", 1, 1000000, F(max_inflight_requests),
-     "Requests queued for or running on workers at once; past it 503 (retry)."},
+     "Requests queued for or running on workers at once; a complete request past it gets 503 "
+     "with Retry-After without being run."},
     {"web.max_connection_body_memory", NULL, PT_CONF_BYTES, "64MiB", MiB, 1048576 * MiB,
      F(max_connection_body_memory),
      "Request bodies one connection (all its HTTP/2 streams) holds at once; past it 503 "
      "(at least web.max_body_bytes, at most web.max_body_memory)."},
     {"web.overload_retry_after", NULL, PT_CONF_DURATION, "1s", 1000, 3600000LL,
      F(overload_retry_after_ms), "Retry-After of a 503 for overload (whole seconds, rounded up)."},
-    /* Hostile clients: deadlines and what one connection may hold (README, Security). */
+    /* Hostile clients: deadlines and what one connection may hold (docs/operations.md, Hostile clients). */
     {"web.header_timeout", NULL, PT_CONF_DURATION, "30s", 0, 3600000LL, F(header_timeout_ms),
      "A request's headers (a new connection's first: from its accept) must be complete this "
      "long after their first byte; past it 408 and the connection closes (0 = never)."},
@@ -94,20 +99,21 @@ static const pt_conf_key table[] = {
     {"web.max_response_memory", NULL, PT_CONF_BYTES, "1GiB", MiB, 1048576 * MiB,
      F(max_response_memory), "Answers all connections hold unread; past it new requests get 503."},
     {"web.metrics_auth", NULL, PT_CONF_BOOL, "false", 0, 0, F(metrics_auth),
-     "/metrics demands the read credentials (web.read_* or the shared ones) too."},
-    /* Label limits (README "Remote write"); Prometheus' own scrape limits and Mimir's
+     "/metrics demands the read credentials (web.read_* or the shared ones) too: it names "
+     "tenants and HA pairs."},
+    /* Label limits (docs/operations.md, Label limits); Prometheus' own scrape limits and Mimir's
      * ingester limits are of this kind. */
     {"write.max_label_name_length", NULL, PT_CONF_BYTES, "1KiB", 0, MiB,
      F(write_max_label_name_length),
-     "Longest label name a series may have; a series with a longer one gets 400 (0 = no "
-     "limit)."},
+     "Longest label name a series may have; a series with a longer one gets 400 naming it, the rest "
+     "stored (0 = no limit)."},
     {"write.max_label_value_length", NULL, PT_CONF_BYTES, "16KiB", 0, 64 * MiB,
      F(write_max_label_value_length),
-     "Longest label value a series may have; a series with a longer one gets 400 (0 = no "
-     "limit)."},
+     "Longest label value a series may have; a series with a longer one gets 400 naming it, the rest "
+     "stored (0 = no limit)."},
     {"write.max_labels_per_series", NULL, PT_CONF_LONG, "128", 0, 1000000,
      F(write_max_labels_per_series),
-     "Labels a series may have (__name__ included); a series with more gets 400 (0 = no "
+     "Labels a series may have (__name__ included); a series with more gets 400, the rest stored (0 = no "
      "limit)."},
     {"storage.backend", NULL, PT_CONF_ENUM, "embedded|bigtable", 0, 0, F(backend),
      "Where samples go: embedded = RocksDB in storage.embedded.path, bigtable = Bigtable."},
@@ -117,13 +123,15 @@ static const pt_conf_key table[] = {
     {"index.bucket", NULL, PT_CONF_DURATION, "1d", 3600000LL, 49LL * 86400000LL,
      F(index_bucket_ms), "Index bucket length: series are listed per bucket."},
     {"index.cache_entries", NULL, PT_CONF_LONG, "4000000", 1024, 1000000000LL,
-     F(index_cache_entries), "(series, bucket) pairs remembered as indexed (~32 B each)."},
+     F(index_cache_entries), "(series, bucket) pairs and label values rows remembered as indexed (about 22 to 43 "
+     "bytes each)."},
     {"read.max_series", NULL, PT_CONF_LONG, "500000", 0, LONG_MAX, F(read_max_series),
      "Series one remote read query may return (0 = no limit)."},
     {"read.max_samples", NULL, PT_CONF_LONG, "50000000", 0, LONG_MAX, F(read_max_samples),
      "Samples one remote read query may return (0 = no limit)."},
     {"read.timeout", NULL, PT_CONF_DURATION, "2m", 0, 86400000LL, F(read_timeout_ms),
-     "A remote read running longer ends with 503 (0 = no deadline)."},
+     "A remote read running longer ends with 503 naming this setting (0 = no deadline); "
+     "Prometheus' own remote read timeout is 1m."},
     {"read.max_matchers", NULL, PT_CONF_LONG, "1000", 0, 1000000000LL, F(read_max_matchers),
      "Label matchers one remote read or API request may carry, over all its queries or "
      "match[] selectors (0 = no limit); past it 400, before any is compiled."},
@@ -136,19 +144,22 @@ static const pt_conf_key table[] = {
      "Backtracking memory a regex matcher may use on one label value (PCRE2's heap limit); "
      "past it 422."},
     {"read.series_cache", NULL, PT_CONF_BYTES, "64MiB", 0, 1048576 * MiB, F(read_series_cache),
-     "Series rows kept for resolving index references (embedded store only; 0 = none)."},
+     "Memory for series rows read before, so a reference resolves without a seek (embedded "
+     "store only; 0 = none)."},
     {"read.list_cache", NULL, PT_CONF_BYTES, "16MiB", 0, 1048576 * MiB, F(read_list_cache),
-     "Index lists kept for repeated queries (embedded store only; 0 = none)."},
+     "Memory for index lists read before, so a repeated selector lists its candidates "
+     "without a scan (embedded store only; 0 = none)."},
     {"api.max_results", NULL, PT_CONF_LONG, "100000", 1, 100000000LL, F(api_max_results),
      "Most label names, label values, series or metric families one /api/v1/labels, "
      "label values, series or metadata request answers (past it: truncated with a warning, "
      "or 422 for match[] selecting more series)."},
-    /* Tenants (README "Tenants"). */
+    /* Tenants (docs/operations.md, Tenants). */
     {"tenancy.enabled", NULL, PT_CONF_BOOL, "false", 0, 0, F(tenancy_enabled),
      "Multi-tenancy: writes, reads and the browsing API need a tenant id header; each "
      "tenant has its own series."},
     {"tenancy.header", NULL, PT_CONF_STR, "X-Scope-OrgID", 0, 0, F(tenancy_header),
-     "The header naming the tenant (an HTTP field name)."},
+     "The header naming the tenant: an HTTP field name, not one promtable reads for itself "
+     "(Authorization, Content-Type, ...)."},
     {"tenancy.max_series", NULL, PT_CONF_LONG, "0", 0, 1000000000LL, F(tenancy_max_series),
      "Active series per tenant (distinct series written in the current index bucket); "
      "past it new series get 429 (0 = no limit)."},
@@ -156,12 +167,12 @@ static const pt_conf_key table[] = {
      F(tenancy_max_samples_per_second),
      "Samples, histograms and exemplars per second per tenant; past it 429 (0 = no limit)."},
     {"tenancy.max_tenants", NULL, PT_CONF_LONG, "10000", 1, 1000000, F(tenancy_max_tenants),
-     "Tenants kept at once; a new one past it replaces one idle for an index bucket, else "
-     "gets 429."},
+     "Tenants kept at once (only a write makes one); a new one past it replaces one idle for "
+     "an index bucket, else gets 429."},
     {"tenancy.metrics_tenants", NULL, PT_CONF_LONG, "100", 0, 10000, F(tenancy_metrics_tenants),
      "Tenants with their own tenant label values on /metrics; the others are summed as "
      "tenant=\"~other\"."},
-    /* HA pairs (issue 12 item 2; README "HA pairs"). */
+    /* HA pairs (docs/operations.md, HA pairs). */
     {"ha.enabled", NULL, PT_CONF_BOOL, "false", 0, 1, F(ha_enabled),
      "Deduplicate HA pairs: per cluster label value, store only the elected replica's samples "
      "(the others are answered 2xx and dropped) and remove the replica label."},
@@ -176,13 +187,13 @@ static const pt_conf_key table[] = {
      "Bigtable: the elected replica's lease row is refreshed (another replica's re-read) at "
      "most this often; less than ha.failover_timeout (0 = at every write)."},
     {"ha.max_clusters", NULL, PT_CONF_LONG, "1000", 1, 1000000, F(ha_max_clusters),
-     "HA (tenant, cluster) pairs tracked at most; a series of a new one past it gets 429 "
+     "HA (tenant, cluster) pairs tracked at most (about 2 KiB each); a series of a new one past it gets 429 "
      "(pairs idle longer than ha.failover_timeout are forgotten to make room)."},
     {"ha.max_clusters_per_tenant", NULL, PT_CONF_LONG, "100", 1, 1000000,
      F(ha_max_clusters_per_tenant),
      "With tenancy: HA pairs one tenant may have tracked at most; past it 429."},
     {"log.level", NULL, PT_CONF_ENUM, "info|debug|warn|error", 0, 0, F(log_level),
-     "Log level."},
+     "Log level (logfmt on stderr)."},
 };
 
 /* tenancy.header: an HTTP field name (RFC 9110 token) of at most 100 bytes, and none of
@@ -793,32 +804,88 @@ out:
     return rv;
 }
 
+/* What --help says of a key after its help text: its words, its range, its former name. */
+static const char *key_notes(const conf_ref *r, char *buf, size_t cap)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    if (r->e->type == PT_CONF_ENUM) {
+        o += (size_t)snprintf(buf + o, cap - o, " One of: ");
+        for (const char *p = r->e->def; *p && o < cap; p++)
+            o += (size_t)snprintf(buf + o, cap - o, *p == '|' ? ", " : "%c", *p);
+        if (o < cap)
+            o += (size_t)snprintf(buf + o, cap - o, ".");
+    }
+    if (o < cap && (r->e->type == PT_CONF_LONG || r->e->type == PT_CONF_BYTES ||
+                    r->e->type == PT_CONF_DURATION || r->e->type == PT_CONF_ADDR)) {
+        char lo[32], hi[32];
+        pt_conf_type t = r->e->type == PT_CONF_ADDR ? PT_CONF_LONG : r->e->type;
+        o += (size_t)snprintf(buf + o, cap - o, " %s %s to %s.",
+                              r->e->type == PT_CONF_ADDR ? "Port" : "Range",
+                              fmt_value(t, r->e->min, lo, sizeof(lo)),
+                              fmt_value(t, r->e->max, hi, sizeof(hi)));
+    }
+    if (o < cap && r->e->alias)
+        snprintf(buf + o, cap - o, " Formerly %s.", r->e->alias);
+    return buf;
+}
+
+static void print_flag(FILE *f, const char *key)
+{
+    fputs("--", f);
+    for (const char *k = key; *k; k++)
+        fputc(*k == '_' ? '-' : *k, f);
+}
+
 static int print_usage(void *ud, conf_ref *r)
 {
     FILE *f = ud;
-    fputs("  --", f);
-    for (const char *k = r->key; *k; k++)
-        fputc(*k == '_' ? '-' : *k, f);
+    fputs("  ", f);
+    print_flag(f, r->key);
     char def[64];
     const char *d = default_of(r->e, def, sizeof(def));
-    fprintf(f, "=%s\n      %s", d[0] ? d : "\"\"", r->e->help);
-    if (r->e->type == PT_CONF_ENUM) {
-        fputs(" One of: ", f);
-        for (const char *p = r->e->def; *p; p++)
-            fputs(*p == '|' ? ", " : (char[2]){*p, '\0'}, f);
-        fputc('.', f);
-    }
-    if (r->e->type == PT_CONF_LONG || r->e->type == PT_CONF_BYTES ||
-        r->e->type == PT_CONF_DURATION || r->e->type == PT_CONF_ADDR) {
-        char lo[32], hi[32];
-        pt_conf_type t = r->e->type == PT_CONF_ADDR ? PT_CONF_LONG : r->e->type;
-        fprintf(f, " %s %s to %s.", r->e->type == PT_CONF_ADDR ? "Port" : "Range",
-                fmt_value(t, r->e->min, lo, sizeof(lo)), fmt_value(t, r->e->max, hi, sizeof(hi)));
-    }
-    if (r->e->alias)
-        fprintf(f, " Formerly %s.", r->e->alias);
-    fprintf(f, " (YAML: %s)\n", r->key);
+    char notes[512];
+    fprintf(f, "=%s\n      %s%s (YAML: %s)\n", d[0] ? d : "\"\"", r->e->help,
+            key_notes(r, notes, sizeof(notes)), r->key);
     return 0;
+}
+
+/* Text in a Markdown table cell: the characters Markdown or HTML would read escaped. */
+static void put_md(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '<')
+            fputs("&lt;", f);
+        else if (*s == '>')
+            fputs("&gt;", f);
+        else {
+            if (strchr("\\|*`[]", *s))
+                fputc('\\', f);
+            fputc(*s, f);
+        }
+    }
+}
+
+static int print_markdown_row(void *ud, conf_ref *r)
+{
+    FILE *f = ud;
+    char def[64], notes[512];
+    const char *d = default_of(r->e, def, sizeof(def));
+    fprintf(f, "| `%s` | `", r->key);
+    print_flag(f, r->key);
+    fputs(d[0] ? "` | `" : "` | ", f);
+    put_md(f, d);
+    fputs(d[0] ? "` | " : " | ", f);
+    put_md(f, r->e->help);
+    put_md(f, key_notes(r, notes, sizeof(notes)));
+    fputs(" |\n", f);
+    return 0;
+}
+
+void pt_config_usage_markdown(FILE *f)
+{
+    fputs("| YAML key | flag | default | meaning |\n| --- | --- | --- | --- |\n", f);
+    each_key(NULL, print_markdown_row, f);
 }
 
 void pt_config_usage(FILE *f, const char *argv0)
@@ -827,6 +894,7 @@ void pt_config_usage(FILE *f, const char *argv0)
                "       %s check [flags]  (verify a store no server has open; exit 1 on damage)\n\n"
                "Prometheus remote storage adapter on a wide-column store.\n\nFlags:\n"
                "  --help                 Show this help.\n"
+               "  --help=markdown        Show the keys below as a Markdown table.\n"
                "  --version              Show the version.\n"
                "  --config.file=FILE     YAML configuration file (keys below, dotted = nested).\n",
             argv0, argv0, argv0);

@@ -108,6 +108,8 @@ int pt_config_check(pt_config *c, char *err, size_t errlen);
  * backend's, in --help order, until fn returns non-zero; returns that value or 0. */
 int pt_config_each_key(int (*fn)(void *ud, const char *key, const pt_conf_key *e), void *ud);
 void pt_config_usage(FILE *f, const char *argv0);
+/* The keys as one Markdown table (key, flag, default, meaning): docs/configuration.md. */
+void pt_config_usage_markdown(FILE *f);
 void pt_config_free(pt_config *c);
 
 /* Parses "30s", "5m", "1d", "2w", "1y", "250ms" (Prometheus duration syntax) into ms. */

@@ -55,6 +55,10 @@ static int parse_args(int argc, char **argv, pt_config *cfg, int *cmd)
                 pt_config_usage(stdout, argv[0]);
                 exit(0);
             }
+            if (strcmp(a, "--help=markdown") == 0) {
+                pt_config_usage_markdown(stdout);
+                exit(0);
+            }
             if (strcmp(a, "--version") == 0) {
                 printf("promtable %s\n", PT_VERSION);
                 exit(0);
