@@ -73,7 +73,8 @@ static const pt_conf_key table[] = {
      "(at least web.max_body_bytes, at most web.max_body_memory)."},
     {"web.overload_retry_after", NULL, PT_CONF_DURATION, "1s", 1000, 3600000LL,
      F(overload_retry_after_ms), "Retry-After of a 503 for overload (whole seconds, rounded up)."},
-    /* Hostile clients: deadlines and what one connection may hold (docs/operations.md, Hostile clients). */
+    /* Hostile clients: deadlines and what one connection may hold (docs/operations.md,
+     * Hostile clients). */
     {"web.header_timeout", NULL, PT_CONF_DURATION, "30s", 0, 3600000LL, F(header_timeout_ms),
      "A request's headers (a new connection's first: from its accept) must be complete this "
      "long after their first byte; past it 408 and the connection closes (0 = never)."},
@@ -101,20 +102,20 @@ static const pt_conf_key table[] = {
     {"web.metrics_auth", NULL, PT_CONF_BOOL, "false", 0, 0, F(metrics_auth),
      "/metrics demands the read credentials (web.read_* or the shared ones) too: it names "
      "tenants and HA pairs."},
-    /* Label limits (docs/operations.md, Label limits); Prometheus' own scrape limits and Mimir's
-     * ingester limits are of this kind. */
+    /* Label limits (docs/operations.md, Label limits); Prometheus' own scrape limits and
+     * Mimir's ingester limits are of this kind. */
     {"write.max_label_name_length", NULL, PT_CONF_BYTES, "1KiB", 0, MiB,
      F(write_max_label_name_length),
-     "Longest label name a series may have; a series with a longer one gets 400 naming it, the rest "
-     "stored (0 = no limit)."},
+     "Longest label name a series may have; a series with a longer one gets 400 naming "
+     "it, the rest stored (0 = no limit)."},
     {"write.max_label_value_length", NULL, PT_CONF_BYTES, "16KiB", 0, 64 * MiB,
      F(write_max_label_value_length),
-     "Longest label value a series may have; a series with a longer one gets 400 naming it, the rest "
-     "stored (0 = no limit)."},
+     "Longest label value a series may have; a series with a longer one gets 400 naming "
+     "it, the rest stored (0 = no limit)."},
     {"write.max_labels_per_series", NULL, PT_CONF_LONG, "128", 0, 1000000,
      F(write_max_labels_per_series),
-     "Labels a series may have (__name__ included); a series with more gets 400, the rest stored (0 = no "
-     "limit)."},
+     "Labels a series may have (__name__ included); a series with more gets 400, the rest "
+     "stored (0 = no limit)."},
     {"storage.backend", NULL, PT_CONF_ENUM, "embedded|bigtable", 0, 0, F(backend),
      "Where samples go: embedded = RocksDB in storage.embedded.path, bigtable = Bigtable."},
     {"storage.retention", NULL, PT_CONF_DURATION, "0", 0, 100 * 31536000000LL, F(retention_ms),
@@ -123,7 +124,8 @@ static const pt_conf_key table[] = {
     {"index.bucket", NULL, PT_CONF_DURATION, "1d", 3600000LL, 49LL * 86400000LL,
      F(index_bucket_ms), "Index bucket length: series are listed per bucket."},
     {"index.cache_entries", NULL, PT_CONF_LONG, "4000000", 1024, 1000000000LL,
-     F(index_cache_entries), "(series, bucket) pairs and label values rows remembered as indexed (about 22 to 43 "
+     F(index_cache_entries),
+     "(series, bucket) pairs and label values rows remembered as indexed (about 22 to 43 "
      "bytes each)."},
     {"read.max_series", NULL, PT_CONF_LONG, "500000", 0, LONG_MAX, F(read_max_series),
      "Series one remote read query may return (0 = no limit)."},
@@ -187,8 +189,8 @@ static const pt_conf_key table[] = {
      "Bigtable: the elected replica's lease row is refreshed (another replica's re-read) at "
      "most this often; less than ha.failover_timeout (0 = at every write)."},
     {"ha.max_clusters", NULL, PT_CONF_LONG, "1000", 1, 1000000, F(ha_max_clusters),
-     "HA (tenant, cluster) pairs tracked at most (about 2 KiB each); a series of a new one past it gets 429 "
-     "(pairs idle longer than ha.failover_timeout are forgotten to make room)."},
+     "HA (tenant, cluster) pairs tracked at most (about 2 KiB each); a series of a new one "
+     "past it gets 429 (pairs idle longer than ha.failover_timeout are forgotten to make room)."},
     {"ha.max_clusters_per_tenant", NULL, PT_CONF_LONG, "100", 1, 1000000,
      F(ha_max_clusters_per_tenant),
      "With tenancy: HA pairs one tenant may have tracked at most; past it 429."},
