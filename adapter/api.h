@@ -25,7 +25,7 @@ int pt_selector_parse(pt_arena *a, const char *s, size_t n, pt_matcher_env *env,
 void pt_selector_free(pt_matcher *ms, size_t n);
 
 /* A timestamp as Prometheus' API takes it: Unix seconds with an optional fraction
- * ("1700000000.123"), or RFC 3339 ("2023-11-14T22:13:20.123Z", "...+01:00"). 0 with *ms
+ * ("1700000000.123"), or RFC 3339 ("YYYY-MM-DDThh:mm:ss.123Z", "...+01:00"). 0 with *ms
  * set, or -1. */
 int pt_api_time(const char *s, int64_t *ms);
 

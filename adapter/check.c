@@ -1,7 +1,7 @@
 /*
  * `promtable check`: whether the index and the data agree, on any backend, through full
- * scans of both tables (README "Checking a store"), plus the backend's own check of its
- * files (pt_backend_ops.verify).
+ * scans of both tables (docs/operations.md, "Checking a store"), plus the backend's own
+ * check of its files (pt_backend_ops.verify).
  *
  *   1. index scan: every cell goes into a set of (row, qualifier) hashes; every series row
  *      ==<ref>,@<day>,<sid> into a set of (sid, day);

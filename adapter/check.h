@@ -1,4 +1,4 @@
-/* `promtable check`: verifies a store (README "Checking a store"). */
+/* `promtable check`: verifies a store (docs/operations.md, "Checking a store"). */
 #ifndef PT_CHECK_H
 #define PT_CHECK_H
 

@@ -1,5 +1,5 @@
 /*
- * Exemplars in the points table (README "Storage schema", Exemplars): one row per series
+ * Exemplars in the points table (docs/storage-format.md, "Exemplars"): one row per series
  * and bucket, row key = the data row's key with ",#" in place of ",@"; one cell per
  * PT_EXEMPLAR_SLOT_MS window of the bucket (qualifier = the window's first offset), so a
  * series keeps at most one exemplar per window: the cap.

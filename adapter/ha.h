@@ -1,5 +1,5 @@
 /*
- * HA pairs (README "HA pairs"): the Cortex HA tracker's deduplication. Two or more
+ * HA pairs (docs/operations.md, "HA pairs"): the Cortex HA tracker's deduplication. Two or more
  * Prometheus servers scrape the same targets and write with the same cluster label and
  * each its own replica label; per (tenant, cluster) one replica is elected and only its
  * samples are stored. When the elected replica has sent nothing for longer than the

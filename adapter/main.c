@@ -114,12 +114,13 @@ static long usable_cpus(void)
     return sysconf(_SC_NPROCESSORS_ONLN);
 }
 
-/* glibc serves a large allocation from its heap once a block of that size was freed (the
- * mmap threshold rises to it, up to 32 MiB). The big short-lived blocks here -- RocksDB's
- * table-file buffers, the head's growing tables -- then leave holes its heaps keep: under
- * pod churn a fifth of the resident memory was free heap. A fixed threshold gives every
- * block past it its own mapping, returned when freed (requests' large pieces stay pooled:
- * base/arena.c). An operator's own MALLOC_MMAP_THRESHOLD_ or GLIBC_TUNABLES is left alone. */
+/* glibc serves a large allocation from its heap once a block of that size has been freed
+ * (the mmap threshold rises to it, up to 32 MiB). The big short-lived blocks here --
+ * RocksDB's table-file buffers, the head's growing tables -- then leave holes its heaps
+ * keep, a large share of the resident memory under pod churn. A fixed threshold gives
+ * every block past it its own mapping, returned when freed (requests' large pieces stay
+ * pooled: base/arena.c); docs/benchmarks.md, "Why the embedded store's settings", has the
+ * figures. An operator's own MALLOC_MMAP_THRESHOLD_ or GLIBC_TUNABLES is left alone. */
 static void large_blocks_mapped(void)
 {
 #ifdef M_MMAP_THRESHOLD

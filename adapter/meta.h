@@ -1,6 +1,6 @@
 /*
  * Metric metadata (type, help, unit per metric family) kept in the index table, on every
- * backend, under keys no series or index row can have (README "Metadata rows"):
+ * backend, under keys no series or index row can have (docs/storage-format.md, "Metadata rows"):
  *
  *   "==meta," <family part> "," hash16     qualifier "m"
  *   value: pt_labels_encode of two pairs, (family, type name) and (help, unit)

@@ -1,7 +1,7 @@
 /*
- * The storage schema of DESIGN §3: label sets → series ids → row keys, samples → cells,
- * and the index row keys. Everything here is pure computation; nothing allocates except
- * through a caller's arena.
+ * The storage schema of docs/storage-format.md: label sets → series ids → row keys, samples
+ * → cells, and the index row keys. Everything here is pure computation; nothing allocates
+ * except through a caller's arena.
  *
  * Series id (sid): the escaped metric name, then for every other label in byte order of
  * name ",name=value" (escaped). In names and values the bytes \ , = @ are written as
@@ -85,7 +85,7 @@ int64_t pt_row_key_base(pt_slice row);
 /* The same for a key ending in "," marker base ('#': an exemplar row, exemplar.h). */
 int64_t pt_row_key_base_marked(pt_slice row, uint8_t marker);
 
-/* Index row keys (DESIGN §3, refined in the README), index format 2:
+/* Index row keys (docs/storage-format.md, "Index rows"), index format 2:
  *   series by metric:  <metric> ",@" day13 "," ref16         qualifier: label mask
  *   postings:          "~" <name> "=" <value> ",@" day13 "," ref16   qualifier: label mask
  *   label values:      "=" <name> ",@" day13 "," <value>

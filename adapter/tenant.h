@@ -1,5 +1,5 @@
 /*
- * Multi-tenancy (README "Tenants"): tenant ids, each tenant's row space, and the
+ * Multi-tenancy (docs/operations.md, "Tenants"): tenant ids, each tenant's row space, and the
  * per-tenant limits and counters.
  *
  * Row space: every row key a tenant's requests read or write, in both tables, is the key

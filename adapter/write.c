@@ -233,8 +233,9 @@ static int64_t index_version(const pt_store *st, int64_t day)
     return (day + st->index_bucket_ms - 1) * 1000;
 }
 
-/* The rows of one series in one index bucket (README: "Index rows"): its list entries
- * under its metric and each of its other labels, and its series row. Values rows apart. */
+/* The rows of one series in one index bucket (docs/storage-format.md, "Index rows"): its
+ * list entries under its metric and each of its other labels, and its series row. Values
+ * rows apart. */
 static int add_series_rows(batch *b, pt_arena *a, const pt_store *st, const pt_label *ls,
                            size_t n, pt_slice sid, int64_t day, size_t *rows)
 {
@@ -540,7 +541,8 @@ static void pend_day(sput *s, int64_t t)
         pend(s->pd, pt_store_key(s->st, s->sid, day + bucket), s->ls, s->nl, s->sid, day + bucket);
 }
 
-/* Adds one exemplar's cell (README: "Exemplars"), or counts it rejected with a note. */
+/* Adds one exemplar's cell (docs/storage-format.md, "Exemplars"), or counts it rejected
+ * with a note. */
 static int put_exemplar(sput *s, const pt_wexemplar *x, size_t entry)
 {
     char why[200];
@@ -702,7 +704,7 @@ static int gate_series(batch *b, pt_arena *a, pt_store *st, pendings *pd, const 
     return 0;
 }
 
-/* ---- HA pairs (README "HA pairs") ----
+/* ---- HA pairs (docs/operations.md, "HA pairs") ----
  *
  * Decided per series, from its own cluster and replica labels: a Prometheus sends the
  * same pair in every series of a request (external labels), so this costs one decision

@@ -5,7 +5,7 @@
  * `state_size` zeroed bytes for each open backend and passes them to every method; the
  * backend never sees HTTP or protobuf, only row keys, qualifiers and values.
  *
- * Tables: every backend holds the two tables of DESIGN §3, addressed by enum pt_table.
+ * Tables: every backend holds the two tables of docs/storage-format.md, addressed by enum pt_table.
  * Row keys never contain the byte 0x00 (the key encoding escapes control bytes); a backend
  * may rely on that and must reject such keys with PT_EBADREQ.
  *
@@ -146,13 +146,13 @@ typedef struct pt_backend_ops {
     int (*verify)(void *state, const pt_backend_config *cfg, pt_verify_fn fn, void *ud, char *err,
                   size_t errlen);
     /* Optional: a compare-and-set of one cell (Bigtable's CheckAndMutateRow), for state that
-     * several processes on one store share (the HA lease rows, README "HA pairs"). When the
-     * newest version of the cell (m->row, m->qual) of m->table holds exactly expect
-     * (expect.p == NULL: the cell does not exist), writes m and sets *applied = 1; else
-     * changes nothing and sets *applied = 0. Returns 0 or an error (an outage: PT_EUNAVAIL
-     * or PT_ETIMEOUT; after a timeout the write may or may not have happened, so the caller
-     * reads the cell again). NULL for a store that one process owns: the caller then keeps
-     * such state in its own memory. */
+     * several processes on one store share (the HA lease rows, docs/operations.md "HA
+     * pairs"). When the newest version of the cell (m->row, m->qual) of m->table holds
+     * exactly expect (expect.p == NULL: the cell does not exist), writes m and sets
+     * *applied = 1; else changes nothing and sets *applied = 0. Returns 0 or an error (an
+     * outage: PT_EUNAVAIL or PT_ETIMEOUT; after a timeout the write may or may not have
+     * happened, so the caller reads the cell again). NULL for a store that one process
+     * owns: the caller then keeps such state in its own memory. */
     int (*check_and_set)(void *state, const pt_mutation *m, pt_slice expect, int *applied);
     /* Optional: 0 when a write can be stored now; else the retryable code writes get
      * (PT_ENOSPACE: the disk is full) with msg saying why and what brings writes back.

@@ -1,6 +1,6 @@
 /*
  * Fixed-width integers in byte order, for the formats promtable writes itself: qualifiers
- * and values (big-endian, DESIGN §3) and the embedded store's log (little-endian). And
+ * and values (big-endian, docs/storage-format.md) and the embedded store's log (little-endian). And
  * unsigned varints (LEB128, protobuf's): index cells, frames, protobuf written by hand.
  */
 #ifndef PT_BYTES_H

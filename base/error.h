@@ -22,7 +22,8 @@ enum {
     PT_EMETHOD = -8,      /* method not allowed on this route (405) */
     PT_EREGEX = -9,       /* invalid regular expression in a matcher */
     PT_ELIMIT = -10,      /* a query exceeded a series/sample limit */
-    PT_EUNSUPPORTED = -11, /* valid but not supported yet (histograms, exemplars) */
+    PT_EUNSUPPORTED = -11, /* valid, but a form promtable does not handle (a remote
+                            * read response type, a histogram no chunk holds exactly) */
     PT_EUNAUTHORIZED = -12,
     PT_EHEADERS = -13,    /* request header fields over the limit (431) */
     PT_EVERSION = -14,    /* HTTP version other than 1.0 and 1.1 (400, not 505: bad input) */

@@ -10,8 +10,8 @@
  * their bits (NaN payloads, the staleness marker 0x7ff0000000000002, -0) come back exactly.
  *
  * Also here: the checks Prometheus applies to a histogram (pt_histogram_validate) and the
- * value of the one cell that holds a histogram sample in the points table (DESIGN §3,
- * README "Native histograms"). The chunk form is in hchunk.h.
+ * value of the one cell that holds a histogram sample in the points table
+ * (docs/storage-format.md, "Native histograms"). The chunk form is in hchunk.h.
  */
 #ifndef PT_HISTOGRAM_H
 #define PT_HISTOGRAM_H
@@ -84,7 +84,7 @@ int pt_histogram_is_stale(const pt_histogram *h);
  * wrong written to why (always terminated when whylen > 0). */
 int pt_histogram_validate(const pt_histogram *h, char *why, size_t whylen);
 
-/* ---- the cell (README "Native histograms") ----
+/* ---- the cell (docs/storage-format.md, "Native histograms") ----
  * A float sample's cell value is 8 bytes; a histogram's is never 8 bytes long and starts
  * with a kind byte (1 integer, 2 float), so a reader tells them apart by the length. */
 enum { PT_HIST_CELL_INT = 1, PT_HIST_CELL_FLOAT = 2 };

@@ -4,7 +4,7 @@
  * buckets each growing by 0-3 a scrape, a two-decimal sum, 15 s apart.
  *
  * usage: histbench [BUCKETS [SAMPLES]]   (default 20 buckets, 1,200,000 samples)
- * Run it under `flock /tmp/pt-bench.lock` (README "Benchmarks"). */
+ * Run it under `flock /tmp/pt-bench.lock` (docs/benchmarks.md). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

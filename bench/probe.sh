@@ -4,9 +4,9 @@
 # resident memory sampled every $INTERVAL s. Prints loadgen's result line, the peak RSS and
 # the samples as a table (MB): RSS, the head and its rows, the frozen shard, RocksDB's
 # memtables and block cache, the index cache, the pending index cells, the request block
-# pool, and head flushes and evicted rows so far. The figures behind the README's memory
-# breakdowns come from this; the comparisons with VictoriaMetrics come from run.sh and
-# churn.sh, which run both servers.
+# pool, and head flushes and evicted rows so far. The memory figures of docs/benchmarks.md
+# ("Why the embedded store's settings") come from this; the comparisons with VictoriaMetrics
+# come from run.sh and churn.sh, which run both servers.
 #
 # Usage: bench/probe.sh [loadgen options...]
 #        bench/probe.sh --series 100000 --duration 60 --churn-percent 10 --churn-every-ms 120000

@@ -148,8 +148,8 @@ median() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk '{v[NR]=$1} END {p
 # run_rounds PHASE: the rounds of every query. With promtable's data in its head (phase
 # head) both servers are measured, alternating, and both keep running: stopping one while
 # the other is measured moves the stopped one's deferred work (Prometheus' garbage
-# collection and head upkeep) into its own figures (a trial: Prometheus' 166-series p50
-# went from 1.7 to 3.2 ms). In the flushed phase only promtable is measured, and
+# collection and head upkeep) into its own figures (about doubling Prometheus' p50 on a
+# small query). In the flushed phase only promtable is measured, and
 # Prometheus is stopped meanwhile.
 run_rounds() {
     local phase=$1 q name sel win peer=-

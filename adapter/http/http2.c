@@ -237,7 +237,7 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
         /* The request's headers (a later HEADERS frame holds trailers). */
         if (!end && c->body_streams >= c->srv->opts.max_conn_body_streams) {
             /* A 503 on the stream, not REFUSED_STREAM: Prometheus' own retry loop backs
-             * off and counts it (see the README's Overload). */
+             * off and counts it (docs/operations.md, "Overload"). */
             atomic_fetch_add_explicit(&pt_m.http_overload_rejected[PT_OVERLOAD_BODY_STREAMS],
                                       1, memory_order_relaxed);
             t->headers_ms = c->srv->now_ms;

@@ -4,7 +4,7 @@
  * GetTable), with protobuf-c messages from bigtable.proto. This file holds the ops table
  * and the backend's lifetime; bigtable_int.h lists the modules that do the work.
  *
- * Schema (DESIGN §3): tables <prefix>points and <prefix>index, one family "p" each.
+ * Schema (docs/storage-format.md): tables <prefix>points and <prefix>index, one family "p" each.
  *
  * Threads: one channel per endpoint, shared by every call (gRPC channels are
  * thread-safe). Each call has its own completion queue which the calling thread plucks;

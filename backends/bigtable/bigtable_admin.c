@@ -3,8 +3,8 @@
  * init creates both tables, each with the one family and its GC rule; GetTable renders
  * a schema for tests. Contracts in bigtable_int.h.
  *
- * GC rule (DESIGN §3): "max versions 1", or "max versions 1 OR older than the retention"
- * when a retention is set (a union: either rule deletes a cell).
+ * GC rule (docs/storage-format.md): "max versions 1", or "max versions 1 OR older than the
+ * retention" when a retention is set (a union: either rule deletes a cell).
  */
 #include <inttypes.h>
 #include <stdarg.h>

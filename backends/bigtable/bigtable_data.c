@@ -279,10 +279,10 @@ int pt_bt_data_write(void *state, const pt_mutation *m, size_t n)
  * stream is not read: its responses stay inside gRPC, which takes in no more than the
  * stream's HTTP/2 flow-control window before the server has to wait, and only while a
  * thread polls (here: while the live stream is awaited). So a scan holds one merged row
- * plus at most (streams - 1) windows, never a whole answer however large. gRPC 1.51
- * sizes the window from its bandwidth-delay estimate of the connection: 6-10 MiB per
- * waiting stream were measured on loopback (128 MiB scans of 256 KiB cells), which is
- * why read_streams is capped at 16.
+ * plus at most (streams - 1) windows, never a whole answer however large. gRPC sizes the
+ * window from its bandwidth-delay estimate of the connection, several MiB per waiting
+ * stream on a fast link (docs/benchmarks.md, "Bigtable"), which is why read_streams is
+ * capped at 16.
  *
  * A scan of one range is cut, when it is wide, at keys SampleRowKeys gave
  * (bigtable_sample.c) into pieces, each a group of its own.

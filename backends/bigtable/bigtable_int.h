@@ -21,7 +21,8 @@
  *   bigtable_merge.c  ReadRows chunk merging, resume       -> base only (no I/O)
  *                     ranges, cut points among samples
  *
- * Protocol facts: shared/reference/bigtable.md. Schema: DESIGN §3.
+ * Protocol: Google's google.bigtable.v2 API (bigtable.proto holds the part used here).
+ * Schema: docs/storage-format.md.
  */
 #ifndef PT_BIGTABLE_INT_H
 #define PT_BIGTABLE_INT_H
@@ -249,7 +250,7 @@ int pt_bt_retry_wait(pt_bt_retry *r);
  * bigtable_merge.c: the ReadRows stream without I/O
  *
  * The merger turns the CellChunk stream of a ReadRows call back into rows, following the
- * rules of shared/reference/bigtable.md §5 (Google's conformance state machine): feed it
+ * row-merging rules of Google's ReadRows conformance cases (tests/unit/t_bigtable_merge.c): feed it
  * responses or single chunks, and it calls back once per committed row. One merger per
  * scan; it is not shared between threads.
  * ========================================================================== */

@@ -30,11 +30,11 @@
  *                    writes for it (reset hint as the hints byte says)
  *
  * Flushes write fmt 3 when every value of the chunk has 8 bytes (a sample: about 1-2 bytes
- * where fmt 1 took 12), fmt 4 instead when every value lies within 2^20 units in the last
+ * where fmt 1 takes 12), fmt 4 instead when every value lies within 2^20 units in the last
  * place of a decimal with at most 9 digits after the point and fmt 4 comes out shorter
  * (values parsed from text, or sums of them: XOR of such floats leaves 5-7 bytes, a varint
  * difference 1-3); otherwise fmt 5 when some values are histogram cells (20-24 bytes a
- * 20-bucket sample where fmt 2 took about 60): each run of them in histogram chunks, cut where
+ * 20-bucket sample where fmt 2 takes about 60): each run of them in histogram chunks, cut where
  * pt_hchunk_enc_add says, and what no histogram chunk holds (a float, a stale marker with
  * other fields, a cell not in its canonical form) as fmt 2 cells between them; the chunk
  * is decoded again before it is kept and must give back every cell byte for byte, else
@@ -42,10 +42,10 @@
  * only, and fmt 2 chunks of histograms stay readable, so stores written before fmt 3 or
  * fmt 5 open unchanged and their chunks take the new forms as merges rewrite them.
  *
- * The chunks of one row never overlap: every qualifier of a row is in at most one chunk,
- * so "last write wins" needs no versions (flush.c keeps that true). Logically the table
- * still holds the cells (row, qualifier, value) of DESIGN §3; scans return exactly those,
- * so data copies cell by cell between backends.
+ * The chunks of one row never overlap: every qualifier of a row is in at most one chunk, so
+ * "last write wins" needs no versions (flush.c keeps that true). Logically the table still
+ * holds the cells (row, qualifier, value) of docs/storage-format.md; scans return exactly
+ * those, so data copies cell by cell between backends.
  */
 #include <stdint.h>
 #include <string.h>

@@ -8,11 +8,11 @@
  *   large sorted batches through RocksDB's WAL (fsync'ed with storage.embedded.sync);
  *   an index scan drains first.
  * - "points.v2": the points table, written through an in-memory head (head.c) and its own
- *   log (wal.c) and stored as chunks of cells per row (chunk.c, flush.c). ("points", the
- *   one-entry-per-cell layout of the first version, is refused at open.)
+ *   log (wal.c) and stored as chunks of cells per row (chunk.c, flush.c). ("points", a
+ *   one-entry-per-cell layout, is refused at open.)
  *
- * Both hold exactly the cells of DESIGN §3 as scans see them, so data can be copied cell
- * by cell between backends.
+ * Both hold exactly the cells of docs/storage-format.md as scans see them, so data can be
+ * copied cell by cell between backends.
  *
  * Versions: pt_mutation.version_us is accepted but not stored; a write replaces the cell,
  * so only the latest write is kept. That is Bigtable's max-versions=1 for our writes,
@@ -643,10 +643,9 @@ static int embedded_open(void *state, const pt_backend_config *cfg, char *err, s
         goto fail;
     if ((rv = init_sync(e)) != 0)
         goto fail;
-    /* Index cells drain past a sixteenth of the head's budget (at least 4 MiB). A quarter
-     * held them twice for longer, here and in RocksDB's memtable (~30 MB at the churn
-     * bench's peak), and drained no faster under churn or a million new series. Writers
-     * wait past the whole budget. */
+    /* Index cells drain past a sixteenth of the head's budget (at least 4 MiB): pending
+     * cells are held twice, here and in RocksDB's memtable, and larger drains are no
+     * faster under churn or a million new series. Writers wait past the whole budget. */
     size_t soft = e->budget / 16 > ((size_t)4 << 20) ? e->budget / 16 : (size_t)4 << 20;
     if ((rv = pt_emb_ihead_init(&e->ix, &e->r, soft, e->budget)) != 0)
         goto fail;
@@ -760,7 +759,7 @@ static int embedded_write(void *state, const pt_mutation *m, size_t n)
             return PT_EINTERNAL;
         if (!row_ok(m[i].row))
             return PT_EBADREQ;
-        /* The points schema has 4-byte qualifiers (DESIGN §3); chunks rely on it. */
+        /* The points schema has 4-byte qualifiers (docs/storage-format.md); chunks rely on it. */
         if (m[i].table == PT_TABLE_POINTS && m[i].qual.n != 4)
             return PT_EBADREQ;
         if (m[i].row.n > UINT32_MAX / 2 || m[i].qual.n > UINT32_MAX / 2 ||

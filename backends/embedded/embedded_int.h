@@ -140,9 +140,9 @@ typedef struct rocks {
     rocksdb_envoptions_t *envopts;
 } rocks;
 
-/* Opens (creating) the store in the existing directory path; refuses the first version's
- * layout. On failure err says why and close() releases what was made (but not the
- * filters). */
+/* Opens (creating) the store in the existing directory path; refuses the one-entry-per-cell
+ * layout (rocks.c old_layout). On failure err says why and close() releases what was made
+ * (but not the filters). */
 int pt_emb_rocks_open(rocks *r, const char *path, int sync, size_t block_cache, char *err,
                       size_t errlen);
 /* Releases everything; a zeroed or half-opened rocks is fine. */

@@ -5,7 +5,7 @@
  * compacts (an idle store, or table files that leveled compaction leaves alone).
  *
  * What is expired is read off the keys, so this module knows the schema's row keys
- * (DESIGN §3): every data and index row holds its time as the first unescaped ",@"
+ * (docs/storage-format.md): every data and index row holds its time as the first unescaped ",@"
  * followed by 13 decimal digits, and '\' escapes the byte after it.
  *
  * - points ("row || 0x00 || first qualifier", row = sid ",@" base): a chunk goes when its

@@ -8,7 +8,7 @@
  * again rewrites the same cells with the same values.
  *
  * Why files rather than writes: a flush writes tens of megabytes at once. Through
- * the memtables, those bytes were held a second time in memory (up to three 64 MiB
+ * the memtables, those bytes would be held a second time in memory (up to three 64 MiB
  * memtables) and inserted one key at a time into a skip list, only to be written out as
  * the same table file; a sorted flush can write that file directly.
  *

@@ -2,8 +2,8 @@
  * The head of the points table: the cells written since the last flush, by row.
  *
  * Why: Prometheus sends one sample per series per request, 2000 random series at a time.
- * One RocksDB key per sample meant a skiplist insert of a ~150-byte key per sample plus its
- * WAL bytes, and that cost was most of the server's CPU. Here a sample costs a hash lookup
+ * One RocksDB key per sample would mean a skiplist insert of a ~150-byte key per sample
+ * plus its WAL bytes, most of the server's CPU. Here a sample costs a hash lookup
  * of its row, 21 bytes appended to the log (wal.c) and 16 bytes appended to the row's
  * cells; flush.c turns them into chunks now and then.
  */

@@ -7,9 +7,10 @@
  * request's cells (sorted by the caller) are kept as one run; a drain merges every pending
  * run into key order and writes it in RocksDB batches of a few MiB, whose hundreds of
  * thousands of sorted keys go into the skip list a step or two from the previous key each.
- * (One batch for the whole drain held a copy of every pending cell, 80 MB at the peak of
- * 100,000 new series, in memory the allocator then kept.) A drain that fails part way
- * is retried whole: writing a cell again writes the same value.
+ * Batches are bounded because one batch for the whole drain would hold a copy of every
+ * pending cell, tens of MB when many series are new at once, in memory the allocator then
+ * keeps. A drain that fails part way is retried whole: writing a cell again writes the
+ * same value.
  *
  * Durability is the points log's (wal.c): a request's index cells are in its record
  * ('I' entries), written before they are added here, and replay adds them again. A drain

@@ -84,38 +84,28 @@ static void row_prefix_destroy(void *st)
 /* Options tuned for ingest: large memtables written concurrently, ZSTD at every level, a
  * row bloom filter, and one block cache shared by both column families.
  *
- * Compression, measured with bench/disk.sh (20,000 series x 2 h, one flush at the stop,
- * so every byte is in level 0): LZ4 everywhere 2.98 bytes a sample; ZSTD for the points
- * 2.66 (row keys repeat a lot, and fmt 4's varints); the index with ZSTD at level 6 and
- * a 16 KiB dictionary per table file 2.30 (a key is label text and a hash reference, a
- * value a hash mask, in 4 KiB blocks too small for ZSTD alone to learn the text). The
- * dictionary is trained on at most the first 4 MiB of a file's blocks: unbounded, RocksDB
- * buffered a whole 64 MiB index memtable flush (+100 MiB RSS under ingest). Level 3
- * instead of 6 for the index: 2.34 bytes a sample, and 5 % more samples/s under series
- * churn (bench/churn.sh), whose index compactions rewrite the whole index; not taken.
+ * Compression: ZSTD for the points (row keys repeat a lot, and so do fmt 4's varints);
+ * for the index ZSTD at level 6 with a 16 KiB dictionary per table file, because a key is
+ * label text and a hash reference, a value a hash mask, in 4 KiB blocks too small for ZSTD
+ * alone to learn the text. The dictionary is made from at most the first IX_BUFFER bytes
+ * of a file's blocks (unbounded, RocksDB buffers a whole index memtable flush in memory),
+ * and those blocks are finalized into one (ZSTD's finalize) rather than trained: training
+ * costs every flush and compaction output a few hundred ms of the core and saves no disk.
  *
- * The index memtable is 64 MiB like the points': at 16 MiB series churn flushed it every
- * 1.5 s and compacted the whole index (level 0 files span every key: references are
- * hashes) four times as often, 0.8 of the samples/s (bench/churn.sh, 2026-11-27: 387k and
- * 406k samples/s, against 491k and 473k; peak RSS 627 and 645 MiB against 703 and
- * 718). For the same reason the index compacts level 0 at 16 files, not 4: each
- * compaction rewrites the whole level below, so while series are created its cost falls
- * about fourfold (a million new series in 30 s, one server pinned, three runs each: 60k,
- * 86k and 107k samples/s against 25k, 29k and 27k, p99 1.1-2.1 s against 2.8-5.5 s;
- * series churn 488k and 545k against 475k and 446k). And the dictionary is the sampled
- * blocks made into one (ZSTD's finalize) rather than trained: training cost each flush and
- * compaction output a few hundred ms of the one core, for 2.293 against 2.298 bytes a
- * sample.
+ * Index cells are hashed over every key, so every level-0 file spans the whole index and
+ * each level-0 compaction rewrites the whole level below. Hence the index memtable is
+ * 64 MiB like the points' and level 0 compacts at 16 files, not 4: new series then cost a
+ * fraction of the compaction work.
  *
  * The index's level-0 files (its memtable flushes) are ZSTD at level 1, with the same
  * dictionary; the bottom level, where every compaction writes while the index is under
  * ~2.5 GB, stays at level 6. Under series churn level-0 files live for seconds before
- * sixteen of them are compacted into the bottom level, and ZSTD at level 6 in the index's
- * memtable flushes took 5 % of the core late in a 300 s churn run. Measured with
- * bench/churn.sh's load for 200 s, promtable alone, in the README (Benchmarks, "The
- * index's level-0 files at ZSTD level 1"). The memtable a graceful stop flushes may stay
- * in level 0 for days in a store without churn, so pt_emb_rocks_flush_index writes it at
- * level 6. */
+ * sixteen of them are compacted into the bottom level, so compressing them harder only
+ * costs CPU. The memtable a graceful stop flushes may stay in level 0 for days in a store
+ * without churn, so pt_emb_rocks_flush_index writes it at level 6.
+ *
+ * The figures behind each setting, and the commands that reproduce them, are in
+ * docs/benchmarks.md, "Why the embedded store's settings". */
 /* The index's ZSTD: levels (the bottom level's, and level 0's) and a dictionary of
  * IX_DICT bytes per table file, made from at most IX_BUFFER bytes of its first blocks. */
 enum {
@@ -182,8 +172,8 @@ static rocksdb_options_t *make_options(rocksdb_cache_t *cache, int index,
     rocksdb_block_based_options_set_block_size(t, index ? 4 << 10 : 16 << 10);
     rocksdb_block_based_options_set_block_cache(t, cache);
     /* Partitioned index and filters: a seek reads one small index partition instead of
-     * the whole index block of a 64 MiB table (what made small reads decompress
-     * megabytes each at 500,000 series); the top level stays pinned in the cache, and
+     * the whole index block of a 64 MiB table (megabytes to decompress for a small read
+     * at 500,000 series); the top level stays pinned in the cache, and
      * index and filter blocks go to the cache's high-priority pool so data blocks do not
      * evict them. */
     rocksdb_block_based_options_set_index_type(
@@ -203,7 +193,7 @@ static rocksdb_options_t *make_options(rocksdb_cache_t *cache, int index,
     return o;
 }
 
-/* A store written by the first version kept points one entry per cell in "points". Its
+/* A store of the one-entry-per-cell layout keeps its points in the family "points". Its
  * data would be misread as chunks, so it is refused with a clear message. */
 static int old_layout(const char *path)
 {
@@ -225,9 +215,9 @@ static int old_layout(const char *path)
 }
 
 /* The options of the whole store (and of the default family), with RocksDB's automatic
- * resume after a background error off: it ran on RocksDB's own thread while the flush
- * thread ingested table files, and aborted the process (Debian's build keeps
- * assertions) seconds after a full disk had space again. The flush thread reopens the
+ * resume after a background error off: it runs on RocksDB's own thread, concurrently
+ * with the flush thread's ingestion of table files, and can abort the process (Debian's
+ * build keeps assertions) once a full disk has space again. The flush thread reopens the
  * store instead, at a point where nothing else uses it (pt_emb_rocks_reopen). */
 static rocksdb_options_t *db_options(rocksdb_cache_t *cache)
 {

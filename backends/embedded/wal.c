@@ -27,12 +27,13 @@
  * switches them to the next number, a file the flush thread made beforehand
  * (pt_emb_wal_prepare): no rename, creation or deletion happens under the backend mutex,
  * where on ext4 (a journal commit forced by another file's fsync, online discard of a
- * deleted file) one took up to 180 ms while every writer waited. So every record of a
- * log is older than every record of a log with a higher number, and replay reads them in
- * that order: for a cell in several, the newest write is applied last and wins. Logs are
- * deleted oldest first once every shard's cells in them are durable in RocksDB. With
- * sync, the directory is fsync'ed after a log is made and after deletions: a log that
- * came back after a power loss would replay old values over newer flushed ones.
+ * deleted file) one can take a hundred milliseconds or more while every writer waits. So
+ * every record of a log is older than every record of a log with a higher number, and
+ * replay reads them in that order: for a cell in several, the newest write is applied
+ * last and wins. Logs are deleted oldest first once every shard's cells in them are
+ * durable in RocksDB. With sync, the directory is fsync'ed after a log is made and after
+ * deletions: a log that came back after a power loss would replay old values over newer
+ * flushed ones.
  *
  * Versions before the shards wrote points.wal and, during a flush, points.frozen.wal;
  * replay reads those first (the frozen one, then points.wal) and open deletes them.

@@ -7,11 +7,11 @@
 #
 # What promtable returns (remote read SAMPLES, TimeSeries.exemplars, printed by
 # tests/tools/rwtool readresp) must be what the writer answers at /api/v1/query_exemplars,
-# after promtable's documented cap (README "Exemplars"): per series, the newest exemplar
-# of each 16.384 s window. Series labels, exemplar labels, timestamps (ms) and value bits
-# are compared exactly. Only windows the writer has closed are compared: exemplars arrive
-# in time order, so the newest of a closed window is final.
-# Also: the writer counts no failed or dropped exemplars, and promtable none out of order.
+# after promtable's documented cap (docs/storage-format.md, "Exemplars"): per series, the
+# newest exemplar of each 16.384 s window. Series labels, exemplar labels, timestamps (ms)
+# and value bits are compared exactly. Only windows the writer has closed are compared:
+# exemplars arrive in time order, so the newest of a closed window is final. Also: the
+# writer counts no failed or dropped exemplars, and promtable none out of order.
 # Synchronisation is by polling (the writer's exemplar storage, then promtable's answer).
 set -u
 here=$(cd "$(dirname "$0")/../.." && pwd)

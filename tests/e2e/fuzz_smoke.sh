@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (ASan + UBSan) and runs each one briefly over the
 # golden payloads, so the targets stay buildable and the decoders survive a few hundred
-# thousand mutated inputs on every run. Longer campaigns: see README "Fuzzing".
+# thousand mutated inputs on every run. Longer campaigns: docs/testing.md, "Fuzzing, measured".
 set -u
 here=$(cd "$(dirname "$0")/../.." && pwd)
 . "$here/tests/e2e/lib.sh"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# HA pairs (README "HA pairs") against the real binary: remote-write bodies from two
+# HA pairs (docs/operations.md, "HA pairs") against the real binary: remote-write bodies from two
 # replicas of one cluster (tests/tools/rwtool, 1.0 and 2.0), carried by curl.
 #
 #   1. Embedded store, --ha.failover-timeout=2s: the first replica to write (a) is elected;

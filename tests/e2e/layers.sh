@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The layers of DESIGN §6 are enforced by the build: base <- backends <- adapter. A file of
-# a layer is compiled with that layer's include path, which holds nothing of the layers
-# above it. Here probe files are compiled with the real flags of a file in each layer (from
-# compile_commands.json): an include of a higher layer, of a Prometheus .pb-c.h from a
-# backend, or of another backend's internals must fail to compile; includes within the
-# layer must compile. And no source escapes its include path with a relative "../" include.
+# The layers (docs/architecture.md, "Code map") are enforced by the build: base <- backends
+# <- adapter. A file of a layer is compiled with that layer's include path, which holds
+# nothing of the layers above it. Here probe files are compiled with the real flags of a
+# file in each layer (from compile_commands.json): an include of a higher layer, of a
+# Prometheus .pb-c.h from a backend, or of another backend's internals must fail to compile;
+# includes within the layer must compile. And no source escapes its include path with a
+# relative "../" include.
 set -u
 here=$(cd "$(dirname "$0")/../.." && pwd)
 . "$here/tests/e2e/lib.sh"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# End-to-end test of the daemon's security settings (issue 12 item 5) with openssl-made
-# certificates, curl and openssl s_client:
+# End-to-end test of the daemon's security settings (docs/operations.md, "Security"),
+# with openssl-made certificates, curl and openssl s_client:
 #   - web.tls_client_ca_file: a client certificate the CA signed is accepted; none, or one
 #     from another CA, fails the handshake;
 #   - SIGHUP reloads the certificate: a new connection sees the new one while a keep-alive

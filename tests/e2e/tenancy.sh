@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Multi-tenancy (README "Tenants") with the real promtable binary:
+# Multi-tenancy (docs/operations.md, "Tenants") with the real promtable binary:
 #   - tenancy off: the X-Scope-OrgID header is ignored and rows keep their shared keys;
 #   - tenancy on (embedded store): two tenants write the same series with different values
 #     and each reads back only its own, by remote read and through the browsing API

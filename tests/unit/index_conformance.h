@@ -1,10 +1,10 @@
 /*
- * The index over any backend (index format 2, README "Index rows"): the same series written
- * through two stores, one with full series references and one with references cut to 2
- * bits (so that nearly every series shares its reference), must answer every selector the
- * same, and as a brute-force evaluation says. Covers every matcher type, empty-value
- * matchers, values holding the key separators and hex digits, a hashed (long) series, and
- * the format marker. The caller gives each store its own fresh tables.
+ * The index over any backend (index format 2, docs/storage-format.md "Index rows"): the
+ * same series written through two stores, one with full series references and one with
+ * references cut to 2 bits (so that nearly every series shares its reference), must answer
+ * every selector the same, and as a brute-force evaluation says. Covers every matcher type,
+ * empty-value matchers, values holding the key separators and hex digits, a hashed (long)
+ * series, and the format marker. The caller gives each store its own fresh tables.
  */
 #ifndef PT_TEST_INDEX_CONFORMANCE_H
 #define PT_TEST_INDEX_CONFORMANCE_H

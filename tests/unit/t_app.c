@@ -653,7 +653,8 @@ int main(void)
         Prometheus__ReadRequest *rr = mk_read(&b, 0, 10000000, lm, 1);
         pt_slice body = mk_body(&b, &rr->base);
 
-        /* What the answer took as structs: the least the old way needed before packing. */
+        /* What the answer takes as protobuf-c structs: the least an answer built as structs
+         * and then packed needs. */
         pt_arena st;
         pt_arena_init(&st, 0, 0);
         Prometheus__ReadResponse want;

@@ -358,7 +358,7 @@ static int log_files(const char *dir)
 
 /* One flush takes one shard at a time: with in-order samples streaming into 4,000 rows,
  * the head's samples stay near the budget (about 1 + 2 / (HEAD_SHARDS + 1) times it; two
- * whole generations, the old design, were twice it); about HEAD_SHARDS logs are kept,
+ * whole generations would be twice it); about HEAD_SHARDS logs are kept,
  * and none after a close; rows that stop getting samples are evicted. */
 static void test_embedded_shards(const char *tmp)
 {

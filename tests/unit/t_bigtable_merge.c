@@ -1,10 +1,9 @@
 /*
- * The ReadRows chunk merger against Google's 48 conformance cases
- * (shared/testdata/bigtable-readrows-chunks.txt, from googleapis/conformance-tests
- * bigtable/v2/readrows.json), plus what the backend adds around it: the resume point
- * (last_scanned_row_key, abandon), the row ceiling, callback stops, the clipping of row
- * ranges when a broken stream is resumed, and the cut points of a wide range among
- * sampled keys.
+ * The ReadRows chunk merger against Google's 48 conformance cases (googleapis'
+ * conformance-tests bigtable/v2/readrows.json, as the text file CHUNKS_FILE), plus what the
+ * backend adds around it: the resume point (last_scanned_row_key, abandon), the row
+ * ceiling, callback stops, the clipping of row ranges when a broken stream is resumed, and
+ * the cut points of a wide range among sampled keys.
  */
 #include <stdio.h>
 #include <stdlib.h>

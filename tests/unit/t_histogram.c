@@ -288,8 +288,9 @@ static void test_validate(void)
 
 /* ---- the cell ---- */
 
-/* The README's example: schema 0, zero threshold 2^-128, positive spans {0,2} {1,2},
- * deltas 1 1 -1 0, zero count 1, count 6, sum 4. */
+/* The worked example of docs/storage-format.md, "Native histograms": schema 0, zero
+ * threshold 2^-128, positive spans {0,2} {1,2}, deltas 1 1 -1 0, zero count 1, count 6,
+ * sum 4. */
 static void example_int(pt_histogram *h)
 {
     pt_histogram_free(h);
@@ -353,7 +354,7 @@ static void test_cells(void)
     for (int i = 0; i < 14; i++)
         all &= schemas[i] > 0;
     ok(all, "every schema -4..8 and -53 was covered");
-    /* The worked example of README "Native histograms". */
+    /* The worked example of docs/storage-format.md, "Native histograms". */
     static const uint8_t example[] = {0x01, 0x00, 0x00, 0x40, 0x10, 0,    0,    0,    0,
                                       0,    0,    0x37, 0xf0, 0,    0,    0,    0,    0,
                                       0,    0x06, 0x01, 0x00, 0x02, 0x00, 0x02, 0x02, 0x02,

@@ -1,4 +1,4 @@
-/* Row keys, cells and index keys (DESIGN §3). */
+/* Row keys, cells and index keys (docs/storage-format.md). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,7 +113,7 @@ int main(void)
     pt_arena a;
     pt_arena_init(&a, 0, 0);
 
-    /* The example of DESIGN §3. */
+    /* A worked example of a row key. */
     const char *kv[] = {"__name__", "node_cpu_seconds_total", "cpu", "0", "instance", "a:9100",
                         "mode", "idle"};
     pt_slice sid;
@@ -122,7 +122,7 @@ int main(void)
     uint8_t *e = pt_row_key(row, sid, pt_bucket_base(1297080123392 + 5));
     is_str(pt_arena_strndup(&a, (const char *)row, (size_t)(e - row)),
            "node_cpu_seconds_total,cpu=0,instance=a:9100,mode=idle,@1297080123392",
-           "row key matches the DESIGN example");
+           "row key matches the worked example");
     is(pt_row_key_base((pt_slice){row, (size_t)(e - row)}), 1297080123392, "base parses back");
 
     /* __name__ is not necessarily first in sorted order: "A" < "_". */

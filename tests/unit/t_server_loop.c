@@ -1,10 +1,10 @@
 /*
  * The event loop's connection lifetime, stepped one loop turn at a time (no threads).
  *
- * Regression for a use-after-free found by fuzz_http: a connection was freed while its
- * open file still had another reference (a thread inside a syscall on the fd, a fork, a
- * /proc reader), so close() left its epoll registration in place and a later event
- * carried a pointer to freed memory. Here dup() stands in for that reference.
+ * A connection whose open file still has another reference (a thread inside a syscall on
+ * the fd, a fork, a /proc reader) keeps its epoll registration after close(), so a later
+ * event would carry a pointer to freed memory (a use-after-free fuzz_http finds when the
+ * loop gets this wrong). Here dup() stands in for that reference.
  */
 #include "server.c"
 

@@ -310,7 +310,7 @@ static void index_format(void)
     tstore_close(&s);
     if (tstore_open(&s) != 0)
         return;
-    /* What the first version wrote: the sid itself after the day, no marker. */
+    /* Index format 1: the sid itself after the day, no marker. */
     static const char old[] = "up,@1699920000000,up,instance=a:9100";
     pt_mutation m = {PT_TABLE_INDEX, {(const uint8_t *)old, sizeof(old) - 1},
                      {(const uint8_t *)"l", 1}, {(const uint8_t *)"", 0}, 0};
