@@ -363,7 +363,7 @@ static void test_cells(void)
     ok(pt_histogram_cell_size(&h) == sizeof(example) &&
            pt_histogram_cell_encode(&h, buf) == sizeof(example) &&
            memcmp(buf, example, sizeof(example)) == 0,
-       "the README's worked example cell, byte for byte");
+       "the storage format's worked example cell, byte for byte");
     static const uint8_t bad[][3] = {{0, 0, 0}, {3, 0, 0}, {1, 4, 0}};
     for (size_t i = 0; i < 3; i++)
         ok(pt_histogram_cell_decode(bad[i], 3, &back) == PT_EINTERNAL, "bad kind/hint %zu", i);
