@@ -343,9 +343,8 @@ fi
 
 PROMTABLE=$BUILD/promtable
 desc="promtable starts on configs/promtable-compose.yml and answers /-/ready"
-if [ ! -x "$PROMTABLE" ]; then
-    tap_skip "$desc" "$PROMTABLE not built"
-elif ! "$PROMTABLE" --help 2>/dev/null | grep -q bigtable; then
+pt_built "$PROMTABLE"
+if ! "$PROMTABLE" --help 2>/dev/null | grep -q bigtable; then
     tap_skip "$desc" "this build of promtable has no bigtable backend"
 else
     web_port='' dead_port=''

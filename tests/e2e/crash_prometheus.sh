@@ -32,7 +32,7 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 pt_require prometheus curl jq awk sort
 pt_tools
 PTDUMP=${PT_BUILD_DIR:-$here/build}/tests/ptdump
-[ -x "$PTDUMP" ] || tap_skip_all "$PTDUMP is not built"
+pt_built "$PTDUMP"
 
 JOBS=6          # scrape jobs of the writer's own metrics: ~6 x 1000 samples per second
 GAP=15000       # samples promtable takes between a (re)start and the next kill

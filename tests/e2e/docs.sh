@@ -10,10 +10,7 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 pt_require perl
 bdir="${PT_BUILD_DIR:-$here/build}"
 bin="$bdir/promtable"
-if [ ! -x "$bin" ]; then
-    tap_skip_all "no $bin (build first)"
-    exit 0
-fi
+pt_built "$bin"
 # Each check reads these, so a test of the test can point them at copies.
 readme="${PT_DOCS_README:-$here/README.md}"
 docs="${PT_DOCS_DIR:-$here/docs}"

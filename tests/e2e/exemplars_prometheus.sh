@@ -19,9 +19,7 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 pt_require prometheus curl jq awk
 B=${PT_BUILD_DIR:-$here/build}
 PROMTABLE=$B/promtable EXPORTER=$B/tests/exporter RWTOOL=$B/tests/rwtool
-for x in "$PROMTABLE" "$EXPORTER" "$RWTOOL"; do
-    [ -x "$x" ] || tap_skip_all "$x is not built"
-done
+pt_built "$PROMTABLE" "$EXPORTER" "$RWTOOL"
 W=16384 # promtable's exemplar window, ms
 WINDOWS=${PT_EX_WINDOWS:-2} # closed windows to compare
 

@@ -14,7 +14,7 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 pt_require curl awk dd mount umount
 pt_tools
 RWTOOL=${PT_BUILD_DIR:-$here/build}/tests/rwtool
-[ -x "$RWTOOL" ] || tap_skip_all "$RWTOOL is not built"
+pt_built "$RWTOOL"
 [ "$(id -u)" = 0 ] || tap_skip_all "needs root to mount a small tmpfs"
 
 pt_mktemp DIR full_disk

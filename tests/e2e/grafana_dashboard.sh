@@ -141,11 +141,7 @@ missing_names() {
 }
 
 PROMTABLE=$BUILD/promtable
-if [ ! -x "$PROMTABLE" ]; then
-    tap_skip "every metric the dashboard uses is on /metrics" "$PROMTABLE not built"
-    tap_done
-    exit $?
-fi
+pt_built "$PROMTABLE"
 port=''
 pt_free_port port
 pt_spawn "$T/promtable.log" "$PROMTABLE" --web.listen-address="127.0.0.1:$port" \

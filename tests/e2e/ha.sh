@@ -28,7 +28,7 @@ ROOT=$(cd "$HERE/../.." && pwd)
 BUILD=${PT_BUILD_DIR:-$ROOT/build}
 PROMTABLE=$BUILD/promtable RWTOOL=$BUILD/tests/rwtool
 pt_require curl awk
-for x in "$PROMTABLE" "$RWTOOL"; do [ -x "$x" ] || tap_skip_all "$x is not built"; done
+pt_built "$PROMTABLE" "$RWTOOL"
 
 pt_mktemp DIR ha
 V2='application/x-protobuf;proto=io.prometheus.write.v2.Request'

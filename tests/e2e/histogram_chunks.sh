@@ -13,7 +13,7 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 pt_require curl prometheus
 ORACLE=${PT_BUILD_DIR:-$here/build}/tests/historacle
 PROMTABLE=${PT_BUILD_DIR:-$here/build}/promtable
-for x in "$ORACLE" "$PROMTABLE"; do [ -x "$x" ] || tap_skip_all "$x is not built"; done
+pt_built "$ORACLE" "$PROMTABLE"
 
 pt_mktemp DIR hist-chunks
 pt_free_port PORT

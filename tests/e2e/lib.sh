@@ -23,6 +23,8 @@
 #                                            on exit unless PT_KEEP_TMP=1)
 #                     pt_on_exit CMD        (runs CMD, via eval, at exit before the kills)
 #                     pt_require CMD...     (skips the whole file when a command is missing)
+#                     pt_built PROGRAM...   (bails out when a program the build makes is missing)
+#                     pt_tools              (PROMTABLE, LOADGEN, READBENCH; bails if not built)
 # Prometheus          pt_start_prometheus DIR NAME PORT (DIR/NAME.yml, data in DIR/NAME-data,
 #                                           log DIR/NAME.log; sets PT_PID; 1 if not ready
 #                                           within 30 s)
@@ -218,14 +220,22 @@ pt_require() {
     done
 }
 
-# pt_tools: PROMTABLE, LOADGEN and READBENCH from the build directory (PT_BUILD_DIR, else
-# build/), the whole test skipped when one is not built.
-pt_tools() {
-    local x b=${PT_BUILD_DIR:-$here/build}
-    PROMTABLE=$b/promtable LOADGEN=$b/bench/loadgen READBENCH=$b/bench/readbench
-    for x in "$PROMTABLE" "$LOADGEN" "$READBENCH"; do
-        [ -x "$x" ] || tap_skip_all "$x is not built"
+# pt_built PROGRAM... : every build makes these, so one that is missing is a broken build
+# or a wrong PT_BUILD_DIR: the test bails out (a failure) rather than reporting a skip that
+# would read as a pass.
+pt_built() {
+    local x
+    for x in "$@"; do
+        [ -x "$x" ] || tap_bail "$x is not built (PT_BUILD_DIR=${PT_BUILD_DIR:-unset})"
     done
+}
+
+# pt_tools: PROMTABLE, LOADGEN and READBENCH from the build directory (PT_BUILD_DIR, else
+# build/); the test bails out when one is not built.
+pt_tools() {
+    local b=${PT_BUILD_DIR:-$here/build}
+    PROMTABLE=$b/promtable LOADGEN=$b/bench/loadgen READBENCH=$b/bench/readbench
+    pt_built "$PROMTABLE" "$LOADGEN" "$READBENCH"
 }
 
 # -------------------------------------------------------------------------- ports, HTTP

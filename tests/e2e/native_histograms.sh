@@ -23,9 +23,7 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 pt_require prometheus curl jq awk
 B=${PT_BUILD_DIR:-$here/build}
 PROMTABLE=$B/promtable EXPORTER=$B/tests/exporter RWTOOL=$B/tests/rwtool NHCHECK=$B/tests/nhcheck
-for x in "$PROMTABLE" "$EXPORTER" "$RWTOOL" "$NHCHECK"; do
-    [ -x "$x" ] || tap_skip_all "$x is not built"
-done
+pt_built "$PROMTABLE" "$EXPORTER" "$RWTOOL" "$NHCHECK"
 SCRAPES=${PT_NH_SCRAPES:-14} # the exporter resets case="reset" at scrape 6
 CASES=5
 

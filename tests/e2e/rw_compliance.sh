@@ -12,7 +12,7 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 pt_require curl
 b=${PT_BUILD_DIR:-$here/build}
 PROMTABLE=$b/promtable RWTOOL=$b/tests/rwtool
-for x in "$PROMTABLE" "$RWTOOL"; do [ -x "$x" ] || tap_skip_all "$x is not built"; done
+pt_built "$PROMTABLE" "$RWTOOL"
 
 pt_mktemp DIR rw-compliance
 pt_free_port PORT

@@ -20,7 +20,7 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 pt_require curl jq openssl
 B=${PT_BUILD_DIR:-$here/build}
 PROMTABLE=$B/promtable RWTOOL=$B/tests/rwtool
-for x in "$PROMTABLE" "$RWTOOL"; do [ -x "$x" ] || tap_skip_all "$x is not built"; done
+pt_built "$PROMTABLE" "$RWTOOL"
 pt_mktemp T tenancy
 
 T0=$(($(date +%s) * 1000 - 60000))

@@ -11,8 +11,11 @@
 
 static const int64_t T0_APP = 1700000000000; /* 2023-11-14 */
 
+/* What every case works on, made afresh by setup() for each: a new store, the default
+ * configuration, the app ready with no credentials, and the golden write body. */
 static pt_app app;
 static pt_config cfg;
+static tstore s;
 
 typedef struct call {
     pt_arena arena;
@@ -140,8 +143,8 @@ static int streamed_equals(pt_slice body, const Prometheus__ReadResponse *want, 
                    memcmp(cs->labels[i]->value.data, ts->labels[i]->value.data,
                           ts->labels[i]->value.len) == 0;
         size_t k = 0;
-        for (size_t c = 0; good && c < cs->n_chunks; c++) {
-            const Prometheus__Chunk *ch = cs->chunks[c];
+        for (size_t ci = 0; good && ci < cs->n_chunks; ci++) {
+            const Prometheus__Chunk *ch = cs->chunks[ci];
             long n = pt_xor_decode((pt_slice){ch->data.data, ch->data.len}, t, v,
                                    PT_STREAM_MAX_SAMPLES);
             /* The chunk says its first and last sample's times. */
@@ -164,25 +167,48 @@ static int streamed_equals(pt_slice body, const Prometheus__ReadResponse *want, 
     return 1;
 }
 
-int main(void)
+
+static call c;
+static uint8_t wbuf[1 << 20];
+static pt_slice w; /* the golden remote write, in wbuf */
+
+/* Stores the golden write, for cases that read what it holds. */
+static void write_golden(void)
 {
-    tstore s;
+    if (post(&c, "/api/v1/write", w) != 204) {
+        printf("Bail out! the golden write is not stored: %s\n", c.body);
+        exit(1);
+    }
+    pt_arena_free(&c.arena);
+}
+
+static void setup(void)
+{
     if (tstore_open(&s) != 0) {
         printf("Bail out! cannot open store\n");
-        return 1;
+        exit(1);
     }
-    pt_log_set_level("error"); /* the 4xx lines would only clutter prove's output */
     pt_config_defaults(&cfg);
-    app.cfg = &cfg;
-    app.store = s.st;
+    app = (pt_app){.cfg = &cfg, .store = s.st};
     app.lim.max_decoded = cfg.max_decoded_bytes;
     atomic_store(&app.ready, 1);
-    call c = {.produced = PT_BUF_INIT(0)};
-
-    static uint8_t wbuf[1 << 20];
+    memset(&c, 0, sizeof(c));
+    c.produced = (pt_buf)PT_BUF_INIT(0);
     pt_slice w0 = file("prom-2.42-write.bin");
     memcpy(wbuf, w0.p, w0.n);
-    pt_slice w = {wbuf, w0.n};
+    w = (pt_slice){wbuf, w0.n};
+}
+
+static void teardown(void)
+{
+    pt_buf_free(&c.produced);
+    pt_config_free(&cfg);
+    tstore_close(&s);
+}
+
+/* The golden requests of a real Prometheus: stored, and read back. */
+static void golden_write_read(void)
+{
     is(post(&c, "/api/v1/write", w), 204, "golden remote write is stored: 204");
     pt_arena_free(&c.arena);
     is(post(&c, "/api/v1/write", w), 204, "the same request again (a retry): 204");
@@ -200,56 +226,59 @@ int main(void)
     ok(c.resp.content_type && strcmp(c.resp.content_type, "application/x-protobuf") == 0 &&
            c.resp.content_encoding && strcmp(c.resp.content_encoding, "snappy") == 0,
        "SAMPLES response headers");
-    {
-        pt_arena d;
-        pt_arena_init(&d, 0, 0);
-        pt_slice raw;
-        char msg[256];
-        int rv = pt_snappy_decode(c.resp.body, c.resp.body_len, 1 << 24, &d, &raw, msg, 256);
-        Prometheus__ReadResponse *rr = rv ? NULL :
-            prometheus__read_response__unpack(NULL, raw.n, raw.p);
-        ok(rr && rr->n_results == 1 && rr->results[0]->n_timeseries == 1 &&
-               rr->results[0]->timeseries[0]->n_samples == 1 &&
-               rr->results[0]->timeseries[0]->samples[0]->value == 1,
-           "the response holds up{...} = 1 written by the golden write");
-        if (rr)
-            prometheus__read_response__free_unpacked(rr, NULL);
-        pt_arena_free(&d);
-    }
+    pt_arena d;
+    pt_arena_init(&d, 0, 0);
+    pt_slice raw;
+    char msg[256];
+    int rv = pt_snappy_decode(c.resp.body, c.resp.body_len, 1 << 24, &d, &raw, msg, 256);
+    Prometheus__ReadResponse *rr = rv ? NULL :
+        prometheus__read_response__unpack(NULL, raw.n, raw.p);
+    ok(rr && rr->n_results == 1 && rr->results[0]->n_timeseries == 1 &&
+           rr->results[0]->timeseries[0]->n_samples == 1 &&
+           rr->results[0]->timeseries[0]->samples[0]->value == 1,
+       "the response holds up{...} = 1 written by the golden write");
+    if (rr)
+        prometheus__read_response__free_unpacked(rr, NULL);
+    pt_arena_free(&d);
     pt_arena_free(&c.arena);
     is(post(&c, "/api/v1/read", file("prom-2.42-read-regex.bin")), 200, "regex read: 200");
     pt_arena_free(&c.arena);
+}
 
-    /* Response types: the first one the client lists that promtable implements. */
-    {
-        pt_arena b;
-        pt_arena_init(&b, 0, 0);
-        const tmatch up[] = {{0, "__name__", "up"}};
-        Prometheus__ReadRequest *rr = mk_read(&b, 0, INT64_MAX / 2, up, 1);
-        Prometheus__ReadRequest__ResponseType types[2] = {
-            PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__STREAMED_XOR_CHUNKS,
-            PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__SAMPLES};
-        rr->accepted_response_types = types;
-        rr->n_accepted_response_types = 2;
-        is(post(&c, "/api/v1/read", mk_body(&b, &rr->base)), 200, "[STREAMED, SAMPLES]: 200");
-        ok(c.resp.content_type && strcmp(c.resp.content_type, "application/x-streamed-protobuf; "
-                                                             "proto=prometheus.ChunkedReadResponse") == 0 &&
-               c.resp.content_encoding == NULL && c.resp.body_len > 10,
-           "answered with streamed XOR chunks, no Content-Encoding");
-        pt_arena_free(&c.arena);
-        rr->accepted_response_types = types + 1;
-        rr->n_accepted_response_types = 1;
-        is(post(&c, "/api/v1/read", mk_body(&b, &rr->base)), 200, "[SAMPLES]: 200");
-        ok(strcmp(c.resp.content_type, "application/x-protobuf") == 0, "answered with SAMPLES");
-        pt_arena_free(&c.arena);
-        Prometheus__ReadRequest__ResponseType unknown = 7;
-        rr->accepted_response_types = &unknown;
-        is(post(&c, "/api/v1/read", mk_body(&b, &rr->base)), 400, "only unknown types: 400");
-        pt_arena_free(&c.arena);
-        pt_arena_free(&b);
-    }
+/* Response types: the first one the client lists that promtable implements. */
+static void response_types(void)
+{
+    write_golden(); /* up{...}, for a streamed answer with a body */
+    pt_arena b;
+    pt_arena_init(&b, 0, 0);
+    const tmatch up[] = {{0, "__name__", "up"}};
+    Prometheus__ReadRequest *rr = mk_read(&b, 0, INT64_MAX / 2, up, 1);
+    Prometheus__ReadRequest__ResponseType types[2] = {
+        PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__STREAMED_XOR_CHUNKS,
+        PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__SAMPLES};
+    rr->accepted_response_types = types;
+    rr->n_accepted_response_types = 2;
+    is(post(&c, "/api/v1/read", mk_body(&b, &rr->base)), 200, "[STREAMED, SAMPLES]: 200");
+    ok(c.resp.content_type && strcmp(c.resp.content_type, "application/x-streamed-protobuf; "
+                                                         "proto=prometheus.ChunkedReadResponse") == 0 &&
+           c.resp.content_encoding == NULL && c.resp.body_len > 10,
+       "answered with streamed XOR chunks, no Content-Encoding");
+    pt_arena_free(&c.arena);
+    rr->accepted_response_types = types + 1;
+    rr->n_accepted_response_types = 1;
+    is(post(&c, "/api/v1/read", mk_body(&b, &rr->base)), 200, "[SAMPLES]: 200");
+    ok(strcmp(c.resp.content_type, "application/x-protobuf") == 0, "answered with SAMPLES");
+    pt_arena_free(&c.arena);
+    Prometheus__ReadRequest__ResponseType unknown = 7;
+    rr->accepted_response_types = &unknown;
+    is(post(&c, "/api/v1/read", mk_body(&b, &rr->base)), 400, "only unknown types: 400");
+    pt_arena_free(&c.arena);
+    pt_arena_free(&b);
+}
 
-    /* Media types. */
+/* Media types. */
+static void media_types(void)
+{
     is(run(&c, PT_M_POST, "/api/v1/write", "application/x-protobuf", "gzip", w.p, w.n), 415,
        "Content-Encoding gzip: 415");
     ok(strstr(c.body, "gzip") != NULL, "the 415 names the encoding");
@@ -274,8 +303,11 @@ int main(void)
     is(run(&c, PT_M_POST, "/api/v1/write", "application/x-protobuf;proto=prometheus.WriteRequest",
            "snappy", w.p, w.n), 204, "explicit proto=prometheus.WriteRequest: 204");
     pt_arena_free(&c.arena);
+}
 
-    /* Bad input: 4xx with the reason first. */
+/* Bad input: 4xx with the reason first. */
+static void bad_input(void)
+{
     is(run(&c, PT_M_POST, "/api/v1/write", "", "", (const uint8_t *)"nonsense", 8), 400,
        "garbage body: 400");
     pt_arena_free(&c.arena);
@@ -283,176 +315,183 @@ int main(void)
     is(run(&c, PT_M_POST, "/api/v1/write", "", "", bomb, sizeof(bomb)), 413,
        "decompression bomb: 413");
     pt_arena_free(&c.arena);
-    {
-        pt_arena b;
-        pt_arena_init(&b, 0, 0);
-        tseries bad[] = {{{"job", "x", "__name__", "m", NULL}, {1}, {1}, 1},
-                         {{"__name__", "ok", NULL}, {1}, {1}, 1}};
-        pt_slice body = mk_body(&b, &mk_pb_write(&b, bad, 2)->base);
-        is(post(&c, "/api/v1/write", body), 204, "unsorted labels are sorted: 204");
-        pt_arena_free(&c.arena);
-        tseries dup[] = {{{"job", "x", "__name__", "m", "job", "y", NULL}, {1}, {1}, 1},
-                         {{"__name__", "ok", NULL}, {1}, {1}, 1}};
-        body = mk_body(&b, &mk_pb_write(&b, dup, 2)->base);
-        is(post(&c, "/api/v1/write", body), 400, "duplicate label names (after sorting): 400");
-        ok(strncmp(c.body, "invalid label set m{job=\"x\", job=\"y\"}: duplicate label name", 59) == 0 &&
-               strstr(c.body, "stored 1 samples, rejected 1"),
-           "message says what and how much: %s", c.body);
-        pt_arena_free(&c.arena);
-        /* One histogram stored, one sample refused: the message counts both kinds. */
-        tseries hs[] = {{{"__name__", "h", NULL}, {0}, {0}, 0},
-                        {{"__name__", "m", NULL}, {-1}, {1}, 1}};
-        Prometheus__WriteRequest *hw = mk_pb_write(&b, hs, 2);
-        static Prometheus__Histogram hg = PROMETHEUS__HISTOGRAM__INIT;
-        static Prometheus__Histogram *hgs[] = {&hg};
-        hg.count_case = PROMETHEUS__HISTOGRAM__COUNT_COUNT_INT;
-        hg.zero_count_case = PROMETHEUS__HISTOGRAM__ZERO_COUNT_ZERO_COUNT_INT;
-        hg.timestamp = 1000;
-        hw->timeseries[0]->histograms = hgs;
-        hw->timeseries[0]->n_histograms = 1;
-        is(post(&c, "/api/v1/write", mk_body(&b, &hw->base)), 400, "a histogram and a bad sample: 400");
-        ok(strstr(c.body, "(stored 0 samples and 1 histograms, rejected 1)") != NULL,
-           "the message counts the histogram stored: %s", c.body);
-        pt_arena_free(&c.arena);
-        tseries neg[] = {{{"__name__", "m", NULL}, {-1}, {1}, 1}};
-        is(post(&c, "/api/v1/write", mk_body(&b, &mk_pb_write(&b, neg, 1)->base)), 400,
-           "negative timestamp: 400");
-        pt_arena_free(&c.arena);
-        pt_arena_free(&b);
-    }
+    pt_arena b;
+    pt_arena_init(&b, 0, 0);
+    tseries bad[] = {{{"job", "x", "__name__", "m", NULL}, {1}, {1}, 1},
+                     {{"__name__", "ok", NULL}, {1}, {1}, 1}};
+    pt_slice body = mk_body(&b, &mk_pb_write(&b, bad, 2)->base);
+    is(post(&c, "/api/v1/write", body), 204, "unsorted labels are sorted: 204");
+    pt_arena_free(&c.arena);
+    tseries dup[] = {{{"job", "x", "__name__", "m", "job", "y", NULL}, {1}, {1}, 1},
+                     {{"__name__", "ok", NULL}, {1}, {1}, 1}};
+    body = mk_body(&b, &mk_pb_write(&b, dup, 2)->base);
+    is(post(&c, "/api/v1/write", body), 400, "duplicate label names (after sorting): 400");
+    ok(strncmp(c.body, "invalid label set m{job=\"x\", job=\"y\"}: duplicate label name", 59) == 0 &&
+           strstr(c.body, "stored 1 samples, rejected 1"),
+       "message says what and how much: %s", c.body);
+    pt_arena_free(&c.arena);
+    /* One histogram stored, one sample refused: the message counts both kinds. */
+    tseries hs[] = {{{"__name__", "h", NULL}, {0}, {0}, 0},
+                    {{"__name__", "m", NULL}, {-1}, {1}, 1}};
+    Prometheus__WriteRequest *hw = mk_pb_write(&b, hs, 2);
+    static Prometheus__Histogram hg = PROMETHEUS__HISTOGRAM__INIT;
+    static Prometheus__Histogram *hgs[] = {&hg};
+    hg.count_case = PROMETHEUS__HISTOGRAM__COUNT_COUNT_INT;
+    hg.zero_count_case = PROMETHEUS__HISTOGRAM__ZERO_COUNT_ZERO_COUNT_INT;
+    hg.timestamp = 1000;
+    hw->timeseries[0]->histograms = hgs;
+    hw->timeseries[0]->n_histograms = 1;
+    is(post(&c, "/api/v1/write", mk_body(&b, &hw->base)), 400, "a histogram and a bad sample: 400");
+    ok(strstr(c.body, "(stored 0 samples and 1 histograms, rejected 1)") != NULL,
+       "the message counts the histogram stored: %s", c.body);
+    pt_arena_free(&c.arena);
+    tseries neg[] = {{{"__name__", "m", NULL}, {-1}, {1}, 1}};
+    is(post(&c, "/api/v1/write", mk_body(&b, &mk_pb_write(&b, neg, 1)->base)), 400,
+       "negative timestamp: 400");
+    pt_arena_free(&c.arena);
+    pt_arena_free(&b);
+}
 
-    /* Outage: 503, and nothing acknowledged. */
-    {
-        pt_faulty_plan plan = {0};
-        plan.write.fail_next = 1;
-        pt_faulty_set(&s.faulty, &plan);
-        is(post(&c, "/api/v1/write", w), 503, "backend unavailable: 503 (Prometheus retries)");
-        ok(c.resp.nheaders == 1 && strcmp(c.resp.headers[0].name, "Retry-After") == 0 &&
-               strcmp(c.resp.headers[0].value, "1") == 0,
-           "with Retry-After: 1");
-        pt_arena_free(&c.arena);
-        /* A full disk (the store's write failed with ENOSPC): retryable, never a 500. */
-        plan = (pt_faulty_plan){0};
-        plan.write.fail_next = 1;
-        plan.write.code = PT_ENOSPACE;
-        pt_faulty_set(&s.faulty, &plan);
-        is(post(&c, "/api/v1/write", w), 503, "disk full: 503 (Prometheus retries)");
-        ok(strstr(c.body, "storage disk full") && strstr(c.body, "nothing was acknowledged"),
-           "the message says the disk is full: %s", c.body);
-        ok(c.resp.nheaders == 1 && strcmp(c.resp.headers[0].name, "Retry-After") == 0,
-           "with Retry-After");
-        pt_arena_free(&c.arena);
-        plan = (pt_faulty_plan){0};
-        plan.scan.fail_next = 1;
-        plan.scan.code = PT_ENOSPACE;
-        pt_faulty_set(&s.faulty, &plan);
-        is(post(&c, "/api/v1/read", file("prom-2.42-read.bin")), 503, "a read on a full disk: 503");
-        pt_arena_free(&c.arena);
-        plan = (pt_faulty_plan){0};
-        plan.scan.fail_next = 1;
-        pt_faulty_set(&s.faulty, &plan);
-        is(post(&c, "/api/v1/read", file("prom-2.42-read.bin")), 503, "read during outage: 503");
-        pt_arena_free(&c.arena);
-        /* A 2.0 request, by hand: symbols "", "__name__", "m"; one series m, one sample. */
-        static const uint8_t v2[] = {0x22, 0x00, 0x22, 0x08, '_', '_', 'n', 'a', 'm', 'e', '_',
-                                     '_', 0x22, 0x01, 'm', 0x2a, 0x11, 0x0a, 0x02, 0x01, 0x02,
-                                     0x12, 0x0b, 0x09, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f, 0x10, 0x01};
-        pt_arena z;
-        pt_arena_init(&z, 0, 0);
-        pt_slice body;
-        pt_snappy_encode(v2, sizeof(v2), &z, &body);
-        const char *ct2 = "application/x-protobuf;proto=io.prometheus.write.v2.Request";
-        plan = (pt_faulty_plan){0};
-        plan.write.fail_next = 1;
-        pt_faulty_set(&s.faulty, &plan);
-        is(run(&c, PT_M_POST, "/api/v1/write", ct2, "snappy", body.p, body.n), 503,
-           "2.0 during an outage: 503");
-        ok(c.resp.nheaders == 4 && strcmp(c.resp.headers[0].value, "0") == 0 &&
-               strcmp(c.resp.headers[3].name, "Retry-After") == 0,
-           "with Samples-Written 0, and Retry-After");
-        pt_arena_free(&c.arena);
-        pt_faulty_set(&s.faulty, NULL);
-        is(run(&c, PT_M_POST, "/api/v1/write", ct2, "snappy", body.p, body.n), 204,
-           "2.0 after it: 204");
-        ok(c.resp.nheaders == 3 && strcmp(c.resp.headers[0].value, "1") == 0,
-           "with Samples-Written 1");
-        pt_arena_free(&c.arena);
-        pt_arena_free(&z);
-    }
+/* Outage: 503, and nothing acknowledged. */
+static void outage(void)
+{
+    pt_faulty_plan plan = {0};
+    plan.write.fail_next = 1;
+    pt_faulty_set(&s.faulty, &plan);
+    is(post(&c, "/api/v1/write", w), 503, "backend unavailable: 503 (Prometheus retries)");
+    ok(c.resp.nheaders == 1 && strcmp(c.resp.headers[0].name, "Retry-After") == 0 &&
+           strcmp(c.resp.headers[0].value, "1") == 0,
+       "with Retry-After: 1");
+    pt_arena_free(&c.arena);
+    /* A full disk (the store's write failed with ENOSPC): retryable, never a 500. */
+    plan = (pt_faulty_plan){0};
+    plan.write.fail_next = 1;
+    plan.write.code = PT_ENOSPACE;
+    pt_faulty_set(&s.faulty, &plan);
+    is(post(&c, "/api/v1/write", w), 503, "disk full: 503 (Prometheus retries)");
+    ok(strstr(c.body, "storage disk full") && strstr(c.body, "nothing was acknowledged"),
+       "the message says the disk is full: %s", c.body);
+    ok(c.resp.nheaders == 1 && strcmp(c.resp.headers[0].name, "Retry-After") == 0,
+       "with Retry-After");
+    pt_arena_free(&c.arena);
+    plan = (pt_faulty_plan){0};
+    plan.scan.fail_next = 1;
+    plan.scan.code = PT_ENOSPACE;
+    pt_faulty_set(&s.faulty, &plan);
+    is(post(&c, "/api/v1/read", file("prom-2.42-read.bin")), 503, "a read on a full disk: 503");
+    pt_arena_free(&c.arena);
+    plan = (pt_faulty_plan){0};
+    plan.scan.fail_next = 1;
+    pt_faulty_set(&s.faulty, &plan);
+    is(post(&c, "/api/v1/read", file("prom-2.42-read.bin")), 503, "read during outage: 503");
+    pt_arena_free(&c.arena);
+    /* A 2.0 request, by hand: symbols "", "__name__", "m"; one series m, one sample. */
+    static const uint8_t v2[] = {0x22, 0x00, 0x22, 0x08, '_', '_', 'n', 'a', 'm', 'e', '_',
+                                 '_', 0x22, 0x01, 'm', 0x2a, 0x11, 0x0a, 0x02, 0x01, 0x02,
+                                 0x12, 0x0b, 0x09, 0, 0, 0, 0, 0, 0, 0xf0, 0x3f, 0x10, 0x01};
+    pt_arena z;
+    pt_arena_init(&z, 0, 0);
+    pt_slice body;
+    pt_snappy_encode(v2, sizeof(v2), &z, &body);
+    const char *ct2 = "application/x-protobuf;proto=io.prometheus.write.v2.Request";
+    plan = (pt_faulty_plan){0};
+    plan.write.fail_next = 1;
+    pt_faulty_set(&s.faulty, &plan);
+    is(run(&c, PT_M_POST, "/api/v1/write", ct2, "snappy", body.p, body.n), 503,
+       "2.0 during an outage: 503");
+    ok(c.resp.nheaders == 4 && strcmp(c.resp.headers[0].value, "0") == 0 &&
+           strcmp(c.resp.headers[3].name, "Retry-After") == 0,
+       "with Samples-Written 0, and Retry-After");
+    pt_arena_free(&c.arena);
+    pt_faulty_set(&s.faulty, NULL);
+    is(run(&c, PT_M_POST, "/api/v1/write", ct2, "snappy", body.p, body.n), 204,
+       "2.0 after it: 204");
+    ok(c.resp.nheaders == 3 && strcmp(c.resp.headers[0].value, "1") == 0,
+       "with Samples-Written 1");
+    pt_arena_free(&c.arena);
+    pt_arena_free(&z);
+}
 
-    /* Per-request memory ceiling. */
+/* Per-request memory ceiling. */
+static void request_memory(void)
+{
     cfg.max_request_memory = 64 * 1024;
     is(post(&c, "/api/v1/write", w), 413, "request over web.max_request_memory: 413");
     pt_arena_free(&c.arena);
     cfg.max_request_memory = 512u << 20;
+}
 
-    /* Authentication on write and read, not on health and metrics. */
-    {
-        app.bearer_token = "s3cret";
-        is(post(&c, "/api/v1/write", w), 401, "bearer token configured, none sent: 401");
-        ok(c.resp.nheaders == 1 && strcmp(c.resp.headers[0].name, "WWW-Authenticate") == 0,
-           "with WWW-Authenticate");
-        pt_arena_free(&c.arena);
-        c.req.authorization = "Bearer s3cret";
-        is(again(&c), 204, "the right bearer token: 204");
-        pt_arena_free(&c.arena);
-        c.req.authorization = "Bearer s3cre";
-        is(again(&c), 401, "a wrong token: 401");
-        pt_arena_free(&c.arena);
-        app.bearer_token = NULL;
-        app.basic_credentials = "user:pw";
-        c.req.authorization = "Basic dXNlcjpwdw==";
-        is(again(&c), 204, "basic auth user:pw: 204");
-        pt_arena_free(&c.arena);
-        c.req.authorization = "Basic dXNlcjpwdg==";
-        is(again(&c), 401, "basic auth with a wrong password: 401");
-        pt_arena_free(&c.arena);
-        is(run(&c, PT_M_GET, "/-/healthy", "", "", NULL, 0), 200, "health needs no credentials");
-        pt_arena_free(&c.arena);
-        app.basic_credentials = NULL;
-    }
+/* Authentication on write and read, not on health and metrics. */
+static void authentication(void)
+{
+    app.bearer_token = "s3cret";
+    is(post(&c, "/api/v1/write", w), 401, "bearer token configured, none sent: 401");
+    ok(c.resp.nheaders == 1 && strcmp(c.resp.headers[0].name, "WWW-Authenticate") == 0,
+       "with WWW-Authenticate");
+    pt_arena_free(&c.arena);
+    c.req.authorization = "Bearer s3cret";
+    is(again(&c), 204, "the right bearer token: 204");
+    pt_arena_free(&c.arena);
+    c.req.authorization = "Bearer s3cre";
+    is(again(&c), 401, "a wrong token: 401");
+    pt_arena_free(&c.arena);
+    app.bearer_token = NULL;
+    app.basic_credentials = "user:pw";
+    c.req.authorization = "Basic dXNlcjpwdw==";
+    is(again(&c), 204, "basic auth user:pw: 204");
+    pt_arena_free(&c.arena);
+    c.req.authorization = "Basic dXNlcjpwdg==";
+    is(again(&c), 401, "basic auth with a wrong password: 401");
+    pt_arena_free(&c.arena);
+    is(run(&c, PT_M_GET, "/-/healthy", "", "", NULL, 0), 200, "health needs no credentials");
+    pt_arena_free(&c.arena);
+    app.basic_credentials = NULL;
+}
 
-    /* Admission on headers: what the server asks before it reads a body. */
-    {
-        app.bearer_token = "s3cret";
-        call a;
-        memset(&a, 0, sizeof(a));
-        pt_arena_init(&a.arena, 0, 0);
-        a.req = (pt_req){.method = PT_M_POST, .method_name = "POST", .path = "/api/v1/write",
-                         .query = "", .content_type = "", .content_encoding = "",
-                         .authorization = "", .user_agent = "", .remote_write_version = "",
-                         .tenant = "", .arena = &a.arena};
-        ok(pt_app_admit(&app, &a.req, &a.resp) != 0 && a.resp.status == 401,
-           "admission: a write without the token is refused on its headers (401)");
-        memset(&a.resp, 0, sizeof(a.resp));
-        a.req.authorization = "Bearer s3cret";
-        ok(pt_app_admit(&app, &a.req, &a.resp) == 0, "... with it, admitted");
-        a.req.path = "/api/v1/nope";
-        ok(pt_app_admit(&app, &a.req, &a.resp) != 0 && a.resp.status == 404,
-           "... a body to an unknown path: 404 before it is read");
-        memset(&a.resp, 0, sizeof(a.resp));
-        a.req.path = "/api/v1/write";
-        a.req.method = PT_M_PUT;
-        a.req.method_name = "PUT";
-        ok(pt_app_admit(&app, &a.req, &a.resp) != 0 && a.resp.status == 405,
-           "... a body with a method the route does not take: 405");
-        pt_arena_free(&a.arena);
+/* Admission on headers: what the server asks before it reads a body. */
+static void admission(void)
+{
+    app.bearer_token = "s3cret";
+    call a;
+    memset(&a, 0, sizeof(a));
+    pt_arena_init(&a.arena, 0, 0);
+    a.req = (pt_req){.method = PT_M_POST, .method_name = "POST", .path = "/api/v1/write",
+                     .query = "", .content_type = "", .content_encoding = "",
+                     .authorization = "", .user_agent = "", .remote_write_version = "",
+                     .tenant = "", .arena = &a.arena};
+    ok(pt_app_admit(&app, &a.req, &a.resp) != 0 && a.resp.status == 401,
+       "admission: a write without the token is refused on its headers (401)");
+    memset(&a.resp, 0, sizeof(a.resp));
+    a.req.authorization = "Bearer s3cret";
+    ok(pt_app_admit(&app, &a.req, &a.resp) == 0, "... with it, admitted");
+    a.req.path = "/api/v1/nope";
+    ok(pt_app_admit(&app, &a.req, &a.resp) != 0 && a.resp.status == 404,
+       "... a body to an unknown path: 404 before it is read");
+    memset(&a.resp, 0, sizeof(a.resp));
+    a.req.path = "/api/v1/write";
+    a.req.method = PT_M_PUT;
+    a.req.method_name = "PUT";
+    ok(pt_app_admit(&app, &a.req, &a.resp) != 0 && a.resp.status == 405,
+       "... a body with a method the route does not take: 405");
+    pt_arena_free(&a.arena);
 
-        is(run(&c, PT_M_GET, "/metrics", "", "", NULL, 0), 200,
-           "/metrics without web.metrics_auth needs no credentials");
-        pt_arena_free(&c.arena);
-        cfg.metrics_auth = 1;
-        is(run(&c, PT_M_GET, "/metrics", "", "", NULL, 0), 401,
-           "web.metrics_auth: /metrics without credentials: 401");
-        pt_arena_free(&c.arena);
-        c.req.authorization = "Bearer s3cret";
-        is(again(&c), 200, "... with the read credentials: 200");
-        pt_arena_free(&c.arena);
-        cfg.metrics_auth = 0;
-        app.bearer_token = NULL;
-    }
+    is(run(&c, PT_M_GET, "/metrics", "", "", NULL, 0), 200,
+       "/metrics without web.metrics_auth needs no credentials");
+    pt_arena_free(&c.arena);
+    cfg.metrics_auth = 1;
+    is(run(&c, PT_M_GET, "/metrics", "", "", NULL, 0), 401,
+       "web.metrics_auth: /metrics without credentials: 401");
+    pt_arena_free(&c.arena);
+    c.req.authorization = "Bearer s3cret";
+    is(again(&c), 200, "... with the read credentials: 200");
+    pt_arena_free(&c.arena);
+    cfg.metrics_auth = 0;
+    app.bearer_token = NULL;
+}
 
-    /* Routes and methods. */
+/* Routes and methods. */
+static void routes(void)
+{
     is(run(&c, PT_M_GET, "/nope", "", "", NULL, 0), 404, "unknown path: 404");
     pt_arena_free(&c.arena);
     is(run(&c, PT_M_GET, "/api/v1/write", "", "", NULL, 0), 405, "GET on write: 405");
@@ -467,284 +506,341 @@ int main(void)
     atomic_store(&app.ready, 0);
     is(run(&c, PT_M_GET, "/-/ready", "", "", NULL, 0), 503, "not ready while stopping");
     pt_arena_free(&c.arena);
+}
+
+/* /metrics counts what this case sends: the counters it checks exactly start at 0 (they
+ * are process-wide, and other cases send requests too). */
+static void metrics(void)
+{
+    atomic_store(&pt_m.samples_received, 0);
+    atomic_store(&pt_m.samples_rejected[PT_REJECT_LABELS], 0);
+    atomic_store(&pt_m.backend_write_errors, 0);
+    pt_arena b;
+    pt_arena_init(&b, 0, 0);
+    int sent = post(&c, "/api/v1/write", w) == 204;
+    pt_arena_free(&c.arena);
+    /* One sample stored, one with a duplicate label name rejected. */
+    tseries dup[] = {{{"job", "x", "__name__", "m", "job", "y", NULL}, {1}, {1}, 1},
+                     {{"__name__", "ok", NULL}, {1}, {1}, 1}};
+    sent &= post(&c, "/api/v1/write", mk_body(&b, &mk_pb_write(&b, dup, 2)->base)) == 400;
+    pt_arena_free(&c.arena);
+    /* A histogram, which counts as a sample received. */
+    tseries hs[] = {{{"__name__", "h", NULL}, {0}, {0}, 0}};
+    Prometheus__WriteRequest *hw = mk_pb_write(&b, hs, 1);
+    static Prometheus__Histogram hg = PROMETHEUS__HISTOGRAM__INIT;
+    static Prometheus__Histogram *hgs[] = {&hg};
+    hg.count_case = PROMETHEUS__HISTOGRAM__COUNT_COUNT_INT;
+    hg.zero_count_case = PROMETHEUS__HISTOGRAM__ZERO_COUNT_ZERO_COUNT_INT;
+    hg.timestamp = 1000;
+    hw->timeseries[0]->histograms = hgs;
+    hw->timeseries[0]->n_histograms = 1;
+    sent &= post(&c, "/api/v1/write", mk_body(&b, &hw->base)) == 204;
+    pt_arena_free(&c.arena);
+    /* Three writes the backend fails. */
+    for (int i = 0; i < 3; i++) {
+        pt_faulty_plan plan = {0};
+        plan.write.fail_next = 1;
+        pt_faulty_set(&s.faulty, &plan);
+        sent &= post(&c, "/api/v1/write", w) == 503;
+        pt_arena_free(&c.arena);
+    }
+    pt_faulty_set(&s.faulty, NULL);
+    pt_arena_free(&b);
+    if (!sent)
+        diag("a request of the metrics case was not answered as planned");
 
     is(run(&c, PT_M_GET, "/metrics", "", "", NULL, 0), 200, "metrics: 200");
-    {
-        char *text = pt_arena_strndup(&c.arena, (const char *)c.resp.body, c.resp.body_len);
-        ok(strstr(text, "promtable_samples_received_total 1890"), "samples received counted (a histogram included)");
-        ok(strstr(text, "promtable_http_requests_total{route=\"/api/v1/write\",code=\"204\",proto=\"1\"}"),
-           "requests by route, code and protocol");
-        ok(strstr(text, "promtable_samples_rejected_total{reason=\"labels\"} 1"),
-           "rejections by reason");
-        ok(strstr(text, "promtable_http_request_duration_seconds_bucket{route=\"/api/v1/write\",le=\"+Inf\"}"),
-           "request duration histogram");
-        ok(strstr(text, "promtable_backend_write_duration_seconds_count") &&
-               strstr(text, "promtable_backend_errors_total{op=\"write\"} 3"),
-           "backend duration and errors");
-        ok(strstr(text, "promtable_index_cache_entries "), "index cache size");
-        ok(strstr(text, "# TYPE promtable_embedded_flushes_total counter\npromtable_embedded_flushes_total ") &&
-               strstr(text, "promtable_embedded_frozen_bytes "),
-           "the embedded store's flush figures");
+    char *text = pt_arena_strndup(&c.arena, (const char *)c.resp.body, c.resp.body_len);
+    /* 4 golden writes of 94 samples (those the backend failed were received too), 2 in
+     * the duplicate-label write, 1 histogram. */
+    ok(strstr(text, "promtable_samples_received_total 379"), "samples received counted (a histogram included)");
+    ok(strstr(text, "promtable_http_requests_total{route=\"/api/v1/write\",code=\"204\",proto=\"1\"}"),
+       "requests by route, code and protocol");
+    ok(strstr(text, "promtable_samples_rejected_total{reason=\"labels\"} 1"),
+       "rejections by reason");
+    ok(strstr(text, "promtable_http_request_duration_seconds_bucket{route=\"/api/v1/write\",le=\"+Inf\"}"),
+       "request duration histogram");
+    ok(strstr(text, "promtable_backend_write_duration_seconds_count") &&
+           strstr(text, "promtable_backend_errors_total{op=\"write\"} 3"),
+       "backend duration and errors");
+    ok(strstr(text, "promtable_index_cache_entries "), "index cache size");
+    ok(strstr(text, "# TYPE promtable_embedded_flushes_total counter\npromtable_embedded_flushes_total ") &&
+           strstr(text, "promtable_embedded_frozen_bytes "),
+       "the embedded store's flush figures");
+    pt_arena_free(&c.arena);
+}
+
+/* A streamed answer over several groups of series says what the SAMPLES answer says. */
+static void streamed_groups(void)
+{
+    pt_arena b;
+    pt_arena_init(&b, 0, 0);
+    enum { NS = 700 };
+    tseries *many = pt_arena_calloc(&b, NS * sizeof(*many));
+    for (int i = 0; i < NS; i++) {
+        char *inst = pt_arena_alloc(&b, 16);
+        snprintf(inst, 16, "i%04d", i);
+        many[i] = (tseries){{"__name__", i % 3 ? "many_a" : "many_b", "instance", inst, NULL},
+                            {1000 + i, 16000 + i, 31000 + 2 * i},
+                            {i, -0.0, i * 1e-300},
+                            i % 5 ? 3 : 1};
     }
+    pt_write_result res;
+    ok(pt_store_write(&app.store, mk_write(&b, many, NS), &b, &res) == 0 &&
+           res.samples_rejected == 0,
+       "700 series written for the streamed read");
+    const tmatch ma[] = {{2, "__name__", "many_.*"}};
+    const tmatch mb[] = {{0, "__name__", "many_b"}};
+    Prometheus__ReadRequest *r1 = mk_read(&b, 0, 100000, ma, 1);
+    Prometheus__ReadRequest *r2 = mk_read(&b, 0, 20000, mb, 1);
+    Prometheus__ReadRequest rr = PROMETHEUS__READ_REQUEST__INIT;
+    Prometheus__Query *qs[2] = {r1->queries[0], r2->queries[0]};
+    rr.queries = qs;
+    rr.n_queries = 2;
+    Prometheus__ReadResponse want;
+    char msg[512];
+    ok(pt_store_read(&app.store, &rr, &b, NULL, &want, msg, sizeof(msg)) == 0 &&
+           want.results[0]->n_timeseries == NS && want.results[1]->n_timeseries > 200,
+       "SAMPLES answer for two queries");
+    Prometheus__ReadRequest__ResponseType st =
+        PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__STREAMED_XOR_CHUNKS;
+    rr.accepted_response_types = &st;
+    rr.n_accepted_response_types = 1;
+    is(post(&c, "/api/v1/read", mk_body(&b, &rr.base)), 200, "streamed read of 2 queries: 200");
+    char why[256] = "";
+    ok(streamed_equals((pt_slice){c.resp.body, c.resp.body_len}, &want, why, sizeof(why)),
+       "the streamed frames, decoded, are the SAMPLES answer (%s)", why[0] ? why : "same");
+    ok(c.resp.producer.pull && c.pulls >= 3 && !c.cut,
+       "produced piece by piece, a group of series at a time (%d pulls)", c.pulls);
     pt_arena_free(&c.arena);
 
-    /* A streamed answer over several groups of series says what the SAMPLES answer says. */
-    {
-        pt_arena b;
-        pt_arena_init(&b, 0, 0);
-        enum { NS = 700 };
-        tseries *many = pt_arena_calloc(&b, NS * sizeof(*many));
+    /* A client that goes away after the first piece: done(cancelled) releases the read. */
+    uint64_t cancelled = pt_m.read_cancelled;
+    c.req.body = mk_body(&b, &rr.base).p;
+    c.req.body_len = mk_body(&b, &rr.base).n;
+    again(&c);
+    pt_buf piece = PT_BUF_INIT(64 << 10);
+    int prv = c.resp.producer.pull ? c.resp.producer.pull(c.resp.producer.ud, &piece, 1000) : -1;
+    if (c.resp.producer.done)
+        c.resp.producer.done(c.resp.producer.ud, 1);
+    ok(c.resp.status == 200 && prv == PT_PULL_MORE && piece.len > 0 && piece.len <= 1000 &&
+           pt_m.read_cancelled == cancelled + 1,
+       "a piece is at most what the server asks for; a cancelled stream is released and counted");
+    pt_buf_free(&piece);
+    pt_arena_free(&c.arena);
+    pt_arena_free(&b);
+}
+
+/* Stored chunks inside the window go out as they are: a streamed read of flushed data
+ * says what the SAMPLES answer says, also where the head shadows a chunk's cell and where
+ * the window cuts chunks (those are decoded and cut). */
+static void passed_chunks(void)
+{
+    pt_arena b;
+    pt_arena_init(&b, 0, 0);
+    enum { NP = 4, PER = 8, ROUNDS = 125 }; /* 1000 samples a series */
+    static const uint64_t odd[] = {0x7ff0000000000002ull, 0x8000000000000000ull, 1,
+                                   0x7ff0000000000000ull, 0xfff8000000000001ull};
+    int written = 1;
+    for (int r = 0; r < ROUNDS; r++) {
+        tseries ps[NP];
+        for (int i = 0; i < NP; i++) {
+            ps[i] = (tseries){{"__name__", "passed", "instance", i ? (i == 1 ? "b" : i == 2 ? "c" : "d") : "a", NULL},
+                              {0}, {0}, PER};
+            for (int j = 0; j < PER; j++) {
+                int k = r * PER + j;
+                ps[i].t[j] = T0_APP + 15000 * (int64_t)k + (i == 3 ? k % 7 : 0);
+                if (i == 2 && k % 97 == 0)
+                    memcpy(&ps[i].v[j], &odd[k / 97 % 5], 8);
+                else
+                    /* no decimals, so that every chunk is fmt 3 */
+                    ps[i].v[j] = i == 0 ? k / 3.0 : i == 1 ? 0.5 * k + 1e-300 : k % 3 + 1 / 7.0;
+            }
+        }
+        pt_write_result res;
+        written &= pt_store_write(&app.store, mk_write(&b, ps, NP), &b, &res) == 0 &&
+                   res.samples_rejected == 0;
+    }
+    ok(written && pt_embedded_flush(&s.emb) == 0, "4 series of 1000 samples written, flushed");
+    const tmatch m[] = {{0, "__name__", "passed"}};
+    Prometheus__ReadRequest__ResponseType st =
+        PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__STREAMED_XOR_CHUNKS;
+    struct {
+        int64_t start, end;
+        int shadow; /* rewrite a sample inside a chunk first */
+        int passed; /* chunks expected to go as they are */
+        const char *what;
+    } cases[] = {
+        {0, T0_APP + 100000000, 0, 1, "a window holding every chunk"},
+        {T0_APP + 15000 * 100, T0_APP + 15000 * 900, 0, 0, "a window cutting the chunks"},
+        {0, T0_APP + 100000000, 1, 1, "after a rewrite in the head"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        if (cases[i].shadow) {
+            tseries rw = {{"__name__", "passed", "instance", "a", NULL},
+                          {T0_APP + 15000 * 500}, {-1.5}, 1};
+            pt_write_result res;
+            ok(pt_store_write(&app.store, mk_write(&b, &rw, 1), &b, &res) == 0,
+               "sample 500 of instance a rewritten in the head");
+        }
+        Prometheus__ReadRequest *rr = mk_read(&b, cases[i].start, cases[i].end, m, 1);
+        Prometheus__ReadResponse want;
+        char msg[512];
+        int rv = pt_store_read(&app.store, rr, &b, NULL, &want, msg, sizeof(msg));
+        rr->accepted_response_types = &st;
+        rr->n_accepted_response_types = 1;
+        uint64_t before = pt_m.read_chunks_passed;
+        int status = post(&c, "/api/v1/read", mk_body(&b, &rr->base));
+        uint64_t passed = pt_m.read_chunks_passed - before;
+        char why[256] = "";
+        ok(rv == 0 && status == 200 && want.results[0]->n_timeseries == NP &&
+               streamed_equals((pt_slice){c.resp.body, c.resp.body_len}, &want, why,
+                               sizeof(why)),
+           "%s: the streamed answer is the SAMPLES answer (%s)", cases[i].what,
+           why[0] ? why : "same");
+        if (cases[i].passed)
+            ok(passed == (cases[i].shadow ? NP - 1 : NP),
+               "%s: %llu stored chunks went as they are", cases[i].what,
+               (unsigned long long)passed);
+        else
+            ok(passed == 0, "%s: no chunk went as it is (%llu)", cases[i].what,
+               (unsigned long long)passed);
+        pt_arena_free(&c.arena);
+    }
+    pt_arena_free(&b);
+}
+
+/* A SAMPLES answer is built a group at a time as wire bytes: one that protobuf-c structs
+ * alone would take past web.max_request_memory is answered, byte for byte. */
+static void samples_as_wire_bytes(void)
+{
+    pt_arena b;
+    pt_arena_init(&b, 0, 0);
+    enum { NS = 300, ROUNDS = 8 };
+    tseries *lean = pt_arena_calloc(&b, NS * sizeof(*lean));
+    int written = 1;
+    for (int r = 0; r < ROUNDS; r++) {
         for (int i = 0; i < NS; i++) {
             char *inst = pt_arena_alloc(&b, 16);
             snprintf(inst, 16, "i%04d", i);
-            many[i] = (tseries){{"__name__", i % 3 ? "many_a" : "many_b", "instance", inst, NULL},
-                                {1000 + i, 16000 + i, 31000 + 2 * i},
-                                {i, -0.0, i * 1e-300},
-                                i % 5 ? 3 : 1};
+            lean[i] = (tseries){{"__name__", "lean_m", "instance", inst, NULL}, {0}, {0}, 8};
+            for (int j = 0; j < 8; j++) {
+                lean[i].t[j] = 1000 + 15000 * (r * 8 + j);
+                lean[i].v[j] = j == 3 ? -0.0 : j == 5 ? NAN : i * 0.25 + r - j;
+            }
         }
         pt_write_result res;
-        ok(pt_store_write(&app.store, mk_write(&b, many, NS), &b, &res) == 0 &&
-               res.samples_rejected == 0,
-           "700 series written for the streamed read");
-        const tmatch ma[] = {{2, "__name__", "many_.*"}};
-        const tmatch mb[] = {{0, "__name__", "many_b"}};
-        Prometheus__ReadRequest *r1 = mk_read(&b, 0, 100000, ma, 1);
-        Prometheus__ReadRequest *r2 = mk_read(&b, 0, 20000, mb, 1);
-        Prometheus__ReadRequest rr = PROMETHEUS__READ_REQUEST__INIT;
-        Prometheus__Query *qs[2] = {r1->queries[0], r2->queries[0]};
-        rr.queries = qs;
-        rr.n_queries = 2;
-        Prometheus__ReadResponse want;
-        char msg[512];
-        ok(pt_store_read(&app.store, &rr, &b, NULL, &want, msg, sizeof(msg)) == 0 &&
-               want.results[0]->n_timeseries == NS && want.results[1]->n_timeseries > 200,
-           "SAMPLES answer for two queries");
-        Prometheus__ReadRequest__ResponseType st =
-            PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__STREAMED_XOR_CHUNKS;
-        rr.accepted_response_types = &st;
-        rr.n_accepted_response_types = 1;
-        is(post(&c, "/api/v1/read", mk_body(&b, &rr.base)), 200, "streamed read of 2 queries: 200");
-        char why[256] = "";
-        ok(streamed_equals((pt_slice){c.resp.body, c.resp.body_len}, &want, why, sizeof(why)),
-           "the streamed frames, decoded, are the SAMPLES answer (%s)", why[0] ? why : "same");
-        ok(c.resp.producer.pull && c.pulls >= 3 && !c.cut,
-           "produced piece by piece, a group of series at a time (%d pulls)", c.pulls);
-        pt_arena_free(&c.arena);
-
-        /* A client that goes away after the first piece: done(cancelled) releases the read. */
-        uint64_t cancelled = pt_m.read_cancelled;
-        c.req.body = mk_body(&b, &rr.base).p;
-        c.req.body_len = mk_body(&b, &rr.base).n;
-        again(&c);
-        pt_buf piece = PT_BUF_INIT(64 << 10);
-        int prv = c.resp.producer.pull ? c.resp.producer.pull(c.resp.producer.ud, &piece, 1000) : -1;
-        if (c.resp.producer.done)
-            c.resp.producer.done(c.resp.producer.ud, 1);
-        ok(c.resp.status == 200 && prv == PT_PULL_MORE && piece.len > 0 && piece.len <= 1000 &&
-               pt_m.read_cancelled == cancelled + 1,
-           "a piece is at most what the server asks for; a cancelled stream is released and counted");
-        pt_buf_free(&piece);
-        pt_arena_free(&c.arena);
-        pt_arena_free(&b);
+        written &= pt_store_write(&app.store, mk_write(&b, lean, NS), &b, &res) == 0 &&
+                   res.samples_rejected == 0;
     }
+    ok(written, "%d series of %d samples written", NS, ROUNDS * 8);
+    const tmatch lm[] = {{0, "__name__", "lean_m"}};
+    Prometheus__ReadRequest *rr = mk_read(&b, 0, 10000000, lm, 1);
+    pt_slice body = mk_body(&b, &rr->base);
 
-    /* Stored chunks inside the window go out as they are: a streamed read of flushed data
-     * says what the SAMPLES answer says, also where the head shadows a chunk's cell and where
-     * the window cuts chunks (those are decoded and cut). */
-    {
-        pt_arena b;
-        pt_arena_init(&b, 0, 0);
-        enum { NP = 4, PER = 8, ROUNDS = 125 }; /* 1000 samples a series */
-        static const uint64_t odd[] = {0x7ff0000000000002ull, 0x8000000000000000ull, 1,
-                                       0x7ff0000000000000ull, 0xfff8000000000001ull};
-        int written = 1;
-        for (int r = 0; r < ROUNDS; r++) {
-            tseries ps[NP];
-            for (int i = 0; i < NP; i++) {
-                ps[i] = (tseries){{"__name__", "passed", "instance", i ? (i == 1 ? "b" : i == 2 ? "c" : "d") : "a", NULL},
-                                  {0}, {0}, PER};
-                for (int j = 0; j < PER; j++) {
-                    int k = r * PER + j;
-                    ps[i].t[j] = T0_APP + 15000 * (int64_t)k + (i == 3 ? k % 7 : 0);
-                    if (i == 2 && k % 97 == 0)
-                        memcpy(&ps[i].v[j], &odd[k / 97 % 5], 8);
-                    else
-                        /* no decimals, so that every chunk is fmt 3 */
-                        ps[i].v[j] = i == 0 ? k / 3.0 : i == 1 ? 0.5 * k + 1e-300 : k % 3 + 1 / 7.0;
-                }
-            }
-            pt_write_result res;
-            written &= pt_store_write(&app.store, mk_write(&b, ps, NP), &b, &res) == 0 &&
-                       res.samples_rejected == 0;
-        }
-        ok(written && pt_embedded_flush(&s.emb) == 0, "4 series of 1000 samples written, flushed");
-        const tmatch m[] = {{0, "__name__", "passed"}};
-        Prometheus__ReadRequest__ResponseType st =
-            PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__STREAMED_XOR_CHUNKS;
-        struct {
-            int64_t start, end;
-            int shadow; /* rewrite a sample inside a chunk first */
-            int passed; /* chunks expected to go as they are */
-            const char *what;
-        } cases[] = {
-            {0, T0_APP + 100000000, 0, 1, "a window holding every chunk"},
-            {T0_APP + 15000 * 100, T0_APP + 15000 * 900, 0, 0, "a window cutting the chunks"},
-            {0, T0_APP + 100000000, 1, 1, "after a rewrite in the head"},
-        };
-        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-            if (cases[i].shadow) {
-                tseries rw = {{"__name__", "passed", "instance", "a", NULL},
-                              {T0_APP + 15000 * 500}, {-1.5}, 1};
-                pt_write_result res;
-                ok(pt_store_write(&app.store, mk_write(&b, &rw, 1), &b, &res) == 0,
-                   "sample 500 of instance a rewritten in the head");
-            }
-            Prometheus__ReadRequest *rr = mk_read(&b, cases[i].start, cases[i].end, m, 1);
-            Prometheus__ReadResponse want;
-            char msg[512];
-            int rv = pt_store_read(&app.store, rr, &b, NULL, &want, msg, sizeof(msg));
-            rr->accepted_response_types = &st;
-            rr->n_accepted_response_types = 1;
-            uint64_t before = pt_m.read_chunks_passed;
-            int status = post(&c, "/api/v1/read", mk_body(&b, &rr->base));
-            uint64_t passed = pt_m.read_chunks_passed - before;
-            char why[256] = "";
-            ok(rv == 0 && status == 200 && want.results[0]->n_timeseries == NP &&
-                   streamed_equals((pt_slice){c.resp.body, c.resp.body_len}, &want, why,
-                                   sizeof(why)),
-               "%s: the streamed answer is the SAMPLES answer (%s)", cases[i].what,
-               why[0] ? why : "same");
-            if (cases[i].passed)
-                ok(passed == (cases[i].shadow ? NP - 1 : NP),
-                   "%s: %llu stored chunks went as they are", cases[i].what,
-                   (unsigned long long)passed);
-            else
-                ok(passed == 0, "%s: no chunk went as it is (%llu)", cases[i].what,
-                   (unsigned long long)passed);
-            pt_arena_free(&c.arena);
-        }
-        pt_arena_free(&b);
+    /* What the answer takes as protobuf-c structs: the least an answer built as structs and
+     * then packed needs. */
+    pt_arena st;
+    pt_arena_init(&st, 0, 0);
+    Prometheus__ReadResponse want;
+    char msg[512];
+    int rv = pt_store_read(&app.store, rr, &st, NULL, &want, msg, sizeof(msg));
+    size_t structs = st.used_total, wn = protobuf_c_message_get_packed_size(&want.base);
+    uint8_t *wire = pt_arena_alloc(&b, wn);
+    protobuf_c_message_pack(&want.base, wire);
+    ok(rv == 0 && want.results[0]->n_timeseries == NS &&
+           want.results[0]->timeseries[0]->n_samples == ROUNDS * 8,
+       "the answer as structs: %zu bytes, %zu on the wire", structs, wn);
+
+    cfg.max_request_memory = structs;
+    is(post(&c, "/api/v1/read", body), 200,
+       "SAMPLES read within web.max_request_memory = its structs' size: 200");
+    pt_arena d;
+    pt_arena_init(&d, 0, 0);
+    pt_slice raw = {0};
+    rv = c.resp.status == 200 ? pt_snappy_decode(c.resp.body, c.resp.body_len, 1 << 26, &d,
+                                                 &raw, msg, sizeof(msg))
+                              : -1;
+    ok(rv == 0 && raw.n == wn && memcmp(raw.p, wire, wn) == 0,
+       "the answer is the bytes protobuf-c packs for the same series and samples");
+    ok(c.arena.used_total + raw.n <= structs,
+       "request arena (%zu) and wire bytes (%zu) stayed within the limit", c.arena.used_total,
+       raw.n);
+    pt_arena_free(&c.arena);
+    pt_arena_free(&d);
+
+    cfg.max_request_memory = wn / 2;
+    is(post(&c, "/api/v1/read", body), 413, "the same read with half its wire size: 413");
+    ok(strstr(c.body, "web.max_request_memory"), "naming the limit: %s", c.body);
+    pt_arena_free(&c.arena);
+    cfg.max_request_memory = 512u << 20;
+    pt_arena_free(&st);
+    pt_arena_free(&b);
+}
+
+/* Credentials per route: a route's own replace the shared ones for it only. */
+static void route_credentials(void)
+{
+    pt_slice r = file("prom-2.42-read.bin");
+    app.bearer_token = "shared";
+    app.route_creds[0].bearer_token = "writer";
+    app.route_creds[1].basic_credentials = "grafana:pw";
+    static const struct {
+        const char *path, *auth;
+        int want;
+        const char *desc;
+    } cases[] = {
+        {"/api/v1/write", "Bearer writer", 204, "write with write's own token: 204"},
+        {"/api/v1/write", "Bearer shared", 401, "write's own token replaces the shared one"},
+        {"/api/v1/write", "Basic Z3JhZmFuYTpwdw==", 401, "write refuses read's basic auth"},
+        {"/api/v1/read", "Basic Z3JhZmFuYTpwdw==", 200, "read with read's own basic auth"},
+        {"/api/v1/read", "Bearer writer", 401, "read refuses write's token"},
+        {"/api/v1/read", "Bearer shared", 401, "read's own credentials replace the shared"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int rd = strcmp(cases[i].path, "/api/v1/read") == 0;
+        run(&c, PT_M_POST, cases[i].path, "application/x-protobuf", "snappy", rd ? r.p : w.p,
+            rd ? r.n : w.n);
+        pt_arena_free(&c.arena);
+        c.req.authorization = cases[i].auth;
+        is(again(&c), cases[i].want, "%s", cases[i].desc);
+        if (cases[i].want == 401)
+            ok(c.resp.nheaders == 1 && strcmp(c.resp.headers[0].value,
+                                              rd ? "Basic realm=\"promtable\"" : "Bearer") == 0,
+               "  with the route's own WWW-Authenticate");
+        pt_arena_free(&c.arena);
     }
+    /* The browsing API reads: the read credentials. */
+    run(&c, PT_M_GET, "/api/v1/labels", NULL, NULL, NULL, 0);
+    pt_arena_free(&c.arena);
+    c.req.authorization = "Basic Z3JhZmFuYTpwdw==";
+    is(again(&c), 200, "the labels API takes read's own basic auth");
+    pt_arena_free(&c.arena);
+    c.req.authorization = "Bearer shared";
+    is(again(&c), 401, "the labels API refuses the shared token when read has its own");
+    pt_arena_free(&c.arena);
+    run(&c, PT_M_POST, "/api/v1/read", "application/x-protobuf", "snappy", r.p, r.n);
+    pt_arena_free(&c.arena);
+    app.route_creds[1].basic_credentials = NULL;
+    c.req.authorization = "Bearer shared";
+    is(again(&c), 200, "a route without its own credentials takes the shared token");
+    pt_arena_free(&c.arena);
+    app.bearer_token = NULL;
+    app.route_creds[0].bearer_token = NULL;
+}
 
-    /* A SAMPLES answer is built a group at a time as wire bytes: one that protobuf-c structs
-     * alone would take past web.max_request_memory is answered, byte for byte. */
-    {
-        pt_arena b;
-        pt_arena_init(&b, 0, 0);
-        enum { NS = 300, ROUNDS = 8 };
-        tseries *lean = pt_arena_calloc(&b, NS * sizeof(*lean));
-        int written = 1;
-        for (int r = 0; r < ROUNDS; r++) {
-            for (int i = 0; i < NS; i++) {
-                char *inst = pt_arena_alloc(&b, 16);
-                snprintf(inst, 16, "i%04d", i);
-                lean[i] = (tseries){{"__name__", "lean_m", "instance", inst, NULL}, {0}, {0}, 8};
-                for (int j = 0; j < 8; j++) {
-                    lean[i].t[j] = 1000 + 15000 * (r * 8 + j);
-                    lean[i].v[j] = j == 3 ? -0.0 : j == 5 ? NAN : i * 0.25 + r - j;
-                }
-            }
-            pt_write_result res;
-            written &= pt_store_write(&app.store, mk_write(&b, lean, NS), &b, &res) == 0 &&
-                       res.samples_rejected == 0;
-        }
-        ok(written, "%d series of %d samples written", NS, ROUNDS * 8);
-        const tmatch lm[] = {{0, "__name__", "lean_m"}};
-        Prometheus__ReadRequest *rr = mk_read(&b, 0, 10000000, lm, 1);
-        pt_slice body = mk_body(&b, &rr->base);
-
-        /* What the answer takes as protobuf-c structs: the least an answer built as structs
-         * and then packed needs. */
-        pt_arena st;
-        pt_arena_init(&st, 0, 0);
-        Prometheus__ReadResponse want;
-        char msg[512];
-        int rv = pt_store_read(&app.store, rr, &st, NULL, &want, msg, sizeof(msg));
-        size_t structs = st.used_total, wn = protobuf_c_message_get_packed_size(&want.base);
-        uint8_t *wire = pt_arena_alloc(&b, wn);
-        protobuf_c_message_pack(&want.base, wire);
-        ok(rv == 0 && want.results[0]->n_timeseries == NS &&
-               want.results[0]->timeseries[0]->n_samples == ROUNDS * 8,
-           "the answer as structs: %zu bytes, %zu on the wire", structs, wn);
-
-        cfg.max_request_memory = structs;
-        is(post(&c, "/api/v1/read", body), 200,
-           "SAMPLES read within web.max_request_memory = its structs' size: 200");
-        pt_arena d;
-        pt_arena_init(&d, 0, 0);
-        pt_slice raw = {0};
-        rv = c.resp.status == 200 ? pt_snappy_decode(c.resp.body, c.resp.body_len, 1 << 26, &d,
-                                                     &raw, msg, sizeof(msg))
-                                  : -1;
-        ok(rv == 0 && raw.n == wn && memcmp(raw.p, wire, wn) == 0,
-           "the answer is the bytes protobuf-c packs for the same series and samples");
-        ok(c.arena.used_total + raw.n <= structs,
-           "request arena (%zu) and wire bytes (%zu) stayed within the limit", c.arena.used_total,
-           raw.n);
-        pt_arena_free(&c.arena);
-        pt_arena_free(&d);
-
-        cfg.max_request_memory = wn / 2;
-        is(post(&c, "/api/v1/read", body), 413, "the same read with half its wire size: 413");
-        ok(strstr(c.body, "web.max_request_memory"), "naming the limit: %s", c.body);
-        pt_arena_free(&c.arena);
-        cfg.max_request_memory = 512u << 20;
-        pt_arena_free(&st);
-        pt_arena_free(&b);
+int main(void)
+{
+    pt_log_set_level("error"); /* the 4xx lines would only clutter prove's output */
+    static void (*const cases[])(void) = {
+        golden_write_read, response_types, media_types, bad_input, outage, request_memory,
+        authentication, admission, routes, metrics, streamed_groups, passed_chunks,
+        samples_as_wire_bytes, route_credentials,
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        setup();
+        cases[i]();
+        teardown();
     }
-
-    /* Credentials per route: a route's own replace the shared ones for it only. */
-    {
-        pt_slice r = file("prom-2.42-read.bin");
-        app.bearer_token = "shared";
-        app.route_creds[0].bearer_token = "writer";
-        app.route_creds[1].basic_credentials = "grafana:pw";
-        static const struct {
-            const char *path, *auth;
-            int want;
-            const char *desc;
-        } cases[] = {
-            {"/api/v1/write", "Bearer writer", 204, "write with write's own token: 204"},
-            {"/api/v1/write", "Bearer shared", 401, "write's own token replaces the shared one"},
-            {"/api/v1/write", "Basic Z3JhZmFuYTpwdw==", 401, "write refuses read's basic auth"},
-            {"/api/v1/read", "Basic Z3JhZmFuYTpwdw==", 200, "read with read's own basic auth"},
-            {"/api/v1/read", "Bearer writer", 401, "read refuses write's token"},
-            {"/api/v1/read", "Bearer shared", 401, "read's own credentials replace the shared"},
-        };
-        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-            int rd = strcmp(cases[i].path, "/api/v1/read") == 0;
-            run(&c, PT_M_POST, cases[i].path, "application/x-protobuf", "snappy", rd ? r.p : w.p,
-                rd ? r.n : w.n);
-            pt_arena_free(&c.arena);
-            c.req.authorization = cases[i].auth;
-            is(again(&c), cases[i].want, "%s", cases[i].desc);
-            if (cases[i].want == 401)
-                ok(c.resp.nheaders == 1 && strcmp(c.resp.headers[0].value,
-                                                  rd ? "Basic realm=\"promtable\"" : "Bearer") == 0,
-                   "  with the route's own WWW-Authenticate");
-            pt_arena_free(&c.arena);
-        }
-        /* The browsing API reads: the read credentials. */
-        run(&c, PT_M_GET, "/api/v1/labels", NULL, NULL, NULL, 0);
-        pt_arena_free(&c.arena);
-        c.req.authorization = "Basic Z3JhZmFuYTpwdw==";
-        is(again(&c), 200, "the labels API takes read's own basic auth");
-        pt_arena_free(&c.arena);
-        c.req.authorization = "Bearer shared";
-        is(again(&c), 401, "the labels API refuses the shared token when read has its own");
-        pt_arena_free(&c.arena);
-        run(&c, PT_M_POST, "/api/v1/read", "application/x-protobuf", "snappy", r.p, r.n);
-        pt_arena_free(&c.arena);
-        app.route_creds[1].basic_credentials = NULL;
-        c.req.authorization = "Bearer shared";
-        is(again(&c), 200, "a route without its own credentials takes the shared token");
-        pt_arena_free(&c.arena);
-        app.bearer_token = NULL;
-        app.route_creds[0].bearer_token = NULL;
-    }
-
-    pt_buf_free(&c.produced);
-    pt_config_free(&cfg);
-    tstore_close(&s);
     return done_testing();
 }

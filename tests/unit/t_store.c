@@ -412,24 +412,16 @@ static void regex_limits(tstore *s)
     s->st.max_matchers = 0;
 }
 
-int main(void)
-{
-    label_limits();
-    tstore s;
-    if (tstore_open(&s) != 0) {
-        printf("Bail out! cannot open the embedded store\n");
-        return 1;
-    }
-    pt_arena a;
-    pt_arena_init(&a, 0, 0);
-    pt_write_result res;
+/* The test data: 7 series, 9 samples; the metric up has 3 series. */
+static char big[5001]; /* a 5000-byte label value */
+static const tmatch up[] = {{0, "__name__", "up"}};
 
-    static char big[5001];
+static int write_data(tstore *s, pt_arena *a, pt_write_result *res)
+{
     memset(big, 'x', 5000);
     double stale;
     uint64_t stale_bits = 0x7ff0000000000002ULL;
     memcpy(&stale, &stale_bits, 8);
-
     tseries data[] = {
         {{"__name__", "up", "instance", "a:9100", "job", "node", NULL}, {T0, T0 + 15000}, {1, 0}, 2},
         {{"__name__", "up", "instance", "b:9100", "job", "node", NULL}, {T0}, {1}, 1},
@@ -440,16 +432,55 @@ int main(void)
         {{"__name__", "weird", "big", big, NULL}, {T0, T0 + 1}, {3, stale}, 2},
         {{"Zone", "eu", "__name__", "zoned", NULL}, {T0}, {1}, 1},
     };
-    int rv = pt_store_write(&s.st, mk_write(&a, data, 7), &a, &res);
+    return pt_store_write(&s->st, mk_write(a, data, 7), a, res);
+}
+
+static void open_store(tstore *s)
+{
+    if (tstore_open(s) != 0) {
+        printf("Bail out! cannot open the embedded store\n");
+        exit(1);
+    }
+}
+
+/* A new store holding the test data: what most cases read. */
+static void open_with_data(tstore *s)
+{
+    open_store(s);
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    pt_write_result res;
+    if (write_data(s, &a, &res) != 0 || res.samples_written != 9) {
+        printf("Bail out! cannot write the test data\n");
+        exit(1);
+    }
+    pt_arena_free(&a);
+}
+
+/* The test data: stored, and again through the index cache. */
+static void writes(void)
+{
+    tstore s;
+    open_store(&s);
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    pt_write_result res;
+    int rv = write_data(&s, &a, &res);
     ok(rv == 0 && res.samples_rejected == 0, "a valid request is stored");
     is(res.samples_written, 9, "every sample written");
     ok(res.index_rows > 0, "first write creates index rows");
 
-    rv = pt_store_write(&s.st, mk_write(&a, data, 7), &a, &res);
+    rv = write_data(&s, &a, &res);
     ok(rv == 0 && res.index_rows == 0, "a repeated write writes no index rows (cache)");
+    pt_arena_free(&a);
+    tstore_close(&s);
+}
 
-    /* Matchers. */
-    const tmatch up[] = {{0, "__name__", "up"}};
+/* Matchers. */
+static void matchers(void)
+{
+    tstore s;
+    open_with_data(&s);
     is(count(&s, up, 1), 3, "EQ on __name__");
     const tmatch up_node[] = {{0, "__name__", "up"}, {0, "job", "node"}};
     is(count(&s, up_node, 2), 2, "EQ on name and label");
@@ -494,281 +525,384 @@ int main(void)
     is(count(&s, only_nre_empty, 1), 1, "a selector of just label!~\"\"");
     const tmatch upper[] = {{0, "Zone", "eu"}};
     is(count(&s, upper, 1), 1, "label name sorting before __name__");
-
-    /* Equality matchers are first checked on the escaped series id: values holding the
-     * separators, prefixes of other values and names, a trailing backslash. */
-    {
-        pt_arena b;
-        pt_arena_init(&b, 0, 0);
-        tseries tricky[] = {
-            {{"__name__", "sep", "a", "x,b=1", NULL}, {T0}, {1}, 1},
-            {{"__name__", "sep", "a", "x", "b", "1", NULL}, {T0}, {2}, 1},
-            {{"__name__", "sep", "a", "x", "b", "10", NULL}, {T0}, {3}, 1},
-            {{"__name__", "sep", "a", "x", "b_c", "1", NULL}, {T0}, {4}, 1},
-            {{"__name__", "sep", "a", "v\\", "b", "1", NULL}, {T0}, {5}, 1},
-            {{"__name__", "sepx", "a", "x", "b", "1", NULL}, {T0}, {6}, 1},
-            {{"__name__", "sep", "a", "x=b", "b", "1", NULL}, {T0}, {7}, 1},
-        };
-        ok(pt_store_write(&s.st, mk_write(&b, tricky, 7), &b, &res) == 0 && res.samples_written == 7,
-           "series with separators in values written");
-        const tmatch m1[] = {{0, "__name__", "sep"}, {0, "a", "x"}, {0, "b", "1"}};
-        is(count(&s, m1, 3), 1, "a=x,b=1 is not read into a=\"x,b=1\" nor b=10 nor b_c=1");
-        const tmatch m2[] = {{0, "__name__", "sep"}, {0, "a", "x,b=1"}};
-        is(count(&s, m2, 2), 1, "a=\"x,b=1\" finds only that series");
-        const tmatch m3[] = {{0, "__name__", "sep"}, {0, "a", "v\\"}, {0, "b", "1"}};
-        is(count(&s, m3, 3), 1, "a value ending in a backslash");
-        const tmatch m4[] = {{0, "a", "x"}, {0, "b", "1"}};
-        is(count(&s, m4, 2), 2, "without __name__: sep and sepx, not the metric's prefix");
-        const tmatch m5[] = {{0, "b", "1"}, {0, "__name__", "sepx"}};
-        is(count(&s, m5, 2), 1, "a metric whose name extends another's");
-        const tmatch m6[] = {{0, "__name__", "sep"}, {0, "a", "x=b"}, {0, "b", "1"}};
-        is(count(&s, m6, 3), 1, "a value holding '='");
-        pt_arena_free(&b);
-    }
-
-    /* A read whose client went away stops at its next storage call. */
-    {
-        pt_arena b;
-        pt_arena_init(&b, 0, 0);
-        char msg[512] = "";
-        atomic_int gone;
-        atomic_init(&gone, 1);
-        s.cancel = &gone;
-        query(&s, &b, T0, T0, up, 1, &rv, msg);
-        ok(rv == PT_ECANCELLED && strstr(msg, "went away"), "a cancelled read stops (%s)", msg);
-        atomic_store(&gone, 0);
-        query(&s, &b, T0, T0, up, 1, &rv, msg);
-        ok(rv == 0, "the flag is looked at, not assumed");
-        s.cancel = NULL;
-        pt_arena_free(&b);
-    }
-
-    /* read.timeout: a read whose storage calls take longer ends with a 503 naming it. */
-    {
-        pt_arena b;
-        pt_arena_init(&b, 0, 0);
-        char msg[512] = "";
-        pt_faulty_plan slow = {.latency_ms = 40};
-        pt_faulty_set(&s.faulty, &slow);
-        s.st.read_timeout_ms = 30;
-        query(&s, &b, T0, T0, up, 1, &rv, msg);
-        ok(rv == PT_ETIMEOUT && pt_error_http_status(rv) == 503 && strstr(msg, "read.timeout"),
-           "a read past read.timeout is a 503 naming it (%s)", msg);
-        s.st.read_timeout_ms = 0;
-        query(&s, &b, T0, T0, up, 1, &rv, msg);
-        ok(rv == 0, "without a deadline the slow read completes");
-        pt_faulty_set(&s.faulty, NULL);
-        pt_arena_free(&b);
-    }
-
-    /* Bad regex → 4xx error code. */
-    {
-        pt_arena b;
-        pt_arena_init(&b, 0, 0);
-        char msg[512] = "";
-        const tmatch bad[] = {{2, "job", "(unclosed"}};
-        query(&s, &b, T0, T0, bad, 1, &rv, msg);
-        ok(rv == PT_EREGEX && strstr(msg, "(unclosed"), "invalid regex is a 400 naming it");
-        const tmatch esc[] = {{2, "job", "x)|(.*"}};
-        query(&s, &b, T0, T0, esc, 1, &rv, msg);
-        ok(rv == PT_EREGEX, "a regex cannot escape its anchoring group");
-        pt_arena_free(&b);
-    }
-
-    /* Contents: sorted series, sorted samples, exact values and labels. */
-    {
-        pt_arena b;
-        pt_arena_init(&b, 0, 0);
-        char msg[512];
-        Prometheus__ReadResponse *r = query(&s, &b, T0 - 1000, T0 + 60000, up, 1, &rv, msg);
-        Prometheus__QueryResult *qr = r->results[0];
-        ok(rv == 0 && qr->n_timeseries == 3, "read up");
-        ok(strcmp(label(qr->timeseries[0], "instance"), "a:9100") == 0 &&
-               strcmp(label(qr->timeseries[2], "instance"), "c:9090") == 0,
-           "series sorted by labels");
-        ok(qr->timeseries[0]->n_samples == 2 && qr->timeseries[0]->samples[0]->timestamp == T0 &&
-               qr->timeseries[0]->samples[1]->timestamp == T0 + 15000 &&
-               qr->timeseries[0]->samples[1]->value == 0,
-           "samples in time order with their values");
-        ok(qr->timeseries[0]->n_labels == 3 &&
-               memcmp(qr->timeseries[0]->labels[0]->name.data, "__name__", 8) == 0,
-           "labels sorted by name");
-
-        r = query(&s, &b, T0 + 1, T0 + 15000, up, 1, &rv, msg);
-        ok(rv == 0 && r->results[0]->n_timeseries == 1 &&
-               r->results[0]->timeseries[0]->n_samples == 1,
-           "time range is inclusive and excludes earlier samples; empty series are omitted");
-
-        const tmatch w[] = {{0, "__name__", "weird"}};
-        r = query(&s, &b, T0, T0 + 1, w, 1, &rv, msg);
-        const Prometheus__TimeSeries *ts = r->results[0]->timeseries[0];
-        uint64_t bits;
-        memcpy(&bits, &ts->samples[1]->value, 8);
-        ok(rv == 0 && bits == 0x7ff0000000000002ULL, "staleness marker read back bit-exact");
-        ok(strlen(label(ts, "big")) == 5000, "5000-byte label value read back whole");
-
-        const tmatch p[] = {{0, "path", ",=@\\ \xc3\xbc"}};
-        r = query(&s, &b, T0, T0, p, 1, &rv, msg);
-        ok(rv == 0 && r->results[0]->n_timeseries == 1 &&
-               strcmp(label(r->results[0]->timeseries[0], "path"), ",=@\\ \xc3\xbc") == 0,
-           "escaped characters and UTF-8 round-trip");
-        pt_arena_free(&b);
-    }
-
-    /* Long names and values: every index key stays within Bigtable's 4 KiB, and every
-     * lookup path still finds the series. */
-    {
-        static char bigname[5001], bigmetric[5001], mid[3901];
-        memset(mid, 'y', 3900); /* plain sid near 4 KiB: postings must reference it by digest */
-        memset(bigname, 'n', 5000);
-        memset(bigmetric, 'm', 5000);
-        tseries longs[] = {
-            {{"__name__", bigmetric, "k2", "v", NULL}, {T0}, {1}, 1},
-            {{"__name__", "nearly", "y", mid, NULL}, {T0}, {4}, 1},
-            {{"__name__", "longname", bigname, "v", NULL}, {T0}, {2}, 1},
-            {{"__name__", "weird2", "big", big, "z", big, NULL}, {T0}, {3}, 1},
-        };
-        rv = pt_store_write(&s.st, mk_write(&a, longs, 4), &a, &res);
-        ok(rv == 0 && res.samples_rejected == 0, "series with 5000-byte metric, name and values stored");
-        pt_row_range everything = {{(const uint8_t *)"\x01", 1}, {0}};
-        pt_scan sc = {PT_TABLE_INDEX, &everything, 1, {0}, {0}, 0, NULL, NULL};
-        size_t longest = 0;
-        int scan_rv = pt_backend_scan(&s.faulty, &sc, longest_row, &longest);
-        ok(scan_rv == 0 && longest > 3900 && longest <= 4096,
-           "every index row key is at most 4096 bytes (longest %zu)", longest);
-        const tmatch m1[] = {{0, "__name__", bigmetric}};
-        is(count(&s, m1, 1), 1, "EQ on a 5000-byte metric name");
-        const tmatch m2[] = {{0, bigname, "v"}};
-        is(count(&s, m2, 1), 1, "EQ on a label with a 5000-byte name (postings)");
-        const tmatch m3[] = {{0, "big", big}, {0, "__name__", "weird2"}};
-        is(count(&s, m3, 2), 1, "EQ on a 5000-byte value");
-        const tmatch m4[] = {{0, "z", big}};
-        is(count(&s, m4, 1), 1, "EQ on a 5000-byte value without __name__ (digest posting)");
-        const tmatch m5[] = {{2, "z", "x+"}};
-        is(count(&s, m5, 1), 1, "regex over 5000-byte values (values listed from their cells)");
-        const tmatch m6[] = {{2, "__name__", "m+"}};
-        is(count(&s, m6, 1), 1, "regex on a 5000-byte metric name");
-        const tmatch m7[] = {{0, "y", mid}};
-        is(count(&s, m7, 1), 1, "posting that references a near-4 KiB sid by digest");
-        const tmatch m8[] = {{0, "__name__", "nearly"}};
-        is(count(&s, m8, 1), 1, "and the metric row of that series");
-    }
-
-    /* Same timestamp, new value: last write wins; old samples (backfill) accepted. */
-    {
-        tseries upd[] = {{{"__name__", "up", "instance", "a:9100", "job", "node", NULL},
-                          {T0, T0 - 86400000LL * 60}, {42, 9}, 2}};
-        rv = pt_store_write(&s.st, mk_write(&a, upd, 1), &a, &res);
-        ok(rv == 0 && res.samples_rejected == 0, "backfill 60 days back is accepted");
-        pt_arena b;
-        pt_arena_init(&b, 0, 0);
-        char msg[512];
-        Prometheus__ReadResponse *r = query(&s, &b, T0, T0, up_node, 2, &rv, msg);
-        ok(rv == 0 && r->results[0]->timeseries[0]->samples[0]->value == 42,
-           "same timestamp, new value: last write wins");
-        r = query(&s, &b, T0 - 86400000LL * 61, T0 - 86400000LL * 59, up_node, 2, &rv, msg);
-        ok(rv == 0 && r->results[0]->n_timeseries == 1 &&
-               r->results[0]->timeseries[0]->samples[0]->value == 9,
-           "backfilled sample is found through its own day's index");
-        /* A query spanning several buckets merges them in order. */
-        r = query(&s, &b, T0 - 86400000LL * 61, T0 + 60000, up_node, 2, &rv, msg);
-        ok(rv == 0 && r->results[0]->timeseries[0]->n_samples == 3 &&
-               r->results[0]->timeseries[0]->samples[0]->value == 9,
-           "a query across buckets returns every sample in time order");
-        pt_arena_free(&b);
-    }
-
-    /* Near the end of an index bucket the next one is indexed ahead, so the first scrape
-     * of a new day writes no index rows. */
-    {
-        int64_t day_end = (T0 / 86400000 + 3) * 86400000;
-        tseries late[] = {{{"__name__", "late", NULL}, {day_end - 1}, {1}, 1}};
-        rv = pt_store_write(&s.st, mk_write(&a, late, 1), &a, &res);
-        /* Per day: the metric's list row, the series row, the values row of __name__. */
-        ok(rv == 0 && res.index_rows == 6, "last ms of a day: this day and the next indexed");
-        tseries next[] = {{{"__name__", "late", NULL}, {day_end + 15000}, {2}, 1}};
-        rv = pt_store_write(&s.st, mk_write(&a, next, 1), &a, &res);
-        ok(rv == 0 && res.index_rows == 0, "first scrape of the new day writes no index rows");
-        tseries early[] = {{{"__name__", "late", NULL}, {day_end + 60000}, {3}, 1}};
-        rv = pt_store_write(&s.st, mk_write(&a, early, 1), &a, &res);
-        ok(rv == 0 && res.index_rows == 0, "early in a day nothing is indexed ahead");
-    }
-
-    /* Validation: precise messages, partial ingestion. */
-    {
-        tseries bad[] = {
-            {{"job", "x", "__name__", "m", "job", "y", NULL}, {T0}, {1}, 1},
-            {{"__name__", "m", "a", "1", "a", "2", NULL}, {T0}, {1}, 1},
-            {{"__name__", "m", "", "1", NULL}, {T0}, {1}, 1},
-            {{"__name__", "m", "a", "\xff", NULL}, {T0}, {1}, 1},
-            {{"job", "x", NULL}, {T0}, {1}, 1},
-            {{"__name__", "m", NULL}, {-5}, {1}, 1},
-            {{"__name__", "good", NULL}, {T0}, {1}, 1},
-        };
-        const char *want[] = {"duplicate label name \"job\"", "duplicate label name \"a\"", "empty name",
-                              "not valid UTF-8", "no metric name", "negative timestamp"};
-        for (int i = 0; i < 6; i++) {
-            rv = pt_store_write(&s.st, mk_write(&a, &bad[i], 1), &a, &res);
-            ok(rv == 0 && res.samples_rejected == 1 && strstr(res.msg, want[i]),
-               "rejected with \"%s\"", want[i]);
-            if (!strstr(res.msg, want[i]))
-                diag("message: %s", res.msg);
-        }
-        rv = pt_store_write(&s.st, mk_write(&a, bad, 7), &a, &res);
-        ok(rv == 0 && res.samples_written == 1 && res.samples_rejected == 6,
-           "the valid part of a mixed request is stored");
-        tseries empty_val[] = {{{"__name__", "ev", "a", "", "b", "1", NULL}, {T0}, {1}, 1}};
-        rv = pt_store_write(&s.st, mk_write(&a, empty_val, 1), &a, &res);
-        const tmatch ev[] = {{0, "__name__", "ev"}, {0, "a", ""}};
-        ok(rv == 0 && res.samples_rejected == 0 && count(&s, ev, 2) == 1,
-           "an empty label value is the same as no label");
-    }
-
-    /* Outages: the error is retryable, the index cache is not poisoned, a retry succeeds. */
-    {
-        tseries fresh[] = {{{"__name__", "outage", "k", "v", NULL}, {T0}, {1}, 1}};
-        pt_faulty_plan plan = {0};
-        plan.write.fail_next = 1;
-        plan.write.partial = 1;
-        pt_faulty_set(&s.faulty, &plan);
-        rv = pt_store_write(&s.st, mk_write(&a, fresh, 1), &a, &res);
-        ok(PT_IS_RETRYABLE(rv), "a backend outage is a retryable error (503)");
-        pt_faulty_set(&s.faulty, NULL);
-        rv = pt_store_write(&s.st, mk_write(&a, fresh, 1), &a, &res);
-        ok(rv == 0 && res.index_rows > 0, "the retry writes the index rows again");
-        const tmatch o[] = {{0, "k", "v"}};
-        is(count(&s, o, 1), 1, "after the retry the series is readable");
-
-        plan = (pt_faulty_plan){0};
-        plan.scan.fail_next = 1;
-        pt_faulty_set(&s.faulty, &plan);
-        is(count(&s, o, 1), -1, "a failing scan fails the read");
-        pt_faulty_set(&s.faulty, NULL);
-    }
-
-    /* Limits. */
-    {
-        s.st.max_series = 2;
-        is(count(&s, up, 1), -1, "series limit exceeded is an error");
-        s.st.max_series = 1000;
-        s.st.max_samples = 3;
-        is(count(&s, up, 1), -1, "sample limit exceeded is an error");
-        s.st.max_samples = 100000;
-    }
-
-    pt_arena_free(&a);
-    read_cost(&s);
-    regex_limits(&s);
     tstore_close(&s);
+}
+
+/* Equality matchers are first checked on the escaped series id: values holding the
+ * separators, prefixes of other values and names, a trailing backslash. */
+static void separators(void)
+{
+    tstore s;
+    open_with_data(&s);
+    pt_write_result res;
+    pt_arena b;
+    pt_arena_init(&b, 0, 0);
+    tseries tricky[] = {
+        {{"__name__", "sep", "a", "x,b=1", NULL}, {T0}, {1}, 1},
+        {{"__name__", "sep", "a", "x", "b", "1", NULL}, {T0}, {2}, 1},
+        {{"__name__", "sep", "a", "x", "b", "10", NULL}, {T0}, {3}, 1},
+        {{"__name__", "sep", "a", "x", "b_c", "1", NULL}, {T0}, {4}, 1},
+        {{"__name__", "sep", "a", "v\\", "b", "1", NULL}, {T0}, {5}, 1},
+        {{"__name__", "sepx", "a", "x", "b", "1", NULL}, {T0}, {6}, 1},
+        {{"__name__", "sep", "a", "x=b", "b", "1", NULL}, {T0}, {7}, 1},
+    };
+    ok(pt_store_write(&s.st, mk_write(&b, tricky, 7), &b, &res) == 0 && res.samples_written == 7,
+       "series with separators in values written");
+    const tmatch m1[] = {{0, "__name__", "sep"}, {0, "a", "x"}, {0, "b", "1"}};
+    is(count(&s, m1, 3), 1, "a=x,b=1 is not read into a=\"x,b=1\" nor b=10 nor b_c=1");
+    const tmatch m2[] = {{0, "__name__", "sep"}, {0, "a", "x,b=1"}};
+    is(count(&s, m2, 2), 1, "a=\"x,b=1\" finds only that series");
+    const tmatch m3[] = {{0, "__name__", "sep"}, {0, "a", "v\\"}, {0, "b", "1"}};
+    is(count(&s, m3, 3), 1, "a value ending in a backslash");
+    const tmatch m4[] = {{0, "a", "x"}, {0, "b", "1"}};
+    is(count(&s, m4, 2), 2, "without __name__: sep and sepx, not the metric's prefix");
+    const tmatch m5[] = {{0, "b", "1"}, {0, "__name__", "sepx"}};
+    is(count(&s, m5, 2), 1, "a metric whose name extends another's");
+    const tmatch m6[] = {{0, "__name__", "sep"}, {0, "a", "x=b"}, {0, "b", "1"}};
+    is(count(&s, m6, 3), 1, "a value holding '='");
+    pt_arena_free(&b);
+    tstore_close(&s);
+}
+
+/* A read whose client went away stops at its next storage call. */
+static void cancelled_read(void)
+{
+    tstore s;
+    open_with_data(&s);
+    int rv;
+    pt_arena b;
+    pt_arena_init(&b, 0, 0);
+    char msg[512] = "";
+    atomic_int gone;
+    atomic_init(&gone, 1);
+    s.cancel = &gone;
+    query(&s, &b, T0, T0, up, 1, &rv, msg);
+    ok(rv == PT_ECANCELLED && strstr(msg, "went away"), "a cancelled read stops (%s)", msg);
+    atomic_store(&gone, 0);
+    query(&s, &b, T0, T0, up, 1, &rv, msg);
+    ok(rv == 0, "the flag is looked at, not assumed");
+    s.cancel = NULL;
+    pt_arena_free(&b);
+    tstore_close(&s);
+}
+
+/* read.timeout: a read whose storage calls take longer ends with a 503 naming it. */
+static void read_timeout(void)
+{
+    tstore s;
+    open_with_data(&s);
+    int rv;
+    pt_arena b;
+    pt_arena_init(&b, 0, 0);
+    char msg[512] = "";
+    pt_faulty_plan slow = {.latency_ms = 40};
+    pt_faulty_set(&s.faulty, &slow);
+    s.st.read_timeout_ms = 30;
+    query(&s, &b, T0, T0, up, 1, &rv, msg);
+    ok(rv == PT_ETIMEOUT && pt_error_http_status(rv) == 503 && strstr(msg, "read.timeout"),
+       "a read past read.timeout is a 503 naming it (%s)", msg);
+    s.st.read_timeout_ms = 0;
+    query(&s, &b, T0, T0, up, 1, &rv, msg);
+    ok(rv == 0, "without a deadline the slow read completes");
+    pt_faulty_set(&s.faulty, NULL);
+    pt_arena_free(&b);
+    tstore_close(&s);
+}
+
+/* Bad regex → 4xx error code. */
+static void bad_regex(void)
+{
+    tstore s;
+    open_with_data(&s);
+    int rv;
+    pt_arena b;
+    pt_arena_init(&b, 0, 0);
+    char msg[512] = "";
+    const tmatch bad[] = {{2, "job", "(unclosed"}};
+    query(&s, &b, T0, T0, bad, 1, &rv, msg);
+    ok(rv == PT_EREGEX && strstr(msg, "(unclosed"), "invalid regex is a 400 naming it");
+    const tmatch esc[] = {{2, "job", "x)|(.*"}};
+    query(&s, &b, T0, T0, esc, 1, &rv, msg);
+    ok(rv == PT_EREGEX, "a regex cannot escape its anchoring group");
+    pt_arena_free(&b);
+    tstore_close(&s);
+}
+
+/* Contents: sorted series, sorted samples, exact values and labels. */
+static void contents(void)
+{
+    tstore s;
+    open_with_data(&s);
+    int rv;
+    pt_arena b;
+    pt_arena_init(&b, 0, 0);
+    char msg[512];
+    Prometheus__ReadResponse *r = query(&s, &b, T0 - 1000, T0 + 60000, up, 1, &rv, msg);
+    Prometheus__QueryResult *qr = r->results[0];
+    ok(rv == 0 && qr->n_timeseries == 3, "read up");
+    ok(strcmp(label(qr->timeseries[0], "instance"), "a:9100") == 0 &&
+           strcmp(label(qr->timeseries[2], "instance"), "c:9090") == 0,
+       "series sorted by labels");
+    ok(qr->timeseries[0]->n_samples == 2 && qr->timeseries[0]->samples[0]->timestamp == T0 &&
+           qr->timeseries[0]->samples[1]->timestamp == T0 + 15000 &&
+           qr->timeseries[0]->samples[1]->value == 0,
+       "samples in time order with their values");
+    ok(qr->timeseries[0]->n_labels == 3 &&
+           memcmp(qr->timeseries[0]->labels[0]->name.data, "__name__", 8) == 0,
+       "labels sorted by name");
+
+    r = query(&s, &b, T0 + 1, T0 + 15000, up, 1, &rv, msg);
+    ok(rv == 0 && r->results[0]->n_timeseries == 1 &&
+           r->results[0]->timeseries[0]->n_samples == 1,
+       "time range is inclusive and excludes earlier samples; empty series are omitted");
+
+    const tmatch w[] = {{0, "__name__", "weird"}};
+    r = query(&s, &b, T0, T0 + 1, w, 1, &rv, msg);
+    const Prometheus__TimeSeries *ts = r->results[0]->timeseries[0];
+    uint64_t bits;
+    memcpy(&bits, &ts->samples[1]->value, 8);
+    ok(rv == 0 && bits == 0x7ff0000000000002ULL, "staleness marker read back bit-exact");
+    ok(strlen(label(ts, "big")) == 5000, "5000-byte label value read back whole");
+
+    const tmatch p[] = {{0, "path", ",=@\\ \xc3\xbc"}};
+    r = query(&s, &b, T0, T0, p, 1, &rv, msg);
+    ok(rv == 0 && r->results[0]->n_timeseries == 1 &&
+           strcmp(label(r->results[0]->timeseries[0], "path"), ",=@\\ \xc3\xbc") == 0,
+       "escaped characters and UTF-8 round-trip");
+    pt_arena_free(&b);
+    tstore_close(&s);
+}
+
+/* Long names and values: every index key stays within Bigtable's 4 KiB, and every
+ * lookup path still finds the series. */
+static void long_names(void)
+{
+    tstore s;
+    open_with_data(&s);
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    pt_write_result res;
+    int rv;
+    static char bigname[5001], bigmetric[5001], mid[3901];
+    memset(mid, 'y', 3900); /* plain sid near 4 KiB: postings must reference it by digest */
+    memset(bigname, 'n', 5000);
+    memset(bigmetric, 'm', 5000);
+    tseries longs[] = {
+        {{"__name__", bigmetric, "k2", "v", NULL}, {T0}, {1}, 1},
+        {{"__name__", "nearly", "y", mid, NULL}, {T0}, {4}, 1},
+        {{"__name__", "longname", bigname, "v", NULL}, {T0}, {2}, 1},
+        {{"__name__", "weird2", "big", big, "z", big, NULL}, {T0}, {3}, 1},
+    };
+    rv = pt_store_write(&s.st, mk_write(&a, longs, 4), &a, &res);
+    ok(rv == 0 && res.samples_rejected == 0, "series with 5000-byte metric, name and values stored");
+    pt_row_range everything = {{(const uint8_t *)"\x01", 1}, {0}};
+    pt_scan sc = {PT_TABLE_INDEX, &everything, 1, {0}, {0}, 0, NULL, NULL};
+    size_t longest = 0;
+    int scan_rv = pt_backend_scan(&s.faulty, &sc, longest_row, &longest);
+    ok(scan_rv == 0 && longest > 3900 && longest <= 4096,
+       "every index row key is at most 4096 bytes (longest %zu)", longest);
+    const tmatch m1[] = {{0, "__name__", bigmetric}};
+    is(count(&s, m1, 1), 1, "EQ on a 5000-byte metric name");
+    const tmatch m2[] = {{0, bigname, "v"}};
+    is(count(&s, m2, 1), 1, "EQ on a label with a 5000-byte name (postings)");
+    const tmatch m3[] = {{0, "big", big}, {0, "__name__", "weird2"}};
+    is(count(&s, m3, 2), 1, "EQ on a 5000-byte value");
+    const tmatch m4[] = {{0, "z", big}};
+    is(count(&s, m4, 1), 1, "EQ on a 5000-byte value without __name__ (digest posting)");
+    const tmatch m5[] = {{2, "z", "x+"}};
+    is(count(&s, m5, 1), 1, "regex over 5000-byte values (values listed from their cells)");
+    const tmatch m6[] = {{2, "__name__", "m+"}};
+    is(count(&s, m6, 1), 1, "regex on a 5000-byte metric name");
+    const tmatch m7[] = {{0, "y", mid}};
+    is(count(&s, m7, 1), 1, "posting that references a near-4 KiB sid by digest");
+    const tmatch m8[] = {{0, "__name__", "nearly"}};
+    is(count(&s, m8, 1), 1, "and the metric row of that series");
+    pt_arena_free(&a);
+    tstore_close(&s);
+}
+
+/* Same timestamp, new value: last write wins; old samples (backfill) accepted. */
+static void backfill(void)
+{
+    tstore s;
+    open_with_data(&s);
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    pt_write_result res;
+    int rv;
+    const tmatch up_node[] = {{0, "__name__", "up"}, {0, "job", "node"}};
+    tseries upd[] = {{{"__name__", "up", "instance", "a:9100", "job", "node", NULL},
+                      {T0, T0 - 86400000LL * 60}, {42, 9}, 2}};
+    rv = pt_store_write(&s.st, mk_write(&a, upd, 1), &a, &res);
+    ok(rv == 0 && res.samples_rejected == 0, "backfill 60 days back is accepted");
+    pt_arena b;
+    pt_arena_init(&b, 0, 0);
+    char msg[512];
+    Prometheus__ReadResponse *r = query(&s, &b, T0, T0, up_node, 2, &rv, msg);
+    ok(rv == 0 && r->results[0]->timeseries[0]->samples[0]->value == 42,
+       "same timestamp, new value: last write wins");
+    r = query(&s, &b, T0 - 86400000LL * 61, T0 - 86400000LL * 59, up_node, 2, &rv, msg);
+    ok(rv == 0 && r->results[0]->n_timeseries == 1 &&
+           r->results[0]->timeseries[0]->samples[0]->value == 9,
+       "backfilled sample is found through its own day's index");
+    /* A query spanning several buckets merges them in order. */
+    r = query(&s, &b, T0 - 86400000LL * 61, T0 + 60000, up_node, 2, &rv, msg);
+    ok(rv == 0 && r->results[0]->timeseries[0]->n_samples == 3 &&
+           r->results[0]->timeseries[0]->samples[0]->value == 9,
+       "a query across buckets returns every sample in time order");
+    pt_arena_free(&b);
+    pt_arena_free(&a);
+    tstore_close(&s);
+}
+
+/* Near the end of an index bucket the next one is indexed ahead, so the first scrape
+ * of a new day writes no index rows. */
+static void index_ahead(void)
+{
+    tstore s;
+    open_store(&s);
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    pt_write_result res;
+    int rv;
+    int64_t day_end = (T0 / 86400000 + 3) * 86400000;
+    tseries late[] = {{{"__name__", "late", NULL}, {day_end - 1}, {1}, 1}};
+    rv = pt_store_write(&s.st, mk_write(&a, late, 1), &a, &res);
+    /* Per day: the metric's list row, the series row, the values row of __name__. */
+    ok(rv == 0 && res.index_rows == 6, "last ms of a day: this day and the next indexed");
+    tseries next[] = {{{"__name__", "late", NULL}, {day_end + 15000}, {2}, 1}};
+    rv = pt_store_write(&s.st, mk_write(&a, next, 1), &a, &res);
+    ok(rv == 0 && res.index_rows == 0, "first scrape of the new day writes no index rows");
+    tseries early[] = {{{"__name__", "late", NULL}, {day_end + 60000}, {3}, 1}};
+    rv = pt_store_write(&s.st, mk_write(&a, early, 1), &a, &res);
+    ok(rv == 0 && res.index_rows == 0, "early in a day nothing is indexed ahead");
+    pt_arena_free(&a);
+    tstore_close(&s);
+}
+
+/* Validation: precise messages, partial ingestion. */
+static void validation(void)
+{
+    tstore s;
+    open_store(&s);
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    pt_write_result res;
+    int rv;
+    tseries bad[] = {
+        {{"job", "x", "__name__", "m", "job", "y", NULL}, {T0}, {1}, 1},
+        {{"__name__", "m", "a", "1", "a", "2", NULL}, {T0}, {1}, 1},
+        {{"__name__", "m", "", "1", NULL}, {T0}, {1}, 1},
+        {{"__name__", "m", "a", "\xff", NULL}, {T0}, {1}, 1},
+        {{"job", "x", NULL}, {T0}, {1}, 1},
+        {{"__name__", "m", NULL}, {-5}, {1}, 1},
+        {{"__name__", "good", NULL}, {T0}, {1}, 1},
+    };
+    const char *want[] = {"duplicate label name \"job\"", "duplicate label name \"a\"", "empty name",
+                          "not valid UTF-8", "no metric name", "negative timestamp"};
+    for (int i = 0; i < 6; i++) {
+        rv = pt_store_write(&s.st, mk_write(&a, &bad[i], 1), &a, &res);
+        ok(rv == 0 && res.samples_rejected == 1 && strstr(res.msg, want[i]),
+           "rejected with \"%s\"", want[i]);
+        if (!strstr(res.msg, want[i]))
+            diag("message: %s", res.msg);
+    }
+    rv = pt_store_write(&s.st, mk_write(&a, bad, 7), &a, &res);
+    ok(rv == 0 && res.samples_written == 1 && res.samples_rejected == 6,
+       "the valid part of a mixed request is stored");
+    tseries empty_val[] = {{{"__name__", "ev", "a", "", "b", "1", NULL}, {T0}, {1}, 1}};
+    rv = pt_store_write(&s.st, mk_write(&a, empty_val, 1), &a, &res);
+    const tmatch ev[] = {{0, "__name__", "ev"}, {0, "a", ""}};
+    ok(rv == 0 && res.samples_rejected == 0 && count(&s, ev, 2) == 1,
+       "an empty label value is the same as no label");
+    pt_arena_free(&a);
+    tstore_close(&s);
+}
+
+/* Outages: the error is retryable, the index cache is not poisoned, a retry succeeds. */
+static void outages(void)
+{
+    tstore s;
+    open_store(&s);
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    pt_write_result res;
+    int rv;
+    tseries fresh[] = {{{"__name__", "outage", "k", "v", NULL}, {T0}, {1}, 1}};
+    pt_faulty_plan plan = {0};
+    plan.write.fail_next = 1;
+    plan.write.partial = 1;
+    pt_faulty_set(&s.faulty, &plan);
+    rv = pt_store_write(&s.st, mk_write(&a, fresh, 1), &a, &res);
+    ok(PT_IS_RETRYABLE(rv), "a backend outage is a retryable error (503)");
+    pt_faulty_set(&s.faulty, NULL);
+    rv = pt_store_write(&s.st, mk_write(&a, fresh, 1), &a, &res);
+    ok(rv == 0 && res.index_rows > 0, "the retry writes the index rows again");
+    const tmatch o[] = {{0, "k", "v"}};
+    is(count(&s, o, 1), 1, "after the retry the series is readable");
+
+    plan = (pt_faulty_plan){0};
+    plan.scan.fail_next = 1;
+    pt_faulty_set(&s.faulty, &plan);
+    is(count(&s, o, 1), -1, "a failing scan fails the read");
+    pt_faulty_set(&s.faulty, NULL);
+    pt_arena_free(&a);
+    tstore_close(&s);
+}
+
+/* Limits. */
+static void limits(void)
+{
+    tstore s;
+    open_with_data(&s);
+    s.st.max_series = 2;
+    is(count(&s, up, 1), -1, "series limit exceeded is an error");
+    s.st.max_series = 1000;
+    s.st.max_samples = 3;
+    is(count(&s, up, 1), -1, "sample limit exceeded is an error");
+    s.st.max_samples = 100000;
+    tstore_close(&s);
+}
+
+/* read_cost and regex_limits on a store that holds the test data as well. */
+static void on_data(void (*fn)(tstore *s))
+{
+    tstore s;
+    open_with_data(&s);
+    fn(&s);
+    tstore_close(&s);
+}
+
+static void index_on_embedded(void)
+{
+    tstore full, tiny;
+    if (tstore_open(&full) == 0 && tstore_open(&tiny) == 0) {
+        pt_index_conformance(&full.faulty, &tiny.faulty, "embedded");
+        tstore_close(&full);
+        tstore_close(&tiny);
+    }
+}
+
+int main(void)
+{
+    label_limits();
+    writes();
+    matchers();
+    separators();
+    cancelled_read();
+    read_timeout();
+    bad_regex();
+    contents();
+    long_names();
+    backfill();
+    index_ahead();
+    validation();
+    outages();
+    limits();
+    on_data(read_cost);
+    on_data(regex_limits);
     index_format();
     stale_hint_limit();
-    {
-        tstore full, tiny;
-        if (tstore_open(&full) == 0 && tstore_open(&tiny) == 0) {
-            pt_index_conformance(&full.faulty, &tiny.faulty, "embedded");
-            tstore_close(&full);
-            tstore_close(&tiny);
-        }
-    }
+    index_on_embedded();
     return done_testing();
 }
