@@ -238,13 +238,10 @@ static int on_frame_recv(nghttp2_session *ss, const nghttp2_frame *f, void *ud)
         if (!end && c->body_streams >= c->srv->opts.max_conn_body_streams) {
             /* A 503 on the stream, not REFUSED_STREAM: Prometheus' own retry loop backs
              * off and counts it (docs/operations.md, "Overload"). */
-            atomic_fetch_add_explicit(&pt_m.http_overload_rejected[PT_OVERLOAD_BODY_STREAMS],
-                                      1, memory_order_relaxed);
             t->headers_ms = c->srv->now_ms;
-            t->early_rv = PT_EBUSY;
-            pt_task_error_resp(t, PT_EBUSY,
-                               "server busy: web.max_connection_body_streams streams of this "
-                               "connection are receiving bodies; retry\n");
+            t->early_rv = pt_task_refuse(t, PT_OVERLOAD_BODY_STREAMS,
+                                         "server busy: web.max_connection_body_streams streams "
+                                         "of this connection are receiving bodies; retry\n");
             reject(c, t);
             return 0;
         }

@@ -685,24 +685,6 @@ static int conn_busy(const pt_conn *c)
     return 0;
 }
 
-static void enforce_deadlines(pt_server *s);
-
-static void sweep(pt_server *s)
-{
-    /* Often enough that a short timeout is honoured within about a quarter of it. */
-    int64_t every = SWEEP_MS;
-    int shortest[] = {s->opts.idle_timeout_ms, s->opts.header_timeout_ms,
-                      s->opts.body_timeout_ms, s->opts.write_timeout_ms, RESERVED_HEADER_MS};
-    for (size_t i = 0; i < sizeof(shortest) / sizeof(shortest[0]); i++)
-        if (shortest[i] > 0 && shortest[i] / 4 < every)
-            every = shortest[i] / 4 > 10 ? shortest[i] / 4 : 10;
-    s->next_sweep_ms = s->now_ms + every;
-    if (!s->listening && !s->stopping && s->now_ms >= s->accept_resume_ms)
-        listener_enable(s, 1);
-    enforce_deadlines(s);
-    drive_dirty(s);
-}
-
 /* Ends what missed a deadline, shuts idle connections down, and marks what changed dirty
  * (the sweep drives them; the protocol tests pump them). */
 static void enforce_deadlines(pt_server *s)
@@ -737,6 +719,22 @@ static void enforce_deadlines(pt_server *s)
         c->last_ms = s->now_ms;
         mark_dirty(s, c);
     }
+}
+
+static void sweep(pt_server *s)
+{
+    /* Often enough that a short timeout is honoured within about a quarter of it. */
+    int64_t every = SWEEP_MS;
+    int shortest[] = {s->opts.idle_timeout_ms, s->opts.header_timeout_ms,
+                      s->opts.body_timeout_ms, s->opts.write_timeout_ms, RESERVED_HEADER_MS};
+    for (size_t i = 0; i < sizeof(shortest) / sizeof(shortest[0]); i++)
+        if (shortest[i] > 0 && shortest[i] / 4 < every)
+            every = shortest[i] / 4 > 10 ? shortest[i] / 4 : 10;
+    s->next_sweep_ms = s->now_ms + every;
+    if (!s->listening && !s->stopping && s->now_ms >= s->accept_resume_ms)
+        listener_enable(s, 1);
+    enforce_deadlines(s);
+    drive_dirty(s);
 }
 
 /* The connection an event names, or NULL when that connection is gone. */

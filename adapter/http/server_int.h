@@ -354,6 +354,9 @@ void pt_task_retry_after(const pt_server *s, pt_resp *r);
 int pt_task_admit(pt_task *t, int has_body);
 /* Fills t->resp with the server's own plain answer for error code rv. */
 void pt_task_error_resp(pt_task *t, int rv, const char *text);
+/* Fills t->resp with a 503 + Retry-After saying text, for the server limit reason (enum
+ * pt_overload_reason of metrics.h, counted); returns PT_EBUSY. */
+int pt_task_refuse(pt_task *t, int reason, const char *text);
 /* A worker posted t back with its answer or a piece: counts the memory its arena holds
  * now in the answers held. */
 void pt_task_hold(pt_task *t);

@@ -320,19 +320,34 @@ void pt_task_returned(pt_task *t)
     atomic_fetch_sub_explicit(&pt_m.http_inflight, 1, memory_order_relaxed);
 }
 
+void pt_task_error_resp(pt_task *t, int rv, const char *text)
+{
+    pt_resp *r = &t->resp;
+    r->status = pt_error_http_status(rv);
+    r->content_type = "text/plain; charset=utf-8";
+    r->content_encoding = NULL;
+    r->nheaders = 0;
+    r->body = (const uint8_t *)(text ? text : pt_task_status_text(rv));
+    r->body_len = strlen((const char *)r->body);
+    r->producer = (pt_producer){0};
+    pt_task_retry_after(t->srv, r);
+}
+
+int pt_task_refuse(pt_task *t, int reason, const char *text)
+{
+    atomic_fetch_add_explicit(&pt_m.http_overload_rejected[reason], 1, memory_order_relaxed);
+    pt_task_error_resp(t, PT_EBUSY, text);
+    return PT_EBUSY;
+}
+
 /* Refuses a complete request for overload without running it: a 503 with Retry-After
  * that goes out through the completion queue like an answer, so the connection (HTTP/1.1
  * keep-alive, the other HTTP/2 streams) carries on. Nothing of it was acknowledged. */
 static void refuse(pt_server *s, pt_task *t)
 {
-    atomic_fetch_add_explicit(&pt_m.http_overload_rejected[PT_OVERLOAD_INFLIGHT], 1,
-                              memory_order_relaxed);
-    t->resp.status = pt_error_http_status(PT_EBUSY);
-    t->resp.content_type = "text/plain; charset=utf-8";
-    t->resp.body = (const uint8_t *)"server busy: web.max_inflight_requests requests are "
-                                    "queued or running; retry\n";
-    t->resp.body_len = strlen((const char *)t->resp.body);
-    pt_task_retry_after(s, &t->resp);
+    pt_task_refuse(t, PT_OVERLOAD_INFLIGHT,
+                   "server busy: web.max_inflight_requests requests are queued or running; "
+                   "retry\n");
     s->inflight++;
     post(s, t);
 }
@@ -522,27 +537,6 @@ int pt_task_body_append(pt_task *t, const uint8_t *p, size_t n)
     return 0;
 }
 
-void pt_task_error_resp(pt_task *t, int rv, const char *text)
-{
-    pt_resp *r = &t->resp;
-    r->status = pt_error_http_status(rv);
-    r->content_type = "text/plain; charset=utf-8";
-    r->content_encoding = NULL;
-    r->nheaders = 0;
-    r->body = (const uint8_t *)(text ? text : pt_task_status_text(rv));
-    r->body_len = strlen((const char *)r->body);
-    r->producer = (pt_producer){0};
-    pt_task_retry_after(t->srv, r);
-}
-
-/* Refuses t at its headers for a server limit, counted by reason. */
-static int refuse_early(pt_task *t, int reason, const char *text)
-{
-    atomic_fetch_add_explicit(&pt_m.http_overload_rejected[reason], 1, memory_order_relaxed);
-    pt_task_error_resp(t, PT_EBUSY, text);
-    return PT_EBUSY;
-}
-
 int pt_task_admit(pt_task *t, int has_body)
 {
     pt_server *s = t->srv;
@@ -551,15 +545,15 @@ int pt_task_admit(pt_task *t, int has_body)
     c->requests++;
     int light = s->on_loop && s->on_loop(s->ud, &t->req);
     if (c->reserved && !light)
-        return refuse_early(t, PT_OVERLOAD_CONNECTIONS,
+        return pt_task_refuse(t, PT_OVERLOAD_CONNECTIONS,
                             "server busy: web.max_connections connections are open; this "
                             "connection serves health checks and metrics only; retry\n");
     if (!light && c->resp_held > s->opts.max_conn_resp)
-        return refuse_early(t, PT_OVERLOAD_CONN_RESP,
+        return pt_task_refuse(t, PT_OVERLOAD_CONN_RESP,
                             "server busy: this connection's answers not yet read are past "
                             "web.max_connection_response_memory; retry\n");
     if (!light && s->resp_held > s->opts.max_resp_total)
-        return refuse_early(t, PT_OVERLOAD_RESP,
+        return pt_task_refuse(t, PT_OVERLOAD_RESP,
                             "server busy: answers not yet read are past "
                             "web.max_response_memory; retry\n");
     if (!has_body || !s->opts.admit)
