@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "api.h"
+#include "clock.h"
 #include "error.h"
 #include "ha.h"
 #include "log.h"
@@ -157,14 +158,6 @@ static void written_headers(pt_req *req, pt_resp *resp, const pt_write_result *r
     }
 }
 
-/* Wall clock in milliseconds (tenant rates and buckets). */
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* The store's own word on whether writes can be stored (pt_backend_ops.health): 0, or
  * its code with why set. */
 static int store_health(pt_app *app, char *why, size_t len)
@@ -201,7 +194,7 @@ static void handle_write(pt_ctx *c, pt_req *req, pt_resp *resp)
     pt_write_result res;
     memset(&res, 0, sizeof(res));
     if (rv == 0 && c->tn &&
-        !pt_tenant_take(c->tn, wr.nsamples + wr.nhistograms + wr.nexemplars, wall_ms(), msg,
+        !pt_tenant_take(c->tn, wr.nsamples + wr.nhistograms + wr.nexemplars, pt_wall_ms(), msg,
                         sizeof(msg))) {
         reply_fail(req, resp, PT_ETENANTLIMIT, "%s", msg);
         return;
@@ -765,7 +758,7 @@ static int tenant_begin(pt_app *app, pt_req *req, pt_resp *resp, pt_ctx *ctx)
     char msg[300];
     pt_tenant *t = NULL;
     if (strcmp(req->path, "/api/v1/write") == 0 &&
-        !(t = pt_tenant_get(app->tenants, id, wall_ms(), msg, sizeof(msg)))) {
+        !(t = pt_tenant_get(app->tenants, id, pt_wall_ms(), msg, sizeof(msg)))) {
         reply_fail(req, resp, PT_ETENANTLIMIT, "%s", msg);
         return -1;
     }

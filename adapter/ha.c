@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "error.h"
 #include "metrics.h"
 
@@ -77,9 +78,7 @@ struct pt_ha {
 static int64_t wall_ms(void *ud)
 {
     (void)ud;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return pt_wall_ms();
 }
 
 pt_ha *pt_ha_new(const pt_ha_opts *o)

@@ -296,6 +296,7 @@ int main(int argc, char **argv)
         .tenant_header = cfg.tenancy_enabled ? cfg.tenancy_header : NULL,
         .on_loop = pt_app_on_loop,
         .heavy = pt_app_heavy,
+        .stats = &pt_m.http,
     };
     /* Requests' arena blocks (64 KiB) come back to a pool of at most 32 MiB (arena.h). */
     pt_arena_pool_init(64 << 10, 32u << 20);

@@ -4,6 +4,7 @@
 #include <time.h>
 #include <xxhash.h>
 
+#include "clock.h"
 #include "error.h"
 #include "metrics.h"
 #include "rowkey.h"
@@ -27,13 +28,6 @@ void pt_meta_begin(pt_meta_batch *b, pt_store *st, pt_arena *a)
     b->a = a;
     pt_buf_init_arena(&b->muts, a, 0);
     pt_buf_init_arena(&b->keys, a, 0);
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* "==meta," part(family) ",": into dst (4 × family.n + PT_DIGEST_LEN + 8 bytes). */
@@ -62,7 +56,7 @@ int pt_meta_put(pt_meta_batch *b, pt_slice family, int type, pt_slice help, pt_s
         return PT_ENOMEM;
     pt_labels_encode(val, pairs, 2);
     /* Known when written today: seeds below -1 are no (series, bucket) or values-row key. */
-    int64_t t = now_ms();
+    int64_t t = pt_wall_ms();
     pt_index_key key = pt_store_key(b->st, (pt_slice){val, vlen}, -2 - t / 86400000);
     uint8_t found;
     pt_index_cache_lookup(b->st->cache, &key, 1, &found);

@@ -28,13 +28,6 @@ const char *pt_route_name(int route)
     return route >= 0 && route < PT_ROUTE_COUNT ? route_names[route] : "other";
 }
 
-uint64_t pt_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 void pt_metrics_observe(pt_latency_hist *h, uint64_t ns)
 {
     double s = (double)ns / 1e9;
@@ -300,23 +293,23 @@ long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
             "# TYPE promtable_http_overload_rejected_total counter\n");
     for (int r = 0; r < PT_OVERLOAD_COUNT; r++)
         put(&o, "promtable_http_overload_rejected_total{limit=\"%s\"} %llu\n",
-            overload_reasons[r], LOAD(pt_m.http_overload_rejected[r]));
+            overload_reasons[r], LOAD(pt_m.http.overload_rejected[r]));
     gauge(&o, "promtable_http_inflight_requests",
           "Requests queued for or running on workers (web.max_inflight_requests).",
-          (long)LOAD(pt_m.http_inflight));
+          (long)LOAD(pt_m.http.inflight));
     gauge(&o, "promtable_http_body_bytes",
           "Request body memory held, kept buffers included (web.max_body_memory).",
-          (long)LOAD(pt_m.http_body_bytes));
+          (long)LOAD(pt_m.http.body_bytes));
     gauge(&o, "promtable_http_response_bytes",
           "Answer memory held while answers are sent (web.max_response_memory).",
-          (long)LOAD(pt_m.http_response_bytes));
+          (long)LOAD(pt_m.http.response_bytes));
     static const char *const timeout_kinds[PT_TIMEOUT_COUNT] = {"header", "body", "write",
                                                                 "idle"};
     put(&o, "# HELP promtable_http_timeouts_total Requests or connections a deadline ended, "
             "by deadline.\n# TYPE promtable_http_timeouts_total counter\n");
     for (int k = 0; k < PT_TIMEOUT_COUNT; k++)
         put(&o, "promtable_http_timeouts_total{deadline=\"%s\"} %llu\n", timeout_kinds[k],
-            LOAD(pt_m.http_timeouts[k]));
+            LOAD(pt_m.http.timeouts[k]));
     gauge(&o, "promtable_index_cache_entries", "(series, day) pairs known to be indexed.",
           g->index_cache_entries);
     gauge(&o, "promtable_index_cache_capacity", "Capacity of the index cache.",

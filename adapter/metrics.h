@@ -12,7 +12,9 @@
 
 #include "arena.h"
 #include "backend.h"
+#include "clock.h"
 #include "ha.h"
+#include "http.h"
 
 #define PT_HIST_BUCKETS 14
 
@@ -31,19 +33,6 @@ enum pt_route_id {
 enum pt_reject_reason {
     PT_REJECT_LABELS, PT_REJECT_TIMESTAMP, PT_REJECT_HISTOGRAM, PT_REJECT_EXEMPLAR,
     PT_REJECT_LIMIT, PT_REJECT_COUNT
-};
-
-/* Why the HTTP server answered 503 for overload (web.max_inflight_requests,
- * web.max_connection_body_memory, web.max_body_memory). */
-enum pt_overload_reason {
-    PT_OVERLOAD_INFLIGHT, PT_OVERLOAD_CONN_BODY, PT_OVERLOAD_BODY, PT_OVERLOAD_CONN_RESP,
-    PT_OVERLOAD_RESP, PT_OVERLOAD_BODY_STREAMS, PT_OVERLOAD_CONNECTIONS, PT_OVERLOAD_COUNT
-};
-
-/* Which deadline of the HTTP server ended a request or a connection (web.header_timeout,
- * web.body_timeout, web.write_timeout, web.idle_timeout). */
-enum pt_timeout_kind {
-    PT_TIMEOUT_HEADER, PT_TIMEOUT_BODY, PT_TIMEOUT_WRITE, PT_TIMEOUT_IDLE, PT_TIMEOUT_COUNT
 };
 
 typedef struct pt_metrics {
@@ -65,13 +54,7 @@ typedef struct pt_metrics {
     _Atomic uint64_t retention_dropped;     /* stored entries storage.retention removed */
     _Atomic uint64_t backend_write_errors;
     _Atomic uint64_t backend_read_errors;
-    /* The HTTP server's overload figures: requests refused, and two gauges the server keeps
-     * (requests queued for or running on workers; request body bytes held in memory). */
-    _Atomic uint64_t http_overload_rejected[PT_OVERLOAD_COUNT];
-    _Atomic int64_t http_inflight;
-    _Atomic int64_t http_body_bytes;
-    _Atomic int64_t http_response_bytes;    /* answers held while they are sent */
-    _Atomic uint64_t http_timeouts[PT_TIMEOUT_COUNT];
+    pt_http_stats http; /* the HTTP server counts here (pt_server_opts.stats) */
     /* HA pairs (ha.c): lease row reads and check-and-sets, and the store errors they met. */
     _Atomic uint64_t ha_lease_reads;
     _Atomic uint64_t ha_lease_writes;
@@ -85,7 +68,6 @@ extern pt_metrics pt_m;
 
 void pt_metrics_observe(pt_latency_hist *h, uint64_t ns);
 void pt_metrics_request(int route, int code, int proto);
-uint64_t pt_now_ns(void);
 
 /* Gauges gathered at render time. */
 typedef struct pt_metrics_gauges {

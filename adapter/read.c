@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "bytes.h"
+#include "clock.h"
 #include "exemplar.h"
 #include "histpb.h"
 #include "read_int.h"
@@ -392,12 +393,7 @@ int64_t pt_oldest_kept(const pt_store *st)
 {
     if (st->retention_ms <= 0)
         return 0;
-    int64_t now = st->now_ms;
-    if (!now) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-    }
+    int64_t now = st->now_ms ? st->now_ms : pt_wall_ms();
     return now - st->retention_ms > 0 ? now - st->retention_ms : 0;
 }
 

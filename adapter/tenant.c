@@ -11,6 +11,7 @@
 #include <xxhash.h>
 
 #include "buf.h"
+#include "clock.h"
 #include "error.h"
 #include "rowkey.h"
 
@@ -424,9 +425,7 @@ size_t pt_tenant_gate(void *tenant, const uint64_t *series, size_t n, uint8_t *o
     const pt_tenant_limits *lim = &ts->lim;
     size_t refused = 0;
     int nomem = 0;
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    int64_t now_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    int64_t now_ms = pt_wall_ms();
     int64_t bucket = now_ms - now_ms % lim->bucket_ms;
     pthread_mutex_lock(&t->mu);
     if (bucket != t->bucket) { /* a new bucket: nothing is active yet */

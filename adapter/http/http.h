@@ -112,6 +112,30 @@ typedef struct pt_resp {
  * pt_server_opts.on_loop says so). */
 typedef void (*pt_dispatch_fn)(void *ud, pt_req *req, pt_resp *resp);
 
+/* Why the HTTP server answered 503 for overload (pt_server_opts: max_inflight, max_conn_body,
+ * max_body_total, max_conn_resp, max_resp_total, max_conn_body_streams, max_connections). */
+enum pt_overload_reason {
+    PT_OVERLOAD_INFLIGHT, PT_OVERLOAD_CONN_BODY, PT_OVERLOAD_BODY, PT_OVERLOAD_CONN_RESP,
+    PT_OVERLOAD_RESP, PT_OVERLOAD_BODY_STREAMS, PT_OVERLOAD_CONNECTIONS, PT_OVERLOAD_COUNT
+};
+
+/* Which deadline of the HTTP server ended a request or a connection (pt_server_opts:
+ * header_timeout_ms, body_timeout_ms, write_timeout_ms, idle_timeout_ms). */
+enum pt_timeout_kind {
+    PT_TIMEOUT_HEADER, PT_TIMEOUT_BODY, PT_TIMEOUT_WRITE, PT_TIMEOUT_IDLE, PT_TIMEOUT_COUNT
+};
+
+/* The server's own figures, for /metrics: requests refused for overload and deadlines hit
+ * (counters), and three gauges: requests queued for or running on workers, request body
+ * bytes held in memory, answers held while they are sent. */
+typedef struct pt_http_stats {
+    _Atomic uint64_t overload_rejected[PT_OVERLOAD_COUNT];
+    _Atomic uint64_t timeouts[PT_TIMEOUT_COUNT];
+    _Atomic int64_t inflight;
+    _Atomic int64_t body_bytes;
+    _Atomic int64_t response_bytes;
+} pt_http_stats;
+
 typedef struct pt_server_opts {
     const char *listen_address; /* "host:port", ":port", "[::1]:port" */
     int workers;                /* worker threads running dispatch; >= 1 */
@@ -178,6 +202,9 @@ typedef struct pt_server_opts {
      * their produced bodies, run on at most workers - 1 workers at once, so a light one
      * (a remote write) always finds a worker however many reads are running. */
     int (*heavy)(void *ud, const pt_req *req);
+    /* Optional: where the server counts (the daemon's metrics); NULL = a pt_http_stats of
+     * the server's own. Must outlive the server. */
+    pt_http_stats *stats;
 } pt_server_opts;
 
 typedef struct pt_server pt_server;

@@ -24,7 +24,6 @@
 #include <strings.h>
 
 #include "error.h"
-#include "metrics.h"
 #include "server_int.h"
 
 static const char continue_line[] = "HTTP/1.1 100 Continue\r\n\r\n";

@@ -17,7 +17,6 @@
 #include <string.h>
 
 #include "error.h"
-#include "metrics.h"
 #include "server_int.h"
 
 #define MAX_CONCURRENT_STREAMS 100

@@ -22,9 +22,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "error.h"
 #include "log.h"
-#include "metrics.h"
 #include "server_int.h"
 
 #define STOP_GRACE_MS 10000
@@ -57,13 +57,6 @@
 static uint64_t conn_tag(uint32_t slot, uint32_t gen)
 {
     return (uint64_t)gen << 32 | slot;
-}
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* Recomputed once a second; every response carries it. */
@@ -395,6 +388,7 @@ static pt_server *server_alloc(const pt_server_opts *opts, pt_dispatch_fn fn, vo
     }
     s->lfd = s->epfd = s->wake_fd = -1;
     s->opts = *opts;
+    s->stats = opts->stats ? opts->stats : &s->own_stats;
     s->fn = fn;
     s->on_loop = opts->on_loop;
     s->ud = ud;
@@ -530,7 +524,7 @@ pt_server *pt_server_new(const pt_server_opts *opts, pt_dispatch_fn fn, void *ud
         snprintf(err, errlen, "epoll_ctl: %s", strerror(errno));
         goto fail;
     }
-    s->now_ms = mono_ms();
+    s->now_ms = pt_mono_ms();
     update_date(s);
     return s;
 
@@ -643,7 +637,7 @@ static int task_late(const pt_server *s, const pt_conn *c, const pt_task *t, int
 
 static void time_out(pt_conn *c, pt_task *t, int kind)
 {
-    atomic_fetch_add_explicit(&pt_m.http_timeouts[kind], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->srv->stats->timeouts[kind], 1, memory_order_relaxed);
     c->ops->timeout(c, t, kind);
 }
 
@@ -714,7 +708,7 @@ static void enforce_deadlines(pt_server *s)
             pt_conn_close(c); /* asked to wind down a period ago */
             continue;
         }
-        atomic_fetch_add_explicit(&pt_m.http_timeouts[PT_TIMEOUT_IDLE], 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->stats->timeouts[PT_TIMEOUT_IDLE], 1, memory_order_relaxed);
         c->ops->shutdown(c);
         c->last_ms = s->now_ms;
         mark_dirty(s, c);
@@ -774,7 +768,7 @@ static int loop_once(pt_server *s, int timeout_ms)
     int n = epoll_wait(s->epfd, evs, (int)(sizeof(evs) / sizeof(evs[0])), timeout_ms);
     if (n < 0 && errno != EINTR)
         return PT_EINTERNAL;
-    s->now_ms = mono_ms();
+    s->now_ms = pt_mono_ms();
     update_date(s);
     for (int i = 0; i < n; i++)
         handle_event(s, evs[i].data.u64, evs[i].events);
@@ -796,7 +790,7 @@ int pt_server_run(pt_server *s)
     int rv;
     if (start_workers(s) != 0)
         return PT_EINTERNAL;
-    s->now_ms = mono_ms();
+    s->now_ms = pt_mono_ms();
     s->next_sweep_ms = s->now_ms + SWEEP_MS;
     do {
         int timeout = s->stopping ? 50 : (int)(s->next_sweep_ms - s->now_ms);

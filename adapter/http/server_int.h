@@ -131,7 +131,7 @@ struct pt_proto_ops {
     void (*hangup)(pt_conn *c);
     /* Stop taking requests: finish those in progress, then close (server stop, idle). */
     void (*shutdown)(pt_conn *c);
-    /* A deadline passed (enum pt_timeout_kind of metrics.h): for the request t, or for the
+    /* A deadline passed (enum pt_timeout_kind of http.h): for the request t, or for the
      * connection when t is NULL (no request yet, output stuck). The protocol answers or
      * resets what it can and ends what it must; the sweep comes back if nothing changed. */
     void (*timeout)(pt_conn *c, pt_task *t, int kind);
@@ -256,6 +256,8 @@ typedef struct pt_slot {
 
 struct pt_server {
     pt_server_opts opts;     /* strings point into the copies below */
+    pt_http_stats *stats;    /* opts.stats, or own_stats */
+    pt_http_stats own_stats;
     char *listen_copy, *cert_copy, *key_copy, *ca_copy;
     pt_dispatch_fn fn;
     int (*on_loop)(void *ud, const pt_req *req);
@@ -355,7 +357,7 @@ int pt_task_admit(pt_task *t, int has_body);
 /* Fills t->resp with the server's own plain answer for error code rv. */
 void pt_task_error_resp(pt_task *t, int rv, const char *text);
 /* Fills t->resp with a 503 + Retry-After saying text, for the server limit reason (enum
- * pt_overload_reason of metrics.h, counted); returns PT_EBUSY. */
+ * pt_overload_reason of http.h, counted in the server's stats); returns PT_EBUSY. */
 int pt_task_refuse(pt_task *t, int reason, const char *text);
 /* A worker posted t back with its answer or a piece: counts the memory its arena holds
  * now in the answers held. */

@@ -13,8 +13,8 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "error.h"
-#include "metrics.h"
 #include "server_int.h"
 
 #define ARENA_BLOCK (64 * 1024)
@@ -120,7 +120,7 @@ static void unhold(pt_task *t)
     t->srv->resp_held -= t->held;
     if (t->conn)
         t->conn->resp_held -= t->held;
-    atomic_fetch_sub_explicit(&pt_m.http_response_bytes, (int64_t)t->held, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&t->srv->stats->response_bytes, (int64_t)t->held, memory_order_relaxed);
     t->held = 0;
 }
 
@@ -131,7 +131,7 @@ void pt_task_hold(pt_task *t)
     t->srv->resp_held += (size_t)delta;
     if (t->conn)
         t->conn->resp_held += (size_t)delta;
-    atomic_fetch_add_explicit(&pt_m.http_response_bytes, delta, memory_order_relaxed);
+    atomic_fetch_add_explicit(&t->srv->stats->response_bytes, delta, memory_order_relaxed);
     t->held = now;
 }
 
@@ -166,7 +166,7 @@ static void body_account(pt_server *s, pt_task *t, ptrdiff_t delta)
     s->body_bytes += (size_t)delta;
     if (t->conn)
         t->conn->body_bytes += (size_t)delta;
-    atomic_fetch_add_explicit(&pt_m.http_body_bytes, delta, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->stats->body_bytes, delta, memory_order_relaxed);
 }
 
 /* Frees a task's body buffer and takes it off the server's body memory. */
@@ -317,7 +317,7 @@ void pt_task_returned(pt_task *t)
         return;
     t->admitted = 0;
     t->srv->requests--;
-    atomic_fetch_sub_explicit(&pt_m.http_inflight, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&t->srv->stats->inflight, 1, memory_order_relaxed);
 }
 
 void pt_task_error_resp(pt_task *t, int rv, const char *text)
@@ -335,7 +335,7 @@ void pt_task_error_resp(pt_task *t, int rv, const char *text)
 
 int pt_task_refuse(pt_task *t, int reason, const char *text)
 {
-    atomic_fetch_add_explicit(&pt_m.http_overload_rejected[reason], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&t->srv->stats->overload_rejected[reason], 1, memory_order_relaxed);
     pt_task_error_resp(t, PT_EBUSY, text);
     return PT_EBUSY;
 }
@@ -373,7 +373,7 @@ void pt_task_dispatch(pt_task *t)
     }
     t->admitted = 1;
     s->requests++;
-    atomic_fetch_add_explicit(&pt_m.http_inflight, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&t->srv->stats->inflight, 1, memory_order_relaxed);
     enqueue(s, t);
 }
 
@@ -529,7 +529,7 @@ int pt_task_body_append(pt_task *t, const uint8_t *p, size_t n)
     int rv = body_reserve(t, n, &limit);
     t->touched_ms = t->srv->now_ms;
     if (rv == PT_EBUSY)
-        atomic_fetch_add_explicit(&pt_m.http_overload_rejected[limit], 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&t->srv->stats->overload_rejected[limit], 1, memory_order_relaxed);
     if (rv != 0)
         return rv;
     memcpy(t->body.p + t->body.len, p, n);

@@ -38,6 +38,7 @@
 #include "backend.h"
 #include "bigtable.pb-c.h"
 #include "buf.h"
+#include "clock.h"
 #include "slice.h"
 
 /* The one column family of both tables. */
@@ -64,7 +65,7 @@ typedef struct pt_bt_sampleset {
     pt_bt_sample *v; /* increasing keys, non-decreasing offsets */
     size_t n, cap;
     int64_t total;      /* bytes of the whole table, as far as the answer tells */
-    int64_t fetched_ms; /* pt_bt_now_ms() when asked; 0 = never */
+    int64_t fetched_ms; /* pt_mono_ms() when asked; 0 = never */
     int fetching;       /* a scan is asking: the others use what is kept */
 } pt_bt_sampleset;
 
@@ -228,9 +229,6 @@ const char *pt_bt_rpc_status_name(grpc_status_code s);
 /* A warning in the log naming the call, the table and the status. */
 void pt_bt_rpc_log_failure(const char *what, const char *table, grpc_status_code st,
                            const char *details);
-
-/* Monotonic milliseconds. */
-int64_t pt_bt_now_ms(void);
 
 /* Jittered exponential backoff within a time budget, for one write, scan or init. */
 typedef struct pt_bt_retry {

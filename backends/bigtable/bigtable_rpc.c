@@ -401,17 +401,10 @@ grpc_status_code pt_bt_rpc_unary_retried(pt_bt *bt, grpc_channel *ch, const char
  * Retries
  * ========================================================================== */
 
-int64_t pt_bt_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 void pt_bt_retry_init(pt_bt_retry *r, grpc_channel *ch, int budget_ms)
 {
     r->ch = ch;
-    r->start = pt_bt_now_ms();
+    r->start = pt_mono_ms();
     r->budget_ms = budget_ms;
     r->delay_ms = BACKOFF_FIRST_MS;
 }
@@ -429,7 +422,7 @@ int pt_bt_retry_wait(pt_bt_retry *r)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     int half = r->delay_ms / 2;
     int d = half + (int)((unsigned long)ts.tv_nsec % (unsigned long)(half + 1));
-    if (pt_bt_now_ms() + d - r->start > r->budget_ms)
+    if (pt_mono_ms() + d - r->start > r->budget_ms)
         return 0;
     gpr_timespec until =
         gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(d, GPR_TIMESPAN));

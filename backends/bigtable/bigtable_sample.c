@@ -169,7 +169,7 @@ static int fetch(pt_bt *bt, int t, pt_bt_sampleset *ss)
 static void refresh(pt_bt *bt, int t)
 {
     pt_bt_sampleset *ss = &bt->samples[t];
-    int64_t now = pt_bt_now_ms();
+    int64_t now = pt_mono_ms();
     pthread_mutex_lock(&bt->samples_mu);
     int ask = !ss->fetching && (ss->fetched_ms == 0 || now - ss->fetched_ms >= bt->sample_ttl_ms);
     if (ask)

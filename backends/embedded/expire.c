@@ -28,23 +28,17 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "embedded_int.h"
 #include "error.h"
 
 enum { TIME_DIGITS = 13 };
 #define BUCKET_MS ((int64_t)1 << 32)
 
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int64_t cutoff(const expire *x)
 {
     int64_t now = atomic_load_explicit(&x->now_ms, memory_order_relaxed);
-    return (now ? now : wall_ms()) - x->keep_ms;
+    return (now ? now : pt_wall_ms()) - x->keep_ms;
 }
 
 /* The time after the first unescaped ",@" of row, and where its digits end; -1 when the
@@ -192,7 +186,7 @@ static void *expire_main(void *arg)
     int64_t every = x->keep_ms / 4 > 1000 ? x->keep_ms / 4 : 1000;
     pthread_mutex_lock(&x->mu);
     while (!atomic_load(&x->stop)) {
-        int64_t next = (wall_ms() / every + 1) * every;
+        int64_t next = (pt_wall_ms() / every + 1) * every;
         struct timespec ts = {(time_t)(next / 1000), (long)(next % 1000) * 1000000};
         int rc = 0;
         while (!atomic_load(&x->stop) && rc != ETIMEDOUT)

@@ -29,6 +29,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "embedded_int.h"
 #include "error.h"
 #include "log.h"
@@ -311,18 +312,16 @@ int pt_emb_ihead_drain(ihead *x)
         pthread_mutex_unlock(&x->mu);
 
         size_t cells = 0;
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        uint64_t t0 = pt_now_ns();
         if ((rv = pt_emb_rocks_enter_write(x->r)) == 0) {
             rv = pt_emb_rocks_note(x->r, write_runs(x->r, list, &cells));
             pt_emb_rocks_leave(x->r);
         }
-        clock_gettime(CLOCK_MONOTONIC, &t1);
+        uint64_t t1 = pt_now_ns();
 
         pthread_mutex_lock(&x->mu);
         x->draining = 0;
-        x->drain_ns += (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u +
-                       (uint64_t)(t1.tv_nsec - t0.tv_nsec);
+        x->drain_ns += t1 - t0;
         x->last_err = rv;
         if (rv == 0) {
             x->drained = upto;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The layers (docs/architecture.md, "Code map") are enforced by the build: base <- backends
-# <- adapter. A file of a layer is compiled with that layer's include path, which holds
+# <- adapter, and base <- adapter/http. A file of a layer is compiled with that layer's include path, which holds
 # nothing of the layers above it. Here probe files are compiled with the real flags of a
 # file in each layer (from compile_commands.json): an include of a higher layer, of a
 # Prometheus .pb-c.h from a backend, or of another backend's internals must fail to compile;
@@ -56,6 +56,13 @@ probe backends/registry.c arena.h compiles
 probe backends/embedded/embedded.c bigtable_int.h fails
 probe backends/embedded/embedded.c bigtable.pb-c.h fails
 probe backends/bigtable/bigtable.c embedded_int.h fails
+
+# The HTTP server sees base/ and its own folder: no Prometheus, storage or daemon header.
+for h in metrics.h app.h store.h config.h backend.h remote.pb-c.h; do
+    probe adapter/http/server.c "$h" fails
+done
+probe adapter/http/server.c error.h compiles
+probe adapter/http/server.c server_int.h compiles
 
 probe adapter/app.c backend.h compiles
 probe adapter/app.c remote.pb-c.h compiles

@@ -147,7 +147,7 @@ static void h2_admission(void)
     exchange(&cl, c, &out, 1);
     ok(cl.closed[slot_of(good)] && cl.close_error[slot_of(good)] == NGHTTP2_CANCEL,
        "... silent for web.body_timeout: the stream is reset (CANCEL)");
-    ok(pt_m.http_timeouts[PT_TIMEOUT_BODY] >= 1, "... counted as a body timeout");
+    ok(s->stats->timeouts[PT_TIMEOUT_BODY] >= 1, "... counted as a body timeout");
     client_free(&cl);
     teardown(s, &out);
 }
@@ -168,7 +168,7 @@ static void h2_body_streams(void)
     ok(!cl.closed[slot_of(a)] && !cl.closed[slot_of(b)],
        "h2: two streams receive bodies (web.max_connection_body_streams = 2)");
     ok(cl.status[slot_of(x)] == 503 && cl.retry_after[slot_of(x)] > 0 &&
-           pt_m.http_overload_rejected[PT_OVERLOAD_BODY_STREAMS] == 1,
+           s->stats->overload_rejected[PT_OVERLOAD_BODY_STREAMS] == 1,
        "... a third is answered 503 with Retry-After before its body");
     int32_t g = request(&cl, "GET", "/light", NULL, 0);
     exchange(&cl, c, &out, 1);

@@ -759,17 +759,17 @@ static pt_server *overload_server(int max_inflight, size_t max_body, size_t max_
     return s;
 }
 
-static uint64_t rejected(int limit)
+static uint64_t rejected(const pt_server *s, int limit)
 {
-    return atomic_load(&pt_m.http_overload_rejected[limit]);
+    return atomic_load(&s->stats->overload_rejected[limit]);
 }
 
 /* What /metrics shows stays within the limits (the gauges are the server's own counts). */
 static int gauges_bounded(const pt_server *s)
 {
-    return atomic_load(&pt_m.http_inflight) == s->requests &&
+    return atomic_load(&s->stats->inflight) == s->requests &&
            s->requests <= s->opts.max_inflight &&
-           atomic_load(&pt_m.http_body_bytes) == (int64_t)s->body_bytes &&
+           atomic_load(&s->stats->body_bytes) == (int64_t)s->body_bytes &&
            s->body_bytes <= s->opts.max_body_total;
 }
 
@@ -781,7 +781,7 @@ static void h1_overload(void)
         return;
     /* Three requests, no worker running: two are admitted, the third is answered 503. */
     pt_conn *c[3];
-    uint64_t before = rejected(PT_OVERLOAD_INFLIGHT);
+    uint64_t before = rejected(s, PT_OVERLOAD_INFLIGHT);
     int calls = seen.calls;
     for (int i = 0; i < 3; i++) {
         c[i] = conn(s);
@@ -799,7 +799,7 @@ static void h1_overload(void)
     ok(strstr(r, "Connection: close") == NULL && c[2]->state == PT_CONN_OPEN,
        "... and the connection stays open (keep-alive)");
     is(seen.calls, calls, "... without reaching the handler");
-    is((int)(rejected(PT_OVERLOAD_INFLIGHT) - before), 1, "... counted once on /metrics");
+    is((int)(rejected(s, PT_OVERLOAD_INFLIGHT) - before), 1, "... counted once on /metrics");
 
     work(s);
     for (int i = 0; i < 2; i++)
@@ -815,7 +815,7 @@ static void h1_overload(void)
 
     /* All bodies together at 1000 bytes: a second 800-byte body does not fit while the
      * first waits for a worker. */
-    before = rejected(PT_OVERLOAD_BODY);
+    before = rejected(s, PT_OVERLOAD_BODY);
     pt_conn *b1 = conn(s), *b2 = conn(s);
     char body[800];
     memset(body, 'b', sizeof(body));
@@ -829,7 +829,7 @@ static void h1_overload(void)
     r = text(&out[3]);
     ok(strncmp(r, "HTTP/1.1 503 ", 13) == 0 && strstr(r, "\r\nRetry-After: 7\r\n"),
        "a body past max_body_total: 503 with Retry-After");
-    is((int)(rejected(PT_OVERLOAD_BODY) - before), 1, "... counted as body_memory");
+    is((int)(rejected(s, PT_OVERLOAD_BODY) - before), 1, "... counted as body_memory");
     ok(gauges_bounded(s), "... the body gauge stays within max_body_total");
     work(s);
     pt_buf_reset(&out[3]);
@@ -853,20 +853,20 @@ static void h2_overload(void)
         return;
     char body[800];
     memset(body, 'h', sizeof(body));
-    uint64_t before = rejected(PT_OVERLOAD_CONN_BODY);
+    uint64_t before = rejected(s, PT_OVERLOAD_CONN_BODY);
     int32_t a = request(&cl, "POST", "/echo", body, sizeof(body));
     exchange(&cl, c, &out, 0);
     int32_t b = request(&cl, "POST", "/echo", body, sizeof(body));
     exchange(&cl, c, &out, 0);
     is(cl.status[slot_of(b)], 503, "h2: a stream past the connection's body memory gets 503");
     is(cl.retry_after[slot_of(b)], 7, "... with retry-after");
-    is((int)(rejected(PT_OVERLOAD_CONN_BODY) - before), 1, "... counted as connection_body_memory");
+    is((int)(rejected(s, PT_OVERLOAD_CONN_BODY) - before), 1, "... counted as connection_body_memory");
     ok(c->body_bytes <= s->opts.max_conn_body && gauges_bounded(s),
        "... the connection's bodies stay within max_conn_body");
     is(cl.status[slot_of(a)], 0, "the first stream still waits for its worker");
 
     /* In flight: the first stream and one GET are admitted, a third stream is refused. */
-    before = rejected(PT_OVERLOAD_INFLIGHT);
+    before = rejected(s, PT_OVERLOAD_INFLIGHT);
     int32_t g1 = request(&cl, "GET", "/g1", NULL, 0);
     int32_t g2 = request(&cl, "GET", "/g2", NULL, 0);
     exchange(&cl, c, &out, 0);
@@ -876,7 +876,7 @@ static void h2_overload(void)
     is(cl.retry_after[slot_of(g2)], 7, "... with retry-after");
     ok(cl.closed[slot_of(g2)] && cl.close_error[slot_of(g2)] == 0,
        "... as a complete response, not a reset");
-    is((int)(rejected(PT_OVERLOAD_INFLIGHT) - before), 1, "... counted as inflight");
+    is((int)(rejected(s, PT_OVERLOAD_INFLIGHT) - before), 1, "... counted as inflight");
     ok(gauges_bounded(s) && s->requests == 2, "... two requests in flight, no more");
 
     exchange(&cl, c, &out, 1);
