@@ -355,13 +355,7 @@ int64_t pt_row_key_base_marked(pt_slice row, uint8_t marker)
     const uint8_t *d = row.p + row.n - PT_BASE_DIGITS;
     if (d[-2] != ',' || d[-1] != marker)
         return -1;
-    int64_t v = 0;
-    for (int i = 0; i < PT_BASE_DIGITS; i++) {
-        if (d[i] < '0' || d[i] > '9')
-            return -1;
-        v = v * 10 + (d[i] - '0');
-    }
-    return v;
+    return pt_key_digits(d);
 }
 
 void pt_cell_encode(int64_t t, double v, uint8_t qual[PT_QUAL_LEN], uint8_t val[PT_VALUE_LEN])

@@ -21,15 +21,9 @@
 #include <stdint.h>
 
 #include "arena.h"
+#include "schema.h"
 #include "slice.h"
 
-#define PT_MAX_ROW_KEY 4096
-#define PT_BASE_DIGITS 13
-#define PT_BUCKET_MS ((int64_t)1 << 32)
-#define PT_QUAL_LEN 4
-#define PT_VALUE_LEN 8
-/* Sample times must be in [0, PT_MAX_TIME_MS] so every base fits 13 decimal digits. */
-#define PT_MAX_TIME_MS ((int64_t)9999999999999 - PT_BUCKET_MS)
 /* The longest data or series row key promtable builds: PT_MAX_ROW_KEY, less the room a
  * tenant's prefix takes when tenancy is on (set once at start, before any key is built;
  * tenant.h). The limit only changes with tenancy, whose rows are in spaces of their own,
@@ -68,9 +62,6 @@ unsigned pt_text_flags(pt_slice s);
  * the others point into sid, which must outlive them. Returns the count, or a negative
  * error for a hashed or malformed sid. */
 long pt_series_id_parse(pt_arena *a, pt_slice sid, pt_label **labels);
-
-/* Bucket base of a sample time (t >= 0). */
-static inline int64_t pt_bucket_base(int64_t t) { return t & ~(PT_BUCKET_MS - 1); }
 
 /* Writes sid ",@" base13 into dst (sid.n + 2 + 13 bytes); returns the end. */
 uint8_t *pt_row_key(uint8_t *dst, pt_slice sid, int64_t base);

@@ -4,9 +4,8 @@
  * whole store every quarter of the retention so that they go even when nothing else
  * compacts (an idle store, or table files that leveled compaction leaves alone).
  *
- * What is expired is read off the keys, so this module knows the schema's row keys
- * (docs/storage-format.md): every data and index row holds its time as the first unescaped ",@"
- * followed by 13 decimal digits, and '\' escapes the byte after it.
+ * What is expired is read off the keys (base/schema.h, docs/storage-format.md): every data
+ * and index row holds its time after its first unescaped ",@" (",#" for exemplar rows).
  *
  * - points ("row || 0x00 || first qualifier", row = sid ",@" base): a chunk goes when its
  *   last sample, base + its last qualifier, is before the cutoff. The key gives only the
@@ -31,39 +30,13 @@
 #include "clock.h"
 #include "embedded_int.h"
 #include "error.h"
+#include "schema.h"
 
-enum { TIME_DIGITS = 13 };
-#define BUCKET_MS ((int64_t)1 << 32)
 
 static int64_t cutoff(const expire *x)
 {
     int64_t now = atomic_load_explicit(&x->now_ms, memory_order_relaxed);
     return (now ? now : pt_wall_ms()) - x->keep_ms;
-}
-
-/* The time after the first unescaped ",@" of row, and where its digits end; -1 when the
- * row has none. */
-static int64_t row_time(const uint8_t *p, size_t n, size_t *end)
-{
-    for (size_t i = 0; i + 1 < n; i++) {
-        if (p[i] == '\\') {
-            i++;
-            continue;
-        }
-        if (p[i] != ',' || (p[i + 1] != '@' && p[i + 1] != '#')) /* data, exemplars */
-            continue;
-        if (n - i - 2 < TIME_DIGITS)
-            return -1;
-        int64_t t = 0;
-        for (size_t j = i + 2; j < i + 2 + TIME_DIGITS; j++) {
-            if (p[j] < '0' || p[j] > '9')
-                return -1;
-            t = t * 10 + (p[j] - '0');
-        }
-        *end = i + 2 + TIME_DIGITS;
-        return t;
-    }
-    return -1;
 }
 
 static int points_expired(const expire *x, const uint8_t *k, size_t kn, const uint8_t *v, size_t vn)
@@ -72,13 +45,13 @@ static int points_expired(const expire *x, const uint8_t *k, size_t kn, const ui
     size_t rn = z ? (size_t)(z - k) : 0, end;
     if (!z || kn != rn + 5)
         return 0;
-    int64_t base = row_time(k, rn, &end);
-    if (base < 0 || end != rn || base % BUCKET_MS != 0)
+    int64_t base = pt_key_time(k, rn, "@#", &end); /* data, exemplars */
+    if (base < 0 || end != rn || base % PT_BUCKET_MS != 0)
         return 0;
     int64_t cut = cutoff(x);
     if (base + pt_get_be32(z + 1) >= cut)
         return 0;
-    if (base + BUCKET_MS <= cut)
+    if (base + PT_BUCKET_MS <= cut)
         return 1;
     chunk c;
     uint32_t last;
@@ -93,7 +66,7 @@ static int index_expired(const expire *x, const uint8_t *k, size_t kn)
     size_t rn = z ? (size_t)(z - k) : 0, end;
     if (!z)
         return 0;
-    int64_t day = row_time(k, rn, &end);
+    int64_t day = pt_key_time(k, rn, "@#", &end);
     if (day < 0 || end >= rn || k[end] != ',')
         return 0;
     return day + x->index_span_ms <= cutoff(x);
@@ -144,7 +117,7 @@ int pt_emb_expire_init(expire *x, rocks *r, int64_t keep_ms, int64_t index_span_
                        _Atomic uint64_t *counter)
 {
     x->keep_ms = keep_ms;
-    x->index_span_ms = index_span_ms > 0 ? index_span_ms : BUCKET_MS;
+    x->index_span_ms = index_span_ms > 0 ? index_span_ms : PT_BUCKET_MS;
     x->counter = counter;
     if (keep_ms <= 0)
         return 0;

@@ -73,6 +73,30 @@ static void test_text_flags(void)
 }
 
 /* The series-row cache: entries, empty entries, epochs, invalidation, its memory bound. */
+/* The key time base/schema.h reads for the backends, against the keys rowkey.c builds. */
+static void test_key_time(void)
+{
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    pt_label ls[] = {{S("__name__"), S("up")}, {S("job"), S("a,@0000000000001\\")}};
+    pt_slice sid;
+    ok(pt_series_id(&a, ls, 2, &sid) == 0, "sid of a value holding \",@\" and a backslash");
+    uint8_t key[256];
+    int64_t base = 3 * PT_BUCKET_MS;
+    size_t n = (size_t)(pt_row_key(key, sid, base) - key), end = 0;
+    is((long long)pt_key_time(key, n, "@#", &end), (long long)base,
+       "pt_key_time reads the base after the first unescaped \",@\", not the escaped one");
+    is((int)end, (int)n, "... and its digits end the key");
+    is((long long)pt_key_time(key, n - 1, "@", &end), -1LL, "a key cut inside its digits: -1");
+    is((long long)pt_key_time((const uint8_t *)"up,#00000000000x7", 17, "#", &end), -1LL,
+       "a marker followed by something else than digits: -1");
+    is((long long)pt_key_time((const uint8_t *)"up,#0000000004096", 17, "@", &end), -1LL,
+       "a marker not asked for is not a time");
+    is((long long)pt_key_time((const uint8_t *)"up,#0000000004096", 17, "@#", &end), 4096LL,
+       "an exemplar row's base after \",#\"");
+    pt_arena_free(&a);
+}
+
 static void test_ref_cache(void)
 {
     pt_ref_cache *c = pt_ref_cache_new(1 << 20);
@@ -108,6 +132,7 @@ static void test_ref_cache(void)
 
 int main(void)
 {
+    test_key_time();
     test_text_flags();
     test_ref_cache();
     pt_arena a;
