@@ -137,11 +137,6 @@ int main(int argc, char **argv)
     int cmd = CMD_SERVE, status = 1;
     char err[512] = "";
     pt_backend be = {0};
-    pt_index_cache *cache = NULL;
-    pt_list_hints *hints = NULL;
-    pt_ref_cache *refs = NULL, *lists = NULL;
-    pt_exemplar_newest *xnewest = NULL;
-    pt_exemplar_marks *xmarks = NULL;
     pt_server *srv = NULL;
 
     large_blocks_mapped();
@@ -194,21 +189,6 @@ int main(int argc, char **argv)
         goto fail_backend;
     }
 
-    cache = pt_index_cache_new((size_t)cfg.index_cache_entries);
-    hints = pt_list_hints_new();
-    /* Only a store no other process writes keeps the series-row cache exact. */
-    int want_refs = (ops->caps & PT_BACKEND_CAP_EXCLUSIVE) && cfg.read_series_cache > 0;
-    if (want_refs)
-        refs = pt_ref_cache_new((size_t)cfg.read_series_cache);
-    int want_lists = (ops->caps & PT_BACKEND_CAP_EXCLUSIVE) && cfg.read_list_cache > 0;
-    if (want_lists)
-        lists = pt_ref_cache_new((size_t)cfg.read_list_cache);
-    xnewest = pt_exemplar_newest_new(PT_EXEMPLAR_NEWEST_SLOTS);
-    xmarks = pt_exemplar_marks_new();
-    if (!cache || !hints || (want_refs && !refs) || (want_lists && !lists) || !xnewest || !xmarks) {
-        pt_log_msg(PT_LOG_ERROR, "out of memory for the index cache");
-        goto fail_cache;
-    }
     static pt_app app;
     app.cfg = &cfg;
     if (cfg.tenancy_enabled) {
@@ -227,27 +207,42 @@ int main(int argc, char **argv)
         /* Room for a tenant's prefix in every key (tenant.h). */
         pt_row_key_limit = PT_MAX_ROW_KEY - PT_TENANT_PREFIX_MAX;
     }
-    app.store = (pt_store){.be = &be, .cache = cache, .hints = hints,
-                           .refs = refs,
-                           .lists = lists,
-                           .xnewest = xnewest,
-                           .xmarks = xmarks,
-                           .index_bucket_ms = cfg.index_bucket_ms,
-                           .max_series = (size_t)cfg.read_max_series,
-                           .max_samples = (size_t)cfg.read_max_samples,
-                           .read_timeout_ms = cfg.read_timeout_ms,
-                           .max_matchers = (size_t)cfg.read_max_matchers,
-                           .regex_match_limit = (uint32_t)cfg.read_regex_match_limit,
-                           .regex_heap_limit = cfg.read_regex_heap_limit,
-                           .retention_ms = cfg.retention_ms,
-                           .label_limits = {cfg.write_max_label_name_length,
-                                            cfg.write_max_label_value_length,
-                                            (size_t)cfg.write_max_labels_per_series}};
+    /* Only a store no other process writes keeps the series-row and list caches exact. */
+    int exclusive = (ops->caps & PT_BACKEND_CAP_EXCLUSIVE) != 0;
+    pt_store_caches caches = {
+        .index_entries = (size_t)cfg.index_cache_entries,
+        .series_bytes = exclusive ? (size_t)cfg.read_series_cache : 0,
+        .list_bytes = exclusive ? (size_t)cfg.read_list_cache : 0,
+        .hints = 1,
+        .exemplars = 1,
+    };
+    if (pt_store_open(&app.store, &be, &caches) != 0) {
+        pt_log_msg(PT_LOG_ERROR, "out of memory for the index cache");
+        goto fail_cache;
+    }
+    pt_store *st = &app.store;
+    st->index_bucket_ms = cfg.index_bucket_ms;
+    st->max_series = (size_t)cfg.read_max_series;
+    st->max_samples = (size_t)cfg.read_max_samples;
+    st->read_timeout_ms = cfg.read_timeout_ms;
+    st->max_matchers = (size_t)cfg.read_max_matchers;
+    st->regex_match_limit = (uint32_t)cfg.read_regex_match_limit;
+    st->regex_heap_limit = cfg.read_regex_heap_limit;
+    st->retention_ms = cfg.retention_ms;
+    st->label_limits = (pt_label_limits){.name_len = cfg.write_max_label_name_length,
+                                         .value_len = cfg.write_max_label_value_length,
+                                         .labels = (size_t)cfg.write_max_labels_per_series};
     if (cfg.ha_enabled) {
-        pt_ha_opts ho = {cfg.ha_cluster_label, cfg.ha_replica_label, cfg.ha_failover_timeout_ms,
-                         cfg.ha_update_interval_ms, (size_t)cfg.ha_max_clusters, &be, NULL, NULL,
-                         /* Without tenancy every pair is of the one tenant "". */
-                         cfg.tenancy_enabled ? (size_t)cfg.ha_max_clusters_per_tenant : 0};
+        pt_ha_opts ho = {
+            .cluster_label = cfg.ha_cluster_label,
+            .replica_label = cfg.ha_replica_label,
+            .failover_timeout_ms = cfg.ha_failover_timeout_ms,
+            .update_interval_ms = cfg.ha_update_interval_ms,
+            .max_clusters = (size_t)cfg.ha_max_clusters,
+            .be = &be,
+            /* Without tenancy every pair is of the one tenant "". */
+            .max_per_tenant = cfg.tenancy_enabled ? (size_t)cfg.ha_max_clusters_per_tenant : 0,
+        };
         if (!(app.store.ha = pt_ha_new(&ho))) {
             pt_log_msg(PT_LOG_ERROR, "out of memory for the HA tracker");
             goto fail_cache;
@@ -330,12 +325,7 @@ fail_cache:
     pt_ha_free(app.store.ha);
     pt_app_free_auth(&app);
     pt_tenants_free(app.tenants);
-    pt_index_cache_free(cache);
-    pt_list_hints_free(hints);
-    pt_ref_cache_free(refs);
-    pt_ref_cache_free(lists);
-    pt_exemplar_newest_free(xnewest);
-    pt_exemplar_marks_free(xmarks);
+    pt_store_close(&app.store);
     pt_arena_pool_drain();
 fail_backend:
     pt_backend_close(&be);

@@ -64,6 +64,22 @@ typedef struct pt_store {
     pt_label_limits label_limits; /* series past them are refused (400); zero = none */
 } pt_store;
 
+/* The caches a store keeps in memory (index.h, exemplar.h). */
+typedef struct pt_store_caches {
+    size_t index_entries; /* the index cache (index.cache_entries); 0 = 65,536 */
+    size_t series_bytes;  /* the series-row cache; 0 = none. Only for a store no other */
+    size_t list_bytes;    /* process writes (PT_BACKEND_CAP_EXCLUSIVE); the list cache */
+    int hints;            /* keep the index list sizes earlier reads saw */
+    int exemplars;        /* check exemplars' order and mark the buckets that hold them */
+} pt_store_caches;
+
+/* Makes st a store over be with the caches c asks for; st's other fields (limits,
+ * deadlines, retention, tenancy, HA) are the caller's to set, before or after. 0 or
+ * PT_ENOMEM (nothing is kept). pt_store_close frees what pt_store_open made, and is safe
+ * on a store that was never opened (all zero). */
+int pt_store_open(pt_store *st, pt_backend *be, const pt_store_caches *c);
+void pt_store_close(pt_store *st);
+
 /* The index-cache key of s with seed, for this store's tenant. */
 static inline pt_index_key pt_store_key(const pt_store *st, pt_slice s, int64_t seed)
 {

@@ -4,6 +4,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int tap_n, tap_failed;
@@ -37,6 +38,16 @@ __attribute__((unused)) static int tap_ok(int cond, const char *file, int line, 
         const char *g_ = (got), *w_ = (want);                                               \
         if (!ok(g_ && w_ && strcmp(g_, w_) == 0, __VA_ARGS__))                              \
             printf("#   got: '%s'\n#   expected: '%s'\n", g_ ? g_ : "(null)", w_);           \
+    } while (0)
+
+/* Stops the test program: a broken setup, not a failed check. */
+#define BAIL_OUT(...)                                                                       \
+    do {                                                                                    \
+        printf("Bail out! ");                                                               \
+        printf(__VA_ARGS__);                                                                \
+        printf("\n");                                                                       \
+        fflush(stdout);                                                                     \
+        exit(1);                                                                            \
     } while (0)
 
 __attribute__((unused)) static void diag(const char *fmt, ...)

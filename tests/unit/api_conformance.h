@@ -262,11 +262,9 @@ static void api_case_run(pt_app *app, const api_case *k)
 static void pt_api_conformance(pt_backend *be, const char *name)
 {
     diag("api conformance on %s", name);
-    pt_store st = {.be = be,
-                   .cache = pt_index_cache_new(1 << 16),
-                   .index_bucket_ms = API_DAY,
-                   .max_series = 1000,
-                   .max_samples = 100000};
+    pt_store st = {.index_bucket_ms = API_DAY, .max_series = 1000, .max_samples = 100000};
+    if (pt_store_open(&st, be, &(pt_store_caches){0}) != 0)
+        BAIL_OUT("out of memory for the store's caches");
     static pt_config cfg;
     pt_config_defaults(&cfg);
     pt_app app = {.cfg = &cfg, .store = st};
@@ -382,7 +380,7 @@ static void pt_api_conformance(pt_backend *be, const char *name)
         pt_arena_free(&r.arena);
         app.store.max_matchers = 0;
     }
-    pt_index_cache_free(st.cache);
+    pt_store_close(&st);
 }
 
 #endif

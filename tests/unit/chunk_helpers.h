@@ -66,8 +66,7 @@ __attribute__((unused)) static void put_chunk(pt_backend *b, const char *row, si
     embedded *e = b->state;
     uint8_t key[512];
     if (rowlen + 5 > sizeof(key)) {
-        printf("Bail out! row key too long\n");
-        exit(1);
+        BAIL_OUT("row key too long");
     }
     memcpy(key, row, rowlen + 1); /* the NUL is the separator */
     pt_put_be32(key + rowlen + 1, first);

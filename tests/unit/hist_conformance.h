@@ -110,15 +110,6 @@ static void hc_gen_stale(pt_histogram *h, int is_float, int64_t t)
                         .mem_cap = h->mem_cap, .sum = hc_bits(PT_HIST_STALE_NAN)};
 }
 
-/* Stops the test: a broken setup, not a failed check. */
-#define HC_BAIL(...)                                                                        \
-    do {                                                                                    \
-        printf("Bail out! ");                                                               \
-        printf(__VA_ARGS__);                                                                \
-        printf("\n");                                                                       \
-        exit(1);                                                                            \
-    } while (0)
-
 static pt_arena hc_a;
 static pt_store *hc_st;
 
@@ -370,8 +361,9 @@ __attribute__((unused)) static void pt_hist_conformance(pt_backend *be, int (*fl
                                                         void *flush_ud, const char *name)
 {
     diag("histogram conformance on %s", name);
-    pt_store st = {.be = be, .cache = pt_index_cache_new(1 << 16), .index_bucket_ms = 86400000,
-                   .max_series = 1000, .max_samples = 100000};
+    pt_store st = {.index_bucket_ms = 86400000, .max_series = 1000, .max_samples = 100000};
+    if (pt_store_open(&st, be, &(pt_store_caches){0}) != 0)
+        BAIL_OUT("out of memory for the store's caches");
     hc_st = &st;
     pt_arena_init(&hc_a, 0, 0);
     /* Four kinds in turn, every schema, stale markers of both kinds among them. */
@@ -386,7 +378,7 @@ __attribute__((unused)) static void pt_hist_conformance(pt_backend *be, int (*fl
     for (size_t i = 0; i < HC_N; i++) {
         char why[256];
         if (pt_histogram_validate(&hc_want[i], why, sizeof(why)) != 0)
-            HC_BAIL("generated an invalid histogram %zu: %s", i, why);
+            BAIL_OUT("generated an invalid histogram %zu: %s", i, why);
         kinds[(hc_want[i].is_float ? 1 : 0) | (hc_want[i].schema == PT_HIST_SCHEMA_CUSTOM ? 2 : 0)]++;
     }
     diag("integer %zu, float %zu, integer custom %zu, float custom %zu", kinds[0], kinds[1],
@@ -428,7 +420,7 @@ __attribute__((unused)) static void pt_hist_conformance(pt_backend *be, int (*fl
 
     /* Last write wins per cell: a float over a histogram, then a histogram over it. */
     if (pt_histogram_copy(&hc_want[0], &hc_want[5]) != 0)
-        HC_BAIL("copy");
+        BAIL_OUT("copy");
     const pt_histogram one = hc_want[0];
     ok(hc_write(hc_body_v1(0, 1, "hist_lww", 0, 0), 1, &res) == 0 && res.histograms_written == 1,
        "a histogram at t");
@@ -443,7 +435,7 @@ __attribute__((unused)) static void pt_hist_conformance(pt_backend *be, int (*fl
         pt_histogram *h = &hc_want[i];
         *h = (pt_histogram){.mem = h->mem, .mem_cap = h->mem_cap, .is_float = i >= 150};
         if (pt_histogram_reserve(h, 0, 1, 0, 3, 0) != 0)
-            HC_BAIL("reserve");
+            BAIL_OUT("reserve");
         h->t = hc_t0 + 200000000 + (int64_t)i * 15000;
         h->schema = 2;
         h->reset_hint = i == 0 || i == 150 ? PT_HIST_RESET_UNKNOWN : PT_HIST_RESET_NO;
@@ -468,7 +460,7 @@ __attribute__((unused)) static void pt_hist_conformance(pt_backend *be, int (*fl
 
     for (size_t i = 0; i < HC_N; i++)
         pt_histogram_free(&hc_want[i]);
-    pt_index_cache_free(st.cache);
+    pt_store_close(&st);
     pt_arena_free(&hc_a);
 }
 

@@ -76,17 +76,13 @@ static int ix_match(const char *v, int type, const char *want)
 
 static void pt_index_conformance(pt_backend *full_be, pt_backend *tiny_be, const char *label)
 {
-    pt_store full = {.be = full_be, .cache = pt_index_cache_new(1 << 12),
-                     .hints = pt_list_hints_new(), .refs = pt_ref_cache_new(1 << 20),
-                     .lists = pt_ref_cache_new(1 << 20),
-                     .index_bucket_ms = 86400000, .max_series = 1000, .max_samples = 100000};
+    pt_store full = {.index_bucket_ms = 86400000, .max_series = 1000, .max_samples = 100000};
     pt_store tiny = full;
-    tiny.be = tiny_be;
-    tiny.cache = pt_index_cache_new(1 << 12);
-    tiny.hints = pt_list_hints_new();
-    tiny.refs = pt_ref_cache_new(1 << 20);
-    tiny.lists = pt_ref_cache_new(1 << 20);
     tiny.ref_bits = 2;
+    const pt_store_caches caches = {.index_entries = 1 << 12, .series_bytes = 1 << 20,
+                                    .list_bytes = 1 << 20, .hints = 1};
+    if (pt_store_open(&full, full_be, &caches) != 0 || pt_store_open(&tiny, tiny_be, &caches) != 0)
+        BAIL_OUT("out of memory for the stores' caches");
     char err[512] = "";
     ok(pt_store_check_index(&full, err, sizeof(err)) == 0 &&
            pt_store_check_index(&tiny, err, sizeof(err)) == 0,
@@ -232,14 +228,8 @@ static void pt_index_conformance(pt_backend *full_be, pt_backend *tiny_be, const
        "%s: a stale hint costs rows, not answers (%ld, then %ld series)", label, c3, c4);
 
     pt_arena_free(&a);
-    pt_index_cache_free(full.cache);
-    pt_index_cache_free(tiny.cache);
-    pt_list_hints_free(full.hints);
-    pt_list_hints_free(tiny.hints);
-    pt_ref_cache_free(full.refs);
-    pt_ref_cache_free(tiny.refs);
-    pt_ref_cache_free(full.lists);
-    pt_ref_cache_free(tiny.lists);
+    pt_store_close(&full);
+    pt_store_close(&tiny);
 }
 
 #endif

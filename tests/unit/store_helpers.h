@@ -153,9 +153,8 @@ __attribute__((unused)) static int tstore_open_with(tstore *s, pt_backend_config
     pt_backend_config fc = {.inner = &s->emb};
     if (pt_backend_open(&s->faulty, pt_backend_find("faulty"), &fc, err, sizeof(err)) != 0)
         return -1;
-    s->st = (pt_store){.be = &s->faulty, .cache = pt_index_cache_new(1 << 16),
-                       .index_bucket_ms = 86400000, .max_series = 1000, .max_samples = 100000};
-    return 0;
+    s->st = (pt_store){.index_bucket_ms = 86400000, .max_series = 1000, .max_samples = 100000};
+    return pt_store_open(&s->st, &s->faulty, &(pt_store_caches){0}) == 0 ? 0 : -1;
 }
 
 __attribute__((unused)) static int tstore_open(tstore *s)
@@ -167,7 +166,7 @@ __attribute__((unused)) static void tstore_close(tstore *s)
 {
     pt_backend_close(&s->faulty);
     pt_backend_close(&s->emb);
-    pt_index_cache_free(s->st.cache);
+    pt_store_close(&s->st);
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", s->dir);
     if (system(cmd) != 0)

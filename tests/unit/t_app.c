@@ -176,8 +176,7 @@ static pt_slice w; /* the golden remote write, in wbuf */
 static void write_golden(void)
 {
     if (post(&c, "/api/v1/write", w) != 204) {
-        printf("Bail out! the golden write is not stored: %s\n", c.body);
-        exit(1);
+        BAIL_OUT("the golden write is not stored: %s", c.body);
     }
     pt_arena_free(&c.arena);
 }
@@ -185,8 +184,7 @@ static void write_golden(void)
 static void setup(void)
 {
     if (tstore_open(&s) != 0) {
-        printf("Bail out! cannot open store\n");
-        exit(1);
+        BAIL_OUT("cannot open store");
     }
     pt_config_defaults(&cfg);
     app = (pt_app){.cfg = &cfg, .store = s.st};

@@ -11,12 +11,6 @@
 #include "store_helpers.h"
 #include "tap.h"
 
-/* Stops the test: a broken setup, not a failed check. */
-static void bail(const char *what)
-{
-    printf("Bail out! %s\n", what);
-    exit(1);
-}
 
 static const int64_t T0 = 1700000000000;
 static const int64_t FAILOVER = 30000, UPDATE = 15000;
@@ -281,7 +275,7 @@ static void test_shared(void)
     char err[128];
     pt_backend_config bc = {.inner = &fs};
     if (pt_backend_open(&be, &fake_ops, &bc, err, sizeof(err)) != 0)
-        bail(err);
+        BAIL_OUT("%s", err);
     pt_ha *p1 = tracker(&be, &c1), *p2 = tracker(&be, &c2);
     ok(p1 && p2 && pt_ha_shared(p1), "two trackers on one store with check_and_set: shared");
 
@@ -399,7 +393,7 @@ static void test_write_path(void)
 {
     tstore s;
     if (tstore_open(&s) != 0)
-        bail("cannot open the embedded store");
+        BAIL_OUT("cannot open the embedded store");
     fake_clock c = {T0};
     pt_ha_opts o = {"cluster", "__replica__", FAILOVER, UPDATE, 16, s.st.be, clock_now, &c, 0};
     s.st.ha = pt_ha_new(&o);

@@ -82,8 +82,7 @@ int main(void)
 {
     tstore s;
     if (tstore_open(&s) != 0) {
-        printf("Bail out! cannot open an embedded store\n");
-        return 1;
+        BAIL_OUT("cannot open an embedded store");
     }
     pt_hist_conformance(&s.faulty, flush_embedded, &s.emb, "embedded");
     disk_cost cd = {0};

@@ -353,7 +353,6 @@ static void stale_hint_limit(void)
        "stale hint: a list grown past the limit since its hint is not read; %ld, then %ld series",
        before, after);
     pt_arena_free(&a);
-    pt_list_hints_free(s.st.hints);
     tstore_close(&s);
 }
 

@@ -310,8 +310,7 @@ static void reads_make_no_tenant(void)
 {
     tstore s;
     if (tstore_open(&s) != 0) {
-        printf("Bail out! cannot open store\n");
-        exit(1);
+        BAIL_OUT("cannot open store");
     }
     pt_log_set_level("error"); /* the 429 below would only clutter prove's output */
     pt_config cfg;
