@@ -12,8 +12,9 @@
  *     wal.c       the points logs (points.<n>.wal): records, replay            head ihead
  *     flush.c     frozen head -> chunks, merged with the stored ones           rocks chunk head
  *     scan.c      points scans merging the head and the chunks                 rocks chunk head
- *     flusher.c   the flush thread: freezes, sweeps, flushes, a full disk       rocks head ihead wal flush
- *     embedded.c  the ops table: open/close, write, scan, statistics            all
+ *     flusher.c   the flush thread: freezes, sweeps, flushes, a full disk      rocks head ihead
+ *                                                                              wal flush
+ *     embedded.c  the ops table: open/close, write, scan, statistics           all
  *
  * Ownership: an embedded holds one rocks, expire, head and wal, each made and released
  * only by its module's open/init and close/free, which embedded.c calls, and one flush

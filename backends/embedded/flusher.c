@@ -15,6 +15,7 @@
 #include "embedded_int.h"
 #include "error.h"
 #include "log.h"
+
 /* Shard k's current generation becomes its frozen one and goes to the flush thread; its
  * cells are in the logs up to the one the freeze closes. Called with mu held and nothing
  * frozen. */
