@@ -12,7 +12,9 @@
  *     wal.c       the points logs (points.<n>.wal): records, replay            head ihead
  *     flush.c     frozen head -> chunks, merged with the stored ones           rocks chunk head
  *     scan.c      points scans merging the head and the chunks                 rocks chunk head
- *     embedded.c  the ops table: open/close, write, scan; the flush thread     all
+ *     flusher.c   the flush thread: freezes, sweeps, flushes, a full disk      rocks head ihead
+ *                                                                              wal flush
+ *     embedded.c  the ops table: open/close, write, scan, statistics           all
  *
  * Ownership: an embedded holds one rocks, expire, head and wal, each made and released
  * only by its module's open/init and close/free, which embedded.c calls, and one flush
@@ -42,7 +44,7 @@
  * rows on the frozen list are never evicted, and a shard's cur flips only when nothing is
  * frozen. The flush ends by moving the epoch, evicting the shard's empty rows and
  * dropping its frozen cells, under mu but in steps of a few thousand rows with mu
- * released in between (embedded.c drop_frozen_locked); e->frozen is cleared only after
+ * released in between (flusher.c drop_frozen_locked); e->frozen is cleared only after
  * the last step. That is the only place rows are evicted, and only empty ones, never a
  * row on the frozen list. A sweep (pt_emb_head_sweep_step, under mu, e->frozen set) may
  * add rows of the other shards to their empty other generations and lists (hshard
@@ -68,6 +70,7 @@
 #include "arena.h"
 #include "backend.h"
 #include "buf.h"
+#include "clock.h"
 #include "bytes.h"
 
 /* ---- background threads (the flush thread, the index head's drain thread) ---- */
@@ -77,20 +80,6 @@
 static inline uint64_t pt_emb_backoff_next(uint64_t ms)
 {
     return ms ? (ms < 5000 ? ms * 2 : 10000) : 100;
-}
-
-/* CLOCK_MONOTONIC now + ms, for pthread_cond_timedwait on conditions made with that clock. */
-static inline struct timespec pt_emb_after_ms(uint64_t ms)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    t.tv_sec += (time_t)(ms / 1000);
-    t.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (t.tv_nsec >= 1000000000L) {
-        t.tv_sec++;
-        t.tv_nsec -= 1000000000L;
-    }
-    return t;
 }
 
 /* Stops a thread that waits on cv under mu and exits once *stop is set; *started is
@@ -729,7 +718,7 @@ typedef struct embedded {
     unsigned next_shard;   /* the shard the next freeze looks at first */
     uint64_t frozen_seq;   /* the last log holding cells of that frozen generation */
     uint64_t swept_at;     /* the freeze (freezes) whose sweep is done */
-    size_t sweep_rows;     /* head rows after the last sweep (embedded.c sweep_alone) */
+    size_t sweep_rows;     /* head rows after the last sweep (flusher.c sweep_alone_locked) */
     hrow **flush_rows;     /* the flush thread's: the rows of every shard flushing */
     size_t flush_rows_cap;
     /* Per shard: the logs up to this one hold none of its cells that RocksDB lacks. */
@@ -740,7 +729,7 @@ typedef struct embedded {
     int retry_now;  /* a synchronous flush waits: skip the backoff */
     int flush_err;  /* the last flush attempt's result */
     uint64_t freezes, flushes, flush_failures, waits;
-    /* A full disk (embedded.c disk_check_locked), the flush thread's alone. */
+    /* A full disk (flusher.c disk_check_locked), the flush thread's alone. */
     int full_logged;       /* its start was logged and counted */
     uint64_t full_events;  /* times the disk filled up */
     uint64_t reopens;      /* RocksDB reopened after a disk error */
@@ -753,6 +742,31 @@ typedef struct embedded {
     wal w;
     ihead ix;
 } embedded;
+
+/* The head's wall clock (head tick) now. */
+static inline uint8_t pt_emb_head_tick(void)
+{
+    return (uint8_t)(pt_now_ns() / (HEAD_TICK_MS * 1000000ULL)) & HEAD_TICK_MASK;
+}
+
+/* ---- flusher.c ---- */
+
+/* The flush thread's body (pthread_create's start routine; arg is the embedded). It exits
+ * once e->stop is set; a frozen generation it could not flush stays in the logs. */
+void *pt_emb_flusher_main(void *arg);
+/* Waits until every cell written before the call is in RocksDB: the flush in progress,
+ * then every shard with cells in turn. A failed flush ends the wait with its error; its
+ * frozen generation stays with the flush thread's retries. */
+int pt_emb_flusher_sync(embedded *e);
+/* At open, alone: the replayed cells (every log) go into RocksDB, shard by shard, and the
+ * logs are emptied. */
+int pt_emb_flusher_replayed(embedded *e);
+/* Freezes the next shard, in turn, that holds cells in its current generation, or with
+ * rows set, rows; nothing when none does. Called with mu held and nothing frozen. */
+int pt_emb_flusher_freeze_next_locked(embedded *e, int rows);
+/* Bytes free on the disk holding dir for an unprivileged writer; UINT64_MAX when the
+ * file system does not say. */
+uint64_t pt_emb_disk_free(const char *dir);
 
 /* ---- check.c ---- */
 

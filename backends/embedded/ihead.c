@@ -377,7 +377,7 @@ static void *drain_main(void *arg)
         pt_log(PT_LOG_ERROR, "embedded: writing index cells failed, retrying",
                "code=\"%s\" pending_bytes=%zu retry_ms=%llu", pt_strerror(rv), x->bytes,
                (unsigned long long)backoff_ms);
-        struct timespec until = pt_emb_after_ms(backoff_ms);
+        struct timespec until = pt_mono_after_ms(backoff_ms);
         while (!x->stop && pthread_cond_timedwait(&x->work, &x->mu, &until) != ETIMEDOUT)
             ;
     }

@@ -6,7 +6,6 @@
 #include "metrics.h"
 #include "embedded.h"
 #include "store_helpers.h"
-#include "index_conformance.h"
 #include "tap.h"
 
 static const int64_t T0 = 1700000000000; /* 2023-11-14 */
@@ -264,96 +263,6 @@ static void read_cost(tstore *s)
     ok(n1 == 3002 && v_name > 3000, "the name alone reads its whole list (%llu rows)",
        (unsigned long long)v_name);
     pt_arena_free(&a);
-}
-
-/* The index format marker: a new store gets it, a format-1 index is refused. */
-static void index_format(void)
-{
-    tstore s;
-    if (tstore_open(&s) != 0) {
-        ok(0, "store for the format test");
-        return;
-    }
-    char err[512] = "";
-    s.st.xmarks = pt_exemplar_marks_new();
-    ok(pt_store_check_index(&s.st, err, sizeof(err)) == 0, "an empty store gets the marker");
-    ok(pt_store_check_index(&s.st, err, sizeof(err)) == 0, "and passes the check again");
-    ok(!pt_exemplar_marks_known(s.st.xmarks, 0, 0),
-       "a new store has exemplar marks: an unmarked bucket is not taken as marked");
-    pt_exemplar_marks_free(s.st.xmarks);
-    s.st.xmarks = NULL;
-    /* A new series whose metric and job are known: its list rows, its series row, and
-     * only the values row of its new instance. */
-    pt_arena a;
-    pt_arena_init(&a, 0, 0);
-    pt_write_result res;
-    tseries one[] = {{{"__name__", "m", "instance", "a", "job", "x", NULL}, {T0}, {1}, 1}};
-    tseries two[] = {{{"__name__", "m", "instance", "b", "job", "x", NULL}, {T0}, {1}, 1}};
-    ok(pt_store_write(&s.st, mk_write(&a, one, 1), &a, &res) == 0 && res.index_rows == 7,
-       "a first series: 3 list rows, its series row, 3 values rows");
-    ok(pt_store_write(&s.st, mk_write(&a, two, 1), &a, &res) == 0 && res.index_rows == 5,
-       "a second one: 3 list rows, its series row, the values row of its new instance");
-    pt_arena_free(&a);
-    tstore_close(&s);
-    if (tstore_open(&s) != 0)
-        return;
-    /* A format-2 store from before the exemplar marks: its format row alone. */
-    pt_mutation fm = {PT_TABLE_INDEX, {(const uint8_t *)"==format", 8}, {(const uint8_t *)"l", 1},
-                      {(const uint8_t *)"2", 1}, 0};
-    s.st.xmarks = pt_exemplar_marks_new();
-    ok(pt_backend_write(&s.faulty, &fm, 1) == 0 && pt_store_check_index(&s.st, err, sizeof(err)) == 0,
-       "a format-2 store without exemplar marks opens");
-    ok(pt_exemplar_marks_known(s.st.xmarks, 0, 0) && pt_exemplar_marks_known(s.st.xmarks, 7, 1),
-       "and every bucket of it counts as marked (its exemplars are read)");
-    pt_exemplar_marks_free(s.st.xmarks);
-    s.st.xmarks = NULL;
-    tstore_close(&s);
-    if (tstore_open(&s) != 0)
-        return;
-    /* Index format 1: the sid itself after the day, no marker. */
-    static const char old[] = "up,@1699920000000,up,instance=a:9100";
-    pt_mutation m = {PT_TABLE_INDEX, {(const uint8_t *)old, sizeof(old) - 1},
-                     {(const uint8_t *)"l", 1}, {(const uint8_t *)"", 0}, 0};
-    ok(pt_backend_write(&s.faulty, &m, 1) == 0, "a format-1 index row written");
-    int rv = pt_store_check_index(&s.st, err, sizeof(err));
-    ok(rv == PT_EINTERNAL && strstr(err, "format 1"), "a format-1 index is refused: %s", err);
-    tstore_close(&s);
-}
-
-/* A hint that picked a list which then grew past the candidate limit: the read starts
- * over without hints and answers as counting would have. */
-static void stale_hint_limit(void)
-{
-    tstore s;
-    if (tstore_open(&s) != 0) {
-        ok(0, "stale hint: open");
-        return;
-    }
-    s.st.hints = pt_list_hints_new();
-    s.st.max_series = 1; /* candidates past 4 + 1024 are refused */
-    pt_arena a;
-    pt_arena_init(&a, 0, 0);
-    pt_write_result r;
-    tseries first[2] = {{{"__name__", "grow", "job", "small", NULL}, {IX_T0}, {1}, 1},
-                        {{"__name__", "other", "job", "small", NULL}, {IX_T0}, {2}, 1}};
-    int w1 = pt_store_write(&s.st, mk_write(&a, first, 2), &a, &r);
-    /* A regex, so that the label masks cannot drop grow's other series. */
-    static const tmatch q[] = {{0, "__name__", "grow"}, {2, "job", "small"}};
-    long before = ix_count_once(&s.st, q, 2); /* hints: grow 1 row, job=~small 3 */
-    enum { MORE = 1100 };
-    static tseries more[MORE];
-    static char k[MORE][8];
-    for (int i = 0; i < MORE; i++) {
-        snprintf(k[i], sizeof(k[i]), "%d", i);
-        more[i] = (tseries){{"__name__", "grow", "k", k[i], NULL}, {IX_T0}, {i}, 1};
-    }
-    int w2 = pt_store_write(&s.st, mk_write(&a, more, MORE), &a, &r);
-    long after = ix_count_once(&s.st, q, 2);
-    ok(w1 == 0 && w2 == 0 && before == 1 && after == 1,
-       "stale hint: a list grown past the limit since its hint is not read; %ld, then %ld series",
-       before, after);
-    pt_arena_free(&a);
-    tstore_close(&s);
 }
 
 /* A regex a value makes backtrack exponentially: an error for =~ and !~ (a non-match
@@ -872,16 +781,6 @@ static void on_data(void (*fn)(tstore *s))
     tstore_close(&s);
 }
 
-static void index_on_embedded(void)
-{
-    tstore full, tiny;
-    if (tstore_open(&full) == 0 && tstore_open(&tiny) == 0) {
-        pt_index_conformance(&full.faulty, &tiny.faulty, "embedded");
-        tstore_close(&full);
-        tstore_close(&tiny);
-    }
-}
-
 int main(void)
 {
     label_limits();
@@ -900,8 +799,5 @@ int main(void)
     limits();
     on_data(read_cost);
     on_data(regex_limits);
-    index_format();
-    stale_hint_limit();
-    index_on_embedded();
     return done_testing();
 }
