@@ -50,7 +50,45 @@ static int time_ok(sput *s, int64_t t)
     return 0;
 }
 
-static void pend_day(sput *s, int64_t t);
+/* Pends the series' index rows for t's index bucket (and the next one near its end). */
+static void pend_day(sput *s, int64_t t)
+{
+    int64_t bucket = s->st->index_bucket_ms, day = t - t % bucket;
+    if (day == s->day_done)
+        return;
+    s->day_done = day;
+    pt_index_key key = pt_store_key(s->st, s->sid, day);
+    pend(s->pd, key, s->ls, s->nl, s->sid, day);
+    /* In the last 24th of a bucket, index the next one too, from a moment that depends on
+     * the series: the rows a new bucket needs are then written over that stretch instead
+     * of all at the first scrape after it starts. */
+    int64_t spread = bucket / 24, into = t - day;
+    if (spread > 0 && into >= bucket - spread + (int64_t)(key.hi % (uint64_t)spread))
+        pend(s->pd, pt_store_key(s->st, s->sid, day + bucket), s->ls, s->nl, s->sid, day + bucket);
+}
+
+/* The slot of series h in x: its own, or the empty one it gets. */
+static xseen_slot *xseen_find(xseen *x, uint64_t h)
+{
+    size_t i = h & x->mask;
+    while (x->s[i].h && x->s[i].h != h)
+        i = (i + 1) & x->mask;
+    return &x->s[i];
+}
+
+/* Notes that the request writes an exemplar into the bucket at base. */
+static void xbuckets_note(xbuckets *x, const pt_store *st, int64_t base)
+{
+    if (base == x->known)
+        return;
+    for (size_t i = x->n; i-- > 0;)
+        if (x->v[i] == base)
+            return;
+    if (pt_exemplar_marks_known(st->xmarks, st->salt, base))
+        x->known = base;
+    else
+        x->v[x->n++] = base; /* room for one per exemplar of the request */
+}
 
 /* Adds the cell at t (qualifier written here; the value of vlen bytes follows it in cell,
  * arena memory) and pends the series' index rows for t's bucket. */
@@ -71,44 +109,6 @@ static int put_point(sput *s, int64_t t, uint8_t *cell, size_t vlen)
         return rv;
     pend_day(s, t);
     return 0;
-}
-
-/* Pends the series' index rows for t's index bucket (and the next one near its end). */
-static void pend_day(sput *s, int64_t t)
-{
-    int64_t bucket = s->st->index_bucket_ms, day = t - t % bucket;
-    if (day == s->day_done)
-        return;
-    s->day_done = day;
-    pt_index_key key = pt_store_key(s->st, s->sid, day);
-    pend(s->pd, key, s->ls, s->nl, s->sid, day);
-    /* In the last 24th of a bucket, index the next one too, from a moment that depends on
-     * the series: the rows a new bucket needs are then written over that stretch instead
-     * of all at the first scrape after it starts. */
-    int64_t spread = bucket / 24, into = t - day;
-    if (spread > 0 && into >= bucket - spread + (int64_t)(key.hi % (uint64_t)spread))
-        pend(s->pd, pt_store_key(s->st, s->sid, day + bucket), s->ls, s->nl, s->sid, day + bucket);
-}
-
-static xseen_slot *xseen_find(xseen *x, uint64_t h)
-{
-    size_t i = h & x->mask;
-    while (x->s[i].h && x->s[i].h != h)
-        i = (i + 1) & x->mask;
-    return &x->s[i];
-}
-
-static void xbuckets_note(xbuckets *x, const pt_store *st, int64_t base)
-{
-    if (base == x->known)
-        return;
-    for (size_t i = x->n; i-- > 0;)
-        if (x->v[i] == base)
-            return;
-    if (pt_exemplar_marks_known(st->xmarks, st->salt, base))
-        x->known = base;
-    else
-        x->v[x->n++] = base; /* room for one per exemplar of the request */
 }
 
 /* Adds one exemplar's cell (docs/storage-format.md, "Exemplars"), or counts it rejected
