@@ -11,7 +11,7 @@
  *
  * Validate, filter and encode run per entry; gate, index and commit once per request.
  * Bad input is counted and noted in the result (a 4xx), never an error; an error return
- * means nothing the request acknowledged is missing and the request may be retried.
+ * (PT_ENOMEM, a store error) leaves the request unacknowledged, to be retried whole.
  */
 #include <inttypes.h>
 #include <stdarg.h>
