@@ -83,10 +83,11 @@ const pt_conf_key pt_config_keys[] = {
     {"web.reserved_connections", NULL, PT_CONF_LONG, "4", 1, 1000, F(reserved_connections),
      "Connections accepted past web.max_connections for /-/healthy, /-/ready and /metrics "
      "only (one request each, within 2s)."},
-    {"web.max_connection_body_streams", NULL, PT_CONF_LONG, "64", 1, 100,
+    {"web.max_connection_body_streams", NULL, PT_CONF_LONG, "100", 1, 100,
      F(max_connection_body_streams),
      "HTTP/2 streams of one connection receiving a body at once; more get 503 on their "
-     "stream before their body."},
+     "stream before their body. The default is the 100 concurrent streams every HTTP/2 "
+     "connection is offered, so a client that keeps to them never meets it."},
     {"web.max_connection_response_memory", NULL, PT_CONF_BYTES, "256MiB", MiB, 1048576 * MiB,
      F(max_connection_response_memory),
      "Answers one connection holds unread; past it its new requests get 503."},

@@ -173,7 +173,7 @@ typedef struct pt_server_opts {
      * RESERVED_HEADER_MS; anything else is answered 503 and closed. 0 = 4. */
     int reserved_connections;
     /* HTTP/2: streams of one connection that may be receiving a body at once; a stream
-     * past it is answered 503 with Retry-After before any of its body is read. 0 = 64. */
+     * past it is answered 503 with Retry-After before any of its body is read. 0 = 100. */
     int max_conn_body_streams;
     /* Answers held in memory while they are sent (the arena of every request between its
      * handler and its last byte), per connection and for all of them. Past either, a new

@@ -38,7 +38,7 @@
 #define DEFAULT_MAX_CONNS 65536
 #define DEFAULT_MAX_INFLIGHT 1024
 #define DEFAULT_RESERVED_CONNS 4
-#define DEFAULT_BODY_STREAMS 64
+#define DEFAULT_BODY_STREAMS 100
 #define DEFAULT_MAX_CONN_RESP ((size_t)256 << 20)
 #define DEFAULT_MAX_RESP_TOTAL ((size_t)1 << 30)
 #define RESERVED_HEADER_MS 2000 /* a health check's request on a reserved connection */

@@ -262,7 +262,7 @@ static void teardown(pt_server *s, pt_buf *out)
 
 /* ----------------------------------------------------------------------------- HTTP/2 */
 
-#define MAX_STREAMS 16
+#define MAX_STREAMS 128
 
 typedef struct h2client {
     nghttp2_session *ss;

@@ -177,6 +177,30 @@ static void h2_body_streams(void)
     teardown(s, &out);
 }
 
+/* By default a client that keeps to the concurrent streams the server offers (100) never
+ * meets the cap on streams receiving a body. */
+static void h2_body_streams_default(void)
+{
+    pt_server_opts o = {0};
+    pt_server *s = hostile(&o);
+    pt_buf out = PT_BUF_INIT(0);
+    h2client cl;
+    pt_conn *c = h2_open(s, &cl, 0);
+    if (!c)
+        return;
+    int32_t sid[100];
+    for (int i = 0; i < 100; i++)
+        sid[i] = upload_headers(&cl, "/echo", "", "100");
+    exchange(&cl, c, &out, 1);
+    int open = 0;
+    for (int i = 0; i < 100; i++)
+        open += sid[i] > 0 && !cl.closed[slot_of(sid[i])] && cl.status[slot_of(sid[i])] == 0;
+    is(open, 100, "h2: 100 streams receive bodies at once with the defaults");
+    is((int)s->stats->overload_rejected[PT_OVERLOAD_BODY_STREAMS], 0, "... none refused");
+    client_free(&cl);
+    teardown(s, &out);
+}
+
 /* -------------------------------------------------------------------------- deadlines */
 
 static void h1_header_deadline(void)
@@ -411,6 +435,7 @@ int main(void)
     h1_admission();
     h2_admission();
     h2_body_streams();
+    h2_body_streams_default();
     h1_header_deadline();
     h1_body_deadline();
     h2_idle_streams();
