@@ -20,7 +20,8 @@
 /* Parses a series selector (`up`, `{job="a",instance=~"b.*"}`, `m{a!="",b!~"x"}`; names
  * may be quoted as in Prometheus 3: `{"a.b"}`, `{"x y"="1"}`; values are quoted with "",
  * '' (Go's escapes) or `` (raw)) from s[0, n), which needs no NUL, into compiled matchers
- * (arena a; free them with pt_selector_free, also after an error) under env's limits
+ * (arena a; free them with pt_selector_free, also after an error; an unquoted name or
+ * metric name points into s, so s must outlive them) under env's limits
  * (NULL: none): when its matchers would take env past max_matchers, none is compiled. At
  * least one matcher must not match the empty string. 0, or PT_EBADREQ / PT_EREGEX /
  * PT_EREGEXLIMIT with msg set ("parse error at char N: <what was expected>, found
