@@ -1,6 +1,8 @@
 /*
- * Internals of the read path, shared by select.c (matchers to series, through the index)
- * and read.c (the series' samples, a group at a time).
+ * Internals of the read path, shared by its modules, each calling only those before it:
+ * hindex.c (a hash index over an array), cands.c (series references to candidate series),
+ * select.c (matchers to series, through the index) and read.c (the series' samples, a
+ * group at a time).
  */
 #ifndef PT_READ_INT_H
 #define PT_READ_INT_H
@@ -20,13 +22,23 @@ typedef struct series {
     size_t nlabels;
 } series;
 
-/* A hash index over an array its owner keeps, in insertion order (select.c): item i has
- * hash h[i]; slots hold i + 1 (0 = empty), 2 × cap of them; arena memory. */
+/* A hash index over an array its owner keeps, in insertion order (hindex.c): item i has
+ * hash h[i]; slots hold i + 1 (0 = empty), 2 × cap of them; arena memory. A zeroed one
+ * is empty. */
 typedef struct hindex {
     uint64_t *h;
     uint32_t *slots;
     size_t n, cap;
 } hindex;
+
+/* Makes room for item x->n: when full, doubles *items (isz bytes each, copied into a) and
+ * the index; *items is then a new array, the old one is left as it was. 0 or PT_ENOMEM. */
+int pt_hindex_reserve(hindex *x, pt_arena *a, void **items, size_t isz);
+/* Indexes item x->n, which the owner has stored after pt_hindex_reserve, under hash h. */
+void pt_hindex_add(hindex *x, uint64_t h);
+/* The index of the item with hash h for which eq(items, i, key) holds, or -1. */
+long pt_hindex_find(const hindex *x, uint64_t h, int (*eq)(const void *, size_t, const void *),
+                    const void *items, const void *key);
 
 /* Candidate series of one query, deduplicated by sid. */
 typedef struct cands {
@@ -62,6 +74,15 @@ typedef struct qctx {
     size_t evals;       /* regex evaluations, for the deadline checks */
     const pt_matcher *costly; /* the matcher that ran into its limits (PT_EREGEXLIMIT) */
 } qctx;
+
+/* Adds ref to q->refs unless present (cands.c): 0, or PT_ELIMIT (far past the series
+ * limit) / PT_ENOMEM. */
+int pt_cands_add_ref(qctx *q, uint64_t ref);
+/* Adds the series behind q->refs to the candidates q->c.v[0, q->c.x.n), deduplicated by
+ * sid, their labels in q->a; sorts q->refs->v, whose index then goes stale. 0, or
+ * PT_ELIMIT (far past the series limit), PT_ETIMEOUT, PT_ECANCELLED, PT_ENOMEM, a
+ * storage error. */
+int pt_cands_resolve(qctx *q);
 
 /* Every so many index rows or cells, a read checks its deadline. */
 #define DEADLINE_EVERY 1024
