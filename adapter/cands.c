@@ -18,10 +18,10 @@ static int u64_eq(const void *items, size_t i, const void *key)
 }
 
 /* Candidates before the matchers are checked may pass the series limit by a generous
- * margin; past it the query is refused (PT_ELIMIT). */
-static int over_limit(const qctx *q, size_t n)
+ * margin: this many at most (0 = no limit); past it the query is refused (PT_ELIMIT). */
+static size_t cands_max(const qctx *q)
 {
-    return q->c.limit && n >= q->c.limit * 4 + 1024;
+    return q->c.limit ? q->c.limit * 4 + 1024 : 0;
 }
 
 /* Adds the series named by an index row (sid after the prefix, labels in value or sid). */
@@ -45,15 +45,11 @@ static int cands_add(qctx *q, pt_slice sid, pt_slice value)
             return rv;
     }
     uint64_t h = XXH3_64bits(sid.p, sid.n);
-    if (pt_hindex_find(&c->x, h, sid_eq, c->v, &sid) >= 0)
-        return 0;
-    if (over_limit(q, c->x.n))
-        return PT_ELIMIT;
     void *items = c->v;
-    int rv = pt_hindex_reserve(&c->x, c->a, &items, sizeof(*c->v));
-    if (rv)
-        return rv;
+    int rv = pt_hindex_claim(&c->x, c->a, &items, sizeof(*c->v), h, sid_eq, &sid, cands_max(q));
     c->v = items;
+    if (rv <= 0)
+        return rv;
     series *s = &c->v[c->x.n];
     uint8_t *copy = pt_arena_alloc(c->a, sid.n);
     if (!copy)
@@ -88,15 +84,11 @@ int pt_cands_add_ref(qctx *q, uint64_t ref)
 {
     refset *s = &q->refs;
     uint64_t h = XXH3_64bits(&ref, sizeof(ref)); /* a test's short refs share low bits */
-    if (pt_hindex_find(&s->x, h, u64_eq, s->v, &ref) >= 0)
-        return 0;
-    if (over_limit(q, s->x.n))
-        return PT_ELIMIT;
     void *items = s->v;
-    int rv = pt_hindex_reserve(&s->x, q->a, &items, sizeof(*s->v));
-    if (rv)
-        return rv;
+    int rv = pt_hindex_claim(&s->x, q->a, &items, sizeof(*s->v), h, u64_eq, &ref, cands_max(q));
     s->v = items;
+    if (rv <= 0)
+        return rv;
     s->v[s->x.n] = ref;
     pt_hindex_add(&s->x, h);
     return 0;

@@ -12,7 +12,9 @@ static void hindex_link(hindex *x, size_t i)
     x->slots[j] = (uint32_t)(i + 1);
 }
 
-int pt_hindex_reserve(hindex *x, pt_arena *a, void **items, size_t isz)
+/* Makes room for item x->n: when full, doubles *items (isz bytes each, copied) and the
+ * index. */
+static int reserve(hindex *x, pt_arena *a, void **items, size_t isz)
 {
     if (x->n < x->cap)
         return 0; /* *items unchanged */
@@ -35,14 +37,9 @@ int pt_hindex_reserve(hindex *x, pt_arena *a, void **items, size_t isz)
     return 0;
 }
 
-void pt_hindex_add(hindex *x, uint64_t h)
-{
-    x->h[x->n] = h;
-    hindex_link(x, x->n++);
-}
-
-long pt_hindex_find(const hindex *x, uint64_t h, int (*eq)(const void *, size_t, const void *),
-                    const void *items, const void *key)
+/* The item with hash h for which eq(items, i, key) holds, or -1. */
+static long find(const hindex *x, uint64_t h, int (*eq)(const void *, size_t, const void *),
+                 const void *items, const void *key)
 {
     if (!x->cap)
         return -1;
@@ -53,4 +50,21 @@ long pt_hindex_find(const hindex *x, uint64_t h, int (*eq)(const void *, size_t,
             return (long)i;
     }
     return -1;
+}
+
+int pt_hindex_claim(hindex *x, pt_arena *a, void **items, size_t isz, uint64_t h,
+                    int (*eq)(const void *, size_t, const void *), const void *key, size_t max)
+{
+    if (find(x, h, eq, *items, key) >= 0)
+        return 0;
+    if (max && x->n >= max)
+        return PT_ELIMIT;
+    int rv = reserve(x, a, items, isz);
+    return rv ? rv : 1;
+}
+
+void pt_hindex_add(hindex *x, uint64_t h)
+{
+    x->h[x->n] = h;
+    hindex_link(x, x->n++);
 }

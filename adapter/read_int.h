@@ -31,14 +31,15 @@ typedef struct hindex {
     size_t n, cap;
 } hindex;
 
-/* Makes room for item x->n: when full, doubles *items (isz bytes each, copied into a) and
- * the index; *items is then a new array, the old one is left as it was. 0 or PT_ENOMEM. */
-int pt_hindex_reserve(hindex *x, pt_arena *a, void **items, size_t isz);
-/* Indexes item x->n, which the owner has stored after pt_hindex_reserve, under hash h. */
+/* The first half of adding key, whose hash is h, to the array *items (isz bytes an item)
+ * that x indexes: 0 when an item i with eq(*items, i, key) is there already; PT_ELIMIT when
+ * x holds max items (0: no limit); else 1 with room made for item x->n, which the caller
+ * then stores and indexes with pt_hindex_add. Making room may move *items to a new array
+ * in a (the old one is left as it was): PT_ENOMEM when a has no room. */
+int pt_hindex_claim(hindex *x, pt_arena *a, void **items, size_t isz, uint64_t h,
+                    int (*eq)(const void *, size_t, const void *), const void *key, size_t max);
+/* Indexes item x->n, which the caller has stored after pt_hindex_claim, under hash h. */
 void pt_hindex_add(hindex *x, uint64_t h);
-/* The index of the item with hash h for which eq(items, i, key) holds, or -1. */
-long pt_hindex_find(const hindex *x, uint64_t h, int (*eq)(const void *, size_t, const void *),
-                    const void *items, const void *key);
 
 /* Candidate series of one query, deduplicated by sid. */
 typedef struct cands {

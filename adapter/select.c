@@ -41,15 +41,11 @@ typedef struct valset {
 static int valset_add(valset *s, pt_slice val)
 {
     uint64_t h = XXH3_64bits(val.p, val.n);
-    if (pt_hindex_find(&s->x, h, slice_eq, s->v, &val) >= 0)
-        return 0;
-    if (s->max && s->x.n >= s->max)
-        return PT_ELIMIT;
     void *items = s->v;
-    int rv = pt_hindex_reserve(&s->x, s->a, &items, sizeof(*s->v));
-    if (rv)
-        return rv;
+    int rv = pt_hindex_claim(&s->x, s->a, &items, sizeof(*s->v), h, slice_eq, &val, s->max);
     s->v = items;
+    if (rv <= 0)
+        return rv;
     s->v[s->x.n] = val;
     pt_hindex_add(&s->x, h);
     return 1;
