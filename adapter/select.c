@@ -1,5 +1,4 @@
 /* Selecting series: a query's matchers to the series they accept, through the index. */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
