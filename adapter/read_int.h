@@ -1,6 +1,8 @@
 /*
- * Internals of the read path, shared by select.c (matchers to series, through the index)
- * and read.c (the series' samples, a group at a time).
+ * Internals of the read path, shared by its modules, each calling only those before it:
+ * hindex.c (a hash index over an array), cands.c (series references to candidate series),
+ * select.c (matchers to series, through the index) and read.c (the series' samples, a
+ * group at a time).
  */
 #ifndef PT_READ_INT_H
 #define PT_READ_INT_H
@@ -20,13 +22,24 @@ typedef struct series {
     size_t nlabels;
 } series;
 
-/* A hash index over an array its owner keeps, in insertion order (select.c): item i has
- * hash h[i]; slots hold i + 1 (0 = empty), 2 × cap of them; arena memory. */
+/* A hash index over an array its owner keeps, in insertion order (hindex.c): item i has
+ * hash h[i]; slots hold i + 1 (0 = empty), 2 × cap of them; arena memory. A zeroed one
+ * is empty. */
 typedef struct hindex {
     uint64_t *h;
     uint32_t *slots;
     size_t n, cap;
 } hindex;
+
+/* The first half of adding key, whose hash is h, to the array *items (isz bytes an item)
+ * that x indexes: 0 when an item i with eq(*items, i, key) is there already; PT_ELIMIT when
+ * x holds max items (0: no limit); else 1 with room made for item x->n, which the caller
+ * then stores and indexes with pt_hindex_add. Making room may move *items to a new array
+ * in a (the old one is left as it was): PT_ENOMEM when a has no room. */
+int pt_hindex_claim(hindex *x, pt_arena *a, void **items, size_t isz, uint64_t h,
+                    int (*eq)(const void *, size_t, const void *), const void *key, size_t max);
+/* Indexes item x->n, which the caller has stored after pt_hindex_claim, under hash h. */
+void pt_hindex_add(hindex *x, uint64_t h);
 
 /* Candidate series of one query, deduplicated by sid. */
 typedef struct cands {
@@ -62,6 +75,15 @@ typedef struct qctx {
     size_t evals;       /* regex evaluations, for the deadline checks */
     const pt_matcher *costly; /* the matcher that ran into its limits (PT_EREGEXLIMIT) */
 } qctx;
+
+/* Adds ref to q->refs unless present (cands.c): 0, or PT_ELIMIT (far past the series
+ * limit) / PT_ENOMEM. */
+int pt_cands_add_ref(qctx *q, uint64_t ref);
+/* Adds the series behind q->refs to the candidates q->c.v[0, q->c.x.n), deduplicated by
+ * sid, their labels in q->a; sorts q->refs->v, whose index then goes stale. 0, or
+ * PT_ELIMIT (far past the series limit), PT_ETIMEOUT, PT_ECANCELLED, PT_ENOMEM, a
+ * storage error. */
+int pt_cands_resolve(qctx *q);
 
 /* Every so many index rows or cells, a read checks its deadline. */
 #define DEADLINE_EVERY 1024

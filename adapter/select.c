@@ -1,5 +1,4 @@
 /* Selecting series: a query's matchers to the series they accept, through the index. */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -7,143 +6,9 @@
 #include "bytes.h"
 #include "read_int.h"
 
-/* ---- hindex (read_int.h) ---- */
-
-static void hindex_link(hindex *x, size_t i)
-{
-    size_t mask = x->cap * 2 - 1, j = x->h[i] & mask;
-    while (x->slots[j])
-        j = (j + 1) & mask;
-    x->slots[j] = (uint32_t)(i + 1);
-}
-
-/* Makes room for item x->n: when full, doubles *items (isz bytes each, copied) and the
- * index. */
-static int hindex_reserve(hindex *x, pt_arena *a, void **items, size_t isz)
-{
-    if (x->n < x->cap)
-        return 0; /* *items unchanged */
-    size_t ncap = x->cap ? x->cap * 2 : 256;
-    void *ni = pt_arena_alloc(a, ncap * isz);
-    uint64_t *nh = pt_arena_alloc(a, ncap * sizeof(*nh));
-    uint32_t *ns = pt_arena_calloc(a, ncap * 2 * sizeof(*ns));
-    if (!ni || !nh || !ns)
-        return PT_ENOMEM;
-    if (x->n) {
-        memcpy(ni, *items, x->n * isz);
-        memcpy(nh, x->h, x->n * sizeof(*nh));
-    }
-    *items = ni;
-    x->h = nh;
-    x->slots = ns;
-    x->cap = ncap;
-    for (size_t i = 0; i < x->n; i++)
-        hindex_link(x, i);
-    return 0;
-}
-
-/* Indexes item x->n, which the owner has stored, under hash h. */
-static void hindex_add(hindex *x, uint64_t h)
-{
-    x->h[x->n] = h;
-    hindex_link(x, x->n++);
-}
-
-/* The item with hash h for which eq(items, i, key) holds, or -1. */
-static long hindex_find(const hindex *x, uint64_t h, int (*eq)(const void *, size_t, const void *),
-                        const void *items, const void *key)
-{
-    if (!x->cap)
-        return -1;
-    size_t mask = x->cap * 2 - 1;
-    for (size_t j = h & mask; x->slots[j]; j = (j + 1) & mask) {
-        size_t i = x->slots[j] - 1;
-        if (x->h[i] == h && eq(items, i, key))
-            return (long)i;
-    }
-    return -1;
-}
-
-static int sid_eq(const void *items, size_t i, const void *key)
-{
-    return pt_slice_eq(((const series *)items)[i].sid, *(const pt_slice *)key);
-}
-
 static int slice_eq(const void *items, size_t i, const void *key)
 {
     return pt_slice_eq(((const pt_slice *)items)[i], *(const pt_slice *)key);
-}
-
-static int u64_eq(const void *items, size_t i, const void *key)
-{
-    return ((const uint64_t *)items)[i] == *(const uint64_t *)key;
-}
-
-/* Candidates before the matchers are checked may pass the series limit by a generous
- * margin; past it the query is refused (PT_ELIMIT). */
-static int over_limit(const qctx *q, size_t n)
-{
-    return q->c.limit && n >= q->c.limit * 4 + 1024;
-}
-
-/* Adds the series named by an index row (sid after the prefix, labels in value or sid). */
-static int cands_add(qctx *q, pt_slice sid, pt_slice value)
-{
-    cands *c = &q->c;
-    pt_label *cell_labels = NULL;
-    long cell_n = 0;
-    if (value.n) {
-        /* The row names the series by digest or hashed sid; its labels are in the cell and
-         * the real sid follows from them. */
-        uint8_t *vc = pt_arena_alloc(c->a, value.n);
-        if (!vc)
-            return PT_ENOMEM;
-        memcpy(vc, value.p, value.n);
-        cell_n = pt_labels_decode(c->a, (pt_slice){vc, value.n}, &cell_labels);
-        if (cell_n < 0)
-            return cell_n == PT_ENOMEM ? PT_ENOMEM : PT_EINTERNAL;
-        int rv = pt_series_id(c->a, cell_labels, (size_t)cell_n, &sid);
-        if (rv)
-            return rv;
-    }
-    uint64_t h = XXH3_64bits(sid.p, sid.n);
-    if (hindex_find(&c->x, h, sid_eq, c->v, &sid) >= 0)
-        return 0;
-    if (over_limit(q, c->x.n))
-        return PT_ELIMIT;
-    void *items = c->v;
-    int rv = hindex_reserve(&c->x, c->a, &items, sizeof(*c->v));
-    if (rv)
-        return rv;
-    c->v = items;
-    series *s = &c->v[c->x.n];
-    uint8_t *copy = pt_arena_alloc(c->a, sid.n);
-    if (!copy)
-        return PT_ENOMEM;
-    memcpy(copy, sid.p, sid.n);
-    s->sid = (pt_slice){copy, sid.n};
-    long nl;
-    if (value.n) {
-        s->labels = cell_labels;
-        nl = cell_n;
-    } else {
-        nl = pt_series_id_parse(c->a, s->sid, &s->labels);
-        if (nl > 0) {
-            /* The sid keeps __name__ first; the stored order is by name. */
-            pt_label name = s->labels[0];
-            size_t i = 1;
-            while (i < (size_t)nl && pt_slice_cmp(s->labels[i].name, name.name) < 0) {
-                s->labels[i - 1] = s->labels[i];
-                i++;
-            }
-            s->labels[i - 1] = name;
-        }
-    }
-    if (nl < 0)
-        return nl == PT_ENOMEM ? PT_ENOMEM : PT_EINTERNAL;
-    s->nlabels = (size_t)nl;
-    hindex_add(&c->x, h);
-    return 0;
 }
 
 /* Scans the index rows in [first, last): one range covers every day of the query because
@@ -175,17 +40,13 @@ typedef struct valset {
 static int valset_add(valset *s, pt_slice val)
 {
     uint64_t h = XXH3_64bits(val.p, val.n);
-    if (hindex_find(&s->x, h, slice_eq, s->v, &val) >= 0)
-        return 0;
-    if (s->max && s->x.n >= s->max)
-        return PT_ELIMIT;
     void *items = s->v;
-    int rv = hindex_reserve(&s->x, s->a, &items, sizeof(*s->v));
-    if (rv)
-        return rv;
+    int rv = pt_hindex_claim(&s->x, s->a, &items, sizeof(*s->v), h, slice_eq, &val, s->max);
     s->v = items;
+    if (rv <= 0)
+        return rv;
     s->v[s->x.n] = val;
-    hindex_add(&s->x, h);
+    pt_hindex_add(&s->x, h);
     return 1;
 }
 
@@ -196,30 +57,11 @@ typedef struct rowcb {
     valset vals;        /* collected values */
 } rowcb;
 
-/* Adds ref unless present: 0, or PT_ELIMIT / PT_ENOMEM. */
-static int refset_add(qctx *q, uint64_t ref)
-{
-    refset *s = &q->refs;
-    uint64_t h = XXH3_64bits(&ref, sizeof(ref)); /* a test's short refs share low bits */
-    if (hindex_find(&s->x, h, u64_eq, s->v, &ref) >= 0)
-        return 0;
-    if (over_limit(q, s->x.n))
-        return PT_ELIMIT;
-    void *items = s->v;
-    int rv = hindex_reserve(&s->x, q->a, &items, sizeof(*s->v));
-    if (rv)
-        return rv;
-    s->v = items;
-    s->v[s->x.n] = ref;
-    hindex_add(&s->x, h);
-    return 0;
-}
-
 /* Keeps a list cell's series reference unless its label mask proves the series lacks one
  * of the query's name=value pairs. */
 static int take_ref(qctx *q, uint64_t ref, uint64_t mask)
 {
-    return (q->qmask & ~mask) != 0 ? 0 : refset_add(q, ref);
+    return (q->qmask & ~mask) != 0 ? 0 : pt_cands_add_ref(q, ref);
 }
 
 /* A list cell's reference and mask (all ones when the cell has none). */
@@ -242,243 +84,6 @@ static int on_list_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     if (rv == 0)
         rv = past_deadline(r->q);
     return rv ? rv : take_ref(r->q, ref, mask);
-}
-
-/* A series row: the sid after its prefix, the label set in the cell when needed. */
-static int on_series_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
-{
-    (void)qual;
-    qctx *q = ud;
-    if (row.n < PT_INDEX_SERIES_PREFIX_LEN)
-        return PT_EINTERNAL;
-    int rv = past_deadline(q);
-    if (rv)
-        return rv;
-    pt_slice sid = {row.p + PT_INDEX_SERIES_PREFIX_LEN, row.n - PT_INDEX_SERIES_PREFIX_LEN};
-    return cands_add(q, sid, value);
-}
-
-static int u64_cmp(const void *x, const void *y)
-{
-    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
-    return a < b ? -1 : a > b;
-}
-
-/* Filling the series-row cache from a scan of series rows: a reference's rows arrive
- * together, in day order; when the next reference starts, each of the query's days of the
- * previous one becomes an entry (maybe empty). */
-typedef struct filler {
-    qctx *q;
-    const uint64_t *miss; /* the references scanned, sorted */
-    const uint32_t *epochs; /* epoch of (miss[i], day d) at [i * ndays + d] */
-    size_t nmiss, at, ndays;
-    uint64_t cur;
-    int have_cur, odd; /* odd: a row outside the query's bucket grid; keep nothing */
-    pt_buf rows;       /* cur's rows: u32 day index, then the entry's record */
-    pt_buf entry;
-} filler;
-
-static int64_t fill_day(const filler *f, size_t d)
-{
-    return f->q->day_first + (int64_t)d * f->q->st->index_bucket_ms;
-}
-
-/* Stores the entries of every reference before `upto` (all when last): cur's rows, and
- * none for the references the scan found no row of. */
-static void fill_flush(filler *f, uint64_t upto, int last)
-{
-    pt_ref_cache *c = f->q->st->refs;
-    for (; f->at < f->nmiss && (last || f->miss[f->at] < upto); f->at++) {
-        uint64_t ref = f->miss[f->at];
-        int mine = f->have_cur && ref == f->cur;
-        if (mine && f->odd)
-            continue;
-        for (size_t d = 0; d < f->ndays; d++) {
-            pt_buf_reset(&f->entry);
-            for (size_t i = 0; mine && i < f->rows.len;) {
-                uint32_t day = pt_get_be32(f->rows.p + i);
-                uint32_t kn = pt_get_be32(f->rows.p + i + 4);
-                uint32_t vn = pt_get_be32(f->rows.p + i + 8 + kn);
-                size_t rec = 8 + (size_t)kn + vn;
-                if (day == d && pt_buf_append(&f->entry, f->rows.p + i + 4, rec) != 0) {
-                    /* Out of memory: fill nothing more from this scan (an entry left out
-                     * is a miss; one filled without its rows would hide a series). */
-                    f->at = f->nmiss;
-                    return;
-                }
-                i += 4 + rec;
-            }
-            pt_ref_cache_put(c, ref ^ f->q->st->salt, fill_day(f, d),
-                             f->epochs[f->at * f->ndays + d], f->entry.p, f->entry.len);
-        }
-    }
-}
-
-/* Parses the 13-digit bucket of a series row. */
-static int64_t row_day(pt_slice row)
-{
-    int64_t v = 0;
-    for (size_t i = 0; i < PT_BASE_DIGITS; i++) {
-        uint8_t ch = row.p[2 + PT_REF_HEX + 2 + i];
-        if (ch < '0' || ch > '9')
-            return -1;
-        v = v * 10 + (ch - '0');
-    }
-    return v;
-}
-
-static int on_series_row_fill(void *ud, pt_slice row, pt_slice qual, pt_slice value)
-{
-    filler *f = ud;
-    uint64_t ref;
-    if (row.n < PT_INDEX_SERIES_PREFIX_LEN || pt_ref_parse(row.p + 2, &ref) != 0)
-        return PT_EINTERNAL;
-    if (!f->have_cur || ref != f->cur) {
-        fill_flush(f, ref, 0);
-        f->cur = ref;
-        f->have_cur = 1;
-        f->odd = 0;
-        pt_buf_reset(&f->rows);
-    }
-    int64_t day = row_day(row), bucket = f->q->st->index_bucket_ms, into = day - f->q->day_first;
-    size_t d = (size_t)(into / bucket);
-    if (day < 0 || into < 0 || into % bucket != 0 || d >= f->ndays)
-        f->odd = 1;
-    pt_slice tail = {row.p + PT_INDEX_SERIES_PREFIX_LEN, row.n - PT_INDEX_SERIES_PREFIX_LEN};
-    uint8_t h[8];
-    pt_put_be32(h, (uint32_t)d);
-    pt_put_be32(h + 4, (uint32_t)tail.n);
-    uint8_t vl[4];
-    pt_put_be32(vl, (uint32_t)value.n);
-    if (!f->odd && (pt_buf_append(&f->rows, h, 8) != 0 ||
-                    pt_buf_append(&f->rows, tail.p, tail.n) != 0 ||
-                    pt_buf_append(&f->rows, vl, 4) != 0 ||
-                    pt_buf_append(&f->rows, value.p, value.n) != 0))
-        return PT_ENOMEM;
-    return on_series_row(f->q, row, qual, value);
-}
-
-/* The candidates in the cache's rows of one reference (records as in index.h). */
-static int cands_from_cache(qctx *q, const pt_buf *b)
-{
-    for (size_t i = 0; i < b->len;) {
-        uint32_t kn = pt_get_be32(b->p + i);
-        pt_slice sid = {b->p + i + 4, kn};
-        uint32_t vn = pt_get_be32(b->p + i + 4 + kn);
-        pt_slice value = {b->p + i + 8 + kn, vn};
-        int rv = cands_add(q, sid, value);
-        if (rv)
-            return rv;
-        i += 8 + (size_t)kn + vn;
-    }
-    return 0;
-}
-
-/* Looks every reference up in the series-row cache: the ones found for all the query's
- * days become candidates now; the others are left in rs->v[0, *nmiss), their epochs
- * taken (before the scan that will fill them). */
-static int resolve_cached(qctx *q, size_t ndays, size_t *nmiss, uint32_t **epochs)
-{
-    refset *rs = &q->refs;
-    pt_ref_cache *c = q->st->refs;
-    pt_buf hit; /* in the request's arena: no malloc per read */
-    pt_buf_init_arena(&hit, q->a, 0);
-    int rv = 0;
-    size_t k = 0;
-    *epochs = pt_arena_alloc(q->a, rs->x.n * ndays * sizeof(**epochs));
-    if (!*epochs)
-        return PT_ENOMEM;
-    for (size_t i = 0; i < rs->x.n && rv == 0; i++) {
-        uint64_t ref = rs->v[i], cref = ref ^ q->st->salt; /* the tenant's cache key */
-        size_t d = 0;
-        pt_buf_reset(&hit);
-        while (d < ndays && (rv = pt_ref_cache_get(c, cref, q->day_first +
-                                                   (int64_t)d * q->st->index_bucket_ms, &hit)) == 1)
-            d++;
-        if (rv < 0)
-            break;
-        if (d == ndays) {
-            rv = cands_from_cache(q, &hit);
-            continue;
-        }
-        rv = 0;
-        for (d = 0; d < ndays; d++)
-            (*epochs)[k * ndays + d] =
-                pt_ref_cache_epoch(c, cref, q->day_first + (int64_t)d * q->st->index_bucket_ms);
-        rs->v[k++] = ref;
-    }
-    pt_buf_free(&hit);
-    *nmiss = k;
-    return rv;
-}
-
-/* The series behind the collected references: from the series-row cache when it has
- * them, else their series rows over the query's days, read in key order, many
- * references per scan (one row set on Bigtable). */
-static int resolve_refs(qctx *q)
-{
-    enum { PER_SCAN = 4096 };
-    const size_t kl = PT_INDEX_SERIES_PREFIX_LEN;
-    refset *rs = &q->refs;
-    if (rs->x.n == 0)
-        return 0;
-    qsort(rs->v, rs->x.n, sizeof(*rs->v), u64_cmp); /* the set is complete: its index goes stale */
-    size_t nref = rs->x.n, ndays = 0;
-    uint32_t *epochs = NULL;
-    int rv;
-    /* Long queries skip the cache: an entry per reference and bucket would cost more to
-     * look up and keep than the scan it saves. */
-    enum { CACHED_BUCKETS_MAX = 8 };
-    if (q->st->refs)
-        ndays = (size_t)((q->day_last - q->day_first) / q->st->index_bucket_ms) + 1;
-    int cached = q->st->refs && ndays <= CACHED_BUCKETS_MAX;
-    if (cached) {
-        if ((rv = resolve_cached(q, ndays, &nref, &epochs)) != 0)
-            return rv;
-        if (nref == 0)
-            return 0;
-    }
-    size_t per = nref < PER_SCAN ? nref : PER_SCAN;
-    pt_row_range *r = pt_arena_alloc(q->a, per * sizeof(*r));
-    uint8_t *keys = pt_arena_alloc(q->a, per * 2 * kl);
-    if (!r || !keys)
-        return PT_ENOMEM;
-    int64_t after = q->day_last + q->st->index_bucket_ms;
-    filler f = {.q = q, .ndays = ndays};
-    pt_buf_init(&f.rows, 0);
-    pt_buf_init(&f.entry, 0);
-    rv = 0;
-    for (size_t i = 0; i < nref && rv == 0; i += per) {
-        size_t m = nref - i < per ? nref - i : per;
-        for (size_t j = 0; j < m; j++) {
-            uint8_t ref16[PT_REF_HEX], *k0 = keys + 2 * j * kl, *k1 = k0 + kl;
-            pt_ref_hex(ref16, rs->v[i + j]);
-            pt_index_series_prefix(k0, ref16, q->day_first);
-            pt_index_series_prefix(k1, ref16, after);
-            r[j] = (pt_row_range){{k0, kl}, {k1, kl}};
-        }
-        if ((rv = deadline_passed(q)) != 0)
-            break;
-        size_t visited = 0;
-        pt_scan s = {PT_TABLE_INDEX, r, m, {0}, {0}, 0, &visited, NULL};
-        if (cached) {
-            f.miss = rs->v + i;
-            f.epochs = epochs + i * ndays;
-            f.nmiss = m;
-            f.at = 0;
-            f.have_cur = 0;
-            rv = pt_backend_scan(q->st->be, &s, on_series_row_fill, &f);
-            if (rv == 0)
-                fill_flush(&f, 0, 1);
-        } else {
-            rv = pt_backend_scan(q->st->be, &s, on_series_row, q);
-        }
-        pt_m.read_rows_scanned += visited;
-        q->rows += visited;
-    }
-    pt_buf_free(&f.rows);
-    pt_buf_free(&f.entry);
-    return rv;
 }
 
 /* Whether matcher m accepts v: 1 or 0, or an error: m's limits (q->costly = m), the
@@ -662,8 +267,8 @@ static int scan_list(qctx *q, const irange *ir)
     int64_t step = q->st->index_bucket_ms;
     if (!c || (q->day_last - q->day_first) / step >= CACHED_BUCKETS_MAX) {
         rowcb r = {.q = q, .prefix_len = ir->n0};
-        return scan_days(q, (pt_slice){ir->b0, ir->n0}, (pt_slice){ir->b1, ir->n1},
-                         on_list_row, &r);
+        return scan_days(q, (pt_slice){ir->b0, ir->n0}, (pt_slice){ir->b1, ir->n1}, on_list_row,
+                         &r);
     }
     size_t cap = PT_INDEX_PREFIX_MAX(ir->name ? ir->name->n : 0, ir->value.n);
     uint8_t *p0 = pt_arena_alloc(q->a, cap), *p1 = pt_arena_alloc(q->a, cap);
@@ -938,7 +543,7 @@ static int resolve(qctx *q, int use_hints, int *hinted)
         for (size_t i = 0; i < r.vals.x.n; i++)
             if ((rv = collect(q, NULL, r.vals.v[i])) != 0)
                 return rv;
-        return resolve_refs(q);
+        return pt_cands_resolve(q);
     }
     size_t best = 0;
     if (n > 1 && !(use_hints && (*hinted = hinted_shortest(q, src, n, &best)))) {
@@ -956,7 +561,7 @@ static int resolve(qctx *q, int use_hints, int *hinted)
     if (q->st->hints)
         pt_list_hints_put(q->st->hints, c->hkey, c->vrows + (q->rows + q->rows_cached - before),
                           rv == 0);
-    return rv ? rv : resolve_refs(q);
+    return rv ? rv : pt_cands_resolve(q);
 }
 
 static pt_slice label_value(const series *s, pt_slice name)
