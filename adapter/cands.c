@@ -40,7 +40,7 @@ static int cands_add(qctx *q, pt_slice sid, pt_slice value)
         cell_n = pt_labels_decode(c->a, (pt_slice){vc, value.n}, &cell_labels);
         if (cell_n < 0)
             return cell_n == PT_ENOMEM ? PT_ENOMEM : PT_EINTERNAL;
-        int rv = pt_series_id(c->a, cell_labels, (size_t)cell_n, &sid);
+        int rv = pt_series_id(c->a, cell_labels, (size_t)cell_n, pt_store_key_limit(q->st), &sid);
         if (rv)
             return rv;
     }

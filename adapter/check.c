@@ -83,6 +83,7 @@ typedef struct checker {
     size_t index_cells, series_rows, points_rows, samples, exemplars, not_compared;
     pt_buf prev_row;
     int64_t prev_day;
+    size_t key_limit; /* of the space being compared (rowkey.h) */
     pt_arena a;
     int shared;     /* checking the keys of no tenant: the tenants' rows are left out */
 } checker;
@@ -167,7 +168,7 @@ static int parse_series_row(checker *ck, pt_slice row, pt_slice value, srow *sr)
             return PT_ENOMEM;
         memcpy(copy, value.p, value.n);
         n = pt_labels_decode(&ck->a, (pt_slice){copy, value.n}, &sr->labels);
-        if (n > 0 && pt_series_id(&ck->a, sr->labels, (size_t)n, &sr->sid) != 0)
+        if (n > 0 && pt_series_id(&ck->a, sr->labels, (size_t)n, ck->key_limit, &sr->sid) != 0)
             return PT_ENOMEM;
     } else {
         n = pt_series_id_parse(&ck->a, sr->sid, &sr->labels);
@@ -387,7 +388,7 @@ static int compare_spaces(checker *ck, pt_backend *be)
 {
     ck->be = be;
     ck->shared = 1;
-    pt_row_key_limit = PT_MAX_ROW_KEY;
+    ck->key_limit = PT_MAX_ROW_KEY;
     int rv = compare(ck);
     ck->shared = 0;
     uint8_t from[PT_TENANT_PREFIX_MAX + 1] = {PT_TENANT_MARK};
@@ -422,21 +423,22 @@ static int compare_spaces(checker *ck, pt_backend *be)
         pt_tenant_view v;
         pt_tenant_view_init(&v, be, id, idn);
         ck->be = &v.be;
-        pt_row_key_limit = PT_MAX_ROW_KEY - PT_TENANT_PREFIX_MAX;
+        ck->key_limit = PT_TENANT_KEY_LIMIT;
         rv = compare(ck);
         ck->be = be;
         pt_slice e;
         pt_prefix_end(from, (pt_slice){v.prefix, v.plen}, &e);
         from_n = e.n;
     }
-    pt_row_key_limit = PT_MAX_ROW_KEY;
+    ck->key_limit = PT_MAX_ROW_KEY;
     return rv;
 }
 
 int pt_check_store(const pt_config *cfg, const pt_backend_ops *ops, const pt_backend_config *bc,
                    FILE *out)
 {
-    checker ck = {.out = out, .bucket = cfg->index_bucket_ms, .cutoff = INT64_MIN};
+    checker ck = {.out = out, .bucket = cfg->index_bucket_ms, .cutoff = INT64_MIN,
+                  .key_limit = PT_MAX_ROW_KEY};
     char err[512] = "";
     int status = PT_CHECK_FAILED;
     pt_backend be = {0};

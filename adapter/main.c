@@ -204,8 +204,6 @@ int main(int argc, char **argv)
             pt_log_msg(PT_LOG_ERROR, "out of memory for the tenants");
             goto fail_cache;
         }
-        /* Room for a tenant's prefix in every key (tenant.h). */
-        pt_row_key_limit = PT_MAX_ROW_KEY - PT_TENANT_PREFIX_MAX;
     }
     /* Only a store no other process writes keeps the series-row and list caches exact. */
     int exclusive = (ops->caps & PT_BACKEND_CAP_EXCLUSIVE) != 0;
@@ -229,6 +227,8 @@ int main(int argc, char **argv)
     st->regex_match_limit = (uint32_t)cfg.read_regex_match_limit;
     st->regex_heap_limit = cfg.read_regex_heap_limit;
     st->retention_ms = cfg.retention_ms;
+    /* Room for a tenant's prefix in every key (tenant.h). */
+    st->key_limit = cfg.tenancy_enabled ? PT_TENANT_KEY_LIMIT : PT_MAX_ROW_KEY;
     st->label_limits = (pt_label_limits){.name_len = cfg.write_max_label_name_length,
                                          .value_len = cfg.write_max_label_value_length,
                                          .labels = (size_t)cfg.write_max_labels_per_series};

@@ -189,13 +189,14 @@ static uint8_t *put_sid(uint8_t *dst, const pt_label *labels, size_t n, size_t n
     return p;
 }
 
-int pt_series_id(pt_arena *a, const pt_label *labels, size_t n, pt_slice *sid)
+int pt_series_id(pt_arena *a, const pt_label *labels, size_t n, size_t key_limit,
+                 pt_slice *sid)
 {
-    return pt_series_id_checked(a, labels, n, 1, sid);
+    return pt_series_id_checked(a, labels, n, 1, key_limit, sid);
 }
 
 int pt_series_id_checked(pt_arena *a, const pt_label *labels, size_t n, int check,
-                         pt_slice *sid)
+                         size_t key_limit, pt_slice *sid)
 {
     size_t ni;
     pt_slice metric = metric_of(labels, n, &ni);
@@ -228,7 +229,7 @@ int pt_series_id_checked(pt_arena *a, const pt_label *labels, size_t n, int chec
         put_sid(buf, labels, n, ni, metric, &metric_end);
     }
     size_t metric_len = (size_t)(metric_end - buf);
-    if (PT_ROW_KEY_LEN(len) <= pt_row_key_limit) {
+    if (PT_ROW_KEY_LEN(len) <= key_limit) {
         *sid = (pt_slice){buf, len};
         return 0;
     }
@@ -414,17 +415,15 @@ uint8_t *pt_index_values_prefix(uint8_t *dst, pt_slice name, int64_t day)
     return day_tail(pt_index_part(dst, name), day);
 }
 
-uint8_t *pt_index_ref(uint8_t *dst, size_t prefix_len, pt_slice sid)
+uint8_t *pt_index_ref(uint8_t *dst, size_t prefix_len, pt_slice sid, size_t key_limit)
 {
-    if (prefix_len + sid.n <= pt_row_key_limit) {
+    if (prefix_len + sid.n <= key_limit) {
         memcpy(dst, sid.p, sid.n);
         return dst + sid.n;
     }
     uint8_t *e = put_digest(dst, sid.p, sid.n);
     return e ? e : dst;
 }
-
-size_t pt_row_key_limit = PT_MAX_ROW_KEY;
 
 uint64_t pt_series_ref(pt_slice sid, unsigned bits)
 {

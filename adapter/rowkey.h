@@ -24,11 +24,10 @@
 #include "schema.h"
 #include "slice.h"
 
-/* The longest data or series row key promtable builds: PT_MAX_ROW_KEY, less the room a
- * tenant's prefix takes when tenancy is on (set once at start, before any key is built;
- * tenant.h). The limit only changes with tenancy, whose rows are in spaces of their own,
- * so no series is ever stored under both limits. */
-extern size_t pt_row_key_limit;
+/* A key limit, the longest data or series row key to build: PT_MAX_ROW_KEY, less the room
+ * a tenant's prefix takes when tenancy is on (PT_TENANT_KEY_LIMIT, tenant.h). The limit
+ * only changes with tenancy, whose rows are in spaces of their own, so no series is ever
+ * stored under both limits. */
 /* The longest escaped metric kept in front of a hashed sid. */
 #define PT_HASHED_METRIC_MAX 1024
 
@@ -46,11 +45,12 @@ long pt_unescape(uint8_t *dst, pt_slice src);
 
 /* Builds the sid of a validated label set (sorted by name, unique names, no empty values,
  * containing __name__). The sid is allocated from the arena. Returns 0, or PT_ENOMEM. */
-int pt_series_id(pt_arena *a, const pt_label *labels, size_t n, pt_slice *sid);
+int pt_series_id(pt_arena *a, const pt_label *labels, size_t n, size_t key_limit,
+                 pt_slice *sid);
 /* The same; check = 0 promises that no name or value needs escaping (pt_text_flags said
  * so for each), which skips looking at their bytes again. */
 int pt_series_id_checked(pt_arena *a, const pt_label *labels, size_t n, int check,
-                         pt_slice *sid);
+                         size_t key_limit, pt_slice *sid);
 
 /* What a name or value holds, found in one pass: PT_TEXT_NONASCII when a byte is >= 0x80
  * (so it must be checked as UTF-8), PT_TEXT_ESCAPE when a byte needs escaping. */
@@ -111,7 +111,7 @@ uint8_t *pt_index_series_prefix(uint8_t *dst, const uint8_t *ref16, int64_t day)
 #define PT_INDEX_SERIES_PREFIX_LEN (2 + PT_REF_HEX + 3 + PT_BASE_DIGITS)
 uint8_t *pt_index_part(uint8_t *dst, pt_slice s);
 /* Writes the series reference after a prefix of prefix_len bytes. */
-uint8_t *pt_index_ref(uint8_t *dst, size_t prefix_len, pt_slice sid);
+uint8_t *pt_index_ref(uint8_t *dst, size_t prefix_len, pt_slice sid, size_t key_limit);
 /* 1 when a part or ref is a digest (its original is in the index cell). */
 int pt_index_is_digest(pt_slice s);
 uint8_t *pt_index_metric_prefix(uint8_t *dst, pt_slice metric, int64_t day);

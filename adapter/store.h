@@ -62,6 +62,7 @@ typedef struct pt_store {
     void *gate_ud;
     struct pt_ha *ha; /* HA pair deduplication (ha.h); NULL = off */
     pt_label_limits label_limits; /* series past them are refused (400); zero = none */
+    size_t key_limit; /* the longest row key built (rowkey.h); 0 = PT_MAX_ROW_KEY */
 } pt_store;
 
 /* The caches a store keeps in memory (index.h, exemplar.h). */
@@ -79,6 +80,11 @@ typedef struct pt_store_caches {
  * on a store that was never opened (all zero). */
 int pt_store_open(pt_store *st, pt_backend *be, const pt_store_caches *c);
 void pt_store_close(pt_store *st);
+
+static inline size_t pt_store_key_limit(const pt_store *st)
+{
+    return st->key_limit ? st->key_limit : PT_MAX_ROW_KEY;
+}
 
 /* The index-cache key of s with seed, for this store's tenant. */
 static inline pt_index_key pt_store_key(const pt_store *st, pt_slice s, int64_t seed)

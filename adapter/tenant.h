@@ -25,8 +25,9 @@
 #define PT_TENANT_MAX 150
 #define PT_TENANT_MARK 0x01
 /* The longest prefix: mark, id, mark. Row keys are built PT_TENANT_PREFIX_MAX shorter
- * than Bigtable's cap when tenancy is on (pt_row_key_limit). */
+ * than Bigtable's cap when tenancy is on: their key limit (rowkey.h, pt_store.key_limit). */
 #define PT_TENANT_PREFIX_MAX (PT_TENANT_MAX + 2)
+#define PT_TENANT_KEY_LIMIT (PT_MAX_ROW_KEY - PT_TENANT_PREFIX_MAX)
 
 /* 1 when id (n bytes) is a valid tenant id: 1 to 150 bytes of [A-Za-z0-9!._*'()-], not
  * "." or "..". Else 0 with msg saying what is wrong. */

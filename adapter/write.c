@@ -379,6 +379,7 @@ int pt_store_write_tenant(pt_store *st, pt_slice tenant, pt_wreq *wr, pt_arena *
                           pt_write_result *res)
 {
     wctx w = {.st = st,
+              .b = {.key_limit = pt_store_key_limit(st)},
               .tenant = tenant,
               .wr = wr,
               .a = a,

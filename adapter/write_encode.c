@@ -206,7 +206,7 @@ int pt_write_encode(wctx *w, size_t i, const pt_label *ls, size_t nl, int plain)
     if (ts->nsamples + ts->nhistograms + ts->nexemplars == 0)
         return 0;
     pt_slice sid;
-    int rv = pt_series_id_checked(a, ls, nl, !plain, &sid);
+    int rv = pt_series_id_checked(a, ls, nl, !plain, w->b.key_limit, &sid);
     if (rv != 0)
         return rv;
     sput sp = {.b = &w->b,

@@ -81,7 +81,7 @@ static int add_series_rows(batch *b, pt_arena *a, const pt_store *st, const pt_l
     if (!k)
         return PT_ENOMEM;
     uint8_t *e = pt_index_series_prefix(k, ref, day);
-    uint8_t *re = pt_index_ref(e, (size_t)(e - k), sid);
+    uint8_t *re = pt_index_ref(e, (size_t)(e - k), sid, b->key_limit);
     pt_slice labels = {(const uint8_t *)"", 0};
     if (sid_is_hashed(sid) || pt_index_is_digest((pt_slice){e, (size_t)(re - e)})) {
         size_t len = pt_labels_encoded_len(ls, n);

@@ -28,12 +28,13 @@ typedef struct batch {
     size_t n;
     pt_buf srows; /* (ref, bucket) of each series row, for the series-row cache */
     pt_buf lrows; /* (list key, bucket) of each list row, for the list cache */
+    size_t key_limit; /* the store's (pt_store_key_limit) */
 } batch;
 
 static inline int push(batch *b, uint8_t table, pt_slice row, pt_slice qual, pt_slice value,
                        int64_t version_us)
 {
-    if (row.n > pt_row_key_limit)
+    if (row.n > b->key_limit)
         return PT_EINTERNAL; /* the key encodings guarantee this never happens */
     pt_mutation *m = (pt_mutation *)(void *)pt_buf_room(&b->buf, sizeof(*m));
     if (!m)

@@ -23,11 +23,11 @@ static void check(pt_wreq *wr, pt_arena *a)
         if (n < 0)
             continue;
         pt_slice sid, fast;
-        if (pt_series_id(a, ls, (size_t)n, &sid) != 0)
+        if (pt_series_id(a, ls, (size_t)n, PT_MAX_ROW_KEY, &sid) != 0)
             break;
         /* Where validation found nothing to escape, the unchecked path builds the same. */
         if (plain) {
-            if (pt_series_id_checked(a, ls, (size_t)n, 0, &fast) != 0)
+            if (pt_series_id_checked(a, ls, (size_t)n, 0, PT_MAX_ROW_KEY, &fast) != 0)
                 break;
             if (!pt_slice_eq(fast, sid))
                 __builtin_trap();

@@ -16,7 +16,7 @@ static int sid_of(pt_arena *a, const char *const *kv, size_t n, pt_slice *sid)
         ls[i].name = S(kv[2 * i]);
         ls[i].value = S(kv[2 * i + 1]);
     }
-    return pt_series_id(a, ls, n, sid);
+    return pt_series_id(a, ls, n, PT_MAX_ROW_KEY, sid);
 }
 
 static int has_prefix(pt_slice s, pt_slice p) { return s.n >= p.n && memcmp(s.p, p.p, p.n) == 0; }
@@ -80,7 +80,7 @@ static void test_key_time(void)
     pt_arena_init(&a, 0, 0);
     pt_label ls[] = {{S("__name__"), S("up")}, {S("job"), S("a,@0000000000001\\")}};
     pt_slice sid;
-    ok(pt_series_id(&a, ls, 2, &sid) == 0, "sid of a value holding \",@\" and a backslash");
+    ok(pt_series_id(&a, ls, 2, PT_MAX_ROW_KEY, &sid) == 0, "sid of a value holding \",@\" and a backslash");
     uint8_t key[256];
     int64_t base = 3 * PT_BUCKET_MS;
     size_t n = (size_t)(pt_row_key(key, sid, base) - key), end = 0;
@@ -234,7 +234,7 @@ int main(void)
         random_value(vals[i][1], 64, &seed);
         const char *k[] = {"__name__", vals[i][0][0] ? vals[i][0] : "m", "a", vals[i][1]};
         pt_label ls[2] = {{S(k[0]), S(k[1])}, {S(k[2]), S(k[3])}};
-        pt_series_id(&a, ls, vals[i][1][0] ? 2 : 1, &sids[i]);
+        pt_series_id(&a, ls, vals[i][1][0] ? 2 : 1, PT_MAX_ROW_KEY, &sids[i]);
     }
     int interleave = 0, prefix = 0, roundtrip = 1;
     for (int i = 0; i < NSER; i++) {

@@ -181,7 +181,7 @@ static void views(void)
     pt_tenant_view_init(&vl, s.st.be, longid, PT_TENANT_MAX);
     pt_store sl = s.st;
     sl.be = &vl.be, sl.salt = pt_tenant_salt(longid, PT_TENANT_MAX);
-    pt_row_key_limit = PT_MAX_ROW_KEY - PT_TENANT_PREFIX_MAX;
+    sl.key_limit = PT_TENANT_KEY_LIMIT;
     static char big[4000];
     memset(big, 'v', sizeof(big) - 1);
     ok(write_one(&sl, "long_series", big, 7, &res) == 0 && res.samples_written == 1,
@@ -205,12 +205,11 @@ static void views(void)
            "table %d: the longest stored key is %zu bytes (cap %d), none holds NUL", t, r.longest,
            PT_MAX_ROW_KEY);
     }
-    pt_row_key_limit = PT_MAX_ROW_KEY;
     pt_label ls[2] = {{pt_slice_str("__name__"), pt_slice_str("long_series")},
                       {pt_slice_str("job"), pt_slice_str(big)}};
     pt_slice sid = {0};
     pt_arena_init(&ar, 0, 0);
-    rv = pt_series_id(&ar, ls, 2, &sid);
+    rv = pt_series_id(&ar, ls, 2, PT_MAX_ROW_KEY, &sid);
     ok(rv == 0 && PT_ROW_KEY_LEN(sid.n) <= PT_MAX_ROW_KEY &&
            PT_ROW_KEY_LEN(sid.n) + 2 + PT_TENANT_MAX > PT_MAX_ROW_KEY,
        "(without the room kept, that series' key is plain, %zu bytes, and would pass the cap "
