@@ -264,10 +264,9 @@ int pt_exemplar_marks_read(pt_backend *be, pt_slice qual, int *found)
     /* [qual, qual ‖ 0x00): the one cell. */
     memcpy(end, qual.p, qual.n);
     end[qual.n] = 0;
-    pt_row_range r = {{row, sizeof(row) - 1}, {row, sizeof(row)}}; /* the row, then its 0x00 */
-    pt_scan s = {PT_TABLE_INDEX, &r, 1, qual, {end, qual.n + 1}, 1, NULL, NULL};
     mark_find f = {qual, 0};
-    int rv = pt_backend_scan(be, &s, on_mark_cell, &f);
+    int rv = pt_backend_scan_row(be, PT_TABLE_INDEX, (pt_slice){row, sizeof(row) - 1}, qual,
+                                 (pt_slice){end, qual.n + 1}, on_mark_cell, &f);
     *found = f.found;
     return rv;
 }

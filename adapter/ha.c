@@ -380,10 +380,9 @@ static int read_lease(pt_ha *h, pt_ha_entry *e, lease *l)
 {
     memset(l, 0, offsetof(lease, replica));
     l->raw_n = 0;
-    pt_row_range r = {{e->key, e->key_n}, {e->key, e->key_n + 1}};
-    pt_scan s = {PT_TABLE_INDEX, &r, 1, {0}, {0}, 1, NULL, NULL};
     pt_m.ha_lease_reads++;
-    int rv = pt_backend_scan(h->be, &s, on_lease, l);
+    int rv = pt_backend_scan_row(h->be, PT_TABLE_INDEX, (pt_slice){e->key, e->key_n},
+                                 (pt_slice){0}, (pt_slice){0}, on_lease, l);
     if (rv != 0)
         pt_m.ha_lease_errors++;
     return rv;

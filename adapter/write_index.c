@@ -235,19 +235,18 @@ int pt_store_check_index(pt_store *st, char *err, size_t errlen)
     const int64_t never = (PT_MAX_TIME_MS + PT_BUCKET_MS) * 1000;
     const size_t fl = sizeof(format_row) - 1;
     const uint8_t *fr = (const uint8_t *)format_row;
-    pt_row_range marker = {{fr, fl}, {fr, fl + 1}}; /* the row, then its 0x00 */
     pt_row_range all = {{(const uint8_t *)"", 0}, {0}};
     found_row f = {0};
-    pt_scan s = {.table = PT_TABLE_INDEX, .ranges = &marker, .nranges = 1, .row_limit = 1};
+    pt_scan s = {.table = PT_TABLE_INDEX, .ranges = &all, .nranges = 1, .row_limit = 1};
     const pt_mutation format = {.table = PT_TABLE_INDEX,
                                 .row = {fr, fl},
                                 .qual = {index_qual, sizeof(index_qual)},
                                 .value = {(const uint8_t *)format_now, 1},
                                 .version_us = never};
-    int rv = pt_backend_scan(st->be, &s, note_row, &f);
+    int rv = pt_backend_scan_row(st->be, PT_TABLE_INDEX, (pt_slice){fr, fl}, (pt_slice){0},
+                                 (pt_slice){0}, note_row, &f);
     if (rv == 0 && f.n == 0) {
-        s.ranges = &all; /* no marker: an empty table is a new store */
-        rv = pt_backend_scan(st->be, &s, note_row, &f);
+        rv = pt_backend_scan(st->be, &s, note_row, &f); /* no marker: empty = a new store */
         if (rv == 0 && f.n == 0) {
             /* A new store: the exemplar marks start with it. */
             pt_mutation m[2] = {

@@ -191,4 +191,10 @@ static inline int pt_backend_scan(pt_backend *b, const pt_scan *s, pt_cell_fn fn
     return b->ops->scan(b->state, s, fn, ud);
 }
 
+/* Scans the one row key of table t (the range [key, key || 0x00)): its cells with
+ * qualifiers in [qual_start, qual_end) (an empty slice: unbounded), in qualifier order.
+ * Returns as pt_backend_scan, or PT_EINTERNAL for a key longer than any row key. */
+int pt_backend_scan_row(pt_backend *b, pt_table t, pt_slice key, pt_slice qual_start,
+                        pt_slice qual_end, pt_cell_fn fn, void *ud);
+
 #endif

@@ -4,6 +4,7 @@
 
 #include "backend.h"
 #include "error.h"
+#include "schema.h"
 
 extern const pt_backend_ops pt_backend_embedded;
 extern const pt_backend_ops pt_backend_faulty;
@@ -63,4 +64,22 @@ int pt_mutation_ptr_cmp(const void *pa, const void *pb)
         return a->table < b->table ? -1 : 1;
     int c = pt_slice_cmp(a->row, b->row);
     return c ? c : (a > b) - (a < b);
+}
+
+int pt_backend_scan_row(pt_backend *b, pt_table t, pt_slice key, pt_slice qual_start,
+                        pt_slice qual_end, pt_cell_fn fn, void *ud)
+{
+    uint8_t end[PT_MAX_ROW_KEY + 1];
+    if (key.n > PT_MAX_ROW_KEY)
+        return PT_EINTERNAL;
+    memcpy(end, key.p, key.n);
+    end[key.n] = 0;
+    pt_row_range r = {.start = key, .end = {end, key.n + 1}};
+    pt_scan s = {.table = t,
+                 .ranges = &r,
+                 .nranges = 1,
+                 .qual_start = qual_start,
+                 .qual_end = qual_end,
+                 .row_limit = 1};
+    return pt_backend_scan(b, &s, fn, ud);
 }
