@@ -15,6 +15,7 @@
 #include "exemplar.h"
 #include "metrics.h"
 #include "samples.h"
+#include "samples_check.h"
 #include "store_helpers.h"
 #include "tap.h"
 #include "wire.h"
@@ -203,30 +204,18 @@ static void xc_check_read(const char *name, int64_t start, int64_t end, const xc
     ok(xc_same(ts->exemplars, ts->n_exemplars, want, nw) && ts->n_samples == ns,
        "%s: %zu exemplars, every field bit-exact, %zu floats beside them", what, nw, ns);
 
-    pt_read *r;
-    pt_read_batch bt;
-    pt_samples e;
-    pt_samples_init(&e, 0);
-    pt_read_start(xc_st, mk_read(&xc_a, start, end, m, 1), &xc_a, NULL, &r);
-    while ((rv = pt_read_next(r, &xc_a, 0, &bt, msg, sizeof(msg))) == 1)
-        pt_samples_add(&e, &bt);
-    pt_read_free(r);
-    pt_slice got = pt_samples_bytes(&e);
-    size_t n = prometheus__read_response__get_packed_size(&resp);
-    uint8_t *p = pt_arena_alloc(&xc_a, n + 1);
-    prometheus__read_response__pack(&resp, p);
-    ok(rv == 0 && got.n == n && memcmp(got.p, p, n) == 0,
-       "%s: SAMPLES wire bytes are protobuf-c's (%zu bytes)", what, n);
-    Prometheus__ReadResponse *u = prometheus__read_response__unpack(NULL, got.n, got.p);
+    Prometheus__ReadResponse *u =
+        samples_bytes_check(xc_st, mk_read(&xc_a, start, end, m, 1), &xc_a, &resp, what);
     ok(u && u->n_results == 1 && u->results[0]->n_timeseries == 1 &&
            xc_same(u->results[0]->timeseries[0]->exemplars,
                    u->results[0]->timeseries[0]->n_exemplars, want, nw),
        "%s: SAMPLES bytes unpacked by protobuf-c: every field bit-exact", what);
     if (u)
         prometheus__read_response__free_unpacked(u, NULL);
-    pt_samples_free(&e);
 
     /* A streamed read leaves them out (ChunkedSeries has no field for them). */
+    pt_read *r;
+    pt_read_batch bt;
     pt_read_start(xc_st, mk_read(&xc_a, start, end, m, 1), &xc_a, NULL, &r);
     pt_read_exemplars(r, 0);
     size_t nx = 0;

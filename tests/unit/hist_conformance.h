@@ -16,6 +16,7 @@
 #include "histpb.h"
 #include "rnd.h"
 #include "samples.h"
+#include "samples_check.h"
 #include "store_helpers.h"
 #include "tap.h"
 #include "wire.h"
@@ -240,28 +241,13 @@ static void hc_check_read(const char *name, size_t lo, size_t hi, size_t nf, con
     ok(hc_same(ts->histograms, ts->n_histograms, lo, hi) && ts->n_samples == nf,
        "%s: every histogram field bit-exact, %zu floats beside them", what, nf);
 
-    pt_read *r;
-    pt_read_batch bt;
-    pt_samples e;
-    pt_samples_init(&e, 0);
-    pt_read_start(hc_st, hc_read_req(name), &hc_a, NULL, &r);
-    while ((rv = pt_read_next(r, &hc_a, 0, &bt, msg, sizeof(msg))) == 1)
-        pt_samples_add(&e, &bt);
-    pt_read_free(r);
-    pt_slice got = pt_samples_bytes(&e);
-    size_t n = prometheus__read_response__get_packed_size(&resp);
-    uint8_t *p = pt_arena_alloc(&hc_a, n + 1);
-    prometheus__read_response__pack(&resp, p);
-    ok(rv == 0 && got.n == n && memcmp(got.p, p, n) == 0,
-       "%s: SAMPLES wire bytes are protobuf-c's (%zu bytes)", what, n);
-    Prometheus__ReadResponse *u = prometheus__read_response__unpack(NULL, got.n, got.p);
+    Prometheus__ReadResponse *u = samples_bytes_check(hc_st, hc_read_req(name), &hc_a, &resp, what);
     ok(u && u->n_results == 1 && u->results[0]->n_timeseries == 1 &&
            hc_same(u->results[0]->timeseries[0]->histograms,
                       u->results[0]->timeseries[0]->n_histograms, lo, hi),
        "%s: SAMPLES bytes unpacked by protobuf-c: every field bit-exact", what);
     if (u)
         prometheus__read_response__free_unpacked(u, NULL);
-    pt_samples_free(&e);
 }
 
 /* Reads series name as STREAMED_XOR_CHUNKS frames, decodes every chunk (XOR with
