@@ -188,11 +188,7 @@ if ! pt_cbtemulator_found || ! command -v cbt >/dev/null; then
     tap_done
     exit $?
 fi
-EMU_PORT=''
-pt_start_cbtemulator EMU_PORT "$T/emulator.log" || tap_bail "the Bigtable emulator did not start"
-BT=(--storage.backend=bigtable --storage.bigtable.project=check --storage.bigtable.instance=check
-    --storage.bigtable.table-prefix=c_ --storage.bigtable.endpoint="127.0.0.1:$EMU_PORT")
-"$PROMTABLE" init "${BT[@]}" >"$T/init.log" 2>&1 || tap_bail "promtable init failed"
+pt_bigtable_store "$T" check c_
 serve "$T/bt.log" "${BT[@]}" || tap_bail "promtable (bigtable) did not start"
 write_golden >/dev/null
 pt_stop "$SRV_PID" 10

@@ -230,11 +230,7 @@ if ! pt_cbtemulator_found; then
     tap_done
     exit $?
 fi
-EMU_PORT=''
-pt_start_cbtemulator EMU_PORT "$T/emulator.log" || tap_bail "the Bigtable emulator did not start"
-BT=(--storage.backend=bigtable --storage.bigtable.project=ten --storage.bigtable.instance=ten
-    --storage.bigtable.table-prefix=t_ --storage.bigtable.endpoint="127.0.0.1:$EMU_PORT")
-"$PROMTABLE" init "${BT[@]}" >"$T/init.log" 2>&1 || tap_bail "promtable init failed"
+pt_bigtable_store "$T" ten t_
 isolation bigtable "${BT[@]}"
 "$PROMTABLE" check "${BT[@]}" >"$T/btcheck.out" 2>&1
 rc=$?
