@@ -29,9 +29,7 @@ pt_free_port EXPORT_PORT
 pt_free_port PROMPORT
 
 pt_start_promtable "$DIR/promtable.log" "$PTPORT" --storage.embedded.path="$DIR/store"
-pt_spawn "$DIR/exporter.log" "$EXPORTER" exemplars "$EXPORT_PORT"
-pt_wait_http "http://127.0.0.1:$EXPORT_PORT/ready" 10 "$PT_PID" ||
-    tap_bail "exporter did not start: $(cat "$DIR/exporter.log")"
+pt_start_exporter "$DIR/exporter.log" exemplars "$EXPORT_PORT"
 
 pt_start_writer "$DIR" "$PROMPORT" exemplars "$EXPORT_PORT" "$PTPORT" send_exemplars exemplar-storage
 API=http://127.0.0.1:$PROMPORT/api/v1

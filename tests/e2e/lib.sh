@@ -30,6 +30,7 @@
 # Prometheus          pt_start_prometheus DIR NAME PORT (DIR/NAME.yml, data in DIR/NAME-data,
 #                                           log DIR/NAME.log; sets PT_PID; 1 if not ready
 #                                           within 30 s)
+#                     pt_start_exporter LOG MODE PORT (tests/tools/exporter, ready)
 #                     pt_start_writer DIR PROMPORT JOB EXPORT_PORT PTPORT SEND FEATURE
 #                     pt_wait_writer SECONDS WHAT CMD... (polls CMD; bails out when the
 #                                            writer dies or time runs out)
@@ -318,6 +319,15 @@ pt_start_prometheus() {
     pt_spawn "$dir/$name.log" prometheus --config.file="$dir/$name.yml" \
         --storage.tsdb.path="$dir/$name-data" --web.listen-address="127.0.0.1:$port"
     pt_wait_http "http://127.0.0.1:$port/-/ready" 30 "$PT_PID"
+}
+
+# pt_start_exporter LOG MODE PORT : starts $EXPORTER (tests/tools/exporter) serving MODE's
+# metrics on 127.0.0.1:PORT, its output in LOG, and waits (up to 10 s) until it is ready;
+# sets PT_PID; bails out with LOG when it does not become ready.
+pt_start_exporter() {
+    pt_spawn "$1" "$EXPORTER" "$2" "$3"
+    pt_wait_http "http://127.0.0.1:$3/ready" 10 "$PT_PID" ||
+        tap_bail "exporter did not start: $(cat "$1")"
 }
 
 # pt_start_writer DIR PROMPORT JOB EXPORT_PORT PTPORT SEND FEATURE : a writer Prometheus

@@ -33,9 +33,7 @@ pt_free_port EXPORT_PORT
 pt_free_port PROMPORT
 
 pt_start_promtable "$DIR/promtable.log" "$PTPORT" --storage.embedded.path="$DIR/store"
-pt_spawn "$DIR/exporter.log" "$EXPORTER" native "$EXPORT_PORT"
-pt_wait_http "http://127.0.0.1:$EXPORT_PORT/ready" 10 "$PT_PID" ||
-    tap_bail "exporter did not start: $(cat "$DIR/exporter.log")"
+pt_start_exporter "$DIR/exporter.log" native "$EXPORT_PORT"
 
 # The exporter speaks protobuf only to a scraper that asks for it.
 code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$EXPORT_PORT/metrics")
