@@ -161,9 +161,7 @@ bench_promtable() {
         CHECK[promtable]="ok: samples_received_total=$got, sent $sent"
         [[ $series == - ]] || CHECK[promtable]+="; remote read: $series series, sent $want"
     fi
-    stop_server
-    DISK[promtable]=$(du -sm "$dir" | cut -f1)
-    [[ ${CHECK[promtable]} == ok* ]]
+    finish_target promtable "$dir"
 }
 
 bench_victoriametrics() {
@@ -199,9 +197,7 @@ bench_victoriametrics() {
     else
         CHECK[victoriametrics]="ok: $series series, $samples samples queryable, as sent"
     fi
-    stop_server
-    DISK[victoriametrics]=$(du -sm "$dir" | cut -f1)
-    [[ ${CHECK[victoriametrics]} == ok* ]]
+    finish_target victoriametrics "$dir"
 }
 
 # ---------------------------------------------------------------------------------------

@@ -191,6 +191,14 @@ print_footer() {
     done
 }
 
+# finish_target NAME DIR: stops the server, sets DISK[NAME] to the MiB of its data
+# directory DIR, and returns 0 when CHECK[NAME] says ok.
+finish_target() {
+    stop_server
+    DISK[$1]=$(du -sm "$2" | cut -f1)
+    [[ ${CHECK[$1]} == ok* ]]
+}
+
 # vm_load PORT MAX_SERIES: starts VictoriaMetrics ($VM_BIN with VM_ARGS) on PORT and a fresh
 # $WORK/vm-data, its query limits raised (MAX_SERIES, 10 minutes a query) only so that a
 # check can count every series (ingest flags stay at their defaults), and runs the load

@@ -105,9 +105,7 @@ bench_promtable() {
         CHECK[promtable]="FAILED: promtable_samples_received_total=$got < sent $sent"
     fi
     PEAK[promtable]=$(peak_rss_mib)
-    stop_server
-    DISK[promtable]=$(du -sm "$dir" | cut -f1)
-    [[ ${CHECK[promtable]} == ok* ]]
+    finish_target promtable "$dir"
 }
 
 bench_victoriametrics() {
@@ -145,9 +143,7 @@ bench_victoriametrics() {
         CHECK[victoriametrics]="ok: $series series, $samples samples queryable, sent $sent"
     fi
     PEAK[victoriametrics]=$(peak_rss_mib)
-    stop_server
-    DISK[victoriametrics]=$(du -sm "$dir" | cut -f1)
-    [[ ${CHECK[victoriametrics]} == ok* ]]
+    finish_target victoriametrics "$dir"
 }
 
 # ---------------------------------------------------------------------------------------

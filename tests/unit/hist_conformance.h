@@ -16,7 +16,7 @@
 #include "histpb.h"
 #include "rnd.h"
 #include "samples.h"
-#include "samples_check.h"
+#include "wire_suite.h"
 #include "store_helpers.h"
 #include "tap.h"
 #include "wire.h"
@@ -152,14 +152,6 @@ static pt_slice hc_body_v1(size_t lo, size_t hi, const char *name, size_t nf, in
     return (pt_slice){p, n};
 }
 
-static uint8_t *hc_put_len(uint8_t *p, uint8_t tag, const uint8_t *b, size_t n)
-{
-    *p++ = tag;
-    p = pt_put_uvarint(p, n);
-    memcpy(p, b, n);
-    return p + n;
-}
-
 /* hc_a 2.0 request: symbols "", "__name__", name; one series of hc_want[lo, hi) (each Histogram
  * message has the same fields 1-16 in 1.0 and 2.0). */
 static pt_slice hc_body_v2(size_t lo, size_t hi, const char *name)
@@ -169,31 +161,25 @@ static pt_slice hc_body_v2(size_t lo, size_t hi, const char *name)
         cap += 16 + prometheus__histogram__get_packed_size(pt_histpb_from(&hc_a, &hc_want[i]));
     uint8_t *series = pt_arena_alloc(&hc_a, cap), *q = series;
     static const uint8_t refs[] = {1, 2};
-    q = hc_put_len(q, 1 << 3 | 2, refs, 2);
+    q = ws_put_len(q, 1 << 3 | 2, refs, 2);
     for (size_t i = lo; i < hi; i++) {
         Prometheus__Histogram *m = pt_histpb_from(&hc_a, &hc_want[i]);
         size_t n = prometheus__histogram__get_packed_size(m);
         uint8_t *hb = pt_arena_alloc(&hc_a, n + 1);
         prometheus__histogram__pack(m, hb);
-        q = hc_put_len(q, 3 << 3 | 2, hb, n);
+        q = ws_put_len(q, 3 << 3 | 2, hb, n);
     }
     uint8_t *body = pt_arena_alloc(&hc_a, cap + 64), *p = body;
-    p = hc_put_len(p, 4 << 3 | 2, (const uint8_t *)"", 0);
-    p = hc_put_len(p, 4 << 3 | 2, (const uint8_t *)"__name__", 8);
-    p = hc_put_len(p, 4 << 3 | 2, (const uint8_t *)name, strlen(name));
-    p = hc_put_len(p, 5 << 3 | 2, series, (size_t)(q - series));
+    p = ws_put_len(p, 4 << 3 | 2, (const uint8_t *)"", 0);
+    p = ws_put_len(p, 4 << 3 | 2, (const uint8_t *)"__name__", 8);
+    p = ws_put_len(p, 4 << 3 | 2, (const uint8_t *)name, strlen(name));
+    p = ws_put_len(p, 5 << 3 | 2, series, (size_t)(q - series));
     return (pt_slice){body, (size_t)(p - body)};
 }
 
 static int hc_write(pt_slice body, int version, pt_write_result *res)
 {
-    pt_wreq wr;
-    char msg[256];
-    if (pt_wire_decode(body.p, body.n, version, &hc_a, &wr, msg, sizeof(msg)) != 0) {
-        diag("decode: %s", msg);
-        return -1;
-    }
-    return pt_store_write(hc_st, &wr, &hc_a, res);
+    return ws_write(hc_st, &hc_a, body, version, res);
 }
 
 static Prometheus__ReadRequest *hc_read_req(const char *name)
@@ -241,7 +227,7 @@ static void hc_check_read(const char *name, size_t lo, size_t hi, size_t nf, con
     ok(hc_same(ts->histograms, ts->n_histograms, lo, hi) && ts->n_samples == nf,
        "%s: every histogram field bit-exact, %zu floats beside them", what, nf);
 
-    Prometheus__ReadResponse *u = samples_bytes_check(hc_st, hc_read_req(name), &hc_a, &resp, what);
+    Prometheus__ReadResponse *u = ws_samples_check(hc_st, hc_read_req(name), &hc_a, &resp, what);
     ok(u && u->n_results == 1 && u->results[0]->n_timeseries == 1 &&
            hc_same(u->results[0]->timeseries[0]->histograms,
                       u->results[0]->timeseries[0]->n_histograms, lo, hi),
