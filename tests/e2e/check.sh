@@ -26,15 +26,7 @@ pt_require curl
 pt_mktemp T check
 
 # serve LOG ARGS... : starts promtable on a free port, sets SRV_PID and URL.
-serve() {
-    local log=$1 port=''
-    shift
-    pt_free_port port
-    pt_spawn "$log" "$PROMTABLE" --web.listen-address="127.0.0.1:$port" "$@"
-    SRV_PID=$PT_PID
-    URL=http://127.0.0.1:$port
-    pt_wait_http "$URL/-/ready" 30 "$SRV_PID"
-}
+serve() { pt_serve SRV_PID URL "$@"; }
 
 write_golden() {
     curl -sS --max-time 10 -o /dev/null -w '%{http_code}' -H 'Content-Encoding: snappy' \

@@ -15,6 +15,8 @@
 #                     pt_sleep SECONDS      (a sleep that INT/TERM interrupt at once)
 # ports, readiness    pt_free_port VAR      (stores a free loopback TCP port in VAR)
 #                     pt_wait_http URL SECONDS [PID] [CURL ARGS...]
+#                     pt_serve PIDVAR URLVAR LOG FLAG... ($PROMTABLE on a free port; 1
+#                                            when it does not become ready)
 #                     pt_start_promtable LOG PORT FLAG... ($PROMTABLE on PORT, ready; sets
 #                                            PT_PID; bails out when it does not start)
 # metrics             pt_metric_sum FILE NAME [SUBSTRING...] (sum of a metric in text format)
@@ -299,6 +301,19 @@ pt_wait_http() {
         sleep 0.2
     done
     return 1
+}
+
+# pt_serve PIDVAR URLVAR LOG FLAG... : starts $PROMTABLE on a free loopback port with FLAGs,
+# its output in LOG, its pid in PIDVAR and its base URL in URLVAR; waits (up to 30 s) until
+# it is ready; returns 1, with the end of LOG as a diagnostic, when it is not.
+pt_serve() {
+    local pt__port='' pt__log=$3
+    pt_free_port pt__port
+    printf -v "$2" '%s' "http://127.0.0.1:$pt__port"
+    pt_spawn "$pt__log" "$PROMTABLE" --web.listen-address="127.0.0.1:$pt__port" "${@:4}"
+    printf -v "$1" '%s' "$PT_PID"
+    pt_wait_http "http://127.0.0.1:$pt__port/-/ready" 30 "$PT_PID" ||
+        { tap_diag_file "$pt__log" 5; return 1; }
 }
 
 # pt_start_promtable LOG PORT FLAG... : starts $PROMTABLE listening on 127.0.0.1:PORT with
