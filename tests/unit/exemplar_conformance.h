@@ -52,12 +52,7 @@ static pt_slice xc_body_v1(const char *name, size_t ns, int64_t t0, const xc_ex 
     prometheus__write_request__init(wr);
     wr->timeseries = pt_arena_alloc(&xc_a, 2 * sizeof(void *));
     for (int k = 0; k < 2; k++) {
-        Prometheus__TimeSeries *ts = pt_arena_alloc(&xc_a, sizeof(*ts));
-        prometheus__time_series__init(ts);
-        ts->labels = pt_arena_alloc(&xc_a, 2 * sizeof(void *));
-        ts->labels[0] = mk_label(&xc_a, "__name__", name);
-        ts->labels[1] = mk_label(&xc_a, "job", "x");
-        ts->n_labels = 2;
+        Prometheus__TimeSeries *ts = ws_series_v1(&xc_a, name, "x");
         if (k == 0) {
             ts->n_samples = ns;
             ts->samples = pt_arena_alloc(&xc_a, (ns + 1) * sizeof(void *));

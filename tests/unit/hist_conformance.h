@@ -123,12 +123,7 @@ static pt_slice hc_body_v1(size_t lo, size_t hi, const char *name, size_t nf, in
 {
     Prometheus__WriteRequest *wr = pt_arena_alloc(&hc_a, sizeof(*wr));
     prometheus__write_request__init(wr);
-    Prometheus__TimeSeries *ts = pt_arena_alloc(&hc_a, sizeof(*ts));
-    prometheus__time_series__init(ts);
-    ts->labels = pt_arena_alloc(&hc_a, 2 * sizeof(void *));
-    ts->labels[0] = mk_label(&hc_a, "__name__", name);
-    ts->labels[1] = mk_label(&hc_a, "job", "t");
-    ts->n_labels = 2;
+    Prometheus__TimeSeries *ts = ws_series_v1(&hc_a, name, "t");
     ts->n_histograms = hi - lo;
     ts->histograms = pt_arena_alloc(&hc_a, (hi - lo + 1) * sizeof(void *));
     for (size_t i = lo; i < hi; i++)

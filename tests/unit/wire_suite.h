@@ -1,6 +1,6 @@
 /*
- * What the exemplar and histogram conformance suites share: writing hand-built protobuf
- * bodies through the wire decoder into a store, and checking that a remote read's SAMPLES
+ * What the exemplar and histogram conformance suites share: building protobuf bodies by
+ * hand, writing them through the wire decoder into a store, and checking that a remote read's SAMPLES
  * answer as the server streams it (pt_read batches through pt_samples) is the bytes
  * protobuf-c packs from the same answer read as structs.
  */
@@ -12,6 +12,7 @@
 #include "bytes.h"
 #include "samples.h"
 #include "store.h"
+#include "store_helpers.h"
 #include "tap.h"
 #include "wire.h"
 
@@ -22,6 +23,18 @@ static uint8_t *ws_put_len(uint8_t *p, uint8_t tag, const uint8_t *b, size_t n)
     p = pt_put_uvarint(p, n);
     memcpy(p, b, n);
     return p + n;
+}
+
+/* A 1.0 series in a, labelled __name__=name and job=job, nothing else set. */
+static Prometheus__TimeSeries *ws_series_v1(pt_arena *a, const char *name, const char *job)
+{
+    Prometheus__TimeSeries *ts = pt_arena_alloc(a, sizeof(*ts));
+    prometheus__time_series__init(ts);
+    ts->labels = pt_arena_alloc(a, 2 * sizeof(void *));
+    ts->labels[0] = mk_label(a, "__name__", name);
+    ts->labels[1] = mk_label(a, "job", job);
+    ts->n_labels = 2;
+    return ts;
 }
 
 /* Decodes body as a remote write request of version (1 or 2) into a and writes it to st;
