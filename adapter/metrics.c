@@ -119,6 +119,39 @@ static void gauge(out *o, const char *name, const char *help, long v)
     put(o, "# HELP %s %s\n# TYPE %s gauge\n%s %ld\n", name, help, name, name, v);
 }
 
+/* A run of unlabelled counters, in the order given. */
+typedef struct counter_def {
+    const char *name, *help;
+    const _Atomic uint64_t *v;
+} counter_def;
+
+static void counters(out *o, const counter_def *c, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        counter(o, c[i].name, c[i].help, LOAD(*c[i].v));
+}
+
+/* One counter family with a series for each of n label values, v[i] counting values[i]. */
+static void labelled(out *o, const char *name, const char *help, const char *label,
+                     const char *const *values, const _Atomic uint64_t *v, size_t n)
+{
+    put(o, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
+    for (size_t i = 0; i < n; i++)
+        put(o, "%s{%s=\"%s\"} %llu\n", name, label, values[i], LOAD(v[i]));
+}
+
+/* A run of gauges gathered at render time, in the order given. */
+typedef struct gauge_def {
+    const char *name, *help;
+    long v;
+} gauge_def;
+
+static void gauges(out *o, const gauge_def *g, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        gauge(o, g[i].name, g[i].help, g[i].v);
+}
+
 static void hist_series(out *o, const char *name, const char *labels, pt_latency_hist *h)
 {
     unsigned long long cum = 0;
@@ -214,50 +247,50 @@ long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
 
     put(&o, "# HELP promtable_build_info Build information.\n# TYPE promtable_build_info gauge\n"
             "promtable_build_info{version=\"%s\"} 1\n", PT_VERSION);
-    counter(&o, "promtable_samples_received_total",
-            "Samples received by remote write and stored.", LOAD(pt_m.samples_received));
-    counter(&o, "promtable_series_received_total",
-            "TimeSeries entries received by remote write.", LOAD(pt_m.series_received));
-    counter(&o, "promtable_exemplars_received_total",
-            "Exemplars received by remote write and stored.", LOAD(pt_m.exemplars_received));
-    counter(&o, "promtable_exemplars_out_of_order_total",
-            "Exemplars older than their series' newest stored one: dropped (not stored, "
-            "not counted written), the request answered 2xx.",
-            LOAD(pt_m.exemplars_out_of_order));
-    counter(&o, "promtable_metadata_received_total",
-            "Metric metadata entries received by remote write.",
-            LOAD(pt_m.metadata_received));
-    counter(&o, "promtable_metadata_written_total",
-            "Metric metadata cells written (new or changed, or first sent today).",
-            LOAD(pt_m.metadata_written));
-    put(&o, "# HELP promtable_samples_rejected_total Samples, histograms and exemplars "
-            "rejected with 400, by reason.\n# TYPE promtable_samples_rejected_total counter\n");
-    for (int i = 0; i < PT_REJECT_COUNT; i++)
-        put(&o, "promtable_samples_rejected_total{reason=\"%s\"} %llu\n", reject_names[i],
-            LOAD(pt_m.samples_rejected[i]));
-    counter(&o, "promtable_index_rows_written_total", "Series index rows written.",
-            LOAD(pt_m.index_rows_written));
-    counter(&o, "promtable_retention_dropped_total",
-            "Stored entries (points chunks, index cells) the embedded store's compactions "
-            "removed as older than storage.retention.",
-            LOAD(pt_m.retention_dropped));
-    counter(&o, "promtable_read_queries_total", "Remote read queries answered.",
-            LOAD(pt_m.read_queries));
-    counter(&o, "promtable_read_series_total", "Series returned by remote read.",
-            LOAD(pt_m.read_series));
-    counter(&o, "promtable_read_samples_total", "Samples returned by remote read.",
-            LOAD(pt_m.read_samples));
-    counter(&o, "promtable_read_timeouts_total", "Remote reads ended by read.timeout.",
-            LOAD(pt_m.read_timeouts));
-    counter(&o, "promtable_read_cancelled_total",
-            "Remote reads stopped because the client went away.",
-            LOAD(pt_m.read_cancelled));
-    counter(&o, "promtable_read_rows_scanned_total",
-            "Rows the storage visited to answer remote reads (index and data rows).",
-            LOAD(pt_m.read_rows_scanned));
-    counter(&o, "promtable_read_chunks_passed_total",
-            "Stored XOR chunks streamed reads sent as they were, without decoding them.",
-            LOAD(pt_m.read_chunks_passed));
+    static const counter_def writes[] = {
+        {"promtable_samples_received_total", "Samples received by remote write and stored.",
+         &pt_m.samples_received},
+        {"promtable_series_received_total", "TimeSeries entries received by remote write.",
+         &pt_m.series_received},
+        {"promtable_exemplars_received_total", "Exemplars received by remote write and stored.",
+         &pt_m.exemplars_received},
+        {"promtable_exemplars_out_of_order_total",
+         "Exemplars older than their series' newest stored one: dropped (not stored, "
+         "not counted written), the request answered 2xx.",
+         &pt_m.exemplars_out_of_order},
+        {"promtable_metadata_received_total",
+         "Metric metadata entries received by remote write.", &pt_m.metadata_received},
+        {"promtable_metadata_written_total",
+         "Metric metadata cells written (new or changed, or first sent today).",
+         &pt_m.metadata_written},
+    };
+    static const counter_def storage_and_reads[] = {
+        {"promtable_index_rows_written_total", "Series index rows written.",
+         &pt_m.index_rows_written},
+        {"promtable_retention_dropped_total",
+         "Stored entries (points chunks, index cells) the embedded store's compactions "
+         "removed as older than storage.retention.",
+         &pt_m.retention_dropped},
+        {"promtable_read_queries_total", "Remote read queries answered.", &pt_m.read_queries},
+        {"promtable_read_series_total", "Series returned by remote read.", &pt_m.read_series},
+        {"promtable_read_samples_total", "Samples returned by remote read.",
+         &pt_m.read_samples},
+        {"promtable_read_timeouts_total", "Remote reads ended by read.timeout.",
+         &pt_m.read_timeouts},
+        {"promtable_read_cancelled_total", "Remote reads stopped because the client went away.",
+         &pt_m.read_cancelled},
+        {"promtable_read_rows_scanned_total",
+         "Rows the storage visited to answer remote reads (index and data rows).",
+         &pt_m.read_rows_scanned},
+        {"promtable_read_chunks_passed_total",
+         "Stored XOR chunks streamed reads sent as they were, without decoding them.",
+         &pt_m.read_chunks_passed},
+    };
+    counters(&o, writes, sizeof(writes) / sizeof(writes[0]));
+    labelled(&o, "promtable_samples_rejected_total",
+             "Samples, histograms and exemplars rejected with 400, by reason.", "reason",
+             reject_names, pt_m.samples_rejected, PT_REJECT_COUNT);
+    counters(&o, storage_and_reads, sizeof(storage_and_reads) / sizeof(storage_and_reads[0]));
     put(&o, "# HELP promtable_backend_errors_total Backend calls that failed, by operation.\n"
             "# TYPE promtable_backend_errors_total counter\n"
             "promtable_backend_errors_total{op=\"write\"} %llu\n"
@@ -288,41 +321,42 @@ long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
     static const char *const overload_reasons[PT_OVERLOAD_COUNT] = {
         "inflight", "connection_body_memory", "body_memory", "connection_response_memory",
         "response_memory", "connection_body_streams", "connections"};
-    put(&o, "# HELP promtable_http_overload_rejected_total Requests answered 503 with "
-            "Retry-After because a limit was reached, by limit.\n"
-            "# TYPE promtable_http_overload_rejected_total counter\n");
-    for (int r = 0; r < PT_OVERLOAD_COUNT; r++)
-        put(&o, "promtable_http_overload_rejected_total{limit=\"%s\"} %llu\n",
-            overload_reasons[r], LOAD(pt_m.http.overload_rejected[r]));
-    gauge(&o, "promtable_http_inflight_requests",
-          "Requests queued for or running on workers (web.max_inflight_requests).",
-          (long)LOAD(pt_m.http.inflight));
-    gauge(&o, "promtable_http_body_bytes",
-          "Request body memory held, kept buffers included (web.max_body_memory).",
-          (long)LOAD(pt_m.http.body_bytes));
-    gauge(&o, "promtable_http_response_bytes",
-          "Answer memory held while answers are sent (web.max_response_memory).",
-          (long)LOAD(pt_m.http.response_bytes));
+    labelled(&o, "promtable_http_overload_rejected_total",
+             "Requests answered 503 with Retry-After because a limit was reached, by limit.",
+             "limit", overload_reasons, pt_m.http.overload_rejected, PT_OVERLOAD_COUNT);
+    const gauge_def memory[] = {
+        {"promtable_http_inflight_requests",
+         "Requests queued for or running on workers (web.max_inflight_requests).",
+         (long)LOAD(pt_m.http.inflight)},
+        {"promtable_http_body_bytes",
+         "Request body memory held, kept buffers included (web.max_body_memory).",
+         (long)LOAD(pt_m.http.body_bytes)},
+        {"promtable_http_response_bytes",
+         "Answer memory held while answers are sent (web.max_response_memory).",
+         (long)LOAD(pt_m.http.response_bytes)},
+    };
+    gauges(&o, memory, sizeof(memory) / sizeof(memory[0]));
     static const char *const timeout_kinds[PT_TIMEOUT_COUNT] = {"header", "body", "write",
                                                                 "idle"};
-    put(&o, "# HELP promtable_http_timeouts_total Requests or connections a deadline ended, "
-            "by deadline.\n# TYPE promtable_http_timeouts_total counter\n");
-    for (int k = 0; k < PT_TIMEOUT_COUNT; k++)
-        put(&o, "promtable_http_timeouts_total{deadline=\"%s\"} %llu\n", timeout_kinds[k],
-            LOAD(pt_m.http.timeouts[k]));
-    gauge(&o, "promtable_index_cache_entries", "(series, day) pairs known to be indexed.",
-          g->index_cache_entries);
-    gauge(&o, "promtable_index_cache_capacity", "Capacity of the index cache.",
-          g->index_cache_capacity);
-    gauge(&o, "promtable_index_cache_bytes",
-          "Memory of the index cache's hash tables (grows with its entries).",
-          g->index_cache_bytes);
-    gauge(&o, "promtable_read_series_cache_bytes",
-          "Memory of the series-row cache (read.series_cache).", g->series_cache_bytes);
-    gauge(&o, "promtable_read_list_cache_bytes",
-          "Memory of the index list cache (read.list_cache).", g->list_cache_bytes);
-    gauge(&o, "promtable_arena_pool_bytes",
-          "Memory of freed request blocks kept for the next requests.", g->arena_pool_bytes);
+    labelled(&o, "promtable_http_timeouts_total",
+             "Requests or connections a deadline ended, by deadline.", "deadline",
+             timeout_kinds, pt_m.http.timeouts, PT_TIMEOUT_COUNT);
+    const gauge_def caches[] = {
+        {"promtable_index_cache_entries", "(series, day) pairs known to be indexed.",
+         g->index_cache_entries},
+        {"promtable_index_cache_capacity", "Capacity of the index cache.",
+         g->index_cache_capacity},
+        {"promtable_index_cache_bytes",
+         "Memory of the index cache's hash tables (grows with its entries).",
+         g->index_cache_bytes},
+        {"promtable_read_series_cache_bytes",
+         "Memory of the series-row cache (read.series_cache).", g->series_cache_bytes},
+        {"promtable_read_list_cache_bytes", "Memory of the index list cache (read.list_cache).",
+         g->list_cache_bytes},
+        {"promtable_arena_pool_bytes", "Memory of freed request blocks kept for the next requests.",
+         g->arena_pool_bytes},
+    };
+    gauges(&o, caches, sizeof(caches) / sizeof(caches[0]));
     ha_metrics(&o, g);
     for (size_t i = 0; i < g->nbackend; i++) {
         const pt_backend_stat *b = &g->backend[i];

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2034  # figures print_table (bench/lib.sh) reads by name
 # Bigtable benchmark: promtable on the Bigtable emulator next to promtable on its embedded
 # store, for two figures:
 #
@@ -24,6 +25,8 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source-path=SCRIPTDIR source=../tests/e2e/lib.sh
 . "$ROOT/tests/e2e/lib.sh"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$ROOT/bench/lib.sh"
 BUILD_DIR=${BUILD_DIR:-$ROOT/build-bench}
 SKIP_BUILD=${SKIP_BUILD:-0}              # 1: use the binaries already in $BUILD_DIR
 BACKENDS=${BACKENDS:-"embedded bigtable"}
@@ -51,8 +54,6 @@ pt_mktemp WORK promtable-btbench
 SRV_PID=''
 EMU_PID=''
 
-log() { printf '%s\n' "$*" >&2; }
-
 stop_all() {
     if [[ -n $SRV_PID ]]; then pt_stop "$SRV_PID" 30; fi
     if [[ -n $EMU_PID ]]; then pt_stop "$EMU_PID" 5; fi
@@ -67,8 +68,6 @@ cpu_s() {
 }
 
 # field NAME LINE: the value of NAME=... in a result line.
-field() { sed -n "s/.*[ :]$1=\([^ ]*\).*/\1/p" <<<"$2"; }
-
 # start NAME BACKEND: starts promtable (and for bigtable a fresh emulator + init) on a new
 # store; sets SRV_PID, EMU_PID, URL.
 start() {
@@ -110,24 +109,11 @@ samples_received() {
 }
 
 # ---------------------------------------------------------------------------------------
-if [[ $SKIP_BUILD != 1 ]]; then
-    log "+ cmake -S $ROOT -B $BUILD_DIR -DCMAKE_BUILD_TYPE=Release"
-    cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >"$WORK/cmake.log" 2>&1 || {
-        tail -n 30 "$WORK/cmake.log" >&2
-        exit 1
-    }
-    log "+ cmake --build $BUILD_DIR -j2 --target promtable loadgen readbench"
-    cmake --build "$BUILD_DIR" -j2 --target promtable loadgen readbench >"$WORK/build.log" 2>&1 || {
-        tail -n 30 "$WORK/build.log" >&2
-        exit 1
-    }
-fi
+bench_build promtable loadgen readbench
 PROMTABLE=$BUILD_DIR/promtable
 LOADGEN=$BUILD_DIR/bench/loadgen
 READBENCH=$BUILD_DIR/bench/readbench
-for b in "$PROMTABLE" "$LOADGEN" "$READBENCH"; do
-    [[ -x $b ]] || { log "missing $b"; exit 1; }
-done
+bench_need "$PROMTABLE" "$LOADGEN" "$READBENCH"
 if [[ " $BACKENDS " == *" bigtable "* ]] && ! pt_cbtemulator_found; then
     log "the Bigtable emulator is not installed ($PT_CBTEMULATOR): bigtable left out"
     BACKENDS=${BACKENDS//bigtable/}
@@ -259,14 +245,8 @@ echo
 echo "(a) ingest: $SERIES series, $LABELS labels, $SAMPLES_PER_REQUEST samples/request," \
     "$CONNECTIONS connections, ${WARMUP}s warm-up + ${DURATION}s timed"
 FMT='%-10s %11s %14s %15s %8s %6s %13s  %s\n'
-# shellcheck disable=SC2059
-printf "$FMT" backend samples/s "samples/CPU-s" "promtable ns/sample" "p99 ms" errors \
-    "emulator CPU-s" check
-for b in $BACKENDS; do
-    # shellcheck disable=SC2059
-    printf "$FMT" "$b" "${RATE[$b]:--}" "${PERCPU[$b]:--}" "${NSPS[$b]:--}" "${P99[$b]:--}" \
-        "${ERRS[$b]:--}" "${EMUCPU[$b]:--}" "${CHECK[$b]:-}"
-done
+print_table "$FMT" backend "$BACKENDS" samples/s=RATE samples/CPU-s=PERCPU \
+    "promtable ns/sample=NSPS" "p99 ms=P99" errors=ERRS "emulator CPU-s=EMUCPU" check=CHECK
 echo
 echo "(b) remote_read: {__name__=~\".+\"} over 1 h = $READ_SERIES series x 240 samples," \
     "$READ_REQUESTS requests after $READ_WARMUP warm-up, one at a time, keep-alive HTTP/1.1"

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2034  # figures print_table (bench/lib.sh) reads by name
 # shellcheck disable=SC2317  # bench_<target> and what they call run from run_rounds (bench/lib.sh)
 # Series-churn ingest benchmark: promtable on its embedded store vs VictoriaMetrics (single
 # node) under Kubernetes-style pod churn, both fed the same load by build/bench/loadgen.
@@ -57,20 +58,12 @@ ROUNDS=${ROUNDS:-1}                          # runs of every target, alternating
                                              # are reported (other columns: last round)
 export PT_KEEP_TMP=$KEEP
 
-log() { printf '%s\n' "$*" >&2; }
-
-
 pt_mktemp WORK promtable-churn
-if [[ $SKIP_BUILD != 1 ]]; then
-    log "+ cmake -S $ROOT -B $BUILD_DIR -DCMAKE_BUILD_TYPE=Release && cmake --build ..."
-    { cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release &&
-        cmake --build "$BUILD_DIR" -j2 --target promtable loadgen readbench; } \
-        >"$WORK/build.log" 2>&1 || { tail -n 30 "$WORK/build.log" >&2; exit 1; }
-fi
+bench_build promtable loadgen readbench
 LOADGEN=$BUILD_DIR/bench/loadgen
 READBENCH=$BUILD_DIR/bench/readbench
 PROMTABLE=$BUILD_DIR/promtable
-[[ -x $LOADGEN ]] || { log "missing $LOADGEN"; exit 1; }
+bench_need "$LOADGEN"
 if [[ $(nproc) -lt 2 ]]; then
     log "warning: fewer than 2 CPUs; server and load generator share a core"
 fi
@@ -168,9 +161,7 @@ bench_promtable() {
         CHECK[promtable]="ok: samples_received_total=$got, sent $sent"
         [[ $series == - ]] || CHECK[promtable]+="; remote read: $series series, sent $want"
     fi
-    stop_server
-    DISK[promtable]=$(du -sm "$dir" | cut -f1)
-    [[ ${CHECK[promtable]} == ok* ]]
+    finish_target promtable "$dir"
 }
 
 bench_victoriametrics() {
@@ -206,9 +197,7 @@ bench_victoriametrics() {
     else
         CHECK[victoriametrics]="ok: $series series, $samples samples queryable, as sent"
     fi
-    stop_server
-    DISK[victoriametrics]=$(du -sm "$dir" | cut -f1)
-    [[ ${CHECK[victoriametrics]} == ok* ]]
+    finish_target victoriametrics "$dir"
 }
 
 # ---------------------------------------------------------------------------------------
@@ -222,15 +211,8 @@ print_header "churn benchmark: $SERIES active series, $CHURN_PERCENT % replaced 
 # every series sent (warm-up included), what the server must now hold; srv CPU: server
 # cores busy; other CPU: cores busy with neither server nor loadgen; peak: VmHWM.
 FMT='%-16s %11s %8s %6s %13s %9s %7s %9s %9s %8s  %s\n'
-# shellcheck disable=SC2059  # the format is a variable on purpose
-printf "$FMT" target samples/s "p99 ms" errors "new series/s" distinct "srv CPU" "other CPU" \
-    "peak MiB" "disk MiB" check
-for t in $TARGETS; do
-    # shellcheck disable=SC2059
-    printf "$FMT" "$t" "${RATE[$t]:--}" "${P99[$t]:--}" "${ERRS[$t]:--}" "${NEWS[$t]:--}" \
-        "${DISTINCT[$t]:--}" "${UTIL[$t]:--}" "${OTHER[$t]:--}" "${PEAK[$t]:--}" "${DISK[$t]:--}" \
-        "${CHECK[$t]:-}"
-done
+print_table "$FMT" target "$TARGETS" samples/s=RATE "p99 ms=P99" errors=ERRS "new series/s=NEWS" \
+    distinct=DISTINCT "srv CPU=UTIL" "other CPU=OTHER" "peak MiB=PEAK" "disk MiB=DISK" check=CHECK
 if ((ROUNDS > 1)); then
     for t in $TARGETS; do
         echo "$t by round: samples/s${ROUND_VALUES[RATE|$t]};" \

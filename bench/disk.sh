@@ -35,14 +35,9 @@ ROUNDS=${ROUNDS:-3}
 
 bench_work promtable-disk
 
-if [[ $SKIP_BUILD != 1 ]]; then
-    log "+ cmake -S $ROOT -B $BUILD_DIR -DCMAKE_BUILD_TYPE=Release && cmake --build ..."
-    { cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release &&
-        cmake --build "$BUILD_DIR" -j2 --target loadgen promtable; } >"$WORK/build.log" 2>&1 ||
-        { tail -n 30 "$WORK/build.log" >&2; exit 1; }
-fi
+bench_build loadgen promtable
 LOADGEN=$BUILD_DIR/bench/loadgen
-[[ -x $LOADGEN ]] || { log "missing $LOADGEN"; exit 1; }
+bench_need "$LOADGEN"
 
 TOTAL=$((SERIES * SCRAPES))
 if ((TOTAL % SAMPLES_PER_REQUEST)); then

@@ -1,10 +1,31 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2004,SC2034  # RATE, CMD, FAILED, ... are the caller's (associative arrays)
-# Shared by the benchmark scripts (sourced): starting and stopping a server, medians over
-# rounds, the rounds loop over the targets, and the header naming versions and host. Uses
+# Shared by the benchmark scripts (sourced): building, starting and stopping a server,
+# medians over rounds, the rounds loop over the targets, and the header naming versions and
+# host. Uses
 # the caller's ROUNDS, TARGETS, PROMTABLE, VM_BIN, ROOT, SERVER_CPU, LOADGEN_CPU and SRV.
 
 log() { printf '%s\n' "$*" >&2; }
+
+# bench_build TARGET...: unless SKIP_BUILD is 1, configures BUILD_DIR (a Release build of
+# ROOT) and builds the TARGETs, the output in $WORK/build.log; exits with the end of that log
+# when a step fails.
+bench_build() {
+    [[ ${SKIP_BUILD:-0} == 1 ]] && return 0
+    log "+ cmake -S $ROOT -B $BUILD_DIR -DCMAKE_BUILD_TYPE=Release &&" \
+        "cmake --build $BUILD_DIR -j2 --target $*"
+    { cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release &&
+        cmake --build "$BUILD_DIR" -j2 --target "$@"; } >"$WORK/build.log" 2>&1 ||
+        { tail -n 30 "$WORK/build.log" >&2; exit 1; }
+}
+
+# bench_need FILE...: exits when a program the benchmark runs is missing.
+bench_need() {
+    local f
+    for f in "$@"; do
+        [[ -x $f ]] || { log "missing $f"; exit 1; }
+    done
+}
 
 # bench_work NAME: a fresh work directory WORK, removed at exit unless KEEP is 1, and an
 # exit trap that first stops a server still running.
@@ -80,6 +101,30 @@ print_header() {
     echo
 }
 
+# print_table FMT FIRST KEYS LABEL=ARRAY...: a table in the printf format FMT: a header of
+# FIRST and the LABELs, then a row for each word of KEYS: the word and each ARRAY's value
+# for it, "-" where it has none (in the last column, the check, nothing).
+print_table() {
+    local fmt=$1 first=$2 keys=$3 k c i
+    shift 3
+    local -a row=("$first")
+    for c in "$@"; do row+=("${c%%=*}"); done
+    # shellcheck disable=SC2059  # the format is a variable on purpose
+    printf "$fmt" "${row[@]}"
+    for k in $keys; do
+        row=("$k")
+        i=0
+        for c in "$@"; do
+            i=$((i + 1))
+            local -n col=${c#*=}
+            if ((i < $#)); then row+=("${col[$k]:--}"); else row+=("${col[$k]:-}"); fi
+            unset -n col
+        done
+        # shellcheck disable=SC2059
+        printf "$fmt" "${row[@]}"
+    done
+}
+
 # field NAME LINE: the value of NAME=... in a loadgen result line.
 field() { sed -n "s/.*[ :]$1=\([^ ]*\).*/\1/p" <<<"$2"; }
 
@@ -144,6 +189,14 @@ print_footer() {
         if [[ -n ${SRV[$t]:-} ]]; then echo "  $t server: ${SRV[$t]}"; fi
         if [[ -n ${CMD[$t]:-} ]]; then echo "  $t load:   ${CMD[$t]}"; fi
     done
+}
+
+# finish_target NAME DIR: stops the server, sets DISK[NAME] to the MiB of its data
+# directory DIR, and returns 0 when CHECK[NAME] says ok.
+finish_target() {
+    stop_server
+    DISK[$1]=$(du -sm "$2" | cut -f1)
+    [[ ${CHECK[$1]} == ok* ]]
 }
 
 # vm_load PORT MAX_SERIES: starts VictoriaMetrics ($VM_BIN with VM_ARGS) on PORT and a fresh

@@ -45,18 +45,11 @@ declare -A SRV CMD
 
 bench_work promtable-overload
 
-if [[ $SKIP_BUILD != 1 ]]; then
-    log "+ cmake -S $ROOT -B $BUILD_DIR -DCMAKE_BUILD_TYPE=Release"
-    cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >"$WORK/cmake.log" 2>&1 ||
-        { tail -n 30 "$WORK/cmake.log" >&2; exit 1; }
-    log "+ cmake --build $BUILD_DIR -j2 --target loadgen readbench promtable"
-    cmake --build "$BUILD_DIR" -j2 --target loadgen readbench promtable >"$WORK/build.log" 2>&1 ||
-        { tail -n 30 "$WORK/build.log" >&2; exit 1; }
-fi
+bench_build loadgen readbench promtable
 LOADGEN=$BUILD_DIR/bench/loadgen
 READBENCH=$BUILD_DIR/bench/readbench
 PROMTABLE=$BUILD_DIR/promtable
-for x in "$LOADGEN" "$READBENCH" "$PROMTABLE"; do [[ -x $x ]] || { log "missing $x"; exit 1; }; done
+bench_need "$LOADGEN" "$READBENCH" "$PROMTABLE"
 
 # First scrape: a day ago, on the hour (loadgen's own default, fixed here for the read-back).
 START_MS=$((($(date +%s) - 86400) / 3600 * 3600 * 1000))

@@ -3,7 +3,7 @@
 # /api/v1/read from its own TSDB, on the same data.
 #
 # Both servers run on CPU $SERVER_CPU (one core each, the clients on $CLIENT_CPU; during
-# promtable's rounds after its restart Prometheus is stopped with SIGSTOP, see run_rounds).
+# promtable's rounds after its restart Prometheus is stopped with SIGSTOP, see query_rounds).
 # The same
 # load generator writes $SERIES series with a sample every 15 s for $SAMPLES scrapes (the
 # last $SAMPLES x 15 s up to now) into each through remote_write, one connection, so every
@@ -23,6 +23,8 @@ set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source-path=SCRIPTDIR source=../tests/e2e/lib.sh
 . "$ROOT/tests/e2e/lib.sh"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$ROOT/bench/lib.sh"
 
 BUILD_DIR=${BUILD_DIR:-$ROOT/build-bench}
 SKIP_BUILD=${SKIP_BUILD:-0}
@@ -52,16 +54,8 @@ QUERIES=(
     'job and regex, no __name__;1h;job=kubelet namespace=~shop|payments;large'
 )
 
-log() { printf '%s\n' "$*" >&2; }
-field() { sed -n "s/.*[ :]$1=\([^ ]*\).*/\1/p" <<<"$2"; }
-
 pt_mktemp WORK read-bench
-if [[ $SKIP_BUILD != 1 ]]; then
-    log "+ cmake -S $ROOT -B $BUILD_DIR -DCMAKE_BUILD_TYPE=Release && cmake --build ..."
-    { cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release &&
-        cmake --build "$BUILD_DIR" -j2 --target promtable loadgen readbench; } \
-        >"$WORK/build.log" 2>&1 || { tail -n 30 "$WORK/build.log" >&2; exit 1; }
-fi
+bench_build promtable loadgen readbench
 PROMTABLE=$BUILD_DIR/promtable
 LOADGEN=$BUILD_DIR/bench/loadgen
 READBENCH=$BUILD_DIR/bench/readbench
@@ -143,15 +137,13 @@ measure() {
     COUNT[$key]="$(field series "$r") series, $(field samples "$r") samples"
 }
 
-median() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
-
-# run_rounds PHASE: the rounds of every query. With promtable's data in its head (phase
+# query_rounds PHASE: the rounds of every query. With promtable's data in its head (phase
 # head) both servers are measured, alternating, and both keep running: stopping one while
 # the other is measured moves the stopped one's deferred work (Prometheus' garbage
 # collection and head upkeep) into its own figures (about doubling Prometheus' p50 on a
 # small query). In the flushed phase only promtable is measured, and
 # Prometheus is stopped meanwhile.
-run_rounds() {
+query_rounds() {
     local phase=$1 q name sel win peer=-
     [[ $phase == flushed ]] && peer=$PROM_SRV
     for ((round = 1; round <= ROUNDS; round++)); do
@@ -174,11 +166,11 @@ pt_on_exit 'kill -CONT "$PT_SRV" "$PROM_SRV" 2>/dev/null'
 load "http://127.0.0.1:$PT_PORT/api/v1/write" promtable
 load "http://127.0.0.1:$PROM_PORT/api/v1/write" prometheus
 log "rounds with promtable's data in its head"
-run_rounds head
+query_rounds head
 log "restarting promtable (graceful stop flushes the head into RocksDB)"
 pt_stop "$PT_SRV" 300
 start_promtable
-run_rounds flushed
+query_rounds flushed
 
 printf '\n%s series x %s samples (15 s apart), each server on CPU %s; p50 / p99 in ms, ' \
     "$SERIES" "$SAMPLES" "$SERVER_CPU"

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2034  # figures print_table (bench/lib.sh) reads by name
 # shellcheck disable=SC2317  # bench_<target> and what they call run from run_rounds (bench/lib.sh)
 # Ingest benchmark: promtable on its embedded store vs VictoriaMetrics (single node), both
 # fed the same Prometheus remote_write load by build/bench/loadgen.
@@ -41,28 +42,12 @@ ROUNDS=${ROUNDS:-1}                          # runs of every target, alternating
 bench_work promtable-bench
 
 # ---------------------------------------------------------------------------------------
-if [[ $SKIP_BUILD != 1 ]]; then
-    log "+ cmake -S $ROOT -B $BUILD_DIR -DCMAKE_BUILD_TYPE=Release"
-    cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >"$WORK/cmake.log" 2>&1 || {
-        tail -n 30 "$WORK/cmake.log" >&2
-        exit 1
-    }
-    log "+ cmake --build $BUILD_DIR -j2 --target loadgen"
-    cmake --build "$BUILD_DIR" -j2 --target loadgen >"$WORK/build.log" 2>&1 || {
-        tail -n 30 "$WORK/build.log" >&2
-        exit 1
-    }
-    if [[ " $TARGETS " == *" promtable "* ]]; then
-        log "+ cmake --build $BUILD_DIR -j2 --target promtable"
-        cmake --build "$BUILD_DIR" -j2 --target promtable >>"$WORK/build.log" 2>&1 || {
-            tail -n 30 "$WORK/build.log" >&2
-            exit 1
-        }
-    fi
-fi
+BUILD_TARGETS=(loadgen)
+[[ " $TARGETS " == *" promtable "* ]] && BUILD_TARGETS+=(promtable)
+bench_build "${BUILD_TARGETS[@]}"
 LOADGEN=$BUILD_DIR/bench/loadgen
 PROMTABLE=$BUILD_DIR/promtable
-[[ -x $LOADGEN ]] || { log "missing $LOADGEN"; exit 1; }
+bench_need "$LOADGEN"
 
 if [[ $(nproc) -lt 2 ]]; then
     log "warning: fewer than 2 CPUs; server and load generator share a core"
@@ -120,9 +105,7 @@ bench_promtable() {
         CHECK[promtable]="FAILED: promtable_samples_received_total=$got < sent $sent"
     fi
     PEAK[promtable]=$(peak_rss_mib)
-    stop_server
-    DISK[promtable]=$(du -sm "$dir" | cut -f1)
-    [[ ${CHECK[promtable]} == ok* ]]
+    finish_target promtable "$dir"
 }
 
 bench_victoriametrics() {
@@ -160,9 +143,7 @@ bench_victoriametrics() {
         CHECK[victoriametrics]="ok: $series series, $samples samples queryable, sent $sent"
     fi
     PEAK[victoriametrics]=$(peak_rss_mib)
-    stop_server
-    DISK[victoriametrics]=$(du -sm "$dir" | cut -f1)
-    [[ ${CHECK[victoriametrics]} == ok* ]]
+    finish_target victoriametrics "$dir"
 }
 
 # ---------------------------------------------------------------------------------------
@@ -175,14 +156,9 @@ print_header "ingest benchmark (promtable sent remote write $PROTOCOL.0): $SERIE
 # phase; p99/max ms: write latency (with ROUNDS > 1 the medians of the rounds' figures);
 # srv CPU: server cores busy; other CPU: cores busy with neither server nor loadgen.
 FMT='%-16s %11s %8s %8s %6s %13s %7s %9s %8s %8s  %s\n'
-# shellcheck disable=SC2059  # the format is a variable on purpose
-printf "$FMT" target samples/s "p99 ms" "max ms" errors samples/CPU-s "srv CPU" "other CPU" "disk MiB" \
-    "peak RSS" check
-for t in $TARGETS; do
-    # shellcheck disable=SC2059
-    printf "$FMT" "$t" "${RATE[$t]:--}" "${P99[$t]:--}" "${MAXMS[$t]:--}" "${ERRS[$t]:--}" "${PERCPU[$t]:--}" \
-        "${UTIL[$t]:--}" "${OTHER[$t]:--}" "${DISK[$t]:--}" "${PEAK[$t]:--}" "${CHECK[$t]:-}"
-done
+print_table "$FMT" target "$TARGETS" samples/s=RATE "p99 ms=P99" "max ms=MAXMS" errors=ERRS \
+    samples/CPU-s=PERCPU "srv CPU=UTIL" "other CPU=OTHER" "disk MiB=DISK" "peak RSS=PEAK" \
+    check=CHECK
 if ((ROUNDS > 1)); then
     for t in $TARGETS; do
         echo "$t samples/s by round:${ROUND_VALUES[RATE|$t]}"

@@ -26,15 +26,7 @@ pt_require curl
 pt_mktemp T check
 
 # serve LOG ARGS... : starts promtable on a free port, sets SRV_PID and URL.
-serve() {
-    local log=$1 port=''
-    shift
-    pt_free_port port
-    pt_spawn "$log" "$PROMTABLE" --web.listen-address="127.0.0.1:$port" "$@"
-    SRV_PID=$PT_PID
-    URL=http://127.0.0.1:$port
-    pt_wait_http "$URL/-/ready" 30 "$SRV_PID"
-}
+serve() { pt_serve SRV_PID URL "$@"; }
 
 write_golden() {
     curl -sS --max-time 10 -o /dev/null -w '%{http_code}' -H 'Content-Encoding: snappy' \
@@ -188,11 +180,7 @@ if ! pt_cbtemulator_found || ! command -v cbt >/dev/null; then
     tap_done
     exit $?
 fi
-EMU_PORT=''
-pt_start_cbtemulator EMU_PORT "$T/emulator.log" || tap_bail "the Bigtable emulator did not start"
-BT=(--storage.backend=bigtable --storage.bigtable.project=check --storage.bigtable.instance=check
-    --storage.bigtable.table-prefix=c_ --storage.bigtable.endpoint="127.0.0.1:$EMU_PORT")
-"$PROMTABLE" init "${BT[@]}" >"$T/init.log" 2>&1 || tap_bail "promtable init failed"
+pt_bigtable_store "$T" check c_
 serve "$T/bt.log" "${BT[@]}" || tap_bail "promtable (bigtable) did not start"
 write_golden >/dev/null
 pt_stop "$SRV_PID" 10

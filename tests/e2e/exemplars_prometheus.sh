@@ -28,14 +28,8 @@ pt_free_port PTPORT
 pt_free_port EXPORT_PORT
 pt_free_port PROMPORT
 
-pt_spawn "$DIR/promtable.log" "$PROMTABLE" --web.listen-address="127.0.0.1:$PTPORT" \
-    --storage.embedded.path="$DIR/store"
-PT=$PT_PID
-pt_wait_http "http://127.0.0.1:$PTPORT/-/ready" 30 "$PT" ||
-    tap_bail "promtable did not start: $(tail -n 3 "$DIR/promtable.log")"
-pt_spawn "$DIR/exporter.log" "$EXPORTER" exemplars "$EXPORT_PORT"
-pt_wait_http "http://127.0.0.1:$EXPORT_PORT/ready" 10 "$PT_PID" ||
-    tap_bail "exporter did not start: $(cat "$DIR/exporter.log")"
+pt_start_promtable "$DIR/promtable.log" "$PTPORT" --storage.embedded.path="$DIR/store"
+pt_start_exporter "$DIR/exporter.log" exemplars "$EXPORT_PORT"
 
 pt_start_writer "$DIR" "$PROMPORT" exemplars "$EXPORT_PORT" "$PTPORT" send_exemplars exemplar-storage
 API=http://127.0.0.1:$PROMPORT/api/v1
@@ -54,22 +48,15 @@ exemplars() {
 # exemplar seen, so the windows that end 2 s before that are closed.
 CLOSED='((([.data[].exemplars[].timestamp | . * 1000 | round] | max) // 2000) - 2000) / $w | floor'
 # Wait until the writer has exemplars of all 4 series, each in WINDOWS closed windows.
-deadline=$((SECONDS + (WINDOWS + 2) * W / 1000 + 60))
-while :; do
-    if exemplars "$DIR/poll.json" &&
+kept_windows() {
+    exemplars "$DIR/poll.json" &&
         jq -e --argjson w "$W" --argjson n "$WINDOWS" "($CLOSED) as \$last | [.data[]
             | [.exemplars[].timestamp | . * 1000 | round | ./\$w | floor]]
             | length == 4 and all(.[]; length > 0 and \$last - min >= \$n)" \
-            "$DIR/poll.json" >/dev/null; then
-        break
-    fi
-    pt_alive "$PROM_PID" || tap_bail "prometheus died: $(tail -n 3 "$DIR/prom.log")"
-    [ "$SECONDS" -lt "$deadline" ] || {
-        tap_diag_file "$DIR/prom.log" 20
-        tap_bail "the writer did not keep exemplars over $WINDOWS windows in time"
-    }
-    sleep 0.5
-done
+            "$DIR/poll.json" >/dev/null
+}
+pt_wait_writer $(((WINDOWS + 2) * W / 1000 + 60)) "keep exemplars over $WINDOWS windows" \
+    kept_windows
 NSERIES=$(jq '[.data[] | select((.exemplars | length) > 0)] | length' "$DIR/poll.json")
 tap_is "$NSERIES" 4 "the writer scraped exemplars of 4 series"
 

@@ -231,10 +231,7 @@ if ! pt_cbtemulator_found; then
     tap_done
     exit $?
 fi
-pt_start_cbtemulator EMU_PORT "$DIR/emulator.log" || tap_bail "the Bigtable emulator did not start"
-BT=(--storage.backend=bigtable --storage.bigtable.project=ha --storage.bigtable.instance=ha
-    --storage.bigtable.table-prefix=ha_ --storage.bigtable.endpoint="127.0.0.1:$EMU_PORT")
-"$PROMTABLE" init "${BT[@]}" >"$DIR/init.log" 2>&1 || tap_bail "promtable init: $(tail -n 3 "$DIR/init.log")"
+pt_bigtable_store "$DIR" ha ha_
 HA=(--ha.enabled=true --ha.failover-timeout=3s --ha.update-interval=1s)
 start "$DIR/p1.log" P1 "${BT[@]}" "${HA[@]}"
 start "$DIR/p2.log" P2 "${BT[@]}" "${HA[@]}"

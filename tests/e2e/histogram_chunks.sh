@@ -30,14 +30,20 @@ T0=$(( ($(date +%s) * 1000 / 7200000 - 1) * 7200000 + 60000 ))
 "$ORACLE" write "$DIR/write.bin" "$T0" || tap_bail "historacle write failed"
 "$ORACLE" read "$DIR/read.bin" "$T0" || tap_bail "historacle read failed"
 
-tap_check "Prometheus accepts the native histograms by remote write" \
-    curl -fsS -o "$DIR/write.out" -X POST --data-binary @"$DIR/write.bin" \
-    -H 'Content-Type: application/x-protobuf' -H 'Content-Encoding: snappy' \
-    -H 'X-Prometheus-Remote-Write-Version: 0.1.0' "http://127.0.0.1:$PORT/api/v1/write"
-tap_check "Prometheus answers the streamed remote read" \
-    curl -fsS -o "$DIR/answer.bin" -X POST --data-binary @"$DIR/read.bin" \
-    -H 'Content-Type: application/x-protobuf' -H 'Content-Encoding: snappy' \
-    -H 'X-Prometheus-Remote-Read-Version: 0.1.0' "http://127.0.0.1:$PORT/api/v1/read"
+# write_read WHO PORT PREFIX WRITTEN : WHO, on PORT, takes write.bin by remote write (a check
+# that says WRITTEN; the answer in PREFIXwrite.out) and answers read.bin, a streamed remote
+# read, into PREFIXanswer.bin.
+write_read() {
+    tap_check "$4" \
+        curl -fsS -o "$DIR/$3write.out" -X POST --data-binary @"$DIR/write.bin" \
+        -H 'Content-Type: application/x-protobuf' -H 'Content-Encoding: snappy' \
+        -H 'X-Prometheus-Remote-Write-Version: 0.1.0' "http://127.0.0.1:$2/api/v1/write"
+    tap_check "$1 answers the streamed remote read" \
+        curl -fsS -o "$DIR/$3answer.bin" -X POST --data-binary @"$DIR/read.bin" \
+        -H 'Content-Type: application/x-protobuf' -H 'Content-Encoding: snappy' \
+        -H 'X-Prometheus-Remote-Read-Version: 0.1.0' "http://127.0.0.1:$2/api/v1/read"
+}
+write_read Prometheus "$PORT" "" "Prometheus accepts the native histograms by remote write"
 
 # check WHO ANSWER: historacle's TAP lines, renumbered into this file's.
 check() {
@@ -52,18 +58,8 @@ check() {
 check prometheus "$DIR/answer.bin"
 
 pt_free_port PTPORT
-pt_spawn "$DIR/promtable.log" "$PROMTABLE" --web.listen-address="127.0.0.1:$PTPORT" \
-    --storage.embedded.path="$DIR/store"
-pt_wait_http "http://127.0.0.1:$PTPORT/-/ready" 30 "$PT_PID" ||
-    tap_bail "promtable did not start: $(tail -n 3 "$DIR/promtable.log")"
-tap_check "promtable stores the native histograms" \
-    curl -fsS -o "$DIR/pt-write.out" -X POST --data-binary @"$DIR/write.bin" \
-    -H 'Content-Type: application/x-protobuf' -H 'Content-Encoding: snappy' \
-    -H 'X-Prometheus-Remote-Write-Version: 0.1.0' "http://127.0.0.1:$PTPORT/api/v1/write"
-tap_check "promtable answers the streamed remote read" \
-    curl -fsS -o "$DIR/pt-answer.bin" -X POST --data-binary @"$DIR/read.bin" \
-    -H 'Content-Type: application/x-protobuf' -H 'Content-Encoding: snappy' \
-    -H 'X-Prometheus-Remote-Read-Version: 0.1.0' "http://127.0.0.1:$PTPORT/api/v1/read"
+pt_start_promtable "$DIR/promtable.log" "$PTPORT" --storage.embedded.path="$DIR/store"
+write_read promtable "$PTPORT" pt- "promtable stores the native histograms"
 check promtable "$DIR/pt-answer.bin"
 if cmp -s "$DIR/answer.bin" "$DIR/pt-answer.bin"; then
     tap_ok "promtable's streamed answer is Prometheus' answer, byte for byte"

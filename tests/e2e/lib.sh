@@ -15,6 +15,10 @@
 #                     pt_sleep SECONDS      (a sleep that INT/TERM interrupt at once)
 # ports, readiness    pt_free_port VAR      (stores a free loopback TCP port in VAR)
 #                     pt_wait_http URL SECONDS [PID] [CURL ARGS...]
+#                     pt_serve PIDVAR URLVAR LOG FLAG... ($PROMTABLE on a free port; 1
+#                                            when it does not become ready)
+#                     pt_start_promtable LOG PORT FLAG... ($PROMTABLE on PORT, ready; sets
+#                                            PT_PID; bails out when it does not start)
 # metrics             pt_metric_sum FILE NAME [SUBSTRING...] (sum of a metric in text format)
 #                     pt_wait_remote_sent PORT T SECONDS (a Prometheus on PORT has remote-
 #                                            written every sample up to time T; sets
@@ -28,6 +32,10 @@
 # Prometheus          pt_start_prometheus DIR NAME PORT (DIR/NAME.yml, data in DIR/NAME-data,
 #                                           log DIR/NAME.log; sets PT_PID; 1 if not ready
 #                                           within 30 s)
+#                     pt_start_exporter LOG MODE PORT (tests/tools/exporter, ready)
+#                     pt_start_writer DIR PROMPORT JOB EXPORT_PORT PTPORT SEND FEATURE
+#                     pt_wait_writer SECONDS WHAT CMD... (polls CMD; bails out when the
+#                                            writer dies or time runs out)
 # Bigtable emulator   pt_cbtemulator_found  (0 when $PT_CBTEMULATOR, default the gcloud SDK's
 #                                            cbtemulator, is executable)
 #                     pt_start_cbtemulator VAR LOG [PORT]
@@ -35,6 +43,8 @@
 #                                            VAR; sets PT_EMU_PID; killed on exit; pinned
 #                                            to the CPUs in $PT_EMU_CPUS when set)
 #                     pt_kill_cbtemulator   (SIGKILL: the emulator keeps data in memory only)
+#                     pt_bigtable_store DIR NAME PREFIX (the emulator started, BT set to
+#                                            promtable's flags for it, the tables made)
 #
 # The library installs its own EXIT/INT/TERM traps; a test that needs extra cleanup uses
 # pt_on_exit instead of setting another trap (which would replace the library's).
@@ -293,6 +303,30 @@ pt_wait_http() {
     return 1
 }
 
+# pt_serve PIDVAR URLVAR LOG FLAG... : starts $PROMTABLE on a free loopback port with FLAGs,
+# its output in LOG, its pid in PIDVAR and its base URL in URLVAR; waits (up to 30 s) until
+# it is ready; returns 1, with the end of LOG as a diagnostic, when it is not.
+pt_serve() {
+    local pt__port='' pt__log=$3
+    pt_free_port pt__port
+    printf -v "$2" '%s' "http://127.0.0.1:$pt__port"
+    pt_spawn "$pt__log" "$PROMTABLE" --web.listen-address="127.0.0.1:$pt__port" "${@:4}"
+    printf -v "$1" '%s' "$PT_PID"
+    pt_wait_http "http://127.0.0.1:$pt__port/-/ready" 30 "$PT_PID" ||
+        { tap_diag_file "$pt__log" 5; return 1; }
+}
+
+# pt_start_promtable LOG PORT FLAG... : starts $PROMTABLE listening on 127.0.0.1:PORT with
+# FLAGs, its output in LOG, and waits (up to 30 s) until it is ready; sets PT_PID; bails out
+# with the end of LOG when it does not become ready.
+pt_start_promtable() {
+    local log=$1 port=$2
+    shift 2
+    pt_spawn "$log" "$PROMTABLE" --web.listen-address="127.0.0.1:$port" "$@"
+    pt_wait_http "http://127.0.0.1:$port/-/ready" 30 "$PT_PID" ||
+        tap_bail "promtable did not start: $(tail -n 3 "$log")"
+}
+
 # -------------------------------------------------------------------------- Prometheus
 
 pt_start_prometheus() {
@@ -300,6 +334,15 @@ pt_start_prometheus() {
     pt_spawn "$dir/$name.log" prometheus --config.file="$dir/$name.yml" \
         --storage.tsdb.path="$dir/$name-data" --web.listen-address="127.0.0.1:$port"
     pt_wait_http "http://127.0.0.1:$port/-/ready" 30 "$PT_PID"
+}
+
+# pt_start_exporter LOG MODE PORT : starts $EXPORTER (tests/tools/exporter) serving MODE's
+# metrics on 127.0.0.1:PORT, its output in LOG, and waits (up to 10 s) until it is ready;
+# sets PT_PID; bails out with LOG when it does not become ready.
+pt_start_exporter() {
+    pt_spawn "$1" "$EXPORTER" "$2" "$3"
+    pt_wait_http "http://127.0.0.1:$3/ready" 10 "$PT_PID" ||
+        tap_bail "exporter did not start: $(cat "$1")"
 }
 
 # pt_start_writer DIR PROMPORT JOB EXPORT_PORT PTPORT SEND FEATURE : a writer Prometheus
@@ -329,8 +372,25 @@ EOF
         --storage.tsdb.path="$dir/data" --web.listen-address="127.0.0.1:$port" \
         --enable-feature="$feature"
     PROM_PID=$PT_PID
+    PT_WRITER_LOG=$dir/prom.log
     pt_wait_http "http://127.0.0.1:$port/-/ready" 30 "$PROM_PID" ||
         tap_bail "prometheus did not start: $(tail -n 3 "$dir/prom.log")"
+}
+
+# pt_wait_writer SECONDS WHAT CMD... : runs CMD every half second until it succeeds; bails
+# out when the writer of pt_start_writer dies or SECONDS pass first ("the writer did not
+# WHAT in time", after the end of its log).
+pt_wait_writer() {
+    local deadline=$((SECONDS + $1)) what=$2
+    shift 2
+    until "$@"; do
+        pt_alive "$PROM_PID" || tap_bail "prometheus died: $(tail -n 3 "$PT_WRITER_LOG")"
+        [ "$SECONDS" -lt "$deadline" ] || {
+            tap_diag_file "$PT_WRITER_LOG" 20
+            tap_bail "the writer did not $what in time"
+        }
+        sleep 0.5
+    done
 }
 
 # ------------------------------------------------------------------- Bigtable emulator
@@ -388,6 +448,22 @@ pt_kill_cbtemulator() {
     } 2>/dev/null
     PT_EMU_PID=
     return 0
+}
+
+# pt_bigtable_store DIR NAME PREFIX : starts the Bigtable emulator (log DIR/emulator.log),
+# sets EMU_PORT and BT, the flags that point promtable at it (project and instance NAME,
+# table prefix PREFIX), and creates the tables with `$PROMTABLE init` (log DIR/init.log);
+# bails out when either fails.
+pt_bigtable_store() {
+    local dir=$1 name=$2 prefix=$3
+    EMU_PORT=''
+    pt_start_cbtemulator EMU_PORT "$dir/emulator.log" ||
+        tap_bail "the Bigtable emulator did not start"
+    BT=(--storage.backend=bigtable --storage.bigtable.project="$name"
+        --storage.bigtable.instance="$name" --storage.bigtable.table-prefix="$prefix"
+        --storage.bigtable.endpoint="127.0.0.1:$EMU_PORT")
+    "$PROMTABLE" init "${BT[@]}" >"$dir/init.log" 2>&1 ||
+        tap_bail "promtable init: $(tail -n 3 "$dir/init.log")"
 }
 
 # --------------------------------------------------------------------------------- metrics

@@ -32,13 +32,8 @@ pt_free_port PTPORT
 pt_free_port EXPORT_PORT
 pt_free_port PROMPORT
 
-pt_spawn "$DIR/promtable.log" "$PROMTABLE" --web.listen-address="127.0.0.1:$PTPORT" \
-    --storage.embedded.path="$DIR/store"
-pt_wait_http "http://127.0.0.1:$PTPORT/-/ready" 30 "$PT_PID" ||
-    tap_bail "promtable did not start: $(tail -n 3 "$DIR/promtable.log")"
-pt_spawn "$DIR/exporter.log" "$EXPORTER" native "$EXPORT_PORT"
-pt_wait_http "http://127.0.0.1:$EXPORT_PORT/ready" 10 "$PT_PID" ||
-    tap_bail "exporter did not start: $(cat "$DIR/exporter.log")"
+pt_start_promtable "$DIR/promtable.log" "$PTPORT" --storage.embedded.path="$DIR/store"
+pt_start_exporter "$DIR/exporter.log" native "$EXPORT_PORT"
 
 # The exporter speaks protobuf only to a scraper that asks for it.
 code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$EXPORT_PORT/metrics")
@@ -55,21 +50,13 @@ query() {
 }
 
 # Wait until the writer's TSDB holds SCRAPES samples of every case.
-deadline=$((SECONDS + SCRAPES * 3 + 60))
-while :; do
-    if query "$DIR/poll.json" 'test_native_seconds[1h]' &&
+scraped_all() {
+    query "$DIR/poll.json" 'test_native_seconds[1h]' &&
         jq -e --argjson n "$SCRAPES" --argjson c "$CASES" \
             '.data.result | length == $c and all(.[]; (.histograms // []) | length >= $n)' \
-            "$DIR/poll.json" >/dev/null; then
-        break
-    fi
-    pt_alive "$PROM_PID" || tap_bail "prometheus died: $(tail -n 3 "$DIR/prom.log")"
-    [ "$SECONDS" -lt "$deadline" ] || {
-        tap_diag_file "$DIR/prom.log" 20
-        tap_bail "the writer did not store $SCRAPES native histograms per series in time"
-    }
-    sleep 0.5
-done
+            "$DIR/poll.json" >/dev/null
+}
+pt_wait_writer $((SCRAPES * 3 + 60)) "store $SCRAPES native histograms per series" scraped_all
 tap_ok "the writer scraped $CASES native histogram series $SCRAPES times"
 
 # Everything is compared as of TEND, the newest sample the poll saw; PromQL only looks back,

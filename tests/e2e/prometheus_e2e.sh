@@ -432,22 +432,18 @@ scenario() {
         local proto=1
         [ "$SCHEME" = https ] && proto=2
         curl -sS --max-time 5 "${curl_tls[@]}" -o "$DIR/store.metrics" "$base/metrics"
-        v=$(pt_metric_sum "$DIR/store.metrics" promtable_http_requests_total \
-            'route="/api/v1/write"' 'code="204"' "proto=\"$proto\"")
-        if awk -v v="$v" 'BEGIN { exit !(v > 0) }'; then
-            tap_ok "$NAME: promtable served writes over HTTP/$proto ($v)"
-        else
-            tap_not_ok "$NAME: promtable served writes over HTTP/$proto ($v)"
-            tap_diag "$(grep '^promtable_http_requests_total' "$DIR/store.metrics")"
-        fi
-        v=$(pt_metric_sum "$DIR/store.metrics" promtable_http_requests_total \
-            'route="/api/v1/read"' 'code="200"' "proto=\"$proto\"")
-        if awk -v v="$v" 'BEGIN { exit !(v > 0) }'; then
-            tap_ok "$NAME: promtable served reads over HTTP/$proto ($v)"
-        else
-            tap_not_ok "$NAME: promtable served reads over HTTP/$proto ($v)"
-            tap_diag "$(grep '^promtable_http_requests_total' "$DIR/store.metrics")"
-        fi
+        local served route code what
+        for served in write:204:writes read:200:reads; do
+            IFS=: read -r route code what <<<"$served"
+            v=$(pt_metric_sum "$DIR/store.metrics" promtable_http_requests_total \
+                "route=\"/api/v1/$route\"" "code=\"$code\"" "proto=\"$proto\"")
+            if awk -v v="$v" 'BEGIN { exit !(v > 0) }'; then
+                tap_ok "$NAME: promtable served $what over HTTP/$proto ($v)"
+            else
+                tap_not_ok "$NAME: promtable served $what over HTTP/$proto ($v)"
+                tap_diag "$(grep '^promtable_http_requests_total' "$DIR/store.metrics")"
+            fi
+        done
         v=$(grep '^promtable_http_requests_total{' "$DIR/store.metrics" |
             grep -E 'route="/api/v1/(write|read)"' | grep -v 'code="2[0-9][0-9]"' |
             awk '{ s += $NF } END { printf "%.17g\n", s }')

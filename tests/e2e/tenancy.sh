@@ -27,15 +27,7 @@ T0=$(($(date +%s) * 1000 - 60000))
 ONE=3ff0000000000000 TWO=4000000000000000 FIVE=4014000000000000
 
 # serve LOG ARGS...: promtable on a free port; sets PID and URL (0 when it did not start)
-serve() {
-    local log=$1 port=''
-    shift
-    pt_free_port port
-    pt_spawn "$log" "$PROMTABLE" --web.listen-address="127.0.0.1:$port" "$@"
-    PID=$PT_PID
-    URL=http://127.0.0.1:$port
-    pt_wait_http "$URL/-/ready" 30 "$PID" || { tap_diag_file "$log" 5; return 1; }
-}
+serve() { pt_serve PID URL "$@"; }
 H=(-H 'Content-Type: application/x-protobuf' -H 'Content-Encoding: snappy')
 # tenant_args TENANT: the header for TENANT ("" = none)
 tenant_args() { [ -n "$1" ] && printf '%s\n' -H "${HDR:-X-Scope-OrgID}: $1"; }
@@ -230,11 +222,7 @@ if ! pt_cbtemulator_found; then
     tap_done
     exit $?
 fi
-EMU_PORT=''
-pt_start_cbtemulator EMU_PORT "$T/emulator.log" || tap_bail "the Bigtable emulator did not start"
-BT=(--storage.backend=bigtable --storage.bigtable.project=ten --storage.bigtable.instance=ten
-    --storage.bigtable.table-prefix=t_ --storage.bigtable.endpoint="127.0.0.1:$EMU_PORT")
-"$PROMTABLE" init "${BT[@]}" >"$T/init.log" 2>&1 || tap_bail "promtable init failed"
+pt_bigtable_store "$T" ten t_
 isolation bigtable "${BT[@]}"
 "$PROMTABLE" check "${BT[@]}" >"$T/btcheck.out" 2>&1
 rc=$?

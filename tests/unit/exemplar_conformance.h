@@ -15,6 +15,7 @@
 #include "exemplar.h"
 #include "metrics.h"
 #include "samples.h"
+#include "wire_suite.h"
 #include "store_helpers.h"
 #include "tap.h"
 #include "wire.h"
@@ -51,12 +52,7 @@ static pt_slice xc_body_v1(const char *name, size_t ns, int64_t t0, const xc_ex 
     prometheus__write_request__init(wr);
     wr->timeseries = pt_arena_alloc(&xc_a, 2 * sizeof(void *));
     for (int k = 0; k < 2; k++) {
-        Prometheus__TimeSeries *ts = pt_arena_alloc(&xc_a, sizeof(*ts));
-        prometheus__time_series__init(ts);
-        ts->labels = pt_arena_alloc(&xc_a, 2 * sizeof(void *));
-        ts->labels[0] = mk_label(&xc_a, "__name__", name);
-        ts->labels[1] = mk_label(&xc_a, "job", "x");
-        ts->n_labels = 2;
+        Prometheus__TimeSeries *ts = ws_series_v1(&xc_a, name, "x");
         if (k == 0) {
             ts->n_samples = ns;
             ts->samples = pt_arena_alloc(&xc_a, (ns + 1) * sizeof(void *));
@@ -99,14 +95,6 @@ static void xc_put_le64(uint8_t *p, uint64_t v)
         p[i] = (uint8_t)(v >> 8 * i);
 }
 
-static uint8_t *xc_put_len(uint8_t *p, uint8_t tag, const uint8_t *b, size_t n)
-{
-    *p++ = tag;
-    p = pt_put_uvarint(p, n);
-    memcpy(p, b, n);
-    return p + n;
-}
-
 /* A 2.0 request: symbols "", "__name__", name, "trace_id", then each exemplar's trace id
  * (its l[1]); one series with one sample at t0 and the exemplars (labels trace_id only). */
 static pt_slice xc_body_v2(const char *name, int64_t t0, const xc_ex *xs, size_t nx)
@@ -116,42 +104,36 @@ static pt_slice xc_body_v2(const char *name, int64_t t0, const xc_ex *xs, size_t
         cap += strlen(xs[i].l[1]);
     uint8_t *series = pt_arena_alloc(&xc_a, cap), *q = series, *body = pt_arena_alloc(&xc_a, 2 * cap);
     static const uint8_t refs[] = {1, 2};
-    q = xc_put_len(q, 1 << 3 | 2, refs, 2);
+    q = ws_put_len(q, 1 << 3 | 2, refs, 2);
     uint8_t sm[32], *s = sm;
     *s++ = 1 << 3 | 1;
     xc_put_le64(s, xc_raw(1.5)), s += 8;
     *s++ = 2 << 3 | 0;
     s = pt_put_uvarint(s, (uint64_t)t0);
-    q = xc_put_len(q, 2 << 3 | 2, sm, (size_t)(s - sm));
+    q = ws_put_len(q, 2 << 3 | 2, sm, (size_t)(s - sm));
     for (size_t i = 0; i < nx; i++) {
         uint8_t xm[40], *x = xm, lr[2] = {3, (uint8_t)(4 + i)};
-        x = xc_put_len(x, 1 << 3 | 2, lr, 2);
+        x = ws_put_len(x, 1 << 3 | 2, lr, 2);
         *x++ = 2 << 3 | 1;
         xc_put_le64(x, xc_raw(xs[i].v)), x += 8;
         *x++ = 3 << 3 | 0;
         x = pt_put_uvarint(x, (uint64_t)xs[i].t);
-        q = xc_put_len(q, 4 << 3 | 2, xm, (size_t)(x - xm));
+        q = ws_put_len(q, 4 << 3 | 2, xm, (size_t)(x - xm));
     }
     uint8_t *p = body;
-    p = xc_put_len(p, 4 << 3 | 2, (const uint8_t *)"", 0);
-    p = xc_put_len(p, 4 << 3 | 2, (const uint8_t *)"__name__", 8);
-    p = xc_put_len(p, 4 << 3 | 2, (const uint8_t *)name, strlen(name));
-    p = xc_put_len(p, 4 << 3 | 2, (const uint8_t *)"trace_id", 8);
+    p = ws_put_len(p, 4 << 3 | 2, (const uint8_t *)"", 0);
+    p = ws_put_len(p, 4 << 3 | 2, (const uint8_t *)"__name__", 8);
+    p = ws_put_len(p, 4 << 3 | 2, (const uint8_t *)name, strlen(name));
+    p = ws_put_len(p, 4 << 3 | 2, (const uint8_t *)"trace_id", 8);
     for (size_t i = 0; i < nx; i++)
-        p = xc_put_len(p, 4 << 3 | 2, (const uint8_t *)xs[i].l[1], strlen(xs[i].l[1]));
-    p = xc_put_len(p, 5 << 3 | 2, series, (size_t)(q - series));
+        p = ws_put_len(p, 4 << 3 | 2, (const uint8_t *)xs[i].l[1], strlen(xs[i].l[1]));
+    p = ws_put_len(p, 5 << 3 | 2, series, (size_t)(q - series));
     return (pt_slice){body, (size_t)(p - body)};
 }
 
 static int xc_write(pt_slice body, int version, pt_write_result *res)
 {
-    pt_wreq wr;
-    char msg[256];
-    if (pt_wire_decode(body.p, body.n, version, &xc_a, &wr, msg, sizeof(msg)) != 0) {
-        diag("decode: %s", msg);
-        return -1;
-    }
-    return pt_store_write(xc_st, &wr, &xc_a, res);
+    return ws_write(xc_st, &xc_a, body, version, res);
 }
 
 /* Whether exemplars got[0, n) are want[0, n), every field bit for bit; diag on the first
@@ -203,30 +185,18 @@ static void xc_check_read(const char *name, int64_t start, int64_t end, const xc
     ok(xc_same(ts->exemplars, ts->n_exemplars, want, nw) && ts->n_samples == ns,
        "%s: %zu exemplars, every field bit-exact, %zu floats beside them", what, nw, ns);
 
-    pt_read *r;
-    pt_read_batch bt;
-    pt_samples e;
-    pt_samples_init(&e, 0);
-    pt_read_start(xc_st, mk_read(&xc_a, start, end, m, 1), &xc_a, NULL, &r);
-    while ((rv = pt_read_next(r, &xc_a, 0, &bt, msg, sizeof(msg))) == 1)
-        pt_samples_add(&e, &bt);
-    pt_read_free(r);
-    pt_slice got = pt_samples_bytes(&e);
-    size_t n = prometheus__read_response__get_packed_size(&resp);
-    uint8_t *p = pt_arena_alloc(&xc_a, n + 1);
-    prometheus__read_response__pack(&resp, p);
-    ok(rv == 0 && got.n == n && memcmp(got.p, p, n) == 0,
-       "%s: SAMPLES wire bytes are protobuf-c's (%zu bytes)", what, n);
-    Prometheus__ReadResponse *u = prometheus__read_response__unpack(NULL, got.n, got.p);
+    Prometheus__ReadResponse *u =
+        ws_samples_check(xc_st, mk_read(&xc_a, start, end, m, 1), &xc_a, &resp, what);
     ok(u && u->n_results == 1 && u->results[0]->n_timeseries == 1 &&
            xc_same(u->results[0]->timeseries[0]->exemplars,
                    u->results[0]->timeseries[0]->n_exemplars, want, nw),
        "%s: SAMPLES bytes unpacked by protobuf-c: every field bit-exact", what);
     if (u)
         prometheus__read_response__free_unpacked(u, NULL);
-    pt_samples_free(&e);
 
     /* A streamed read leaves them out (ChunkedSeries has no field for them). */
+    pt_read *r;
+    pt_read_batch bt;
     pt_read_start(xc_st, mk_read(&xc_a, start, end, m, 1), &xc_a, NULL, &r);
     pt_read_exemplars(r, 0);
     size_t nx = 0;

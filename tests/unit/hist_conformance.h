@@ -16,6 +16,7 @@
 #include "histpb.h"
 #include "rnd.h"
 #include "samples.h"
+#include "wire_suite.h"
 #include "store_helpers.h"
 #include "tap.h"
 #include "wire.h"
@@ -122,12 +123,7 @@ static pt_slice hc_body_v1(size_t lo, size_t hi, const char *name, size_t nf, in
 {
     Prometheus__WriteRequest *wr = pt_arena_alloc(&hc_a, sizeof(*wr));
     prometheus__write_request__init(wr);
-    Prometheus__TimeSeries *ts = pt_arena_alloc(&hc_a, sizeof(*ts));
-    prometheus__time_series__init(ts);
-    ts->labels = pt_arena_alloc(&hc_a, 2 * sizeof(void *));
-    ts->labels[0] = mk_label(&hc_a, "__name__", name);
-    ts->labels[1] = mk_label(&hc_a, "job", "t");
-    ts->n_labels = 2;
+    Prometheus__TimeSeries *ts = ws_series_v1(&hc_a, name, "t");
     ts->n_histograms = hi - lo;
     ts->histograms = pt_arena_alloc(&hc_a, (hi - lo + 1) * sizeof(void *));
     for (size_t i = lo; i < hi; i++)
@@ -151,14 +147,6 @@ static pt_slice hc_body_v1(size_t lo, size_t hi, const char *name, size_t nf, in
     return (pt_slice){p, n};
 }
 
-static uint8_t *hc_put_len(uint8_t *p, uint8_t tag, const uint8_t *b, size_t n)
-{
-    *p++ = tag;
-    p = pt_put_uvarint(p, n);
-    memcpy(p, b, n);
-    return p + n;
-}
-
 /* hc_a 2.0 request: symbols "", "__name__", name; one series of hc_want[lo, hi) (each Histogram
  * message has the same fields 1-16 in 1.0 and 2.0). */
 static pt_slice hc_body_v2(size_t lo, size_t hi, const char *name)
@@ -168,31 +156,25 @@ static pt_slice hc_body_v2(size_t lo, size_t hi, const char *name)
         cap += 16 + prometheus__histogram__get_packed_size(pt_histpb_from(&hc_a, &hc_want[i]));
     uint8_t *series = pt_arena_alloc(&hc_a, cap), *q = series;
     static const uint8_t refs[] = {1, 2};
-    q = hc_put_len(q, 1 << 3 | 2, refs, 2);
+    q = ws_put_len(q, 1 << 3 | 2, refs, 2);
     for (size_t i = lo; i < hi; i++) {
         Prometheus__Histogram *m = pt_histpb_from(&hc_a, &hc_want[i]);
         size_t n = prometheus__histogram__get_packed_size(m);
         uint8_t *hb = pt_arena_alloc(&hc_a, n + 1);
         prometheus__histogram__pack(m, hb);
-        q = hc_put_len(q, 3 << 3 | 2, hb, n);
+        q = ws_put_len(q, 3 << 3 | 2, hb, n);
     }
     uint8_t *body = pt_arena_alloc(&hc_a, cap + 64), *p = body;
-    p = hc_put_len(p, 4 << 3 | 2, (const uint8_t *)"", 0);
-    p = hc_put_len(p, 4 << 3 | 2, (const uint8_t *)"__name__", 8);
-    p = hc_put_len(p, 4 << 3 | 2, (const uint8_t *)name, strlen(name));
-    p = hc_put_len(p, 5 << 3 | 2, series, (size_t)(q - series));
+    p = ws_put_len(p, 4 << 3 | 2, (const uint8_t *)"", 0);
+    p = ws_put_len(p, 4 << 3 | 2, (const uint8_t *)"__name__", 8);
+    p = ws_put_len(p, 4 << 3 | 2, (const uint8_t *)name, strlen(name));
+    p = ws_put_len(p, 5 << 3 | 2, series, (size_t)(q - series));
     return (pt_slice){body, (size_t)(p - body)};
 }
 
 static int hc_write(pt_slice body, int version, pt_write_result *res)
 {
-    pt_wreq wr;
-    char msg[256];
-    if (pt_wire_decode(body.p, body.n, version, &hc_a, &wr, msg, sizeof(msg)) != 0) {
-        diag("decode: %s", msg);
-        return -1;
-    }
-    return pt_store_write(hc_st, &wr, &hc_a, res);
+    return ws_write(hc_st, &hc_a, body, version, res);
 }
 
 static Prometheus__ReadRequest *hc_read_req(const char *name)
@@ -240,28 +222,13 @@ static void hc_check_read(const char *name, size_t lo, size_t hi, size_t nf, con
     ok(hc_same(ts->histograms, ts->n_histograms, lo, hi) && ts->n_samples == nf,
        "%s: every histogram field bit-exact, %zu floats beside them", what, nf);
 
-    pt_read *r;
-    pt_read_batch bt;
-    pt_samples e;
-    pt_samples_init(&e, 0);
-    pt_read_start(hc_st, hc_read_req(name), &hc_a, NULL, &r);
-    while ((rv = pt_read_next(r, &hc_a, 0, &bt, msg, sizeof(msg))) == 1)
-        pt_samples_add(&e, &bt);
-    pt_read_free(r);
-    pt_slice got = pt_samples_bytes(&e);
-    size_t n = prometheus__read_response__get_packed_size(&resp);
-    uint8_t *p = pt_arena_alloc(&hc_a, n + 1);
-    prometheus__read_response__pack(&resp, p);
-    ok(rv == 0 && got.n == n && memcmp(got.p, p, n) == 0,
-       "%s: SAMPLES wire bytes are protobuf-c's (%zu bytes)", what, n);
-    Prometheus__ReadResponse *u = prometheus__read_response__unpack(NULL, got.n, got.p);
+    Prometheus__ReadResponse *u = ws_samples_check(hc_st, hc_read_req(name), &hc_a, &resp, what);
     ok(u && u->n_results == 1 && u->results[0]->n_timeseries == 1 &&
            hc_same(u->results[0]->timeseries[0]->histograms,
                       u->results[0]->timeseries[0]->n_histograms, lo, hi),
        "%s: SAMPLES bytes unpacked by protobuf-c: every field bit-exact", what);
     if (u)
         prometheus__read_response__free_unpacked(u, NULL);
-    pt_samples_free(&e);
 }
 
 /* Reads series name as STREAMED_XOR_CHUNKS frames, decodes every chunk (XOR with

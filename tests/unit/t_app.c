@@ -70,6 +70,19 @@ static int run(call *c, int method, const char *path, const char *ctype, const c
     return c->resp.status;
 }
 
+/* Gives ts one empty integer histogram at t=1000, in static storage: good until the next
+ * call, so the request is encoded before another one is built. */
+static void one_histogram(Prometheus__TimeSeries *ts)
+{
+    static Prometheus__Histogram hg = PROMETHEUS__HISTOGRAM__INIT;
+    static Prometheus__Histogram *hgs[] = {&hg};
+    hg.count_case = PROMETHEUS__HISTOGRAM__COUNT_COUNT_INT;
+    hg.zero_count_case = PROMETHEUS__HISTOGRAM__ZERO_COUNT_ZERO_COUNT_INT;
+    hg.timestamp = 1000;
+    ts->histograms = hgs;
+    ts->n_histograms = 1;
+}
+
 /* Dispatches c's request again (after the test changed it) on a fresh arena. */
 static int again(call *c)
 {
@@ -332,13 +345,7 @@ static void bad_input(void)
     tseries hs[] = {{{"__name__", "h", NULL}, {0}, {0}, 0},
                     {{"__name__", "m", NULL}, {-1}, {1}, 1}};
     Prometheus__WriteRequest *hw = mk_pb_write(&b, hs, 2);
-    static Prometheus__Histogram hg = PROMETHEUS__HISTOGRAM__INIT;
-    static Prometheus__Histogram *hgs[] = {&hg};
-    hg.count_case = PROMETHEUS__HISTOGRAM__COUNT_COUNT_INT;
-    hg.zero_count_case = PROMETHEUS__HISTOGRAM__ZERO_COUNT_ZERO_COUNT_INT;
-    hg.timestamp = 1000;
-    hw->timeseries[0]->histograms = hgs;
-    hw->timeseries[0]->n_histograms = 1;
+    one_histogram(hw->timeseries[0]);
     is(post(&c, "/api/v1/write", mk_body(&b, &hw->base)), 400, "a histogram and a bad sample: 400");
     ok(strstr(c.body, "(stored 0 samples and 1 histograms, rejected 1)") != NULL,
        "the message counts the histogram stored: %s", c.body);
@@ -350,37 +357,43 @@ static void bad_input(void)
     pt_arena_free(&b);
 }
 
+enum { WRITE, SCAN };
+
+/* The backend fails its next write or scan (op) with code (0: PT_EUNAVAIL). */
+static void fail_next(int op, int code)
+{
+    pt_faulty_plan plan = {0};
+    if (op == SCAN) {
+        plan.scan.fail_next = 1;
+        plan.scan.code = code;
+    } else {
+        plan.write.fail_next = 1;
+        plan.write.code = code;
+    }
+    pt_faulty_set(&s.faulty, &plan);
+}
+
 /* Outage: 503, and nothing acknowledged. */
 static void outage(void)
 {
-    pt_faulty_plan plan = {0};
-    plan.write.fail_next = 1;
-    pt_faulty_set(&s.faulty, &plan);
+    fail_next(WRITE, 0);
     is(post(&c, "/api/v1/write", w), 503, "backend unavailable: 503 (Prometheus retries)");
     ok(c.resp.nheaders == 1 && strcmp(c.resp.headers[0].name, "Retry-After") == 0 &&
            strcmp(c.resp.headers[0].value, "1") == 0,
        "with Retry-After: 1");
     pt_arena_free(&c.arena);
     /* A full disk (the store's write failed with ENOSPC): retryable, never a 500. */
-    plan = (pt_faulty_plan){0};
-    plan.write.fail_next = 1;
-    plan.write.code = PT_ENOSPACE;
-    pt_faulty_set(&s.faulty, &plan);
+    fail_next(WRITE, PT_ENOSPACE);
     is(post(&c, "/api/v1/write", w), 503, "disk full: 503 (Prometheus retries)");
     ok(strstr(c.body, "storage disk full") && strstr(c.body, "nothing was acknowledged"),
        "the message says the disk is full: %s", c.body);
     ok(c.resp.nheaders == 1 && strcmp(c.resp.headers[0].name, "Retry-After") == 0,
        "with Retry-After");
     pt_arena_free(&c.arena);
-    plan = (pt_faulty_plan){0};
-    plan.scan.fail_next = 1;
-    plan.scan.code = PT_ENOSPACE;
-    pt_faulty_set(&s.faulty, &plan);
+    fail_next(SCAN, PT_ENOSPACE);
     is(post(&c, "/api/v1/read", file("prom-2.42-read.bin")), 503, "a read on a full disk: 503");
     pt_arena_free(&c.arena);
-    plan = (pt_faulty_plan){0};
-    plan.scan.fail_next = 1;
-    pt_faulty_set(&s.faulty, &plan);
+    fail_next(SCAN, 0);
     is(post(&c, "/api/v1/read", file("prom-2.42-read.bin")), 503, "read during outage: 503");
     pt_arena_free(&c.arena);
     /* A 2.0 request, by hand: symbols "", "__name__", "m"; one series m, one sample. */
@@ -392,9 +405,7 @@ static void outage(void)
     pt_slice body;
     pt_snappy_encode(v2, sizeof(v2), &z, &body);
     const char *ct2 = "application/x-protobuf;proto=io.prometheus.write.v2.Request";
-    plan = (pt_faulty_plan){0};
-    plan.write.fail_next = 1;
-    pt_faulty_set(&s.faulty, &plan);
+    fail_next(WRITE, 0);
     is(run(&c, PT_M_POST, "/api/v1/write", ct2, "snappy", body.p, body.n), 503,
        "2.0 during an outage: 503");
     ok(c.resp.nheaders == 4 && strcmp(c.resp.headers[0].value, "0") == 0 &&
@@ -419,6 +430,14 @@ static void request_memory(void)
     cfg.max_request_memory = 512u << 20;
 }
 
+/* Dispatches c's request again with another Authorization header; it must answer status. */
+static void again_with(const char *authorization, int status, const char *what)
+{
+    c.req.authorization = authorization;
+    is(again(&c), status, "%s", what);
+    pt_arena_free(&c.arena);
+}
+
 /* Authentication on write and read, not on health and metrics. */
 static void authentication(void)
 {
@@ -427,20 +446,12 @@ static void authentication(void)
     ok(c.resp.nheaders == 1 && strcmp(c.resp.headers[0].name, "WWW-Authenticate") == 0,
        "with WWW-Authenticate");
     pt_arena_free(&c.arena);
-    c.req.authorization = "Bearer s3cret";
-    is(again(&c), 204, "the right bearer token: 204");
-    pt_arena_free(&c.arena);
-    c.req.authorization = "Bearer s3cre";
-    is(again(&c), 401, "a wrong token: 401");
-    pt_arena_free(&c.arena);
+    again_with("Bearer s3cret", 204, "the right bearer token: 204");
+    again_with("Bearer s3cre", 401, "a wrong token: 401");
     app.bearer_token = NULL;
     app.basic_credentials = "user:pw";
-    c.req.authorization = "Basic dXNlcjpwdw==";
-    is(again(&c), 204, "basic auth user:pw: 204");
-    pt_arena_free(&c.arena);
-    c.req.authorization = "Basic dXNlcjpwdg==";
-    is(again(&c), 401, "basic auth with a wrong password: 401");
-    pt_arena_free(&c.arena);
+    again_with("Basic dXNlcjpwdw==", 204, "basic auth user:pw: 204");
+    again_with("Basic dXNlcjpwdg==", 401, "basic auth with a wrong password: 401");
     is(run(&c, PT_M_GET, "/-/healthy", "", "", NULL, 0), 200, "health needs no credentials");
     pt_arena_free(&c.arena);
     app.basic_credentials = NULL;
@@ -480,9 +491,7 @@ static void admission(void)
     is(run(&c, PT_M_GET, "/metrics", "", "", NULL, 0), 401,
        "web.metrics_auth: /metrics without credentials: 401");
     pt_arena_free(&c.arena);
-    c.req.authorization = "Bearer s3cret";
-    is(again(&c), 200, "... with the read credentials: 200");
-    pt_arena_free(&c.arena);
+    again_with("Bearer s3cret", 200, "... with the read credentials: 200");
     cfg.metrics_auth = 0;
     app.bearer_token = NULL;
 }
@@ -525,20 +534,12 @@ static void metrics(void)
     /* A histogram, which counts as a sample received. */
     tseries hs[] = {{{"__name__", "h", NULL}, {0}, {0}, 0}};
     Prometheus__WriteRequest *hw = mk_pb_write(&b, hs, 1);
-    static Prometheus__Histogram hg = PROMETHEUS__HISTOGRAM__INIT;
-    static Prometheus__Histogram *hgs[] = {&hg};
-    hg.count_case = PROMETHEUS__HISTOGRAM__COUNT_COUNT_INT;
-    hg.zero_count_case = PROMETHEUS__HISTOGRAM__ZERO_COUNT_ZERO_COUNT_INT;
-    hg.timestamp = 1000;
-    hw->timeseries[0]->histograms = hgs;
-    hw->timeseries[0]->n_histograms = 1;
+    one_histogram(hw->timeseries[0]);
     sent &= post(&c, "/api/v1/write", mk_body(&b, &hw->base)) == 204;
     pt_arena_free(&c.arena);
     /* Three writes the backend fails. */
     for (int i = 0; i < 3; i++) {
-        pt_faulty_plan plan = {0};
-        plan.write.fail_next = 1;
-        pt_faulty_set(&s.faulty, &plan);
+        fail_next(WRITE, 0);
         sent &= post(&c, "/api/v1/write", w) == 503;
         pt_arena_free(&c.arena);
     }
@@ -811,18 +812,13 @@ static void route_credentials(void)
     /* The browsing API reads: the read credentials. */
     run(&c, PT_M_GET, "/api/v1/labels", NULL, NULL, NULL, 0);
     pt_arena_free(&c.arena);
-    c.req.authorization = "Basic Z3JhZmFuYTpwdw==";
-    is(again(&c), 200, "the labels API takes read's own basic auth");
-    pt_arena_free(&c.arena);
-    c.req.authorization = "Bearer shared";
-    is(again(&c), 401, "the labels API refuses the shared token when read has its own");
-    pt_arena_free(&c.arena);
+    again_with("Basic Z3JhZmFuYTpwdw==", 200, "the labels API takes read's own basic auth");
+    again_with("Bearer shared", 401,
+               "the labels API refuses the shared token when read has its own");
     run(&c, PT_M_POST, "/api/v1/read", "application/x-protobuf", "snappy", r.p, r.n);
     pt_arena_free(&c.arena);
     app.route_creds[1].basic_credentials = NULL;
-    c.req.authorization = "Bearer shared";
-    is(again(&c), 200, "a route without its own credentials takes the shared token");
-    pt_arena_free(&c.arena);
+    again_with("Bearer shared", 200, "a route without its own credentials takes the shared token");
     app.bearer_token = NULL;
     app.route_creds[0].bearer_token = NULL;
 }

@@ -35,6 +35,13 @@ static void add(values *vs, int range, const char *fmt, ...)
     vs->range[vs->n++] = range;
 }
 
+/* Adds each value of a NULL-terminated list as it is, none of them crossing a bound. */
+static void add_all(values *vs, const char *const *list)
+{
+    for (; *list; list++)
+        add(vs, 0, "%s", *list);
+}
+
 static char good_file[64] = "";
 
 /* Values every key of type e->type must refuse. Returns 0 for a type this test does not
@@ -58,56 +65,26 @@ static int bad_values(const pt_conf_key *e, values *vs)
             add(vs, 1, "%lld", e->max + 1);
         add(vs, 1, "99999999999999999999999");
         add(vs, 1, "-99999999999999999999999");
-        add(vs, 0, "%s", "");
-        add(vs, 0, "12x");
-        add(vs, 0, "x12");
-        add(vs, 0, "-");
-        add(vs, 0, " 1");
-        add(vs, 0, "+1");
-        add(vs, 0, "1 ");
-        add(vs, 0, "0x10");
-        add(vs, 0, "1e3");
-        add(vs, 0, "1.5");
-        add(vs, 0, "5MiB");
+        add_all(vs, (const char *const[]){"", "12x", "x12", "-", " 1", "+1", "1 ", "0x10", "1e3",
+                                            "1.5", "5MiB", NULL});
         return 1;
     case PT_CONF_DURATION:
         if (e->min > 0)
             add(vs, 1, "%lldms", e->min - 1);
         add(vs, 1, "%lldms", e->max + 1);
-        add(vs, 0, "%s", "");
-        add(vs, 0, "12x");
-        add(vs, 0, "-1");
-        add(vs, 0, "-1s");
-        add(vs, 0, "5");
-        add(vs, 0, "1.5h");
-        add(vs, 0, "1h ");
-        add(vs, 0, " 1h");
-        add(vs, 0, "h");
-        add(vs, 0, "99999999999999999999999ms");
-        add(vs, 0, "300000000y");
-        add(vs, 0, "9223372036854775807ms1ms");
+        add_all(vs, (const char *const[]){"", "12x", "-1", "-1s", "5", "1.5h", "1h ", " 1h", "h",
+                                            "99999999999999999999999ms", "300000000y",
+                                            "9223372036854775807ms1ms", NULL});
         return 1;
     case PT_CONF_BYTES:
         if (e->min > 0)
             add(vs, 1, "%lld", e->min - 1);
         add(vs, 1, "%lld", e->max + 1);
-        add(vs, 0, "%s", "");
-        add(vs, 0, "12x");
-        add(vs, 0, "-1");
-        add(vs, 0, "1.5MiB");
-        add(vs, 0, "1XB");
-        add(vs, 0, " 1MiB");
-        add(vs, 0, "1MiB ");
-        add(vs, 0, "99999999999999999999999");
-        add(vs, 0, "17179869184GiB");
+        add_all(vs, (const char *const[]){"", "12x", "-1", "1.5MiB", "1XB", " 1MiB", "1MiB ",
+                                            "99999999999999999999999", "17179869184GiB", NULL});
         return 1;
     case PT_CONF_BOOL:
-        add(vs, 0, "%s", "");
-        add(vs, 0, "2");
-        add(vs, 0, "-1");
-        add(vs, 0, "maybe");
-        add(vs, 0, "truex");
-        add(vs, 0, "TRUE ");
+        add_all(vs, (const char *const[]){"", "2", "-1", "maybe", "truex", "TRUE ", NULL});
         return 1;
     case PT_CONF_ADDR:
         if (e->min > 0)
@@ -118,22 +95,10 @@ static int bad_values(const pt_conf_key *e, values *vs)
         add(vs, 1, ":999999999999999999999999");
         if (e->def[0])
             add(vs, 0, "%s", "");
-        add(vs, 0, "12x");
-        add(vs, 0, "localhost");
-        add(vs, 0, ":");
-        add(vs, 0, "localhost:");
-        add(vs, 0, ":-1");
-        add(vs, 0, ":+80");
-        add(vs, 0, ":80x");
-        add(vs, 0, ": 80");
-        add(vs, 0, "::1:80");
-        add(vs, 0, "[::1]");
-        add(vs, 0, "[::1]80");
-        add(vs, 0, "[]:80");
-        add(vs, 0, "[127.0.0.1]:80");
-        add(vs, 0, "[::1:80");
-        add(vs, 0, "a b:80");
-        add(vs, 0, "http://localhost:80");
+        add_all(vs, (const char *const[]){"12x", "localhost", ":", "localhost:", ":-1", ":+80",
+                                            ":80x", ": 80", "::1:80", "[::1]", "[::1]80", "[]:80",
+                                            "[127.0.0.1]:80", "[::1:80", "a b:80",
+                                            "http://localhost:80", NULL});
         return 1;
     case PT_CONF_ENUM: {
         size_t l = strcspn(e->def, "|");
@@ -181,12 +146,7 @@ static void good_values(const pt_conf_key *e, values *vs)
         add(vs, 0, "%lld", e->max);
         break;
     case PT_CONF_BOOL:
-        add(vs, 0, "true");
-        add(vs, 0, "false");
-        add(vs, 0, "yes");
-        add(vs, 0, "no");
-        add(vs, 0, "1");
-        add(vs, 0, "0");
+        add_all(vs, (const char *const[]){"true", "false", "yes", "no", "1", "0", NULL});
         break;
     case PT_CONF_ADDR:
         add(vs, 0, ":%lld", e->min);

@@ -626,6 +626,16 @@ static void test_chunks(void)
 }
 
 /* The cut rules and headers, one case each. */
+/* h does not fit e's chunk (the add says cut, a check saying cut); in the next chunk it
+ * goes in, and that chunk's header is hdr (a check saying header). */
+static void cut_then(pt_hchunk_enc *e, const pt_histogram *h, int hdr, const char *cut,
+                     const char *header)
+{
+    ok(pt_hchunk_enc_add(e, h) == PT_HCHUNK_CUT, "%s", cut);
+    pt_hchunk_enc_next(e);
+    ok(pt_hchunk_enc_add(e, h) == 0 && pt_hchunk_enc_bytes(e).p[2] == hdr, "%s", header);
+}
+
 static void test_cut_rules(void)
 {
     pt_histogram a = PT_HISTOGRAM_INIT, b = PT_HISTOGRAM_INIT, got = PT_HISTOGRAM_INIT;
@@ -646,32 +656,24 @@ static void test_cut_rules(void)
     a.pos_deltas[0]--;
     a.pos_deltas[1]++;
     a.count_int--;
-    ok(pt_hchunk_enc_add(&e, &a) == PT_HCHUNK_CUT, "a bucket went down: cut");
-    pt_hchunk_enc_next(&e);
-    ok(pt_hchunk_enc_add(&e, &a) == 0 && pt_hchunk_enc_bytes(&e).p[2] == PT_HCHUNK_HDR_RESET,
-       "the new chunk says counter reset");
+    cut_then(&e, &a, PT_HCHUNK_HDR_RESET, "a bucket went down: cut",
+             "the new chunk says counter reset");
     pt_histogram_copy(&b, &a);
     b.t = 4000;
     b.schema = 3;
-    ok(pt_hchunk_enc_add(&e, &b) == PT_HCHUNK_CUT, "schema change: cut");
-    pt_hchunk_enc_next(&e);
-    ok(pt_hchunk_enc_add(&e, &b) == 0 && pt_hchunk_enc_bytes(&e).p[2] == PT_HCHUNK_HDR_UNKNOWN,
-       "after a layout change the header says unknown");
+    cut_then(&e, &b, PT_HCHUNK_HDR_UNKNOWN, "schema change: cut",
+             "after a layout change the header says unknown");
     b.t = 5000;
     b.reset_hint = PT_HIST_RESET_NO;
     ok(pt_hchunk_enc_add(&e, &b) == 0, "hint NO after UNKNOWN: same chunk (2nd sample)");
     b.t = 6000;
     b.reset_hint = PT_HIST_RESET_UNKNOWN;
-    ok(pt_hchunk_enc_add(&e, &b) == PT_HCHUNK_CUT, "another later hint: cut");
-    pt_hchunk_enc_next(&e);
-    ok(pt_hchunk_enc_add(&e, &b) == 0 && pt_hchunk_enc_bytes(&e).p[2] == PT_HCHUNK_HDR_NOT_RESET,
-       "a cut without reset or layout change says not a reset");
+    cut_then(&e, &b, PT_HCHUNK_HDR_NOT_RESET, "another later hint: cut",
+             "a cut without reset or layout change says not a reset");
     b.t = 7000;
     b.reset_hint = PT_HIST_RESET_GAUGE;
-    ok(pt_hchunk_enc_add(&e, &b) == PT_HCHUNK_CUT, "a gauge sample after counters: cut");
-    pt_hchunk_enc_next(&e);
-    ok(pt_hchunk_enc_add(&e, &b) == 0 && pt_hchunk_enc_bytes(&e).p[2] == PT_HCHUNK_HDR_GAUGE,
-       "gauge chunk header");
+    cut_then(&e, &b, PT_HCHUNK_HDR_GAUGE, "a gauge sample after counters: cut",
+             "gauge chunk header");
     pt_histogram_copy(&a, &b);
     a.t = 8000;
     a.count_int = 0; /* a gauge may go down */

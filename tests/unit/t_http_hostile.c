@@ -63,6 +63,19 @@ static void at(pt_server *s, int64_t ms)
     }
 }
 
+/* at() for an HTTP/2 connection: then the client and the server exchange what changed. */
+static void at_h2(pt_server *s, h2client *cl, pt_conn *c, pt_buf *out, int64_t ms)
+{
+    at(s, ms);
+    exchange(cl, c, out, 1);
+}
+
+static void teardown_h2(pt_server *s, h2client *cl, pt_buf *out)
+{
+    client_free(cl);
+    teardown(s, out);
+}
+
 /* HEADERS without END_STREAM: a POST to path declaring a body of clen bytes, none sent. */
 static int32_t upload_headers(h2client *cl, const char *path, const char *auth,
                               const char *clen)
@@ -82,8 +95,7 @@ static int32_t upload_headers(h2client *cl, const char *path, const char *auth,
 
 static void h1_admission(void)
 {
-    pt_server_opts o = {.admit = test_admit};
-    pt_server *s = hostile(&o);
+    pt_server *s = hostile(&(pt_server_opts){.admit = test_admit});
     pt_buf out = PT_BUF_INIT(0);
     if (!s)
         return;
@@ -123,8 +135,7 @@ static void h1_admission(void)
 
 static void h2_admission(void)
 {
-    pt_server_opts o = {.admit = test_admit, .body_timeout_ms = 10000};
-    pt_server *s = hostile(&o);
+    pt_server *s = hostile(&(pt_server_opts){.admit = test_admit, .body_timeout_ms = 10000});
     pt_buf out = PT_BUF_INIT(0);
     h2client cl;
     pt_conn *c = h2_open(s, &cl, 0);
@@ -140,22 +151,18 @@ static void h2_admission(void)
     exchange(&cl, c, &out, 1);
     ok(cl.status[slot_of(good)] == 0 && s->body_bytes == 0,
        "h2: admitted HEADERS declaring 1,000,000 bytes hold no body memory until DATA comes");
-    at(s, 9999);
-    exchange(&cl, c, &out, 1);
+    at_h2(s, &cl, c, &out, 9999);
     ok(!cl.closed[slot_of(good)], "... a body silent for less than web.body_timeout stays");
-    at(s, 10000);
-    exchange(&cl, c, &out, 1);
+    at_h2(s, &cl, c, &out, 10000);
     ok(cl.closed[slot_of(good)] && cl.close_error[slot_of(good)] == NGHTTP2_CANCEL,
        "... silent for web.body_timeout: the stream is reset (CANCEL)");
     ok(s->stats->timeouts[PT_TIMEOUT_BODY] >= 1, "... counted as a body timeout");
-    client_free(&cl);
-    teardown(s, &out);
+    teardown_h2(s, &cl, &out);
 }
 
 static void h2_body_streams(void)
 {
-    pt_server_opts o = {.max_conn_body_streams = 2};
-    pt_server *s = hostile(&o);
+    pt_server *s = hostile(&(pt_server_opts){.max_conn_body_streams = 2});
     pt_buf out = PT_BUF_INIT(0);
     h2client cl;
     pt_conn *c = h2_open(s, &cl, 0);
@@ -173,8 +180,7 @@ static void h2_body_streams(void)
     int32_t g = request(&cl, "GET", "/light", NULL, 0);
     exchange(&cl, c, &out, 1);
     is(cl.status[slot_of(g)], 200, "... a request without a body still goes through");
-    client_free(&cl);
-    teardown(s, &out);
+    teardown_h2(s, &cl, &out);
 }
 
 /* By default a client that keeps to the concurrent streams the server offers (100) never
@@ -205,8 +211,7 @@ static void h2_body_streams_default(void)
 
 static void h1_header_deadline(void)
 {
-    pt_server_opts o = {.header_timeout_ms = 10000};
-    pt_server *s = hostile(&o);
+    pt_server *s = hostile(&(pt_server_opts){.header_timeout_ms = 10000});
     pt_buf out = PT_BUF_INIT(0);
     if (!s)
         return;
@@ -232,8 +237,7 @@ static void h1_header_deadline(void)
 
 static void h1_body_deadline(void)
 {
-    pt_server_opts o = {.body_timeout_ms = 10000, .body_min_rate = 1000};
-    pt_server *s = hostile(&o);
+    pt_server *s = hostile(&(pt_server_opts){.body_timeout_ms = 10000, .body_min_rate = 1000});
     pt_buf out = PT_BUF_INIT(0);
     if (!s)
         return;
@@ -270,8 +274,7 @@ static void h1_body_deadline(void)
 
 static void h2_idle_streams(void)
 {
-    pt_server_opts o = {.idle_timeout_ms = 5000};
-    pt_server *s = hostile(&o);
+    pt_server *s = hostile(&(pt_server_opts){.idle_timeout_ms = 5000});
     pt_buf out = PT_BUF_INIT(0);
     h2client cl;
     pt_conn *c = h2_open(s, &cl, 0);
@@ -279,21 +282,17 @@ static void h2_idle_streams(void)
         return;
     upload_headers(&cl, "/echo", "", "100");
     exchange(&cl, c, &out, 1);
-    at(s, 4999);
-    exchange(&cl, c, &out, 1);
+    at_h2(s, &cl, c, &out, 4999);
     ok(cl.goaways == 0, "h2: a stream open, no byte moved for less than web.idle_timeout");
-    at(s, 5000);
-    exchange(&cl, c, &out, 1);
+    at_h2(s, &cl, c, &out, 5000);
     ok(cl.goaways == 1 && c->state >= PT_CONN_STOPPING,
        "... for web.idle_timeout: idle whatever streams are open, so GOAWAY");
-    client_free(&cl);
-    teardown(s, &out);
+    teardown_h2(s, &cl, &out);
 }
 
 static void h2_write_deadline(void)
 {
-    pt_server_opts o = {.write_timeout_ms = 20000, .max_conn_resp = 1};
-    pt_server *s = hostile(&o);
+    pt_server *s = hostile(&(pt_server_opts){.write_timeout_ms = 20000, .max_conn_resp = 1});
     pt_buf out = PT_BUF_INIT(0);
     h2client cl;
     pt_conn *c = h2_open(s, &cl, 1); /* a one-byte window, never opened further */
@@ -310,22 +309,18 @@ static void h2_write_deadline(void)
     int32_t health = request(&cl, "GET", "/-/healthy", NULL, 0);
     exchange(&cl, c, &out, 1);
     ok(cl.status[slot_of(health)] == 503, "... (without on_loop, a health check is no exception)");
-    at(s, 19999);
-    exchange(&cl, c, &out, 1);
+    at_h2(s, &cl, c, &out, 19999);
     ok(!cl.closed[slot_of(big)], "... no progress for less than web.write_timeout: it stays");
-    at(s, 20000);
-    exchange(&cl, c, &out, 1);
+    at_h2(s, &cl, c, &out, 20000);
     ok(cl.closed[slot_of(big)] && cl.close_error[slot_of(big)] == NGHTTP2_CANCEL,
        "... for web.write_timeout: the stream is reset (CANCEL)");
     ok(s->resp_held == 0 && c->resp_held == 0, "... and what it held is given back");
-    client_free(&cl);
-    teardown(s, &out);
+    teardown_h2(s, &cl, &out);
 }
 
 static void h1_write_deadline(void)
 {
-    pt_server_opts o = {.write_timeout_ms = 20000};
-    pt_server *s = hostile(&o);
+    pt_server *s = hostile(&(pt_server_opts){.write_timeout_ms = 20000});
     pt_buf out = PT_BUF_INIT(0);
     if (!s)
         return;
@@ -346,8 +341,7 @@ static void h1_write_deadline(void)
 
 static void h1_trailers(void)
 {
-    pt_server_opts o = {0};
-    pt_server *s = hostile(&o);
+    pt_server *s = hostile(&(pt_server_opts){0});
     pt_buf out = PT_BUF_INIT(0);
     if (!s)
         return;
@@ -365,8 +359,7 @@ static void h1_trailers(void)
 
 static void h1_connect(void)
 {
-    pt_server_opts o = {0};
-    pt_server *s = hostile(&o);
+    pt_server *s = hostile(&(pt_server_opts){0});
     pt_buf out = PT_BUF_INIT(0);
     if (!s)
         return;
@@ -387,9 +380,8 @@ static void h1_connect(void)
 
 static void reserved_connections(void)
 {
-    pt_server_opts o = {.max_connections = 1, .reserved_connections = 1,
-                        .on_loop = test_on_loop};
-    pt_server *s = hostile(&o);
+    pt_server *s = hostile(&(pt_server_opts){.max_connections = 1, .reserved_connections = 1,
+                                             .on_loop = test_on_loop});
     pt_buf out = PT_BUF_INIT(0);
     if (!s)
         return;
