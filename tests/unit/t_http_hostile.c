@@ -160,21 +160,31 @@ static void h2_admission(void)
     teardown_h2(s, &cl, &out);
 }
 
+/* An HTTP/2 connection to s whose first n streams each start an upload (upload_headers),
+ * exchanged once; NULL when it does not open. */
+static pt_conn *h2_uploads(pt_server *s, h2client *cl, pt_buf *out, int32_t *sid, int n)
+{
+    pt_conn *c = h2_open(s, cl, 0);
+    if (!c)
+        return NULL;
+    for (int i = 0; i < n; i++)
+        sid[i] = upload_headers(cl, "/echo", "", "100");
+    exchange(cl, c, out, 1);
+    return c;
+}
+
 static void h2_body_streams(void)
 {
     pt_server *s = hostile(&(pt_server_opts){.max_conn_body_streams = 2});
     pt_buf out = PT_BUF_INIT(0);
     h2client cl;
-    pt_conn *c = h2_open(s, &cl, 0);
+    int32_t sid[3];
+    pt_conn *c = h2_uploads(s, &cl, &out, sid, 3);
     if (!c)
         return;
-    int32_t a = upload_headers(&cl, "/echo", "", "100");
-    int32_t b = upload_headers(&cl, "/echo", "", "100");
-    int32_t x = upload_headers(&cl, "/echo", "", "100");
-    exchange(&cl, c, &out, 1);
-    ok(!cl.closed[slot_of(a)] && !cl.closed[slot_of(b)],
+    ok(!cl.closed[slot_of(sid[0])] && !cl.closed[slot_of(sid[1])],
        "h2: two streams receive bodies (web.max_connection_body_streams = 2)");
-    ok(cl.status[slot_of(x)] == 503 && cl.retry_after[slot_of(x)] > 0 &&
+    ok(cl.status[slot_of(sid[2])] == 503 && cl.retry_after[slot_of(sid[2])] > 0 &&
            s->stats->overload_rejected[PT_OVERLOAD_BODY_STREAMS] == 1,
        "... a third is answered 503 with Retry-After before its body");
     int32_t g = request(&cl, "GET", "/light", NULL, 0);
@@ -187,24 +197,18 @@ static void h2_body_streams(void)
  * meets the cap on streams receiving a body. */
 static void h2_body_streams_default(void)
 {
-    pt_server_opts o = {0};
-    pt_server *s = hostile(&o);
+    pt_server *s = hostile(&(pt_server_opts){0});
     pt_buf out = PT_BUF_INIT(0);
     h2client cl;
-    pt_conn *c = h2_open(s, &cl, 0);
-    if (!c)
-        return;
     int32_t sid[100];
-    for (int i = 0; i < 100; i++)
-        sid[i] = upload_headers(&cl, "/echo", "", "100");
-    exchange(&cl, c, &out, 1);
+    if (!h2_uploads(s, &cl, &out, sid, 100))
+        return;
     int open = 0;
     for (int i = 0; i < 100; i++)
         open += sid[i] > 0 && !cl.closed[slot_of(sid[i])] && cl.status[slot_of(sid[i])] == 0;
     is(open, 100, "h2: 100 streams receive bodies at once with the defaults");
     is((int)s->stats->overload_rejected[PT_OVERLOAD_BODY_STREAMS], 0, "... none refused");
-    client_free(&cl);
-    teardown(s, &out);
+    teardown_h2(s, &cl, &out);
 }
 
 /* -------------------------------------------------------------------------- deadlines */
