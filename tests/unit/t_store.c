@@ -390,49 +390,37 @@ static void matchers(void)
     tstore s;
     open_with_data(&s);
     is(count(&s, up, 1), 3, "EQ on __name__");
-    const tmatch up_node[] = {{0, "__name__", "up"}, {0, "job", "node"}};
-    is(count(&s, up_node, 2), 2, "EQ on name and label");
-    const tmatch neq[] = {{0, "__name__", "up"}, {1, "job", "node"}};
-    is(count(&s, neq, 2), 1, "NEQ");
-    const tmatch re[] = {{0, "__name__", "up"}, {2, "instance", "[ab]:.*"}};
-    is(count(&s, re, 2), 2, "RE");
-    const tmatch re_anch[] = {{0, "__name__", "up"}, {2, "instance", "a"}};
-    is(count(&s, re_anch, 2), 0, "regexes are fully anchored");
-    const tmatch nre[] = {{0, "__name__", "up"}, {3, "instance", "a.*"}};
-    is(count(&s, nre, 2), 2, "NRE");
-    const tmatch noname[] = {{0, "job", "prom"}};
-    is(count(&s, noname, 1), 3, "selector without __name__ (postings)");
-    const tmatch namere[] = {{2, "__name__", "up|http_.*"}};
-    is(count(&s, namere, 1), 5, "__name__ regex");
-    const tmatch missing[] = {{0, "__name__", "http_requests_total"}, {0, "path", ""}};
-    is(count(&s, missing, 2), 1, "label=\"\" selects series without the label");
-    const tmatch has[] = {{0, "__name__", "http_requests_total"}, {1, "path", ""}};
-    is(count(&s, has, 2), 1, "label!=\"\" selects series with the label");
-    const tmatch nre_missing[] = {{0, "__name__", "http_requests_total"}, {3, "path", "x"}};
-    is(count(&s, nre_missing, 2), 2, "!~ includes series lacking the label");
-    const tmatch re_only[] = {{2, "instance", ".+:9100"}};
-    is(count(&s, re_only, 1), 2, "regex-only selector without __name__");
-    const tmatch all[] = {{2, "__name__", ".+"}};
-    is(count(&s, all, 1), 7, "every series");
-    const tmatch empty_all[] = {{2, "job", ".*"}};
-    is(count(&s, empty_all, 1), 7, "only empty-matching matchers select all series");
-    /* Empty-value matchers, with and without __name__. */
-    const tmatch re_empty[] = {{0, "__name__", "http_requests_total"}, {2, "path", ""}};
-    is(count(&s, re_empty, 2), 1, "label=~\"\" selects series without the label");
-    const tmatch nre_empty[] = {{0, "__name__", "http_requests_total"}, {3, "path", ""}};
-    is(count(&s, nre_empty, 2), 1, "label!~\"\" selects series with the label");
-    const tmatch re_or_empty[] = {{0, "__name__", "up"}, {2, "instance", "a:9100|"}};
-    is(count(&s, re_or_empty, 2), 1, "a regex matching a value or empty");
-    const tmatch noname_re_empty[] = {{0, "job", "prom"}, {2, "path", ""}};
-    is(count(&s, noname_re_empty, 2), 2, "label=~\"\" without __name__");
-    const tmatch noname_nre_empty[] = {{0, "job", "prom"}, {3, "path", ""}};
-    is(count(&s, noname_nre_empty, 2), 1, "label!~\"\" without __name__");
-    const tmatch noname_eq_empty[] = {{0, "job", "prom"}, {0, "code", ""}};
-    is(count(&s, noname_eq_empty, 2), 1, "label=\"\" without __name__");
-    const tmatch only_nre_empty[] = {{3, "path", ""}};
-    is(count(&s, only_nre_empty, 1), 1, "a selector of just label!~\"\"");
-    const tmatch upper[] = {{0, "Zone", "eu"}};
-    is(count(&s, upper, 1), 1, "label name sorting before __name__");
+    static const struct {
+        tmatch m[2];
+        size_t n;
+        long want;
+        const char *what;
+    } cases[] = {
+        {{{0, "__name__", "up"}, {0, "job", "node"}}, 2, 2, "EQ on name and label"},
+        {{{0, "__name__", "up"}, {1, "job", "node"}}, 2, 1, "NEQ"},
+        {{{0, "__name__", "up"}, {2, "instance", "[ab]:.*"}}, 2, 2, "RE"},
+        {{{0, "__name__", "up"}, {2, "instance", "a"}}, 2, 0, "regexes are fully anchored"},
+        {{{0, "__name__", "up"}, {3, "instance", "a.*"}}, 2, 2, "NRE"},
+        {{{0, "job", "prom"}}, 1, 3, "selector without __name__ (postings)"},
+        {{{2, "__name__", "up|http_.*"}}, 1, 5, "__name__ regex"},
+        {{{0, "__name__", "http_requests_total"}, {0, "path", ""}}, 2, 1, "label=\"\" selects series without the label"},
+        {{{0, "__name__", "http_requests_total"}, {1, "path", ""}}, 2, 1, "label!=\"\" selects series with the label"},
+        {{{0, "__name__", "http_requests_total"}, {3, "path", "x"}}, 2, 2, "!~ includes series lacking the label"},
+        {{{2, "instance", ".+:9100"}}, 1, 2, "regex-only selector without __name__"},
+        {{{2, "__name__", ".+"}}, 1, 7, "every series"},
+        {{{2, "job", ".*"}}, 1, 7, "only empty-matching matchers select all series"},
+        /* Empty-value matchers, with and without __name__. */
+        {{{0, "__name__", "http_requests_total"}, {2, "path", ""}}, 2, 1, "label=~\"\" selects series without the label"},
+        {{{0, "__name__", "http_requests_total"}, {3, "path", ""}}, 2, 1, "label!~\"\" selects series with the label"},
+        {{{0, "__name__", "up"}, {2, "instance", "a:9100|"}}, 2, 1, "a regex matching a value or empty"},
+        {{{0, "job", "prom"}, {2, "path", ""}}, 2, 2, "label=~\"\" without __name__"},
+        {{{0, "job", "prom"}, {3, "path", ""}}, 2, 1, "label!~\"\" without __name__"},
+        {{{0, "job", "prom"}, {0, "code", ""}}, 2, 1, "label=\"\" without __name__"},
+        {{{3, "path", ""}}, 1, 1, "a selector of just label!~\"\""},
+        {{{0, "Zone", "eu"}}, 1, 1, "label name sorting before __name__"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        is(count(&s, cases[i].m, cases[i].n), cases[i].want, "%s", cases[i].what);
     tstore_close(&s);
 }
 
