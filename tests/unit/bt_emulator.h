@@ -22,11 +22,7 @@
 #include <unistd.h>
 
 #include "tap.h"
-/* A program here may use conformance.h's builders without running its suite. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function"
 #include "conformance.h"
-#pragma GCC diagnostic pop
 #include "bigtable.h"
 #include "bigtable_int.h"
 #include "log.h"

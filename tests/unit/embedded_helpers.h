@@ -19,11 +19,7 @@
 #include <unistd.h>
 
 #include "tap.h"
-/* A program here may use conformance.h's builders without running its suite. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function"
 #include "conformance.h"
-#pragma GCC diagnostic pop
 #include "embedded.h"
 #include "embedded_int.h"
 #include "error.h"
