@@ -14,6 +14,7 @@
 #include "clock.h"
 #include "error.h"
 #include "rowkey.h"
+#include "set64.h"
 
 /* ---- ids ---- */
 
@@ -199,15 +200,13 @@ struct pt_tenant {
     pt_tenants *ts;
     pt_tenant *next;    /* in its hash chain */
     pthread_mutex_t mu; /* guards what follows */
-    /* Active series: 64-bit hashes (0 = empty slot) of the series of bucket `bucket`. */
-    uint64_t *set;
-    size_t mask, n;
+    pt_set64 active_set; /* 64-bit hashes of the active series of bucket `bucket` */
     int64_t bucket;
     double tokens;      /* samples/s bucket */
     int64_t tokens_ms;
     /* Counters. */
     _Atomic uint64_t accepted, rejected, limited_series, limited_rate;
-    _Atomic uint64_t active; /* = n, readable without the lock */
+    _Atomic uint64_t active; /* = active_set.n, readable without the lock */
 };
 
 struct pt_tenants {
@@ -247,7 +246,7 @@ pt_tenants *pt_tenants_new(const pt_tenant_limits *lim)
 static void tenant_free(pt_tenant *t)
 {
     pthread_mutex_destroy(&t->mu);
-    free(t->set);
+    pt_set64_free(&t->active_set);
     free(t);
 }
 
@@ -277,7 +276,7 @@ static void drop(pt_tenants *ts, pt_tenant **at)
     ts->gone_rate += atomic_load(&t->limited_rate);
     if (t->labelled)
         ts->labelled--;
-    atomic_fetch_sub(&ts->tracked, t->n);
+    atomic_fetch_sub(&ts->tracked, t->active_set.n);
     tenant_free(t);
     ts->n--;
 }
@@ -382,38 +381,14 @@ int pt_tenant_take(pt_tenant *t, uint64_t n, int64_t now_ms, char *msg, size_t m
 /* Under t->mu: 1 when h is in the set, else adds it when room allows (1) or not (0). */
 static int set_admit(pt_tenant *t, uint64_t h, size_t max, int *grew_fail)
 {
-    for (size_t i = h & t->mask; t->set; i = (i + 1) & t->mask) {
-        if (t->set[i] == h)
-            return 1;
-        if (t->set[i] == 0)
-            break;
-    }
-    if (t->n >= max)
+    if (pt_set64_has(&t->active_set, h))
+        return 1;
+    if (t->active_set.n >= max)
         return 0;
-    if ((t->n + 1) * 2 > (t->set ? t->mask + 1 : 0)) {
-        size_t slots = t->set ? 2 * (t->mask + 1) : 256;
-        uint64_t *s = calloc(slots, sizeof(*s));
-        if (!s) {
-            *grew_fail = 1;
-            return 0;
-        }
-        for (size_t i = 0; t->set && i <= t->mask; i++) {
-            if (!t->set[i])
-                continue;
-            size_t j = t->set[i] & (slots - 1);
-            while (s[j])
-                j = (j + 1) & (slots - 1);
-            s[j] = t->set[i];
-        }
-        free(t->set);
-        t->set = s;
-        t->mask = slots - 1;
+    if (pt_set64_add(&t->active_set, h) < 0) {
+        *grew_fail = 1;
+        return 0;
     }
-    size_t i = h & t->mask;
-    while (t->set[i])
-        i = (i + 1) & t->mask;
-    t->set[i] = h;
-    t->n++;
     return 1;
 }
 
@@ -429,28 +404,26 @@ size_t pt_tenant_gate(void *tenant, const uint64_t *series, size_t n, uint8_t *o
     int64_t bucket = now_ms - now_ms % lim->bucket_ms;
     pthread_mutex_lock(&t->mu);
     if (bucket != t->bucket) { /* a new bucket: nothing is active yet */
-        if (t->set)
-            memset(t->set, 0, (t->mask + 1) * sizeof(*t->set));
-        atomic_fetch_sub(&ts->tracked, t->n);
-        t->n = 0;
+        atomic_fetch_sub(&ts->tracked, t->active_set.n);
+        pt_set64_clear(&t->active_set);
         t->bucket = bucket;
     }
     for (size_t i = 0; i < n; i++) {
         uint64_t h = series[i] ? series[i] : 1;
         /* With a limit, the set holds up to it; without, all sets together hold up to
          * track_max. */
-        size_t tracked = atomic_load(&ts->tracked), before = t->n;
+        size_t tracked = atomic_load(&ts->tracked), before = t->active_set.n;
         size_t limit = lim->max_series ? lim->max_series
-                       : tracked < lim->track_max ? t->n + 1 : t->n;
+                       : tracked < lim->track_max ? before + 1 : before;
         ok[i] = (uint8_t)set_admit(t, h, limit, &nomem);
-        if (t->n != before)
+        if (t->active_set.n != before)
             atomic_fetch_add(&ts->tracked, 1);
         /* Without a limit the set only stops counting. */
         if (!ok[i] && !lim->max_series)
             ok[i] = 1;
         refused += !ok[i];
     }
-    atomic_store(&t->active, t->n);
+    atomic_store(&t->active, t->active_set.n);
     pthread_mutex_unlock(&t->mu);
     if (refused) {
         atomic_fetch_add(&t->limited_series, 1);
