@@ -412,7 +412,8 @@ static int first_row(qctx *q, pt_slice from, pt_slice to, firstrow *f)
         return rv;
     pt_row_range r = {from, to};
     size_t visited = 0;
-    pt_scan s = {PT_TABLE_INDEX, &r, 1, {0}, {0}, 1, &visited, NULL};
+    pt_scan s = {
+        .table = PT_TABLE_INDEX, .ranges = &r, .nranges = 1, .row_limit = 1, .visited = &visited};
     f->found = 0;
     rv = pt_backend_scan(q->st->be, &s, on_first, f);
     pt_m.read_rows_scanned += visited;

@@ -309,7 +309,7 @@ int pt_cands_resolve(qctx *q)
         if ((rv = deadline_passed(q)) != 0)
             break;
         size_t visited = 0;
-        pt_scan s = {PT_TABLE_INDEX, r, m, {0}, {0}, 0, &visited, NULL};
+        pt_scan s = {.table = PT_TABLE_INDEX, .ranges = r, .nranges = m, .visited = &visited};
         if (cached) {
             f.miss = rs->v + i;
             f.epochs = epochs + i * ndays;

@@ -468,7 +468,7 @@ static int apply(void *ud, conf_ref *r)
 int pt_config_set_flag(pt_config *c, const char *flag, const char *value, char *err,
                        size_t errlen)
 {
-    setting s = {flag, 1, value, err, errlen, 0};
+    setting s = {.name = flag, .is_flag = 1, .value = value, .err = err, .errlen = errlen};
     if (each_key(c, apply, &s))
         return s.rv;
     snprintf(err, errlen, "unknown flag --%s", flag);
@@ -489,7 +489,7 @@ int pt_config_flag_is_bool(const char *flag)
 
 static int set_key(pt_config *c, const char *key, const char *value, char *err, size_t errlen)
 {
-    setting s = {key, 0, value, err, errlen, 0};
+    setting s = {.name = key, .value = value, .err = err, .errlen = errlen};
     if (each_key(c, apply, &s))
         return s.rv;
     snprintf(err, errlen, "unknown configuration key \"%s\"", key);

@@ -67,11 +67,11 @@ int pt_meta_put(pt_meta_batch *b, pt_slice family, int type, pt_slice help, pt_s
         return PT_ENOMEM;
     uint8_t *e = family_prefix(row, family);
     e = pt_ref_hex(e, XXH3_64bits(val, vlen));
-    pt_mutation m = {PT_TABLE_INDEX,
-                     {row, (size_t)(e - row)},
-                     {meta_qual, sizeof(meta_qual)},
-                     {val, vlen},
-                     t * 1000};
+    pt_mutation m = {.table = PT_TABLE_INDEX,
+                     .row = {row, (size_t)(e - row)},
+                     .qual = {meta_qual, sizeof(meta_qual)},
+                     .value = {val, vlen},
+                     .version_us = t * 1000};
     int rv = pt_buf_append(&b->muts, &m, sizeof(m));
     return rv ? rv : pt_buf_append(&b->keys, &key, sizeof(key));
 }
@@ -108,7 +108,10 @@ static int on_meta(void *ud, pt_slice row, pt_slice qual, pt_slice value)
         return PT_ENOMEM;
     if (n != 2)
         return 0; /* not a metadata cell this version knows: skip it */
-    pt_meta_entry e = {pairs[0].name, pairs[0].value, pairs[1].name, pairs[1].value};
+    pt_meta_entry e = {.family = pairs[0].name,
+                       .type = pairs[0].value,
+                       .help = pairs[1].name,
+                       .unit = pairs[1].value};
     return s->fn(s->ud, &e);
 }
 
@@ -132,7 +135,7 @@ int pt_meta_scan(pt_store *st, pt_slice family, pt_meta_fn fn, void *ud)
         pt_row_range r = {{start, n}, {0}};
         pt_prefix_end(end, r.start, &r.end); /* the prefix ends in ',', never 0xff */
         size_t visited = 0;
-        pt_scan sc = {PT_TABLE_INDEX, &r, 1, {0}, {0}, 0, &visited, NULL};
+        pt_scan sc = {.table = PT_TABLE_INDEX, .ranges = &r, .nranges = 1, .visited = &visited};
         rv = pt_backend_scan(st->be, &sc, on_meta, &s);
         pt_m.read_rows_scanned += visited;
     }

@@ -334,7 +334,7 @@ static int braces(lexer *lx, rawm *v, size_t *n, int *quoted_metric)
 int pt_selector_parse(pt_arena *a, const char *s, size_t n, pt_matcher_env *env, pt_matcher **ms,
                       size_t *nms, char *msg, size_t msglen)
 {
-    lexer lx = {s, n, 0, a, msg, msglen};
+    lexer lx = {.s = s, .n = n, .a = a, .msg = msg, .msglen = msglen};
     *ms = NULL;
     *nms = 0;
     /* At most one matcher per 2 bytes, plus the metric name. */

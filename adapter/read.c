@@ -290,7 +290,8 @@ static int read_all(qctx *q, const series *v, size_t k, int64_t start, int64_t e
         qsort(refs, k, sizeof(*refs), rowref_cmp);
         size_t visited = 0;
         pt_stream_to to = {on_routed_stream, NULL};
-        pt_scan sc = {PT_TABLE_POINTS, ranges, 0, {0}, {0}, 0, &visited, NULL};
+        pt_scan sc = {
+            .table = PT_TABLE_POINTS, .ranges = ranges, .nranges = 0, .visited = &visited};
         if (k && ss[0].raw && !pass)
             sc.stream = &to; /* exemplar rows hold no samples */
         if (start > base) {
@@ -309,7 +310,7 @@ static int read_all(qctx *q, const series *v, size_t k, int64_t start, int64_t e
                 ranges[i] =
                     (pt_row_range){refs[g + i].row, {refs[g + i].row.p, refs[g + i].row.n + 1}};
             sc.nranges = n;
-            routed r = {refs + g, n, 0, ss};
+            routed r = {.refs = refs + g, .n = n, .ss = ss};
             to.ud = &r;
             int rv = deadline_passed(q);
             if (!rv)

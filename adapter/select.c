@@ -20,7 +20,7 @@ static int scan_days(qctx *q, pt_slice first, pt_slice last, pt_cell_fn fn, void
         return rv;
     pt_row_range r = {first, last};
     size_t visited = 0;
-    pt_scan s = {PT_TABLE_INDEX, &r, 1, {0}, {0}, 0, &visited, NULL};
+    pt_scan s = {.table = PT_TABLE_INDEX, .ranges = &r, .nranges = 1, .visited = &visited};
     rv = pt_backend_scan(q->st->be, &s, fn, ud);
     pt_m.read_rows_scanned += visited;
     q->rows += visited;
@@ -390,7 +390,11 @@ static int count_more(qctx *q, source *c, size_t budget)
         const irange *ir = c->listing ? &c->vr : &c->lists[c->cur];
         pt_row_range r = {{c->next.p, c->next.len}, {ir->b1, ir->n1}};
         size_t before = c->rows, visited = 0;
-        pt_scan s = {PT_TABLE_INDEX, &r, 1, {0}, {0}, budget, &visited, NULL};
+        pt_scan s = {.table = PT_TABLE_INDEX,
+                     .ranges = &r,
+                     .nranges = 1,
+                     .row_limit = budget,
+                     .visited = &visited};
         rv = pt_backend_scan(q->st->be, &s, c->listing ? count_value_row : count_row, c);
         pt_m.read_rows_scanned += visited;
         q->rows += visited;

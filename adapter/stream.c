@@ -164,7 +164,7 @@ static int series_chunks(const Prometheus__TimeSeries *ts, const pt_raw_chunks *
 int pt_stream_series(pt_buf *o, size_t query, const Prometheus__TimeSeries *ts,
                      const pt_raw_chunks *raw, pt_arena *a)
 {
-    chunks ch = {a, NULL, 0, 0};
+    chunks ch = {.a = a};
     pt_histogram h = PT_HISTOGRAM_INIT;
     pt_hchunk_enc e;
     pt_hchunk_enc_init(&e, HCHUNK_MAX);

@@ -164,7 +164,7 @@ static int view_scan(void *state, const pt_scan *sc, pt_cell_fn fn, void *ud)
     }
     pt_scan s = *sc;
     s.ranges = r;
-    strip st = {fn, ud, sc->stream, v->plen};
+    strip st = {.fn = fn, .ud = ud, .to = sc->stream, .plen = v->plen};
     pt_stream_to to = {strip_stream, &st};
     if (sc->stream)
         s.stream = &to;

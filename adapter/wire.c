@@ -432,7 +432,7 @@ static int parse_exemplar(dec *d, pt_slice s)
     const uint8_t *p = s.p, *e = s.p + s.n;
     field f;
     int rv;
-    pt_wexemplar x = {d->fill ? d->exlabels + d->nexlabels : NULL, 0, 0, 0, 0};
+    pt_wexemplar x = {.labels = d->fill ? d->exlabels + d->nexlabels : NULL};
     while ((rv = next_field(d, &p, e, &f)) > 0) {
         if (f.num == 1) {
             if (d->v2) {
@@ -573,7 +573,7 @@ static int parse_meta_v1(dec *d, pt_slice s)
     const uint8_t *p = s.p, *e = s.p + s.n;
     field f;
     int rv;
-    pt_wmeta m = {0, EMPTY, EMPTY, EMPTY};
+    pt_wmeta m = {.family = EMPTY, .help = EMPTY, .unit = EMPTY};
     if (!d->fill) {
         d->nmeta++;
         return 0;

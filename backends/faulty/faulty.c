@@ -166,7 +166,7 @@ static int faulty_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
     if (!fail)
         return pt_backend_scan(f->inner, s, fn, ud);
     if (after > 0) {
-        cut c = {fn, ud, after, code};
+        cut c = {.fn = fn, .ud = ud, .left = after, .code = code};
         pt_scan cells = *s;
         cells.stream = NULL; /* the cut counts cells */
         int rv = pt_backend_scan(f->inner, &cells, cut_cell, &c);
