@@ -21,21 +21,23 @@ int pt_set64_has(const pt_set64 *s, uint64_t key)
 
 int pt_set64_add(pt_set64 *s, uint64_t key)
 {
-    if (pt_set64_has(s, key))
+    size_t i = s->slot ? probe(s->slot, s->mask, key) : 0;
+    if (s->slot && s->slot[i] == key)
         return 0;
     if ((s->n + 1) * 2 > (s->slot ? s->mask + 1 : 0)) {
         size_t slots = s->slot ? 2 * (s->mask + 1) : 256;
         uint64_t *ns = calloc(slots, sizeof(*ns));
         if (!ns)
             return PT_ENOMEM;
-        for (size_t i = 0; s->slot && i <= s->mask; i++)
-            if (s->slot[i])
-                ns[probe(ns, slots - 1, s->slot[i])] = s->slot[i];
+        for (size_t j = 0; s->slot && j <= s->mask; j++)
+            if (s->slot[j])
+                ns[probe(ns, slots - 1, s->slot[j])] = s->slot[j];
         free(s->slot);
         s->slot = ns;
         s->mask = slots - 1;
+        i = probe(s->slot, s->mask, key); /* its place in the new table */
     }
-    s->slot[probe(s->slot, s->mask, key)] = key;
+    s->slot[i] = key;
     s->n++;
     return 1;
 }
