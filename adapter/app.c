@@ -17,7 +17,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "samples.h"
-#include "xor.h"
+#include "stream.h"
 
 /* NEEDS_AUTH: a store route (write, read, browsing API): credentials and, with tenancy
  * on, a tenant. */
@@ -264,12 +264,12 @@ typedef struct grouped {
 } grouped;
 
 /* 0 or PT_ENOMEM; g is to be released with grouped_free either way. */
-static int grouped_start(pt_store *st, pt_req *req, const Prometheus__ReadRequest *rr, grouped *g)
+static int grouped_start(pt_store *st, pt_req *req, const pt_read_request *rr, grouped *g)
 {
     g->r = NULL;
     g->size = GROUP_FIRST;
     pt_arena_init(&g->arena, 64 << 10, req->arena->max);
-    return pt_read_start(st, rr, req->arena, req->cancelled, &g->r);
+    return pt_read_start(st, rr->queries, rr->nqueries, req->arena, req->cancelled, &g->r);
 }
 
 /* The next group into g->arena, where it stays until the next call: 1 with *bt set, 0 when
@@ -284,7 +284,7 @@ static int grouped_next(grouped *g, pt_read_batch *bt, char *msg, size_t msglen)
      * weighed as eight, so groups of histogram series stay about as large in bytes. */
     size_t samples = 0;
     for (size_t i = 0; i < bt->n; i++)
-        samples += bt->ts[i]->n_samples + 8 * bt->ts[i]->n_histograms;
+        samples += bt->s[i].nsamples + 8 * bt->s[i].nhists;
     if (samples > GROUP_SAMPLES && bt->n)
         g->size = bt->n * GROUP_SAMPLES / samples + 1;
     else if (samples < GROUP_SAMPLES / 4 && g->size < GROUP_MAX)
@@ -328,8 +328,7 @@ static int stream_fill(stream_read *sr)
             break;
         }
         for (size_t i = 0; i < bt.n; i++)
-            if ((rv = pt_stream_series(&sr->pending, bt.query, bt.ts[i],
-                                       bt.raw ? &bt.raw[i] : NULL, &sr->g.arena)) != 0)
+            if ((rv = pt_stream_series(&sr->pending, bt.query, &bt.s[i], &sr->g.arena)) != 0)
                 return rv;
     }
     return 0;
@@ -366,7 +365,7 @@ static void stream_done(void *ud, int cancelled)
 /* A STREAMED_XOR_CHUNKS answer: the first group is read here, so that a bad matcher, a
  * limit or an outage still gets its status; the rest streams as the client takes it. */
 static void handle_read_streamed(pt_ctx *c, pt_req *req, pt_resp *resp,
-                                 const Prometheus__ReadRequest *rr)
+                                 const pt_read_request *rr)
 {
     stream_read *sr = pt_arena_calloc(req->arena, sizeof(*sr));
     if (!sr) {
@@ -414,7 +413,7 @@ static int compress_answer(pt_req *req, const pt_samples *enc, pt_slice *z)
  * wire bytes, then compressed whole (a snappy block needs its length first). Its memory is
  * the wire bytes, the compressed bytes and one group. */
 static void handle_read_samples(pt_ctx *c, pt_req *req, pt_resp *resp,
-                                const Prometheus__ReadRequest *rr)
+                                const pt_read_request *rr)
 {
     char msg[PT_MSG_MAX];
     msg[0] = '\0';
@@ -428,7 +427,7 @@ static void handle_read_samples(pt_ctx *c, pt_req *req, pt_resp *resp,
     pt_samples_init(&enc, !max ? 0 : max > used ? max - used : 1);
     int rv = grouped_start(c->store, req, rr, &g);
     while (rv == 0 && (rv = grouped_next(&g, &bt, msg, sizeof(msg))) == 1)
-        rv = pt_samples_add(&enc, &bt);
+        rv = pt_samples_add(&enc, bt.s, bt.n, bt.last_of_query);
     if (rv == PT_ECANCELLED)
         pt_m.read_cancelled++; /* the answer below goes nowhere */
     if (rv != 0) {
@@ -461,31 +460,23 @@ static void handle_read(pt_ctx *c, pt_req *req, pt_resp *resp)
     pt_app *app = c->app;
     char msg[PT_MSG_MAX];
     msg[0] = '\0';
-    Prometheus__ReadRequest *rr;
+    pt_read_request rr;
     int rv = pt_decode_read(req->body, req->body_len, &app->lim, req->arena, &rr, msg,
                             sizeof(msg));
     if (rv != 0) {
         reply_error(req, resp, rv, msg);
         return;
     }
-    /* The first type in the client's list that we implement; none listed = SAMPLES. */
-    int type = rr->n_accepted_response_types ? -1 : PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__SAMPLES;
-    for (size_t i = 0; i < rr->n_accepted_response_types && type < 0; i++) {
-        int t = (int)rr->accepted_response_types[i];
-        if (t == PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__SAMPLES ||
-            t == PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__STREAMED_XOR_CHUNKS)
-            type = t;
-    }
-    if (type < 0) {
+    if (rr.response < 0) {
         reply_fail(req, resp, PT_EUNSUPPORTED, "none of the requested response types is supported "
                                    "(promtable answers SAMPLES and STREAMED_XOR_CHUNKS)");
         return;
     }
-    if (type == PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__STREAMED_XOR_CHUNKS) {
-        handle_read_streamed(c, req, resp, rr);
+    if (rr.response == PT_READ_STREAMED_XOR_CHUNKS) {
+        handle_read_streamed(c, req, resp, &rr);
         return;
     }
-    handle_read_samples(c, req, resp, rr);
+    handle_read_samples(c, req, resp, &rr);
 }
 
 static void handle_metrics(pt_ctx *c, pt_req *req, pt_resp *resp)

@@ -6,6 +6,7 @@
 
 #include "error.h"
 #include "pb_alloc.h"
+#include "readpb.h"
 
 static const uint8_t framed_magic[] = {0xff, 0x06, 0x00, 0x00, 's', 'N', 'a', 'P', 'p', 'Y'};
 
@@ -52,7 +53,7 @@ int pt_snappy_encode(const uint8_t *in, size_t n, pt_arena *a, pt_slice *out)
     return 0;
 }
 
-/* Shared by both request kinds: snappy, then unpack with the arena allocator. */
+/* Snappy, then unpack with the arena allocator. */
 static int decode_body(const uint8_t *buf, size_t len, const pt_decode_limits *lim,
                        pt_arena *a, const ProtobufCMessageDescriptor *desc,
                        ProtobufCMessage **out, char *msg, size_t msglen)
@@ -91,9 +92,46 @@ int pt_decode_write(const uint8_t *buf, size_t len, const pt_decode_limits *lim,
     return rv ? PT_EPROTO : 0;
 }
 
-int pt_decode_read(const uint8_t *buf, size_t len, const pt_decode_limits *lim, pt_arena *a,
-                   Prometheus__ReadRequest **out, char *msg, size_t msglen)
+int pt_read_request_from_pb(const Prometheus__ReadRequest *rr, pt_arena *a,
+                            pt_read_request *out)
 {
-    return decode_body(buf, len, lim, a, &prometheus__read_request__descriptor,
-                       (ProtobufCMessage **)out, msg, msglen);
+    size_t nq = rr->n_queries;
+    pt_query *qs = pt_arena_calloc(a, (nq ? nq : 1) * sizeof(*qs));
+    if (!qs)
+        return PT_ENOMEM;
+    for (size_t i = 0; i < nq; i++) {
+        const Prometheus__Query *q = rr->queries[i];
+        pt_query_matcher *ms = pt_arena_alloc(a, (q->n_matchers ? q->n_matchers : 1) * sizeof(*ms));
+        if (!ms)
+            return PT_ENOMEM;
+        for (size_t j = 0; j < q->n_matchers; j++) {
+            const Prometheus__LabelMatcher *lm = q->matchers[j];
+            ms[j] = (pt_query_matcher){.type = (int)lm->type,
+                                       .name = {lm->name.data, lm->name.len},
+                                       .value = {lm->value.data, lm->value.len}};
+        }
+        qs[i] = (pt_query){.start_ms = q->start_timestamp_ms, .end_ms = q->end_timestamp_ms,
+                           .ms = ms, .nms = q->n_matchers};
+    }
+    /* The first type in the client's list that promtable answers; none listed = SAMPLES. */
+    int type = rr->n_accepted_response_types ? -1 : PT_READ_SAMPLES;
+    for (size_t i = 0; i < rr->n_accepted_response_types && type < 0; i++) {
+        int t = (int)rr->accepted_response_types[i];
+        if (t == PT_READ_SAMPLES || t == PT_READ_STREAMED_XOR_CHUNKS)
+            type = t;
+    }
+    *out = (pt_read_request){.queries = qs, .nqueries = nq, .response = type};
+    return 0;
+}
+
+int pt_decode_read(const uint8_t *buf, size_t len, const pt_decode_limits *lim, pt_arena *a,
+                   pt_read_request *out, char *msg, size_t msglen)
+{
+    Prometheus__ReadRequest *rr;
+    int rv = decode_body(buf, len, lim, a, &prometheus__read_request__descriptor,
+                         (ProtobufCMessage **)&rr, msg, msglen);
+    if (rv == 0 && (rv = pt_read_request_from_pb(rr, a, out)) != 0)
+        snprintf(msg, msglen, "decoding the ReadRequest needs more memory than the "
+                              "per-request limit");
+    return rv == PT_ENOMEM ? PT_ETOOLARGE : rv;
 }

@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "arena.h"
-#include "remote.pb-c.h"
+#include "model.h"
 #include "slice.h"
 #include "wire.h"
 
@@ -33,8 +33,20 @@ int pt_snappy_encode(const uint8_t *in, size_t n, pt_arena *a, pt_slice *out);
 int pt_decode_write(const uint8_t *buf, size_t len, const pt_decode_limits *lim, pt_arena *a,
                     int version, pt_wreq *out, char *msg, size_t msglen);
 
-/* snappy(protobuf(ReadRequest)) → *out, allocated from the arena. */
+/* ReadRequest.ResponseType's values. */
+enum { PT_READ_SAMPLES = 0, PT_READ_STREAMED_XOR_CHUNKS = 1 };
+
+/* A remote read request: its queries, and how to answer them. */
+typedef struct pt_read_request {
+    pt_query *queries;
+    size_t nqueries;
+    int response; /* the first type in the client's list that promtable answers (PT_READ_*;
+                     SAMPLES when the list is empty), or -1 when it answers none of them */
+} pt_read_request;
+
+/* snappy(protobuf(ReadRequest)) → *out, its queries and their matchers in the arena
+ * (slices of the decompressed body). */
 int pt_decode_read(const uint8_t *buf, size_t len, const pt_decode_limits *lim, pt_arena *a,
-                   Prometheus__ReadRequest **out, char *msg, size_t msglen);
+                   pt_read_request *out, char *msg, size_t msglen);
 
 #endif

@@ -1,7 +1,6 @@
 /* Native histogram samples: owned form <-> protobuf-c message. */
 #include "histpb.h"
 
-#include <stdio.h>
 #include <string.h>
 
 #include "error.h"
@@ -123,76 +122,4 @@ int pt_histpb_to(const Prometheus__Histogram *m, pt_histogram *h)
     if (m->n_custom_values)
         memcpy(h->custom_values, m->custom_values, m->n_custom_values * 8);
     return 0;
-}
-
-/* Reads the spans of one span field into sp. */
-static void read_spans(const pt_wrep *r, pt_hist_span *sp)
-{
-    pt_wrep_it it;
-    pt_wrep_iter(r, &it);
-    int32_t off;
-    uint32_t len;
-    for (size_t i = 0; pt_wspan_next(&it, &off, &len); i++)
-        sp[i] = (pt_hist_span){off, len};
-}
-
-/* Reads a repeated sint64 (zig-zag) or double field as 8-byte elements into out. */
-static void read_elems(const pt_wrep *r, int zigzag, void *out)
-{
-    pt_wrep_it it;
-    pt_wrep_iter(r, &it);
-    uint64_t raw;
-    for (uint8_t *p = out; pt_wrep_next(&it, &raw); p += 8) {
-        if (zigzag) {
-            int64_t d = pt_wire_unzigzag64(raw);
-            memcpy(p, &d, 8);
-        } else {
-            memcpy(p, &raw, 8);
-        }
-    }
-}
-
-int pt_histpb_from_wire(const pt_whist *w, pt_histogram *h, char *why, size_t whylen)
-{
-    int is_float = w->count_case == PT_WCASE_FLOAT;
-    if (w->zero_count_case != PT_WCASE_NONE &&
-        (w->zero_count_case == PT_WCASE_FLOAT) != is_float) {
-        snprintf(why, whylen, "%s count with a %s zero count", is_float ? "float" : "integer",
-                 is_float ? "integer" : "float");
-        return PT_EBADREQ;
-    }
-    const pt_wrep *neg = is_float ? &w->negative_counts : &w->negative_deltas;
-    const pt_wrep *pos = is_float ? &w->positive_counts : &w->positive_deltas;
-    const pt_wrep *neg_other = is_float ? &w->negative_deltas : &w->negative_counts;
-    const pt_wrep *pos_other = is_float ? &w->positive_deltas : &w->positive_counts;
-    if (neg_other->n || pos_other->n) {
-        snprintf(why, whylen, "%s histogram with bucket %s", is_float ? "float" : "integer",
-                 is_float ? "deltas" : "counts");
-        return PT_EBADREQ;
-    }
-    h->is_float = (uint8_t)is_float;
-    int rv = pt_histogram_reserve(h, w->negative_spans.n, w->positive_spans.n, neg->n, pos->n,
-                                  w->custom_values.n);
-    if (rv == PT_ETOOLARGE) {
-        snprintf(why, whylen, "more than %zu spans, buckets and custom values",
-                 (size_t)PT_HIST_MAX_ELEMS);
-        return PT_EBADREQ;
-    }
-    if (rv != 0)
-        return rv;
-    h->t = w->timestamp;
-    h->schema = w->schema;
-    h->reset_hint = (uint8_t)(w->reset_hint >= 0 && w->reset_hint <= 255 ? w->reset_hint : 255);
-    h->count_int = is_float ? 0 : w->count_int;
-    h->zero_count_int = is_float ? 0 : w->zero_count_int;
-    h->count_float = is_float ? w->count_float : 0;
-    h->zero_count_float = is_float ? w->zero_count_float : 0;
-    h->sum = w->sum;
-    h->zero_threshold = w->zero_threshold;
-    read_spans(&w->negative_spans, h->neg_spans);
-    read_spans(&w->positive_spans, h->pos_spans);
-    read_elems(neg, !is_float, is_float ? (void *)h->neg_counts : (void *)h->neg_deltas);
-    read_elems(pos, !is_float, is_float ? (void *)h->pos_counts : (void *)h->pos_deltas);
-    read_elems(&w->custom_values, 0, h->custom_values);
-    return pt_histogram_validate(h, why, whylen);
 }

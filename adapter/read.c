@@ -8,41 +8,41 @@
 #include "bytes.h"
 #include "clock.h"
 #include "exemplar.h"
-#include "histpb.h"
 #include "read_int.h"
 
 typedef struct samples {
     qctx *q;
     pt_arena *a;
     int64_t base;
-    Prometheus__Sample **v;
-    Prometheus__Sample *pool;
-    size_t n, cap;
+    pt_series *se; /* the answer: its arrays grow in a */
+    size_t cap, hcap, ecap, ccap;
     size_t *total;
     size_t limit;
-    Prometheus__Histogram **hv; /* histogram samples, in time order too */
-    size_t hn, hcap;
     pt_histogram *scratch; /* the read's one decoded histogram */
-    Prometheus__Exemplar **ev; /* exemplars in the window, in time order */
-    size_t en, ecap;
-    pt_raw_chunks *raw; /* stored chunks passed on as they are; NULL: none wanted */
-    size_t raw_samples; /* in them */
+    int chunks;            /* stored chunks are passed on as they are */
+    size_t raw_samples;    /* in them */
     int64_t start, end;
 } samples;
 
-/* The array of n pointers at old, copied into one of twice the room (first when empty)
- * from a; *cap updated. NULL when out of memory. */
-static void *grow_ptrs(pt_arena *a, const void *old, size_t n, size_t *cap, size_t first)
+/* Makes room for one more item in the array *v of n items of isz bytes (a copy of twice
+ * the room, first when empty, from a); *cap updated. 0 or PT_ENOMEM. */
+static int room_for_one(pt_arena *a, void **v, size_t n, size_t *cap, size_t isz, size_t first)
 {
+    if (n < *cap)
+        return 0;
     size_t ncap = *cap ? *cap * 2 : first;
-    void *nv = pt_arena_alloc(a, ncap * sizeof(void *));
+    void *nv = pt_arena_alloc(a, ncap * isz);
     if (!nv)
-        return NULL;
+        return PT_ENOMEM;
     if (n)
-        memcpy(nv, old, n * sizeof(void *));
+        memcpy(nv, *v, n * isz);
+    *v = nv;
     *cap = ncap;
-    return nv;
+    return 0;
 }
+
+#define ROOM(s, arr, n, cap, first) \
+    room_for_one((s)->a, (void **)&(arr), (n), &(cap), sizeof(*(arr)), (first))
 
 /* A cell of an exemplar row: the exemplar, when its exact time is in the window. */
 static int on_exemplar_cell(samples *s, pt_slice value)
@@ -61,44 +61,30 @@ static int on_exemplar_cell(samples *s, pt_slice value)
         return PT_EINTERNAL;
     if (t < s->start || t > s->end)
         return 0;
-    if (s->en == s->ecap && !(s->ev = grow_ptrs(s->a, s->ev, s->en, &s->ecap, 8)))
+    pt_series *se = s->se;
+    if (ROOM(s, se->exemplars, se->nexemplars, s->ecap, 8))
         return PT_ENOMEM;
-    Prometheus__Exemplar *x = pt_arena_alloc(s->a, sizeof(*x));
-    Prometheus__Label **lp = pt_arena_alloc(s->a, (nl ? nl : 1) * sizeof(*lp));
-    Prometheus__Label *lv = pt_arena_alloc(s->a, (nl ? nl : 1) * sizeof(*lv));
-    if (!x || !lp || !lv)
-        return PT_ENOMEM;
-    prometheus__exemplar__init(x);
-    for (size_t j = 0; j < nl; j++) {
-        prometheus__label__init(&lv[j]);
-        lv[j].name = (ProtobufCBinaryData){ls[j].name.n, (uint8_t *)ls[j].name.p};
-        lv[j].value = (ProtobufCBinaryData){ls[j].value.n, (uint8_t *)ls[j].value.p};
-        lp[j] = &lv[j];
-    }
-    x->labels = lp;
-    x->n_labels = nl;
-    x->value = v;
-    x->timestamp = t;
-    s->ev[s->en++] = x;
+    se->exemplars[se->nexemplars++] = (pt_exemplar){.labels = ls, .nlabels = nl, .t = t, .v = v};
     (*s->total)++;
     return 0;
 }
 
-/* A cell whose value is not 8 bytes: a histogram sample, into s->hv. */
+/* A cell whose value is not 8 bytes: a histogram sample, copied into the arena. */
 static int on_hist_cell(samples *s, pt_slice qual, pt_slice value)
 {
     if (qual.n != PT_QUAL_LEN)
         return PT_EINTERNAL;
-    if (s->hn == s->hcap && !(s->hv = grow_ptrs(s->a, s->hv, s->hn, &s->hcap, 16)))
+    pt_series *se = s->se;
+    if (ROOM(s, se->hists, se->nhists, s->hcap, 16))
         return PT_ENOMEM;
-    int rv = pt_histogram_cell_decode(value.p, value.n, s->scratch);
+    pt_histogram *h = s->scratch;
+    int rv = pt_histogram_cell_decode(value.p, value.n, h);
     if (rv != 0)
         return rv;
-    s->scratch->t = s->base + pt_get_be32(qual.p);
-    Prometheus__Histogram *m = pt_histpb_from(s->a, s->scratch);
-    if (!m)
-        return PT_ENOMEM;
-    s->hv[s->hn++] = m;
+    h->t = s->base + pt_get_be32(qual.p);
+    if ((rv = pt_histogram_copy_in(s->a, &se->hists[se->nhists], h)) != 0)
+        return rv;
+    se->nhists++;
     (*s->total)++;
     return 0;
 }
@@ -115,24 +101,13 @@ static int on_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
         return on_exemplar_cell(s, value);
     if (pt_histogram_cell_is(value.n))
         return on_hist_cell(s, qual, value);
-    if (s->n == s->cap) {
-        size_t ncap = s->cap ? s->cap * 2 : 64;
-        Prometheus__Sample **nv = pt_arena_alloc(s->a, ncap * sizeof(*nv));
-        Prometheus__Sample *np = pt_arena_alloc(s->a, (ncap - s->cap) * sizeof(*np));
-        if (!nv || !np)
-            return PT_ENOMEM;
-        if (s->n)
-            memcpy(nv, s->v, s->n * sizeof(*nv));
-        for (size_t i = s->cap; i < ncap; i++)
-            nv[i] = &np[i - s->cap];
-        s->v = nv;
-        s->cap = ncap;
-    }
-    Prometheus__Sample *out = s->v[s->n];
-    prometheus__sample__init(out);
-    if (pt_cell_decode(s->base, qual, value, &out->timestamp, &out->value) != 0)
+    pt_series *se = s->se;
+    if (ROOM(s, se->samples, se->nsamples, s->cap, 64))
+        return PT_ENOMEM;
+    pt_sample *out = &se->samples[se->nsamples];
+    if (pt_cell_decode(s->base, qual, value, &out->t, &out->v) != 0)
         return PT_EINTERNAL;
-    s->n++;
+    se->nsamples++;
     (*s->total)++;
     return 0;
 }
@@ -200,32 +175,15 @@ static int on_stream(samples *s, uint32_t first, uint32_t last, uint32_t count, 
     uint64_t zt = (uint64_t)t0 << 1 ^ (uint64_t)(t0 >> 63);
     size_t n = 2 + pt_uvarint_size(zt) + (stream.n - off);
     uint8_t *p = pt_arena_alloc(s->a, n);
-    Prometheus__Chunk *ch = pt_arena_alloc(s->a, sizeof(*ch));
-    pt_raw_chunks *rc = s->raw;
-    if (!p || !ch)
+    pt_series *se = s->se;
+    if (!p || ROOM(s, se->chunks, se->nchunks, s->ccap, 4))
         return PT_ENOMEM;
-    if (rc->n == rc->cap) {
-        size_t had = rc->cap;
-        if (!(rc->v = grow_ptrs(s->a, rc->v, rc->n, &rc->cap, 4)))
-            return PT_ENOMEM;
-        size_t *at = pt_arena_alloc(s->a, rc->cap * sizeof(*at));
-        if (!at)
-            return PT_ENOMEM;
-        if (had)
-            memcpy(at, rc->at, rc->n * sizeof(*at));
-        rc->at = at;
-    }
     p[0] = (uint8_t)(count >> 8);
     p[1] = (uint8_t)count;
     uint8_t *q = pt_put_uvarint(p + 2, zt);
     memcpy(q, stream.p + off, stream.n - off);
-    prometheus__chunk__init(ch);
-    ch->min_time_ms = t0;
-    ch->max_time_ms = s->base + last;
-    ch->type = PROMETHEUS__CHUNK__ENCODING__XOR;
-    ch->data = (ProtobufCBinaryData){n, p};
-    rc->at[rc->n] = s->n;
-    rc->v[rc->n++] = ch;
+    se->chunks[se->nchunks++] = (pt_chunk){
+        .tmin = t0, .tmax = s->base + last, .data = {p, n}, .at = se->nsamples};
     *s->total += count;
     s->raw_samples += count;
     pt_m.read_chunks_passed++;
@@ -292,7 +250,7 @@ static int read_all(qctx *q, const series *v, size_t k, int64_t start, int64_t e
         pt_stream_to to = {on_routed_stream, NULL};
         pt_scan sc = {
             .table = PT_TABLE_POINTS, .ranges = ranges, .nranges = 0, .visited = &visited};
-        if (k && ss[0].raw && !pass)
+        if (k && ss[0].chunks && !pass)
             sc.stream = &to; /* exemplar rows hold no samples */
         if (start > base) {
             uint32_t off = (uint32_t)(start - base);
@@ -341,7 +299,8 @@ static int read_all(qctx *q, const series *v, size_t k, int64_t start, int64_t e
 
 struct pt_read {
     pt_store *st;
-    const Prometheus__ReadRequest *rr;
+    const pt_query *qs;
+    size_t nq;
     pt_arena *a;   /* the request's: matchers' slices, series list */
     size_t qi;     /* query being answered */
     int started;   /* q holds query qi's resolved series */
@@ -409,15 +368,15 @@ static void query_end(pt_read *r)
 /* Compiles the matchers of query qi, resolves them to the sorted list of matching series. */
 static int query_begin(pt_read *r, char *msg, size_t msglen)
 {
-    const Prometheus__Query *pq = r->rr->queries[r->qi];
+    const pt_query *pq = &r->qs[r->qi];
     pt_store *st = r->st;
     pt_arena *a = r->a;
     int rv;
     if (r->qi == 0) {
         /* Every query's matchers are counted before any is compiled. */
         size_t total = 0;
-        for (size_t i = 0; i < r->rr->n_queries; i++)
-            total += r->rr->queries[i]->n_matchers;
+        for (size_t i = 0; i < r->nq; i++)
+            total += r->qs[i].nms;
         if ((rv = pt_matcher_env_check(&r->env, total, msg, msglen)) != 0)
             return rv;
     }
@@ -428,23 +387,22 @@ static int query_begin(pt_read *r, char *msg, size_t msglen)
     r->q.c.limit = st->max_series;
     r->q.deadline_ns = r->deadline_ns;
     r->q.cancel = r->cancel;
-    r->q.nms = pq->n_matchers;
+    r->q.nms = pq->nms;
     r->q.ms = pt_arena_calloc(a, (r->q.nms ? r->q.nms : 1) * sizeof(*r->q.ms));
     if (!r->q.ms)
         return PT_ENOMEM;
     r->started = 1;
     r->k = r->next = 0;
     for (; r->inited < r->q.nms; r->inited++) {
-        const Prometheus__LabelMatcher *lm = pq->matchers[r->inited];
-        rv = pt_matcher_init(&r->q.ms[r->inited], (int)lm->type,
-                             (pt_slice){lm->name.data, lm->name.len},
-                             (pt_slice){lm->value.data, lm->value.len}, &r->env, msg, msglen);
+        const pt_query_matcher *lm = &pq->ms[r->inited];
+        rv = pt_matcher_init(&r->q.ms[r->inited], lm->type, lm->name, lm->value, &r->env, msg,
+                             msglen);
         if (rv)
             return rv;
     }
     int64_t oldest = pt_oldest_kept(st);
-    r->start = pq->start_timestamp_ms < oldest ? oldest : pq->start_timestamp_ms;
-    r->end = pq->end_timestamp_ms;
+    r->start = pq->start_ms < oldest ? oldest : pq->start_ms;
+    r->end = pq->end_ms;
     if (r->end > PT_MAX_TIME_MS)
         r->end = PT_MAX_TIME_MS; /* 13 decimal digits of base; keeps the bucket loop finite */
     if (r->end < r->start)
@@ -476,14 +434,15 @@ static int query_begin(pt_read *r, char *msg, size_t msglen)
     return 0;
 }
 
-int pt_read_start(pt_store *st, const Prometheus__ReadRequest *rr, pt_arena *a,
+int pt_read_start(pt_store *st, const pt_query *qs, size_t nq, pt_arena *a,
                   const atomic_int *cancel, pt_read **out)
 {
     pt_read *r = pt_arena_calloc(a, sizeof(*r));
     if (!r)
         return PT_ENOMEM;
     r->st = st;
-    r->rr = rr;
+    r->qs = qs;
+    r->nq = nq;
     r->a = a;
     r->cancel = cancel;
     r->exemplars = 1;
@@ -508,34 +467,13 @@ void pt_read_free(pt_read *r)
     pt_metrics_observe(&pt_m.backend_read_duration, pt_now_ns() - r->t0);
 }
 
-/* The labels of series se as protobuf, in arena b. */
-static Prometheus__TimeSeries *series_message(const series *se, pt_arena *b)
-{
-    Prometheus__TimeSeries *ts = pt_arena_alloc(b, sizeof(*ts));
-    Prometheus__Label **lp = pt_arena_alloc(b, (se->nlabels ? se->nlabels : 1) * sizeof(*lp));
-    Prometheus__Label *lv = pt_arena_alloc(b, (se->nlabels ? se->nlabels : 1) * sizeof(*lv));
-    if (!ts || !lp || !lv)
-        return NULL;
-    prometheus__time_series__init(ts);
-    for (size_t j = 0; j < se->nlabels; j++) {
-        prometheus__label__init(&lv[j]);
-        lv[j].name = (ProtobufCBinaryData){se->labels[j].name.n, (uint8_t *)se->labels[j].name.p};
-        lv[j].value =
-            (ProtobufCBinaryData){se->labels[j].value.n, (uint8_t *)se->labels[j].value.p};
-        lp[j] = &lv[j];
-    }
-    ts->labels = lp;
-    ts->n_labels = se->nlabels;
-    return ts;
-}
-
 int pt_read_next(pt_read *r, pt_arena *b, size_t max_series, pt_read_batch *out, char *msg,
                  size_t msglen)
 {
     int rv;
     memset(out, 0, sizeof(*out));
     for (;;) {
-        if (r->qi >= r->rr->n_queries)
+        if (r->qi >= r->nq)
             return 0;
         if (!r->started) {
             if ((rv = query_begin(r, msg, msglen)) != 0)
@@ -556,14 +494,13 @@ int pt_read_next(pt_read *r, pt_arena *b, size_t max_series, pt_read_batch *out,
         n = max_series;
     const series *v = r->q.c.v + r->next;
     samples *ss = pt_arena_calloc(b, n * sizeof(*ss));
-    out->ts = pt_arena_alloc(b, n * sizeof(*out->ts));
-    pt_raw_chunks *raw = r->chunks ? pt_arena_calloc(b, n * sizeof(*raw)) : NULL;
-    if (!ss || !out->ts || (r->chunks && !raw))
+    out->s = pt_arena_calloc(b, n * sizeof(*out->s));
+    if (!ss || !out->s)
         return PT_ENOMEM;
     for (size_t i = 0; i < n; i++)
-        ss[i] = (samples){.q = &r->q, .a = b, .total = &r->total, .limit = r->st->max_samples,
-                          .scratch = &r->scratch, .raw = raw ? &raw[i] : NULL,
-                          .start = r->start, .end = r->end};
+        ss[i] = (samples){.q = &r->q, .a = b, .se = &out->s[i], .total = &r->total,
+                          .limit = r->st->max_samples, .scratch = &r->scratch,
+                          .chunks = r->chunks, .start = r->start, .end = r->end};
     qctx q = r->q;
     q.a = b; /* keys of this group only */
     rv = read_all(&q, v, n, r->start, r->end, ss, r->exemplars);
@@ -580,23 +517,14 @@ int pt_read_next(pt_read *r, pt_arena *b, size_t max_series, pt_read_batch *out,
     }
     size_t nts = 0, nsamples = 0;
     for (size_t i = 0; i < n; i++) {
-        if (ss[i].n == 0 && ss[i].hn == 0 && ss[i].en == 0 && ss[i].raw_samples == 0)
+        pt_series *se = &out->s[i];
+        if (se->nsamples == 0 && se->nhists == 0 && se->nexemplars == 0 && se->nchunks == 0)
             continue;
-        Prometheus__TimeSeries *ts = series_message(&v[i], b);
-        if (!ts)
-            return PT_ENOMEM;
-        ts->samples = ss[i].v;
-        ts->n_samples = ss[i].n;
-        ts->histograms = ss[i].hv;
-        ts->n_histograms = ss[i].hn;
-        ts->exemplars = ss[i].ev;
-        ts->n_exemplars = ss[i].en;
-        nsamples += ss[i].n + ss[i].hn + ss[i].raw_samples;
-        if (raw)
-            raw[nts] = raw[i]; /* compacted like ts: nts <= i */
-        out->ts[nts++] = ts;
+        se->labels = v[i].labels;
+        se->nlabels = v[i].nlabels;
+        nsamples += se->nsamples + se->nhists + ss[i].raw_samples;
+        out->s[nts++] = *se; /* compacted: nts <= i */
     }
-    out->raw = raw;
     r->next += n;
     out->query = r->qi;
     out->n = nts;
@@ -608,35 +536,4 @@ int pt_read_next(pt_read *r, pt_arena *b, size_t max_series, pt_read_batch *out,
         r->qi++;
     }
     return 1;
-}
-
-int pt_store_read(pt_store *st, const Prometheus__ReadRequest *rr, pt_arena *a,
-                  const atomic_int *cancel, Prometheus__ReadResponse *resp, char *msg,
-                  size_t msglen)
-{
-    pt_read *r;
-    pt_read_batch bt;
-    int rv;
-    prometheus__read_response__init(resp);
-    resp->n_results = rr->n_queries;
-    resp->results = pt_arena_alloc(a, (rr->n_queries ? rr->n_queries : 1) * sizeof(*resp->results));
-    if (!resp->results || (rv = pt_read_start(st, rr, a, cancel, &r)) != 0)
-        return PT_ENOMEM;
-    for (size_t i = 0; i < rr->n_queries; i++) {
-        Prometheus__QueryResult *qr = pt_arena_alloc(a, sizeof(*qr));
-        if (!qr) {
-            rv = PT_ENOMEM;
-            goto out;
-        }
-        prometheus__query_result__init(qr);
-        resp->results[i] = qr;
-    }
-    /* With no group limit, every query comes as one batch, already in a. */
-    while ((rv = pt_read_next(r, a, 0, &bt, msg, msglen)) == 1) {
-        resp->results[bt.query]->timeseries = bt.ts;
-        resp->results[bt.query]->n_timeseries = bt.n;
-    }
-out:
-    pt_read_free(r);
-    return rv;
 }

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "arena.h"
+#include "model.h"
 #include "schema.h"
 #include "slice.h"
 
@@ -30,11 +31,6 @@
  * stored under both limits. */
 /* The longest escaped metric kept in front of a hashed sid. */
 #define PT_HASHED_METRIC_MAX 1024
-
-typedef struct pt_label {
-    pt_slice name;
-    pt_slice value;
-} pt_label;
 
 /* Escaping of one name or value. */
 size_t pt_escaped_len(pt_slice s);

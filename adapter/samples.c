@@ -60,20 +60,19 @@ static int value_present(double v)
     return v != 0;
 }
 
-static size_t bytes_size(const ProtobufCBinaryData *b)
+static size_t bytes_size(pt_slice b)
 {
-    return b->len ? field_size(b->len) : 0;
+    return b.n ? field_size(b.n) : 0;
 }
 
-static size_t label_size(const Prometheus__Label *l)
+static size_t label_size(const pt_label *l)
 {
-    return bytes_size(&l->name) + bytes_size(&l->value);
+    return bytes_size(l->name) + bytes_size(l->value);
 }
 
-static size_t sample_size(const Prometheus__Sample *s)
+static size_t sample_size(const pt_sample *s)
 {
-    return (value_present(s->value) ? 9 : 0) +
-           (s->timestamp ? 1 + pt_uvarint_size((uint64_t)s->timestamp) : 0);
+    return (value_present(s->v) ? 9 : 0) + (s->t ? 1 + pt_uvarint_size((uint64_t)s->t) : 0);
 }
 
 static uint64_t zigzag32(int32_t v)
@@ -92,17 +91,17 @@ static size_t varint_field(uint64_t v)
     return 1 + pt_uvarint_size(v);
 }
 
-static size_t span_size(const Prometheus__BucketSpan *sp)
+static size_t span_size(const pt_hist_span *sp)
 {
     return (sp->offset ? varint_field(zigzag32(sp->offset)) : 0) +
            (sp->length ? varint_field(sp->length) : 0);
 }
 
-static size_t spans_size(Prometheus__BucketSpan *const *sp, size_t n)
+static size_t spans_size(const pt_hist_span *sp, size_t n)
 {
     size_t s = 0;
     for (size_t i = 0; i < n; i++)
-        s += field_size(span_size(sp[i]));
+        s += field_size(span_size(&sp[i]));
     return s;
 }
 
@@ -120,82 +119,79 @@ static size_t packed_size(size_t tagbytes, size_t n, size_t len)
     return n ? tagbytes + pt_uvarint_size(len) + len : 0;
 }
 
-/* Histogram's bytes as protobuf-c packs them: the oneof member set is written even when
- * 0; the other scalars only when not zero (doubles: != 0, so -0 is left out); packed
- * repeated fields only when not empty. */
-static size_t histogram_size(const Prometheus__Histogram *h)
+/* A histogram's bytes as protobuf-c packs the Histogram message: the count and zero count
+ * of the histogram's kind (the oneof member set) are written even when 0; the other
+ * scalars only when not zero (doubles: != 0, so -0 is left out); packed repeated fields
+ * only when not empty. */
+static size_t histogram_size(const pt_histogram *h)
 {
     size_t n = 0;
-    if (h->count_case == PROMETHEUS__HISTOGRAM__COUNT_COUNT_INT)
-        n += varint_field(h->count_int);
-    else if (h->count_case == PROMETHEUS__HISTOGRAM__COUNT_COUNT_FLOAT)
-        n += 9;
+    if (h->is_float)
+        n += 9 + 9;
+    else
+        n += varint_field(h->count_int) + varint_field(h->zero_count_int);
     n += value_present(h->sum) ? 9 : 0;
     n += h->schema ? varint_field(zigzag32(h->schema)) : 0;
     n += value_present(h->zero_threshold) ? 9 : 0;
-    if (h->zero_count_case == PROMETHEUS__HISTOGRAM__ZERO_COUNT_ZERO_COUNT_INT)
-        n += varint_field(h->zero_count_int);
-    else if (h->zero_count_case == PROMETHEUS__HISTOGRAM__ZERO_COUNT_ZERO_COUNT_FLOAT)
-        n += 9;
-    n += spans_size(h->negative_spans, h->n_negative_spans);
-    n += packed_size(1, h->n_negative_deltas, deltas_len(h->negative_deltas, h->n_negative_deltas));
-    n += packed_size(1, h->n_negative_counts, 8 * h->n_negative_counts);
-    n += spans_size(h->positive_spans, h->n_positive_spans);
-    n += packed_size(1, h->n_positive_deltas, deltas_len(h->positive_deltas, h->n_positive_deltas));
-    n += packed_size(1, h->n_positive_counts, 8 * h->n_positive_counts);
-    n += h->reset_hint ? varint_field((uint64_t)(int64_t)(int32_t)h->reset_hint) : 0;
-    n += h->timestamp ? varint_field((uint64_t)h->timestamp) : 0;
-    n += packed_size(2, h->n_custom_values, 8 * h->n_custom_values);
+    n += spans_size(h->neg_spans, h->n_neg_spans);
+    n += spans_size(h->pos_spans, h->n_pos_spans);
+    if (h->is_float)
+        n += packed_size(1, h->n_neg, 8 * h->n_neg) + packed_size(1, h->n_pos, 8 * h->n_pos);
+    else
+        n += packed_size(1, h->n_neg, deltas_len(h->neg_deltas, h->n_neg)) +
+             packed_size(1, h->n_pos, deltas_len(h->pos_deltas, h->n_pos));
+    n += h->reset_hint ? varint_field(h->reset_hint) : 0;
+    n += h->t ? varint_field((uint64_t)h->t) : 0;
+    n += packed_size(2, h->n_custom, 8 * h->n_custom);
     return n;
 }
 
-static size_t exemplar_size(const Prometheus__Exemplar *x)
+static size_t exemplar_size(const pt_exemplar *x)
 {
     size_t n = 0;
-    for (size_t i = 0; i < x->n_labels; i++)
-        n += field_size(label_size(x->labels[i]));
-    return n + (value_present(x->value) ? 9 : 0) +
-           (x->timestamp ? varint_field((uint64_t)x->timestamp) : 0);
+    for (size_t i = 0; i < x->nlabels; i++)
+        n += field_size(label_size(&x->labels[i]));
+    return n + (value_present(x->v) ? 9 : 0) + (x->t ? varint_field((uint64_t)x->t) : 0);
 }
 
-static size_t series_size(const Prometheus__TimeSeries *ts)
+static size_t series_size(const pt_series *se)
 {
     size_t n = 0;
-    for (size_t i = 0; i < ts->n_labels; i++)
-        n += field_size(label_size(ts->labels[i]));
-    for (size_t i = 0; i < ts->n_samples; i++)
-        n += field_size(sample_size(ts->samples[i]));
-    for (size_t i = 0; i < ts->n_exemplars; i++)
-        n += field_size(exemplar_size(ts->exemplars[i]));
-    for (size_t i = 0; i < ts->n_histograms; i++)
-        n += field_size(histogram_size(ts->histograms[i]));
+    for (size_t i = 0; i < se->nlabels; i++)
+        n += field_size(label_size(&se->labels[i]));
+    for (size_t i = 0; i < se->nsamples; i++)
+        n += field_size(sample_size(&se->samples[i]));
+    for (size_t i = 0; i < se->nexemplars; i++)
+        n += field_size(exemplar_size(&se->exemplars[i]));
+    for (size_t i = 0; i < se->nhists; i++)
+        n += field_size(histogram_size(&se->hists[i]));
     return n;
 }
 
-static uint8_t *put_bytes(uint8_t *p, uint8_t tag, const ProtobufCBinaryData *b)
+static uint8_t *put_bytes(uint8_t *p, uint8_t tag, pt_slice b)
 {
-    if (!b->len)
+    if (!b.n)
         return p;
     *p++ = tag;
-    p = pt_put_uvarint(p, b->len);
-    memcpy(p, b->data, b->len);
-    return p + b->len;
+    p = pt_put_uvarint(p, b.n);
+    memcpy(p, b.p, b.n);
+    return p + b.n;
 }
 
-static uint8_t *put_sample(uint8_t *p, const Prometheus__Sample *s)
+static uint8_t *put_sample(uint8_t *p, const pt_sample *s)
 {
     *p++ = TAG_SAMPLE;
     uint8_t *len = p++; /* a sample is at most 20 bytes: its length is one byte */
-    if (value_present(s->value)) {
+    if (value_present(s->v)) {
         uint64_t bits;
-        memcpy(&bits, &s->value, sizeof(bits));
+        memcpy(&bits, &s->v, sizeof(bits));
         *p++ = TAG_SVALUE;
         for (int i = 0; i < 8; i++)
             *p++ = (uint8_t)(bits >> 8 * i);
     }
-    if (s->timestamp) {
+    if (s->t) {
         *p++ = TAG_STIME;
-        p = pt_put_uvarint(p, (uint64_t)s->timestamp);
+        p = pt_put_uvarint(p, (uint64_t)s->t);
     }
     *len = (uint8_t)(p - len - 1);
     return p;
@@ -222,15 +218,15 @@ static uint8_t *put_double_field(uint8_t *p, uint8_t tag, double v)
     return put_double(p, v);
 }
 
-static uint8_t *put_spans(uint8_t *p, uint8_t tag, Prometheus__BucketSpan *const *sp, size_t n)
+static uint8_t *put_spans(uint8_t *p, uint8_t tag, const pt_hist_span *sp, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         *p++ = tag;
-        p = pt_put_uvarint(p, span_size(sp[i]));
-        if (sp[i]->offset)
-            p = put_varint_field(p, TAG_SPAN_OFFSET, zigzag32(sp[i]->offset));
-        if (sp[i]->length)
-            p = put_varint_field(p, TAG_SPAN_LENGTH, sp[i]->length);
+        p = pt_put_uvarint(p, span_size(&sp[i]));
+        if (sp[i].offset)
+            p = put_varint_field(p, TAG_SPAN_OFFSET, zigzag32(sp[i].offset));
+        if (sp[i].length)
+            p = put_varint_field(p, TAG_SPAN_LENGTH, sp[i].length);
     }
     return p;
 }
@@ -259,77 +255,81 @@ static uint8_t *put_doubles(uint8_t *p, const uint8_t *tag, size_t tagbytes, con
     return p;
 }
 
-static uint8_t *put_histogram(uint8_t *p, const Prometheus__Histogram *h)
+static uint8_t *put_histogram(uint8_t *p, const pt_histogram *h)
 {
     static const uint8_t neg_counts[] = {TAG_H_NEG_COUNTS}, pos_counts[] = {TAG_H_POS_COUNTS};
     static const uint8_t custom[] = {(TAG_H_CUSTOM_VALUES & 0x7f) | 0x80, TAG_H_CUSTOM_VALUES >> 7};
     *p++ = TAG_HIST;
     p = pt_put_uvarint(p, histogram_size(h));
-    if (h->count_case == PROMETHEUS__HISTOGRAM__COUNT_COUNT_INT)
-        p = put_varint_field(p, TAG_H_COUNT_INT, h->count_int);
-    else if (h->count_case == PROMETHEUS__HISTOGRAM__COUNT_COUNT_FLOAT)
+    if (h->is_float)
         p = put_double_field(p, TAG_H_COUNT_FLOAT, h->count_float);
+    else
+        p = put_varint_field(p, TAG_H_COUNT_INT, h->count_int);
     if (value_present(h->sum))
         p = put_double_field(p, TAG_H_SUM, h->sum);
     if (h->schema)
         p = put_varint_field(p, TAG_H_SCHEMA, zigzag32(h->schema));
     if (value_present(h->zero_threshold))
         p = put_double_field(p, TAG_H_ZERO_THRESHOLD, h->zero_threshold);
-    if (h->zero_count_case == PROMETHEUS__HISTOGRAM__ZERO_COUNT_ZERO_COUNT_INT)
-        p = put_varint_field(p, TAG_H_ZERO_COUNT_INT, h->zero_count_int);
-    else if (h->zero_count_case == PROMETHEUS__HISTOGRAM__ZERO_COUNT_ZERO_COUNT_FLOAT)
+    if (h->is_float)
         p = put_double_field(p, TAG_H_ZERO_COUNT_FLOAT, h->zero_count_float);
-    p = put_spans(p, TAG_H_NEG_SPANS, h->negative_spans, h->n_negative_spans);
-    p = put_deltas(p, TAG_H_NEG_DELTAS, h->negative_deltas, h->n_negative_deltas);
-    p = put_doubles(p, neg_counts, 1, h->negative_counts, h->n_negative_counts);
-    p = put_spans(p, TAG_H_POS_SPANS, h->positive_spans, h->n_positive_spans);
-    p = put_deltas(p, TAG_H_POS_DELTAS, h->positive_deltas, h->n_positive_deltas);
-    p = put_doubles(p, pos_counts, 1, h->positive_counts, h->n_positive_counts);
+    else
+        p = put_varint_field(p, TAG_H_ZERO_COUNT_INT, h->zero_count_int);
+    p = put_spans(p, TAG_H_NEG_SPANS, h->neg_spans, h->n_neg_spans);
+    if (h->is_float)
+        p = put_doubles(p, neg_counts, 1, h->neg_counts, h->n_neg);
+    else
+        p = put_deltas(p, TAG_H_NEG_DELTAS, h->neg_deltas, h->n_neg);
+    p = put_spans(p, TAG_H_POS_SPANS, h->pos_spans, h->n_pos_spans);
+    if (h->is_float)
+        p = put_doubles(p, pos_counts, 1, h->pos_counts, h->n_pos);
+    else
+        p = put_deltas(p, TAG_H_POS_DELTAS, h->pos_deltas, h->n_pos);
     if (h->reset_hint)
-        p = put_varint_field(p, TAG_H_RESET_HINT, (uint64_t)(int64_t)(int32_t)h->reset_hint);
-    if (h->timestamp)
-        p = put_varint_field(p, TAG_H_TIMESTAMP, (uint64_t)h->timestamp);
-    return put_doubles(p, custom, 2, h->custom_values, h->n_custom_values);
+        p = put_varint_field(p, TAG_H_RESET_HINT, h->reset_hint);
+    if (h->t)
+        p = put_varint_field(p, TAG_H_TIMESTAMP, (uint64_t)h->t);
+    return put_doubles(p, custom, 2, h->custom_values, h->n_custom);
 }
 
-static uint8_t *put_label(uint8_t *p, uint8_t tag, const Prometheus__Label *l)
+static uint8_t *put_label(uint8_t *p, uint8_t tag, const pt_label *l)
 {
     *p++ = tag;
     p = pt_put_uvarint(p, label_size(l));
-    p = put_bytes(p, TAG_NAME, &l->name);
-    return put_bytes(p, TAG_VALUE, &l->value);
+    p = put_bytes(p, TAG_NAME, l->name);
+    return put_bytes(p, TAG_VALUE, l->value);
 }
 
-static uint8_t *put_exemplar(uint8_t *p, const Prometheus__Exemplar *x)
+static uint8_t *put_exemplar(uint8_t *p, const pt_exemplar *x)
 {
     *p++ = TAG_EXEMPLAR;
     p = pt_put_uvarint(p, exemplar_size(x));
-    for (size_t i = 0; i < x->n_labels; i++)
-        p = put_label(p, TAG_X_LABEL, x->labels[i]);
-    if (value_present(x->value))
-        p = put_double_field(p, TAG_X_VALUE, x->value);
-    if (x->timestamp)
-        p = put_varint_field(p, TAG_X_TIME, (uint64_t)x->timestamp);
+    for (size_t i = 0; i < x->nlabels; i++)
+        p = put_label(p, TAG_X_LABEL, &x->labels[i]);
+    if (value_present(x->v))
+        p = put_double_field(p, TAG_X_VALUE, x->v);
+    if (x->t)
+        p = put_varint_field(p, TAG_X_TIME, (uint64_t)x->t);
     return p;
 }
 
-static int put_series(pt_samples *e, const Prometheus__TimeSeries *ts)
+static int put_series(pt_samples *e, const pt_series *se)
 {
-    size_t n = series_size(ts);
+    size_t n = series_size(se);
     int rv = pt_buf_reserve(&e->out, field_size(n));
     if (rv != 0)
         return rv;
     uint8_t *start = e->out.p + e->out.len, *p = start;
     *p++ = TAG_SERIES;
     p = pt_put_uvarint(p, n);
-    for (size_t i = 0; i < ts->n_labels; i++)
-        p = put_label(p, TAG_LABEL, ts->labels[i]);
-    for (size_t i = 0; i < ts->n_samples; i++)
-        p = put_sample(p, ts->samples[i]);
-    for (size_t i = 0; i < ts->n_exemplars; i++)
-        p = put_exemplar(p, ts->exemplars[i]);
-    for (size_t i = 0; i < ts->n_histograms; i++)
-        p = put_histogram(p, ts->histograms[i]);
+    for (size_t i = 0; i < se->nlabels; i++)
+        p = put_label(p, TAG_LABEL, &se->labels[i]);
+    for (size_t i = 0; i < se->nsamples; i++)
+        p = put_sample(p, &se->samples[i]);
+    for (size_t i = 0; i < se->nexemplars; i++)
+        p = put_exemplar(p, &se->exemplars[i]);
+    for (size_t i = 0; i < se->nhists; i++)
+        p = put_histogram(p, &se->hists[i]);
     assert((size_t)(p - start) == field_size(n));
     pt_buf_commit(&e->out, (size_t)(p - start));
     return 0;
@@ -374,15 +374,15 @@ void pt_samples_init(pt_samples *e, size_t max)
     e->open = 0;
 }
 
-int pt_samples_add(pt_samples *e, const pt_read_batch *bt)
+int pt_samples_add(pt_samples *e, const pt_series *s, size_t n, int last_of_query)
 {
     int rv;
     if (!e->open && (rv = query_begin(e)) != 0)
         return rv;
-    for (size_t i = 0; i < bt->n; i++)
-        if ((rv = put_series(e, bt->ts[i])) != 0)
+    for (size_t i = 0; i < n; i++)
+        if ((rv = put_series(e, &s[i])) != 0)
             return rv;
-    if (bt->last_of_query)
+    if (last_of_query)
         query_end(e);
     return 0;
 }

@@ -16,8 +16,8 @@
 #include <stddef.h>
 
 #include "buf.h"
+#include "model.h"
 #include "slice.h"
-#include "store.h"
 
 typedef struct pt_samples {
     pt_buf out;   /* heap memory, at most the ceiling given to pt_samples_init */
@@ -28,10 +28,11 @@ typedef struct pt_samples {
 /* An empty answer whose bytes may take up to max bytes (0 = no ceiling). */
 void pt_samples_init(pt_samples *e, size_t max);
 
-/* Appends the series of one batch (pt_read_next's, in the order it makes them: every query
- * in turn, its last batch marked last_of_query). 0, PT_ETOOLARGE past the ceiling, or
- * PT_ENOMEM. After an error the answer is unusable (only pt_samples_free). */
-int pt_samples_add(pt_samples *e, const pt_read_batch *bt);
+/* Appends n series of the query being answered (every query in turn, in the order a read
+ * makes them; last_of_query after its last series ends it, also when n is 0). 0,
+ * PT_ETOOLARGE past the ceiling, or PT_ENOMEM. After an error the answer is unusable
+ * (only pt_samples_free). */
+int pt_samples_add(pt_samples *e, const pt_series *s, size_t n, int last_of_query);
 
 /* The answer's bytes, once the last query has ended: valid until the next call on e. */
 pt_slice pt_samples_bytes(const pt_samples *e);

@@ -1,6 +1,7 @@
 /*
- * The write and read paths over a backend: protobuf requests in, row keys and cells out
- * (write); matchers in, merged series out (read). No HTTP here.
+ * The write and read paths over a backend: decoded write requests in, row keys and cells
+ * out (write); queries in, merged series out (read), in the plain types of model.h. No
+ * HTTP and no protobuf here.
  */
 #ifndef PT_STORE_H
 #define PT_STORE_H
@@ -14,7 +15,7 @@
 #include "buf.h"
 #include "exemplar.h"
 #include "index.h"
-#include "remote.pb-c.h"
+#include "model.h"
 #include "rowkey.h"
 #include "wire.h"
 
@@ -148,59 +149,30 @@ typedef struct pt_read pt_read;
 
 /* The series of one query that one pt_read_next produced, with their samples, in time
  * order (series without samples in the window are left out). */
-/* Stored XOR chunks of one series that a streamed read passes on as they are
- * (pt_read_chunks): chunk i comes before the series' float sample at[i], in time order
- * with the rest. */
-typedef struct pt_raw_chunks {
-    Prometheus__Chunk **v;
-    size_t *at;
-    size_t n, cap;
-} pt_raw_chunks;
-
 typedef struct pt_read_batch {
-    size_t query;                 /* index into the request's queries */
-    Prometheus__TimeSeries **ts;  /* allocated from the batch arena */
-    const pt_raw_chunks *raw;     /* per series, when the read passes chunks on; else NULL */
+    size_t query;      /* index into the read's queries */
+    pt_series *s;      /* allocated from the batch arena */
     size_t n;
-    int last_of_query;            /* no more series of this query follow */
+    int last_of_query; /* no more series of this query follow */
 } pt_read_batch;
 
-/* Allocates the read from a (the request's arena, which must outlive it). The read stops
- * with PT_ECANCELLED at its next storage call once *cancel (when not NULL) is set: the
- * client went away. 0 or PT_ENOMEM. */
-int pt_read_start(pt_store *st, const Prometheus__ReadRequest *rr, pt_arena *a,
+/* Allocates the read of the nq queries qs (which must outlive it) from a (the request's
+ * arena, which must outlive it too). The read stops with PT_ECANCELLED at its next
+ * storage call once *cancel (when not NULL) is set: the client went away. 0 or PT_ENOMEM. */
+int pt_read_start(pt_store *st, const pt_query *qs, size_t nq, pt_arena *a,
                   const atomic_int *cancel, pt_read **out);
 /* Reads the next group of at most max_series series (0 = all of the query) into arena b
  * (which may be reset between calls). 1 with *out set, 0 when every query is answered, or
  * an error with msg set (bad matcher or limit: 4xx; storage: 503). */
 int pt_read_next(pt_read *r, pt_arena *b, size_t max_series, pt_read_batch *out, char *msg,
                  size_t msglen);
-/* Whether the read returns exemplars (TimeSeries.exemplars; on by default). Streamed
- * reads turn it off: their chunked answer has no place for exemplars. */
+/* Whether the read returns exemplars (on by default). Streamed reads turn it off: their
+ * chunked answer has no place for exemplars. */
 void pt_read_exemplars(pt_read *r, int on);
-/* Whether stored XOR chunks inside the window come as they are (pt_read_batch.raw) instead
+/* Whether stored XOR chunks inside the window come as they are (pt_series.chunks) instead
  * of as samples; off by default. For streamed reads, which send XOR chunks anyway. */
 void pt_read_chunks(pt_read *r, int on);
 /* Releases the matchers; safe at any point, also after an error. */
 void pt_read_free(pt_read *r);
-
-/* Runs every query of a read request; fills resp (arena-allocated). Returns 0 or an
- * error with msg set (bad matcher/limit → 4xx, backend → 503). The whole answer as structs
- * at once: the handler answers a group at a time (pt_read_next) instead; tests compare
- * with this. */
-int pt_store_read(pt_store *st, const Prometheus__ReadRequest *rr, pt_arena *a,
-                  const atomic_int *cancel, Prometheus__ReadResponse *resp, char *msg,
-                  size_t msglen);
-
-/* Appends the frames of one series of query `query` to o: its stored chunks (raw, may be
- * NULL) as they are, its other samples as XOR chunks of at most 120 samples; one frame per
- * series unless its chunks pass 1 MiB. Scratch from a. */
-int pt_stream_series(pt_buf *o, size_t query, const Prometheus__TimeSeries *ts,
-                     const pt_raw_chunks *raw, pt_arena *a);
-
-/* Re-encodes a SAMPLES answer as the STREAMED_XOR_CHUNKS body: one frame per series
- * (split only past 1 MiB of chunks), XOR chunks of at most 120 samples, query_index set.
- * The body is arena-allocated. */
-int pt_stream_frames(const Prometheus__ReadResponse *r, pt_arena *a, pt_slice *body);
 
 #endif

@@ -1,14 +1,13 @@
-/* STREAMED_XOR_CHUNKS answers: the series of a SAMPLES answer re-cut into chunks (XOR for
- * floats, HISTOGRAM / FLOAT_HISTOGRAM for native histograms) and framed, one series per
- * frame as Prometheus' own server does. */
+/* STREAMED_XOR_CHUNKS answers: a read's series cut into chunks and framed. */
+#include "stream.h"
+
 #include <string.h>
 
 #include "buf.h"
 #include "bytes.h"
 #include "error.h"
 #include "hchunk.h"
-#include "histpb.h"
-#include "store.h"
+#include "remote.pb-c.h"
 #include "xor.h"
 
 /* A frame's payload budget; a longer series continues in the next frame (full labels). */
@@ -106,17 +105,16 @@ static int hchunk_add(chunks *c, pt_hchunk_enc *e, pt_histogram *h, int64_t *tmi
     return rv;
 }
 
-/* Whether stored chunk r of raw comes before float sample i. */
-static int raw_at(const pt_raw_chunks *raw, size_t r, size_t i)
+/* Whether stored chunk r of se comes before float sample i. */
+static int raw_at(const pt_series *se, size_t r, size_t i)
 {
-    return raw && r < raw->n && raw->at[r] == i;
+    return r < se->nchunks && se->chunks[r].at == i;
 }
 
-/* The series' samples as chunks in time order: stored XOR chunks as they are (raw, may be
- * NULL), runs of other floats as XOR chunks, runs of histograms as HISTOGRAM /
- * FLOAT_HISTOGRAM chunks (one encoding per chunk). */
-static int series_chunks(const Prometheus__TimeSeries *ts, const pt_raw_chunks *raw, chunks *c,
-                         pt_histogram *h, pt_hchunk_enc *e)
+/* The series' samples as chunks in time order: its stored XOR chunks as they are, runs of
+ * other floats as XOR chunks, runs of histograms as HISTOGRAM / FLOAT_HISTOGRAM chunks
+ * (one encoding per chunk). */
+static int series_chunks(const pt_series *se, chunks *c, pt_hchunk_enc *e)
 {
     int64_t *t = pt_arena_alloc(c->a, PT_XOR_MAX_SAMPLES * sizeof(*t));
     double *v = pt_arena_alloc(c->a, PT_XOR_MAX_SAMPLES * sizeof(*v));
@@ -124,21 +122,20 @@ static int series_chunks(const Prometheus__TimeSeries *ts, const pt_raw_chunks *
         return PT_ENOMEM;
     size_t i = 0, j = 0, r = 0;
     int rv;
-    while (i < ts->n_samples || j < ts->n_histograms || (raw && r < raw->n)) {
-        int64_t ht = j < ts->n_histograms ? ts->histograms[j]->timestamp : INT64_MAX;
-        if (raw_at(raw, r, i) && raw->v[r]->min_time_ms <= ht) {
-            const Prometheus__Chunk *ch = raw->v[r++];
-            if (chunk_add(c, ch->type, (pt_slice){ch->data.data, ch->data.len}, 0,
-                          ch->min_time_ms, ch->max_time_ms))
+    while (i < se->nsamples || j < se->nhists || r < se->nchunks) {
+        int64_t ht = j < se->nhists ? se->hists[j].t : INT64_MAX;
+        if (raw_at(se, r, i) && se->chunks[r].tmin <= ht) {
+            const pt_chunk *ch = &se->chunks[r++];
+            if (chunk_add(c, PROMETHEUS__CHUNK__ENCODING__XOR, ch->data, 0, ch->tmin, ch->tmax))
                 return PT_ENOMEM;
             continue;
         }
-        if (i < ts->n_samples && ts->samples[i]->timestamp <= ht) {
+        if (i < se->nsamples && se->samples[i].t <= ht) {
             size_t n = 0;
-            while (i < ts->n_samples && n < PT_XOR_MAX_SAMPLES &&
-                   ts->samples[i]->timestamp <= ht && !raw_at(raw, r, i)) {
-                t[n] = ts->samples[i]->timestamp;
-                v[n++] = ts->samples[i++]->value;
+            while (i < se->nsamples && n < PT_XOR_MAX_SAMPLES && se->samples[i].t <= ht &&
+                   !raw_at(se, r, i)) {
+                t[n] = se->samples[i].t;
+                v[n++] = se->samples[i++].v;
             }
             pt_slice data;
             if (pt_xor_encode(c->a, t, v, n, &data) ||
@@ -146,13 +143,13 @@ static int series_chunks(const Prometheus__TimeSeries *ts, const pt_raw_chunks *
                 return PT_ENOMEM;
             continue;
         }
-        int64_t ft = raw_at(raw, r, i)     ? raw->v[r]->min_time_ms
-                     : i < ts->n_samples ? ts->samples[i]->timestamp
-                                         : INT64_MAX;
+        int64_t ft = raw_at(se, r, i)     ? se->chunks[r].tmin
+                     : i < se->nsamples ? se->samples[i].t
+                                        : INT64_MAX;
         int64_t tmin = 0;
-        while (j < ts->n_histograms && ts->histograms[j]->timestamp < ft) {
-            if ((rv = pt_histpb_to(ts->histograms[j++], h)) != 0 ||
-                (rv = hchunk_add(c, e, h, &tmin)) != 0)
+        while (j < se->nhists && se->hists[j].t < ft) {
+            pt_histogram h = se->hists[j++]; /* hchunk_add may clear a stale one's fields */
+            if ((rv = hchunk_add(c, e, &h, &tmin)) != 0)
                 return rv;
         }
         if ((rv = hchunk_take(c, e, tmin, e->last.t)) != 0)
@@ -161,18 +158,26 @@ static int series_chunks(const Prometheus__TimeSeries *ts, const pt_raw_chunks *
     return 0;
 }
 
-int pt_stream_series(pt_buf *o, size_t query, const Prometheus__TimeSeries *ts,
-                     const pt_raw_chunks *raw, pt_arena *a)
+int pt_stream_series(pt_buf *o, size_t query, const pt_series *se, pt_arena *a)
 {
     chunks ch = {.a = a};
-    pt_histogram h = PT_HISTOGRAM_INIT;
     pt_hchunk_enc e;
     pt_hchunk_enc_init(&e, HCHUNK_MAX);
-    int rv = series_chunks(ts, raw, &ch, &h, &e);
+    int rv = series_chunks(se, &ch, &e);
     pt_hchunk_enc_free(&e);
-    pt_histogram_free(&h);
     if (rv != 0)
         return rv;
+    Prometheus__Label **lp = pt_arena_alloc(a, (se->nlabels ? se->nlabels : 1) * sizeof(*lp));
+    Prometheus__Label *lv = pt_arena_alloc(a, (se->nlabels ? se->nlabels : 1) * sizeof(*lv));
+    if (!lp || !lv)
+        return PT_ENOMEM;
+    for (size_t j = 0; j < se->nlabels; j++) {
+        prometheus__label__init(&lv[j]);
+        lv[j].name = (ProtobufCBinaryData){se->labels[j].name.n, (uint8_t *)se->labels[j].name.p};
+        lv[j].value =
+            (ProtobufCBinaryData){se->labels[j].value.n, (uint8_t *)se->labels[j].value.p};
+        lp[j] = &lv[j];
+    }
     size_t nchunks = ch.n;
     Prometheus__Chunk **cp = ch.v;
     /* Consecutive frames of at most FRAME_BUDGET bytes of chunk data each. */
@@ -184,8 +189,8 @@ int pt_stream_series(pt_buf *o, size_t query, const Prometheus__TimeSeries *ts,
         Prometheus__ChunkedSeries cs;
         Prometheus__ChunkedSeries *csp = &cs;
         prometheus__chunked_series__init(&cs);
-        cs.n_labels = ts->n_labels;
-        cs.labels = ts->labels;
+        cs.n_labels = se->nlabels;
+        cs.labels = lp;
         cs.n_chunks = end - c;
         cs.chunks = cp + c;
         Prometheus__ChunkedReadResponse m;
@@ -197,19 +202,5 @@ int pt_stream_series(pt_buf *o, size_t query, const Prometheus__TimeSeries *ts,
             return PT_ENOMEM;
         c = end;
     }
-    return 0;
-}
-
-int pt_stream_frames(const Prometheus__ReadResponse *r, pt_arena *a, pt_slice *body)
-{
-    pt_buf o;
-    pt_buf_init_arena(&o, a, 0);
-    if (pt_buf_reserve(&o, 4096))
-        return PT_ENOMEM;
-    for (size_t q = 0; q < r->n_results; q++)
-        for (size_t s = 0; s < r->results[q]->n_timeseries; s++)
-            if (pt_stream_series(&o, q, r->results[q]->timeseries[s], NULL, a))
-                return PT_ENOMEM;
-    *body = (pt_slice){o.p, o.len};
     return 0;
 }

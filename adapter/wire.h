@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "arena.h"
-#include "rowkey.h"
+#include "model.h"
 #include "slice.h"
 
 /* A repeated scalar or span field of one histogram, in place: the histogram's bytes and
@@ -141,5 +141,12 @@ enum {
  * out. Returns 0 or a PT_WIRE_* code with msg set. */
 int pt_wire_decode(const uint8_t *buf, size_t len, int version, pt_arena *a, pt_wreq *out,
                    char *msg, size_t msglen);
+
+/* The decoded histogram w as an owned, validated histogram in h (its block reused): 0;
+ * PT_EBADREQ with why saying what is wrong; PT_ENOMEM. A histogram is integer unless
+ * count_float was sent (as in Prometheus); what Prometheus would silently drop from it (a
+ * zero count or bucket counts of the other kind) is refused, so what is stored is what was
+ * sent. */
+int pt_wire_histogram(const pt_whist *w, pt_histogram *h, char *why, size_t whylen);
 
 #endif

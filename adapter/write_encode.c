@@ -7,7 +7,6 @@
 
 #include "bytes.h"
 #include "exemplar.h"
-#include "histpb.h"
 #include "metrics.h"
 #include "write_int.h"
 
@@ -250,7 +249,7 @@ int pt_write_encode(wctx *w, size_t i, const pt_label *ls, size_t nl, int plain)
         if (!time_ok(&sp, h->timestamp))
             continue;
         char why[200];
-        rv = pt_histpb_from_wire(h, hs, why, sizeof(why));
+        rv = pt_wire_histogram(h, hs, why, sizeof(why));
         if (rv == PT_ENOMEM)
             return rv;
         if (rv != 0) {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arena.h"
 #include "bytes.h"
 #include "error.h"
 
@@ -91,6 +92,40 @@ int pt_histogram_copy(pt_histogram *dst, const pt_histogram *src)
     if (src->n_custom)
         memcpy(tmp.custom_values, src->custom_values, src->n_custom * 8);
     *dst = tmp;
+    return 0;
+}
+
+/* A copy of n elements of isz bytes in a, NULL when n is 0; *err set when a is full. */
+static void *elems_in(pt_arena *a, const void *src, size_t n, size_t isz, int *err)
+{
+    if (n == 0)
+        return NULL;
+    void *p = pt_arena_alloc(a, n * isz);
+    if (!p) {
+        *err = PT_ENOMEM;
+        return NULL;
+    }
+    memcpy(p, src, n * isz);
+    return p;
+}
+
+int pt_histogram_copy_in(pt_arena *a, pt_histogram *dst, const pt_histogram *src)
+{
+    int err = 0;
+    size_t nneg = src->n_neg, npos = src->n_pos;
+    pt_histogram h = *src;
+    h.mem = NULL;
+    h.mem_cap = 0;
+    h.neg_spans = elems_in(a, src->neg_spans, src->n_neg_spans, sizeof(pt_hist_span), &err);
+    h.pos_spans = elems_in(a, src->pos_spans, src->n_pos_spans, sizeof(pt_hist_span), &err);
+    h.neg_deltas = elems_in(a, src->neg_deltas, src->is_float ? 0 : nneg, 8, &err);
+    h.pos_deltas = elems_in(a, src->pos_deltas, src->is_float ? 0 : npos, 8, &err);
+    h.neg_counts = elems_in(a, src->neg_counts, src->is_float ? nneg : 0, 8, &err);
+    h.pos_counts = elems_in(a, src->pos_counts, src->is_float ? npos : 0, 8, &err);
+    h.custom_values = elems_in(a, src->custom_values, src->n_custom, 8, &err);
+    if (err)
+        return err;
+    *dst = h;
     return 0;
 }
 

@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "arena.h"
+
 /* Histogram.reset_hint (ResetHint enum). */
 enum {
     PT_HIST_RESET_UNKNOWN = 0,
@@ -74,6 +76,9 @@ int pt_histogram_reserve(pt_histogram *h, size_t n_neg_spans, size_t n_pos_spans
 void pt_histogram_free(pt_histogram *h);
 /* dst becomes a copy of src (dst's block reused): 0 or PT_ENOMEM. */
 int pt_histogram_copy(pt_histogram *dst, const pt_histogram *src);
+/* dst becomes a copy of src whose arrays are in a (dst->mem NULL: nothing to free; dst is
+ * not to be given to pt_histogram_reserve). 0 or PT_ENOMEM (dst unchanged). */
+int pt_histogram_copy_in(pt_arena *a, pt_histogram *dst, const pt_histogram *src);
 /* 1 when a and b hold the same fields bit for bit (floats compared as bits), else 0. */
 int pt_histogram_equal(const pt_histogram *a, const pt_histogram *b);
 /* 1 when the sum is the staleness marker. */

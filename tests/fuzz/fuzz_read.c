@@ -13,19 +13,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     pt_arena_init(&a, 4096, 64u << 20);
     pt_decode_limits lim = {8u << 20};
     char msg[PT_MSG_MAX];
-    Prometheus__ReadRequest *rr;
+    pt_read_request rr;
     pt_matcher_env env;
     if (pt_decode_read(data, size, &lim, &a, &rr, msg, sizeof(msg)) == 0 &&
         pt_matcher_env_init(&env, &a, 100000, 1u << 20, 32) == 0) {
-        for (size_t i = 0; i < rr->n_queries && i < 4; i++) {
-            Prometheus__Query *q = rr->queries[i];
-            for (size_t j = 0; j < q->n_matchers && j < 8; j++) {
+        for (size_t i = 0; i < rr.nqueries && i < 4; i++) {
+            const pt_query *q = &rr.queries[i];
+            for (size_t j = 0; j < q->nms && j < 8; j++) {
                 pt_matcher m;
-                Prometheus__LabelMatcher *lm = q->matchers[j];
-                if (pt_matcher_init(&m, (int)lm->type, (pt_slice){lm->name.data, lm->name.len},
-                                    (pt_slice){lm->value.data, lm->value.len}, &env, msg,
-                                    sizeof(msg)) == 0) {
-                    pt_matcher_match(&m, (pt_slice){lm->value.data, lm->value.len});
+                const pt_query_matcher *lm = &q->ms[j];
+                if (pt_matcher_init(&m, lm->type, lm->name, lm->value, &env, msg, sizeof(msg)) ==
+                    0) {
+                    pt_matcher_match(&m, lm->value);
                     pt_matcher_free(&m);
                 }
             }

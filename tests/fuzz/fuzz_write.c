@@ -51,7 +51,7 @@ static void check_histograms(const pt_wreq *wr)
     static uint8_t cell[1 << 16];
     for (size_t i = 0; i < wr->nseries; i++)
         for (size_t j = 0; j < wr->series[i].nhistograms; j++) {
-            int rv = pt_histpb_from_wire(&wr->series[i].histograms[j], &h, why, sizeof(why));
+            int rv = pt_wire_histogram(&wr->series[i].histograms[j], &h, why, sizeof(why));
             if (rv == PT_EBADREQ && !why[0])
                 __builtin_trap(); /* a refusal always says why */
             if (rv != 0 || pt_histogram_cell_size(&h) > sizeof(cell))

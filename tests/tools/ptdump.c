@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "decode.h"
+#include "remote.pb-c.h"
 
 static void label(size_t i, const uint8_t *name, size_t nn, const uint8_t *value, size_t vn)
 {
@@ -88,21 +89,18 @@ int main(int argc, char **argv)
         }
         prometheus__read_response__free_unpacked(rr, NULL);
     } else {
-        Prometheus__ReadRequest *rr;
+        pt_read_request rr;
         if (pt_decode_read(buf, n, &lim, &a, &rr, msg, sizeof(msg)) != 0) {
             fprintf(stderr, "%s\n", msg);
             return 1;
         }
-        printf("queries=%zu accepted_response_types=%zu\n", rr->n_queries,
-               rr->n_accepted_response_types);
-        for (size_t i = 0; i < rr->n_queries; i++) {
-            Prometheus__Query *q = rr->queries[i];
-            printf("query start=%lld end=%lld", (long long)q->start_timestamp_ms,
-                   (long long)q->end_timestamp_ms);
-            for (size_t j = 0; j < q->n_matchers; j++)
-                printf(" %.*s(%d)\"%.*s\"", (int)q->matchers[j]->name.len,
-                       (const char *)q->matchers[j]->name.data, (int)q->matchers[j]->type,
-                       (int)q->matchers[j]->value.len, (const char *)q->matchers[j]->value.data);
+        printf("queries=%zu response_type=%d\n", rr.nqueries, rr.response);
+        for (size_t i = 0; i < rr.nqueries; i++) {
+            const pt_query *q = &rr.queries[i];
+            printf("query start=%lld end=%lld", (long long)q->start_ms, (long long)q->end_ms);
+            for (size_t j = 0; j < q->nms; j++)
+                printf(" %.*s(%d)\"%.*s\"", (int)q->ms[j].name.n, (const char *)q->ms[j].name.p,
+                       q->ms[j].type, (int)q->ms[j].value.n, (const char *)q->ms[j].value.p);
             printf("\n");
         }
     }

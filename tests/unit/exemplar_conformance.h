@@ -176,7 +176,7 @@ static void xc_check_read(const char *name, int64_t start, int64_t end, const xc
     tmatch m[] = {{0, "__name__", name}};
     Prometheus__ReadResponse resp;
     char msg[256];
-    int rv = pt_store_read(xc_st, mk_read(&xc_a, start, end, m, 1), &xc_a, NULL, &resp, msg,
+    int rv = store_read(xc_st, mk_read(&xc_a, start, end, m, 1), &xc_a, NULL, &resp, msg,
                            sizeof(msg));
     ok(rv == 0 && resp.n_results == 1 && resp.results[0]->n_timeseries == 1, "%s: read", what);
     if (rv != 0 || resp.results[0]->n_timeseries != 1)
@@ -197,12 +197,14 @@ static void xc_check_read(const char *name, int64_t start, int64_t end, const xc
     /* A streamed read leaves them out (ChunkedSeries has no field for them). */
     pt_read *r;
     pt_read_batch bt;
-    pt_read_start(xc_st, mk_read(&xc_a, start, end, m, 1), &xc_a, NULL, &r);
+    pt_read_request req;
+    pt_read_request_from_pb(mk_read(&xc_a, start, end, m, 1), &xc_a, &req);
+    pt_read_start(xc_st, req.queries, req.nqueries, &xc_a, NULL, &r);
     pt_read_exemplars(r, 0);
     size_t nx = 0;
     while ((rv = pt_read_next(r, &xc_a, 0, &bt, msg, sizeof(msg))) == 1)
         for (size_t i = 0; i < bt.n; i++)
-            nx += bt.ts[i]->n_exemplars;
+            nx += bt.s[i].nexemplars;
     pt_read_free(r);
     ok(rv == 0 && nx == 0, "%s: none read when turned off (streamed reads)", what);
 }
@@ -236,7 +238,7 @@ static size_t xc_points_scans(xc_counted *c, const char *name, int64_t start, in
     Prometheus__ReadResponse resp;
     char msg[256];
     size_t before = c->scans[PT_TABLE_POINTS];
-    int rv = pt_store_read(xc_st, mk_read(&xc_a, start, end, m, 1), &xc_a, NULL, &resp, msg,
+    int rv = store_read(xc_st, mk_read(&xc_a, start, end, m, 1), &xc_a, NULL, &resp, msg,
                            sizeof(msg));
     ok(rv == 0 && resp.n_results == 1 && resp.results[0]->n_timeseries == 1 &&
            resp.results[0]->timeseries[0]->n_samples == ns,

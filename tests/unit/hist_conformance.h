@@ -214,7 +214,7 @@ static void hc_check_read(const char *name, size_t lo, size_t hi, size_t nf, con
 {
     Prometheus__ReadResponse resp;
     char msg[256];
-    int rv = pt_store_read(hc_st, hc_read_req(name), &hc_a, NULL, &resp, msg, sizeof(msg));
+    int rv = store_read(hc_st, hc_read_req(name), &hc_a, NULL, &resp, msg, sizeof(msg));
     ok(rv == 0 && resp.n_results == 1 && resp.results[0]->n_timeseries == 1, "%s: read", what);
     if (rv != 0 || resp.results[0]->n_timeseries != 1)
         return;
@@ -240,8 +240,8 @@ static void hc_check_stream(const char *name, size_t lo, size_t hi, size_t nf, i
     Prometheus__ReadResponse resp;
     char msg[256];
     pt_slice body;
-    if (pt_store_read(hc_st, hc_read_req(name), &hc_a, NULL, &resp, msg, sizeof(msg)) != 0 ||
-        pt_stream_frames(&resp, &hc_a, &body) != 0) {
+    if (store_read(hc_st, hc_read_req(name), &hc_a, NULL, &resp, msg, sizeof(msg)) != 0 ||
+        stream_frames(&resp, &hc_a, &body) != 0) {
         ok(0, "%s: streamed read", what);
         return;
     }

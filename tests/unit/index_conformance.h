@@ -23,7 +23,7 @@ static long ix_count_once(pt_store *st, const tmatch *ms, size_t n)
     pt_arena_init(&a, 0, 0);
     char msg[512];
     Prometheus__ReadResponse resp;
-    int rv = pt_store_read(st, mk_read(&a, IX_T0 - 86400000, IX_T0 + 86400000, ms, n), &a, NULL,
+    int rv = store_read(st, mk_read(&a, IX_T0 - 86400000, IX_T0 + 86400000, ms, n), &a, NULL,
                            &resp, msg, sizeof(msg));
     long c = rv ? -1 : (long)resp.results[0]->n_timeseries;
     if (rv)

@@ -13,6 +13,7 @@
 #include "backend.h"
 #include "decode.h"
 #include "error.h"
+#include "readpb_helpers.h"
 #include "store.h"
 
 typedef struct tseries {

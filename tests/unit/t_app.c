@@ -598,7 +598,7 @@ static void streamed_groups(void)
     rr.n_queries = 2;
     Prometheus__ReadResponse want;
     char msg[512];
-    ok(pt_store_read(&app.store, &rr, &b, NULL, &want, msg, sizeof(msg)) == 0 &&
+    ok(store_read(&app.store, &rr, &b, NULL, &want, msg, sizeof(msg)) == 0 &&
            want.results[0]->n_timeseries == NS && want.results[1]->n_timeseries > 200,
        "SAMPLES answer for two queries");
     Prometheus__ReadRequest__ResponseType st =
@@ -685,7 +685,7 @@ static void passed_chunks(void)
         Prometheus__ReadRequest *rr = mk_read(&b, cases[i].start, cases[i].end, m, 1);
         Prometheus__ReadResponse want;
         char msg[512];
-        int rv = pt_store_read(&app.store, rr, &b, NULL, &want, msg, sizeof(msg));
+        int rv = store_read(&app.store, rr, &b, NULL, &want, msg, sizeof(msg));
         rr->accepted_response_types = &st;
         rr->n_accepted_response_types = 1;
         uint64_t before = pt_m.read_chunks_passed;
@@ -743,7 +743,7 @@ static void samples_as_wire_bytes(void)
     pt_arena_init(&st, 0, 0);
     Prometheus__ReadResponse want;
     char msg[512];
-    int rv = pt_store_read(&app.store, rr, &st, NULL, &want, msg, sizeof(msg));
+    int rv = store_read(&app.store, rr, &st, NULL, &want, msg, sizeof(msg));
     size_t structs = st.used_total, wn = protobuf_c_message_get_packed_size(&want.base);
     uint8_t *wire = pt_arena_alloc(&b, wn);
     protobuf_c_message_pack(&want.base, wire);

@@ -6,6 +6,8 @@
 
 #include "decode.h"
 #include "error.h"
+#include "matcher.h"
+#include "readpb.h"
 #include "tap.h"
 
 static uint8_t *slurp(const char *name, size_t *n)
@@ -56,14 +58,39 @@ int main(void)
 
     size_t rn;
     uint8_t *r = slurp("prom-2.42-read-regex.bin", &rn);
-    Prometheus__ReadRequest *rr;
+    pt_read_request rr;
     rv = pt_decode_read(r, rn, &lim, &a, &rr, msg, sizeof(msg));
-    ok(rv == 0 && rr->n_queries == 1 && rr->n_accepted_response_types == 0 &&
-           rr->queries[0]->n_matchers == 4,
+    ok(rv == 0 && rr.nqueries == 1 && rr.response == PT_READ_SAMPLES && rr.queries[0].nms == 4,
        "read request decodes: one query, no response types (SAMPLES), 4 matchers");
-    ok(rv == 0 && rr->queries[0]->matchers[0]->type == PROMETHEUS__LABEL_MATCHER__TYPE__RE &&
-           rr->queries[0]->matchers[1]->type == PROMETHEUS__LABEL_MATCHER__TYPE__NEQ,
+    ok(rv == 0 && rr.queries[0].ms[0].type == PT_MATCH_RE &&
+           rr.queries[0].ms[1].type == PT_MATCH_NEQ,
        "matcher types as sent");
+
+    /* The answer's type: the first the client lists that promtable answers. */
+    {
+        static const struct {
+            Prometheus__ReadRequest__ResponseType types[3];
+            size_t n;
+            int want;
+        } cases[] = {
+            {{PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__STREAMED_XOR_CHUNKS}, 1,
+             PT_READ_STREAMED_XOR_CHUNKS},
+            {{(Prometheus__ReadRequest__ResponseType)7,
+              PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__SAMPLES,
+              PROMETHEUS__READ_REQUEST__RESPONSE_TYPE__STREAMED_XOR_CHUNKS}, 3, PT_READ_SAMPLES},
+            {{(Prometheus__ReadRequest__ResponseType)7}, 1, -1},
+        };
+        int right = 1;
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+            Prometheus__ReadRequest m = PROMETHEUS__READ_REQUEST__INIT;
+            m.accepted_response_types = (Prometheus__ReadRequest__ResponseType *)cases[i].types;
+            m.n_accepted_response_types = cases[i].n;
+            pt_read_request got;
+            right &= pt_read_request_from_pb(&m, &a, &got) == 0 && got.response == cases[i].want &&
+                     got.nqueries == 0;
+        }
+        ok(right, "response type: the first listed that is answered; none answered = -1");
+    }
 
     /* Snappy errors. */
     static const uint8_t framed[] = {0xff, 0x06, 0x00, 0x00, 's', 'N', 'a', 'P', 'p', 'Y', 0, 0};

@@ -357,7 +357,7 @@ static size_t stored(tstore *s, const char *name)
     tmatch m = {0, "__name__", name};
     Prometheus__ReadResponse *resp = pt_arena_alloc(&a, sizeof(*resp));
     char msg[256];
-    int rv = pt_store_read(&s->st, mk_read(&a, T0 - 60000, T0 + 600000, &m, 1), &a, NULL, resp, msg,
+    int rv = store_read(&s->st, mk_read(&a, T0 - 60000, T0 + 600000, &m, 1), &a, NULL, resp, msg,
                            sizeof(msg));
     size_t n = 0;
     if (rv == 0)
@@ -375,7 +375,7 @@ static int has_label(tstore *s, const char *metric, const char *name)
     Prometheus__ReadResponse *resp = pt_arena_alloc(&a, sizeof(*resp));
     char msg[256];
     int found = -1;
-    if (pt_store_read(&s->st, mk_read(&a, T0 - 60000, T0 + 600000, &m, 1), &a, NULL, resp, msg,
+    if (store_read(&s->st, mk_read(&a, T0 - 60000, T0 + 600000, &m, 1), &a, NULL, resp, msg,
                       sizeof(msg)) == 0 &&
         resp->results[0]->n_timeseries > 0) {
         found = 0;

@@ -284,7 +284,7 @@ static long read_samples(tstore *s, int64_t start, int64_t end, const char *metr
     tmatch m = {PROMETHEUS__LABEL_MATCHER__TYPE__EQ, "__name__", metric};
     Prometheus__ReadResponse *resp = pt_arena_alloc(&a, sizeof(*resp));
     char msg[512];
-    int rv = pt_store_read(&s->st, mk_read(&a, start, end, &m, 1), &a, NULL, resp, msg, 512);
+    int rv = store_read(&s->st, mk_read(&a, start, end, &m, 1), &a, NULL, resp, msg, 512);
     long n = -1;
     if (rv == 0) {
         Prometheus__QueryResult *q = resp->results[0];

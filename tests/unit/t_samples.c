@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "readpb_helpers.h"
 #include "samples.h"
 #include "rnd.h"
 #include "tap.h"
@@ -82,21 +83,23 @@ static double *any_doubles(pt_arena *a, size_t n)
     return v;
 }
 
-/* A Histogram message with any field values, valid or not: the writer must pack what it is
- * given as protobuf-c does (either oneof case or none, every varint length, any enum). */
+/* A Histogram message of either kind with any field values, valid or not, as a stored
+ * histogram can hold them: the writer must pack it as protobuf-c does (both oneofs set to
+ * the histogram's kind even when 0, every varint length, buckets of its kind only). */
 static Prometheus__Histogram *any_histogram(pt_arena *a)
 {
     Prometheus__Histogram *h = pt_arena_alloc(a, sizeof(*h));
     prometheus__histogram__init(h);
-    switch (rnd64() % 3) {
-    case 0: break;
-    case 1: h->count_case = PROMETHEUS__HISTOGRAM__COUNT_COUNT_INT, h->count_int = rnd64() >> (rnd64() % 64); break;
-    default: h->count_case = PROMETHEUS__HISTOGRAM__COUNT_COUNT_FLOAT, h->count_float = any_value(); break;
-    }
-    switch (rnd64() % 3) {
-    case 0: break;
-    case 1: h->zero_count_case = PROMETHEUS__HISTOGRAM__ZERO_COUNT_ZERO_COUNT_INT, h->zero_count_int = rnd64() % 5; break;
-    default: h->zero_count_case = PROMETHEUS__HISTOGRAM__ZERO_COUNT_ZERO_COUNT_FLOAT, h->zero_count_float = any_value(); break;
+    int is_float = rnd64() % 2;
+    if (is_float) {
+        h->count_case = PROMETHEUS__HISTOGRAM__COUNT_COUNT_FLOAT, h->count_float = any_value();
+        h->zero_count_case = PROMETHEUS__HISTOGRAM__ZERO_COUNT_ZERO_COUNT_FLOAT;
+        h->zero_count_float = any_value();
+    } else {
+        h->count_case = PROMETHEUS__HISTOGRAM__COUNT_COUNT_INT;
+        h->count_int = rnd64() % 3 ? rnd64() >> (rnd64() % 64) : 0;
+        h->zero_count_case = PROMETHEUS__HISTOGRAM__ZERO_COUNT_ZERO_COUNT_INT;
+        h->zero_count_int = rnd64() % 5;
     }
     h->sum = any_value();
     h->schema = rnd64() % 4 ? (int32_t)(rnd64() % 13) - 4 : rnd64() % 2 ? -53 : (int32_t)rnd64();
@@ -112,13 +115,16 @@ static Prometheus__Histogram *any_histogram(pt_arena *a)
         for (size_t i = 0; i < nd[k]; i++)
             d[k][i] = rnd64() % 2 ? (int64_t)(rnd64() % 200) - 100 : (int64_t)rnd64();
     }
-    h->n_negative_deltas = nd[0], h->negative_deltas = d[0];
-    h->n_positive_deltas = nd[1], h->positive_deltas = d[1];
-    h->n_negative_counts = rnd64() % 3;
-    h->negative_counts = any_doubles(a, h->n_negative_counts);
-    h->n_positive_counts = rnd64() % 3;
-    h->positive_counts = any_doubles(a, h->n_positive_counts);
-    h->reset_hint = (Prometheus__Histogram__ResetHint)(rnd64() % 5 ? rnd64() % 4 : (uint32_t)rnd64());
+    if (is_float) {
+        h->n_negative_counts = rnd64() % 3;
+        h->negative_counts = any_doubles(a, h->n_negative_counts);
+        h->n_positive_counts = rnd64() % 3;
+        h->positive_counts = any_doubles(a, h->n_positive_counts);
+    } else {
+        h->n_negative_deltas = nd[0], h->negative_deltas = d[0];
+        h->n_positive_deltas = nd[1], h->positive_deltas = d[1];
+    }
+    h->reset_hint = (Prometheus__Histogram__ResetHint)(rnd64() % 4);
     h->timestamp = any_time();
     h->n_custom_values = rnd64() % 3 ? 0 : rnd64() % 20;
     h->custom_values = any_doubles(a, h->n_custom_values);
@@ -176,7 +182,7 @@ static Prometheus__ReadResponse *any_answer(pt_arena *a, size_t nq, const size_t
 
 /* Encodes r as pt_read_next would hand it over: each query in batches of 0..max_batch
  * series (empty batches too), the last one marked. 0 or the encoder's error. */
-static int encode(const Prometheus__ReadResponse *r, size_t max_batch, pt_samples *e)
+static int encode(const Prometheus__ReadResponse *r, size_t max_batch, pt_arena *a, pt_samples *e)
 {
     for (size_t q = 0; q < r->n_results; q++) {
         const Prometheus__QueryResult *qr = r->results[q];
@@ -185,13 +191,16 @@ static int encode(const Prometheus__ReadResponse *r, size_t max_batch, pt_sample
             size_t n = rnd64() % (max_batch + 1);
             if (n > qr->n_timeseries - next)
                 n = qr->n_timeseries - next;
-            pt_read_batch bt = {q, qr->timeseries + next, NULL, n, 0};
+            pt_series *batch = pt_arena_alloc(a, (n ? n : 1) * sizeof(*batch));
+            for (size_t i = 0; i < n; i++)
+                if (!batch || series_from_pb(a, qr->timeseries[next + i], &batch[i]) != 0)
+                    return PT_ENOMEM;
             next += n;
-            bt.last_of_query = next == qr->n_timeseries && rnd64() % 2;
-            int rv = pt_samples_add(e, &bt);
+            int last = next == qr->n_timeseries && rnd64() % 2;
+            int rv = pt_samples_add(e, batch, n, last);
             if (rv != 0)
                 return rv;
-            if (bt.last_of_query)
+            if (last)
                 break;
         }
     }
@@ -238,8 +247,10 @@ static int check(const char *what, const Prometheus__ReadResponse *r, size_t max
     uint8_t *want = malloc(n ? n : 1);
     protobuf_c_message_pack(&r->base, want);
     pt_samples e;
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
     pt_samples_init(&e, 0);
-    int rv = encode(r, max_batch, &e);
+    int rv = encode(r, max_batch, &a, &e);
     pt_slice got = rv ? (pt_slice){NULL, 0} : pt_samples_bytes(&e);
     size_t at = 0;
     while (at < n && at < got.n && want[at] == got.p[at])
@@ -254,6 +265,7 @@ static int check(const char *what, const Prometheus__ReadResponse *r, size_t max
     if (back)
         prometheus__read_response__free_unpacked(back, NULL);
     pt_samples_free(&e);
+    pt_arena_free(&a);
     free(want);
     return same;
 }
@@ -325,10 +337,10 @@ int main(void)
         size_t n = protobuf_c_message_get_packed_size(&r->base);
         pt_samples e;
         pt_samples_init(&e, n / 2);
-        is(encode(r, 50, &e), PT_ETOOLARGE, "an answer over its ceiling: PT_ETOOLARGE");
+        is(encode(r, 50, &a, &e), PT_ETOOLARGE, "an answer over its ceiling: PT_ETOOLARGE");
         pt_samples_free(&e);
         pt_samples_init(&e, n + 11);
-        is(encode(r, 50, &e), 0, "the same answer within ceiling = its size + the kept room");
+        is(encode(r, 50, &a, &e), 0, "the same answer within ceiling = its size + the kept room");
         ok(pt_samples_bytes(&e).n == n, "and it is whole");
         pt_samples_free(&e);
     }

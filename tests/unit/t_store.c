@@ -14,7 +14,7 @@ static Prometheus__ReadResponse *query(tstore *s, pt_arena *a, int64_t start, in
                                        const tmatch *ms, size_t n, int *rv, char *msg)
 {
     Prometheus__ReadResponse *resp = pt_arena_alloc(a, sizeof(*resp));
-    *rv = pt_store_read(&s->st, mk_read(a, start, end, ms, n), a, s->cancel, resp, msg, 512);
+    *rv = store_read(&s->st, mk_read(a, start, end, ms, n), a, s->cancel, resp, msg, 512);
     return resp;
 }
 

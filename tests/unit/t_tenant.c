@@ -98,7 +98,7 @@ static double read_one(pt_store *st, const char *name, int *n)
     tmatch m = {PROMETHEUS__LABEL_MATCHER__TYPE__EQ, "__name__", name};
     Prometheus__ReadResponse resp;
     char msg[512];
-    int rv = pt_store_read(st, mk_read(&a, T0 - 60000, T0 + 60000, &m, 1), &a, NULL, &resp, msg,
+    int rv = store_read(st, mk_read(&a, T0 - 60000, T0 + 60000, &m, 1), &a, NULL, &resp, msg,
                            sizeof(msg));
     double v = -1;
     *n = rv ? -1 : (int)resp.results[0]->n_timeseries;
@@ -191,7 +191,7 @@ static void views(void)
     tmatch m = {PROMETHEUS__LABEL_MATCHER__TYPE__EQ, "job", big};
     Prometheus__ReadResponse resp;
     char msg[512];
-    int rv = pt_store_read(&sl, mk_read(&ar, T0 - 60000, T0 + 60000, &m, 1), &ar, NULL, &resp, msg,
+    int rv = store_read(&sl, mk_read(&ar, T0 - 60000, T0 + 60000, &m, 1), &ar, NULL, &resp, msg,
                            sizeof(msg));
     ok(rv == 0 && resp.results[0]->n_timeseries == 1 &&
            resp.results[0]->timeseries[0]->samples[0]->value == 7,

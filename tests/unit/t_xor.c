@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "readpb_helpers.h"
 #include "store.h"
 #include "tap.h"
 #include "xor.h"
@@ -97,7 +98,7 @@ int main(void)
         0x2a, 0x85, 0xdd, 0x2a, 0x1e, 0x0a, 0x28, 0x0a, 0x0e, 0x0a, 0x08, '_', '_', 'n', 'a',
         'm', 'e', '_', '_', 0x12, 0x02, 'u', 'p', 0x12, 0x16, 0x08, 0xe8, 0x07, 0x10, 0xe8,
         0x07, 0x18, 0x01, 0x22, 0x0c, 0x00, 0x01, 0xd0, 0x0f, 0x3f, 0xf0, 0, 0, 0, 0, 0, 0};
-    ok(pt_stream_frames(&rr, &a, &body) == 0 && same_bytes(body, want_frame, sizeof(want_frame)),
+    ok(stream_frames(&rr, &a, &body) == 0 && same_bytes(body, want_frame, sizeof(want_frame)),
        "frame = uvarint length, CRC-32C big-endian, ChunkedReadResponse (reference bytes)");
 
     /* 250 samples: one frame holding chunks of 120, 120 and 10 samples. */
@@ -110,7 +111,7 @@ int main(void)
     }
     ts.n_samples = 250;
     ts.samples = mp;
-    ok(pt_stream_frames(&rr, &a, &body) == 0, "long series frames");
+    ok(stream_frames(&rr, &a, &body) == 0, "long series frames");
     size_t len = 0, i = 0;
     for (int shift = 0;; shift += 7) {
         uint8_t b = body.p[i++];

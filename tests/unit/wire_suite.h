@@ -64,10 +64,12 @@ static Prometheus__ReadResponse *ws_samples_check(pt_store *st, const Prometheus
     pt_samples e;
     char msg[256];
     int rv;
+    pt_read_request req;
     pt_samples_init(&e, 0);
-    pt_read_start(st, rr, a, NULL, &r);
+    pt_read_request_from_pb(rr, a, &req);
+    pt_read_start(st, req.queries, req.nqueries, a, NULL, &r);
     while ((rv = pt_read_next(r, a, 0, &bt, msg, sizeof(msg))) == 1)
-        pt_samples_add(&e, &bt);
+        pt_samples_add(&e, bt.s, bt.n, bt.last_of_query);
     pt_read_free(r);
     pt_slice got = pt_samples_bytes(&e);
     size_t n = prometheus__read_response__get_packed_size(resp);
