@@ -197,9 +197,9 @@ static void write_noise(tstore *s, const char *tag, int n)
 /* Rows the storage visited to answer one read of ms. */
 static uint64_t rows_visited(tstore *s, const tmatch *ms, size_t n, long *series)
 {
-    uint64_t before = pt_m.read_rows_scanned;
+    uint64_t before = s->st.stats->read_rows_scanned;
     *series = count(s, ms, n);
-    return pt_m.read_rows_scanned - before;
+    return s->st.stats->read_rows_scanned - before;
 }
 
 /* A read costs what it returns: the rows it visits do not grow with unrelated series, with
