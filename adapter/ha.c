@@ -511,8 +511,8 @@ static int hook_labels(void *ud, const pt_label *ls, size_t n, size_t *cluster, 
     return pt_ha_labels(ud, ls, n, cluster, replica);
 }
 
-static int hook_decide(void *ud, pt_slice tenant, pt_slice cluster, pt_slice replica,
-                       void **entry, char *msg, size_t msglen)
+static int hook_decide(void *ud, pt_slice tenant, pt_slice cluster, pt_slice replica, void **entry,
+                       char *msg, size_t msglen)
 {
     pt_ha_entry *e = NULL;
     int rv = pt_ha_decide(ud, tenant, cluster, replica, &e, msg, msglen);

@@ -26,8 +26,8 @@ enum pt_route_id {
 
 typedef struct pt_metrics {
     pt_store_stats store; /* the daemon's store counts here (pt_store.stats) */
-    _Atomic uint64_t read_cancelled;        /* reads whose client went away */
-    _Atomic uint64_t retention_dropped;     /* stored entries storage.retention removed */
+    _Atomic uint64_t read_cancelled;    /* reads whose client went away */
+    _Atomic uint64_t retention_dropped; /* stored entries storage.retention removed */
     pt_http_stats http; /* the HTTP server counts here (pt_server_opts.stats) */
     /* HA pairs (ha.c): lease row reads and check-and-sets, and the store errors they met. */
     _Atomic uint64_t ha_lease_reads;

@@ -39,8 +39,8 @@ typedef struct pt_store_ha {
      * reference for count and release. Errors (*entry NULL): PT_ELABELS (the series is
      * rejected, 400) and PT_ETENANTLIMIT (a full table, 429), both with msg set; or a
      * store error (the request is answered 503 and stores nothing). */
-    int (*decide)(void *ud, pt_slice tenant, pt_slice cluster, pt_slice replica,
-                  void **entry, char *msg, size_t msglen);
+    int (*decide)(void *ud, pt_slice tenant, pt_slice cluster, pt_slice replica, void **entry,
+                  char *msg, size_t msglen);
     /* Counts n samples accepted or deduplicated (verdict) for the entry's pair. */
     void (*count)(void *ud, void *entry, int verdict, size_t n);
     /* Gives back the reference decide handed out (NULL: nothing). */

@@ -21,19 +21,19 @@ enum pt_reject_reason {
 
 typedef struct pt_store_stats {
     _Atomic uint64_t samples_received;
-    _Atomic uint64_t series_received;       /* TimeSeries entries */
+    _Atomic uint64_t series_received; /* TimeSeries entries */
     _Atomic uint64_t samples_rejected[PT_REJECT_COUNT];
     _Atomic uint64_t metadata_received;
     _Atomic uint64_t exemplars_received;
     _Atomic uint64_t exemplars_out_of_order; /* dropped as out of order (1.0 and 2.0) */
-    _Atomic uint64_t metadata_written;      /* metadata cells stored (meta.c) */
+    _Atomic uint64_t metadata_written;       /* metadata cells stored (meta.c) */
     _Atomic uint64_t index_rows_written;
     _Atomic uint64_t read_queries;
     _Atomic uint64_t read_series;
     _Atomic uint64_t read_samples;
-    _Atomic uint64_t read_timeouts;         /* reads ended by read.timeout */
-    _Atomic uint64_t read_rows_scanned;     /* rows the backends visited for reads */
-    _Atomic uint64_t read_chunks_passed;    /* stored chunks a streamed read sent as they were */
+    _Atomic uint64_t read_timeouts;      /* reads ended by read.timeout */
+    _Atomic uint64_t read_rows_scanned;  /* rows the backends visited for reads */
+    _Atomic uint64_t read_chunks_passed; /* stored chunks a streamed read sent as they were */
     _Atomic uint64_t backend_write_errors;
     _Atomic uint64_t backend_read_errors;
     pt_lathist backend_write_duration;
