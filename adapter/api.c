@@ -416,7 +416,7 @@ static int first_row(qctx *q, pt_slice from, pt_slice to, firstrow *f)
         .table = PT_TABLE_INDEX, .ranges = &r, .nranges = 1, .row_limit = 1, .visited = &visited};
     f->found = 0;
     rv = pt_backend_scan(q->st->be, &s, on_first, f);
-    pt_m.read_rows_scanned += visited;
+    q->st->stats->read_rows_scanned += visited;
     return rv ? rv : f->found;
 }
 

@@ -504,11 +504,11 @@ static void handle_metrics(pt_ctx *c, pt_req *req, pt_resp *resp)
         }
         g.extra_len = (size_t)tn;
     }
-    if (app->store.ha) {
+    if (app->ha) {
         pt_ha_stat *hs = pt_arena_alloc(req->arena, (size_t)app->cfg->ha_max_clusters * sizeof(*hs));
         if (hs) {
             g.ha = hs;
-            g.nha = pt_ha_stats(app->store.ha, req->arena, hs, (size_t)app->cfg->ha_max_clusters);
+            g.nha = pt_ha_stats(app->ha, req->arena, hs, (size_t)app->cfg->ha_max_clusters);
         }
     }
     char *text;
@@ -869,5 +869,5 @@ void pt_app_dispatch(void *ud, pt_req *req, pt_resp *resp)
                pt_log_quote(q, sizeof(q), (const char *)resp->body, bl > 400 ? 400 : bl));
     }
     pt_metrics_request(id, resp->status, req->proto);
-    pt_metrics_observe(&pt_m.request_duration[id], pt_now_ns() - t0);
+    pt_lathist_observe(&pt_m.request_duration[id], pt_now_ns() - t0);
 }

@@ -6,13 +6,15 @@
 
 #include "config.h"
 #include "decode.h"
+#include "ha.h"
 #include "http.h"
 #include "store.h"
 #include "tenant.h"
 
 typedef struct pt_app {
     const pt_config *cfg;
-    pt_store store;
+    pt_store store; /* store.ha: ha's hooks (pt_ha_store_hooks) */
+    pt_ha *ha;      /* ha.enabled: the HA pairs' tracker; NULL when off */
     pt_server *srv;  /* for the connection gauge; may be NULL in tests */
     pt_decode_limits lim;
     /* Credentials the write and read routes demand (NULL: none). Either a bearer token, or

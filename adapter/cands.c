@@ -322,7 +322,7 @@ int pt_cands_resolve(qctx *q)
         } else {
             rv = pt_backend_scan(q->st->be, &s, on_series_row, q);
         }
-        pt_m.read_rows_scanned += visited;
+        q->st->stats->read_rows_scanned += visited;
         q->rows += visited;
     }
     pt_buf_free(&f.rows);

@@ -504,6 +504,38 @@ void pt_ha_count(pt_ha_entry *e, int verdict, size_t n)
     atomic_fetch_add(verdict == PT_HA_ACCEPT ? &e->accepted : &e->deduplicated, n);
 }
 
+/* ---- the store's interface (pt_store_ha) ---- */
+
+static int hook_labels(void *ud, const pt_label *ls, size_t n, size_t *cluster, size_t *replica)
+{
+    return pt_ha_labels(ud, ls, n, cluster, replica);
+}
+
+static int hook_decide(void *ud, pt_slice tenant, pt_slice cluster, pt_slice replica, void **entry,
+                       char *msg, size_t msglen)
+{
+    pt_ha_entry *e = NULL;
+    int rv = pt_ha_decide(ud, tenant, cluster, replica, &e, msg, msglen);
+    *entry = e;
+    return rv;
+}
+
+static void hook_count(void *ud, void *entry, int verdict, size_t n)
+{
+    (void)ud;
+    pt_ha_count(entry, verdict, n);
+}
+
+static void hook_release(void *ud, void *entry)
+{
+    pt_ha_release(ud, entry);
+}
+
+pt_store_ha pt_ha_store_hooks(pt_ha *h)
+{
+    return (pt_store_ha){hook_labels, hook_decide, hook_count, hook_release, h};
+}
+
 size_t pt_ha_stats(pt_ha *h, pt_arena *a, pt_ha_stat *out, size_t max)
 {
     size_t n = 0;

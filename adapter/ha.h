@@ -25,6 +25,7 @@
 #include "backend.h"
 #include "rowkey.h"
 #include "slice.h"
+#include "store.h"
 
 /* Longest cluster and replica label value the tracker takes (a longer one: the series is
  * rejected, 400), and longest tenant id (tenancy allows 150 bytes). */
@@ -64,10 +65,8 @@ int pt_ha_shared(const pt_ha *h);
  * stored as it is). */
 int pt_ha_labels(const pt_ha *h, const pt_label *ls, size_t n, size_t *cluster, size_t *replica);
 
-enum { PT_HA_ACCEPT = 0, PT_HA_DROP = 1 };
-
 /* Whether samples of (tenant, cluster) from replica, received now, are stored: returns
- * PT_HA_ACCEPT (electing replica if none is, or the elected one has been silent longer
+ * PT_HA_ACCEPT (store.h) (electing replica if none is, or the elected one has been silent longer
  * than the failover timeout) or PT_HA_DROP, with *entry set, holding a reference: pass it
  * to pt_ha_count, then give it back with pt_ha_release. Errors (*entry NULL): PT_ELABELS
  * for a value over the limits above and PT_ETENANTLIMIT for a new pair past max_clusters
@@ -82,6 +81,10 @@ void pt_ha_count(pt_ha_entry *e, int verdict, size_t n);
 
 /* Gives back the reference pt_ha_decide handed out (NULL: nothing). */
 void pt_ha_release(pt_ha *h, pt_ha_entry *e);
+
+/* The store's HA interface (pt_store.ha) over h: labels, decide, count and release as
+ * above, h as ud. h must outlive every store that holds the hooks. */
+pt_store_ha pt_ha_store_hooks(pt_ha *h);
 
 /* One (tenant, cluster) pair's figures for /metrics. */
 typedef struct pt_ha_stat {

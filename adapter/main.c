@@ -213,6 +213,7 @@ int main(int argc, char **argv)
         .list_bytes = exclusive ? (size_t)cfg.read_list_cache : 0,
         .hints = 1,
         .exemplars = 1,
+        .stats = &pt_m.store,
     };
     if (pt_store_open(&app.store, &be, &caches) != 0) {
         pt_log_msg(PT_LOG_ERROR, "out of memory for the index cache");
@@ -243,13 +244,14 @@ int main(int argc, char **argv)
             /* Without tenancy every pair is of the one tenant "". */
             .max_per_tenant = cfg.tenancy_enabled ? (size_t)cfg.ha_max_clusters_per_tenant : 0,
         };
-        if (!(app.store.ha = pt_ha_new(&ho))) {
+        if (!(app.ha = pt_ha_new(&ho))) {
             pt_log_msg(PT_LOG_ERROR, "out of memory for the HA tracker");
             goto fail_cache;
         }
+        app.store.ha = pt_ha_store_hooks(app.ha);
         pt_log(PT_LOG_INFO, "HA pairs deduplicated", "cluster_label=%s replica_label=%s "
                "failover_timeout_ms=%ld election=%s", cfg.ha_cluster_label, cfg.ha_replica_label,
-               cfg.ha_failover_timeout_ms, pt_ha_shared(app.store.ha) ? "lease_rows" : "local");
+               cfg.ha_failover_timeout_ms, pt_ha_shared(app.ha) ? "lease_rows" : "local");
     }
     app.lim.max_decoded = cfg.max_decoded_bytes;
     rv = pt_store_check_index(&app.store, err, sizeof(err));
@@ -322,7 +324,7 @@ int main(int argc, char **argv)
     the_server = NULL;
     pt_server_free(srv);
 fail_cache:
-    pt_ha_free(app.store.ha);
+    pt_ha_free(app.ha);
     pt_app_free_auth(&app);
     pt_tenants_free(app.tenants);
     pt_store_close(&app.store);

@@ -6,7 +6,6 @@
 
 #include "clock.h"
 #include "error.h"
-#include "metrics.h"
 #include "rowkey.h"
 
 static const char meta_prefix[] = PT_META_ROW_PREFIX;
@@ -84,7 +83,7 @@ int pt_meta_commit(pt_meta_batch *b)
     int rv = pt_backend_write(b->st->be, (const pt_mutation *)(const void *)b->muts.p, n);
     if (rv == 0) {
         pt_index_cache_add(b->st->cache, (const pt_index_key *)(const void *)b->keys.p, n);
-        pt_m.metadata_written += n;
+        b->st->stats->metadata_written += n;
     }
     pt_buf_reset(&b->muts);
     pt_buf_reset(&b->keys);
@@ -137,7 +136,7 @@ int pt_meta_scan(pt_store *st, pt_slice family, pt_meta_fn fn, void *ud)
         size_t visited = 0;
         pt_scan sc = {.table = PT_TABLE_INDEX, .ranges = &r, .nranges = 1, .visited = &visited};
         rv = pt_backend_scan(st->be, &sc, on_meta, &s);
-        pt_m.read_rows_scanned += visited;
+        st->stats->read_rows_scanned += visited;
     }
     pt_arena_free(&s.a);
     pt_arena_free(&keys);

@@ -11,10 +11,6 @@
 
 pt_metrics pt_m;
 
-/* Upper bounds in seconds; the last bucket is +Inf. */
-static const double bounds[PT_HIST_BUCKETS - 1] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-                                                    0.05,   0.1,   0.25,   0.5,   1,    2.5, 10};
-
 static const char *const route_names[PT_ROUTE_COUNT] = {
     "/api/v1/write", "/api/v1/read", "/metrics", "/-/healthy", "/-/ready",
     "/api/v1/labels", "/api/v1/label/:name/values", "/api/v1/series", "/api/v1/metadata",
@@ -26,17 +22,6 @@ static const char *const reject_names[PT_REJECT_COUNT] = {"labels", "timestamp",
 const char *pt_route_name(int route)
 {
     return route >= 0 && route < PT_ROUTE_COUNT ? route_names[route] : "other";
-}
-
-void pt_metrics_observe(pt_latency_hist *h, uint64_t ns)
-{
-    double s = (double)ns / 1e9;
-    int i = 0;
-    while (i < PT_HIST_BUCKETS - 1 && s > bounds[i])
-        i++;
-    atomic_fetch_add_explicit(&h->buckets[i], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&h->sum_ns, ns, memory_order_relaxed);
 }
 
 /* Requests by (route, code, proto): a fixed table, room for every route (6) x status the
@@ -152,14 +137,14 @@ static void gauges(out *o, const gauge_def *g, size_t n)
         gauge(o, g[i].name, g[i].help, g[i].v);
 }
 
-static void hist_series(out *o, const char *name, const char *labels, pt_latency_hist *h)
+static void hist_series(out *o, const char *name, const char *labels, pt_lathist *h)
 {
     unsigned long long cum = 0;
     const char *sep = labels[0] ? "," : "";
-    for (int i = 0; i < PT_HIST_BUCKETS; i++) {
+    for (int i = 0; i < PT_LATHIST_BUCKETS; i++) {
         cum += LOAD(h->buckets[i]);
-        if (i < PT_HIST_BUCKETS - 1)
-            put(o, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep, bounds[i], cum);
+        if (i < PT_LATHIST_BUCKETS - 1)
+            put(o, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep, pt_lathist_bounds[i], cum);
         else
             put(o, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep, cum);
     }
@@ -169,7 +154,7 @@ static void hist_series(out *o, const char *name, const char *labels, pt_latency
         LOAD(h->count));
 }
 
-static void histogram(out *o, const char *name, const char *help, pt_latency_hist *h)
+static void histogram(out *o, const char *name, const char *help, pt_lathist *h)
 {
     put(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     hist_series(o, name, "", h);
@@ -249,58 +234,58 @@ long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
             "promtable_build_info{version=\"%s\"} 1\n", PT_VERSION);
     static const counter_def writes[] = {
         {"promtable_samples_received_total", "Samples received by remote write and stored.",
-         &pt_m.samples_received},
+         &pt_m.store.samples_received},
         {"promtable_series_received_total", "TimeSeries entries received by remote write.",
-         &pt_m.series_received},
+         &pt_m.store.series_received},
         {"promtable_exemplars_received_total", "Exemplars received by remote write and stored.",
-         &pt_m.exemplars_received},
+         &pt_m.store.exemplars_received},
         {"promtable_exemplars_out_of_order_total",
          "Exemplars older than their series' newest stored one: dropped (not stored, "
          "not counted written), the request answered 2xx.",
-         &pt_m.exemplars_out_of_order},
+         &pt_m.store.exemplars_out_of_order},
         {"promtable_metadata_received_total",
-         "Metric metadata entries received by remote write.", &pt_m.metadata_received},
+         "Metric metadata entries received by remote write.", &pt_m.store.metadata_received},
         {"promtable_metadata_written_total",
          "Metric metadata cells written (new or changed, or first sent today).",
-         &pt_m.metadata_written},
+         &pt_m.store.metadata_written},
     };
     static const counter_def storage_and_reads[] = {
         {"promtable_index_rows_written_total", "Series index rows written.",
-         &pt_m.index_rows_written},
+         &pt_m.store.index_rows_written},
         {"promtable_retention_dropped_total",
          "Stored entries (points chunks, index cells) the embedded store's compactions "
          "removed as older than storage.retention.",
          &pt_m.retention_dropped},
-        {"promtable_read_queries_total", "Remote read queries answered.", &pt_m.read_queries},
-        {"promtable_read_series_total", "Series returned by remote read.", &pt_m.read_series},
+        {"promtable_read_queries_total", "Remote read queries answered.", &pt_m.store.read_queries},
+        {"promtable_read_series_total", "Series returned by remote read.", &pt_m.store.read_series},
         {"promtable_read_samples_total", "Samples returned by remote read.",
-         &pt_m.read_samples},
+         &pt_m.store.read_samples},
         {"promtable_read_timeouts_total", "Remote reads ended by read.timeout.",
-         &pt_m.read_timeouts},
+         &pt_m.store.read_timeouts},
         {"promtable_read_cancelled_total", "Remote reads stopped because the client went away.",
          &pt_m.read_cancelled},
         {"promtable_read_rows_scanned_total",
          "Rows the storage visited to answer remote reads (index and data rows).",
-         &pt_m.read_rows_scanned},
+         &pt_m.store.read_rows_scanned},
         {"promtable_read_chunks_passed_total",
          "Stored XOR chunks streamed reads sent as they were, without decoding them.",
-         &pt_m.read_chunks_passed},
+         &pt_m.store.read_chunks_passed},
     };
     counters(&o, writes, sizeof(writes) / sizeof(writes[0]));
     labelled(&o, "promtable_samples_rejected_total",
              "Samples, histograms and exemplars rejected with 400, by reason.", "reason",
-             reject_names, pt_m.samples_rejected, PT_REJECT_COUNT);
+             reject_names, pt_m.store.samples_rejected, PT_REJECT_COUNT);
     counters(&o, storage_and_reads, sizeof(storage_and_reads) / sizeof(storage_and_reads[0]));
     put(&o, "# HELP promtable_backend_errors_total Backend calls that failed, by operation.\n"
             "# TYPE promtable_backend_errors_total counter\n"
             "promtable_backend_errors_total{op=\"write\"} %llu\n"
             "promtable_backend_errors_total{op=\"read\"} %llu\n",
-        LOAD(pt_m.backend_write_errors), LOAD(pt_m.backend_read_errors));
+        LOAD(pt_m.store.backend_write_errors), LOAD(pt_m.store.backend_read_errors));
     histogram(&o, "promtable_backend_write_duration_seconds",
-              "Duration of backend batch writes.", &pt_m.backend_write_duration);
+              "Duration of backend batch writes.", &pt_m.store.backend_write_duration);
     histogram(&o, "promtable_backend_read_duration_seconds",
               "Duration of backend scans for one remote read query.",
-              &pt_m.backend_read_duration);
+              &pt_m.store.backend_read_duration);
 
     put(&o, "# HELP promtable_http_requests_total HTTP requests by route, status code and "
             "protocol (1 = HTTP/1.1, 2 = HTTP/2).\n# TYPE promtable_http_requests_total counter\n");

@@ -186,7 +186,7 @@ static int on_stream(samples *s, uint32_t first, uint32_t last, uint32_t count, 
         .tmin = t0, .tmax = s->base + last, .data = {p, n}, .at = se->nsamples};
     *s->total += count;
     s->raw_samples += count;
-    pt_m.read_chunks_passed++;
+    s->q->st->stats->read_chunks_passed++;
     return 0;
 }
 
@@ -273,7 +273,7 @@ static int read_all(qctx *q, const series *v, size_t k, int64_t start, int64_t e
             int rv = deadline_passed(q);
             if (!rv)
                 rv = pt_backend_scan(q->st->be, &sc, on_routed_cell, &r);
-            pt_m.read_rows_scanned += visited;
+            q->st->stats->read_rows_scanned += visited;
             visited = 0;
             if (rv)
                 return rv;
@@ -340,10 +340,10 @@ static void read_failed(const pt_read *r, int rv, char *msg, size_t msglen)
                  "the read took longer than read.timeout (%lld ms); narrow the "
                  "query or raise read.timeout",
                  (long long)r->st->read_timeout_ms);
-        pt_m.read_timeouts++;
+        r->st->stats->read_timeouts++;
         return;
     }
-    pt_m.backend_read_errors++;
+    r->st->stats->backend_read_errors++;
     snprintf(msg, msglen, "storage read failed: %s", pt_strerror(rv));
 }
 
@@ -464,7 +464,7 @@ void pt_read_free(pt_read *r)
     query_end(r);
     pt_matcher_env_free(&r->env);
     pt_histogram_free(&r->scratch);
-    pt_metrics_observe(&pt_m.backend_read_duration, pt_now_ns() - r->t0);
+    pt_lathist_observe(&r->st->stats->backend_read_duration, pt_now_ns() - r->t0);
 }
 
 int pt_read_next(pt_read *r, pt_arena *b, size_t max_series, pt_read_batch *out, char *msg,
@@ -478,7 +478,7 @@ int pt_read_next(pt_read *r, pt_arena *b, size_t max_series, pt_read_batch *out,
         if (!r->started) {
             if ((rv = query_begin(r, msg, msglen)) != 0)
                 return rv;
-            pt_m.read_queries++;
+            r->st->stats->read_queries++;
         }
         if (r->next < r->k)
             break;
@@ -529,8 +529,8 @@ int pt_read_next(pt_read *r, pt_arena *b, size_t max_series, pt_read_batch *out,
     out->query = r->qi;
     out->n = nts;
     out->last_of_query = r->next == r->k;
-    pt_m.read_series += nts;
-    pt_m.read_samples += nsamples;
+    r->st->stats->read_series += nts;
+    r->st->stats->read_samples += nsamples;
     if (out->last_of_query) {
         query_end(r);
         r->qi++;

@@ -11,9 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "clock.h"
 #include "error.h"
 #include "matcher.h"
-#include "metrics.h"
 #include "store.h"
 
 typedef struct series {

@@ -22,7 +22,7 @@ static int scan_days(qctx *q, pt_slice first, pt_slice last, pt_cell_fn fn, void
     size_t visited = 0;
     pt_scan s = {.table = PT_TABLE_INDEX, .ranges = &r, .nranges = 1, .visited = &visited};
     rv = pt_backend_scan(q->st->be, &s, fn, ud);
-    pt_m.read_rows_scanned += visited;
+    q->st->stats->read_rows_scanned += visited;
     q->rows += visited;
     return rv;
 }
@@ -396,7 +396,7 @@ static int count_more(qctx *q, source *c, size_t budget)
                      .row_limit = budget,
                      .visited = &visited};
         rv = pt_backend_scan(q->st->be, &s, c->listing ? count_value_row : count_row, c);
-        pt_m.read_rows_scanned += visited;
+        q->st->stats->read_rows_scanned += visited;
         q->rows += visited;
         if (rv)
             return rv;

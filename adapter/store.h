@@ -17,6 +17,7 @@
 #include "index.h"
 #include "model.h"
 #include "rowkey.h"
+#include "store_stats.h"
 #include "wire.h"
 
 /* write.max_label_name_length, write.max_label_value_length (bytes) and
@@ -25,8 +26,34 @@ typedef struct pt_label_limits {
     size_t name_len, value_len, labels;
 } pt_label_limits;
 
+/* HA pair deduplication (the daemon's ha.h provides it: pt_ha_store_hooks). A series
+ * with both an HA pair's cluster and replica labels is stored only when decide elects its
+ * replica (PT_HA_ACCEPT), without the replica label; else (PT_HA_DROP) its samples are
+ * counted deduplicated. Every function may be called from several threads at once. */
+enum { PT_HA_ACCEPT = 0, PT_HA_DROP = 1 };
+
+typedef struct pt_store_ha {
+    /* Finds the cluster and replica labels in ls (sorted by name): 1 with their indices
+     * set when the series has both, else 0 (it is stored as it is). */
+    int (*labels)(void *ud, const pt_label *ls, size_t n, size_t *cluster, size_t *replica);
+    /* PT_HA_ACCEPT or PT_HA_DROP for (tenant, cluster)'s replica, with *entry set to a
+     * reference for count and release. Errors (*entry NULL): PT_ELABELS (the series is
+     * rejected, 400) and PT_ETENANTLIMIT (a full table, 429), both with msg set; or a
+     * store error (the request is answered 503 and stores nothing). */
+    int (*decide)(void *ud, pt_slice tenant, pt_slice cluster, pt_slice replica, void **entry,
+                  char *msg, size_t msglen);
+    /* Counts n samples accepted or deduplicated (verdict) for the entry's pair. */
+    void (*count)(void *ud, void *entry, int verdict, size_t n);
+    /* Gives back the reference decide handed out (NULL: nothing). */
+    void (*release)(void *ud, void *entry);
+    void *ud;
+} pt_store_ha;
+
 typedef struct pt_store {
     pt_backend *be;
+    pt_store_stats *stats;     /* where the store counts; never NULL in a store that writes
+                                  or reads (pt_store_open sets it). Shared by tenants' copies */
+    pt_store_stats *own_stats; /* the one pt_store_open allocated (stats given: NULL) */
     pt_index_cache *cache;
     pt_list_hints *hints;    /* index list sizes earlier reads saw; NULL = none kept */
     pt_ref_cache *refs;      /* series rows earlier reads resolved; NULL = none kept. Only
@@ -61,7 +88,7 @@ typedef struct pt_store {
     size_t (*gate)(void *ud, const uint64_t *series, size_t n, uint8_t *ok, char *msg,
                    size_t msglen);
     void *gate_ud;
-    struct pt_ha *ha; /* HA pair deduplication (ha.h); NULL = off */
+    pt_store_ha ha; /* HA pair deduplication; ha.decide NULL = off */
     pt_label_limits label_limits; /* series past them are refused (400); zero = none */
     size_t key_limit; /* the longest row key built (rowkey.h); 0 = PT_MAX_ROW_KEY */
 } pt_store;
@@ -73,12 +100,15 @@ typedef struct pt_store_caches {
     size_t list_bytes;    /* process writes (PT_BACKEND_CAP_EXCLUSIVE); the list cache */
     int hints;            /* keep the index list sizes earlier reads saw */
     int exemplars;        /* check exemplars' order and mark the buckets that hold them */
+    pt_store_stats *stats; /* where the store counts (outlives it); NULL = a struct the
+                              store allocates, reached as st->stats, freed on close */
 } pt_store_caches;
 
-/* Makes st a store over be with the caches c asks for; st's other fields (limits,
- * deadlines, retention, tenancy, HA) are the caller's to set, before or after. 0 or
- * PT_ENOMEM (nothing is kept). pt_store_close frees what pt_store_open made, and is safe
- * on a store that was never opened (all zero). */
+/* Makes st a store over be with the caches c asks for, counting into c->stats or a struct
+ * of its own; st's other fields (limits, deadlines, retention, tenancy, HA) are the
+ * caller's to set, before or after. 0 or PT_ENOMEM (nothing is kept). pt_store_close
+ * frees what pt_store_open made, and is safe on a store that was never opened (all
+ * zero). */
 int pt_store_open(pt_store *st, pt_backend *be, const pt_store_caches *c);
 void pt_store_close(pt_store *st);
 

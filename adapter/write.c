@@ -19,9 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "exemplar.h"
-#include "ha.h"
-#include "metrics.h"
 #include "write_int.h"
 
 void pt_write_note(pt_write_result *res, const char *fmt, ...)
@@ -35,12 +34,12 @@ void pt_write_note(pt_write_result *res, const char *fmt, ...)
 }
 
 /* Rejects a whole TimeSeries entry: its samples, histograms and exemplars. */
-static void reject_entry(pt_write_result *res, const pt_wseries *ts, int why)
+static void reject_entry(wctx *w, const pt_wseries *ts, int why)
 {
     size_t n = ts->nsamples + ts->nhistograms + ts->nexemplars;
-    res->entries_rejected++;
-    res->samples_rejected += n;
-    pt_m.samples_rejected[why] += n;
+    w->res->entries_rejected++;
+    w->res->samples_rejected += n;
+    w->st->stats->samples_rejected[why] += n;
 }
 
 /* Sizes everything the stages fill for the request's cells, from the arena and once:
@@ -94,7 +93,7 @@ static int validate_request(wctx *w)
     if (!(w->v2 && wr->nsymbols && wr->symbols[0].n))
         return 1;
     for (size_t i = 0; i < wr->nseries; i++)
-        reject_entry(w->res, &wr->series[i], PT_REJECT_LABELS);
+        reject_entry(w, &wr->series[i], PT_REJECT_LABELS);
     pt_write_note(w->res, "symbols[0] must be the empty string, is \"%.*s\"",
                   (int)(wr->symbols[0].n > 60 ? 60 : wr->symbols[0].n),
                   (const char *)wr->symbols[0].p);
@@ -102,27 +101,29 @@ static int validate_request(wctx *w)
 }
 
 /* 2.0 checks of one entry that 1.0 does not have; 0 or -1 with the entry rejected. */
-static int check_v2_entry(const pt_wreq *wr, size_t i, pt_write_result *res)
+static int check_v2_entry(wctx *w, size_t i)
 {
+    const pt_wreq *wr = w->wr;
+    pt_write_result *res = w->res;
     const pt_wseries *ts = &wr->series[i];
     if (ts->ref_problem == PT_WREF_ODD) {
-        reject_entry(res, ts, PT_REJECT_LABELS);
+        reject_entry(w, ts, PT_REJECT_LABELS);
         pt_write_note(res, "timeseries %zu: labels_refs has an odd length", i);
         return -1;
     }
     if (ts->ref_problem == PT_WREF_RANGE) {
-        reject_entry(res, ts, PT_REJECT_LABELS);
+        reject_entry(w, ts, PT_REJECT_LABELS);
         pt_write_note(res, "timeseries %zu: symbol reference %" PRIu32 " is out of range (the "
                       "request has %zu symbols)", i, ts->bad_ref, wr->nsymbols);
         return -1;
     }
     if (ts->nsamples == 0 && ts->nhistograms == 0) {
-        reject_entry(res, ts, PT_REJECT_LABELS);
+        reject_entry(w, ts, PT_REJECT_LABELS);
         pt_write_note(res, "timeseries %zu has neither samples nor histograms", i);
         return -1;
     }
     if (ts->nsamples && ts->nhistograms) {
-        reject_entry(res, ts, PT_REJECT_HISTOGRAM);
+        reject_entry(w, ts, PT_REJECT_HISTOGRAM);
         pt_write_note(res, "timeseries %zu has both samples and histograms", i);
         return -1;
     }
@@ -138,7 +139,7 @@ static long validate_series(wctx *w, size_t i, int *plain)
 {
     pt_wseries *ts = &w->wr->series[i];
     pt_write_result *res = w->res;
-    if (w->v2 && check_v2_entry(w->wr, i, res))
+    if (w->v2 && check_v2_entry(w, i))
         return -1;
     size_t n = ts->nsamples + ts->nhistograms + ts->nexemplars;
     if (n == 0 && !ts->has_meta)
@@ -149,7 +150,7 @@ static long validate_series(wctx *w, size_t i, int *plain)
     if (nl < 0) {
         res->entries_rejected++;
         res->samples_rejected += n;
-        pt_m.samples_rejected[PT_REJECT_LABELS] += n;
+        w->st->stats->samples_rejected[PT_REJECT_LABELS] += n;
         pt_write_note(res, "%s", lmsg);
         return -1;
     }
@@ -174,27 +175,28 @@ static long validate_series(wctx *w, size_t i, int *plain)
 static int filter_series(wctx *w, size_t i, long *nl)
 {
     pt_store *st = w->st;
-    if (!st->ha)
+    const pt_store_ha *ha = &st->ha;
+    if (!ha->decide)
         return 1;
     const pt_wseries *ts = &w->wr->series[i];
     pt_label *ls = ts->labels;
     pt_write_result *res = w->res;
     ha_memo *m = &w->ham;
     size_t ci, ri, n = ts->nsamples + ts->nhistograms;
-    if (!pt_ha_labels(st->ha, ls, (size_t)*nl, &ci, &ri))
+    if (!ha->labels(ha->ud, ls, (size_t)*nl, &ci, &ri))
         return 1; /* not of an HA pair: stored as it is */
     pt_slice cluster = ls[ci].value, replica = ls[ri].value;
     if (m->verdict < 0 || !pt_slice_eq(m->cluster, cluster) || !pt_slice_eq(m->replica, replica)) {
-        pt_ha_entry *e;
+        void *e;
         char msg[PT_MSG_MAX];
-        int rv = pt_ha_decide(st->ha, w->tenant, cluster, replica, &e, msg, sizeof(msg));
+        int rv = ha->decide(ha->ud, w->tenant, cluster, replica, &e, msg, sizeof(msg));
         if (rv == PT_ELABELS) {
-            reject_entry(res, ts, PT_REJECT_LABELS);
+            reject_entry(w, ts, PT_REJECT_LABELS);
             pt_write_note(res, "%s", msg);
             return 0;
         }
         if (rv == PT_ETENANTLIMIT) { /* a full table: 429, the request may be retried */
-            reject_entry(res, ts, PT_REJECT_LIMIT);
+            reject_entry(w, ts, PT_REJECT_LIMIT);
             if (!res->limited)
                 snprintf(res->msg, sizeof(res->msg), "%s", msg);
             res->limited = 1;
@@ -202,10 +204,10 @@ static int filter_series(wctx *w, size_t i, long *nl)
         }
         if (rv < 0)
             return rv;
-        pt_ha_release(st->ha, m->e);
+        ha->release(ha->ud, m->e);
         *m = (ha_memo){.cluster = cluster, .replica = replica, .e = e, .verdict = rv};
     }
-    pt_ha_count(m->e, m->verdict, n);
+    ha->count(ha->ud, m->e, m->verdict, n);
     if (m->verdict == PT_HA_DROP) {
         res->samples_deduplicated += n;
         return 0;
@@ -264,7 +266,7 @@ static int gate_series(wctx *w)
         res->histograms_written -= sp[i].hists;
         res->exemplars_written -= sp[i].exemplars;
         res->samples_rejected += gone;
-        pt_m.samples_rejected[PT_REJECT_LIMIT] += gone;
+        st->stats->samples_rejected[PT_REJECT_LIMIT] += gone;
     }
     memmove(&m[mw], &m[mr], (b->n - mr) * sizeof(*m));
     b->n = mw + (b->n - mr);
@@ -305,11 +307,11 @@ static int commit(wctx *w)
     if (w->b.n > 0) {
         uint64_t t0 = pt_now_ns();
         rv = pt_backend_write(st->be, (const pt_mutation *)(const void *)w->b.buf.p, w->b.n);
-        pt_metrics_observe(&pt_m.backend_write_duration, pt_now_ns() - t0);
+        pt_lathist_observe(&st->stats->backend_write_duration, pt_now_ns() - t0);
         invalidate(st->refs, &w->b.srows);
         invalidate(st->lists, &w->b.lrows);
         if (rv != 0) {
-            pt_m.backend_write_errors++;
+            st->stats->backend_write_errors++;
             res->samples_written = res->histograms_written = res->exemplars_written = 0;
             return rv;
         }
@@ -335,14 +337,15 @@ static int commit(wctx *w)
             pt_exemplar_newest_put(st->xnewest, xs->s[i].h, xs->s[i].ts);
     /* The metadata queued by prepare and encode, kept per metric family (meta.c). */
     if ((rv = pt_meta_commit(&w->mb)) != 0) {
-        pt_m.backend_write_errors++;
+        st->stats->backend_write_errors++;
         res->samples_written = res->histograms_written = res->exemplars_written = 0;
         return rv;
     }
-    pt_m.samples_received += res->samples_written + res->histograms_written;
-    pt_m.exemplars_received += res->exemplars_written;
-    pt_m.series_received += res->series;
-    pt_m.index_rows_written += res->index_rows;
+    pt_store_stats *stats = st->stats;
+    stats->samples_received += res->samples_written + res->histograms_written;
+    stats->exemplars_received += res->exemplars_written;
+    stats->series_received += res->series;
+    stats->index_rows_written += res->index_rows;
     return 0;
 }
 
@@ -389,7 +392,7 @@ int pt_store_write_tenant(pt_store *st, pt_slice tenant, pt_wreq *wr, pt_arena *
               .ham = {.verdict = -1}};
     int rv = store_write(&w);
     if (w.ham.e)
-        pt_ha_release(st->ha, w.ham.e);
+        st->ha.release(st->ha.ud, w.ham.e);
     pt_histogram_free(&w.hs);
     return rv;
 }

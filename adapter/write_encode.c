@@ -7,7 +7,6 @@
 
 #include "bytes.h"
 #include "exemplar.h"
-#include "metrics.h"
 #include "write_int.h"
 
 static void pend(pendings *pd, pt_index_key key, const pt_label *ls, size_t nl, pt_slice sid,
@@ -42,7 +41,7 @@ static int time_ok(sput *s, int64_t t)
     if (t >= 0 && t <= PT_MAX_TIME_MS)
         return 1;
     s->res->samples_rejected++;
-    pt_m.samples_rejected[PT_REJECT_TIMESTAMP]++;
+    s->st->stats->samples_rejected[PT_REJECT_TIMESTAMP]++;
     pt_write_note(s->res, "%s timestamp %" PRId64 " for series %.*s",
                   t < 0 ? "negative" : "out-of-range (after year 2286)", t,
                   (int)(s->sid.n > 200 ? 200 : s->sid.n), (const char *)s->sid.p);
@@ -136,13 +135,13 @@ static int put_exemplar(sput *s, const pt_wexemplar *x, size_t entry)
             /* Dropped and counted, the request answered 2xx, as Prometheus' receivers do
              * (1.0 and 2.0): a refusal would make the sender count the request's stored
              * samples as failed and drop them without a retry. */
-            pt_m.exemplars_out_of_order++;
+            s->st->stats->exemplars_out_of_order++;
             return 0;
         }
     }
     if (why[0]) {
         s->res->samples_rejected++;
-        pt_m.samples_rejected[PT_REJECT_EXEMPLAR]++;
+        s->st->stats->samples_rejected[PT_REJECT_EXEMPLAR]++;
         pt_write_note(s->res, "invalid exemplar in timeseries %zu (series %.*s): %s", entry,
                       (int)(s->sid.n > 200 ? 200 : s->sid.n), (const char *)s->sid.p, why);
         return 0;
@@ -175,7 +174,7 @@ static int put_exemplar(sput *s, const pt_wexemplar *x, size_t entry)
  * and 2.0 per-series metadata (family = the series' metric name). */
 int pt_write_metadata(pt_meta_batch *mb, pt_slice family, const pt_wmeta *m)
 {
-    pt_m.metadata_received++;
+    mb->st->stats->metadata_received++;
     if (m->type == 0 && m->help.n == 0 && m->unit.n == 0)
         return 0;
     return pt_meta_put(mb, family, (int)m->type, m->help, m->unit) == PT_ENOMEM ? PT_ENOMEM : 0;
@@ -254,7 +253,7 @@ int pt_write_encode(wctx *w, size_t i, const pt_label *ls, size_t nl, int plain)
             return rv;
         if (rv != 0) {
             res->samples_rejected++;
-            pt_m.samples_rejected[PT_REJECT_HISTOGRAM]++;
+            w->st->stats->samples_rejected[PT_REJECT_HISTOGRAM]++;
             pt_write_note(res, "invalid native histogram at %" PRId64 " for series %.*s: %s",
                           h->timestamp, (int)(sid.n > 200 ? 200 : sid.n), (const char *)sid.p,
                           why);

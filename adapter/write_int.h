@@ -16,7 +16,6 @@
 
 #include "buf.h"
 #include "error.h"
-#include "ha.h"
 #include "histogram.h"
 #include "meta.h"
 #include "store.h"
@@ -99,7 +98,7 @@ typedef struct espan {
 /* The HA decision last taken in this request (write.c, "HA pairs"). */
 typedef struct ha_memo {
     pt_slice cluster, replica;
-    pt_ha_entry *e;
+    void *e;    /* the reference pt_store.ha's decide handed out; NULL: none */
     int verdict; /* -1: nothing decided yet */
 } ha_memo;
 

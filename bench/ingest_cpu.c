@@ -61,12 +61,15 @@ int main(int argc, char **argv)
     fclose(f);
 
     pt_backend be = {&null_ops, NULL};
+    pt_store_stats stats = {0};
+    pt_ha *ha = NULL;
     /* The daemon's default label limits (write.max_label_*), checked as it checks them. */
-    pt_store st = {.be = &be, .cache = pt_index_cache_new(1 << 20), .index_bucket_ms = 86400000,
-                   .label_limits = {1024, 16384, 128}};
+    pt_store st = {.be = &be, .stats = &stats, .cache = pt_index_cache_new(1 << 20),
+                   .index_bucket_ms = 86400000, .label_limits = {1024, 16384, 128}};
     if (argc > 4 && strcmp(argv[4], "ha") == 0) {
         pt_ha_opts ho = {"cluster", "__replica__", 30000, 15000, 1000, NULL, NULL, NULL, 0};
-        st.ha = pt_ha_new(&ho);
+        ha = pt_ha_new(&ho);
+        st.ha = pt_ha_store_hooks(ha);
     }
     pt_decode_limits lim = {256u << 20};
     pt_arena a;
@@ -89,7 +92,7 @@ int main(int argc, char **argv)
     } while (t < seconds);
     printf("ingest_cpu: %zu requests, %zu samples in %.2f CPU s: %.0f ns/sample, %.0f samples/CPU-s\n",
            requests, samples, t, t * 1e9 / (double)samples, (double)samples / t);
-    pt_ha_free(st.ha);
+    pt_ha_free(ha);
     pt_arena_free(&a);
     pt_index_cache_free(st.cache);
     return 0;

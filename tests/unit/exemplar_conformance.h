@@ -254,7 +254,8 @@ __attribute__((unused)) static void pt_exemplar_conformance(pt_backend *be, int 
     diag("exemplar conformance on %s", name);
     xc_counted counted = {be, {0}};
     pt_backend cbe = {&xc_counted_ops, &counted};
-    pt_store st = {.be = &cbe, .cache = pt_index_cache_new(1 << 16), .index_bucket_ms = 86400000,
+    pt_store_stats stats = {0};
+    pt_store st = {.be = &cbe, .stats = &stats, .cache = pt_index_cache_new(1 << 16), .index_bucket_ms = 86400000,
                    .max_series = 1000, .max_samples = 100000,
                    .xnewest = pt_exemplar_newest_new(1 << 10),
                    .xmarks = pt_exemplar_marks_new()};
@@ -360,10 +361,10 @@ __attribute__((unused)) static void pt_exemplar_conformance(pt_backend *be, int 
     const xc_ex o2[] = {{{"trace_id", "o2"}, 2, t0 + 600 * w + 9},
                         {{"trace_id", "o3"}, 3, t0 + 602 * w},
                         {{"trace_id", "o4"}, 4, t0 + 601 * w}};
-    uint64_t ooo0 = pt_m.exemplars_out_of_order;
+    uint64_t ooo0 = st.stats->exemplars_out_of_order;
     wrv = xc_write(xc_body_v2("ex_ooo", t0 + 601 * w, o2, 3), 2, &res);
     ok(wrv == 0 && res.exemplars_written == 1 && res.samples_written == 1 &&
-           res.samples_rejected == 0 && !res.msg[0] && pt_m.exemplars_out_of_order - ooo0 == 2,
+           res.samples_rejected == 0 && !res.msg[0] && st.stats->exemplars_out_of_order - ooo0 == 2,
        "2.0: one older than the stored newest and one older than the request's own dropped "
        "and counted without an error, the newer stored (%zu written) %s", res.exemplars_written,
        res.msg);
@@ -378,10 +379,10 @@ __attribute__((unused)) static void pt_exemplar_conformance(pt_backend *be, int 
     wrv = xc_write(xc_body_v1("ex_ooo1", 0, 0, p1, 1), 1, &res);
     const xc_ex p2[] = {{{"trace_id", "p2"}, 2, t0 + 700 * w + 9},
                         {{"trace_id", "p3"}, 3, t0 + 701 * w}};
-    ooo0 = pt_m.exemplars_out_of_order;
+    ooo0 = st.stats->exemplars_out_of_order;
     wrv = xc_write(xc_body_v1("ex_ooo1", 0, 0, p2, 2), 1, &res);
     ok(wrv == 0 && res.exemplars_written == 1 && res.samples_rejected == 0 &&
-           pt_m.exemplars_out_of_order - ooo0 == 1,
+           st.stats->exemplars_out_of_order - ooo0 == 1,
        "1.0: an out-of-order exemplar dropped without an error, the newer stored");
     const xc_ex pk[] = {p1[0], p2[1]};
     xc_check_read("ex_ooo1", t0, t0 + 800 * w, pk, 2, 0, "1.0, out of order");

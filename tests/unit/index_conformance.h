@@ -187,15 +187,15 @@ static void pt_index_conformance(pt_backend *full_be, pt_backend *tiny_be, const
     /* The list cache: the reads above cached i3's list and series rows, so the same query
      * scans no index row (only one data row per series); a series written into the list
      * makes the next read scan it. */
-    size_t z0 = pt_m.read_rows_scanned;
+    size_t z0 = full.stats->read_rows_scanned;
     long z1 = ix_count_once(&full, i3, 1);
-    size_t z1r = pt_m.read_rows_scanned;
+    size_t z1r = full.stats->read_rows_scanned;
     late.labels[5] = "later";
     int w6 = pt_store_write(&full, mk_write(&a, &late, 1), &a, &r1);
     long z2 = ix_count_once(&full, i3, 1);
-    size_t z2r = pt_m.read_rows_scanned;
+    size_t z2r = full.stats->read_rows_scanned;
     long z3 = ix_count_once(&full, i3, 1);
-    size_t z3r = pt_m.read_rows_scanned;
+    size_t z3r = full.stats->read_rows_scanned;
     ok(z1 == 4 && z1r - z0 == 4 && w6 == 0 && z2 == 5 && z2r - z1r > 5 && z3 == 5 &&
            z3r - z2r == 5,
        "%s: a cached list is read without a scan until a write adds to it (%ld series, %zu "
@@ -205,11 +205,11 @@ static void pt_index_conformance(pt_backend *full_be, pt_backend *tiny_be, const
     /* List hints: a repeated query goes straight to its shortest list and reads fewer
      * rows; once that list has grown past another, a read still answers right. */
     static const tmatch two[] = {{0, "__name__", "cpu"}, {0, "instance", "i5"}};
-    size_t rows0 = pt_m.read_rows_scanned;
+    size_t rows0 = full.stats->read_rows_scanned;
     long c1 = ix_count_once(&full, two, 2);
-    size_t rows1 = pt_m.read_rows_scanned;
+    size_t rows1 = full.stats->read_rows_scanned;
     long c2 = ix_count_once(&full, two, 2);
-    size_t rows2 = pt_m.read_rows_scanned;
+    size_t rows2 = full.stats->read_rows_scanned;
     ok(c1 == 2 && c2 == 2 && rows2 - rows1 < rows1 - rows0,
        "%s: the repeated query reads fewer index rows (%zu, then %zu)", label, rows1 - rows0,
        rows2 - rows1);

@@ -201,6 +201,7 @@ static void setup(void)
     }
     pt_config_defaults(&cfg);
     app = (pt_app){.cfg = &cfg, .store = s.st};
+    app.store.stats = &pt_m.store; /* as the daemon wires it: /metrics renders pt_m.store */
     app.lim.max_decoded = cfg.max_decoded_bytes;
     atomic_store(&app.ready, 1);
     memset(&c, 0, sizeof(c));
@@ -519,9 +520,9 @@ static void routes(void)
  * are process-wide, and other cases send requests too). */
 static void metrics(void)
 {
-    atomic_store(&pt_m.samples_received, 0);
-    atomic_store(&pt_m.samples_rejected[PT_REJECT_LABELS], 0);
-    atomic_store(&pt_m.backend_write_errors, 0);
+    atomic_store(&pt_m.store.samples_received, 0);
+    atomic_store(&pt_m.store.samples_rejected[PT_REJECT_LABELS], 0);
+    atomic_store(&pt_m.store.backend_write_errors, 0);
     pt_arena b;
     pt_arena_init(&b, 0, 0);
     int sent = post(&c, "/api/v1/write", w) == 204;
@@ -688,9 +689,9 @@ static void passed_chunks(void)
         int rv = store_read(&app.store, rr, &b, NULL, &want, msg, sizeof(msg));
         rr->accepted_response_types = &st;
         rr->n_accepted_response_types = 1;
-        uint64_t before = pt_m.read_chunks_passed;
+        uint64_t before = pt_m.store.read_chunks_passed;
         int status = post(&c, "/api/v1/read", mk_body(&b, &rr->base));
-        uint64_t passed = pt_m.read_chunks_passed - before;
+        uint64_t passed = pt_m.store.read_chunks_passed - before;
         char why[256] = "";
         ok(rv == 0 && status == 200 && want.results[0]->n_timeseries == NP &&
                streamed_equals((pt_slice){c.resp.body, c.resp.body_len}, &want, why,

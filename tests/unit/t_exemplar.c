@@ -56,7 +56,7 @@ static void out_of_order_answers(tstore *s)
     is(app_write(&app, xc_body_v2("app_ooo2", t, newer, 1), 2, &a, &resp), 204,
        "2.0: a sample and an exemplar: 204");
     pt_arena_free(&a);
-    uint64_t ooo0 = pt_m.exemplars_out_of_order;
+    uint64_t ooo0 = app.store.stats->exemplars_out_of_order;
     int st = app_write(&app, xc_body_v2("app_ooo2", t + 1000, older, 1), 2, &a, &resp);
     is(st, 204, "2.0: a sample and an exemplar older than the stored one: 204, not 400 (%.*s)",
        (int)resp.body_len, resp.body ? (const char *)resp.body : "");
@@ -65,16 +65,16 @@ static void out_of_order_answers(tstore *s)
        "2.0: Samples-Written 1, Exemplars-Written 0 (got %s, %s)",
        header(&resp, "X-Prometheus-Remote-Write-Samples-Written"),
        header(&resp, "X-Prometheus-Remote-Write-Exemplars-Written"));
-    is(pt_m.exemplars_out_of_order - ooo0, 1, "2.0: the dropped exemplar is counted");
+    is(app.store.stats->exemplars_out_of_order - ooo0, 1, "2.0: the dropped exemplar is counted");
     pt_arena_free(&a);
 
     is(app_write(&app, xc_body_v1("app_ooo1", 1, t, newer, 1), 1, &a, &resp), 204,
        "1.0: a sample and an exemplar: 204");
     pt_arena_free(&a);
-    ooo0 = pt_m.exemplars_out_of_order;
+    ooo0 = app.store.stats->exemplars_out_of_order;
     is(app_write(&app, xc_body_v1("app_ooo1", 1, t + 1000, older, 1), 1, &a, &resp), 204,
        "1.0: a sample and an exemplar older than the stored one: 204");
-    is(pt_m.exemplars_out_of_order - ooo0, 1, "1.0: the dropped exemplar is counted");
+    is(app.store.stats->exemplars_out_of_order - ooo0, 1, "1.0: the dropped exemplar is counted");
     pt_arena_free(&a);
     pt_arena_free(&xc_a);
     pt_exemplar_newest_free(app.store.xnewest);

@@ -396,8 +396,9 @@ static void test_write_path(void)
         BAIL_OUT("cannot open the embedded store");
     fake_clock c = {T0};
     pt_ha_opts o = {"cluster", "__replica__", FAILOVER, UPDATE, 16, s.st.be, clock_now, &c, 0};
-    s.st.ha = pt_ha_new(&o);
-    ok(s.st.ha && !pt_ha_shared(s.st.ha), "the embedded store (no check_and_set): local");
+    pt_ha *h = pt_ha_new(&o);
+    ok(h && !pt_ha_shared(h), "the embedded store (no check_and_set): local");
+    s.st.ha = pt_ha_store_hooks(h);
     pt_arena a;
     pt_arena_init(&a, 0, 0);
     pt_write_result res;
@@ -431,9 +432,10 @@ static void test_write_path(void)
     is(stored(&s, "m_b"), 1, "m_b reads back");
 
     /* A full table refuses a new pair's series as over a limit (429), not as bad input. */
-    pt_ha_free(s.st.ha);
+    pt_ha_free(h);
     o.max_clusters = 1;
-    s.st.ha = pt_ha_new(&o);
+    h = pt_ha_new(&o);
+    s.st.ha = pt_ha_store_hooks(h);
     tseries two[] = {
         {{"__name__", "m_c", "cluster", "eu", "__replica__", "r1", NULL}, {T0 + 6}, {8}, 1},
         {{"__name__", "m_c", "cluster", "us", "__replica__", "r1", NULL}, {T0 + 6}, {9}, 1}};
@@ -442,8 +444,8 @@ static void test_write_path(void)
        "a full table: the new pair's series is refused as over a limit, the other stored");
     ok(strstr(res.msg, "ha.max_clusters (1)") != NULL, "the message names the limit: %s", res.msg);
 
-    pt_ha_free(s.st.ha);
-    s.st.ha = NULL;
+    pt_ha_free(h);
+    s.st.ha = (pt_store_ha){0};
     pt_arena_free(&a);
     tstore_close(&s);
 }

@@ -197,9 +197,9 @@ static void write_noise(tstore *s, const char *tag, int n)
 /* Rows the storage visited to answer one read of ms. */
 static uint64_t rows_visited(tstore *s, const tmatch *ms, size_t n, long *series)
 {
-    uint64_t before = pt_m.read_rows_scanned;
+    uint64_t before = s->st.stats->read_rows_scanned;
     *series = count(s, ms, n);
-    return pt_m.read_rows_scanned - before;
+    return s->st.stats->read_rows_scanned - before;
 }
 
 /* A read costs what it returns: the rows it visits do not grow with unrelated series, with
@@ -382,6 +382,44 @@ static void writes(void)
     ok(rv == 0 && res.index_rows == 0, "a repeated write writes no index rows (cache)");
     pt_arena_free(&a);
     tstore_close(&s);
+}
+
+/* Where a store counts: into the stats its opener gave, else into its own; a copy of a
+ * store (a tenant's) counts with the store it was copied from. */
+static void stats(void)
+{
+    tstore s1, s2;
+    open_store(&s1);
+    open_store(&s2);
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    pt_write_result res;
+    ok(s1.st.stats && s2.st.stats && s1.st.stats != s2.st.stats,
+       "stores opened without stats each count into their own");
+    int rv = write_data(&s1, &a, &res);
+    ok(rv == 0 && s1.st.stats->samples_received == 9 && s1.st.stats->series_received == 7 &&
+           s1.st.stats->index_rows_written == res.index_rows && res.index_rows > 0,
+       "a write counts samples, series and index rows into its store's stats");
+    is(s2.st.stats->samples_received, 0, "... and nothing into another store's");
+
+    tstore copy = s1; /* its st a copy of s1.st, as a tenant's store is of the shared one */
+    rv = write_data(&copy, &a, &res);
+    ok(rv == 0 && s1.st.stats->samples_received == 18, "a copy counts with its original");
+
+    pt_store_stats given = {0};
+    tstore s3 = s2;
+    s3.st = (pt_store){.index_bucket_ms = 86400000, .max_series = 1000, .max_samples = 100000};
+    ok(pt_store_open(&s3.st, &s2.faulty, &(pt_store_caches){.stats = &given}) == 0 &&
+           s3.st.stats == &given && !s3.st.own_stats,
+       "a store opened with stats counts there");
+    rv = write_data(&s3, &a, &res);
+    ok(rv == 0 && given.samples_received == 9 && s2.st.stats->samples_received == 0,
+       "... its writes are counted in them");
+    pt_store_close(&s3.st);
+    ok(s3.st.stats == &given, "closing it leaves the caller's stats alone");
+    pt_arena_free(&a);
+    tstore_close(&s1);
+    tstore_close(&s2);
 }
 
 /* Matchers. */
@@ -773,6 +811,7 @@ int main(void)
 {
     label_limits();
     writes();
+    stats();
     matchers();
     separators();
     cancelled_read();
