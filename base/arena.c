@@ -11,7 +11,7 @@
  * of block_size << k: class 0 the standard ones, the others a request's large pieces (a
  * decoded body, its series array), rounded up to a class so the next request's fit. Given
  * back to the allocator, a piece that size is a fresh mapping each time (glibc's mmap
- * threshold, adapter/main.c), whose first touch of every page faulted: a fifth of the
+ * threshold, adapter/daemon/main.c), whose first touch of every page faulted: a fifth of the
  * core at a million series. */
 enum { POOL_CLASSES = 11 }; /* up to 1024 standard blocks: 64 MiB of 64 KiB */
 

@@ -1,7 +1,7 @@
 /*
  * One entry of a configuration table (the shape of redis' static_configs[]): key, type,
  * default, bounds, and the offset of the field it fills. The daemon's own table and every
- * backend's fragment (backend.h) are arrays of these; adapter/config.c parses YAML and
+ * backend's fragment (backend.h) are arrays of these; adapter/daemon/config.c parses YAML and
  * flags with them, validates, prints --help, and the tests check configs/ against them.
  *
  * The flag of a key is the key with '_' written '-': web.listen_address is

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The layers (docs/architecture.md, "Code map") are enforced by the build: base <- backends
-# <- adapter, and base <- adapter/http. A file of a layer is compiled with that layer's include path, which holds
+# The layers (docs/architecture.md, "Code map") are enforced by the build: base <- backends;
+# base <- adapter/http; base <- adapter/proto <- adapter/store (with backends) <-
+# adapter/daemon. A file of a layer is compiled with that layer's include path, which holds
 # nothing of the layers above it. Here probe files are compiled with the real flags of a
 # file in each layer (from compile_commands.json): an include of a higher layer, of a
 # Prometheus .pb-c.h from a backend, or of another backend's internals must fail to compile;
@@ -64,8 +65,31 @@ done
 probe adapter/http/server.c error.h compiles
 probe adapter/http/server.c server_int.h compiles
 
-probe adapter/app.c backend.h compiles
-probe adapter/app.c remote.pb-c.h compiles
+# The protocol sees base/ and its own folder (and, privately, the Prometheus messages).
+for h in store.h rowkey.h backend.h metrics.h app.h http.h; do
+    probe adapter/proto/samples.c "$h" fails
+done
+probe adapter/proto/samples.c model.h compiles
+probe adapter/proto/decode.c remote.pb-c.h compiles
+
+# The store sees the protocol's plain types and the backends, no Prometheus message and
+# nothing of the daemon.
+for h in remote.pb-c.h types.pb-c.h histpb.h readpb.h metrics.h ha.h tenant.h config.h \
+    app.h http.h embedded_int.h; do
+    probe adapter/store/read.c "$h" fails
+done
+for h in model.h wire.h backend.h store_stats.h; do
+    probe adapter/store/read.c "$h" compiles
+done
+
+# The daemon sees every layer's public headers, but no Prometheus message either (the
+# protocol turns them into plain types) and no backend's internals.
+for h in remote.pb-c.h embedded_int.h bigtable_int.h; do
+    probe adapter/daemon/app.c "$h" fails
+done
+for h in store.h decode.h http.h backend.h; do
+    probe adapter/daemon/app.c "$h" compiles
+done
 
 rel=$(cd "$here" && grep -rnE '^#[[:space:]]*include[[:space:]]*"(\.\./|/)' base adapter backends)
 tap_is "$rel" "" "no source includes through a relative or absolute path"

@@ -1,4 +1,4 @@
-/* libFuzzer, differential: the zero-copy decoder (adapter/wire.c) against protobuf-c on
+/* libFuzzer, differential: the zero-copy decoder (adapter/proto/wire.c) against protobuf-c on
  * the same bytes. The first input byte picks remote write 1.0 (even) or 2.0 (odd); the rest
  * is the protobuf message (no snappy). Both must accept or both refuse, and on accept
  * every field must be the same. Traps on any difference.

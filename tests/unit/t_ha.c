@@ -1,4 +1,4 @@
-/* HA pairs (adapter/ha.c): the election with a fake clock, in memory and through lease
+/* HA pairs (adapter/daemon/ha.c): the election with a fake clock, in memory and through lease
  * rows of a fake store shared by two trackers (two promtables on one Bigtable), store
  * errors, a lost check-and-set race; then the write path over the embedded store. No
  * sleeps: failover comes from moving the clock. */

@@ -1,4 +1,4 @@
-/* Tenancy (adapter/tenant.c): tenant id validation, the key-prefix view (two tenants'
+/* Tenancy (adapter/daemon/tenant.c): tenant id validation, the key-prefix view (two tenants'
  * stores over one embedded store, with shared caches), the series gate and the rate. */
 #include "log.h"
 #include "metrics.h"

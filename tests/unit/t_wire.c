@@ -1,4 +1,4 @@
-/* The zero-copy remote write decoder (adapter/wire.c): every field of 1.0 and 2.0, unknown
+/* The zero-copy remote write decoder (adapter/proto/wire.c): every field of 1.0 and 2.0, unknown
  * fields, wire types, truncation, varint lengths, packed and unpacked repeated scalars,
  * 2.0 refs, memory limits. Every case also runs through the differential check against
  * protobuf-c (tests/fuzz/fuzz_wire_diff.c), which must find no difference. */
