@@ -35,50 +35,14 @@
 
 #define SHOW_MAX 20 /* problems printed; all are counted */
 
-/* A growable set of 128-bit keys: pt_keyset (open addressing; zero marks an empty slot)
- * rebuilt twice as large when half full. */
-typedef struct keyset {
-    pt_keyset s;
-} keyset;
-
-static int ks_add(keyset *k, pt_index_key key)
-{
-    if ((k->s.n + 1) * 2 > k->s.mask + 1) {
-        size_t slots = k->s.mask ? 2 * (k->s.mask + 1) : 1024;
-        pt_keyset bigger = {calloc(slots, sizeof(pt_index_key)), slots - 1, 0};
-        if (!bigger.slots)
-            return PT_ENOMEM;
-        for (size_t i = 0; k->s.slots && i <= k->s.mask; i++)
-            if (k->s.slots[i].lo || k->s.slots[i].hi)
-                pt_keyset_add(&bigger, k->s.slots[i]);
-        free(k->s.slots);
-        k->s = bigger;
-    }
-    pt_keyset_add(&k->s, key);
-    return 0;
-}
-
-static int ks_has(const keyset *k, pt_index_key key)
-{
-    if (!k->s.slots)
-        return 0;
-    for (size_t i = (size_t)key.lo & k->s.mask;; i = (i + 1) & k->s.mask) {
-        const pt_index_key *s = &k->s.slots[i];
-        if (s->lo == key.lo && s->hi == key.hi)
-            return 1;
-        if (!s->lo && !s->hi)
-            return 0;
-    }
-}
-
 typedef struct checker {
     FILE *out;
     pt_backend *be;
     int64_t bucket; /* index.bucket */
     int64_t cutoff; /* now - storage.retention; INT64_MIN without one */
-    keyset cells;   /* every index cell: (row, qualifier) */
-    keyset series;  /* (sid, day) of every series row */
-    keyset data;    /* (sid, day) with samples */
+    pt_keyset cells;  /* every index cell: (row, qualifier) */
+    pt_keyset series; /* (sid, day) of every series row */
+    pt_keyset data;   /* (sid, day) with samples */
     size_t problems;
     size_t index_cells, series_rows, points_rows, samples, exemplars, not_compared;
     pt_buf prev_row;
@@ -187,10 +151,10 @@ static int on_index_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     checker *ck = ud;
     srow sr;
     ck->index_cells++;
-    int rv = ks_add(&ck->cells, cell_key(row, qual));
-    if (rv == 0 && (rv = parse_series_row(ck, row, value, &sr)) == 1) {
+    int rv = pt_keyset_put(&ck->cells, cell_key(row, qual));
+    if (rv >= 0 && (rv = parse_series_row(ck, row, value, &sr)) == 1) {
         ck->series_rows++;
-        rv = ks_add(&ck->series, pt_index_key_of(sr.sid, sr.day));
+        rv = pt_keyset_put(&ck->series, pt_index_key_of(sr.sid, sr.day));
     }
     pt_arena_reset(&ck->a);
     return rv == PT_ENOMEM ? rv : 0;
@@ -233,7 +197,7 @@ static int on_points_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     }
     pt_slice sid = {row.p, row.n - 2 - PT_BASE_DIGITS};
     pt_index_key k = pt_index_key_of(sid, day);
-    if (!ks_has(&ck->series, k)) {
+    if (!pt_keyset_has(&ck->series, k)) {
         uint8_t ref[PT_REF_HEX + 1] = {0};
         pt_ref_hex(ref, pt_series_ref(sid, 0));
         problem(ck,
@@ -242,7 +206,7 @@ static int on_points_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
                 quote(q, sizeof(q), row), (long long)day, (long long)t, (const char *)ref,
                 (long long)day);
     }
-    return ks_add(&ck->data, k);
+    return pt_keyset_put(&ck->data, k) == PT_ENOMEM ? PT_ENOMEM : 0;
 }
 
 /* Whether the index cell row (key bytes k..e) with qualifier qual exists; reports it. */
@@ -251,9 +215,9 @@ static void want_cell(checker *ck, pt_slice srow_key, const uint8_t *k, const ui
 {
     pt_slice row = {k, (size_t)(e - k)};
     pt_index_key key = cell_key(row, qual);
-    if (ks_has(&ck->cells, key))
+    if (pt_keyset_has(&ck->cells, key))
         return;
-    ks_add(&ck->cells, key); /* reported once, not for every series it lists */
+    pt_keyset_put(&ck->cells, key); /* reported once, not for every series it lists */
     char q1[320], q2[320];
     problem(ck, "series row %s: its %s cell %s is missing: reads by that label miss the series",
             quote(q1, sizeof(q1), srow_key), what, quote(q2, sizeof(q2), row));
@@ -274,8 +238,8 @@ static int on_series_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
                 quote(q, sizeof(q), row));
     if (sr.day - ck->bucket < ck->cutoff)
         ck->not_compared++;
-    else if (!ks_has(&ck->data, pt_index_key_of(sr.sid, sr.day)) &&
-             !ks_has(&ck->data, pt_index_key_of(sr.sid, sr.day - ck->bucket)))
+    else if (!pt_keyset_has(&ck->data, pt_index_key_of(sr.sid, sr.day)) &&
+             !pt_keyset_has(&ck->data, pt_index_key_of(sr.sid, sr.day - ck->bucket)))
         problem(ck,
                 "series row %s: the series has no samples in its bucket (nor the one "
                 "before): its data rows are missing",
@@ -371,11 +335,9 @@ static int on_first(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 
 static void space_reset(checker *ck)
 {
-    keyset *sets[3] = {&ck->cells, &ck->series, &ck->data};
-    for (int i = 0; i < 3; i++) {
-        free(sets[i]->s.slots);
-        memset(sets[i], 0, sizeof(*sets[i]));
-    }
+    pt_keyset_free(&ck->cells);
+    pt_keyset_free(&ck->series);
+    pt_keyset_free(&ck->data);
     ck->index_cells = ck->series_rows = ck->points_rows = ck->samples = ck->exemplars = 0;
     ck->not_compared = 0;
     pt_buf_reset(&ck->prev_row);
@@ -483,9 +445,9 @@ done:
     else if (ck.problems)
         fprintf(out, "DAMAGED: %zu problems%s\n", ck.problems,
                 ck.problems > SHOW_MAX ? " (the first 20 shown)" : "");
-    free(ck.cells.s.slots);
-    free(ck.series.s.slots);
-    free(ck.data.s.slots);
+    pt_keyset_free(&ck.cells);
+    pt_keyset_free(&ck.series);
+    pt_keyset_free(&ck.data);
     pt_buf_free(&ck.prev_row);
     pt_arena_free(&ck.a);
     return status;

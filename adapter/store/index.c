@@ -6,6 +6,8 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "error.h"
+
 typedef struct gen {
     pt_index_key *slots;
     size_t n;
@@ -205,6 +207,33 @@ int pt_keyset_add(pt_keyset *s, pt_index_key k)
     *slot = k;
     s->n++;
     return 1;
+}
+
+int pt_keyset_put(pt_keyset *s, pt_index_key k)
+{
+    if ((s->n + 1) * 2 > s->mask + 1) {
+        size_t slots = s->mask ? 2 * (s->mask + 1) : 1024;
+        pt_keyset bigger = {calloc(slots, sizeof(pt_index_key)), slots - 1, 0};
+        if (!bigger.slots)
+            return PT_ENOMEM;
+        for (size_t i = 0; s->slots && i <= s->mask; i++)
+            if (!key_empty(s->slots[i]))
+                pt_keyset_add(&bigger, s->slots[i]);
+        free(s->slots);
+        *s = bigger;
+    }
+    return pt_keyset_add(s, k);
+}
+
+int pt_keyset_has(const pt_keyset *s, pt_index_key k)
+{
+    return s->slots && !key_empty(*probe(s->slots, s->mask, k));
+}
+
+void pt_keyset_free(pt_keyset *s)
+{
+    free(s->slots);
+    *s = (pt_keyset){0};
 }
 
 /* ---- list hints ---- */

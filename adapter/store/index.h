@@ -96,14 +96,23 @@ size_t pt_ref_cache_bytes(pt_ref_cache *c);
  * (left out of the key: the bucket is the entry's other half). */
 uint64_t pt_list_cache_key(const uint8_t *prefix, size_t n, uint64_t salt);
 
-/* A small set for deduplicating keys inside one request (arena-free: caller gives slots). */
+/* A set of 128-bit keys (open addressing; the zero key marks an empty slot), either of a
+ * fixed size whose slots the caller gives (a request's, in its arena: pt_keyset_add), or
+ * growing on the heap (pt_keyset_put, pt_keyset_free). A zeroed one is empty. */
 typedef struct pt_keyset {
     pt_index_key *slots;
     size_t mask;
     size_t n;
 } pt_keyset;
 
-/* slots must hold a power of two >= 2 * max entries, zeroed. Returns 1 if newly added. */
+/* Into fixed slots: a power of two >= 2 * max entries, zeroed. Returns 1 if newly added. */
 int pt_keyset_add(pt_keyset *s, pt_index_key k);
+/* Into heap slots, doubled (from 1,024) before they pass half full: 1 if newly added, 0 if
+ * there, PT_ENOMEM (s unchanged). */
+int pt_keyset_put(pt_keyset *s, pt_index_key k);
+/* 1 when k is in s. */
+int pt_keyset_has(const pt_keyset *s, pt_index_key k);
+/* Frees heap slots (pt_keyset_put's); s is empty again. */
+void pt_keyset_free(pt_keyset *s);
 
 #endif

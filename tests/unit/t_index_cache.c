@@ -93,10 +93,35 @@ static void bounded(void)
     pt_index_cache_free(c);
 }
 
+/* The growing 128-bit set: every key added stays found through the doublings; keys not
+ * added are not found; free empties it. */
+static void keyset_grows(void)
+{
+    pt_keyset s = {0};
+    enum { N = 5000 };
+    int added = 1, again = 1, found = 1, absent = 1;
+    ok(!pt_keyset_has(&s, (pt_index_key){1, 2}), "an empty set has nothing");
+    for (uint64_t i = 1; i <= N; i++)
+        added &= pt_keyset_put(&s, (pt_index_key){i * 0x9e3779b97f4a7c15u, i}) == 1;
+    for (uint64_t i = 1; i <= N; i++) {
+        again &= pt_keyset_put(&s, (pt_index_key){i * 0x9e3779b97f4a7c15u, i}) == 0;
+        found &= pt_keyset_has(&s, (pt_index_key){i * 0x9e3779b97f4a7c15u, i});
+        absent &= !pt_keyset_has(&s, (pt_index_key){i * 0x9e3779b97f4a7c15u, i + N});
+    }
+    ok(added && s.n == N, "%d keys added, each new", N);
+    ok(again, "adding one again says it was there");
+    ok(found && absent, "all found after growing, no other key (same low half) found");
+    ok(s.mask + 1 >= 2 * N, "the slots stay at most half full (%zu for %d)", s.mask + 1, N);
+    pt_keyset_free(&s);
+    ok(s.slots == NULL && s.n == 0 && !pt_keyset_has(&s, (pt_index_key){1, 1}),
+       "freed: empty again");
+}
+
 int main(void)
 {
     basics();
     rollover();
     bounded();
+    keyset_grows();
     return done_testing();
 }
