@@ -179,8 +179,10 @@ static void handle_write(pt_ctx *c, pt_req *req, pt_resp *resp)
     msg[0] = '\0';
     const char *enc = req->content_encoding;
     if (enc[0] && strcasecmp(enc, "snappy") != 0) {
-        reply_fail(req, resp, PT_EMEDIATYPE, "unsupported Content-Encoding \"%.100s\"; remote write "
-                                   "bodies are snappy block compressed", enc);
+        reply_fail(req, resp, PT_EMEDIATYPE,
+                   "unsupported Content-Encoding \"%.100s\"; remote write "
+                   "bodies are snappy block compressed",
+                   enc);
         return;
     }
     int version = write_version(req->arena, req->content_type, msg, sizeof(msg));
@@ -505,10 +507,11 @@ static void handle_metrics(pt_ctx *c, pt_req *req, pt_resp *resp)
         g.extra_len = (size_t)tn;
     }
     if (app->ha) {
-        pt_ha_stat *hs = pt_arena_alloc(req->arena, (size_t)app->cfg->ha_max_clusters * sizeof(*hs));
+        size_t nha = (size_t)app->cfg->ha_max_clusters;
+        pt_ha_stat *hs = pt_arena_alloc(req->arena, nha * sizeof(*hs));
         if (hs) {
             g.ha = hs;
-            g.nha = pt_ha_stats(app->ha, req->arena, hs, (size_t)app->cfg->ha_max_clusters);
+            g.nha = pt_ha_stats(app->ha, req->arena, hs, nha);
         }
     }
     char *text;

@@ -96,7 +96,8 @@ typedef struct srow {
 } srow;
 
 /* 1 with *sr filled for a series row, 0 for another row (the format marker, metadata
- * rows, HA lease rows, the exemplar marks), or < 0 when it does not parse (reported). Allocates from ck->a. */
+ * rows, HA lease rows, the exemplar marks), or < 0 when it does not parse (reported). Allocates
+ * from ck->a. */
 static int parse_series_row(checker *ck, pt_slice row, pt_slice value, srow *sr)
 {
     static const char format_row[] = "==format", meta[] = PT_META_ROW_PREFIX,

@@ -15,7 +15,8 @@ int pt_snappy_decode(const uint8_t *in, size_t n, size_t max_decoded, pt_arena *
 {
     size_t declared;
     if (n >= sizeof(framed_magic) && memcmp(in, framed_magic, sizeof(framed_magic)) == 0) {
-        snprintf(msg, msglen, "body is framed snappy; remote write/read use the snappy block format");
+        snprintf(msg, msglen,
+                 "body is framed snappy; remote write/read use the snappy block format");
         return PT_ESNAPPY;
     }
     if (snappy_uncompressed_length((const char *)in, n, &declared) != SNAPPY_OK) {

@@ -3,9 +3,9 @@
  * index rows stored, so steady-state ingest writes no index cells.
  *
  * Memory is bounded: two generations of hash sets of 128-bit keys, each growing with its
- * entries up to half the capacity. Lookups check both; inserts go to the current one; when it is full the old generation is dropped
- * and the current one becomes old. A dropped entry only costs a rewrite of index rows that
- * are already there (index writes are idempotent).
+ * entries up to half the capacity. Lookups check both; inserts go to the current one; when it is
+ * full the old generation is dropped and the current one becomes old. A dropped entry only costs a
+ * rewrite of index rows that are already there (index writes are idempotent).
  */
 #ifndef PT_INDEX_H
 #define PT_INDEX_H

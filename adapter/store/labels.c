@@ -131,9 +131,11 @@ long pt_labels_validate(pt_label *ls, size_t n, const pt_label_limits *lim, int 
         if (name.n == 0)
             return label_error(msg, msglen, ls, n, "a label has an empty name");
         if (lim->name_len && name.n > lim->name_len)
-            return label_error(msg, msglen, ls, n, "label name \"%.*s...\" is %zu bytes long, "
-                               "more than write.max_label_name_length (%zu)", (int)(name.n > 60 ? 60 : name.n),
-                               (const char *)name.p, name.n, lim->name_len);
+            return label_error(msg, msglen, ls, n,
+                               "label name \"%.*s...\" is %zu bytes long, "
+                               "more than write.max_label_name_length (%zu)",
+                               (int)(name.n > 60 ? 60 : name.n), (const char *)name.p, name.n,
+                               lim->name_len);
         if (lim->value_len && value.n > lim->value_len)
             return label_error(msg, msglen, ls, n, "value of label \"%.*s\" is %zu bytes long, "
                                "more than write.max_label_value_length (%zu)",

@@ -197,7 +197,8 @@ void pt_matcher_limit_msg(const pt_matcher *m, char *msg, size_t msglen)
     else if (m->err == PCRE2_ERROR_JIT_STACKLIMIT)
         snprintf(what, sizeof(what), "JIT stack limit");
     else
-        snprintf(what, sizeof(what), "backtracking memory limit (read.regex_heap_limit = %zu bytes)",
+        snprintf(what, sizeof(what),
+                 "backtracking memory limit (read.regex_heap_limit = %zu bytes)",
                  m->env ? m->env->heap_limit : 0);
     snprintf(msg, msglen,
              "the regular expression of matcher %.*s%s\"%.*s\" ran into its %s on a label "

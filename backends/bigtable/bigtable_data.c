@@ -563,7 +563,9 @@ int pt_bt_data_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
     pt_buf cuts;
     pt_buf_init(&cuts, (size_t)PT_BT_MAX_READ_STREAMS * PT_BT_MAX_ROW_KEY);
     size_t ng = plan(bt, s, &cuts, piece, &ranges, &nranges);
-    scan_ctx x = {.bt = bt, .s = s, .sc = {.fn = fn, .ud = ud, .row_limit = s->row_limit, .visited = s->visited}};
+    scan_ctx x = {.bt = bt,
+                  .s = s,
+                  .sc = {.fn = fn, .ud = ud, .row_limit = s->row_limit, .visited = s->visited}};
     group *g = calloc(ng, sizeof(*g));
     x.clip = malloc((nranges / ng + 1) * sizeof(*x.clip));
     if (!g || !x.clip) {

@@ -49,8 +49,9 @@
  * row on the frozen list. A sweep (pt_emb_head_sweep_step, under mu, e->frozen set) may
  * add rows of the other shards to their empty other generations and lists (hshard
  * flushing; with no shard frozen at all, frozen_shard HEAD_SHARDS): those rows follow the
- * frozen shard's rules, and scans and logs_done look at flushing. Conditions: work (to the thread) and flushed (from it), both
- * with mu. rocks.c and chunk.c hold no shared mutable state; RocksDB is thread-safe.
+ * frozen shard's rules, and scans and logs_done look at flushing. Conditions: work (to the thread)
+ * and flushed (from it), both with mu. rocks.c and chunk.c hold no shared mutable state; RocksDB is
+ * thread-safe.
  */
 #ifndef PT_EMBEDDED_INT_H
 #define PT_EMBEDDED_INT_H

@@ -419,8 +419,8 @@ int pt_emb_flusher_replayed(embedded *e)
         pt_emb_head_drop_frozen(&e->h, k);
     }
     /* Every log replayed goes; the records go to a new one, and the next is made. */
-    if ((rv = pt_emb_ihead_drain(&e->ix)) != 0 || (rv = pt_emb_wal_drop(&e->w, e->w.seq - 1)) != 0 ||
-        (rv = pt_emb_wal_start(&e->w)) != 0)
+    if ((rv = pt_emb_ihead_drain(&e->ix)) != 0 ||
+        (rv = pt_emb_wal_drop(&e->w, e->w.seq - 1)) != 0 || (rv = pt_emb_wal_start(&e->w)) != 0)
         return rv;
     pt_emb_wal_prepared(&e->w, e->w.seq + 1, pt_emb_wal_prepare_fd(&e->w, e->w.seq + 1));
     for (unsigned k = 0; k < HEAD_SHARDS; k++)
