@@ -70,12 +70,6 @@ static void at_h2(pt_server *s, h2client *cl, pt_conn *c, pt_buf *out, int64_t m
     exchange(cl, c, out, 1);
 }
 
-static void teardown_h2(pt_server *s, h2client *cl, pt_buf *out)
-{
-    client_free(cl);
-    teardown(s, out);
-}
-
 /* HEADERS without END_STREAM: a POST to path declaring a body of clen bytes, none sent. */
 static int32_t upload_headers(h2client *cl, const char *path, const char *auth,
                               const char *clen)
@@ -133,82 +127,59 @@ static void h1_admission(void)
     teardown(s, &out);
 }
 
-static void h2_admission(void)
+static void h2_admission(pt_server *s, h2client *cl, pt_conn *c, pt_buf *out)
 {
-    pt_server *s = hostile(&(pt_server_opts){.admit = test_admit, .body_timeout_ms = 10000});
-    pt_buf out = PT_BUF_INIT(0);
-    h2client cl;
-    pt_conn *c = h2_open(s, &cl, 0);
-    if (!c)
-        return;
     int calls = seen.calls;
-    int32_t bad = upload_headers(&cl, "/api/v1/write", "Bearer bad", "1000000");
-    exchange(&cl, c, &out, 1);
-    is(cl.status[slot_of(bad)], 401, "h2: HEADERS without credentials: 401 before any DATA");
+    int32_t bad = upload_headers(cl, "/api/v1/write", "Bearer bad", "1000000");
+    exchange(cl, c, out, 1);
+    is(cl->status[slot_of(bad)], 401, "h2: HEADERS without credentials: 401 before any DATA");
     ok(seen.calls == calls && s->body_bytes == 0, "... never dispatched, no body memory");
 
-    int32_t good = upload_headers(&cl, "/echo", "Bearer good", "1000000");
-    exchange(&cl, c, &out, 1);
-    ok(cl.status[slot_of(good)] == 0 && s->body_bytes == 0,
+    int32_t good = upload_headers(cl, "/echo", "Bearer good", "1000000");
+    exchange(cl, c, out, 1);
+    ok(cl->status[slot_of(good)] == 0 && s->body_bytes == 0,
        "h2: admitted HEADERS declaring 1,000,000 bytes hold no body memory until DATA comes");
-    at_h2(s, &cl, c, &out, 9999);
-    ok(!cl.closed[slot_of(good)], "... a body silent for less than web.body_timeout stays");
-    at_h2(s, &cl, c, &out, 10000);
-    ok(cl.closed[slot_of(good)] && cl.close_error[slot_of(good)] == NGHTTP2_CANCEL,
+    at_h2(s, cl, c, out, 9999);
+    ok(!cl->closed[slot_of(good)], "... a body silent for less than web.body_timeout stays");
+    at_h2(s, cl, c, out, 10000);
+    ok(cl->closed[slot_of(good)] && cl->close_error[slot_of(good)] == NGHTTP2_CANCEL,
        "... silent for web.body_timeout: the stream is reset (CANCEL)");
     ok(s->stats->timeouts[PT_TIMEOUT_BODY] >= 1, "... counted as a body timeout");
-    teardown_h2(s, &cl, &out);
 }
 
-/* An HTTP/2 connection to s whose first n streams each start an upload (upload_headers),
- * exchanged once; NULL when it does not open. */
-static pt_conn *h2_uploads(pt_server *s, h2client *cl, pt_buf *out, int32_t *sid, int n)
+/* n streams on c that each start an upload (upload_headers), exchanged once. */
+static void h2_uploads(h2client *cl, pt_conn *c, pt_buf *out, int32_t *sid, int n)
 {
-    pt_conn *c = h2_open(s, cl, 0);
-    if (!c)
-        return NULL;
     for (int i = 0; i < n; i++)
         sid[i] = upload_headers(cl, "/echo", "", "100");
     exchange(cl, c, out, 1);
-    return c;
 }
 
-static void h2_body_streams(void)
+static void h2_body_streams(pt_server *s, h2client *cl, pt_conn *c, pt_buf *out)
 {
-    pt_server *s = hostile(&(pt_server_opts){.max_conn_body_streams = 2});
-    pt_buf out = PT_BUF_INIT(0);
-    h2client cl;
     int32_t sid[3];
-    pt_conn *c = h2_uploads(s, &cl, &out, sid, 3);
-    if (!c)
-        return;
-    ok(!cl.closed[slot_of(sid[0])] && !cl.closed[slot_of(sid[1])],
+    h2_uploads(cl, c, out, sid, 3);
+    ok(!cl->closed[slot_of(sid[0])] && !cl->closed[slot_of(sid[1])],
        "h2: two streams receive bodies (web.max_connection_body_streams = 2)");
-    ok(cl.status[slot_of(sid[2])] == 503 && cl.retry_after[slot_of(sid[2])] > 0 &&
+    ok(cl->status[slot_of(sid[2])] == 503 && cl->retry_after[slot_of(sid[2])] > 0 &&
            s->stats->overload_rejected[PT_OVERLOAD_BODY_STREAMS] == 1,
        "... a third is answered 503 with Retry-After before its body");
-    int32_t g = request(&cl, "GET", "/light", NULL, 0);
-    exchange(&cl, c, &out, 1);
-    is(cl.status[slot_of(g)], 200, "... a request without a body still goes through");
-    teardown_h2(s, &cl, &out);
+    int32_t g = request(cl, "GET", "/light", NULL, 0);
+    exchange(cl, c, out, 1);
+    is(cl->status[slot_of(g)], 200, "... a request without a body still goes through");
 }
 
 /* By default a client that keeps to the concurrent streams the server offers (100) never
  * meets the cap on streams receiving a body. */
-static void h2_body_streams_default(void)
+static void h2_body_streams_default(pt_server *s, h2client *cl, pt_conn *c, pt_buf *out)
 {
-    pt_server *s = hostile(&(pt_server_opts){0});
-    pt_buf out = PT_BUF_INIT(0);
-    h2client cl;
     int32_t sid[100];
-    if (!h2_uploads(s, &cl, &out, sid, 100))
-        return;
+    h2_uploads(cl, c, out, sid, 100);
     int open = 0;
     for (int i = 0; i < 100; i++)
-        open += sid[i] > 0 && !cl.closed[slot_of(sid[i])] && cl.status[slot_of(sid[i])] == 0;
+        open += sid[i] > 0 && !cl->closed[slot_of(sid[i])] && cl->status[slot_of(sid[i])] == 0;
     is(open, 100, "h2: 100 streams receive bodies at once with the defaults");
     is((int)s->stats->overload_rejected[PT_OVERLOAD_BODY_STREAMS], 0, "... none refused");
-    teardown_h2(s, &cl, &out);
 }
 
 /* -------------------------------------------------------------------------- deadlines */
@@ -276,50 +247,36 @@ static void h1_body_deadline(void)
     teardown(s, &out);
 }
 
-static void h2_idle_streams(void)
+static void h2_idle_streams(pt_server *s, h2client *cl, pt_conn *c, pt_buf *out)
 {
-    pt_server *s = hostile(&(pt_server_opts){.idle_timeout_ms = 5000});
-    pt_buf out = PT_BUF_INIT(0);
-    h2client cl;
-    pt_conn *c = h2_open(s, &cl, 0);
-    if (!c)
-        return;
-    upload_headers(&cl, "/echo", "", "100");
-    exchange(&cl, c, &out, 1);
-    at_h2(s, &cl, c, &out, 4999);
-    ok(cl.goaways == 0, "h2: a stream open, no byte moved for less than web.idle_timeout");
-    at_h2(s, &cl, c, &out, 5000);
-    ok(cl.goaways == 1 && c->state >= PT_CONN_STOPPING,
+    upload_headers(cl, "/echo", "", "100");
+    exchange(cl, c, out, 1);
+    at_h2(s, cl, c, out, 4999);
+    ok(cl->goaways == 0, "h2: a stream open, no byte moved for less than web.idle_timeout");
+    at_h2(s, cl, c, out, 5000);
+    ok(cl->goaways == 1 && c->state >= PT_CONN_STOPPING,
        "... for web.idle_timeout: idle whatever streams are open, so GOAWAY");
-    teardown_h2(s, &cl, &out);
 }
 
-static void h2_write_deadline(void)
+static void h2_write_deadline(pt_server *s, h2client *cl, pt_conn *c, pt_buf *out)
 {
-    pt_server *s = hostile(&(pt_server_opts){.write_timeout_ms = 20000, .max_conn_resp = 1});
-    pt_buf out = PT_BUF_INIT(0);
-    h2client cl;
-    pt_conn *c = h2_open(s, &cl, 1); /* a one-byte window, never opened further */
-    if (!c)
-        return;
-    int32_t big = request(&cl, "GET", "/stream?n=100000", NULL, 0);
-    exchange(&cl, c, &out, 1);
-    ok(cl.status[slot_of(big)] == 200 && !cl.closed[slot_of(big)] && s->resp_held > 0,
+    int32_t big = request(cl, "GET", "/stream?n=100000", NULL, 0);
+    exchange(cl, c, out, 1);
+    ok(cl->status[slot_of(big)] == 200 && !cl->closed[slot_of(big)] && s->resp_held > 0,
        "h2: an answer the client's window keeps shut is held (%zu bytes)", s->resp_held);
-    int32_t more = request(&cl, "GET", "/more", NULL, 0);
-    exchange(&cl, c, &out, 1);
-    ok(cl.status[slot_of(more)] == 503 && cl.retry_after[slot_of(more)] > 0,
+    int32_t more = request(cl, "GET", "/more", NULL, 0);
+    exchange(cl, c, out, 1);
+    ok(cl->status[slot_of(more)] == 503 && cl->retry_after[slot_of(more)] > 0,
        "... past web.max_connection_response_memory the next request gets 503, Retry-After");
-    int32_t health = request(&cl, "GET", "/-/healthy", NULL, 0);
-    exchange(&cl, c, &out, 1);
-    ok(cl.status[slot_of(health)] == 503, "... (without on_loop, a health check is no exception)");
-    at_h2(s, &cl, c, &out, 19999);
-    ok(!cl.closed[slot_of(big)], "... no progress for less than web.write_timeout: it stays");
-    at_h2(s, &cl, c, &out, 20000);
-    ok(cl.closed[slot_of(big)] && cl.close_error[slot_of(big)] == NGHTTP2_CANCEL,
+    int32_t health = request(cl, "GET", "/-/healthy", NULL, 0);
+    exchange(cl, c, out, 1);
+    ok(cl->status[slot_of(health)] == 503, "... (without on_loop, a health check is no exception)");
+    at_h2(s, cl, c, out, 19999);
+    ok(!cl->closed[slot_of(big)], "... no progress for less than web.write_timeout: it stays");
+    at_h2(s, cl, c, out, 20000);
+    ok(cl->closed[slot_of(big)] && cl->close_error[slot_of(big)] == NGHTTP2_CANCEL,
        "... for web.write_timeout: the stream is reset (CANCEL)");
     ok(s->resp_held == 0 && c->resp_held == 0, "... and what it held is given back");
-    teardown_h2(s, &cl, &out);
 }
 
 static void h1_write_deadline(void)
@@ -429,13 +386,16 @@ int main(void)
 {
     nghttp2_guards();
     h1_admission();
-    h2_admission();
-    h2_body_streams();
-    h2_body_streams_default();
+    h2_run(hostile(&(pt_server_opts){.admit = test_admit, .body_timeout_ms = 10000}), 0,
+           h2_admission);
+    h2_run(hostile(&(pt_server_opts){.max_conn_body_streams = 2}), 0, h2_body_streams);
+    h2_run(hostile(&(pt_server_opts){0}), 0, h2_body_streams_default);
     h1_header_deadline();
     h1_body_deadline();
-    h2_idle_streams();
-    h2_write_deadline();
+    h2_run(hostile(&(pt_server_opts){.idle_timeout_ms = 5000}), 0, h2_idle_streams);
+    /* The client's window is one byte, never opened further. */
+    h2_run(hostile(&(pt_server_opts){.write_timeout_ms = 20000, .max_conn_resp = 1}), 1,
+           h2_write_deadline);
     h1_write_deadline();
     h1_trailers();
     h1_connect();

@@ -366,99 +366,79 @@ static void h1_cancel(void)
     teardown(s, &out);
 }
 
-static void h2_basics(void)
+static void h2_basics(pt_server *s, h2client *cl, pt_conn *c, pt_buf *out)
 {
-    pt_server *s = server(1 << 20, 8192);
-    pt_buf out = PT_BUF_INIT(0);
-    h2client cl;
-    pt_conn *c = h2_open(s, &cl, 0);
-    if (!c)
-        return;
-    int32_t sid = request(&cl, "POST", "/echo", "hello", 5);
-    exchange(&cl, c, &out, 1);
+    (void)s;
+    int32_t sid = request(cl, "POST", "/echo", "hello", 5);
+    exchange(cl, c, out, 1);
     ok(c->ops == &pt_http2_ops, "h2: the preface selects HTTP/2");
-    is(nghttp2_session_get_remote_settings(cl.ss, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS), 100,
+    is(nghttp2_session_get_remote_settings(cl->ss, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS), 100,
        "the server's SETTINGS: 100 concurrent streams");
-    is(nghttp2_session_get_remote_settings(cl.ss, NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE), 1 << 20,
+    is(nghttp2_session_get_remote_settings(cl->ss, NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE), 1 << 20,
        "... a 1 MiB stream window");
-    is(cl.status[slot_of(sid)], 200, "HEADERS + DATA: 200");
-    ok(cl.data[slot_of(sid)].len == 5 && memcmp(cl.data[slot_of(sid)].p, "hello", 5) == 0,
+    is(cl->status[slot_of(sid)], 200, "HEADERS + DATA: 200");
+    ok(cl->data[slot_of(sid)].len == 5 && memcmp(cl->data[slot_of(sid)].p, "hello", 5) == 0,
        "... with the body back");
-    ok(cl.closed[slot_of(sid)] && cl.close_error[slot_of(sid)] == 0, "... stream closed cleanly");
+    ok(cl->closed[slot_of(sid)] && cl->close_error[slot_of(sid)] == 0, "... stream closed cleanly");
 
     /* Several streams at once, answered in any order, each its own. */
-    int32_t a = request(&cl, "GET", "/a", NULL, 0);
-    int32_t b = request(&cl, "GET", "/bb", NULL, 0);
-    exchange(&cl, c, &out, 1);
-    ok(cl.data[slot_of(a)].len == 2 && cl.data[slot_of(b)].len == 3,
+    int32_t a = request(cl, "GET", "/a", NULL, 0);
+    int32_t b = request(cl, "GET", "/bb", NULL, 0);
+    exchange(cl, c, out, 1);
+    ok(cl->data[slot_of(a)].len == 2 && cl->data[slot_of(b)].len == 3,
        "two concurrent streams get their own answers");
-    client_free(&cl);
-    teardown(s, &out);
 }
 
-static void h2_flow_control(void)
+static void h2_flow_control(pt_server *s, h2client *cl, pt_conn *c, pt_buf *out)
 {
+    (void)s;
     size_t big = 3u << 20; /* three stream windows */
-    pt_server *s = server(8u << 20, 8192);
-    pt_buf out = PT_BUF_INIT(0);
-    h2client cl;
     uint8_t *body = malloc(big);
-    pt_conn *c = h2_open(s, &cl, 0);
-    if (!c || !body)
+    if (!body)
         return;
     for (size_t i = 0; i < big; i++)
         body[i] = (uint8_t)(i * 7 + (i >> 13));
     int calls = seen.calls;
-    request(&cl, "POST", "/sum", body, big);
+    request(cl, "POST", "/sum", body, big);
 
     /* The server's frames (SETTINGS, WINDOW_UPDATE) do not reach the client yet. */
     for (int i = 0; i < 50; i++) {
-        client_send(&cl, c, &out, 1);
+        client_send(cl, c, out, 1);
     }
     size_t got = c->tasks ? pt_buf_used(&c->tasks->body) : 0;
     ok(got > 0 && got <= 65535, "without WINDOW_UPDATE only the initial window arrives (%zu)",
        got);
     is(seen.calls, calls, "... and the request is not complete");
 
-    exchange(&cl, c, &out, 1);
-    ok(cl.window_updates >= 2, "the server grants window as it reads (%d WINDOW_UPDATEs)",
-       cl.window_updates);
+    exchange(cl, c, out, 1);
+    ok(cl->window_updates >= 2, "the server grants window as it reads (%d WINDOW_UPDATEs)",
+       cl->window_updates);
     is(seen.calls, calls + 1, "then the whole body arrives");
     ok(seen.last_body_len == big && seen.last_body_sum == sum_bytes(body, big),
        "... every byte in order");
-    client_free(&cl);
     free(body);
-    teardown(s, &out);
 }
 
-static void h2_reset(void)
+static void h2_reset(pt_server *s, h2client *cl, pt_conn *c, pt_buf *out)
 {
-    pt_server *s = server(1 << 20, 8192);
-    pt_buf out = PT_BUF_INIT(0);
-    h2client cl;
-    pt_conn *c = h2_open(s, &cl, 0);
-    if (!c)
-        return;
     int calls = seen.calls;
-    int32_t sid = request(&cl, "GET", "/x", NULL, 0);
-    exchange(&cl, c, &out, 0);
+    int32_t sid = request(cl, "GET", "/x", NULL, 0);
+    exchange(cl, c, out, 0);
     is(queued(s), 1, "RST_STREAM: the request waits in the queue");
     const atomic_int *flag = s->whead ? s->whead->req.cancelled : NULL;
     ok(flag && atomic_load(flag) == 0, "... not cancelled yet");
-    nghttp2_submit_rst_stream(cl.ss, NGHTTP2_FLAG_NONE, sid, NGHTTP2_CANCEL);
-    exchange(&cl, c, &out, 0);
+    nghttp2_submit_rst_stream(cl->ss, NGHTTP2_FLAG_NONE, sid, NGHTTP2_CANCEL);
+    exchange(cl, c, out, 0);
     ok(c->tasks == NULL, "... the reset stream's task leaves the connection");
     ok(flag && atomic_load(flag) == 1, "... and its handler would find cancelled == 1");
     work(s);
     is(seen.calls, calls, "... and the handler never runs for it");
-    exchange(&cl, c, &out, 1);
-    is(cl.status[slot_of(sid)], 0, "... nor is it answered");
-    int32_t next = request(&cl, "GET", "/y", NULL, 0);
-    exchange(&cl, c, &out, 1);
-    is(cl.status[slot_of(next)], 200, "the connection goes on serving");
+    exchange(cl, c, out, 1);
+    is(cl->status[slot_of(sid)], 0, "... nor is it answered");
+    int32_t next = request(cl, "GET", "/y", NULL, 0);
+    exchange(cl, c, out, 1);
+    is(cl->status[slot_of(next)], 200, "the connection goes on serving");
     is(seen.cancelled, 0, "... a stream nobody reset: the handler finds cancelled == 0");
-    client_free(&cl);
-    teardown(s, &out);
 }
 
 /* The error code of the first GOAWAY frame in p, or -1. */
@@ -474,44 +454,36 @@ static long goaway_in(const uint8_t *p, size_t n)
     return -1;
 }
 
-static void h2_goaway(void)
+static void h2_goaway(pt_server *s, h2client *cl, pt_conn *c, pt_buf *out)
 {
-    pt_server *s = server(1 << 20, 8192);
-    pt_buf out = PT_BUF_INIT(0);
-    h2client cl;
-    pt_conn *c = h2_open(s, &cl, 0);
-    if (!c)
-        return;
-    int32_t sid = request(&cl, "GET", "/inflight", NULL, 0);
-    exchange(&cl, c, &out, 0);
+    int32_t sid = request(cl, "GET", "/inflight", NULL, 0);
+    exchange(cl, c, out, 0);
     c->ops->shutdown(c); /* the server stops */
-    exchange(&cl, c, &out, 1);
-    is(cl.goaways, 1, "server stop: GOAWAY");
-    is(cl.goaway_error, NGHTTP2_NO_ERROR, "... NO_ERROR");
-    is(cl.status[slot_of(sid)], 200, "... the stream in flight is still answered");
+    exchange(cl, c, out, 1);
+    is(cl->goaways, 1, "server stop: GOAWAY");
+    is(cl->goaway_error, NGHTTP2_NO_ERROR, "... NO_ERROR");
+    is(cl->status[slot_of(sid)], 200, "... the stream in flight is still answered");
     is(c->state, PT_CONN_CLOSE, "... then the connection closes");
-    client_free(&cl);
+    client_free(cl);
 
     /* The client's GOAWAY ends the session too. */
-    pt_conn *c2 = h2_open(s, &cl, 0);
+    pt_conn *c2 = h2_open(s, cl, 0);
     if (!c2)
         return;
-    request(&cl, "GET", "/a", NULL, 0);
-    exchange(&cl, c2, &out, 1);
-    nghttp2_submit_goaway(cl.ss, NGHTTP2_FLAG_NONE, 0, NGHTTP2_NO_ERROR, NULL, 0);
-    exchange(&cl, c2, &out, 1);
+    request(cl, "GET", "/a", NULL, 0);
+    exchange(cl, c2, out, 1);
+    nghttp2_submit_goaway(cl->ss, NGHTTP2_FLAG_NONE, 0, NGHTTP2_NO_ERROR, NULL, 0);
+    exchange(cl, c2, out, 1);
     is(c2->state, PT_CONN_CLOSE, "the client's GOAWAY: the connection closes");
-    client_free(&cl);
 
     /* A connection error: DATA on stream 0 as the first frame. */
     pt_conn *c3 = conn(s);
     static const uint8_t bad[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\0\0\0\0\0\0";
     put(c3, bad, sizeof(bad) - 1);
-    pump(c3, &out, 1);
-    is(goaway_in(pt_buf_data(&out), pt_buf_used(&out)), NGHTTP2_PROTOCOL_ERROR,
+    pump(c3, out, 1);
+    is(goaway_in(pt_buf_data(out), pt_buf_used(out)), NGHTTP2_PROTOCOL_ERROR,
        "a protocol error: GOAWAY(PROTOCOL_ERROR)");
     is(c3->state, PT_CONN_CLOSE, "... and close");
-    teardown(s, &out);
 }
 
 /* ----------------------------------------------------------------- produced bodies */
@@ -649,39 +621,33 @@ static void h1_produced_cancel(void)
     is(prod.dones, 1, "no second done at teardown");
 }
 
-static void h2_produced(void)
+static void h2_produced(pt_server *s, h2client *cl, pt_conn *c, pt_buf *out)
 {
-    pt_server *s = server(1 << 20, 8192);
-    pt_buf out = PT_BUF_INIT(0);
-    h2client cl;
-    pt_conn *c = h2_open(s, &cl, 0);
-    if (!c)
-        return;
     prod_reset();
-    int32_t sid = request(&cl, "GET", "/stream?n=300000", NULL, 0);
-    exchange(&cl, c, &out, 1);
-    pt_buf *d = &cl.data[slot_of(sid)];
-    is(cl.status[slot_of(sid)], 200, "h2 produced body: 200");
+    int32_t sid = request(cl, "GET", "/stream?n=300000", NULL, 0);
+    exchange(cl, c, out, 1);
+    pt_buf *d = &cl->data[slot_of(sid)];
+    is(cl->status[slot_of(sid)], 200, "h2 produced body: 200");
     ok(d->len == 300000 && is_pattern(d->p, d->len, 0), "... every byte, in DATA frames");
-    ok(cl.closed[slot_of(sid)] && !cl.close_error[slot_of(sid)], "... then END_STREAM");
+    ok(cl->closed[slot_of(sid)] && !cl->close_error[slot_of(sid)], "... then END_STREAM");
     ok(prod.pulls == 5 && prod.dones == 1 && !prod.cancelled && !prod.overlap,
        "... five pulls, one at a time, one done");
-    client_free(&cl);
+    client_free(cl);
 
     /* A 1000-byte window: the server sends what it allows, and waits. */
     prod_reset();
-    pt_conn *c2 = h2_open(s, &cl, 1000);
+    pt_conn *c2 = h2_open(s, cl, 1000);
     if (!c2)
         return;
-    sid = request(&cl, "GET", "/stream?n=5000", NULL, 0);
-    exchange(&cl, c2, &out, 1);
-    d = &cl.data[slot_of(sid)];
+    sid = request(cl, "GET", "/stream?n=5000", NULL, 0);
+    exchange(cl, c2, out, 1);
+    d = &cl->data[slot_of(sid)];
     is(d->len, 1000, "a small window: only the window's worth is sent");
-    ok(!cl.closed[slot_of(sid)] && prod.pulls == 1, "... the rest waits, no more pulled");
+    ok(!cl->closed[slot_of(sid)] && prod.pulls == 1, "... the rest waits, no more pulled");
     int grants = 0;
-    while (!cl.closed[slot_of(sid)] && grants < 10) {
-        nghttp2_submit_window_update(cl.ss, NGHTTP2_FLAG_NONE, sid, 1000);
-        exchange(&cl, c2, &out, 1);
+    while (!cl->closed[slot_of(sid)] && grants < 10) {
+        nghttp2_submit_window_update(cl->ss, NGHTTP2_FLAG_NONE, sid, 1000);
+        exchange(cl, c2, out, 1);
         grants++;
         if (grants == 1)
             is(d->len, 2000, "... each WINDOW_UPDATE lets as much through");
@@ -689,59 +655,48 @@ static void h2_produced(void)
     ok(d->len == 5000 && is_pattern(d->p, d->len, 0) && grants == 4,
        "... the whole body after four updates");
     ok(prod.dones == 1 && !prod.cancelled, "... and one done");
-    client_free(&cl);
-    teardown(s, &out);
 }
 
-static void h2_produced_cancel(void)
+static void h2_produced_cancel(pt_server *s, h2client *cl, pt_conn *c, pt_buf *out)
 {
-    pt_server *s = server(1 << 20, 8192);
-    pt_buf out = PT_BUF_INIT(0);
-    h2client cl;
-    pt_conn *c = h2_open(s, &cl, 1000);
-    if (!c)
-        return;
     prod_reset();
-    int32_t sid = request(&cl, "GET", "/stream?n=1000000", NULL, 0);
-    exchange(&cl, c, &out, 1);
-    ok(cl.data[slot_of(sid)].len == 1000 && prod.dones == 0,
+    int32_t sid = request(cl, "GET", "/stream?n=1000000", NULL, 0);
+    exchange(cl, c, out, 1);
+    ok(cl->data[slot_of(sid)].len == 1000 && prod.dones == 0,
        "RST_STREAM mid-stream: the stream waits on its window");
-    nghttp2_submit_rst_stream(cl.ss, NGHTTP2_FLAG_NONE, sid, NGHTTP2_CANCEL);
-    exchange(&cl, c, &out, 1);
+    nghttp2_submit_rst_stream(cl->ss, NGHTTP2_FLAG_NONE, sid, NGHTTP2_CANCEL);
+    exchange(cl, c, out, 1);
     ok(prod.dones == 1 && prod.cancelled == 1, "... done(cancelled=1), once");
-    is(pt_buf_used(&out), 0, "... and nothing more is sent for it");
+    is(pt_buf_used(out), 0, "... and nothing more is sent for it");
 
     /* GOAWAY, then the connection closes, with a pull in flight (small pieces: the first,
      * pulled with the answer, fits the window, so the second is asked for). */
     prod_reset();
-    sid = request(&cl, "GET", "/stream?n=1000000&chunk=100", NULL, 0);
-    exchange(&cl, c, &out, 0);
+    sid = request(cl, "GET", "/stream?n=1000000&chunk=100", NULL, 0);
+    exchange(cl, c, out, 0);
     work(s);
-    exchange(&cl, c, &out, 0);
+    exchange(cl, c, out, 0);
     is(queued(s), 1, "GOAWAY and close mid-stream: a pull in flight");
-    nghttp2_submit_goaway(cl.ss, NGHTTP2_FLAG_NONE, 0, NGHTTP2_NO_ERROR, NULL, 0);
-    exchange(&cl, c, &out, 0);
+    nghttp2_submit_goaway(cl->ss, NGHTTP2_FLAG_NONE, 0, NGHTTP2_NO_ERROR, NULL, 0);
+    exchange(cl, c, out, 0);
     pt_conn_close(c);
     process_close_list(s);
     work(s);
     ok(prod.dones == 1 && prod.cancelled == 1, "... done(cancelled=1), once");
-    client_free(&cl);
+    client_free(cl);
 
     /* A failing pull resets the stream. */
     prod_reset();
-    pt_conn *c2 = h2_open(s, &cl, 0);
+    pt_conn *c2 = h2_open(s, cl, 0);
     if (!c2)
         return;
-    sid = request(&cl, "GET", "/stream?n=1000000&fail=2", NULL, 0);
-    int32_t other = request(&cl, "GET", "/b", NULL, 0);
-    exchange(&cl, c2, &out, 1);
-    ok(cl.closed[slot_of(sid)] && cl.close_error[slot_of(sid)] == NGHTTP2_INTERNAL_ERROR,
+    sid = request(cl, "GET", "/stream?n=1000000&fail=2", NULL, 0);
+    int32_t other = request(cl, "GET", "/b", NULL, 0);
+    exchange(cl, c2, out, 1);
+    ok(cl->closed[slot_of(sid)] && cl->close_error[slot_of(sid)] == NGHTTP2_INTERNAL_ERROR,
        "a failing pull: RST_STREAM(INTERNAL_ERROR)");
-    is(cl.status[slot_of(other)], 200, "... the other stream is answered");
+    is(cl->status[slot_of(other)], 200, "... the other stream is answered");
     ok(prod.dones == 1 && prod.cancelled == 1, "... done(cancelled=1), once");
-    client_free(&cl);
-    teardown(s, &out);
-    is(prod.dones, 1, "no second done at teardown");
 }
 
 int main(void)
@@ -753,13 +708,15 @@ int main(void)
     h1_strict();
     h1_error_texts();
     h1_cancel();
-    h2_basics();
-    h2_flow_control();
-    h2_reset();
-    h2_goaway();
+    h2_run(server(1 << 20, 8192), 0, h2_basics);
+    h2_run(server(8u << 20, 8192), 0, h2_flow_control);
+    h2_run(server(1 << 20, 8192), 0, h2_reset);
+    h2_run(server(1 << 20, 8192), 0, h2_goaway);
     h1_produced();
     h1_produced_cancel();
-    h2_produced();
-    h2_produced_cancel();
+    h2_run(server(1 << 20, 8192), 0, h2_produced);
+    h2_run(server(1 << 20, 8192), 1000, h2_produced_cancel);
+    /* The teardown in h2_run ends no producer a second time. */
+    is(prod.dones, 1, "no second done at teardown");
     return done_testing();
 }
