@@ -29,14 +29,10 @@
 #        SERIES=20000 DURATION=20 bench/churn.sh
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # shellcheck source-path=SCRIPTDIR source=../tests/e2e/lib.sh
 . "$ROOT/tests/e2e/lib.sh"
-# shellcheck source-path=SCRIPTDIR source=lib.sh
-. "$ROOT/bench/lib.sh"
-
-BUILD_DIR=${BUILD_DIR:-$ROOT/build-bench}
-SKIP_BUILD=${SKIP_BUILD:-0}                  # 1: use the binaries already in $BUILD_DIR
 TARGETS=${TARGETS:-"promtable victoriametrics"}
 SERIES=${SERIES:-100000}                     # active series at any time
 CHURN_PERCENT=${CHURN_PERCENT:-10}           # of the active series replaced per step
@@ -47,8 +43,6 @@ WARMUP=${WARMUP:-10}                         # seconds, at least one pass over a
 SAMPLES_PER_REQUEST=${SAMPLES_PER_REQUEST:-2000}
 LABELS=${LABELS:-10}
 POOL_MB=${POOL_MB:-2048}
-SERVER_CPU=${SERVER_CPU:-0}
-LOADGEN_CPU=${LOADGEN_CPU:-1}
 VM_BIN=${VM_BIN:-$(command -v victoria-metrics || echo /usr/bin/victoria-metrics)}
 PROMTABLE_ARGS=${PROMTABLE_ARGS:-}           # extra flags for promtable
 VM_ARGS=${VM_ARGS:-}                         # extra flags for VictoriaMetrics

@@ -3,9 +3,18 @@
 # Shared by the benchmark scripts (sourced): building, starting and stopping a server,
 # medians over rounds, the rounds loop over the targets, and the header naming versions and
 # host. Uses
-# the caller's ROUNDS, TARGETS, PROMTABLE, VM_BIN, ROOT, SERVER_CPU, LOADGEN_CPU and SRV.
+# the caller's ROUNDS, TARGETS, PROMTABLE, VM_BIN and SRV.
 
 log() { printf '%s\n' "$*" >&2; }
+
+# Set on sourcing (a caller's environment wins): the checkout ROOT, the benchmarks' Release
+# build BUILD_DIR (SKIP_BUILD=1: use the binaries already there), and the CPUs the server and
+# the load generator are pinned to.
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD_DIR=${BUILD_DIR:-$ROOT/build-bench}
+SKIP_BUILD=${SKIP_BUILD:-0}
+SERVER_CPU=${SERVER_CPU:-0}
+LOADGEN_CPU=${LOADGEN_CPU:-1}
 
 # bench_build TARGET...: unless SKIP_BUILD is 1, configures BUILD_DIR (a Release build of
 # ROOT) and builds the TARGETs, the output in $WORK/build.log; exits with the end of that log
