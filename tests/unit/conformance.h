@@ -236,6 +236,8 @@ static const char *ct_show(pt_backend *b, pt_table t, const pt_row_range *ranges
 #define CT_NONE ((pt_slice){0})
 #define CT_RANGE(s, e) ((pt_row_range){PT_SLICE_LIT(s), PT_SLICE_LIT(e)})
 #define CT_N(a) (sizeof(a) / sizeof((a)[0]))
+/* The points table's cells in rows [s, e), as ct_show prints them. */
+#define CT_POINTS(b, s, e) ct_show(b, PT_TABLE_POINTS, &CT_RANGE(s, e), 1)
 
 /* ---- the cases ---- */
 
@@ -264,8 +266,7 @@ static void ct_order(pt_backend *b, const char *L)
     ct_batch bt = {0};
     ct_add_cells(&bt, PT_TABLE_POINTS, cells, CT_N(cells));
     is(ct_write(b, &bt), 0, "%s: write unsorted batch", L);
-    pt_row_range r[] = {CT_RANGE("c02/", "c020")};
-    is_str(ct_show(b, PT_TABLE_POINTS, r, 1),
+    is_str(CT_POINTS(b, "c02/", "c020"),
            "c02/A:00000005=10;"
            "c02/a:00000000=9;c02/a:00000100=5;c02/a:7fffffff=3;"
            "c02/a\\x01:00000005=8;c02/a,b:00000005=4;c02/ab:00000005=6;"
@@ -284,8 +285,7 @@ static void ct_rewrite(pt_backend *b, const char *L)
     ct_add(&bt, PT_TABLE_POINTS, "c03/r", 1, "new");
     is(ct_write(b, &bt), 0, "%s: rewrite one cell", L);
     is(ct_write(b, &bt), 0, "%s: the same batch again (a retry)", L);
-    pt_row_range r[] = {CT_RANGE("c03/", "c03/\xff")};
-    is_str(ct_show(b, PT_TABLE_POINTS, r, 1), "c03/r:00000001=new;c03/r:00000002=keep;",
+    is_str(CT_POINTS(b, "c03/", "c03/\xff"), "c03/r:00000001=new;c03/r:00000002=keep;",
            "%s: a rewrite replaces the value, one version kept", L);
 }
 
@@ -522,8 +522,7 @@ static void ct_binary(pt_backend *b, const char *L)
     ct_add_raw(&bt, PT_TABLE_POINTS, PT_SLICE_LIT("c10/\x01\x1f\x7f\xfe"), 1,
                PT_SLICE_LIT("k"));
     is(ct_write(b, &bt), 0, "%s: write binary values and an empty one", L);
-    pt_row_range r[] = {CT_RANGE("c10/", "c10/\xff")};
-    is_str(ct_show(b, PT_TABLE_POINTS, r, 1),
+    is_str(CT_POINTS(b, "c10/", "c10/\xff"),
            "c10/\\x01\\x1f\\x7f\\xfe:00000001=k;"
            "c10/r:00000001=\\x7f\\xf0\\x00\\x00\\x00\\x00\\x00\\x02;"
            "c10/r:00000002=\\x00\\xff\\x00\\x01\\x7f\\x80\\xff\\x00;"
@@ -579,8 +578,7 @@ static void ct_bad_rows(pt_backend *b, const char *L)
     bt.n = 0;
     ct_add_raw(&bt, PT_TABLE_INDEX, (pt_slice){NULL, 0}, 1, PT_SLICE_LIT("v"));
     is(ct_write(b, &bt), PT_EBADREQ, "%s: an empty row key is rejected", L);
-    pt_row_range r[] = {CT_RANGE("c13/", "c13/\xff")};
-    is_str(ct_show(b, PT_TABLE_POINTS, r, 1), "", "%s: a rejected batch writes nothing", L);
+    is_str(CT_POINTS(b, "c13/", "c13/\xff"), "", "%s: a rejected batch writes nothing", L);
 }
 
 #define CT_THREAD_BATCHES 100
