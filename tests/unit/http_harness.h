@@ -260,6 +260,21 @@ static void teardown(pt_server *s, pt_buf *out)
     pt_buf_free(out);
 }
 
+typedef void h1_test_fn(pt_server *s, pt_buf *out);
+
+/* Runs test on s with a buffer for the output it takes, then frees both. A server that does
+ * not open fails a test instead. */
+static void h1_run(pt_server *s, h1_test_fn *test)
+{
+    pt_buf out = PT_BUF_INIT(0);
+    if (!s) {
+        ok(0, "the server for a test opens");
+        return;
+    }
+    test(s, &out);
+    teardown(s, &out);
+}
+
 /* ----------------------------------------------------------------------------- HTTP/2 */
 
 #define MAX_STREAMS 128
