@@ -486,29 +486,31 @@ static void ct_callback(pt_backend *b, const char *L)
     ct_add(&bt, PT_TABLE_POINTS, "c09/s", 1, "v");
     is(ct_write(b, &bt), 0, "%s: write 6 cells", L);
     pt_row_range r[] = {CT_RANGE("c09/r", "c09/r\0"), CT_RANGE("c09/s", "c09/t")};
-
-    ct_sink sink;
-    ct_sink_init(&sink);
-    sink.stop_at = 2;
-    is(ct_scan(b, PT_TABLE_POINTS, r, 2, CT_NONE, CT_NONE, 0, &sink), 0,
-       "%s: callback returning 1 ends the scan with 0", L);
-    is(sink.calls, 2, "%s: no call after the callback returned 1", L);
-    ct_sink_free(&sink);
-
-    ct_sink_init(&sink);
-    sink.abort_at = 3;
-    sink.abort_code = PT_ELIMIT;
-    is(ct_scan(b, PT_TABLE_POINTS, r, 2, CT_NONE, CT_NONE, 0, &sink), PT_ELIMIT,
-       "%s: a negative callback code is returned", L);
-    is(sink.calls, 3, "%s: no call after the callback failed", L);
-    ct_sink_free(&sink);
-
-    ct_sink_init(&sink);
-    sink.stop_at = 5;
-    is(ct_scan(b, PT_TABLE_POINTS, r, 2, CT_NONE, CT_NONE, 0, &sink), 0,
-       "%s: stop on the last cell of the first range", L);
-    is(sink.calls, 5, "%s: the second range is not scanned after a stop", L);
-    ct_sink_free(&sink);
+    /* A callback that stops (1) or fails on its nth call. */
+    static const struct {
+        size_t stop_at, abort_at;
+        int abort_code, rv;
+        size_t calls;
+        const char *what_rv, *what_calls;
+    } cases[] = {
+        {2, 0, 0, 0, 2, "callback returning 1 ends the scan with 0",
+         "no call after the callback returned 1"},
+        {0, 3, PT_ELIMIT, PT_ELIMIT, 3, "a negative callback code is returned",
+         "no call after the callback failed"},
+        {5, 0, 0, 0, 5, "stop on the last cell of the first range",
+         "the second range is not scanned after a stop"},
+    };
+    for (size_t i = 0; i < CT_N(cases); i++) {
+        ct_sink sink;
+        ct_sink_init(&sink);
+        sink.stop_at = cases[i].stop_at;
+        sink.abort_at = cases[i].abort_at;
+        sink.abort_code = cases[i].abort_code;
+        is(ct_scan(b, PT_TABLE_POINTS, r, 2, CT_NONE, CT_NONE, 0, &sink), cases[i].rv, "%s: %s", L,
+           cases[i].what_rv);
+        is(sink.calls, cases[i].calls, "%s: %s", L, cases[i].what_calls);
+        ct_sink_free(&sink);
+    }
 }
 
 static void ct_binary(pt_backend *b, const char *L)
