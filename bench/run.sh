@@ -57,20 +57,10 @@ FAILED=0
 LOAD_FIGURES=(PERCPU=samples_per_server_cpu_s MAXMS=max_ms)
 
 
-# 0 when the last run sent part of the pool twice: old timestamps again, rewrites rather
-# than ingest, which a store handles differently (promtable merges them into chunks).
-pool_wrapped() {
-    awk -v p="$(field pool_passes "$RESULT")" 'BEGIN {exit !(p > 1)}'
-}
-
-# finish_checked NAME DIR: request errors, or a pool the run outran, fail CHECK[NAME] whatever
-# the store holds; then PEAK[NAME] and finish_target.
+# finish_checked NAME DIR: load_check's verdict over CHECK[NAME], then PEAK[NAME] and
+# finish_target.
 finish_checked() {
-    if [[ ${ERRS[$1]} != 0 ]]; then
-        CHECK[$1]="FAILED: ${ERRS[$1]} request errors"
-    elif pool_wrapped; then
-        CHECK[$1]="FAILED: the run outran the pool ($(field pool_passes "$RESULT") passes); raise POOL_MB"
-    fi
+    load_check "$1" || true
     PEAK[$1]=$(peak_rss_mib)
     finish_target "$1" "$2"
 }
@@ -111,35 +101,18 @@ bench_promtable() {
 }
 
 bench_victoriametrics() {
-    local port dir base
+    local port dir
     port=$(free_port)
     vm_load "$port" $((SERIES * 2 + 1000)) || return 1
-    dir=$VM_DIR base=$VM_BASE
+    dir=$VM_DIR
 
-    # Make the freshly written samples searchable, then count what a query sees.
-    local sent series samples ignored
+    local sent want_series
     sent=$(field total_ok_samples "$RESULT")
-    curl -s -o /dev/null "$base/internal/force_flush"
-    series=$(curl -s "$base/api/v1/series/count" | sed -n 's/.*"data":\[\([0-9]*\)\].*/\1/p')
-    samples=$(curl -s "$base/api/v1/query" --data-urlencode "time=$(date +%s)" \
-        --data-urlencode 'query=sum(count_over_time({__name__=~".+"}[3d]))' |
-        sed -n 's/.*"value":\[[0-9.]*,"\([0-9]*\)"\].*/\1/p')
-    ignored=$(curl -s "$base/metrics" |
-        awk '/^vm_rows_ignored_total/ {s += $NF} END {printf "%.0f", s}')
-    local want_series
     # Every series was sent at least once unless the run was shorter than one pass.
     want_series=$((sent / SAMPLES_PER_SERIES < SERIES ? sent / SAMPLES_PER_SERIES : SERIES))
-    if [[ -z $series || -z $samples ]]; then
-        CHECK[victoriametrics]="FAILED: could not count stored data"
-    elif [[ $series -ne $want_series || $ignored -ne 0 ]]; then
-        CHECK[victoriametrics]="FAILED: $series series stored (want $want_series)"
-        CHECK[victoriametrics]+=", $ignored rows ignored"
-    elif [[ $samples -ne $sent ]]; then
-        CHECK[victoriametrics]="FAILED: $samples samples queryable, sent $sent"
-    else
-        CHECK[victoriametrics]="ok: $series series, $samples samples queryable, sent $sent"
-    fi
-    finish_checked victoriametrics "$dir"
+    vm_check "$sent" "$want_series"
+    PEAK[victoriametrics]=$(peak_rss_mib)
+    finish_target victoriametrics "$dir"
 }
 
 # ---------------------------------------------------------------------------------------
