@@ -22,13 +22,10 @@
 # stopped on exit). No `set -e`: those helpers report failure by status, checked here.
 set -uo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # shellcheck source-path=SCRIPTDIR source=../tests/e2e/lib.sh
 . "$ROOT/tests/e2e/lib.sh"
-# shellcheck source-path=SCRIPTDIR source=lib.sh
-. "$ROOT/bench/lib.sh"
-BUILD_DIR=${BUILD_DIR:-$ROOT/build-bench}
-SKIP_BUILD=${SKIP_BUILD:-0}              # 1: use the binaries already in $BUILD_DIR
 BACKENDS=${BACKENDS:-"embedded bigtable"}
 PROMTABLE_CPU=${PROMTABLE_CPU:-0}
 OTHER_CPU=${OTHER_CPU:-1}

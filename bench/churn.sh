@@ -29,14 +29,10 @@
 #        SERIES=20000 DURATION=20 bench/churn.sh
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # shellcheck source-path=SCRIPTDIR source=../tests/e2e/lib.sh
 . "$ROOT/tests/e2e/lib.sh"
-# shellcheck source-path=SCRIPTDIR source=lib.sh
-. "$ROOT/bench/lib.sh"
-
-BUILD_DIR=${BUILD_DIR:-$ROOT/build-bench}
-SKIP_BUILD=${SKIP_BUILD:-0}                  # 1: use the binaries already in $BUILD_DIR
 TARGETS=${TARGETS:-"promtable victoriametrics"}
 SERIES=${SERIES:-100000}                     # active series at any time
 CHURN_PERCENT=${CHURN_PERCENT:-10}           # of the active series replaced per step
@@ -47,8 +43,6 @@ WARMUP=${WARMUP:-10}                         # seconds, at least one pass over a
 SAMPLES_PER_REQUEST=${SAMPLES_PER_REQUEST:-2000}
 LABELS=${LABELS:-10}
 POOL_MB=${POOL_MB:-2048}
-SERVER_CPU=${SERVER_CPU:-0}
-LOADGEN_CPU=${LOADGEN_CPU:-1}
 VM_BIN=${VM_BIN:-$(command -v victoria-metrics || echo /usr/bin/victoria-metrics)}
 PROMTABLE_ARGS=${PROMTABLE_ARGS:-}           # extra flags for promtable
 VM_ARGS=${VM_ARGS:-}                         # extra flags for VictoriaMetrics
@@ -103,19 +97,6 @@ stop_server() {
     SERVER_PID=
 }
 
-# common_check NAME: what both targets must pass; sets CHECK[NAME] on failure.
-common_check() {
-    local name=$1
-    if [[ ${ERRS[$name]} != 0 ]]; then
-        CHECK[$name]="FAILED: ${ERRS[$name]} request errors"
-    elif awk -v p="$(field pool_passes "$RESULT")" 'BEGIN {exit !(p > 1)}'; then
-        CHECK[$name]="FAILED: the run outran the pool (churn stopped); raise POOL_MB"
-    else
-        return 0
-    fi
-    return 1
-}
-
 bench_promtable() {
     local port dir base
     if [[ ! -x $PROMTABLE ]]; then
@@ -151,7 +132,7 @@ bench_promtable() {
         series=$(field series "$r")
         log "  ${r:-readbench failed: $(tail -n 2 "$WORK/readbench.log")}"
     fi
-    if ! common_check promtable; then
+    if ! load_check promtable; then
         :
     elif awk -v g="$got" -v s="$sent" 'BEGIN {exit !(g < s)}'; then
         CHECK[promtable]="FAILED: promtable_samples_received_total=$got < sent $sent"
@@ -165,38 +146,14 @@ bench_promtable() {
 }
 
 bench_victoriametrics() {
-    local port dir base
+    local port dir
     pt_free_port port
     # churn makes many times $SERIES series
     vm_load "$port" $((SERIES * 200 + 1000)) || return 1
-    dir=$VM_DIR base=$VM_BASE
+    dir=$VM_DIR
     PEAK[victoriametrics]=$(peak_rss_mib)
 
-    # Make the freshly written samples searchable, then count what a query sees.
-    local sent want series samples ignored
-    sent=$(field total_ok_samples "$RESULT")
-    want=${DISTINCT[victoriametrics]}
-    curl -s -o /dev/null "$base/internal/force_flush"
-    curl -s "$base/api/v1/series/count" >"$WORK/vm.count"
-    curl -s "$base/api/v1/query" --data-urlencode "time=$(date +%s)" \
-        --data-urlencode 'query=sum(count_over_time({__name__=~".+"}[3d]))' >"$WORK/vm.query"
-    series=$(sed -n 's/.*"data":\[\([0-9]*\)\].*/\1/p' "$WORK/vm.count")
-    samples=$(sed -n 's/.*"value":\[[0-9.]*,"\([0-9]*\)"\].*/\1/p' "$WORK/vm.query")
-    [[ -n $series && -n $samples ]] ||
-        log "  VictoriaMetrics' answers: $(head -c 300 "$WORK/vm.count"); $(head -c 300 "$WORK/vm.query")"
-    curl -s "$base/metrics" >"$WORK/vm.metrics"
-    ignored=$(pt_metric_sum "$WORK/vm.metrics" vm_rows_ignored_total)
-    if ! common_check victoriametrics; then
-        :
-    elif [[ -z $series || -z $samples ]]; then
-        CHECK[victoriametrics]="FAILED: could not count stored data"
-    elif [[ $series -ne $want || $ignored != 0 ]]; then
-        CHECK[victoriametrics]="FAILED: $series series stored (sent $want), $ignored rows ignored"
-    elif [[ $samples -ne $sent ]]; then
-        CHECK[victoriametrics]="FAILED: $samples samples queryable, sent $sent"
-    else
-        CHECK[victoriametrics]="ok: $series series, $samples samples queryable, as sent"
-    fi
+    vm_check "$(field total_ok_samples "$RESULT")" "${DISTINCT[victoriametrics]}"
     finish_target victoriametrics "$dir"
 }
 

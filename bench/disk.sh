@@ -10,11 +10,8 @@
 #        also measures another build of promtable, in the same rounds.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source-path=SCRIPTDIR source=lib.sh
-. "$ROOT/bench/lib.sh"
-BUILD_DIR=${BUILD_DIR:-$ROOT/build-bench}
-SKIP_BUILD=${SKIP_BUILD:-0}                  # 1: use the binaries already in $BUILD_DIR
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 TARGETS=${TARGETS:-"promtable victoriametrics"}
 SERIES=${SERIES:-20000}
 SCRAPES=${SCRAPES:-480}                      # samples per series
@@ -23,8 +20,6 @@ SAMPLES_PER_REQUEST=${SAMPLES_PER_REQUEST:-2000}
 CONNECTIONS=${CONNECTIONS:-2}
 LABELS=${LABELS:-10}
 POOL_MB=${POOL_MB:-4096}                     # must hold every body: nothing is sent twice
-SERVER_CPU=${SERVER_CPU:-0}
-LOADGEN_CPU=${LOADGEN_CPU:-1}
 VM_BIN=${VM_BIN:-$(command -v victoria-metrics || echo /usr/bin/victoria-metrics)}
 PROMTABLE=${PROMTABLE:-$BUILD_DIR/promtable}
 BASELINE=${BASELINE:-}                       # target "baseline": this promtable binary

@@ -3,9 +3,18 @@
 # Shared by the benchmark scripts (sourced): building, starting and stopping a server,
 # medians over rounds, the rounds loop over the targets, and the header naming versions and
 # host. Uses
-# the caller's ROUNDS, TARGETS, PROMTABLE, VM_BIN, ROOT, SERVER_CPU, LOADGEN_CPU and SRV.
+# the caller's ROUNDS, TARGETS, PROMTABLE, VM_BIN and SRV.
 
 log() { printf '%s\n' "$*" >&2; }
+
+# Set on sourcing (a caller's environment wins): the checkout ROOT, the benchmarks' Release
+# build BUILD_DIR (SKIP_BUILD=1: use the binaries already there), and the CPUs the server and
+# the load generator are pinned to.
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD_DIR=${BUILD_DIR:-$ROOT/build-bench}
+SKIP_BUILD=${SKIP_BUILD:-0}
+SERVER_CPU=${SERVER_CPU:-0}
+LOADGEN_CPU=${LOADGEN_CPU:-1}
 
 # bench_build TARGET...: unless SKIP_BUILD is 1, configures BUILD_DIR (a Release build of
 # ROOT) and builds the TARGETs, the output in $WORK/build.log; exits with the end of that log
@@ -197,6 +206,46 @@ finish_target() {
     stop_server
     DISK[$1]=$(du -sm "$2" | cut -f1)
     [[ ${CHECK[$1]} == ok* ]]
+}
+
+# load_check NAME: request errors, or a run that outran the load generator's pool (old
+# timestamps sent again: rewrites rather than ingest, which a store handles differently),
+# fail target NAME whatever its store holds: sets CHECK[NAME] and returns 1 then.
+load_check() {
+    if [[ ${ERRS[$1]} != 0 ]]; then
+        CHECK[$1]="FAILED: ${ERRS[$1]} request errors"
+    elif awk -v p="$(field pool_passes "$RESULT")" 'BEGIN {exit !(p > 1)}'; then
+        CHECK[$1]="FAILED: the run outran the pool ($(field pool_passes "$RESULT") passes); raise POOL_MB"
+    else
+        return 0
+    fi
+    return 1
+}
+
+# vm_check SENT SERIES: once the load ran against VictoriaMetrics (vm_load), makes what it
+# took searchable and sets CHECK[victoriametrics]: ok when it holds SERIES series, none of
+# their rows ignored, and a query sees the SENT samples; then load_check's verdict.
+vm_check() {
+    local sent=$1 want=$2 series samples ignored
+    curl -s -o /dev/null "$VM_BASE/internal/force_flush"
+    curl -s "$VM_BASE/api/v1/series/count" >"$WORK/vm.count"
+    curl -s "$VM_BASE/api/v1/query" --data-urlencode "time=$(date +%s)" \
+        --data-urlencode 'query=sum(count_over_time({__name__=~".+"}[3d]))' >"$WORK/vm.query"
+    series=$(sed -n 's/.*"data":\[\([0-9]*\)\].*/\1/p' "$WORK/vm.count")
+    samples=$(sed -n 's/.*"value":\[[0-9.]*,"\([0-9]*\)"\].*/\1/p' "$WORK/vm.query")
+    ignored=$(curl -s "$VM_BASE/metrics" |
+        awk '/^vm_rows_ignored_total[ {]/ {s += $NF} END {printf "%.0f", s}')
+    if [[ -z $series || -z $samples ]]; then
+        CHECK[victoriametrics]="FAILED: could not count stored data"
+        log "  VictoriaMetrics' answers: $(head -c 300 "$WORK/vm.count"); $(head -c 300 "$WORK/vm.query")"
+    elif [[ $series -ne $want || $ignored -ne 0 ]]; then
+        CHECK[victoriametrics]="FAILED: $series series stored (want $want), $ignored rows ignored"
+    elif [[ $samples -ne $sent ]]; then
+        CHECK[victoriametrics]="FAILED: $samples samples queryable, sent $sent"
+    else
+        CHECK[victoriametrics]="ok: $series series, $samples samples queryable, sent $sent"
+    fi
+    load_check victoriametrics || true
 }
 
 # vm_load PORT MAX_SERIES: starts VictoriaMetrics ($VM_BIN with VM_ARGS) on PORT and a fresh

@@ -20,11 +20,8 @@
 # Run it under the benchmark lock: flock /tmp/pt-bench.lock bench/overload.sh
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source-path=SCRIPTDIR source=lib.sh
-. "$ROOT/bench/lib.sh"
-BUILD_DIR=${BUILD_DIR:-$ROOT/build-bench}
-SKIP_BUILD=${SKIP_BUILD:-0}                  # 1: use the binaries already in $BUILD_DIR
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 SERIES=${SERIES:-20000}
 CONNECTIONS=${CONNECTIONS:-8}                # phase 1 (closed loop)
 OVER_CONNECTIONS=${OVER_CONNECTIONS:-64}     # phase 2 (open loop)
@@ -33,8 +30,6 @@ DURATION=${DURATION:-20}
 WARMUP=${WARMUP:-2}
 SAMPLES_PER_REQUEST=${SAMPLES_PER_REQUEST:-2000}
 POOL_MB=${POOL_MB:-1024}
-SERVER_CPU=${SERVER_CPU:-0}
-LOADGEN_CPU=${LOADGEN_CPU:-1}
 WORKERS=${WORKERS:-2}
 MAX_INFLIGHT=${MAX_INFLIGHT:-8}
 MAX_BODY_MEMORY=${MAX_BODY_MEMORY:-64MiB}

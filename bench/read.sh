@@ -20,21 +20,16 @@
 #        SERIES=500000 SAMPLES=61 bench/read.sh
 set -u
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # shellcheck source-path=SCRIPTDIR source=../tests/e2e/lib.sh
 . "$ROOT/tests/e2e/lib.sh"
-# shellcheck source-path=SCRIPTDIR source=lib.sh
-. "$ROOT/bench/lib.sh"
-
-BUILD_DIR=${BUILD_DIR:-$ROOT/build-bench}
-SKIP_BUILD=${SKIP_BUILD:-0}
 SERIES=${SERIES:-50000}
 SAMPLES=${SAMPLES:-240}         # scrapes per series, 15 s apart
 REQUESTS=${REQUESTS:-20}        # timed requests per large query (whole store), server and round
 SMALL_REQUESTS=${SMALL_REQUESTS:-200} # the same for the small ones (p50s of a few requests are
                                 # noise at 0.1 ms), after 20 warm-up requests
 ROUNDS=${ROUNDS:-3}
-SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 PROMTABLE_ARGS=${PROMTABLE_ARGS:-}
 PROMETHEUS=${PROMETHEUS:-prometheus}

@@ -1,7 +1,6 @@
 /* promtable: flags and configuration, backend, HTTP server, signals. */
 #include <malloc.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,18 +14,6 @@
 #include "ha.h"
 #include "log.h"
 #include "metrics.h"
-
-static pt_server *volatile the_server;
-
-static void on_signal(int sig)
-{
-    if (!the_server)
-        return;
-    if (sig == SIGHUP)
-        pt_server_reload_tls(the_server);
-    else
-        pt_server_stop(the_server);
-}
 
 /* Applies --config.file first, then every other flag over it. */
 /* Subcommands: none runs the server. */
@@ -304,14 +291,7 @@ int main(int argc, char **argv)
         goto fail_cache;
     }
     app.srv = srv;
-    the_server = srv;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    pt_server_signals(srv);
 
     atomic_store(&app.ready, 1);
     pt_log(PT_LOG_INFO, "promtable started", "version=%s address=%s port=%d backend=%s tls=%s",
@@ -321,7 +301,7 @@ int main(int argc, char **argv)
     atomic_store(&app.ready, 0);
     pt_log_msg(PT_LOG_INFO, "promtable stopping: requests finished, closing storage");
 
-    the_server = NULL;
+    pt_server_signals(NULL);
     pt_server_free(srv);
 fail_cache:
     pt_ha_free(app.ha);

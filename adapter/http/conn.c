@@ -129,12 +129,7 @@ void pt_conn_free(pt_conn *c)
     e->gen++;
     e->next_free = s->free_slot;
     s->free_slot = c->slot;
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        s->conns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    PT_LIST_UNLINK(s->conns, c);
     atomic_fetch_sub(&s->nconns, 1);
     pt_buf_free(&c->in);
     pt_buf_free(&c->out);
@@ -235,10 +230,7 @@ pt_conn *pt_conn_new(pt_server *s, int fd)
     }
     s->free_slot = s->slots[c->slot].next_free;
     s->slots[c->slot].conn = c;
-    c->next = s->conns;
-    if (s->conns)
-        s->conns->prev = c;
-    s->conns = c;
+    PT_LIST_PUSH(s->conns, c);
     atomic_fetch_add(&s->nconns, 1);
     return c;
 

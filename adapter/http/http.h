@@ -223,6 +223,10 @@ void pt_server_stop(pt_server *s);
  * again. New connections get the new context, open ones keep theirs; when the files do not
  * load, the old context stays and an error is logged. Nothing happens without TLS. */
 void pt_server_reload_tls(pt_server *s);
+/* For a process that runs one server: SIGTERM and SIGINT stop s (pt_server_stop), SIGHUP
+ * reloads its TLS files (pt_server_reload_tls), SIGPIPE is ignored. pt_server_signals(NULL)
+ * before pt_server_free leaves the handlers nothing to act on. */
+void pt_server_signals(pt_server *s);
 void pt_server_free(pt_server *s);
 
 /* Gauge of open connections, for /metrics. */

@@ -561,6 +561,34 @@ void pt_server_reload_tls(pt_server *s)
     (void)r;
 }
 
+/* The server the signal handler acts on (pt_server_signals). */
+static pt_server *volatile signalled;
+
+static void on_signal(int sig)
+{
+    pt_server *s = signalled;
+    if (!s)
+        return;
+    if (sig == SIGHUP)
+        pt_server_reload_tls(s);
+    else
+        pt_server_stop(s);
+}
+
+void pt_server_signals(pt_server *s)
+{
+    signalled = s;
+    if (!s)
+        return;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
 /* Loop thread: a new context for the connections accepted from now on. Each SSL object
  * holds a reference to the context it was made from, so open connections keep theirs. */
 static void reload_tls(pt_server *s)

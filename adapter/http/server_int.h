@@ -313,6 +313,27 @@ struct pt_server {
     int64_t stop_deadline_ms, next_sweep_ms;
 };
 
+/* Intrusive doubly linked lists (the server's connections, a connection's tasks): an element
+ * x has prev and next, head points at the first. */
+#define PT_LIST_PUSH(head, x)                                                                  \
+    do {                                                                                       \
+        (x)->prev = NULL;                                                                      \
+        (x)->next = (head);                                                                    \
+        if (head)                                                                              \
+            (head)->prev = (x);                                                                \
+        (head) = (x);                                                                          \
+    } while (0)
+#define PT_LIST_UNLINK(head, x)                                                                \
+    do {                                                                                       \
+        if ((x)->prev)                                                                         \
+            (x)->prev->next = (x)->next;                                                       \
+        else                                                                                   \
+            (head) = (x)->next;                                                                \
+        if ((x)->next)                                                                         \
+            (x)->next->prev = (x)->prev;                                                       \
+        (x)->prev = (x)->next = NULL;                                                          \
+    } while (0)
+
 #define PT_RBUF_CAP (128 * 1024) /* the loop's shared read buffer */
 #define PT_NO_SLOT UINT32_MAX     /* end of the free slot list */
 

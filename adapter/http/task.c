@@ -78,11 +78,7 @@ pt_task *pt_task_new(pt_conn *c, int proto)
     t->conn = c;
     t->slot = c->slot;
     t->gen = c->gen;
-    t->prev = NULL;
-    t->next = c->tasks;
-    if (c->tasks)
-        c->tasks->prev = t;
-    c->tasks = t;
+    PT_LIST_PUSH(c->tasks, t);
     c->ntasks++;
     c->body_bytes += t->body.cap; /* a cached task keeps its buffer */
     return t;
@@ -99,13 +95,7 @@ static void detach(pt_task *t)
     pt_conn *c = t->conn;
     if (!c)
         return;
-    if (t->prev)
-        t->prev->next = t->next;
-    else
-        c->tasks = t->next;
-    if (t->next)
-        t->next->prev = t->prev;
-    t->prev = t->next = NULL;
+    PT_LIST_UNLINK(c->tasks, t);
     t->conn = NULL;
     c->ntasks--;
     c->body_bytes -= t->body.cap;

@@ -13,16 +13,10 @@
 # Environment: PT_BUILD_DIR (build tree with promtable and tests/ptdamage).
 set -u -o pipefail
 
-HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=lib.sh
-. "$HERE/lib.sh"
-ROOT=$(cd "$HERE/../.." && pwd)
-BUILD=${PT_BUILD_DIR:-$ROOT/build}
-PROMTABLE=$BUILD/promtable
-DAMAGE=$BUILD/tests/ptdamage
-
+. "$(dirname "$0")/lib.sh"
 pt_require curl
-[ -x "$PROMTABLE" ] && [ -x "$DAMAGE" ] || tap_bail "$PROMTABLE or $DAMAGE not built"
+pt_programs PROMTABLE=promtable DAMAGE=tests/ptdamage
 pt_mktemp T check
 
 # serve LOG ARGS... : starts promtable on a free port, sets SRV_PID and URL.
@@ -31,7 +25,7 @@ serve() { pt_serve SRV_PID URL "$@"; }
 write_golden() {
     curl -sS --max-time 10 -o /dev/null -w '%{http_code}' -H 'Content-Encoding: snappy' \
         -H 'Content-Type: application/x-protobuf' \
-        --data-binary @"$ROOT/tests/data/prom-2.42-write.bin" "$URL/api/v1/write"
+        --data-binary @"$PT_ROOT/tests/data/prom-2.42-write.bin" "$URL/api/v1/write"
 }
 
 # check NAME ARGS... : runs promtable check, output in $T/NAME.out, status in RC.

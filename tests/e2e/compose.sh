@@ -99,38 +99,34 @@ list() {
     } END { print out }' "$1"
 }
 
-# ports FLAT SERVICE : "published:target" for each port of SERVICE, space separated.
-ports() {
-    awk -v k="services.$2.ports[" 'index($0, k) == 1 {
+# items FLAT PATH A B : one line per item of the sequence at PATH, in order: "a b" for an
+# item in long form (its fields A and B), the scalar itself for one in short form.
+items() {
+    awk -v k="$2[" -v a=".$3" -v b=".$4" 'index($0, k) == 1 {
         r = substr($0, length(k) + 1)
         i = r; sub(/\].*/, "", i)
-        if (r ~ /^[0-9]+\]\.published=/) { sub(/^[^=]*=/, "", r); pub[i] = r }
-        else if (r ~ /^[0-9]+\]\.target=/) { sub(/^[^=]*=/, "", r); tgt[i] = r }
-        else if (r ~ /^[0-9]+\]=/) { sub(/^[^=]*=/, "", r); short[i] = r }
+        f = r; sub(/^[0-9]+\]/, "", f); sub(/=.*/, "", f)
+        v = r; sub(/^[^=]*=/, "", v)
+        if (f == a) x[i] = v
+        else if (f == b) y[i] = v
+        else if (f == "") s[i] = v
         if (i + 1 > m) m = i + 1
-    } END {
-        for (i = 0; i < m; i++) {
-            if (i in short) { s = short[i]; sub(/\/tcp$/, "", s); x = x " " s }
-            else x = x " " pub[i] ":" tgt[i]
-        }
-        sub(/^ /, "", x); print x
-    }' "$1"
+    } END { for (i = 0; i < m; i++) print (i in s ? s[i] : x[i] " " y[i]) }' "$1"
+}
+
+# ports FLAT SERVICE : "published:target" for each port of SERVICE, space separated.
+ports() {
+    items "$1" "services.$2.ports" published target | awk '{
+        if (NF == 1) { s = $1; sub(/\/tcp$/, "", s); x = x " " s }
+        else x = x " " $1 ":" $2
+    } END { sub(/^ /, "", x); print x }'
 }
 
 # mounts FLAT SERVICE : "source target" per volume of SERVICE, one per line (short
 # "src:dst[:mode]" form of docker-compose 1.x and long form of Compose v2).
 mounts() {
-    awk -v k="services.$2.volumes[" 'index($0, k) == 1 {
-        r = substr($0, length(k) + 1)
-        i = r; sub(/\].*/, "", i)
-        if (r ~ /^[0-9]+\]\.source=/) { sub(/^[^=]*=/, "", r); src[i] = r }
-        else if (r ~ /^[0-9]+\]\.target=/) { sub(/^[^=]*=/, "", r); dst[i] = r }
-        else if (r ~ /^[0-9]+\]=/) {
-            sub(/^[^=]*=/, "", r)
-            split(r, f, ":"); src[i] = f[1]; dst[i] = f[2]
-        }
-        if (i + 1 > m) m = i + 1
-    } END { for (i = 0; i < m; i++) print src[i] " " dst[i] }' "$1"
+    items "$1" "services.$2.volumes" source target |
+        awk 'NF == 1 { split($1, f, ":"); print f[1] " " f[2]; next } { print }'
 }
 
 # flag_value "ARGS" NAME : the value of --NAME=V in a space-joined argument list.

@@ -26,13 +26,10 @@
 # Environment: PT_BUILD_DIR (default ../../build); PT_KEEP_TMP=1 keeps logs and data.
 set -u -o pipefail
 
-here=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck source-path=SCRIPTDIR source=lib.sh
-. "$here/tests/e2e/lib.sh"
+. "$(dirname "$0")/lib.sh"
 pt_require prometheus curl jq awk sort
-pt_tools
-PTDUMP=${PT_BUILD_DIR:-$here/build}/tests/ptdump
-pt_built "$PTDUMP"
+pt_tools PTDUMP=tests/ptdump
 
 JOBS=6          # scrape jobs of the writer's own metrics: ~6 x 1000 samples per second
 GAP=15000       # samples promtable takes between a (re)start and the next kill

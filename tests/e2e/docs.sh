@@ -5,12 +5,11 @@
 # configuration reference in docs/configuration.md is what the binary prints, the commands
 # the docs name for the binary run, and the README carries no full commit hash or date.
 set -u
-here=$(cd "$(dirname "$0")/../.." && pwd)
-. "$here/tests/e2e/lib.sh"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "$0")/lib.sh"
 pt_require perl
-bdir="${PT_BUILD_DIR:-$here/build}"
-bin="$bdir/promtable"
-pt_built "$bin"
+pt_programs bin=promtable
+here=$PT_ROOT
 # Each check reads these, so a test of the test can point them at copies.
 readme="${PT_DOCS_README:-$here/README.md}"
 docs="${PT_DOCS_DIR:-$here/docs}"

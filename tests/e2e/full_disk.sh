@@ -8,13 +8,10 @@
 # leaves no points log.
 set -u -o pipefail
 
-here=$(cd "$(dirname "$0")/../.." && pwd)
 # shellcheck source-path=SCRIPTDIR source=lib.sh
-. "$here/tests/e2e/lib.sh"
+. "$(dirname "$0")/lib.sh"
 pt_require curl awk dd mount umount
-pt_tools
-RWTOOL=${PT_BUILD_DIR:-$here/build}/tests/rwtool
-pt_built "$RWTOOL"
+pt_tools RWTOOL=tests/rwtool
 [ "$(id -u)" = 0 ] || tap_skip_all "needs root to mount a small tmpfs"
 
 pt_mktemp DIR full_disk

@@ -8,10 +8,10 @@
 # includes within the layer must compile. And no source escapes its include path with a
 # relative "../" include.
 set -u
-here=$(cd "$(dirname "$0")/../.." && pwd)
-. "$here/tests/e2e/lib.sh"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "$0")/lib.sh"
 pt_require jq
-bdir="${PT_BUILD_DIR:-$here/build}"
+here=$PT_ROOT bdir=$PT_BUILD
 db="$bdir/compile_commands.json"
 # Every configured build tree has it (CMAKE_EXPORT_COMPILE_COMMANDS): missing is a failure.
 [ -f "$db" ] || tap_bail "no $db (PT_BUILD_DIR=${PT_BUILD_DIR:-unset} is not a configured build)"

@@ -28,7 +28,10 @@
 #                     pt_on_exit CMD        (runs CMD, via eval, at exit before the kills)
 #                     pt_require CMD...     (skips the whole file when a command is missing)
 #                     pt_built PROGRAM...   (bails out when a program the build makes is missing)
-#                     pt_tools              (PROMTABLE, LOADGEN, READBENCH; bails if not built)
+#                     pt_programs VAR=PATH... (each VAR = $PT_BUILD/PATH; bails if not built)
+#                     pt_tools [VAR=PATH...] (PROMTABLE, LOADGEN, READBENCH and the VARs, as
+#                                            pt_programs)
+# set on sourcing     PT_ROOT (the checkout), PT_BUILD (PT_BUILD_DIR, else $PT_ROOT/build)
 # Prometheus          pt_start_prometheus DIR NAME PORT (DIR/NAME.yml, data in DIR/NAME-data,
 #                                           log DIR/NAME.log; sets PT_PID; 1 if not ready
 #                                           within 30 s)
@@ -54,6 +57,9 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
     echo "1..0 # SKIP library for the shell tests, not a test"
     exit 0
 fi
+
+PT_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+PT_BUILD=${PT_BUILD_DIR:-$PT_ROOT/build}
 
 # ---------------------------------------------------------------------------------- TAP
 
@@ -240,12 +246,20 @@ pt_built() {
     done
 }
 
-# pt_tools: PROMTABLE, LOADGEN and READBENCH from the build directory (PT_BUILD_DIR, else
-# build/); the test bails out when one is not built.
+# pt_programs VAR=PATH... : each VAR set to $PT_BUILD/PATH, a program of the build tree; the
+# test bails out when one is not built.
+pt_programs() {
+    local a v
+    for a in "$@"; do
+        v=${a%%=*}
+        printf -v "$v" '%s' "$PT_BUILD/${a#*=}"
+        pt_built "${!v}"
+    done
+}
+
+# pt_tools [VAR=PATH...] : PROMTABLE, LOADGEN and READBENCH, then the VARs, as pt_programs.
 pt_tools() {
-    local b=${PT_BUILD_DIR:-$here/build}
-    PROMTABLE=$b/promtable LOADGEN=$b/bench/loadgen READBENCH=$b/bench/readbench
-    pt_built "$PROMTABLE" "$LOADGEN" "$READBENCH"
+    pt_programs PROMTABLE=promtable LOADGEN=bench/loadgen READBENCH=bench/readbench "$@"
 }
 
 # -------------------------------------------------------------------------- ports, HTTP

@@ -13,15 +13,10 @@
 # Environment: PT_BUILD_DIR (build tree with promtable; default ../../build).
 set -u -o pipefail
 
-HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source-path=SCRIPTDIR source=lib.sh
-. "$HERE/lib.sh"
-ROOT=$(cd "$HERE/../.." && pwd)
-BUILD=${PT_BUILD_DIR:-$ROOT/build}
-PROMTABLE=$BUILD/promtable
-
+. "$(dirname "$0")/lib.sh"
 pt_require curl openssl timeout
-[ -x "$PROMTABLE" ] || tap_bail "$PROMTABLE not built"
+pt_programs PROMTABLE=promtable
 pt_mktemp T security
 
 # ---------------------------------------------------------------------------- certificates
@@ -88,9 +83,9 @@ tap_is "$(code "${MINE[@]}" "$U/-/healthy")" 200 "the server still answers after
 
 # ---------------------------------------------------------------------- write/read credentials
 W=(-H 'Content-Encoding: snappy' -H 'Content-Type: application/x-protobuf'
-   -H 'X-Prometheus-Remote-Write-Version: 0.1.0' --data-binary @"$ROOT/tests/data/prom-2.42-write.bin")
+   -H 'X-Prometheus-Remote-Write-Version: 0.1.0' --data-binary @"$PT_ROOT/tests/data/prom-2.42-write.bin")
 R=(-H 'Content-Encoding: snappy' -H 'Content-Type: application/x-protobuf'
-   -H 'X-Prometheus-Remote-Read-Version: 0.1.0' --data-binary @"$ROOT/tests/data/prom-2.42-read.bin")
+   -H 'X-Prometheus-Remote-Read-Version: 0.1.0' --data-binary @"$PT_ROOT/tests/data/prom-2.42-read.bin")
 auth() { printf 'Authorization: Bearer %s' "$1"; }
 tap_is "$(code "${MINE[@]}" -H "$(auth "$WRITE_TOKEN")" "${W[@]}" "$U/api/v1/write")" 204 \
     "write with the write token: 204"

@@ -17,7 +17,6 @@
  *                  "httpecho: stream done cancelled=C sent=BYTES"
  *   else        -> 404
  */
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,15 +24,6 @@
 
 #include "error.h"
 #include "http.h"
-
-static pt_server *volatile the_server;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    if (the_server)
-        pt_server_stop(the_server);
-}
 
 static void text(pt_resp *resp, int status, const char *s)
 {
@@ -176,17 +166,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "httpecho: %s\n", err);
         return 1;
     }
-    the_server = s;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
+    pt_server_signals(s);
 
     printf("%d\n", pt_server_port(s));
     fflush(stdout);
     int rv = pt_server_run(s);
-    the_server = NULL;
+    pt_server_signals(NULL);
     pt_server_free(s);
     return rv == 0 ? 0 : 1;
 }

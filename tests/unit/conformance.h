@@ -236,6 +236,8 @@ static const char *ct_show(pt_backend *b, pt_table t, const pt_row_range *ranges
 #define CT_NONE ((pt_slice){0})
 #define CT_RANGE(s, e) ((pt_row_range){PT_SLICE_LIT(s), PT_SLICE_LIT(e)})
 #define CT_N(a) (sizeof(a) / sizeof((a)[0]))
+/* The points table's cells in rows [s, e), as ct_show prints them. */
+#define CT_POINTS(b, s, e) ct_show(b, PT_TABLE_POINTS, &CT_RANGE(s, e), 1)
 
 /* ---- the cases ---- */
 
@@ -264,8 +266,7 @@ static void ct_order(pt_backend *b, const char *L)
     ct_batch bt = {0};
     ct_add_cells(&bt, PT_TABLE_POINTS, cells, CT_N(cells));
     is(ct_write(b, &bt), 0, "%s: write unsorted batch", L);
-    pt_row_range r[] = {CT_RANGE("c02/", "c020")};
-    is_str(ct_show(b, PT_TABLE_POINTS, r, 1),
+    is_str(CT_POINTS(b, "c02/", "c020"),
            "c02/A:00000005=10;"
            "c02/a:00000000=9;c02/a:00000100=5;c02/a:7fffffff=3;"
            "c02/a\\x01:00000005=8;c02/a,b:00000005=4;c02/ab:00000005=6;"
@@ -284,8 +285,7 @@ static void ct_rewrite(pt_backend *b, const char *L)
     ct_add(&bt, PT_TABLE_POINTS, "c03/r", 1, "new");
     is(ct_write(b, &bt), 0, "%s: rewrite one cell", L);
     is(ct_write(b, &bt), 0, "%s: the same batch again (a retry)", L);
-    pt_row_range r[] = {CT_RANGE("c03/", "c03/\xff")};
-    is_str(ct_show(b, PT_TABLE_POINTS, r, 1), "c03/r:00000001=new;c03/r:00000002=keep;",
+    is_str(CT_POINTS(b, "c03/", "c03/\xff"), "c03/r:00000001=new;c03/r:00000002=keep;",
            "%s: a rewrite replaces the value, one version kept", L);
 }
 
@@ -486,29 +486,31 @@ static void ct_callback(pt_backend *b, const char *L)
     ct_add(&bt, PT_TABLE_POINTS, "c09/s", 1, "v");
     is(ct_write(b, &bt), 0, "%s: write 6 cells", L);
     pt_row_range r[] = {CT_RANGE("c09/r", "c09/r\0"), CT_RANGE("c09/s", "c09/t")};
-
-    ct_sink sink;
-    ct_sink_init(&sink);
-    sink.stop_at = 2;
-    is(ct_scan(b, PT_TABLE_POINTS, r, 2, CT_NONE, CT_NONE, 0, &sink), 0,
-       "%s: callback returning 1 ends the scan with 0", L);
-    is(sink.calls, 2, "%s: no call after the callback returned 1", L);
-    ct_sink_free(&sink);
-
-    ct_sink_init(&sink);
-    sink.abort_at = 3;
-    sink.abort_code = PT_ELIMIT;
-    is(ct_scan(b, PT_TABLE_POINTS, r, 2, CT_NONE, CT_NONE, 0, &sink), PT_ELIMIT,
-       "%s: a negative callback code is returned", L);
-    is(sink.calls, 3, "%s: no call after the callback failed", L);
-    ct_sink_free(&sink);
-
-    ct_sink_init(&sink);
-    sink.stop_at = 5;
-    is(ct_scan(b, PT_TABLE_POINTS, r, 2, CT_NONE, CT_NONE, 0, &sink), 0,
-       "%s: stop on the last cell of the first range", L);
-    is(sink.calls, 5, "%s: the second range is not scanned after a stop", L);
-    ct_sink_free(&sink);
+    /* A callback that stops (1) or fails on its nth call. */
+    static const struct {
+        size_t stop_at, abort_at;
+        int abort_code, rv;
+        size_t calls;
+        const char *what_rv, *what_calls;
+    } cases[] = {
+        {2, 0, 0, 0, 2, "callback returning 1 ends the scan with 0",
+         "no call after the callback returned 1"},
+        {0, 3, PT_ELIMIT, PT_ELIMIT, 3, "a negative callback code is returned",
+         "no call after the callback failed"},
+        {5, 0, 0, 0, 5, "stop on the last cell of the first range",
+         "the second range is not scanned after a stop"},
+    };
+    for (size_t i = 0; i < CT_N(cases); i++) {
+        ct_sink sink;
+        ct_sink_init(&sink);
+        sink.stop_at = cases[i].stop_at;
+        sink.abort_at = cases[i].abort_at;
+        sink.abort_code = cases[i].abort_code;
+        is(ct_scan(b, PT_TABLE_POINTS, r, 2, CT_NONE, CT_NONE, 0, &sink), cases[i].rv, "%s: %s", L,
+           cases[i].what_rv);
+        is(sink.calls, cases[i].calls, "%s: %s", L, cases[i].what_calls);
+        ct_sink_free(&sink);
+    }
 }
 
 static void ct_binary(pt_backend *b, const char *L)
@@ -522,8 +524,7 @@ static void ct_binary(pt_backend *b, const char *L)
     ct_add_raw(&bt, PT_TABLE_POINTS, PT_SLICE_LIT("c10/\x01\x1f\x7f\xfe"), 1,
                PT_SLICE_LIT("k"));
     is(ct_write(b, &bt), 0, "%s: write binary values and an empty one", L);
-    pt_row_range r[] = {CT_RANGE("c10/", "c10/\xff")};
-    is_str(ct_show(b, PT_TABLE_POINTS, r, 1),
+    is_str(CT_POINTS(b, "c10/", "c10/\xff"),
            "c10/\\x01\\x1f\\x7f\\xfe:00000001=k;"
            "c10/r:00000001=\\x7f\\xf0\\x00\\x00\\x00\\x00\\x00\\x02;"
            "c10/r:00000002=\\x00\\xff\\x00\\x01\\x7f\\x80\\xff\\x00;"
@@ -579,8 +580,7 @@ static void ct_bad_rows(pt_backend *b, const char *L)
     bt.n = 0;
     ct_add_raw(&bt, PT_TABLE_INDEX, (pt_slice){NULL, 0}, 1, PT_SLICE_LIT("v"));
     is(ct_write(b, &bt), PT_EBADREQ, "%s: an empty row key is rejected", L);
-    pt_row_range r[] = {CT_RANGE("c13/", "c13/\xff")};
-    is_str(ct_show(b, PT_TABLE_POINTS, r, 1), "", "%s: a rejected batch writes nothing", L);
+    is_str(CT_POINTS(b, "c13/", "c13/\xff"), "", "%s: a rejected batch writes nothing", L);
 }
 
 #define CT_THREAD_BATCHES 100

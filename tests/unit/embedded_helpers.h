@@ -119,4 +119,20 @@ static inline int emb_tmpdir(char *t)
     return -1;
 }
 
+typedef void emb_test_fn(const char *dir);
+
+/* A test program's main: each of the n tests in turn over one fresh directory
+ * /tmp/pt-<name>-XXXXXX, removed at the end; the TAP result. */
+static inline int emb_main(const char *name, emb_test_fn *const *tests, size_t n)
+{
+    char t[64];
+    snprintf(t, sizeof(t), "/tmp/pt-%s-XXXXXX", name);
+    if (emb_tmpdir(t) != 0)
+        return done_testing();
+    for (size_t i = 0; i < n; i++)
+        tests[i](t);
+    rm_rf(t);
+    return done_testing();
+}
+
 #endif

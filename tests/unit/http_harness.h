@@ -260,6 +260,21 @@ static void teardown(pt_server *s, pt_buf *out)
     pt_buf_free(out);
 }
 
+typedef void h1_test_fn(pt_server *s, pt_buf *out);
+
+/* Runs test on s with a buffer for the output it takes, then frees both. A server that does
+ * not open fails a test instead. */
+static void h1_run(pt_server *s, h1_test_fn *test)
+{
+    pt_buf out = PT_BUF_INIT(0);
+    if (!s) {
+        ok(0, "the server for a test opens");
+        return;
+    }
+    test(s, &out);
+    teardown(s, &out);
+}
+
 /* ----------------------------------------------------------------------------- HTTP/2 */
 
 #define MAX_STREAMS 128
@@ -378,6 +393,30 @@ static pt_conn *h2_open(pt_server *s, h2client *cl, int32_t window)
     if (!s || client_new(cl, window) != 0)
         return NULL;
     return conn(s);
+}
+
+/* A test over one HTTP/2 connection: s the server, cl the client, c its connection, out the
+ * buffer the server's output lands in. */
+typedef void h2_test_fn(pt_server *s, h2client *cl, pt_conn *c, pt_buf *out);
+
+/* Runs test over a new connection to s from a client with the given window (as client_new),
+ * then frees the client and the server. A server or connection that does not open fails a
+ * test instead. */
+static void h2_run(pt_server *s, int32_t window, h2_test_fn *test)
+{
+    pt_buf out = PT_BUF_INIT(0);
+    h2client cl;
+    if (!s) {
+        ok(0, "the server for an HTTP/2 test opens");
+        return;
+    }
+    pt_conn *c = h2_open(s, &cl, window);
+    if (c)
+        test(s, &cl, c, &out);
+    else
+        ok(0, "an HTTP/2 client and its connection open");
+    client_free(&cl);
+    teardown(s, &out);
 }
 
 static int32_t request(h2client *cl, const char *method, const char *path, const void *body,

@@ -146,6 +146,35 @@ static void test_env_endpoint(const char *endpoint)
     pt_backend_close(&b);
 }
 
+static void api_suite(pt_backend *b)
+{
+    pt_api_conformance(b, "bigtable(emulator)");
+}
+
+static void hist_suite(pt_backend *b)
+{
+    pt_hist_conformance(b, NULL, NULL, "bigtable(emulator)");
+}
+
+static void exemplar_suite(pt_backend *b)
+{
+    pt_exemplar_conformance(b, NULL, NULL, "bigtable(emulator)");
+}
+
+/* Runs suite on a store of its own tables (named with prefix) on the emulator, made first:
+ * the test "tables for <what>". */
+static void on_own_tables(const char *endpoint, const char *prefix, const char *what,
+                          void (*suite)(pt_backend *b))
+{
+    char err[256] = "";
+    pt_backend b;
+    int opened = open_bt(&b, endpoint, prefix, 0, err, sizeof(err));
+    if (ok(opened == 0 && init_bt(&b, err, sizeof(err)) == 0, "tables for %s %s", what, err))
+        suite(&b);
+    if (opened == 0)
+        pt_backend_close(&b);
+}
+
 int main(void)
 {
     char endpoint[64], err[256] = "";
@@ -180,33 +209,10 @@ int main(void)
         if (to == 0)
             pt_backend_close(&tiny);
     }
-    {
-        /* The browsing API on Bigtable: its own tables. */
-        pt_backend api;
-        int ao = open_bt(&api, endpoint, "api_", 0, err, sizeof(err));
-        if (ok(ao == 0 && init_bt(&api, err, sizeof(err)) == 0, "tables for the API %s", err))
-            pt_api_conformance(&api, "bigtable(emulator)");
-        if (ao == 0)
-            pt_backend_close(&api);
-    }
-    {
-        /* Native histograms on Bigtable: their own tables. */
-        pt_backend hb;
-        int ho = open_bt(&hb, endpoint, "hist_", 0, err, sizeof(err));
-        if (ok(ho == 0 && init_bt(&hb, err, sizeof(err)) == 0, "tables for histograms %s", err))
-            pt_hist_conformance(&hb, NULL, NULL, "bigtable(emulator)");
-        if (ho == 0)
-            pt_backend_close(&hb);
-    }
-    {
-        /* Exemplars on Bigtable: their own tables. */
-        pt_backend xb;
-        int xo = open_bt(&xb, endpoint, "ex_", 0, err, sizeof(err));
-        if (ok(xo == 0 && init_bt(&xb, err, sizeof(err)) == 0, "tables for exemplars %s", err))
-            pt_exemplar_conformance(&xb, NULL, NULL, "bigtable(emulator)");
-        if (xo == 0)
-            pt_backend_close(&xb);
-    }
+    /* The browsing API, native histograms and exemplars, each on tables of its own. */
+    on_own_tables(endpoint, "api_", "the API", api_suite);
+    on_own_tables(endpoint, "hist_", "histograms", hist_suite);
+    on_own_tables(endpoint, "ex_", "exemplars", exemplar_suite);
     test_env_endpoint(endpoint);
     pt_backend_close(&b);
     emu_stop();

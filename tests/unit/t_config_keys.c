@@ -134,16 +134,13 @@ static void good_values(const pt_conf_key *e, values *vs)
             add(vs, 0, "%s", "");
         break;
     case PT_CONF_LONG:
+    case PT_CONF_BYTES:
         add(vs, 0, "%lld", e->min);
         add(vs, 0, "%lld", e->max);
         break;
     case PT_CONF_DURATION:
         add(vs, 0, "%lldms", e->min);
         add(vs, 0, "%lldms", e->max);
-        break;
-    case PT_CONF_BYTES:
-        add(vs, 0, "%lld", e->min);
-        add(vs, 0, "%lld", e->max);
         break;
     case PT_CONF_BOOL:
         add_all(vs, (const char *const[]){"true", "false", "yes", "no", "1", "0", NULL});

@@ -548,15 +548,9 @@ static void test_index_pressure(const char *tmp)
 
 int main(void)
 {
-    char t[] = "/tmp/pt-emb-head-XXXXXX";
-    if (emb_tmpdir(t) != 0)
-        return done_testing();
-    test_embedded_compressed_head(t);
-    test_embedded_shards(t);
-    test_embedded_evict(t);
-    test_embedded_sweep(t);
-    test_embedded_max_age(t);
-    test_index_pressure(t);
-    rm_rf(t);
-    return done_testing();
+    static emb_test_fn *const tests[] = {
+        test_embedded_compressed_head, test_embedded_shards,   test_embedded_evict,
+        test_embedded_sweep,           test_embedded_max_age, test_index_pressure,
+    };
+    return emb_main("emb-head", tests, CT_N(tests));
 }

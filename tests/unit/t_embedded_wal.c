@@ -292,13 +292,7 @@ static void test_embedded_replay_order(const char *tmp)
 
 int main(void)
 {
-    char t[] = "/tmp/pt-emb-wal-XXXXXX";
-    if (emb_tmpdir(t) != 0)
-        return done_testing();
-    test_embedded_replay_order(t);
-    test_embedded_replay_damage(t);
-    test_embedded_wal_enospc(t);
-    test_embedded_index_only_close(t);
-    rm_rf(t);
-    return done_testing();
+    static emb_test_fn *const tests[] = {test_embedded_replay_order, test_embedded_replay_damage,
+                                         test_embedded_wal_enospc, test_embedded_index_only_close};
+    return emb_main("emb-wal", tests, CT_N(tests));
 }
