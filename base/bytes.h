@@ -8,6 +8,22 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+
+/* A double's bits and back: NaN payloads and -0 kept. */
+static inline uint64_t pt_f64_bits(double v)
+{
+    uint64_t b;
+    memcpy(&b, &v, sizeof(b));
+    return b;
+}
+
+static inline double pt_bits_f64(uint64_t b)
+{
+    double v;
+    memcpy(&v, &b, sizeof(v));
+    return v;
+}
 
 static inline void pt_put_be32(uint8_t *p, uint32_t v)
 {

@@ -4,25 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bytes.h"
 #include "error.h"
 
 enum { HDR = 3 };
 
 static const int varbit_sizes[] = {3, 6, 9, 12, 18, 25, 56};
 
-static uint64_t f64_bits(double v)
-{
-    uint64_t b;
-    memcpy(&b, &v, sizeof(b));
-    return b;
-}
 
-static double bits_f64(uint64_t b)
-{
-    double v;
-    memcpy(&v, &b, sizeof(v));
-    return v;
-}
 
 /* ---- varbit integers (tsdb/chunkenc varbit.go) ---- */
 
@@ -76,13 +65,13 @@ static void put_threshold(pt_gorilla_enc *w, double th)
 {
     int exp;
     double frac = frexp(th, &exp);
-    if (f64_bits(th) == 0) {
+    if (pt_f64_bits(th) == 0) {
         pt_gorilla_put_bits(w, 0, 8);
     } else if (frac == 0.5 && exp >= -242 && exp <= 11) {
         pt_gorilla_put_bits(w, (uint64_t)(exp + 243), 8);
     } else {
         pt_gorilla_put_bits(w, 255, 8);
-        pt_gorilla_put_bits(w, f64_bits(th), 64);
+        pt_gorilla_put_bits(w, pt_f64_bits(th), 64);
     }
 }
 
@@ -94,7 +83,7 @@ static int get_threshold(pt_gorilla_dec *r, double *th)
     if (b == 255) {
         if (pt_gorilla_get_bits(r, 64, &x))
             return -1;
-        *th = bits_f64(x);
+        *th = pt_bits_f64(x);
     } else {
         *th = b == 0 ? 0.0 : ldexp(0.5, (int)b - 243);
     }
@@ -108,13 +97,13 @@ static void put_bound(pt_gorilla_enc *w, double f)
     double tf = f * 1000;
     if (tf >= 0 && tf <= 33554430) {
         uint64_t m = (uint64_t)round(tf);
-        if ((double)m / 1000 == f && f64_bits((double)m / 1000) == f64_bits(f)) {
+        if ((double)m / 1000 == f && pt_f64_bits((double)m / 1000) == pt_f64_bits(f)) {
             put_varbit(w, m + 1, 0);
             return;
         }
     }
     pt_gorilla_put_bits(w, 0, 1);
-    pt_gorilla_put_bits(w, f64_bits(f), 64);
+    pt_gorilla_put_bits(w, pt_f64_bits(f), 64);
 }
 
 static int get_bound(pt_gorilla_dec *r, double *f)
@@ -125,7 +114,7 @@ static int get_bound(pt_gorilla_dec *r, double *f)
     if (m == 0) {
         if (pt_gorilla_get_bits(r, 64, &x))
             return -1;
-        *f = bits_f64(x);
+        *f = pt_bits_f64(x);
     } else {
         *f = (double)(m - 1) / 1000;
     }
@@ -179,7 +168,7 @@ static int same_spans(const pt_hist_span *a, size_t na, const pt_hist_span *b, s
 
 static int same_layout(const pt_histogram *a, const pt_histogram *b)
 {
-    return a->schema == b->schema && f64_bits(a->zero_threshold) == f64_bits(b->zero_threshold) &&
+    return a->schema == b->schema && pt_f64_bits(a->zero_threshold) == pt_f64_bits(b->zero_threshold) &&
            a->n_custom == b->n_custom &&
            (a->n_custom == 0 || memcmp(a->custom_values, b->custom_values, 8 * a->n_custom) == 0) &&
            same_spans(a->pos_spans, a->n_pos_spans, b->pos_spans, b->n_pos_spans) &&
@@ -241,7 +230,7 @@ static int follows(const pt_hchunk_enc *e, const pt_histogram *h, uint8_t *hdr)
     if (h->is_float ? h->count_float < l->count_float : h->count_int < l->count_int)
         return 0;
     *hdr = PT_HCHUNK_HDR_UNKNOWN;
-    if (h->schema != l->schema || f64_bits(h->zero_threshold) != f64_bits(l->zero_threshold))
+    if (h->schema != l->schema || pt_f64_bits(h->zero_threshold) != pt_f64_bits(l->zero_threshold))
         return 0;
     *hdr = PT_HCHUNK_HDR_RESET;
     if (h->n_custom != l->n_custom ||
@@ -263,9 +252,9 @@ static int follows(const pt_hchunk_enc *e, const pt_histogram *h, uint8_t *hdr)
 /* A stale marker is written as Prometheus writes it: the sum and nothing else. */
 static int stale_is_bare(const pt_histogram *h)
 {
-    return h->schema == 0 && f64_bits(h->zero_threshold) == 0 && h->count_int == 0 &&
-           h->zero_count_int == 0 && f64_bits(h->count_float) == 0 &&
-           f64_bits(h->zero_count_float) == 0 && h->n_pos_spans == 0 && h->n_neg_spans == 0 &&
+    return h->schema == 0 && pt_f64_bits(h->zero_threshold) == 0 && h->count_int == 0 &&
+           h->zero_count_int == 0 && pt_f64_bits(h->count_float) == 0 &&
+           pt_f64_bits(h->zero_count_float) == 0 && h->n_pos_spans == 0 && h->n_neg_spans == 0 &&
            h->n_pos == 0 && h->n_neg == 0 && h->n_custom == 0;
 }
 
@@ -334,10 +323,10 @@ static void write_first(pt_hchunk_enc *e, pt_gorilla_enc *w, const pt_histogram 
     e->st.t = (uint64_t)h->t;
     e->st.tdelta = 0;
     put_varbit(w, e->st.t, 1);
-    e->st.sum = (pt_gorilla_xor){f64_bits(h->sum), 0xff, 0};
+    e->st.sum = (pt_gorilla_xor){pt_f64_bits(h->sum), 0xff, 0};
     if (h->is_float) {
-        e->st.fcnt = (pt_gorilla_xor){f64_bits(h->count_float), 0xff, 0};
-        e->st.fzcnt = (pt_gorilla_xor){f64_bits(h->zero_count_float), 0xff, 0};
+        e->st.fcnt = (pt_gorilla_xor){pt_f64_bits(h->count_float), 0xff, 0};
+        e->st.fzcnt = (pt_gorilla_xor){pt_f64_bits(h->zero_count_float), 0xff, 0};
         pt_gorilla_put_bits(w, e->st.fcnt.v, 64);
         pt_gorilla_put_bits(w, e->st.fzcnt.v, 64);
         pt_gorilla_put_bits(w, e->st.sum.v, 64);
@@ -370,14 +359,14 @@ static void write_next(pt_hchunk_enc *e, pt_gorilla_enc *w, const pt_histogram *
     e->st.t = (uint64_t)h->t;
     e->st.tdelta = d;
     if (h->is_float) {
-        pt_gorilla_put_xor(w, &e->st.fcnt, f64_bits(h->count_float));
-        pt_gorilla_put_xor(w, &e->st.fzcnt, f64_bits(h->zero_count_float));
-        pt_gorilla_put_xor(w, &e->st.sum, f64_bits(h->sum));
+        pt_gorilla_put_xor(w, &e->st.fcnt, pt_f64_bits(h->count_float));
+        pt_gorilla_put_xor(w, &e->st.fzcnt, pt_f64_bits(h->zero_count_float));
+        pt_gorilla_put_xor(w, &e->st.sum, pt_f64_bits(h->sum));
     } else {
         uint64_t cd = h->count_int - e->st.cnt, zd = h->zero_count_int - e->st.zcnt;
         put_varbit(w, stale ? 0 : cd - e->st.cntdelta, 1);
         put_varbit(w, stale ? 0 : zd - e->st.zcntdelta, 1);
-        pt_gorilla_put_xor(w, &e->st.sum, f64_bits(h->sum));
+        pt_gorilla_put_xor(w, &e->st.sum, pt_f64_bits(h->sum));
         if (!stale) { /* a stale sample's counts are not written; only stale ones follow */
             e->st.cnt = h->count_int;
             e->st.zcnt = h->zero_count_int;
@@ -688,7 +677,7 @@ int pt_hchunk_dec_next(pt_hchunk_dec *d, pt_histogram *h)
     pt_histogram v = *h;
     v.is_float = d->is_float;
     v.t = (int64_t)d->t;
-    v.sum = bits_f64(d->sum.v);
+    v.sum = pt_bits_f64(d->sum.v);
     v.reset_hint = hint_of(d);
     d->read++;
     if (d->sum.v == PT_HIST_STALE_NAN) { /* a stale marker: its sum alone */
@@ -704,8 +693,8 @@ int pt_hchunk_dec_next(pt_hchunk_dec *d, pt_histogram *h)
     v.zero_threshold = l->zero_threshold;
     v.count_int = d->is_float ? 0 : d->cnt;
     v.zero_count_int = d->is_float ? 0 : d->zcnt;
-    v.count_float = d->is_float ? bits_f64(d->fcnt.v) : 0;
-    v.zero_count_float = d->is_float ? bits_f64(d->fzcnt.v) : 0;
+    v.count_float = d->is_float ? pt_bits_f64(d->fcnt.v) : 0;
+    v.zero_count_float = d->is_float ? pt_bits_f64(d->fzcnt.v) : 0;
     rv = pt_histogram_reserve(&v, l->n_neg_spans, l->n_pos_spans, l->n_neg, l->n_pos, l->n_custom);
     if (rv != 0)
         return rv == PT_ETOOLARGE ? PT_EINTERNAL : rv;

@@ -129,12 +129,6 @@ int pt_histogram_copy_in(pt_arena *a, pt_histogram *dst, const pt_histogram *src
     return 0;
 }
 
-static uint64_t bits_of(double v)
-{
-    uint64_t b;
-    memcpy(&b, &v, sizeof(b));
-    return b;
-}
 
 static int same_bytes(const void *a, const void *b, size_t n)
 {
@@ -146,10 +140,10 @@ int pt_histogram_equal(const pt_histogram *a, const pt_histogram *b)
     if (a->t != b->t || a->schema != b->schema || a->is_float != b->is_float ||
         a->reset_hint != b->reset_hint || a->count_int != b->count_int ||
         a->zero_count_int != b->zero_count_int ||
-        bits_of(a->count_float) != bits_of(b->count_float) ||
-        bits_of(a->zero_count_float) != bits_of(b->zero_count_float) ||
-        bits_of(a->sum) != bits_of(b->sum) ||
-        bits_of(a->zero_threshold) != bits_of(b->zero_threshold) ||
+        pt_f64_bits(a->count_float) != pt_f64_bits(b->count_float) ||
+        pt_f64_bits(a->zero_count_float) != pt_f64_bits(b->zero_count_float) ||
+        pt_f64_bits(a->sum) != pt_f64_bits(b->sum) ||
+        pt_f64_bits(a->zero_threshold) != pt_f64_bits(b->zero_threshold) ||
         a->n_neg_spans != b->n_neg_spans || a->n_pos_spans != b->n_pos_spans ||
         a->n_neg != b->n_neg || a->n_pos != b->n_pos || a->n_custom != b->n_custom)
         return 0;
@@ -171,7 +165,7 @@ int pt_histogram_equal(const pt_histogram *a, const pt_histogram *b)
 
 int pt_histogram_is_stale(const pt_histogram *h)
 {
-    return bits_of(h->sum) == PT_HIST_STALE_NAN;
+    return pt_f64_bits(h->sum) == PT_HIST_STALE_NAN;
 }
 
 /* ---- validation (the rules of Prometheus' model/histogram, messages after its own) ---- */
@@ -382,7 +376,7 @@ size_t pt_histogram_cell_size(const pt_histogram *h)
 
 static uint8_t *put_f64(uint8_t *p, double v)
 {
-    pt_put_be64(p, bits_of(v));
+    pt_put_be64(p, pt_f64_bits(v));
     return p + 8;
 }
 

@@ -194,10 +194,6 @@ static int want(dec *d, const field *f, unsigned wt, const char *msg_name)
                 msg_name, f->wt, wt);
 }
 
-static double dbl(uint64_t v)
-{
-    return pt_wire_double(v);
-}
 
 static int32_t unzigzag32(uint32_t v)
 {
@@ -291,16 +287,16 @@ static int parse_histogram(dec *d, pt_slice s)
             if (want(d, &f, WT_I64, name))
                 return -1;
             if (f.num == 2)
-                h.count_float = dbl(f.v), h.count_int = 0, h.count_case = PT_WCASE_FLOAT;
+                h.count_float = pt_bits_f64(f.v), h.count_int = 0, h.count_case = PT_WCASE_FLOAT;
             else
-                h.zero_count_float = dbl(f.v), h.zero_count_int = 0,
+                h.zero_count_float = pt_bits_f64(f.v), h.zero_count_int = 0,
                 h.zero_count_case = PT_WCASE_FLOAT;
             break;
         case 3:
         case 5:
             if (want(d, &f, WT_I64, name))
                 return -1;
-            *(f.num == 3 ? &h.sum : &h.zero_threshold) = dbl(f.v);
+            *(f.num == 3 ? &h.sum : &h.zero_threshold) = pt_bits_f64(f.v);
             break;
         case 4:
             if (want(d, &f, WT_VARINT, name))
@@ -389,7 +385,7 @@ static int parse_sample(dec *d, pt_slice s)
         if (f.num == 1) {
             if (want(d, &f, WT_I64, "a Sample"))
                 return -1;
-            x.value = dbl(f.v);
+            x.value = pt_bits_f64(f.v);
         } else if (f.num == 2 || (f.num == 3 && d->v2)) {
             if (want(d, &f, WT_VARINT, "a Sample"))
                 return -1;
@@ -455,7 +451,7 @@ static int parse_exemplar(dec *d, pt_slice s)
         } else if (f.num == 2) {
             if (want(d, &f, WT_I64, name))
                 return -1;
-            x.value = dbl(f.v);
+            x.value = pt_bits_f64(f.v);
         } else if (f.num == 3) {
             if (want(d, &f, WT_VARINT, name))
                 return -1;

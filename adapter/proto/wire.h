@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "arena.h"
+#include "bytes.h"
 #include "model.h"
 #include "slice.h"
 
@@ -50,9 +51,7 @@ static inline int64_t pt_wire_unzigzag64(uint64_t v)
 
 static inline double pt_wire_double(uint64_t raw)
 {
-    double d;
-    memcpy(&d, &raw, sizeof(d));
-    return d;
+    return pt_bits_f64(raw);
 }
 
 enum {

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bytes.h"
 #include "decode.h"
 #include "histpb.h"
 #include "readresp.h"
@@ -350,12 +351,6 @@ static int readreq(int argc, char **argv)
     return write_body(argv[0], &r->base);
 }
 
-static uint64_t bits_of(double v)
-{
-    uint64_t b;
-    memcpy(&b, &v, 8);
-    return b;
-}
 
 static void print_labels(const Prometheus__TimeSeries *t)
 {
@@ -371,8 +366,8 @@ static void print_labels(const Prometheus__TimeSeries *t)
 static void print_histogram(const Prometheus__Histogram *h)
 {
     printf(" %" PRId64 " h %" PRIu64 " %016" PRIx64 " %d %016" PRIx64 " %" PRIu64 " pos:",
-           h->timestamp, h->count_int, bits_of(h->sum), (int)h->schema,
-           bits_of(h->zero_threshold), h->zero_count_int);
+           h->timestamp, h->count_int, pt_f64_bits(h->sum), (int)h->schema,
+           pt_f64_bits(h->zero_threshold), h->zero_count_int);
     for (size_t k = 0; k < h->n_positive_spans; k++)
         printf("%s%d/%u", k ? "," : "", (int)h->positive_spans[k]->offset,
                (unsigned)h->positive_spans[k]->length);
@@ -393,7 +388,7 @@ static int readresp(const char *path)
             for (size_t j = 0; j < t->n_samples; j++) {
                 print_labels(t);
                 printf(" %" PRId64 " %016" PRIx64 "\n", t->samples[j]->timestamp,
-                       bits_of(t->samples[j]->value));
+                       pt_f64_bits(t->samples[j]->value));
             }
             for (size_t j = 0; j < t->n_histograms; j++) {
                 print_labels(t);
@@ -407,7 +402,7 @@ static int readresp(const char *path)
                     printf("%s%.*s=%.*s", k ? "," : " ", (int)x->labels[k]->name.len,
                            (const char *)x->labels[k]->name.data, (int)x->labels[k]->value.len,
                            (const char *)x->labels[k]->value.data);
-                printf(" %016" PRIx64 "\n", bits_of(x->value));
+                printf(" %016" PRIx64 "\n", pt_f64_bits(x->value));
             }
         }
     protobuf_c_message_free_unpacked(&r->base, NULL);
@@ -435,7 +430,7 @@ int main(int argc, char **argv)
             if (*end || end == argv[i])
                 rv = 2;
             else
-                printf("%016" PRIx64 "\n", bits_of(v));
+                printf("%016" PRIx64 "\n", pt_f64_bits(v));
         }
     }
     if (rv == 2)

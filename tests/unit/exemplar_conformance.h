@@ -30,19 +30,7 @@ typedef struct xc_ex {
     int64_t t;
 } xc_ex;
 
-static double xc_bits(uint64_t b)
-{
-    double d;
-    memcpy(&d, &b, sizeof(d));
-    return d;
-}
 
-static uint64_t xc_raw(double d)
-{
-    uint64_t b;
-    memcpy(&b, &d, sizeof(b));
-    return b;
-}
 
 /* A 1.0 request: series name{job="x"} with ns floats (t0 + i s) in one entry, and the
  * exemplars in an entry of their own (as Prometheus sends them). */
@@ -107,7 +95,7 @@ static pt_slice xc_body_v2(const char *name, int64_t t0, const xc_ex *xs, size_t
     q = ws_put_len(q, 1 << 3 | 2, refs, 2);
     uint8_t sm[32], *s = sm;
     *s++ = 1 << 3 | 1;
-    xc_put_le64(s, xc_raw(1.5)), s += 8;
+    xc_put_le64(s, pt_f64_bits(1.5)), s += 8;
     *s++ = 2 << 3 | 0;
     s = pt_put_uvarint(s, (uint64_t)t0);
     q = ws_put_len(q, 2 << 3 | 2, sm, (size_t)(s - sm));
@@ -115,7 +103,7 @@ static pt_slice xc_body_v2(const char *name, int64_t t0, const xc_ex *xs, size_t
         uint8_t xm[40], *x = xm, lr[2] = {3, (uint8_t)(4 + i)};
         x = ws_put_len(x, 1 << 3 | 2, lr, 2);
         *x++ = 2 << 3 | 1;
-        xc_put_le64(x, xc_raw(xs[i].v)), x += 8;
+        xc_put_le64(x, pt_f64_bits(xs[i].v)), x += 8;
         *x++ = 3 << 3 | 0;
         x = pt_put_uvarint(x, (uint64_t)xs[i].t);
         q = ws_put_len(q, 4 << 3 | 2, xm, (size_t)(x - xm));
@@ -149,7 +137,7 @@ static int xc_same(Prometheus__Exemplar *const *got, size_t n, const xc_ex *want
         size_t nl = 0;
         while (want[i].l[2 * nl])
             nl++;
-        int good = x->timestamp == want[i].t && xc_raw(x->value) == xc_raw(want[i].v) &&
+        int good = x->timestamp == want[i].t && pt_f64_bits(x->value) == pt_f64_bits(want[i].v) &&
                    x->n_labels == nl;
         for (size_t j = 0; good && j < nl; j++) {
             const char *wn = want[i].l[2 * j], *wv = want[i].l[2 * j + 1];
@@ -161,7 +149,7 @@ static int xc_same(Prometheus__Exemplar *const *got, size_t n, const xc_ex *want
         if (!good) {
             diag("exemplar %zu differs: got t %" PRId64 " value bits %016" PRIx64
                  " %zu labels, want t %" PRId64 " bits %016" PRIx64 " %zu labels",
-                 i, x->timestamp, xc_raw(x->value), x->n_labels, want[i].t, xc_raw(want[i].v), nl);
+                 i, x->timestamp, pt_f64_bits(x->value), x->n_labels, want[i].t, pt_f64_bits(want[i].v), nl);
             return 0;
         }
     }
@@ -272,11 +260,11 @@ __attribute__((unused)) static void pt_exemplar_conformance(pt_backend *be, int 
         memcpy(long_ok + 2 * i, "\xc3\xa9", 2);
     const xc_ex v1[] = {
         {{"trace_id", "4bf92f3577b34da6a3ce929d0e0e4736", "span_id", "00f067aa0ba902b7"}, 0.25, t0},
-        {{NULL}, xc_bits(0x7ff8000000000123ULL), t0 + w + 5},
+        {{NULL}, pt_bits_f64(0x7ff8000000000123ULL), t0 + w + 5},
         {{"trace_id", "b"}, INFINITY, t0 + 2 * w + 16383},
         {{"trace_id", "c"}, -INFINITY, t0 + 3 * w},
-        {{"trace_id", "d"}, xc_bits(1), t0 + 4 * w + 1},
-        {{"trace_id", "e"}, xc_bits(0x7ff0000000000002ULL), t0 + 5 * w + 2},
+        {{"trace_id", "d"}, pt_bits_f64(1), t0 + 4 * w + 1},
+        {{"trace_id", "e"}, pt_bits_f64(0x7ff0000000000002ULL), t0 + 5 * w + 2},
         {{"\xe2\x9c\x93 name", "\xe6\x97\xa5\xe6\x9c\xac"}, -1e300, t0 + 6 * w + 3},
         {{"trace_id", long_ok}, 7, t0 + 7 * w + 4},
         {{"trace_id", "z"}, 0, t0 + 8 * w + 5},
@@ -295,7 +283,7 @@ __attribute__((unused)) static void pt_exemplar_conformance(pt_backend *be, int 
     const xc_ex v2[] = {
         {{"trace_id", "aa"}, 1.5, t0 + 100 * w},
         {{"trace_id", "bb"}, -2.5, t0 + 101 * w + 77},
-        {{"trace_id", "cc"}, xc_bits(0xfff0000000000777ULL), t0 + 102 * w + 9},
+        {{"trace_id", "cc"}, pt_bits_f64(0xfff0000000000777ULL), t0 + 102 * w + 9},
     };
     wrv = xc_write(xc_body_v2("ex_v2", t0 + 100 * w, v2, 3), 2, &res);
     ok(wrv == 0 && res.exemplars_written == 3 && res.samples_written == 1 &&

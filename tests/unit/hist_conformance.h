@@ -22,12 +22,6 @@
 #include "wire.h"
 #include "xor.h"
 
-static double hc_bits(uint64_t b)
-{
-    double d;
-    memcpy(&d, &b, sizeof(d));
-    return d;
-}
 
 /* Floats for sums, thresholds and float counts: every special value. */
 static double hc_any_float(int nonneg)
@@ -35,11 +29,11 @@ static double hc_any_float(int nonneg)
     switch (rnd64() % 10) {
     case 0: return 0.0;
     case 1: return nonneg ? 0.0 : -0.0;
-    case 2: return hc_bits(0x7ff8000000000123ULL); /* a NaN with a payload */
+    case 2: return pt_bits_f64(0x7ff8000000000123ULL); /* a NaN with a payload */
     case 3: return INFINITY;
     case 4: return nonneg ? 1e300 : -INFINITY;
-    case 5: return hc_bits(1); /* the smallest subnormal */
-    case 6: return hc_bits(0xfff0000000000777ULL); /* a negative NaN with a payload */
+    case 5: return pt_bits_f64(1); /* the smallest subnormal */
+    case 6: return pt_bits_f64(0xfff0000000000777ULL); /* a negative NaN with a payload */
     default: return (double)(rnd64() % 100000) / 7;
     }
 }
@@ -64,7 +58,7 @@ static void hc_gen(pt_histogram *h, int kind, int64_t t)
     h->t = t;
     h->schema = custom ? PT_HIST_SCHEMA_CUSTOM : (int32_t)(rnd64() % 13) - 4;
     h->reset_hint = (uint8_t)(rnd64() % 4);
-    h->zero_threshold = custom ? 0 : (rnd64() % 2 ? hc_bits(0x3800000000000000ULL) : hc_any_float(0));
+    h->zero_threshold = custom ? 0 : (rnd64() % 2 ? pt_bits_f64(0x3800000000000000ULL) : hc_any_float(0));
     h->sum = hc_any_float(0);
     /* proto3 leaves a -0 sum or threshold out (Prometheus' senders too): +0 on the wire. */
     if (h->sum == 0)
@@ -108,7 +102,7 @@ static void hc_gen_stale(pt_histogram *h, int is_float, int64_t t)
     if (pt_histogram_reserve(h, 0, 0, 0, 0, 0) != 0)
         abort();
     *h = (pt_histogram){.t = t, .is_float = (uint8_t)is_float, .mem = h->mem,
-                        .mem_cap = h->mem_cap, .sum = hc_bits(PT_HIST_STALE_NAN)};
+                        .mem_cap = h->mem_cap, .sum = pt_bits_f64(PT_HIST_STALE_NAN)};
 }
 
 static pt_arena hc_a;
@@ -406,7 +400,7 @@ __attribute__((unused)) static void pt_hist_conformance(pt_backend *be, int (*fl
         h->t = hc_t0 + 200000000 + (int64_t)i * 15000;
         h->schema = 2;
         h->reset_hint = i == 0 || i == 150 ? PT_HIST_RESET_UNKNOWN : PT_HIST_RESET_NO;
-        h->zero_threshold = hc_bits(0x3800000000000000ULL);
+        h->zero_threshold = pt_bits_f64(0x3800000000000000ULL);
         h->sum = (double)i * 1.25;
         h->pos_spans[0] = (pt_hist_span){-1, 3};
         if (h->is_float) {

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bytes.h"
 #include "rnd.h"
 #include "tap.h"
 #include "chunk_helpers.h"
@@ -19,12 +20,6 @@ static uint64_t rnd(uint64_t n)
     return rnd64() % n;
 }
 
-static uint64_t dbl(double d)
-{
-    uint64_t u;
-    memcpy(&u, &d, 8);
-    return u;
-}
 
 static const uint64_t specials[] = {
     0x7ff0000000000002ull, /* Prometheus' staleness marker */
@@ -53,8 +48,8 @@ static uint64_t value_of(int kind, size_t i, uint64_t prev)
     switch (kind) {
     case 0: return specials[rnd(NSPECIALS)];
     case 1: return rnd64();
-    case 2: return dbl(1e6 + 17.5 * (double)i); /* a counter */
-    case 3: return dbl(floor(5000.0 * (0.9 + (double)rnd(2001) / 10000.0) * 100 + 0.5) / 100);
+    case 2: return pt_f64_bits(1e6 + 17.5 * (double)i); /* a counter */
+    case 3: return pt_f64_bits(floor(5000.0 * (0.9 + (double)rnd(2001) / 10000.0) * 100 + 0.5) / 100);
     case 4: return prev; /* constant */
     case 5: return rnd(4) ? prev : specials[rnd(NSPECIALS)]; /* mostly repeats */
     default: return prev ^ ((uint64_t)1 << rnd(64)); /* one bit flips */
@@ -190,8 +185,8 @@ static void test_round_trips(void)
     ok(round_trip(1, 3, "q 0"), "one cell at qualifier 0 (a staleness marker)");
     set_cell(0, UINT32_MAX, specials[8]);
     ok(round_trip(1, 3, "q max"), "one cell at qualifier 2^32-1 (-Inf)");
-    set_cell(0, 0, dbl(1.5));
-    set_cell(1, UINT32_MAX, dbl(-1.5));
+    set_cell(0, 0, pt_f64_bits(1.5));
+    set_cell(1, UINT32_MAX, pt_f64_bits(-1.5));
     ok(round_trip(2, 3, "0 and max"), "qualifiers 0 and 2^32-1 in one chunk");
     for (size_t i = 0; i < MAXN; i++)
         set_cell(i, (uint32_t)(UINT32_MAX - (MAXN - 1) + i), rnd64());
@@ -205,7 +200,7 @@ static void test_round_trips(void)
     size_t len = enc.len;
     quals_of(0, qs, MAXN);
     for (size_t i = 0; i < MAXN; i++)
-        set_cell(i, qs[i], dbl(1e6 + 17.5 * (double)i));
+        set_cell(i, qs[i], pt_f64_bits(1e6 + 17.5 * (double)i));
     ok(round_trip(MAXN, 4, "counter"), "10,000 cells of a counter scraped every 15 s: fmt 4");
     diag("a regular counter: %.2f bytes per cell (fmt 1: 12); jittered mixed: %.2f",
          (double)enc.len / MAXN, (double)len / MAXN);
@@ -466,23 +461,23 @@ static void test_old_store(void)
 static void test_decimal(void)
 {
     enum { N = 1000 };
-    uint64_t prev = dbl(5000);
+    uint64_t prev = pt_f64_bits(5000);
     quals_of(0, qs, N);
     for (size_t i = 0; i < N; i++) {
         double g;
         memcpy(&g, &prev, 8);
-        prev = dbl(floor((g + (double)((int)rnd(2001) - 1000) / 100) * 100 + 0.5) / 100);
+        prev = pt_f64_bits(floor((g + (double)((int)rnd(2001) - 1000) / 100) * 100 + 0.5) / 100);
         set_cell(i, qs[i], prev);
     }
     ok(round_trip(N, 4, "gauge"), "a gauge with two decimals: fmt 4");
     ok(enc.len < 3 * N, "  %.2f bytes a cell", (double)enc.len / N);
     double c = 0;
     for (size_t i = 0; i < N; i++)
-        set_cell(i, qs[i], dbl(c += (double)rnd(100)));
+        set_cell(i, qs[i], pt_f64_bits(c += (double)rnd(100)));
     int counter_ok = round_trip(N, 4, "int counter");
     ok(counter_ok && enc.len < 2 * N, "an integer counter: fmt 4, %.2f bytes a cell",
        (double)enc.len / N);
-    set_cell(0, qs[0], dbl(7));
+    set_cell(0, qs[0], pt_f64_bits(7));
     ok(round_trip(1, 3, "one 7"), "one sample: fmt 3 (as short, and written first)");
 
     /* Values fmt 4 cannot hold: the chunk stays fmt 3. */
@@ -490,16 +485,16 @@ static void test_decimal(void)
     int all = 1;
     for (size_t k = 0; k < sizeof(odd) / sizeof(odd[0]); k++) {
         for (size_t i = 0; i < 100; i++)
-            set_cell(i, qs[i], dbl((double)i));
-        set_cell(50, qs[50], dbl(odd[k]));
+            set_cell(i, qs[i], pt_f64_bits((double)i));
+        set_cell(50, qs[50], pt_f64_bits(odd[k]));
         all &= round_trip(100, 3, "odd value");
     }
     for (size_t k = 0; k < NSPECIALS; k++) {
         for (size_t i = 0; i < 100; i++)
-            set_cell(i, qs[i], dbl((double)i));
+            set_cell(i, qs[i], pt_f64_bits((double)i));
         set_cell(99, qs[99], specials[k]);
         /* +0, 1 and -1 are decimals: either form may be the shorter. */
-        int dec_ok = specials[k] == 0 || specials[k] == dbl(1) || specials[k] == dbl(-1);
+        int dec_ok = specials[k] == 0 || specials[k] == pt_f64_bits(1) || specials[k] == pt_f64_bits(-1);
         all &= round_trip(100, dec_ok ? SAMPLE_FMT : 3, "special");
     }
     ok(all, "-0, NaNs, infinities, 1e-10, 1/3, 2^55 and 1e300 keep fmt 3");
@@ -507,11 +502,11 @@ static void test_decimal(void)
     /* Sums of decimals are a few units in the last place off a decimal: corrections. */
     double base = 1234.56, step = 7.89;
     for (size_t i = 0; i < N; i++)
-        set_cell(i, qs[i], dbl(base + step * (double)i));
+        set_cell(i, qs[i], pt_f64_bits(base + step * (double)i));
     int sums_ok = round_trip(N, 4, "sums") && (enc.p[5] & 0x20);
     ok(sums_ok && enc.len < 3 * N, "a counter computed as base + step * i: fmt 4 with "
        "corrections, %.2f bytes a cell", (double)enc.len / N);
-    set_cell(0, qs[0], dbl(0.1 + 0.2));
+    set_cell(0, qs[0], pt_f64_bits(0.1 + 0.2));
     ok(round_trip(1, SAMPLE_FMT, "0.1 + 0.2"), "0.1 + 0.2 round-trips");
 
     /* Random decimals of every precision fmt 4 has, and random integers up to 2^53. */
@@ -523,7 +518,7 @@ static void test_decimal(void)
             p *= 10;
         for (int i = 0; i < n; i++) {
             int64_t m = (int64_t)(rnd64() % ((uint64_t)1 << (1 + rnd(53)))) * (rnd(2) ? 1 : -1);
-            set_cell((size_t)i, qs[i], dbl((double)m / p));
+            set_cell((size_t)i, qs[i], pt_f64_bits((double)m / p));
         }
         /* Either form may be the shorter. */
         all &= round_trip((size_t)n, SAMPLE_FMT, "random decimals");
@@ -532,7 +527,7 @@ static void test_decimal(void)
 
     /* Corrupt fmt 4 chunks. */
     for (size_t i = 0; i < 300; i++)
-        set_cell(i, qs[i], dbl((double)(int)rnd(100000) / 100));
+        set_cell(i, qs[i], pt_f64_bits((double)(int)rnd(100000) / 100));
     pt_emb_chunk_encode(&enc, cells, 300);
     size_t len = enc.len;
     uint8_t *good = malloc(len + 1);

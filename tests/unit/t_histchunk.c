@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bytes.h"
 #include "chunk_helpers.h"
 #include "error.h"
 #include "histogram.h"
@@ -21,12 +22,6 @@ static uint64_t rnd(uint64_t n)
     return rnd64() % n;
 }
 
-static double from_bits(uint64_t b)
-{
-    double d;
-    memcpy(&d, &b, sizeof(d));
-    return d;
-}
 
 /* ---- a generated series: a layout kept for a while, buckets growing ---- */
 
@@ -66,7 +61,7 @@ static void new_layout(void)
         g.cv[i] = i == 0 && rnd(3) == 0 ? -INFINITY : (double)i * 0.25 - 1;
     static const uint64_t zts[] = {0, 0x3800000000000000ULL, 0x3f50624dd2f1a9fcULL,
                                    0x8000000000000000ULL};
-    g.zt = custom ? 0 : from_bits(zts[rnd(4)]);
+    g.zt = custom ? 0 : pt_bits_f64(zts[rnd(4)]);
     for (size_t i = 0; i < g.np + g.nn; i++)
         g.b[i] = rnd(5);
     g.z = custom ? 0 : rnd(3);
@@ -89,7 +84,7 @@ static void next_hist(pt_histogram *h, int64_t t)
     h->zero_threshold = g.zt;
     static const uint64_t odd_sums[] = {0x7ff8000000000123ULL, 0xfff0000000000777ULL,
                                         0x8000000000000000ULL, 0x7ff0000000000000ULL, 1};
-    h->sum = rnd(30) ? g.sum : from_bits(odd_sums[rnd(5)]);
+    h->sum = rnd(30) ? g.sum : pt_bits_f64(odd_sums[rnd(5)]);
     memcpy(h->pos_spans, g.ps, g.nps * sizeof(pt_hist_span)); /* nps >= 1 */
     if (g.nns)
         memcpy(h->neg_spans, g.ns, g.nns * sizeof(pt_hist_span));
@@ -187,7 +182,7 @@ static void make_series(size_t n, int odd)
             h.zero_threshold = h.count_float = h.zero_count_float = 0;
             h.count_int = h.zero_count_int = 0;
             h.reset_hint = (uint8_t)rnd(4);
-            h.sum = from_bits(PT_HIST_STALE_NAN);
+            h.sum = pt_bits_f64(PT_HIST_STALE_NAN);
             if (r >= 5) /* what Prometheus drops, and a chunk cannot hold */
                 h.count_int = 1, h.count_float = 1, h.schema = 2;
             add_hist(i, q);
@@ -319,7 +314,7 @@ static void test_round_trips(void)
     /* Compactness: 1,000 steady samples of 20 integer buckets, schema 3. */
     pt_buf_reset(&vals);
     g = (gen){.schema = 3, .hint = PT_HIST_RESET_NO, .nps = 1, .np = 20,
-                        .ps = {{-10, 20}}, .zt = from_bits(0x3800000000000000ULL)};
+                        .ps = {{-10, 20}}, .zt = pt_bits_f64(0x3800000000000000ULL)};
     for (size_t i = 0; i < 1000; i++) {
         next_hist(&h, 0);
         h.reset_hint = PT_HIST_RESET_NO;

@@ -5,18 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bytes.h"
 #include "error.h"
 #include "hchunk.h"
 #include "histogram.h"
 #include "rnd.h"
 #include "tap.h"
 
-static double from_bits(uint64_t b)
-{
-    double v;
-    memcpy(&v, &b, 8);
-    return v;
-}
 
 /* Floats a codec must keep bit for bit. */
 static double odd_float(void)
@@ -33,9 +28,9 @@ static double odd_float(void)
         0x3ff0000000000000ULL, /* 1 */
     };
     if (rnd64() % 3 == 0)
-        return from_bits(odd[rnd64() % (sizeof(odd) / sizeof(odd[0]))]);
+        return pt_bits_f64(odd[rnd64() % (sizeof(odd) / sizeof(odd[0]))]);
     if (rnd64() % 2)
-        return from_bits(rnd64());
+        return pt_bits_f64(rnd64());
     return (double)(rnd64() % 100000) / 8;
 }
 
@@ -84,7 +79,7 @@ static void gen_layout(pt_histogram *h, int is_float)
     double b = rnd64() % 2 ? -1.5 : 0;
     for (size_t i = 0; i < nc; i++) {
         b += rnd64() % 3 == 0 ? (double)(rnd64() % 1000) / 1000 + 0.001
-                              : from_bits(rnd64() >> 12) + 0.25;
+                              : pt_bits_f64(rnd64() >> 12) + 0.25;
         h->custom_values[i] = b;
     }
     if (!custom) {
@@ -103,7 +98,7 @@ static void gen_values(pt_histogram *h, const pt_histogram *prev)
     int grow = prev && rnd64() % 10;
     h->sum = odd_float();
     if (pt_histogram_is_stale(h)) /* a stale sum comes with nothing else (make_stale) */
-        h->sum = from_bits(0x7ff0000000000003ULL);
+        h->sum = pt_bits_f64(0x7ff0000000000003ULL);
     h->reset_hint = (uint8_t)(rnd64() % 8 == 0 ? rnd64() % 4 : PT_HIST_RESET_UNKNOWN);
     if (h->is_float) {
         h->count_float = grow ? prev->count_float + (double)(rnd64() % 5) : count_float();
@@ -155,7 +150,7 @@ static void make_stale(pt_histogram *h)
                         .is_float = (uint8_t)f,
                         .t = t,
                         .reset_hint = hint,
-                        .sum = from_bits(PT_HIST_STALE_NAN)};
+                        .sum = pt_bits_f64(PT_HIST_STALE_NAN)};
 }
 
 /* ---- validation ---- */
@@ -685,7 +680,7 @@ static void test_cut_rules(void)
     ok(pt_hchunk_enc_add(&e, &a) == PT_HCHUNK_CUT, "a float sample: cut");
     pt_histogram_copy(&a, &b);
     a.t = 9000;
-    a.sum = from_bits(PT_HIST_STALE_NAN);
+    a.sum = pt_bits_f64(PT_HIST_STALE_NAN);
     ok(pt_hchunk_enc_add(&e, &a) == PT_EUNSUPPORTED, "a stale marker with buckets: refused");
     make_stale(&a);
     ok(pt_hchunk_enc_add(&e, &a) == 0, "a bare stale marker appends");
@@ -734,7 +729,7 @@ static void test_cut_rules(void)
     int cut = 0;
     for (int i = 0; i < 100 && !cut; i++) {
         b.t += 1 + i * 77;
-        b.sum = from_bits(rnd64());
+        b.sum = pt_bits_f64(rnd64());
         cut = pt_hchunk_enc_add(&e, &b) == PT_HCHUNK_CUT;
     }
     ok(cut && pt_hchunk_enc_bytes(&e).n <= 64, "64-byte chunk: cut before passing its ceiling");

@@ -54,7 +54,7 @@ static double head_cost(int hist, disk_cost *d)
             h->t = hc_t0 + (int64_t)n * 15000;
             h->schema = 3;
             h->reset_hint = PT_HIST_RESET_NO;
-            h->zero_threshold = hc_bits(0x3800000000000000ULL);
+            h->zero_threshold = pt_bits_f64(0x3800000000000000ULL);
             h->sum = (double)n * 3.17;
             h->pos_spans[0] = (pt_hist_span){-10, 20};
             for (int b = 0; b < 20; b++)

@@ -3,18 +3,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bytes.h"
 #include "error.h"
 #include "readpb_helpers.h"
 #include "samples.h"
 #include "rnd.h"
 #include "tap.h"
 
-static double bits(uint64_t b)
-{
-    double d;
-    memcpy(&d, &b, sizeof(d));
-    return d;
-}
 
 /* Values whose encodings differ: zeros of both signs, NaNs (the staleness marker among
  * them), infinities, subnormals, ordinary numbers, any bit pattern. */
@@ -23,14 +18,14 @@ static double any_value(void)
     switch (rnd64() % 12) {
     case 0: return 0.0;
     case 1: return -0.0;
-    case 2: return bits(0x7ff0000000000002u); /* Prometheus' staleness marker */
+    case 2: return pt_bits_f64(0x7ff0000000000002u); /* Prometheus' staleness marker */
     case 3: return NAN;
     case 4: return INFINITY;
     case 5: return -INFINITY;
-    case 6: return bits(1); /* the smallest subnormal */
+    case 6: return pt_bits_f64(1); /* the smallest subnormal */
     case 7: return (double)(rnd64() % 1000);
     case 8: return -(double)(rnd64() % 1000) / 7;
-    default: return bits(rnd64());
+    default: return pt_bits_f64(rnd64());
     }
 }
 
@@ -302,7 +297,7 @@ int main(void)
             ts->n_samples = 1;
             ts->samples[0] = pt_arena_alloc(&a, sizeof(Prometheus__Sample));
             prometheus__sample__init(ts->samples[0]);
-            ts->samples[0]->value = bits(vbits[i]);
+            ts->samples[0]->value = pt_bits_f64(vbits[i]);
             ts->samples[0]->timestamp = times[i];
         }
         check("0, -0, staleness NaN, NaN, +Inf, -Inf, subnormal, 1", r, 3);
