@@ -204,7 +204,7 @@ static void check_family(report *r, embedded *e, int cf, const char *what)
     size_t entries = 0, cells = 0, bad = 0;
     pt_buf last;
     pt_buf_init(&last, 0);
-    vcells vc = {0};
+    pt_vcells vc = {0};
     char kb[1024];
     for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
         size_t kn, vn;
@@ -218,14 +218,14 @@ static void check_family(report *r, embedded *e, int cf, const char *what)
             continue;
         pt_slice row;
         uint32_t first;
-        chunk c;
-        vcells_reset(&vc);
+        pt_cellchunk c;
+        pt_vcells_reset(&vc);
         const char *why = NULL;
         if (pt_emb_chunk_key_split(k, kn, &row, &first) != 0)
             why = "not a points key (row, 0x00, 4-byte qualifier)";
-        else if (pt_emb_chunk_parse((const uint8_t *)v, vn, &c) != 0)
+        else if (pt_cellchunk_parse((const uint8_t *)v, vn, &c) != 0)
             why = "the chunk's framing does not parse";
-        else if (pt_emb_chunk_cells(&c, &vc) != 0)
+        else if (pt_cellchunk_cells(&c, &vc) != 0)
             why = "the chunk does not decode";
         else if (vc.n != c.count || vc.c[0].q != first)
             why = "the chunk's first qualifier or count disagrees with its key";
@@ -248,7 +248,7 @@ static void check_family(report *r, embedded *e, int cf, const char *what)
     } else {
         say(r, 0, "%s: %zu entries read; block checksums verified", what, entries);
     }
-    vcells_free(&vc);
+    pt_vcells_free(&vc);
     pt_buf_free(&last);
     rocksdb_iter_destroy(it);
     rocksdb_readoptions_destroy(ro);

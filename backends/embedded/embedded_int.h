@@ -5,13 +5,12 @@
  * Modules, lowest first; each calls only modules above it, so the graph has no cycle:
  *
  *     rocks.c     RocksDB: options, open/close, errors, keys, the index table  (none)
- *     chunk.c     the stored form of points: chunk values and keys, no I/O     (none)
- *     expire.c    retention: compaction filters, the compacting thread         rocks chunk
+ *     expire.c    retention: compaction filters, the compacting thread         rocks
  *     head.c      the head: a hash table of rows and their unflushed cells     (none)
  *     ihead.c     the index head: index cells not yet in RocksDB, drains       rocks
  *     wal.c       the points logs (points.<n>.wal): records, replay            head ihead
- *     flush.c     frozen head -> chunks, merged with the stored ones           rocks chunk head
- *     scan.c      points scans merging the head and the chunks                 rocks chunk head
+ *     flush.c     frozen head -> chunks, merged with the stored ones           rocks head
+ *     scan.c      points scans merging the head and the chunks                 rocks head
  *     flusher.c   the flush thread: freezes, sweeps, flushes, a full disk      rocks head ihead
  *                                                                              wal flush
  *     embedded.c  the ops table: open/close, write, scan, statistics           all
@@ -50,7 +49,7 @@
  * add rows of the other shards to their empty other generations and lists (hshard
  * flushing; with no shard frozen at all, frozen_shard HEAD_SHARDS): those rows follow the
  * frozen shard's rules, and scans and logs_done look at flushing. Conditions: work (to the thread)
- * and flushed (from it), both with mu. rocks.c and chunk.c hold no shared mutable state; RocksDB is
+ * and flushed (from it), both with mu. rocks.c holds no shared mutable state; RocksDB is
  * thread-safe.
  */
 #ifndef PT_EMBEDDED_INT_H
@@ -73,6 +72,7 @@
 #include "buf.h"
 #include "clock.h"
 #include "bytes.h"
+#include "cellchunk.h"
 
 /* ---- background threads (the flush thread, the index head's drain thread) ---- */
 
@@ -193,97 +193,13 @@ int pt_emb_rocks_one_row(const pt_row_range *r);
  * touches only what is in RocksDB: its caller drains the index head first. */
 int pt_emb_rocks_scan_index(rocks *r, const pt_scan *s, pt_cell_fn fn, void *ud);
 
-/* ---- chunk.c ---- */
+/* ---- the points chunks (base/cellchunk.h holds their codec) ---- */
 
 /* The head writes a chunk at most CHUNK_MAX cells long. A row's last chunk with fewer than
  * CHUNK_SMALL cells is rewritten with the next flush's cells appended, so rows that get
  * few samples per flush still end up in chunks of a useful size. */
 enum { CHUNK_MAX = 1024, CHUNK_SMALL = 256 };
 
-/* A cell seen by merges and the codec: a value of up to 8 bytes is held inline (a decoded
- * fmt 3 value has no bytes to point to), a longer one points into memory the holder keeps
- * alive, or, for a histogram decoded from a fmt 5 chunk, into the vcells' own arena. */
-typedef struct vcell {
-    uint32_t q;
-    uint32_t vlen;
-    union {
-        uint8_t in[8];
-        const uint8_t *p;
-    } v;
-} vcell;
-
-static inline const uint8_t *vcell_val(const vcell *c)
-{
-    return c->vlen <= 8 ? c->v.in : c->v.p;
-}
-
-typedef struct vcells {
-    vcell *c;
-    size_t n, cap;
-    pt_arena own; /* values the cells' decoding made (fmt 5 histograms); zeroed = none */
-} vcells;
-
-/* Empties vc: its cells, and the values it owns (pointers to them die). */
-static inline void vcells_reset(vcells *vc)
-{
-    vc->n = 0;
-    pt_arena_reset(&vc->own);
-}
-
-static inline void vcells_free(vcells *vc)
-{
-    free(vc->c);
-    pt_arena_free(&vc->own);
-    *vc = (vcells){0};
-}
-
-static inline int vcells_push(vcells *vc, uint32_t q, uint32_t vlen, const uint8_t *v)
-{
-    if (vc->n == vc->cap) {
-        int rv = pt_array_reserve(&vc->c, &vc->cap, vc->n + 1, sizeof(*vc->c), 0);
-        if (rv != 0)
-            return rv;
-    }
-    vcell *c = &vc->c[vc->n++];
-    c->q = q;
-    c->vlen = vlen;
-    if (vlen <= 8) {
-        if (vlen)
-            memcpy(c->v.in, v, vlen);
-    } else {
-        c->v.p = v;
-    }
-    return 0;
-}
-
-/* A parsed chunk value; its pointers point into the value parsed. */
-typedef struct chunk {
-    uint8_t fmt; /* 1: every value 8 bytes, 2: values of any length, 3: XOR'ed samples,
-                    4: decimal samples, 5: histogram chunks and cells */
-    uint8_t k;    /* fmt 4: values are integers / 10^k */
-    uint8_t mode; /* fmt 4: delta-of-delta, corrections (chunk.c) */
-    uint32_t count;
-    const uint8_t *quals, *lens, *vals; /* fmt 1 and 2; fmt 4: the value varints */
-    size_t vlen_total;                   /* fmt 4: bytes of the value varints */
-    pt_slice stream; /* fmt 3: the sample stream; fmt 4: timestamps; fmt 5: the parts */
-} chunk;
-
-/* Checks the chunk's framing: 0, or PT_EINTERNAL when p is not a chunk this backend
- * wrote. A fmt 3 stream is checked as pt_emb_chunk_cells decodes it. */
-int pt_emb_chunk_parse(const uint8_t *p, size_t n, chunk *c);
-/* Appends the chunk's cells to out (values of fmt 2 longer than 8 bytes point into the
- * chunk's bytes; fmt 5's histogram values into out->own, valid until vcells_reset);
- * PT_EINTERNAL, and out's cells as they were, when the chunk is corrupt (its qualifiers
- * not strictly increasing, a stream that does not decode to exactly count cells).
- * Allocates only to grow out (and, for fmt 5, to decode histograms). */
-int pt_emb_chunk_cells(const chunk *c, vcells *out);
-/* The chunk's last qualifier: decodes a fmt 3 chunk without storing it (PT_EINTERNAL when
- * it is corrupt), reads that of the others. */
-int pt_emb_chunk_last(const chunk *c, uint32_t *q);
-/* out = the chunk of n cells, c strictly increasing by qualifier, n > 0: when every value
- * has 8 bytes the shorter of fmt 3 and (if the values are decimals) fmt 4; else fmt 5 when
- * some values are histogram cells an hchunk holds, fmt 2 otherwise. */
-int pt_emb_chunk_encode(pt_buf *out, const vcell *c, size_t n);
 /* Splits a points key into its row (pointing into k) and the chunk's first qualifier;
  * PT_EINTERNAL when it is not such a key. */
 int pt_emb_chunk_key_split(const char *k, size_t kn, pt_slice *row, uint32_t *first);

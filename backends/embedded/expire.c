@@ -9,7 +9,7 @@
  *
  * - points ("row || 0x00 || first qualifier", row = sid ",@" base): a chunk goes when its
  *   last sample, base + its last qualifier, is before the cutoff. The key gives only the
- *   first qualifier; the value is read for the last (pt_emb_chunk_last, which decodes an
+ *   first qualifier; the value is read for the last (pt_cellchunk_last, which decodes an
  *   XOR'ed chunk) only for a chunk that starts before the cutoff in a bucket that ends
  *   after it.
  * - index ("row || 0x00 || qualifier", row = prefix ",@" day "," ...): a cell goes when
@@ -53,9 +53,9 @@ static int points_expired(const expire *x, const uint8_t *k, size_t kn, const ui
         return 0;
     if (base + PT_BUCKET_MS <= cut)
         return 1;
-    chunk c;
+    pt_cellchunk c;
     uint32_t last;
-    if (pt_emb_chunk_parse(v, vn, &c) != 0 || pt_emb_chunk_last(&c, &last) != 0)
+    if (pt_cellchunk_parse(v, vn, &c) != 0 || pt_cellchunk_last(&c, &last) != 0)
         return 0;
     return base + last < cut;
 }

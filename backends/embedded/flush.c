@@ -61,7 +61,7 @@ typedef struct flusher {
     hrow **rows; /* the head's list of the frozen generation's rows */
     size_t nrows;
     pt_buf key, val;
-    vcells old, merged;
+    pt_vcells old, merged;
     pt_buf oldbytes; /* copies of the chunks read back */
 } flusher;
 
@@ -95,9 +95,9 @@ static int fl_op(flusher *f, uint32_t q, int del, const pt_buf *val)
     return 0;
 }
 
-static int fl_put(flusher *f, const vcell *c, size_t n)
+static int fl_put(flusher *f, const pt_vcell *c, size_t n)
 {
-    int rv = pt_emb_chunk_encode(&f->val, c, n);
+    int rv = pt_cellchunk_encode(&f->val, c, n);
     return rv != 0 ? rv : fl_op(f, c[0].q, 0, &f->val);
 }
 
@@ -201,7 +201,7 @@ static int fl_row_out(flusher *f, const hrow *r)
 
 /* Writes cells as chunks of at most CHUNK_MAX cells of about equal size and records the
  * last one as the row's last chunk. */
-static int fl_put_all(flusher *f, hrow *r, const vcell *c, size_t n)
+static int fl_put_all(flusher *f, hrow *r, const pt_vcell *c, size_t n)
 {
     size_t pieces = (n + CHUNK_MAX - 1) / CHUNK_MAX, done = 0;
     for (size_t i = 0; i < pieces; i++) {
@@ -258,9 +258,9 @@ static int fl_learn_last(flusher *f, hrow *r)
         return rv;
     rocksdb_iter_seek_for_prev(it, (const char *)f->key.p, f->key.len);
     if (it_row_is(it, r, &first, &v, &vn)) {
-        chunk c;
-        if (pt_emb_chunk_parse((const uint8_t *)v, vn, &c) != 0 ||
-            pt_emb_chunk_last(&c, &r->last_max) != 0)
+        pt_cellchunk c;
+        if (pt_cellchunk_parse((const uint8_t *)v, vn, &c) != 0 ||
+            pt_cellchunk_last(&c, &r->last_max) != 0)
             return PT_EINTERNAL;
         r->has_last = 1;
         r->last_first = first;
@@ -305,14 +305,14 @@ static int fl_merge_row(flusher *f, hrow *r)
     if ((rv = pt_emb_rocks_iter_error(it)) != 0)
         return rv;
 
-    vcells_reset(&f->old);
+    pt_vcells_reset(&f->old);
     for (size_t off = 0, i = 0; i < nchunks; i++) {
         const uint8_t *at = f->oldbytes.p + off;
         uint32_t len = pt_get_le32(at);
-        chunk c;
-        if (pt_emb_chunk_parse(at + 8, len, &c) != 0)
+        pt_cellchunk c;
+        if (pt_cellchunk_parse(at + 8, len, &c) != 0)
             return PT_EINTERNAL;
-        if ((rv = pt_emb_chunk_cells(&c, &f->old)) != 0)
+        if ((rv = pt_cellchunk_cells(&c, &f->old)) != 0)
             return rv;
         if ((rv = fl_op(f, pt_get_le32(at + 4), 1, NULL)) != 0)
             return rv;
@@ -322,15 +322,15 @@ static int fl_merge_row(flusher *f, hrow *r)
     f->merged.n = 0;
     size_t i = 0, j = 0;
     while (i < f->old.n || j < f->hn) {
-        const vcell *o = i < f->old.n ? &f->old.c[i] : NULL;
+        const pt_vcell *o = i < f->old.n ? &f->old.c[i] : NULL;
         const cell *hc = j < f->hn ? &f->hc[j] : NULL;
         if (hc && (!o || hc->q <= o->q)) {
             if (o && o->q == hc->q)
                 i++; /* the head wins */
-            rv = vcells_push(&f->merged, hc->q, hc->vlen, cell_val(hc));
+            rv = pt_vcells_push(&f->merged, hc->q, hc->vlen, cell_val(hc));
             j++;
         } else {
-            rv = vcells_push(&f->merged, o->q, o->vlen, vcell_val(o));
+            rv = pt_vcells_push(&f->merged, o->q, o->vlen, pt_vcell_val(o));
             i++;
         }
         if (rv != 0)
@@ -385,7 +385,7 @@ static int fl_row(flusher *f, hrow *r)
         /* In-order ingest into a row whose last chunk is big enough: a new chunk. */
         f->merged.n = 0;
         for (uint32_t i = 0; i < f->hn && rv == 0; i++)
-            rv = vcells_push(&f->merged, f->hc[i].q, f->hc[i].vlen, cell_val(&f->hc[i]));
+            rv = pt_vcells_push(&f->merged, f->hc[i].q, f->hc[i].vlen, cell_val(&f->hc[i]));
         if (rv == 0)
             rv = fl_put_all(f, r, f->merged.c, f->merged.n);
     }
@@ -469,8 +469,8 @@ static int flush_rows(embedded *e, hrow **rows, size_t n, emb_hook hook, void *u
     pt_buf_free(&f.ops_val);
     pt_buf_free(&f.key);
     pt_buf_free(&f.val);
-    vcells_free(&f.old);
-    vcells_free(&f.merged);
+    pt_vcells_free(&f.old);
+    pt_vcells_free(&f.merged);
     free(f.sorted);
     free(f.tmp);
     pt_buf_free(&f.oldbytes);

@@ -496,7 +496,7 @@ void pt_emb_head_freeze(head *h, unsigned k)
 /* Series churn must not grow the head forever. A row is dropped when it holds no cell at
  * the end of its shard's flush: it got none for a whole round of the shards, and none
  * since. Dropping a row that is still in use costs little (it is made again, and the next
- * flush looks up its last chunk once); a walk in steps may miss or revisit rows a table
+ * flush looks up its last pt_cellchunk once); a walk in steps may miss or revisit rows a table
  * growth moved, which is harmless either way. */
 int pt_emb_head_evict_step(head *h, unsigned k, size_t *b, size_t n)
 {

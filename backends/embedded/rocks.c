@@ -647,3 +647,13 @@ int pt_emb_rocks_scan_index(rocks *r, const pt_scan *s, pt_cell_fn fn, void *ud)
     pt_buf_free(&sc.last_row);
     return rv;
 }
+
+int pt_emb_chunk_key_split(const char *k, size_t kn, pt_slice *row, uint32_t *first)
+{
+    const char *z = memchr(k, 0, kn);
+    if (!z || kn - (size_t)(z - k) != 5)
+        return PT_EINTERNAL;
+    *row = (pt_slice){(const uint8_t *)k, (size_t)(z - k)};
+    *first = pt_get_be32((const uint8_t *)z + 1);
+    return 0;
+}

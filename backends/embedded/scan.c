@@ -27,8 +27,8 @@ typedef struct pscan {
     rocks_iters its;
     uint64_t epoch[2];
     pt_buf seek, row;
-    vcells hc; /* the current row's head cells (long values in hbytes) */
-    vcells cc; /* the current chunk's cells */
+    pt_vcells hc; /* the current row's head cells (long values in hbytes) */
+    pt_vcells cc; /* the current chunk's cells */
     int no_chunks; /* the head knows the current row has no chunk in the window */
     int young;     /* the last row read began inside the window: seek its start first */
     uint64_t qlo, qhi; /* the scan's qualifier range as numbers: [qlo, qhi) */
@@ -80,7 +80,7 @@ static int push_locked(pscan *sc, const cell *c)
         return 0;
     const uint8_t *dst = sc->hbytes.p + sc->hbytes.len;
     int rv = pt_buf_append(&sc->hbytes, cell_val(c), c->vlen);
-    return rv ? rv : vcells_push(&sc->hc, c->q, c->vlen, dst);
+    return rv ? rv : pt_vcells_push(&sc->hc, c->q, c->vlen, dst);
 }
 
 /* Copies row's head cells in the qualifier range: both generations merged, the current
@@ -175,13 +175,13 @@ static int emit(pscan *sc, pt_slice row, int *row_started, uint32_t q, uint32_t 
  * and the chunk can go as it is: a fmt 3 chunk inside the window whose cells no head cell
  * shadows. *last is set whenever it is known (for the walk's end check); *sent says
  * whether the chunk went. */
-static int emit_stream(pscan *sc, pt_slice row, int *row_started, const chunk *c,
+static int emit_stream(pscan *sc, pt_slice row, int *row_started, const pt_cellchunk *c,
                        uint32_t first, size_t hi, uint32_t *last, int *sent)
 {
     *sent = 0;
     if (!sc->s->stream || c->fmt != 3 || first < sc->qlo || c->count > PT_STREAM_MAX_SAMPLES)
         return 0;
-    int rv = pt_emb_chunk_last(c, last);
+    int rv = pt_cellchunk_last(c, last);
     if (rv != 0)
         return rv;
     if (*last >= sc->qhi || (hi < sc->hc.n && sc->hc.c[hi].q <= *last))
@@ -198,8 +198,8 @@ static int emit_head_below(pscan *sc, pt_slice row, int *started, size_t *hi, ui
 {
     int rv = 0;
     while (rv == 0 && *hi < sc->hc.n && sc->hc.c[*hi].q < bound && !sc->done) {
-        const vcell *x = &sc->hc.c[(*hi)++];
-        rv = emit(sc, row, started, x->q, x->vlen, vcell_val(x));
+        const pt_vcell *x = &sc->hc.c[(*hi)++];
+        rv = emit(sc, row, started, x->q, x->vlen, pt_vcell_val(x));
     }
     return rv;
 }
@@ -294,8 +294,8 @@ static int scan_row(pscan *sc, pt_slice row_in, int one_row)
         if (first >= sc->qhi)
             break;
         const char *v = rocksdb_iter_value(it, &vn);
-        chunk c;
-        if (pt_emb_chunk_parse((const uint8_t *)v, vn, &c) != 0)
+        pt_cellchunk c;
+        if (pt_cellchunk_parse((const uint8_t *)v, vn, &c) != 0)
             return PT_EINTERNAL;
         /* The head cells before the chunk go first, whichever way the chunk goes. */
         if ((rv = emit_head_below(sc, out, &started, &hi, first)) != 0)
@@ -307,8 +307,8 @@ static int scan_row(pscan *sc, pt_slice row_in, int one_row)
         if (sc->done)
             break;
         if (!sent) {
-            vcells_reset(&sc->cc);
-            if ((rv = pt_emb_chunk_cells(&c, &sc->cc)) != 0)
+            pt_vcells_reset(&sc->cc);
+            if ((rv = pt_cellchunk_cells(&c, &sc->cc)) != 0)
                 return rv;
             for (size_t i = 0; i < sc->cc.n && !sc->done; i++) {
                 uint32_t q = sc->cc.c[i].q, len = sc->cc.c[i].vlen;
@@ -320,7 +320,7 @@ static int scan_row(pscan *sc, pt_slice row_in, int one_row)
                     break;
                 if (hi < sc->hc.n && sc->hc.c[hi].q == q)
                     continue; /* the head's newer value comes next */
-                if ((rv = emit(sc, out, &started, q, len, vcell_val(&sc->cc.c[i]))) != 0)
+                if ((rv = emit(sc, out, &started, q, len, pt_vcell_val(&sc->cc.c[i]))) != 0)
                     return rv;
             }
             last = sc->cc.n ? sc->cc.c[sc->cc.n - 1].q : 0;
@@ -471,7 +471,7 @@ int pt_emb_scan_points(embedded *e, const pt_scan *s, pt_cell_fn fn, void *ud)
     free(sc.hc.c);
     free(sc.fsort);
     free(sc.cur);
-    vcells_free(&sc.cc);
+    pt_vcells_free(&sc.cc);
     pt_buf_free(&sc.hbytes);
     pt_buf_free(&sc.keys);
     free(sc.hrows);

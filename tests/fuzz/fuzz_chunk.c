@@ -11,36 +11,36 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static vcells cells, again;
+static pt_vcells cells, again;
 static pt_buf enc = PT_BUF_INIT(0);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    chunk c;
+    pt_cellchunk c;
     uint32_t last;
-    vcells_reset(&cells);
-    vcells_reset(&again);
-    if (pt_emb_chunk_parse(data, size, &c) != 0)
+    pt_vcells_reset(&cells);
+    pt_vcells_reset(&again);
+    if (pt_cellchunk_parse(data, size, &c) != 0)
         return 0;
-    int rv = pt_emb_chunk_cells(&c, &cells);
+    int rv = pt_cellchunk_cells(&c, &cells);
     if (rv != 0) {
         if (rv != PT_EINTERNAL || cells.n != 0)
             __builtin_trap();
         return 0;
     }
-    if (cells.n != c.count || pt_emb_chunk_last(&c, &last) != 0 || last != cells.c[cells.n - 1].q)
+    if (cells.n != c.count || pt_cellchunk_last(&c, &last) != 0 || last != cells.c[cells.n - 1].q)
         __builtin_trap();
     for (size_t i = 1; i < cells.n; i++)
         if (cells.c[i].q <= cells.c[i - 1].q)
             __builtin_trap();
-    if (pt_emb_chunk_encode(&enc, cells.c, cells.n) != 0 ||
-        pt_emb_chunk_parse(enc.p, enc.len, &c) != 0 || pt_emb_chunk_cells(&c, &again) != 0 ||
+    if (pt_cellchunk_encode(&enc, cells.c, cells.n) != 0 ||
+        pt_cellchunk_parse(enc.p, enc.len, &c) != 0 || pt_cellchunk_cells(&c, &again) != 0 ||
         again.n != cells.n)
         __builtin_trap();
     for (size_t i = 0; i < cells.n; i++) {
-        const vcell *a = &cells.c[i], *b = &again.c[i];
+        const pt_vcell *a = &cells.c[i], *b = &again.c[i];
         if (a->q != b->q || a->vlen != b->vlen ||
-            (a->vlen && memcmp(vcell_val(a), vcell_val(b), a->vlen) != 0))
+            (a->vlen && memcmp(pt_vcell_val(a), pt_vcell_val(b), a->vlen) != 0))
             __builtin_trap();
     }
     return 0;

@@ -90,28 +90,28 @@ __attribute__((unused)) static int open_at(pt_backend *b, const char *path)
 }
 
 /* 1 when chunk bytes p[0, n) are refused by parse or by decoding (and by
- * pt_emb_chunk_last for the formats it decodes), nothing appended to dec; reads an
+ * pt_cellchunk_last for the formats it decodes), nothing appended to dec; reads an
  * exact-size copy, so that the sanitizers see any over-read. */
-__attribute__((unused)) static int chunk_refused(const uint8_t *p, size_t n, vcells *dec)
+__attribute__((unused)) static int chunk_refused(const uint8_t *p, size_t n, pt_vcells *dec)
 {
     uint8_t *copy = malloc(n ? n : 1);
     if (n)
         memcpy(copy, p, n);
-    chunk c;
+    pt_cellchunk c;
     uint32_t last;
-    vcells_reset(dec);
-    int rv = pt_emb_chunk_parse(copy, n, &c), rv2 = rv;
+    pt_vcells_reset(dec);
+    int rv = pt_cellchunk_parse(copy, n, &c), rv2 = rv;
     if (rv == 0) {
-        rv = pt_emb_chunk_cells(&c, dec);
-        rv2 = c.fmt >= 3 ? pt_emb_chunk_last(&c, &last) : rv;
+        rv = pt_cellchunk_cells(&c, dec);
+        rv2 = c.fmt >= 3 ? pt_cellchunk_last(&c, &last) : rv;
     }
     free(copy);
     return rv == PT_EINTERNAL && rv2 == PT_EINTERNAL && dec->n == 0;
 }
 
-/* Two test lines: every truncation of the chunk p[0, n) is refused, and so is the chunk
+/* Two test lines: every truncation of the pt_cellchunk p[0, n) is refused, and so is the chunk
  * with a zero byte appended. */
-__attribute__((unused)) static void chunk_cuts_refused(const uint8_t *p, size_t n, vcells *dec,
+__attribute__((unused)) static void chunk_cuts_refused(const uint8_t *p, size_t n, pt_vcells *dec,
                                                        const char *what)
 {
     uint8_t *longer = malloc(n + 1);

@@ -80,10 +80,10 @@ static void quals_of(int kind, uint32_t *q, size_t n)
     }
 }
 
-static vcell *cells;
+static pt_vcell *cells;
 static uint32_t *qs;
 static pt_buf enc = PT_BUF_INIT(0);
-static vcells dec;
+static pt_vcells dec;
 
 /* Encodes cells[0..n), checks the format byte (SAMPLE_FMT: 3 or 4, whichever the encoder
  * found shorter), decodes and compares bit for bit. */
@@ -93,7 +93,7 @@ static int round_trip(size_t n, int want_fmt, const char *what)
 {
     int fmt_ok = 0;
     pt_buf_reset(&enc);
-    if (pt_emb_chunk_encode(&enc, cells, n) == 0 && enc.len >= 5)
+    if (pt_cellchunk_encode(&enc, cells, n) == 0 && enc.len >= 5)
         fmt_ok = want_fmt == SAMPLE_FMT ? enc.p[0] == 3 || enc.p[0] == 4 : enc.p[0] == want_fmt;
     if (!fmt_ok) {
         diag("%s: encode failed or fmt %d", what, enc.len ? enc.p[0] : -1);
@@ -102,16 +102,16 @@ static int round_trip(size_t n, int want_fmt, const char *what)
     /* An exact-size copy, so that the sanitizers catch a read past the end. */
     uint8_t *copy = malloc(enc.len);
     memcpy(copy, enc.p, enc.len);
-    chunk c;
+    pt_cellchunk c;
     uint32_t last = 0;
     dec.n = 0;
-    int good = pt_emb_chunk_parse(copy, enc.len, &c) == 0 && c.count == n &&
-               pt_emb_chunk_cells(&c, &dec) == 0 && dec.n == n &&
-               pt_emb_chunk_last(&c, &last) == 0 && last == cells[n - 1].q;
+    int good = pt_cellchunk_parse(copy, enc.len, &c) == 0 && c.count == n &&
+               pt_cellchunk_cells(&c, &dec) == 0 && dec.n == n &&
+               pt_cellchunk_last(&c, &last) == 0 && last == cells[n - 1].q;
     for (size_t i = 0; good && i < n; i++) {
-        const vcell *a = &cells[i], *b = &dec.c[i];
+        const pt_vcell *a = &cells[i], *b = &dec.c[i];
         if (a->q != b->q || a->vlen != b->vlen ||
-            memcmp(vcell_val(a), vcell_val(b), a->vlen) != 0) {
+            memcmp(pt_vcell_val(a), pt_vcell_val(b), a->vlen) != 0) {
             diag("%s: cell %zu of %zu differs (q %u vs %u)", what, i, n, a->q, b->q);
             good = 0;
         }
@@ -246,7 +246,7 @@ static void test_corrupt(void)
     quals_of(2, qs, n);
     for (size_t i = 0; i < n; i++)
         set_cell(i, qs[i], value_of((int)(i / 50) % 7, i, i ? pt_get_be64(cells[i - 1].v.in) : 0));
-    pt_emb_chunk_encode(&enc, cells, n);
+    pt_cellchunk_encode(&enc, cells, n);
     size_t len = enc.len;
     uint8_t *good = malloc(len + 1);
     memcpy(good, enc.p, len);
@@ -307,10 +307,10 @@ static void test_corrupt(void)
         size_t mlen = rnd(4) ? len : 5 + rnd(len - 5);
         uint8_t *exact = malloc(mlen);
         memcpy(exact, m, mlen);
-        chunk c;
+        pt_cellchunk c;
         dec.n = 0;
-        if (pt_emb_chunk_parse(exact, mlen, &c) == 0) {
-            int rv = pt_emb_chunk_cells(&c, &dec);
+        if (pt_cellchunk_parse(exact, mlen, &c) == 0) {
+            int rv = pt_cellchunk_cells(&c, &dec);
             if (rv == 0) {
                 decoded++;
                 for (size_t i = 1; i < dec.n; i++)
@@ -341,9 +341,9 @@ static void test_corrupt(void)
     ok(refused(enc.p, enc.len), "a negative qualifier is refused");
     t[0] = 1, t[1] = 2, t[2] = 3;
     raw_xor(t, 3);
-    chunk c;
+    pt_cellchunk c;
     dec.n = 0;
-    ok(pt_emb_chunk_parse(enc.p, enc.len, &c) == 0 && pt_emb_chunk_cells(&c, &dec) == 0 &&
+    ok(pt_cellchunk_parse(enc.p, enc.len, &c) == 0 && pt_cellchunk_cells(&c, &dec) == 0 &&
            dec.n == 3,
        "the hand-made chunk checks itself");
 
@@ -354,9 +354,9 @@ static void test_corrupt(void)
     memset(f1 + 13, 0xab, 16);
     dec.n = 0;
     uint32_t lastq;
-    ok(pt_emb_chunk_parse(f1, sizeof(f1), &c) == 0 && pt_emb_chunk_cells(&c, &dec) == 0 &&
+    ok(pt_cellchunk_parse(f1, sizeof(f1), &c) == 0 && pt_cellchunk_cells(&c, &dec) == 0 &&
            dec.n == 2 && dec.c[1].q == 9 && dec.c[1].vlen == 8 &&
-           pt_emb_chunk_last(&c, &lastq) == 0 && lastq == 9,
+           pt_cellchunk_last(&c, &lastq) == 0 && lastq == 9,
        "a fmt 1 chunk reads");
     pt_put_be32(f1 + 9, 7);
     ok(refused(f1, sizeof(f1)), "a fmt 1 chunk with a repeated qualifier is refused");
@@ -370,7 +370,7 @@ static void test_corrupt(void)
     pt_put_be32(f2 + 9, 9);
     pt_put_be32(f2 + 13, 2);
     pt_put_be32(f2 + 17, 3);
-    ok(pt_emb_chunk_parse(f2, sizeof(f2), &c) == 0, "a fmt 2 chunk reads");
+    ok(pt_cellchunk_parse(f2, sizeof(f2), &c) == 0, "a fmt 2 chunk reads");
     pt_put_be32(f2 + 17, 0xfffffffe);
     ok(refused(f2, sizeof(f2)), "a fmt 2 length past the end is refused");
     free(good);
@@ -528,7 +528,7 @@ static void test_decimal(void)
     /* Corrupt fmt 4 chunks. */
     for (size_t i = 0; i < 300; i++)
         set_cell(i, qs[i], pt_f64_bits((double)(int)rnd(100000) / 100));
-    pt_emb_chunk_encode(&enc, cells, 300);
+    pt_cellchunk_encode(&enc, cells, 300);
     size_t len = enc.len;
     uint8_t *good = malloc(len + 1);
     memcpy(good, enc.p, len);

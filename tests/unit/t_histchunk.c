@@ -114,11 +114,11 @@ static void next_hist(pt_histogram *h, int64_t t)
 /* ---- cells ---- */
 
 enum { MAXN = 1500 };
-static vcell cells[MAXN];
+static pt_vcell cells[MAXN];
 static size_t offs[MAXN];
 static pt_buf vals = PT_BUF_INIT(0);
 static pt_histogram h;
-static vcells dec;
+static pt_vcells dec;
 static pt_buf enc = PT_BUF_INIT(0);
 
 static void add_bytes(size_t i, uint32_t q, const uint8_t *v, size_t n)
@@ -218,7 +218,7 @@ static void make_series(size_t n, int odd)
             p[1] = p[2];
             p[2] = (uint8_t)(p[3] | 0x80);
             p[3] = 0;
-            cells[i] = (vcell){.q = q, .vlen = (uint32_t)len + 1};
+            cells[i] = (pt_vcell){.q = q, .vlen = (uint32_t)len + 1};
             offs[i] = vals.len;
             pt_buf_commit(&vals, len + 1);
             continue;
@@ -228,11 +228,11 @@ static void make_series(size_t n, int odd)
     fix_cells(n);
 }
 
-static int same_cells(const vcell *a, const vcell *b, size_t n, const char *what)
+static int same_cells(const pt_vcell *a, const pt_vcell *b, size_t n, const char *what)
 {
     for (size_t i = 0; i < n; i++)
         if (a[i].q != b[i].q || a[i].vlen != b[i].vlen ||
-            memcmp(vcell_val(&a[i]), vcell_val(&b[i]), a[i].vlen) != 0) {
+            memcmp(pt_vcell_val(&a[i]), pt_vcell_val(&b[i]), a[i].vlen) != 0) {
             diag("%s: cell %zu of %zu differs (q %u/%u, len %u/%u)", what, i, n, a[i].q, b[i].q,
                  a[i].vlen, b[i].vlen);
             return 0;
@@ -246,23 +246,23 @@ static int same_cells(const vcell *a, const vcell *b, size_t n, const char *what
 static int round_trip(size_t n, int *fmt, int owned, const char *what)
 {
     pt_buf_reset(&enc);
-    if (pt_emb_chunk_encode(&enc, cells, n) != 0 || enc.len < 5) {
+    if (pt_cellchunk_encode(&enc, cells, n) != 0 || enc.len < 5) {
         diag("%s: encode failed", what);
         return 0;
     }
     *fmt = enc.p[0];
     uint8_t *copy = malloc(enc.len);
     memcpy(copy, enc.p, enc.len);
-    chunk c;
+    pt_cellchunk c;
     uint32_t last = 0;
-    vcells_reset(&dec);
-    int good = pt_emb_chunk_parse(copy, enc.len, &c) == 0 && c.count == n &&
-               pt_emb_chunk_cells(&c, &dec) == 0 && dec.n == n &&
-               pt_emb_chunk_last(&c, &last) == 0 && last == cells[n - 1].q;
+    pt_vcells_reset(&dec);
+    int good = pt_cellchunk_parse(copy, enc.len, &c) == 0 && c.count == n &&
+               pt_cellchunk_cells(&c, &dec) == 0 && dec.n == n &&
+               pt_cellchunk_last(&c, &last) == 0 && last == cells[n - 1].q;
     if (!good)
         diag("%s: does not decode (fmt %d, %zu of %zu cells)", what, *fmt, dec.n, n);
     good = good && same_cells(cells, dec.c, n, what);
-    /* Decoded histograms are the vcells' own: still good once the chunk's bytes are gone
+    /* Decoded histograms are the pt_vcells' own: still good once the chunk's bytes are gone
      * (the cells of a raw part point into them, as fmt 2's do). */
     memset(copy, 0xa5, enc.len);
     if (owned && *fmt == 5)
@@ -296,18 +296,18 @@ static void test_round_trips(void)
     ok(!not5, "a series of 10 or more histogram cells alone is written as fmt 5");
     ok(odd5 > 200, "mixed series are fmt 5 too (%d of 300), the odd cells as cells", odd5);
 
-    /* Two chunks into one vcells: the second appends, both keep their values. */
+    /* Two chunks into one pt_vcells: the second appends, both keep their values. */
     make_series(200, 0);
     pt_buf e1 = PT_BUF_INIT(0), e2 = PT_BUF_INIT(0);
-    chunk c1, c2;
-    vcells_reset(&dec);
-    int two = pt_emb_chunk_encode(&e1, cells, 100) == 0 &&
-              pt_emb_chunk_encode(&e2, cells + 100, 100) == 0 &&
-              pt_emb_chunk_parse(e1.p, e1.len, &c1) == 0 &&
-              pt_emb_chunk_parse(e2.p, e2.len, &c2) == 0 && pt_emb_chunk_cells(&c1, &dec) == 0 &&
-              pt_emb_chunk_cells(&c2, &dec) == 0 && dec.n == 200 &&
+    pt_cellchunk c1, c2;
+    pt_vcells_reset(&dec);
+    int two = pt_cellchunk_encode(&e1, cells, 100) == 0 &&
+              pt_cellchunk_encode(&e2, cells + 100, 100) == 0 &&
+              pt_cellchunk_parse(e1.p, e1.len, &c1) == 0 &&
+              pt_cellchunk_parse(e2.p, e2.len, &c2) == 0 && pt_cellchunk_cells(&c1, &dec) == 0 &&
+              pt_cellchunk_cells(&c2, &dec) == 0 && dec.n == 200 &&
               same_cells(cells, dec.c, 200, "two chunks");
-    ok(two, "two fmt 5 chunks decoded into one vcells: every value kept");
+    ok(two, "two fmt 5 chunks decoded into one pt_vcells: every value kept");
     pt_buf_free(&e1);
     pt_buf_free(&e2);
 
@@ -342,14 +342,14 @@ static int sane(const uint8_t *p, size_t n)
 {
     uint8_t *copy = malloc(n);
     memcpy(copy, p, n);
-    chunk c;
+    pt_cellchunk c;
     uint32_t last;
-    vcells_reset(&dec);
+    pt_vcells_reset(&dec);
     int good = 1;
-    if (pt_emb_chunk_parse(copy, n, &c) == 0) {
-        int rv = pt_emb_chunk_cells(&c, &dec);
+    if (pt_cellchunk_parse(copy, n, &c) == 0) {
+        int rv = pt_cellchunk_cells(&c, &dec);
         if (rv == 0) {
-            good = dec.n == c.count && pt_emb_chunk_last(&c, &last) == 0 &&
+            good = dec.n == c.count && pt_cellchunk_last(&c, &last) == 0 &&
                    last == dec.c[dec.n - 1].q;
             for (size_t i = 1; good && i < dec.n; i++)
                 good = dec.c[i].q > dec.c[i - 1].q;
@@ -437,7 +437,7 @@ static void put_fmt2(pt_backend *b, size_t from, size_t to)
         pt_buf_append(&v, l, 4);
     }
     for (size_t i = from; i < to; i++)
-        pt_buf_append(&v, vcell_val(&cells[i]), cells[i].vlen);
+        pt_buf_append(&v, pt_vcell_val(&cells[i]), cells[i].vlen);
     put_chunk(b, old_row, sizeof(old_row) - 1, (uint32_t)from * 1000, v.p, v.len);
     pt_buf_free(&v);
 }
@@ -452,7 +452,7 @@ static void test_old_store(void)
     for (size_t i = 0; i < OLD_N; i++) {
         cells[i].q = (uint32_t)i * 1000;
         pt_buf_reset(&model[i]);
-        pt_buf_append(&model[i], vcell_val(&cells[i]), cells[i].vlen);
+        pt_buf_append(&model[i], pt_vcell_val(&cells[i]), cells[i].vlen);
     }
     put_fmt2(&b, 0, 250);
     put_fmt2(&b, 250, 300);
@@ -471,7 +471,7 @@ static void test_old_store(void)
             continue;
         if (i < 300) { /* a new value there: the next cell's */
             pt_buf_reset(&model[i]);
-            pt_buf_append(&model[i], vcell_val(&cells[i + 1]), cells[i + 1].vlen);
+            pt_buf_append(&model[i], pt_vcell_val(&cells[i + 1]), cells[i + 1].vlen);
         }
         pt_put_be32(quals[k], (uint32_t)i * 1000);
         m[k] = (pt_mutation){PT_TABLE_POINTS, {(const uint8_t *)old_row, sizeof(old_row) - 1},
@@ -496,7 +496,7 @@ int main(void)
     test_round_trips();
     test_corrupt();
     test_old_store();
-    vcells_free(&dec);
+    pt_vcells_free(&dec);
     pt_buf_free(&enc);
     pt_buf_free(&vals);
     pt_histogram_free(&h);

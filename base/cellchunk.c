@@ -1,56 +1,10 @@
-/*
- * The stored form of the points table ("points.v2"): the cells of a row in chunks.
- *
- *     key   = row || 0x00 || first qualifier of the chunk (4 bytes)
- *     value = fmt (1 byte) || count (4 bytes BE) || body
- *             fmt 3: the Gorilla / XOR stream of base/gorilla.h, count samples whose
- *                    timestamp is the qualifier and whose value is the 8 value bytes read
- *                    as a big-endian integer (a float64's bits); the stream fills the rest
- *                    of the value exactly, its padding bits zero
- *             fmt 4: decimal samples: mode (1 byte: k = bits 0-3, k <= 9; bit 4: values as
- *                    delta-of-delta; bit 5: corrections follow each value) || tlen (4
- *                    bytes BE) || the timestamps as a fmt 3 stream of tlen bytes whose values
- *                    are all 0 || per sample a zig-zag varint of m (the first), of its
- *                    difference from the previous m (the second, and the others without bit
- *                    4) or of the difference of differences (the others with bit 4), all
- *                    modulo 2^64, then with bit 5 a zig-zag varint c; the value's bits are
- *                    those of the float64 m / 10^k plus c (|m| <= 2^53)
- *             fmt 2: count qualifiers (4 bytes BE each, strictly increasing), count value
- *                    lengths (4 bytes BE each), then the values back to back
- *             fmt 1: count qualifiers, then count values of exactly 8 bytes
- *             fmt 5: native histograms: parts back to back, in qualifier order, whose
- *                    samples add up to count; a part is
- *                      0 (1 byte) || n (4 bytes BE, n >= 1) || n cells as in fmt 2
- *                    or
- *                      encoding (1 byte: 2 integer, 3 float) || hints (1 byte) ||
- *                      len (4 bytes BE) || len bytes of a histogram chunk (base/hchunk.h,
- *                      its timestamps the qualifiers; its own header counts its samples,
- *                      at least 1)
- *                    a histogram sample's cell value is the cell pt_histogram_cell_encode
- *                    writes for it (reset hint as the hints byte says)
- *
- * Flushes write fmt 3 when every value of the chunk has 8 bytes (a sample: about 1-2 bytes
- * where fmt 1 takes 12), fmt 4 instead when every value lies within 2^20 units in the last
- * place of a decimal with at most 9 digits after the point and fmt 4 comes out shorter
- * (values parsed from text, or sums of them: XOR of such floats leaves 5-7 bytes, a varint
- * difference 1-3); otherwise fmt 5 when some values are histogram cells (20-24 bytes a
- * 20-bucket sample where fmt 2 takes about 60): each run of them in histogram chunks, cut where
- * pt_hchunk_enc_add says, and what no histogram chunk holds (a float, a stale marker with
- * other fields, a cell not in its canonical form) as fmt 2 cells between them; the chunk
- * is decoded again before it is kept and must give back every cell byte for byte, else
- * it is written as fmt 2, which is also the form of every other chunk. fmt 1 is read
- * only, and fmt 2 chunks of histograms stay readable, so stores written before fmt 3 or
- * fmt 5 open unchanged and their chunks take the new forms as merges rewrite them.
- *
- * The chunks of one row never overlap: every qualifier of a row is in at most one chunk, so
- * "last write wins" needs no versions (flush.c keeps that true). Logically the table still
- * holds the cells (row, qualifier, value) of docs/storage-format.md; scans return exactly
- * those, so data copies cell by cell between backends.
- */
+#include "cellchunk.h"
+
 #include <stdint.h>
 #include <string.h>
 
-#include "embedded_int.h"
+#include "buf.h"
+#include "bytes.h"
 #include "error.h"
 #include "gorilla.h"
 #include "hchunk.h"
@@ -123,7 +77,7 @@ static int part_size(const uint8_t *p, size_t n, size_t *len, uint32_t *cnt)
     return 0;
 }
 
-static int parse_parts(const chunk *c)
+static int parse_parts(const pt_cellchunk *c)
 {
     uint64_t total = 0;
     for (size_t at = 0; at < c->stream.n;) {
@@ -137,11 +91,11 @@ static int parse_parts(const chunk *c)
     return total == c->count ? 0 : PT_EINTERNAL;
 }
 
-int pt_emb_chunk_parse(const uint8_t *p, size_t n, chunk *c)
+int pt_cellchunk_parse(const uint8_t *p, size_t n, pt_cellchunk *c)
 {
     if (n < HDR || p[0] < 1 || p[0] > 5)
         return PT_EINTERNAL;
-    *c = (chunk){.fmt = p[0], .count = pt_get_be32(p + 1)};
+    *c = (pt_cellchunk){.fmt = p[0], .count = pt_get_be32(p + 1)};
     if (c->count == 0)
         return PT_EINTERNAL;
     size_t count = c->count, body = n - HDR;
@@ -186,7 +140,7 @@ int pt_emb_chunk_parse(const uint8_t *p, size_t n, chunk *c)
 
 /* Decodes a fmt 3 stream, or the timestamps of a fmt 4 chunk and its values: its cells
  * appended to out unless out is NULL, then its last qualifier in *last. */
-static int walk_xor(const chunk *c, vcells *out, uint32_t *last)
+static int walk_xor(const pt_cellchunk *c, pt_vcells *out, uint32_t *last)
 {
     pt_gorilla_dec d;
     pt_gorilla_dec_init(&d, c->stream.p, c->stream.n);
@@ -217,7 +171,7 @@ static int walk_xor(const chunk *c, vcells *out, uint32_t *last)
             bits = dec_bits((int64_t)m, c->k) + unzigzag(fix);
         }
         pt_put_be64(v, bits);
-        if (out && vcells_push(out, (uint32_t)t, 8, v) != 0)
+        if (out && pt_vcells_push(out, (uint32_t)t, 8, v) != 0)
             return PT_ENOMEM;
     }
     if (!pt_gorilla_dec_done(&d) || (c->fmt == 4 && vi != c->vlen_total))
@@ -229,7 +183,7 @@ static int walk_xor(const chunk *c, vcells *out, uint32_t *last)
 /* Walks count cells of fmt 1 (lens NULL) or 2 form, their qualifiers past *prev: each
  * appended to out unless out is NULL; *prev becomes the last qualifier. */
 static int walk_cells(const uint8_t *quals, const uint8_t *lens, const uint8_t *v,
-                      uint32_t count, vcells *out, int64_t *prev)
+                      uint32_t count, pt_vcells *out, int64_t *prev)
 {
     for (uint32_t i = 0; i < count; i++) {
         uint32_t len = lens ? pt_get_be32(lens + 4 * (size_t)i) : 8;
@@ -237,7 +191,7 @@ static int walk_cells(const uint8_t *quals, const uint8_t *lens, const uint8_t *
         if ((int64_t)q <= *prev)
             return PT_EINTERNAL;
         *prev = q;
-        int rv = out ? vcells_push(out, q, len, v) : 0;
+        int rv = out ? pt_vcells_push(out, q, len, v) : 0;
         if (rv != 0)
             return rv;
         v += len;
@@ -246,7 +200,7 @@ static int walk_cells(const uint8_t *quals, const uint8_t *lens, const uint8_t *
 }
 
 /* Appends h's cell to out, its value in out->own. */
-static int push_hist(vcells *out, const pt_histogram *h)
+static int push_hist(pt_vcells *out, const pt_histogram *h)
 {
     if (!out->own.block_size)
         pt_arena_init(&out->own, 0, 0);
@@ -255,11 +209,11 @@ static int push_hist(vcells *out, const pt_histogram *h)
     if (!v)
         return PT_ENOMEM;
     pt_histogram_cell_encode(h, v);
-    return vcells_push(out, (uint32_t)h->t, (uint32_t)n, v);
+    return pt_vcells_push(out, (uint32_t)h->t, (uint32_t)n, v);
 }
 
 /* The samples of a fmt 5 histogram part p[0, n) (framing checked), past *prev. */
-static int walk_hchunk(const uint8_t *p, size_t n, vcells *out, int64_t *prev,
+static int walk_hchunk(const uint8_t *p, size_t n, pt_vcells *out, int64_t *prev,
                        pt_histogram *h)
 {
     pt_hchunk_dec d;
@@ -276,7 +230,7 @@ static int walk_hchunk(const uint8_t *p, size_t n, vcells *out, int64_t *prev,
 }
 
 /* Decodes a fmt 5 chunk: its cells appended to out unless out is NULL. */
-static int walk_parts(const chunk *c, vcells *out, int64_t *prev)
+static int walk_parts(const pt_cellchunk *c, pt_vcells *out, int64_t *prev)
 {
     pt_histogram h = PT_HISTOGRAM_INIT;
     int rv = 0;
@@ -296,7 +250,7 @@ static int walk_parts(const chunk *c, vcells *out, int64_t *prev)
     return rv;
 }
 
-int pt_emb_chunk_cells(const chunk *c, vcells *out)
+int pt_cellchunk_cells(const pt_cellchunk *c, pt_vcells *out)
 {
     size_t had = out->n;
     uint32_t last;
@@ -313,7 +267,7 @@ int pt_emb_chunk_cells(const chunk *c, vcells *out)
     return rv;
 }
 
-int pt_emb_chunk_last(const chunk *c, uint32_t *q)
+int pt_cellchunk_last(const pt_cellchunk *c, uint32_t *q)
 {
     if (c->fmt == 5) {
         int64_t prev = -1;
@@ -327,7 +281,7 @@ int pt_emb_chunk_last(const chunk *c, uint32_t *q)
     return 0;
 }
 
-static int encode_xor(pt_buf *out, const vcell *c, size_t n)
+static int encode_xor(pt_buf *out, const pt_vcell *c, size_t n)
 {
     size_t cap = HDR + pt_gorilla_max_bytes(n);
     if (pt_buf_reserve(out, cap) != 0)
@@ -360,7 +314,7 @@ static int dec_of(uint64_t bits, unsigned k, int64_t *m, int64_t *fix)
 }
 
 /* The smallest k at which every value is near a decimal, or -1. */
-static int dec_k(const vcell *c, size_t n)
+static int dec_k(const pt_vcell *c, size_t n)
 {
     unsigned k = 0;
     int64_t m, fix;
@@ -378,7 +332,7 @@ static int dec_k(const vcell *c, size_t n)
 }
 
 /* Appends fmt 4 to out (after what it holds) when the values allow it. 0 with *made set. */
-static int encode_dec(pt_buf *out, const vcell *c, size_t n, int *made)
+static int encode_dec(pt_buf *out, const pt_vcell *c, size_t n, int *made)
 {
     *made = 0;
     int k = dec_k(c, n);
@@ -431,7 +385,7 @@ static int encode_dec(pt_buf *out, const vcell *c, size_t n, int *made)
 
 /* Appends kind || n (4 bytes BE) || the cells c[0..n) as fmt 2 lays them out: a fmt 2
  * chunk's header and body (kind 2), or a fmt 5 part (kind 0). */
-static int put_cells(pt_buf *out, uint8_t kind, const vcell *c, size_t n)
+static int put_cells(pt_buf *out, uint8_t kind, const pt_vcell *c, size_t n)
 {
     size_t need = HDR + n * 8;
     for (size_t i = 0; i < n; i++)
@@ -448,7 +402,7 @@ static int put_cells(pt_buf *out, uint8_t kind, const vcell *c, size_t n)
         pt_put_be32(p, c[i].vlen);
     for (size_t i = 0; i < n; i++) {
         if (c[i].vlen)
-            memcpy(p, vcell_val(&c[i]), c[i].vlen);
+            memcpy(p, pt_vcell_val(&c[i]), c[i].vlen);
         p += c[i].vlen;
     }
     pt_buf_commit(out, need);
@@ -473,11 +427,11 @@ static int put_hchunk(pt_buf *out, pt_hchunk_enc *e)
 
 /* 1 when c is a histogram cell in the form pt_histogram_cell_encode writes (read into h),
  * 0 when not, PT_ENOMEM. */
-static int hist_cell(const vcell *c, pt_histogram *h, pt_buf *tmp)
+static int hist_cell(const pt_vcell *c, pt_histogram *h, pt_buf *tmp)
 {
     if (!pt_histogram_cell_is(c->vlen))
         return 0;
-    int rv = pt_histogram_cell_decode(vcell_val(c), c->vlen, h);
+    int rv = pt_histogram_cell_decode(pt_vcell_val(c), c->vlen, h);
     if (rv != 0)
         return rv == PT_ENOMEM ? rv : 0;
     if (pt_histogram_cell_size(h) != c->vlen)
@@ -488,26 +442,26 @@ static int hist_cell(const vcell *c, pt_histogram *h, pt_buf *tmp)
         return PT_ENOMEM;
     pt_histogram_cell_encode(h, p);
     h->t = c->q;
-    return memcmp(p, vcell_val(c), c->vlen) == 0;
+    return memcmp(p, pt_vcell_val(c), c->vlen) == 0;
 }
 
 /* 1 when chunk bytes p[0, n) decode to exactly the cells c[0..n). */
-static int decodes_to(const uint8_t *p, size_t len, const vcell *c, size_t n)
+static int decodes_to(const uint8_t *p, size_t len, const pt_vcell *c, size_t n)
 {
-    chunk ch;
-    vcells got = {0};
-    int same = pt_emb_chunk_parse(p, len, &ch) == 0 && pt_emb_chunk_cells(&ch, &got) == 0 &&
+    pt_cellchunk ch;
+    pt_vcells got = {0};
+    int same = pt_cellchunk_parse(p, len, &ch) == 0 && pt_cellchunk_cells(&ch, &got) == 0 &&
                got.n == n;
     for (size_t i = 0; same && i < n; i++)
         same = got.c[i].q == c[i].q && got.c[i].vlen == c[i].vlen &&
-               memcmp(vcell_val(&got.c[i]), vcell_val(&c[i]), c[i].vlen) == 0;
-    vcells_free(&got);
+               memcmp(pt_vcell_val(&got.c[i]), pt_vcell_val(&c[i]), c[i].vlen) == 0;
+    pt_vcells_free(&got);
     return same;
 }
 
 /* out = fmt 5 of c[0..n), *made = 1, when some cells go into histogram chunks, the chunk
  * is shorter than fmt 2 and decodes back to exactly c; else *made = 0. */
-static int encode_hist(pt_buf *out, const vcell *c, size_t n, int *made)
+static int encode_hist(pt_buf *out, const pt_vcell *c, size_t n, int *made)
 {
     pt_hchunk_enc e;
     pt_hchunk_enc_init(&e, HCHUNK_MAX);
@@ -563,7 +517,7 @@ static int encode_hist(pt_buf *out, const vcell *c, size_t n, int *made)
     return rv;
 }
 
-int pt_emb_chunk_encode(pt_buf *out, const vcell *c, size_t n)
+int pt_cellchunk_encode(pt_buf *out, const pt_vcell *c, size_t n)
 {
     int fixed = 1;
     for (size_t i = 0; i < n; i++)
@@ -586,14 +540,4 @@ int pt_emb_chunk_encode(pt_buf *out, const vcell *c, size_t n)
         return rv;
     pt_buf_reset(out);
     return put_cells(out, 2, c, n);
-}
-
-int pt_emb_chunk_key_split(const char *k, size_t kn, pt_slice *row, uint32_t *first)
-{
-    const char *z = memchr(k, 0, kn);
-    if (!z || kn - (size_t)(z - k) != 5)
-        return PT_EINTERNAL;
-    *row = (pt_slice){(const uint8_t *)k, (size_t)(z - k)};
-    *first = pt_get_be32((const uint8_t *)z + 1);
-    return 0;
 }
