@@ -197,6 +197,20 @@ char *pt_arena_strndup(pt_arena *a, const char *s, size_t n)
     return p;
 }
 
+void *pt_arena_grow(pt_arena *a, void *v, size_t n, size_t *cap, size_t isz, size_t first)
+{
+    if (n < *cap)
+        return v;
+    size_t ncap = *cap ? *cap * 2 : first;
+    void *nv = pt_arena_alloc(a, ncap * isz);
+    if (!nv)
+        return NULL;
+    if (n)
+        memcpy(nv, v, n * isz);
+    *cap = ncap;
+    return nv;
+}
+
 void pt_arena_reset(pt_arena *a)
 {
     pt_arena_block *b = a->head;

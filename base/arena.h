@@ -45,6 +45,10 @@ void *pt_arena_calloc(pt_arena *a, size_t n);
  * freed. 0, or -1 (exhausted set) when they do not fit. */
 int pt_arena_charge(pt_arena *a, size_t n);
 char *pt_arena_strndup(pt_arena *a, const char *s, size_t n);
+/* The array v of n items of isz bytes with room for one more: v itself while *cap > n,
+ * else a copy in twice the room (first items when *cap is 0), *cap updated; NULL when a
+ * has no room (v and *cap as they were). */
+void *pt_arena_grow(pt_arena *a, void *v, size_t n, size_t *cap, size_t isz, size_t first);
 /* Frees every block; the arena can be reused afterwards (keeps its first block). */
 void pt_arena_reset(pt_arena *a);
 void pt_arena_free(pt_arena *a);

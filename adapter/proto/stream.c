@@ -40,16 +40,10 @@ typedef struct chunks {
 /* Appends a chunk of data (copied when copy is set) spanning [tmin, tmax]. */
 static int chunk_add(chunks *c, int type, pt_slice data, int copy, int64_t tmin, int64_t tmax)
 {
-    if (c->n == c->cap) {
-        size_t ncap = c->cap ? 2 * c->cap : 8;
-        Prometheus__Chunk **nv = pt_arena_alloc(c->a, ncap * sizeof(*nv));
-        if (!nv)
-            return PT_ENOMEM;
-        if (c->n)
-            memcpy(nv, c->v, c->n * sizeof(*nv));
-        c->v = nv;
-        c->cap = ncap;
-    }
+    Prometheus__Chunk **v = pt_arena_grow(c->a, c->v, c->n, &c->cap, sizeof(*v), 8);
+    if (!v)
+        return PT_ENOMEM;
+    c->v = v;
     Prometheus__Chunk *ch = pt_arena_alloc(c->a, sizeof(*ch));
     uint8_t *p = copy ? pt_arena_alloc(c->a, data.n ? data.n : 1) : (uint8_t *)data.p;
     if (!ch || !p)

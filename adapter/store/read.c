@@ -24,25 +24,11 @@ typedef struct samples {
     int64_t start, end;
 } samples;
 
-/* Makes room for one more item in the array *v of n items of isz bytes (a copy of twice
- * the room, first when empty, from a); *cap updated. 0 or PT_ENOMEM. */
-static int room_for_one(pt_arena *a, void **v, size_t n, size_t *cap, size_t isz, size_t first)
-{
-    if (n < *cap)
-        return 0;
-    size_t ncap = *cap ? *cap * 2 : first;
-    void *nv = pt_arena_alloc(a, ncap * isz);
-    if (!nv)
-        return PT_ENOMEM;
-    if (n)
-        memcpy(nv, *v, n * isz);
-    *v = nv;
-    *cap = ncap;
-    return 0;
-}
-
-#define ROOM(s, arr, n, cap, first) \
-    room_for_one((s)->a, (void **)&(arr), (n), &(cap), sizeof(*(arr)), (first))
+/* arr (n items, cap of room) with room for one more, in s's arena: 0, or PT_ENOMEM with
+ * arr NULL (the read fails then, and its batch with it). */
+#define ROOM(s, arr, n, cap, first)                                                        \
+    (((arr) = pt_arena_grow((s)->a, (arr), (n), &(cap), sizeof(*(arr)), (first))) ? 0      \
+                                                                                  : PT_ENOMEM)
 
 /* A cell of an exemplar row: the exemplar, when its exact time is in the window. */
 static int on_exemplar_cell(samples *s, pt_slice value)

@@ -149,8 +149,41 @@ static void pool_threads(void)
     is(pt_arena_pool_bytes(), 0, "a pool turned off holds nothing");
 }
 
+/* pt_arena_grow: room for one more, the items kept, the same array while it has room, and
+ * the old array untouched when the arena is full. */
+static void grow(void)
+{
+    pt_arena a;
+    pt_arena_init(&a, 4096, 64 << 10);
+    int *v = NULL;
+    size_t n = 0, cap = 0, moves = 0;
+    int kept = 1;
+    for (int i = 0; i < 1000; i++) {
+        int *w = pt_arena_grow(&a, v, n, &cap, sizeof(*v), 4);
+        if (!w)
+            break;
+        moves += w != v;
+        v = w;
+        v[n++] = i;
+        for (size_t j = 0; j < n; j++)
+            kept &= v[j] == (int)j;
+    }
+    ok(n == 1000 && kept, "1000 items added one at a time, every one kept");
+    ok(moves == 9 && cap == 1024, "the array moved 9 times (4 .. 1024), cap %zu", cap);
+    size_t before = cap;
+    int *same = v;
+    while ((v = pt_arena_grow(&a, same, n, &cap, sizeof(*v), 4)) != NULL) {
+        same = v;
+        n = cap; /* full: the next call must grow */
+    }
+    ok(a.exhausted && cap >= before && same[0] == 0,
+       "past the ceiling: NULL, the old array and its room as they were");
+    pt_arena_free(&a);
+}
+
 int main(void)
 {
+    grow();
     basics();
     pool();
     pool_large();
