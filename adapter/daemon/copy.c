@@ -35,6 +35,7 @@
 #include "log.h"
 #include "meta.h"
 #include "promql.h"
+#include "read_int.h"
 #include "rowkey.h"
 #include "tenant.h"
 
@@ -127,11 +128,6 @@ int pt_copy_parse_args(int argc, char **argv, pt_copy_opts *o, char *err, size_t
     }
     if (o->start_ms > o->end_ms) {
         snprintf(err, errlen, "--start is after --end");
-        return -1;
-    }
-    if (o->nmatch) {
-        snprintf(err, errlen, "--match is not supported yet: copy the whole store (with "
-                              "--start/--end to limit it in time)");
         return -1;
     }
     return 0;
@@ -449,6 +445,11 @@ typedef struct copier {
     progress pr;
     char *err;
     size_t errlen;
+    /* --match: the checkpoint follows series (prev: the last one done), and the index
+     * buckets of the series being copied collect in days. */
+    int by_series;
+    int64_t *days;
+    size_t ndays, days_cap;
 } copier;
 
 /* Writes the batch, retrying an outage with backoff, then notes the checkpoint. */
@@ -521,24 +522,44 @@ static int format_marker(copier *c, pt_slice row, pt_slice value)
     return PT_EBADREQ;
 }
 
+/* Notes the index bucket of a points cell of the series being copied. */
+static int note_day(copier *c, pt_slice row, pt_slice qual, pt_slice value)
+{
+    int64_t ms = points_time(row, qual, value);
+    if (ms < 0)
+        return 0;
+    int64_t day = ms - ms % c->bucket_ms;
+    for (size_t i = c->ndays; i > 0; i--)
+        if (c->days[i - 1] == day)
+            return 0;
+    int rv = pt_array_reserve(&c->days, &c->days_cap, c->ndays + 1, sizeof(*c->days), 1u << 20);
+    if (rv == 0)
+        c->days[c->ndays++] = day;
+    return rv;
+}
+
 static int on_copy_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 {
     copier *c = ud;
     int rv;
     if (!c->has_cur || !pt_slice_eq(row, (pt_slice){pt_buf_data(&c->cur), pt_buf_used(&c->cur)})) {
-        pt_buf t = c->prev;
-        c->prev = c->cur;
-        c->cur = t;
-        c->has_prev = c->has_cur;
+        if (!c->by_series) { /* --match keeps the last series done in prev */
+            pt_buf t = c->prev;
+            c->prev = c->cur;
+            c->cur = t;
+            c->has_prev = c->has_cur;
+            c->pr.rows++;
+        }
         pt_buf_reset(&c->cur);
         if ((rv = pt_buf_append(&c->cur, row.p, row.n)) != 0)
             return rv;
         c->has_cur = 1;
         c->cur_in_batch = NULL;
-        c->pr.rows++;
     }
     if (!wanted(c->o, c->table, c->bucket_ms, row, qual, value))
         return 0;
+    if (c->by_series && c->table == PT_TABLE_POINTS && (rv = note_day(c, row, qual, value)) != 0)
+        return rv;
     if (c->table == PT_TABLE_INDEX && is_row(untenanted(row), format_row) &&
         (rv = format_marker(c, row, value)) != 1)
         return rv;
@@ -571,21 +592,13 @@ static int on_copy_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     return 0;
 }
 
-/* The scan of table t after row (has_row) or from the start; with a window, points rows
- * are read with the window's qualifier range when it lies in one bucket. */
-static int scan_from(side *s, const pt_copy_opts *o, pt_table t, const uint8_t *row,
-                     size_t row_n, int has_row, size_t row_limit, pt_cell_fn fn, void *ud)
+/* Scans the ranges of table t; with a window, points rows are read with the window's
+ * qualifier range when it lies in one bucket. */
+static int scan_ranges(side *s, const pt_copy_opts *o, pt_table t, const pt_row_range *r,
+                       size_t nr, size_t row_limit, pt_cell_fn fn, void *ud)
 {
-    uint8_t start[PT_MAX_ROW_KEY + 1];
     uint8_t qs[4], qe[4];
-    size_t n = 0;
-    if (has_row) {
-        memmove(start, row, row_n);
-        start[row_n] = 0; /* keys never hold 0x00: key || 00 is the next key */
-        n = row_n + 1;
-    }
-    pt_row_range r = {{start, n}, {0}};
-    pt_scan sc = {.table = t, .ranges = &r, .nranges = 1, .row_limit = row_limit};
+    pt_scan sc = {.table = t, .ranges = r, .nranges = nr, .row_limit = row_limit};
     int64_t base = pt_bucket_base(o->start_ms);
     if (t == PT_TABLE_POINTS && o->window && pt_bucket_base(o->end_ms) == base) {
         /* Exemplar qualifiers are windows of 2^14 ms: from the start's window on. */
@@ -597,6 +610,21 @@ static int scan_from(side *s, const pt_copy_opts *o, pt_table t, const uint8_t *
         }
     }
     return pt_backend_scan(&s->be, &sc, fn, ud);
+}
+
+/* The scan of table t after row (has_row) or from its start. */
+static int scan_from(side *s, const pt_copy_opts *o, pt_table t, const uint8_t *row,
+                     size_t row_n, int has_row, size_t row_limit, pt_cell_fn fn, void *ud)
+{
+    uint8_t start[PT_MAX_ROW_KEY + 1];
+    size_t n = 0;
+    if (has_row) {
+        memmove(start, row, row_n);
+        start[row_n] = 0; /* keys never hold 0x00: key || 00 is the next key */
+        n = row_n + 1;
+    }
+    pt_row_range r = {{start, n}, {0}};
+    return scan_ranges(s, o, t, &r, 1, row_limit, fn, ud);
 }
 
 static int copy_tables(copier *c)
@@ -629,6 +657,156 @@ static int copy_tables(copier *c)
         }
         progress_show(&c->pr, table_name[t], 1);
     }
+    return rv;
+}
+
+/* ---- --match ---- */
+
+/* The selected series, sorted by series id. */
+typedef struct picked {
+    series *v;
+    size_t n;
+} picked;
+
+static int sid_cmp(const void *x, const void *y)
+{
+    const series *a = x, *b = y;
+    return pt_slice_cmp(a->sid, b->sid);
+}
+
+static int label_name_cmp(const void *x, const void *y)
+{
+    const pt_label *a = x, *b = y;
+    return pt_slice_cmp(a->name, b->name);
+}
+
+/* A store over an open side's backend, for its index: the selection of --match, and the
+ * destination's index rows. */
+static int store_open(pt_store *st, side *s)
+{
+    pt_store_caches caches = {.index_entries = 1024};
+    if (pt_store_open(st, &s->be, &caches) != 0)
+        return PT_ENOMEM;
+    st->index_bucket_ms = s->cfg.index_bucket_ms;
+    st->regex_match_limit = (uint32_t)s->cfg.read_regex_match_limit;
+    st->regex_heap_limit = s->cfg.read_regex_heap_limit;
+    st->key_limit = s->cfg.tenancy_enabled ? PT_TENANT_KEY_LIMIT : PT_MAX_ROW_KEY;
+    return 0;
+}
+
+/* The series the selectors pick over the window's index buckets, sorted by series id,
+ * each once, in arena a. */
+static int select_series(const pt_copy_opts *o, pt_store *st, pt_arena *a, picked *out,
+                         char *err, size_t errlen)
+{
+    *out = (picked){0};
+    for (size_t i = 0; i < o->nmatch; i++) {
+        qctx q;
+        char msg[PT_MSG_MAX] = "";
+        memset(&q, 0, sizeof(q));
+        q.st = st;
+        q.a = q.c.a = a;
+        q.day_first = o->start_ms - o->start_ms % st->index_bucket_ms;
+        q.day_last = o->end_ms - o->end_ms % st->index_bucket_ms;
+        int rv = pt_selector_parse(a, o->match[i], strlen(o->match[i]), NULL, &q.ms, &q.nms,
+                                   msg, sizeof(msg));
+        if (rv == 0 && (rv = pt_select(&q)) == PT_EREGEXLIMIT)
+            pt_matcher_limit_msg(q.costly, msg, sizeof(msg));
+        else if (rv != 0 && !msg[0])
+            snprintf(msg, sizeof(msg), "%s", pt_strerror(rv));
+        pt_selector_free(q.ms, q.nms);
+        if (rv != 0) {
+            snprintf(err, errlen, "--match \"%s\": %s", o->match[i], msg);
+            return rv;
+        }
+        series *all = pt_arena_alloc(a, (out->n + q.c.n + 1) * sizeof(*all));
+        if (!all)
+            return PT_ENOMEM;
+        if (out->n)
+            memcpy(all, out->v, out->n * sizeof(*all));
+        if (q.c.n)
+            memcpy(all + out->n, q.c.v, q.c.n * sizeof(*all));
+        out->v = all;
+        out->n += q.c.n;
+    }
+    if (out->n)
+        qsort(out->v, out->n, sizeof(*out->v), sid_cmp);
+    size_t k = 0;
+    for (size_t i = 0; i < out->n; i++)
+        if (k == 0 || !pt_slice_eq(out->v[k - 1].sid, out->v[i].sid))
+            out->v[k++] = out->v[i];
+    out->n = k;
+    return 0;
+}
+
+/* The points rows of the series sid: its exemplar rows [sid,# sid,$) and its data rows
+ * [sid,@ sid,A), in key order. keys: 4 × (sid.n + 2) bytes. */
+static void series_ranges(pt_slice sid, uint8_t *keys, pt_row_range r[2])
+{
+    static const char marks[4] = {'#', '$', '@', 'A'};
+    size_t kn = sid.n + 2;
+    for (size_t i = 0; i < 4; i++) {
+        uint8_t *k = keys + i * kn;
+        memcpy(k, sid.p, sid.n);
+        k[sid.n] = ',';
+        k[sid.n + 1] = (uint8_t)marks[i];
+    }
+    r[0] = (pt_row_range){{keys, kn}, {keys + kn, kn}};
+    r[1] = (pt_row_range){{keys + 2 * kn, kn}, {keys + 3 * kn, kn}};
+}
+
+/* Copies the selected series: the store-wide rows a read of them needs first (every
+ * metadata row, the exemplar marks), then, series by series in series-id order, its
+ * points and exemplar rows and, through the destination store's own index code, its
+ * index rows for every bucket it has cells in. */
+static int copy_matched(copier *c, const picked *ps, pt_store *dst, pt_arena *tmp)
+{
+    static const uint8_t meta[] = PT_META_ROW_PREFIX, mark[] = PT_EXEMPLAR_MARK_ROW;
+    const pt_row_range store_rows[2] = {
+        {{meta, sizeof(meta) - 1}, {(const uint8_t *)"==meta-", 7}}, /* ',' + 1 */
+        {{mark, sizeof(mark) - 1}, {mark, sizeof(mark)}},           /* the row, its NUL */
+    };
+    c->by_series = 1;
+    c->table = PT_TABLE_INDEX;
+    int rv = 0;
+    if (c->ck.table == PT_TABLE_POINTS)
+        rv = scan_ranges(c->src, c->o, PT_TABLE_INDEX, store_rows, 2, 0, on_copy_cell, c);
+    c->table = PT_TABLE_POINTS;
+    c->has_prev = 0;
+    for (size_t i = 0; i < ps->n && rv == 0 && c->ck.table == PT_TABLE_POINTS; i++) {
+        series *s = &ps->v[i];
+        if (c->ck.has_row && pt_slice_cmp(s->sid, (pt_slice){c->ck.row, c->ck.row_n}) <= 0)
+            continue;
+        pt_arena_reset(tmp);
+        uint8_t *keys = pt_arena_alloc(tmp, 4 * (s->sid.n + 2));
+        if (!keys) {
+            rv = PT_ENOMEM;
+            break;
+        }
+        pt_row_range sr[2];
+        series_ranges(s->sid, keys, sr);
+        c->ndays = 0;
+        rv = scan_ranges(c->src, c->o, PT_TABLE_POINTS, sr, 2, 0, on_copy_cell, c);
+        qsort(s->labels, s->nlabels, sizeof(*s->labels), label_name_cmp);
+        for (size_t d = 0; d < c->ndays && rv == 0; d++)
+            rv = pt_store_index_series(dst, tmp, s->labels, s->nlabels, c->days[d]);
+        if (rv != 0)
+            break;
+        c->pr.rows++;
+        pt_buf_reset(&c->prev);
+        if ((rv = pt_buf_append(&c->prev, s->sid.p, s->sid.n)) != 0)
+            break;
+        c->has_prev = 1; /* done: the next batch's checkpoint names it */
+    }
+    if (rv == 0)
+        rv = flush(c);
+    if (rv != 0 && !c->err[0])
+        snprintf(c->err, c->errlen, "copying the selected series failed: %s", pt_strerror(rv));
+    if (rv == 0 && c->o->checkpoint) {
+        c->ck = (pt_copy_ckpt){.job = c->ck.job, .table = PT_TABLE_COUNT};
+        rv = pt_copy_ckpt_write(c->o->checkpoint, &c->ck, c->err, c->errlen);
+    }
+    progress_show(&c->pr, "series", 1);
     return rv;
 }
 
@@ -693,6 +871,8 @@ static int on_source_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     if (!wanted(v->o, v->table, v->bucket_ms, row, qual, value))
         return 0;
     if (!last || !pt_slice_eq(row, lk)) {
+        if (v->n == VERIFY_ROWS)
+            return PT_ETOOLARGE; /* a series with more rows than a slice holds */
         last = &v->rows[v->n++];
         *last = (vrow){.off = pt_buf_used(&v->keys), .n = row.n};
         int rv = pt_buf_append(&v->keys, row.p, row.n);
@@ -767,6 +947,23 @@ static int on_dest_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     return 0;
 }
 
+/* Scans ranges of the destination, comparing each row with the source rows kept in v,
+ * then reports the source rows it did not have. */
+static int compare_dest(verifier *v, side *dst, const pt_row_range *r, size_t nr)
+{
+    v->has_row = 0;
+    v->acc = (vrow){0};
+    int rv = scan_ranges(dst, v->o, v->table, r, nr, 0, on_dest_cell, v);
+    if (rv != 0) {
+        fprintf(v->out, "verify: reading %s failed: %s\n", dst->path, pt_strerror(rv));
+        return rv;
+    }
+    if (v->has_row)
+        compare_row(v);
+    missing_before(v, NULL);
+    return 0;
+}
+
 static int verify_table(verifier *v, side *src, side *dst)
 {
     uint8_t from[PT_MAX_ROW_KEY];
@@ -796,17 +993,8 @@ static int verify_table(verifier *v, side *src, side *dst)
             start_n = from_n + 1;
         }
         pt_row_range r = {{start, start_n}, {end, last ? 0 : end_n}};
-        pt_scan sc = {.table = v->table, .ranges = &r, .nranges = 1};
-        v->has_row = 0;
-        v->acc = (vrow){0};
-        rv = pt_backend_scan(&dst->be, &sc, on_dest_cell, v);
-        if (rv != 0) {
-            fprintf(v->out, "verify: reading %s failed: %s\n", dst->path, pt_strerror(rv));
+        if ((rv = compare_dest(v, dst, &r, 1)) != 0)
             return rv;
-        }
-        if (v->has_row)
-            compare_row(v);
-        missing_before(v, NULL);
         progress_show(&v->pr, table_name[v->table], 0);
         if (last)
             return 0;
@@ -816,7 +1004,35 @@ static int verify_table(verifier *v, side *src, side *dst)
     }
 }
 
-static int verify(const pt_copy_opts *o, side *src, side *dst, FILE *out)
+/* The points rows of every selected series, series by series (their index rows are the
+ * destination's own, written by its index code, and not compared). */
+static int verify_matched(verifier *v, side *src, side *dst, const picked *ps, pt_arena *tmp)
+{
+    v->table = PT_TABLE_POINTS;
+    int rv = 0;
+    for (size_t i = 0; i < ps->n && rv == 0; i++) {
+        pt_slice sid = ps->v[i].sid;
+        pt_arena_reset(tmp);
+        uint8_t *keys = pt_arena_alloc(tmp, 4 * (sid.n + 2));
+        if (!keys)
+            return PT_ENOMEM;
+        pt_row_range sr[2];
+        series_ranges(sid, keys, sr);
+        v->n = v->seen = v->next = 0;
+        v->has_row = 0;
+        pt_buf_reset(&v->keys);
+        if ((rv = scan_ranges(src, v->o, v->table, sr, 2, 0, on_source_cell, v)) != 0) {
+            fprintf(v->out, "verify: reading %s failed: %s\n", src->path, pt_strerror(rv));
+            return rv;
+        }
+        rv = compare_dest(v, dst, sr, 2);
+        progress_show(&v->pr, "series", 0);
+    }
+    return rv;
+}
+
+static int verify(const pt_copy_opts *o, side *src, side *dst, const picked *ps, pt_arena *tmp,
+                  FILE *out)
 {
     verifier v = {.o = o, .bucket_ms = src->cfg.index_bucket_ms, .out = out,
                   .pr = {.tty = isatty(2), .what = "verify", .t0 = pt_mono_ms()}};
@@ -824,7 +1040,11 @@ static int verify(const pt_copy_opts *o, side *src, side *dst, FILE *out)
     pt_buf_init(&v.row, PT_MAX_ROW_KEY + 1);
     v.rows = calloc(VERIFY_ROWS + 1, sizeof(*v.rows));
     int rv = v.rows ? 0 : PT_ENOMEM;
-    for (int t = 0; t < PT_TABLE_COUNT && rv == 0; t++) {
+    if (rv == 0 && o->nmatch) {
+        rv = verify_matched(&v, src, dst, ps, tmp);
+        progress_show(&v.pr, "series", 1);
+    }
+    for (int t = 0; t < PT_TABLE_COUNT && rv == 0 && !o->nmatch; t++) {
         v.table = (pt_table)t;
         rv = verify_table(&v, src, dst);
         progress_show(&v.pr, table_name[t], 1);
@@ -848,7 +1068,12 @@ int pt_copy_main(int argc, char **argv, FILE *out)
     char err[1024] = "";
     side src = {0}, dst = {0};
     copier c = {.o = &o, .src = &src, .dst = &dst, .err = err, .errlen = sizeof(err)};
-    int status = 1, rv;
+    pt_store sst = {0}, dst_st = {0};
+    pt_arena sel, tmp;
+    picked ps = {0};
+    int status = 1, rv, has_sst = 0, has_dst_st = 0;
+    pt_arena_init(&sel, 1 << 20, 0);
+    pt_arena_init(&tmp, 64 << 10, 0);
     if (pt_copy_parse_args(argc, argv, &o, err, sizeof(err)) != 0)
         goto done;
     c.ck.job = pt_copy_job(&o);
@@ -874,6 +1099,20 @@ int pt_copy_main(int argc, char **argv, FILE *out)
                  src.cfg.index_bucket_ms, o.from, dst.cfg.index_bucket_ms, o.to);
         goto done;
     }
+    if (o.nmatch) {
+        /* The destination's format marker first: an empty store gets it, another
+         * format is refused (as a promtable starting on it would). */
+        if (store_open(&sst, &src) != 0 || (has_sst = 1, store_open(&dst_st, &dst)) != 0) {
+            snprintf(err, sizeof(err), "out of memory");
+            goto done;
+        }
+        has_dst_st = 1;
+        if (!o.verify_only && pt_store_check_index(&dst_st, err, sizeof(err)) != 0)
+            goto done;
+        if (select_series(&o, &sst, &sel, &ps, err, sizeof(err)) != 0)
+            goto done;
+        fprintf(out, "copy: %zu series selected\n", ps.n);
+    }
     if (!o.verify_only) {
         c.bucket_ms = src.cfg.index_bucket_ms;
         c.now_us = pt_wall_ms() * 1000;
@@ -888,14 +1127,14 @@ int pt_copy_main(int argc, char **argv, FILE *out)
         }
         if (c.ck.table == PT_TABLE_COUNT)
             fprintf(out, "copy: the checkpoint says this copy is complete\n");
-        if (copy_tables(&c) != 0)
+        if ((o.nmatch ? copy_matched(&c, &ps, &dst_st, &tmp) : copy_tables(&c)) != 0)
             goto done;
         double s = (double)(pt_mono_ms() - c.pr.t0) / 1000.0;
         fprintf(out, "copy: %llu rows, %llu cells in %.1f s (%.0f cells/s)\n",
                 (unsigned long long)c.pr.rows, (unsigned long long)c.pr.cells, s,
                 s > 0 ? (double)c.pr.cells / s : 0.0);
     }
-    if (o.verify && (rv = verify(&o, &src, &dst, out)) != 0) {
+    if (o.verify && (rv = verify(&o, &src, &dst, &ps, &tmp, out)) != 0) {
         if (rv < 0)
             snprintf(err, sizeof(err), "verify could not finish: %s", pt_strerror(rv));
         else
@@ -908,6 +1147,13 @@ done:
         fprintf(stderr, "promtable copy: %s\n", err[0] ? err : "failed");
     free(c.bytes);
     free(c.m);
+    free(c.days);
+    if (has_dst_st)
+        pt_store_close(&dst_st);
+    if (has_sst)
+        pt_store_close(&sst);
+    pt_arena_free(&tmp);
+    pt_arena_free(&sel);
     pt_buf_free(&c.cur);
     pt_buf_free(&c.prev);
     side_close(&dst);
