@@ -72,8 +72,15 @@ pt_stop "$PID_A"
 
 # ---- 2. A -> Bigtable emulator -> C, C's copy killed and resumed
 pt_start_cbtemulator EMU_PORT "$T/emulator.log" || tap_bail "the Bigtable emulator did not start"
-printf 'storage:\n  backend: bigtable\n  bigtable:\n    project: p\n    instance: i\n    table_prefix: "cp_"\n    endpoint: "127.0.0.1:%s"\n' \
-    "$EMU_PORT" >"$T/BT.yml"
+cat >"$T/BT.yml" <<EOF
+storage:
+  backend: bigtable
+  bigtable:
+    project: p
+    instance: i
+    table_prefix: "cp_"
+    endpoint: "127.0.0.1:$EMU_PORT"
+EOF
 
 "$PROMTABLE" copy --from="$T/A.yml" --to="$T/BT.yml" >"$T/copy1.out" 2>"$T/copy1.err"
 tap_is "$?" 0 "copy embedded -> Bigtable emulator" || tap_diag_file "$T/copy1.err" 5
@@ -138,12 +145,14 @@ same() {
 }
 W=($((L0 - 60000)) $((NOW + 60000)))
 same "A and C: one metric" "$URL_A" "$URL_C" "${W[@]}" __name__=node_load1
-same "A and C: a regex over metric names" "$URL_A" "$URL_C" "${W[@]}" '__name__=~node_(cpu|memory).*'
+same "A and C: a regex over metric names" "$URL_A" "$URL_C" "${W[@]}" \
+    '__name__=~node_(cpu|memory).*'
 same "A and C: by a label, with a negative matcher" "$URL_A" "$URL_C" "${W[@]}" \
     job=kube-state-metrics '__name__!=kube_pod_info'
 same "A and C: native histograms" "$URL_A" "$URL_C" "${W[@]}" __name__=copy_hist
 same "A and C: floats with exemplars" "$URL_A" "$URL_C" "${W[@]}" __name__=copy_float
-tap_check "the exemplars are in the answer" grep -q ' x trace_id=' <(read_at "$URL_C" "${W[@]}" __name__=copy_float)
+tap_check "the exemplars are in the answer" \
+    grep -q ' x trace_id=' <(read_at "$URL_C" "${W[@]}" __name__=copy_float)
 pt_stop "$PID_C"
 pt_stop "$PID_A"
 
