@@ -39,11 +39,11 @@
 #include "rowkey.h"
 #include "tenant.h"
 
-#define BATCH_BYTES (8u << 20)  /* cell bytes a batch holds */
-#define BATCH_CELLS 20000       /* mutations a batch holds */
-#define VERIFY_ROWS 2000        /* source rows compared per slice */
-#define SHOW_MAX 20             /* mismatches printed; all are counted */
-#define WRITE_TRIES 8           /* attempts of one batch on an outage */
+#define BATCH_BYTES (8u << 20) /* cell bytes a batch holds */
+#define BATCH_CELLS 20000      /* mutations a batch holds */
+#define VERIFY_ROWS 2000       /* source rows compared per slice */
+#define SHOW_MAX 20            /* mismatches printed; all are counted */
+#define WRITE_TRIES 8          /* attempts of one batch on an outage */
 #define CKPT_MAGIC "promtable copy checkpoint 1"
 
 static const char *const table_name[PT_TABLE_COUNT + 1] = {"points", "index", "done"};
@@ -217,8 +217,9 @@ int pt_copy_ckpt_read(const char *path, pt_copy_ckpt *ck, char *err, size_t errl
     const char *why = "not a copy checkpoint";
     if (more || strncmp(text, CKPT_MAGIC "\n", sizeof(CKPT_MAGIC)) != 0)
         goto bad;
-    if (sscanf(text + sizeof(CKPT_MAGIC), "job %16[0-9a-f]\ntable %15[a-z]\nrow %n", job,
-               table, &off) != 2 || off == 0 || strlen(job) != 16) {
+    if (sscanf(text + sizeof(CKPT_MAGIC), "job %16[0-9a-f]\ntable %15[a-z]\nrow %n", job, table,
+               &off) != 2 ||
+        off == 0 || strlen(job) != 16) {
         why = "its job, table or row line does not parse";
         goto bad;
     }
@@ -292,8 +293,8 @@ static int64_t points_time(pt_slice row, pt_slice qual, pt_slice value)
     return base >= 0 && qual.n == PT_QUAL_LEN ? base + pt_get_be32(qual.p) : -1;
 }
 
-int64_t pt_copy_version(pt_table t, pt_slice row, pt_slice qual, pt_slice value,
-                        int64_t bucket_ms, int64_t now_us)
+int64_t pt_copy_version(pt_table t, pt_slice row, pt_slice qual, pt_slice value, int64_t bucket_ms,
+                        int64_t now_us)
 {
     const int64_t never = (PT_MAX_TIME_MS + PT_BUCKET_MS) * 1000;
     if (t == PT_TABLE_POINTS) {
@@ -318,8 +319,8 @@ int64_t pt_copy_version(pt_table t, pt_slice row, pt_slice qual, pt_slice value,
 /* Whether the copy takes this cell: not an HA lease row (each store elects its own),
  * and inside the window when there is one (index rows: those of the days that overlap
  * it; rows without a day whole). */
-static int wanted(const pt_copy_opts *o, pt_table t, int64_t bucket_ms, pt_slice row,
-                  pt_slice qual, pt_slice value)
+static int wanted(const pt_copy_opts *o, pt_table t, int64_t bucket_ms, pt_slice row, pt_slice qual,
+                  pt_slice value)
 {
     if (t == PT_TABLE_INDEX) {
         pt_slice k = untenanted(row);
@@ -415,15 +416,14 @@ static void progress_show(progress *p, const char *table, int final)
     double s = (double)(now - p->t0) / 1000.0;
     double rate = s > 0 ? (double)p->cells / s : 0;
     if (p->tty) {
-        fprintf(stderr, "\r%s %s: %llu rows, %llu cells, %.0f cells/s, %.1f s   %s", p->what,
-                table, (unsigned long long)p->rows, (unsigned long long)p->cells, rate, s,
+        fprintf(stderr, "\r%s %s: %llu rows, %llu cells, %.0f cells/s, %.1f s   %s", p->what, table,
+                (unsigned long long)p->rows, (unsigned long long)p->cells, rate, s,
                 final ? "\n" : "");
         fflush(stderr);
     } else {
         pt_log(PT_LOG_INFO, final ? "copy progress: done" : "copy progress",
-               "phase=%s table=%s rows=%llu cells=%llu cells_per_second=%.0f seconds=%.1f",
-               p->what, table, (unsigned long long)p->rows, (unsigned long long)p->cells,
-               rate, s);
+               "phase=%s table=%s rows=%llu cells=%llu cells_per_second=%.0f seconds=%.1f", p->what,
+               table, (unsigned long long)p->rows, (unsigned long long)p->cells, rate, s);
     }
 }
 
@@ -507,8 +507,8 @@ static int note_value(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 static int format_marker(copier *c, pt_slice row, pt_slice value)
 {
     one_cell have = {0};
-    int rv = pt_backend_scan_row(&c->dst->be, PT_TABLE_INDEX, row, (pt_slice){0},
-                                 (pt_slice){0}, note_value, &have);
+    int rv = pt_backend_scan_row(&c->dst->be, PT_TABLE_INDEX, row, (pt_slice){0}, (pt_slice){0},
+                                 note_value, &have);
     if (rv != 0 || !have.found)
         return rv != 0 ? rv : 1;
     if (pt_slice_eq((pt_slice){have.v, have.n}, value))
@@ -594,8 +594,8 @@ static int on_copy_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 
 /* Scans the ranges of table t; with a window, points rows are read with the window's
  * qualifier range when it lies in one bucket. */
-static int scan_ranges(side *s, const pt_copy_opts *o, pt_table t, const pt_row_range *r,
-                       size_t nr, size_t row_limit, pt_cell_fn fn, void *ud)
+static int scan_ranges(side *s, const pt_copy_opts *o, pt_table t, const pt_row_range *r, size_t nr,
+                       size_t row_limit, pt_cell_fn fn, void *ud)
 {
     uint8_t qs[4], qe[4];
     pt_scan sc = {.table = t, .ranges = r, .nranges = nr, .row_limit = row_limit};
@@ -613,8 +613,8 @@ static int scan_ranges(side *s, const pt_copy_opts *o, pt_table t, const pt_row_
 }
 
 /* The scan of table t after row (has_row) or from its start. */
-static int scan_from(side *s, const pt_copy_opts *o, pt_table t, const uint8_t *row,
-                     size_t row_n, int has_row, size_t row_limit, pt_cell_fn fn, void *ud)
+static int scan_from(side *s, const pt_copy_opts *o, pt_table t, const uint8_t *row, size_t row_n,
+                     int has_row, size_t row_limit, pt_cell_fn fn, void *ud)
 {
     uint8_t start[PT_MAX_ROW_KEY + 1];
     size_t n = 0;
@@ -638,11 +638,11 @@ static int copy_tables(copier *c)
         if (resume) {
             char q[200];
             pt_log(PT_LOG_INFO, "copy: resuming after the checkpoint", "table=%s row=%s",
-                   table_name[t], pt_log_quote(q, sizeof(q), (const char *)c->ck.row,
-                                               c->ck.row_n < 150 ? c->ck.row_n : 150));
+                   table_name[t],
+                   pt_log_quote(q, sizeof(q), (const char *)c->ck.row,
+                                c->ck.row_n < 150 ? c->ck.row_n : 150));
         }
-        rv = scan_from(c->src, c->o, c->table, c->ck.row, c->ck.row_n, resume, 0,
-                       on_copy_cell, c);
+        rv = scan_from(c->src, c->o, c->table, c->ck.row, c->ck.row_n, resume, 0, on_copy_cell, c);
         if (rv != 0 && !c->err[0])
             snprintf(c->err, c->errlen, "reading %s's %s table failed: %s", c->src->path,
                      table_name[t], pt_strerror(rv));
@@ -696,8 +696,8 @@ static int store_open(pt_store *st, side *s)
 
 /* The series the selectors pick over the window's index buckets, sorted by series id,
  * each once, in arena a. */
-static int select_series(const pt_copy_opts *o, pt_store *st, pt_arena *a, picked *out,
-                         char *err, size_t errlen)
+static int select_series(const pt_copy_opts *o, pt_store *st, pt_arena *a, picked *out, char *err,
+                         size_t errlen)
 {
     *out = (picked){0};
     for (size_t i = 0; i < o->nmatch; i++) {
@@ -708,8 +708,8 @@ static int select_series(const pt_copy_opts *o, pt_store *st, pt_arena *a, picke
         q.a = q.c.a = a;
         q.day_first = o->start_ms - o->start_ms % st->index_bucket_ms;
         q.day_last = o->end_ms - o->end_ms % st->index_bucket_ms;
-        int rv = pt_selector_parse(a, o->match[i], strlen(o->match[i]), NULL, &q.ms, &q.nms,
-                                   msg, sizeof(msg));
+        int rv = pt_selector_parse(a, o->match[i], strlen(o->match[i]), NULL, &q.ms, &q.nms, msg,
+                                   sizeof(msg));
         if (rv == 0 && (rv = pt_select(&q)) == PT_EREGEXLIMIT)
             pt_matcher_limit_msg(q.costly, msg, sizeof(msg));
         else if (rv != 0 && !msg[0])
@@ -764,7 +764,7 @@ static int copy_matched(copier *c, const picked *ps, pt_store *dst, pt_arena *tm
     static const uint8_t meta[] = PT_META_ROW_PREFIX, mark[] = PT_EXEMPLAR_MARK_ROW;
     const pt_row_range store_rows[2] = {
         {{meta, sizeof(meta) - 1}, {(const uint8_t *)"==meta-", 7}}, /* ',' + 1 */
-        {{mark, sizeof(mark) - 1}, {mark, sizeof(mark)}},           /* the row, its NUL */
+        {{mark, sizeof(mark) - 1}, {mark, sizeof(mark)}},            /* the row, its NUL */
     };
     c->by_series = 1;
     c->table = PT_TABLE_INDEX;
@@ -821,10 +821,10 @@ typedef struct verifier {
     const pt_copy_opts *o;
     pt_table table;
     int64_t bucket_ms;
-    pt_buf keys;   /* the slice's source row keys */
-    vrow *rows;    /* VERIFY_ROWS + 1 */
+    pt_buf keys;          /* the slice's source row keys */
+    vrow *rows;           /* VERIFY_ROWS + 1 */
     size_t n, seen, next; /* rows kept, rows scanned, next to compare */
-    pt_buf row;    /* the destination row being summed */
+    pt_buf row;           /* the destination row being summed */
     vrow acc;
     int has_row;
     size_t mismatches;
@@ -858,8 +858,8 @@ static int on_source_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     verifier *v = ud;
     vrow *last = v->n ? &v->rows[v->n - 1] : NULL;
     pt_slice lk = last ? (pt_slice){pt_buf_data(&v->keys) + last->off, last->n} : (pt_slice){0};
-    int fresh = !v->has_row || !pt_slice_eq(row, (pt_slice){pt_buf_data(&v->row),
-                                                            pt_buf_used(&v->row)});
+    int fresh =
+        !v->has_row || !pt_slice_eq(row, (pt_slice){pt_buf_data(&v->row), pt_buf_used(&v->row)});
     if (fresh) {
         v->seen++;
         v->has_row = 1;
@@ -973,8 +973,7 @@ static int verify_table(verifier *v, side *src, side *dst)
         v->n = v->seen = v->next = 0;
         v->has_row = 0;
         pt_buf_reset(&v->keys);
-        rv = scan_from(src, v->o, v->table, from, from_n, has_from, VERIFY_ROWS,
-                       on_source_cell, v);
+        rv = scan_from(src, v->o, v->table, from, from_n, has_from, VERIFY_ROWS, on_source_cell, v);
         if (rv != 0) {
             fprintf(v->out, "verify: reading %s failed: %s\n", src->path, pt_strerror(rv));
             return rv;
@@ -1034,7 +1033,9 @@ static int verify_matched(verifier *v, side *src, side *dst, const picked *ps, p
 static int verify(const pt_copy_opts *o, side *src, side *dst, const picked *ps, pt_arena *tmp,
                   FILE *out)
 {
-    verifier v = {.o = o, .bucket_ms = src->cfg.index_bucket_ms, .out = out,
+    verifier v = {.o = o,
+                  .bucket_ms = src->cfg.index_bucket_ms,
+                  .out = out,
                   .pr = {.tty = isatty(2), .what = "verify", .t0 = pt_mono_ms()}};
     pt_buf_init(&v.keys, (size_t)VERIFY_ROWS * PT_MAX_ROW_KEY);
     pt_buf_init(&v.row, PT_MAX_ROW_KEY + 1);
@@ -1083,8 +1084,10 @@ int pt_copy_main(int argc, char **argv, FILE *out)
         if (rv < 0)
             goto done;
         if (rv == 0 && ck.job != c.ck.job) {
-            snprintf(err, sizeof(err), "the checkpoint %s is of another copy (other stores, "
-                     "window or matchers): remove it to start over", o.checkpoint);
+            snprintf(err, sizeof(err),
+                     "the checkpoint %s is of another copy (other stores, "
+                     "window or matchers): remove it to start over",
+                     o.checkpoint);
             goto done;
         }
         if (rv == 0)
@@ -1094,7 +1097,8 @@ int pt_copy_main(int argc, char **argv, FILE *out)
         side_open(&dst, o.to, !o.verify_only, err, sizeof(err)) != 0)
         goto done;
     if (src.cfg.index_bucket_ms != dst.cfg.index_bucket_ms) {
-        snprintf(err, sizeof(err), "index.bucket differs (%ld ms in %s, %ld ms in %s): index "
+        snprintf(err, sizeof(err),
+                 "index.bucket differs (%ld ms in %s, %ld ms in %s): index "
                  "rows are laid out by it, so both stores must use the same",
                  src.cfg.index_bucket_ms, o.from, dst.cfg.index_bucket_ms, o.to);
         goto done;

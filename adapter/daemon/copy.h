@@ -62,8 +62,8 @@ int pt_copy_ckpt_read(const char *path, pt_copy_ckpt *ck, char *err, size_t errl
  * follows from the cell (a sample or exemplar: its time; an index cell: its bucket's last
  * millisecond, bucket_ms wide; the format marker and the exemplar marks' `since`: the
  * largest time), else now_us (metadata rows, rows of no known kind). */
-int64_t pt_copy_version(pt_table t, pt_slice row, pt_slice qual, pt_slice value,
-                        int64_t bucket_ms, int64_t now_us);
+int64_t pt_copy_version(pt_table t, pt_slice row, pt_slice qual, pt_slice value, int64_t bucket_ms,
+                        int64_t now_us);
 
 /* Runs `promtable copy` with argv after the program name (argv[0] = "copy"); progress
  * and reports go to stderr / out. Returns the exit status: 0 done (and verified, with

@@ -35,7 +35,8 @@ static void test_args(void)
     pt_copy_opts o;
     char err[256];
     is(parse(&o, err, sizeof(err), "--from=a.yml", "--to", "b.yml", "--match", "up",
-             "--match={job=\"x\"}", "--checkpoint=ck", "--verify", NULL), 0, "flags parse");
+             "--match={job=\"x\"}", "--checkpoint=ck", "--verify", NULL),
+       0, "flags parse");
     is_str(o.from, "a.yml", "--from=");
     is_str(o.to, "b.yml", "--to VALUE");
     is(o.nmatch, 2, "--match twice");
@@ -43,8 +44,9 @@ static void test_args(void)
     is_str(o.checkpoint, "ck", "--checkpoint");
     ok(o.verify && !o.verify_only && !o.window, "--verify, no window");
     is(o.end_ms, PT_MAX_TIME_MS, "no --end: up to the last time a key holds");
-    is(parse(&o, err, sizeof(err), "--from=a", "--to=b", "--start=2023-11-14T22:13:20Z",
-             "--end", "1700000100.5", "--verify-only", NULL), 0, "times parse");
+    is(parse(&o, err, sizeof(err), "--from=a", "--to=b", "--start=2023-11-14T22:13:20Z", "--end",
+             "1700000100.5", "--verify-only", NULL),
+       0, "times parse");
     ok(o.window && o.start_ms == 1700000000000 && o.end_ms == 1700000100500,
        "RFC 3339 and unix seconds: %lld %lld", (long long)o.start_ms, (long long)o.end_ms);
     ok(o.verify && o.verify_only, "--verify-only verifies");
@@ -60,8 +62,8 @@ static void test_args(void)
         {{"--from=a", "--to=b", "--match", NULL}, "flag --match needs a value"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        int rv = parse(&o, err, sizeof(err), bad[i].a[0], bad[i].a[1], bad[i].a[2],
-                       bad[i].a[3], NULL);
+        int rv =
+            parse(&o, err, sizeof(err), bad[i].a[0], bad[i].a[1], bad[i].a[2], bad[i].a[3], NULL);
         ok(rv == -1 && strstr(err, bad[i].want), "refused: %s (%s)", bad[i].want, err);
     }
     char *argv[70] = {"copy", "--from=a", "--to=b"};
@@ -98,8 +100,7 @@ static void test_checkpoint(void)
 {
     char path[256], tmp[300], err[512];
     snprintf(path, sizeof(path), "%s/ckpt", dir);
-    pt_copy_ckpt w = {.job = 0x0123456789abcdefull, .table = PT_TABLE_INDEX, .has_row = 1},
-                 r;
+    pt_copy_ckpt w = {.job = 0x0123456789abcdefull, .table = PT_TABLE_INDEX, .has_row = 1}, r;
     static const uint8_t row[] = {0x01, 't', 0x01, 'm', ',', '@', 0xff, '\\'};
     memcpy(w.row, row, sizeof(row));
     w.row_n = sizeof(row);
@@ -110,11 +111,13 @@ static void test_checkpoint(void)
     ok(access(tmp, F_OK) != 0, "no temporary file left");
     is(pt_copy_ckpt_read(path, &r, err, sizeof(err)), 0, "read back");
     ok(r.job == w.job && r.table == w.table && r.has_row && r.row_n == w.row_n &&
-       memcmp(r.row, w.row, w.row_n) == 0, "the same job, table and row bytes");
+           memcmp(r.row, w.row, w.row_n) == 0,
+       "the same job, table and row bytes");
     w = (pt_copy_ckpt){.job = 7, .table = PT_TABLE_COUNT};
     pt_copy_ckpt_write(path, &w, err, sizeof(err));
     ok(pt_copy_ckpt_read(path, &r, err, sizeof(err)) == 0 && r.table == PT_TABLE_COUNT &&
-       !r.has_row && r.job == 7, "done, no row");
+           !r.has_row && r.job == 7,
+       "done, no row");
     memset(w.row, 'k', PT_MAX_ROW_KEY);
     w = (pt_copy_ckpt){.job = 1, .table = PT_TABLE_POINTS, .has_row = 1, .row_n = PT_MAX_ROW_KEY};
     memset(w.row, 'k', PT_MAX_ROW_KEY);
@@ -157,25 +160,26 @@ static void test_versions(void)
     is(pt_copy_version(PT_TABLE_POINTS, S("up,job=a,#0004294967296"), (pt_slice){q, 4},
                        (pt_slice){v, 12}, day, now),
        (4294967296LL + 2500) * 1000, "an exemplar: its time, from the value");
-    is(pt_copy_version(PT_TABLE_POINTS, S("up,job=a"), (pt_slice){q, 4}, (pt_slice){v, 8},
-                       day, now), now, "a points row of no known form: now");
+    is(pt_copy_version(PT_TABLE_POINTS, S("up,job=a"), (pt_slice){q, 4}, (pt_slice){v, 8}, day,
+                       now),
+       now, "a points row of no known form: now");
     is(pt_copy_version(PT_TABLE_INDEX, S("up,@1700006400000,0123456789abcdef"), S("mask8byt"),
                        S(""), day, now),
        (1700006400000LL + day - 1) * 1000, "a list row: its bucket's last ms");
-    is(pt_copy_version(PT_TABLE_INDEX, S("\x01t1\x01=job,@1700006400000,a"), S("l"), S(""),
-                       day, now),
+    is(pt_copy_version(PT_TABLE_INDEX, S("\x01t1\x01=job,@1700006400000,a"), S("l"), S(""), day,
+                       now),
        (1700006400000LL + day - 1) * 1000, "a tenant's values row: the same");
     is(pt_copy_version(PT_TABLE_INDEX, S("==format"), S("l"), S("2"), day, now), never,
        "the format marker: never expires");
-    is(pt_copy_version(PT_TABLE_INDEX, S("\x01t1\x01==format"), S("l"), S("2"), day, now),
-       never, "a tenant's format marker too");
+    is(pt_copy_version(PT_TABLE_INDEX, S("\x01t1\x01==format"), S("l"), S("2"), day, now), never,
+       "a tenant's format marker too");
     pt_put_be64(b8, (uint64_t)PT_BUCKET_MS);
     is(pt_copy_version(PT_TABLE_INDEX, S("==xmarks"), (pt_slice){b8, 8}, S("1"), day, now),
        (2 * PT_BUCKET_MS - 1) * 1000, "an exemplar mark: its bucket's last ms");
     is(pt_copy_version(PT_TABLE_INDEX, S("==xmarks"), S("since"), S("1"), day, now), never,
        "the marks' since");
-    is(pt_copy_version(PT_TABLE_INDEX, S("==meta,up,0123456789abcdef"), S("m"), S("x"), day,
-                       now), now, "a metadata row: now");
+    is(pt_copy_version(PT_TABLE_INDEX, S("==meta,up,0123456789abcdef"), S("m"), S("x"), day, now),
+       now, "a metadata row: now");
 }
 
 /* ---- whole copies between embedded stores ---- */
@@ -209,8 +213,8 @@ static int on_dump(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 {
     dump *d = ud;
     d->cells++;
-    d->n += (size_t)snprintf(d->text + d->n, sizeof(d->text) - d->n, "%.*s|%zu|%zu\n",
-                             (int)row.n, (const char *)row.p, qual.n, value.n);
+    d->n += (size_t)snprintf(d->text + d->n, sizeof(d->text) - d->n, "%.*s|%zu|%zu\n", (int)row.n,
+                             (const char *)row.p, qual.n, value.n);
     return 0;
 }
 
@@ -289,15 +293,16 @@ static void test_copies(void)
     char a_to2[320];
     snprintf(a_to2, sizeof(a_to2), "--to=%s", to2);
     pt_copy_opts o = {.from = from, .to = to2, .end_ms = PT_MAX_TIME_MS};
-    pt_copy_ckpt c = {.job = pt_copy_job(&o), .table = PT_TABLE_POINTS, .has_row = 1,
-                      .row_n = strlen(rows[0])};
+    pt_copy_ckpt c = {
+        .job = pt_copy_job(&o), .table = PT_TABLE_POINTS, .has_row = 1, .row_n = strlen(rows[0])};
     char err[512];
     memcpy(c.row, rows[0], c.row_n);
     pt_copy_ckpt_write(ck, &c, err, sizeof(err));
     is(run(a_from, a_to2, a_ck, NULL), 0, "resumed copy: exit 0");
     dump_store(2, &d);
     ok(!strstr(d.text, "a,@0000000000000|") && strstr(d.text, "b,@0000000000000|4|8") &&
-       strstr(d.text, "==format"), "resumed after the checkpoint's row");
+           strstr(d.text, "==format"),
+       "resumed after the checkpoint's row");
     is(run(a_from, a_to2, "--verify-only", NULL), 1, "verify alone: the rows not copied");
     c.job ^= 1;
     pt_copy_ckpt_write(ck, &c, err, sizeof(err));
