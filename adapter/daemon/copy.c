@@ -853,18 +853,28 @@ static void mismatch(verifier *v, pt_slice row, const char *fmt, ...)
             pt_log_quote(q, sizeof(q), (const char *)row.p, row.n < 300 ? row.n : 300), what);
 }
 
+/* Whether row is the row v->row holds. */
+static int same_row(const verifier *v, pt_slice row)
+{
+    return v->has_row && pt_slice_eq(row, (pt_slice){pt_buf_data(&v->row), pt_buf_used(&v->row)});
+}
+
+/* v->row := row. */
+static int take_row(verifier *v, pt_slice row)
+{
+    v->has_row = 1;
+    pt_buf_reset(&v->row);
+    return pt_buf_append(&v->row, row.p, row.n);
+}
+
 static int on_source_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 {
     verifier *v = ud;
     vrow *last = v->n ? &v->rows[v->n - 1] : NULL;
     pt_slice lk = last ? (pt_slice){pt_buf_data(&v->keys) + last->off, last->n} : (pt_slice){0};
-    int fresh =
-        !v->has_row || !pt_slice_eq(row, (pt_slice){pt_buf_data(&v->row), pt_buf_used(&v->row)});
-    if (fresh) {
+    if (!same_row(v, row)) {
         v->seen++;
-        v->has_row = 1;
-        pt_buf_reset(&v->row);
-        int rv = pt_buf_append(&v->row, row.p, row.n);
+        int rv = take_row(v, row);
         if (rv)
             return rv;
     }
@@ -930,13 +940,11 @@ static void compare_row(verifier *v)
 static int on_dest_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 {
     verifier *v = ud;
-    if (!v->has_row || !pt_slice_eq(row, (pt_slice){pt_buf_data(&v->row), pt_buf_used(&v->row)})) {
+    if (!same_row(v, row)) {
         if (v->has_row)
             compare_row(v);
-        v->has_row = 1;
         v->acc = (vrow){0};
-        pt_buf_reset(&v->row);
-        int rv = pt_buf_append(&v->row, row.p, row.n);
+        int rv = take_row(v, row);
         if (rv)
             return rv;
     }
@@ -977,8 +985,8 @@ static int verify_table(verifier *v, side *src, side *dst)
         pt_buf_reset(&v->keys);
         /* No qualifier range here: a row with no cell in it might still count toward the
          * row limit, and then the slice would seem to be the last. */
-        rv = scan_from(src, &whole, v->table, from, from_n, has_from, VERIFY_ROWS,
-                       on_source_cell, v);
+        rv = scan_from(src, &whole, v->table, from, from_n, has_from, VERIFY_ROWS, on_source_cell,
+                       v);
         if (rv != 0) {
             fprintf(v->out, "verify: reading %s failed: %s\n", src->path, pt_strerror(rv));
             return rv;

@@ -17,14 +17,22 @@
 
 static char dir[] = "/tmp/t_copy.XXXXXX";
 
+/* argv = {"copy", the arguments up to NULL}; returns argc. */
+static int args_of(char **argv, const char *a0, va_list ap)
+{
+    int argc = 1;
+    argv[0] = "copy";
+    for (const char *a = a0; a && argc < 79; a = va_arg(ap, const char *))
+        argv[argc++] = (char *)a;
+    return argc;
+}
+
 static int parse(pt_copy_opts *o, char *err, size_t n, const char *a0, ...)
 {
-    char *argv[80] = {"copy"};
-    int argc = 1;
+    char *argv[80];
     va_list ap;
     va_start(ap, a0);
-    for (const char *a = a0; a; a = va_arg(ap, const char *))
-        argv[argc++] = (char *)a;
+    int argc = args_of(argv, a0, ap);
     va_end(ap);
     err[0] = '\0';
     return pt_copy_parse_args(argc, argv, o, err, n);
@@ -235,12 +243,10 @@ static void dump_store(int i, dump *d)
 
 static int run(const char *a0, ...)
 {
-    char *argv[16] = {"copy"};
-    int argc = 1;
+    char *argv[80];
     va_list ap;
     va_start(ap, a0);
-    for (const char *a = a0; a; a = va_arg(ap, const char *))
-        argv[argc++] = (char *)a;
+    int argc = args_of(argv, a0, ap);
     va_end(ap);
     FILE *out = fopen("/dev/null", "w");
     int rv = pt_copy_main(argc, argv, out);
