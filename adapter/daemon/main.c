@@ -10,6 +10,7 @@
 #include "backend.h"
 #include "check.h"
 #include "config.h"
+#include "copy.h"
 #include "error.h"
 #include "ha.h"
 #include "log.h"
@@ -127,6 +128,9 @@ int main(int argc, char **argv)
     pt_server *srv = NULL;
 
     large_blocks_mapped();
+    /* `promtable copy` takes two configuration files, not the daemon's flags. */
+    if (argc > 1 && strcmp(argv[1], "copy") == 0)
+        return pt_copy_main(argc - 1, argv + 1, stdout);
     if (pt_config_defaults(&cfg) != 0) {
         fprintf(stderr, "promtable: out of memory\n");
         goto fail_config;

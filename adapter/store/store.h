@@ -157,6 +157,14 @@ int pt_store_write_tenant(pt_store *st, pt_slice tenant, pt_wreq *wr, pt_arena *
  * storage error. */
 int pt_store_check_index(pt_store *st, char *err, size_t errlen);
 
+/* Writes the index rows of one series in one index bucket (its list entries, its series
+ * row and its values rows, as a write of its first sample in that bucket does) straight
+ * to the store's backend, whatever the index cache holds, and leaves the cache as it was
+ * (`promtable copy --match` indexes the series it copies). ls is a validated label set
+ * (sorted, with __name__); day is the bucket's start. Memory from a. 0, PT_ENOMEM or a
+ * storage error. */
+int pt_store_index_series(pt_store *st, pt_arena *a, const pt_label *ls, size_t n, int64_t day);
+
 /* Validates one label set in place: refuses more labels than lim allows (before any
  * other work), sorts it by name (as Prometheus's own receiver does), refuses empty or
  * duplicate names, names and values longer than lim allows, invalid UTF-8 and a missing

@@ -173,6 +173,28 @@ static int index_pending(batch *b, pt_arena *a, pt_store *st, const pendings *pd
     return 0;
 }
 
+int pt_store_index_series(pt_store *st, pt_arena *a, const pt_label *ls, size_t n, int64_t day)
+{
+    batch b = {.key_limit = pt_store_key_limit(st)};
+    pt_buf_init_arena(&b.buf, a, 0);
+    pt_buf_init_arena(&b.srows, a, 0);
+    pt_buf_init_arena(&b.lrows, a, 0);
+    pt_slice sid, qual = {index_qual, sizeof(index_qual)};
+    size_t rows = 0;
+    int rv = pt_series_id(a, ls, n, b.key_limit, &sid);
+    if (rv == 0)
+        rv = add_series_rows(&b, a, st, ls, n, sid, day, &rows);
+    for (size_t i = 0; i < n && rv == 0; i++) {
+        valrow vr;
+        pt_index_key k;
+        if ((rv = values_row(a, st, &ls[i], day, &vr, &k)) == 0)
+            rv = push(&b, PT_TABLE_INDEX, vr.key, qual, vr.cell, vr.ver);
+    }
+    if (rv == 0)
+        rv = pt_backend_write(st->be, (const pt_mutation *)(const void *)pt_buf_data(&b.buf), b.n);
+    return rv;
+}
+
 static const uint8_t mark_row[] = PT_EXEMPLAR_MARK_ROW;
 
 /* The mark of the bucket at base (exemplar.h). */
