@@ -14,7 +14,7 @@
  * as it goes: a row missing on either side, a different cell count or a different
  * checksum is a mismatch.
  */
-#include "copy.h"
+#include "copy_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -41,12 +41,10 @@
 
 #define BATCH_BYTES (8u << 20) /* cell bytes a batch holds */
 #define BATCH_CELLS 20000      /* mutations a batch holds */
-#define VERIFY_ROWS 2000       /* source rows compared per slice */
-#define SHOW_MAX 20            /* mismatches printed; all are counted */
 #define WRITE_TRIES 8          /* attempts of one batch on an outage */
 #define CKPT_MAGIC "promtable copy checkpoint 1"
 
-static const char *const table_name[PT_TABLE_COUNT + 1] = {"points", "index", "done"};
+const char *const pt_copy_table_name[PT_TABLE_COUNT + 1] = {"points", "index", "done"};
 
 /* ---- arguments ---- */
 
@@ -159,7 +157,7 @@ int pt_copy_ckpt_write(const char *path, const pt_copy_ckpt *ck, char *err, size
     if (!f)
         goto fail;
     fprintf(f, "%s\njob %016llx\ntable %s\nrow ", CKPT_MAGIC, (unsigned long long)ck->job,
-            table_name[ck->table]);
+            pt_copy_table_name[ck->table]);
     if (!ck->has_row)
         fputc('-', f);
     for (size_t i = 0; ck->has_row && i < ck->row_n; i++)
@@ -226,7 +224,7 @@ int pt_copy_ckpt_read(const char *path, pt_copy_ckpt *ck, char *err, size_t errl
     ck->job = strtoull(job, NULL, 16);
     ck->table = -1;
     for (int t = 0; t <= PT_TABLE_COUNT; t++)
-        if (strcmp(table, table_name[t]) == 0)
+        if (strcmp(table, pt_copy_table_name[t]) == 0)
             ck->table = t;
     if (ck->table < 0) {
         why = "unknown table";
@@ -319,7 +317,7 @@ int64_t pt_copy_version(pt_table t, pt_slice row, pt_slice qual, pt_slice value,
 /* Whether the copy takes this cell: not an HA lease row (each store elects its own),
  * and inside the window when there is one (index rows: those of the days that overlap
  * it; rows without a day whole). */
-static int wanted(const pt_copy_opts *o, pt_table t, int64_t bucket_ms, pt_slice row, pt_slice qual,
+int pt_copy_wanted(const pt_copy_opts *o, pt_table t, int64_t bucket_ms, pt_slice row, pt_slice qual,
                   pt_slice value)
 {
     if (t == PT_TABLE_INDEX) {
@@ -345,13 +343,6 @@ static int wanted(const pt_copy_opts *o, pt_table t, int64_t bucket_ms, pt_slice
 }
 
 /* ---- the stores ---- */
-
-typedef struct side {
-    const char *path;
-    pt_config cfg;
-    int cfg_ok;
-    pt_backend be;
-} side;
 
 /* Loads path as the daemon loads --config.file and opens its backend; init first for a
  * destination whose backend has tables to create. 0, or -1 with err set. */
@@ -400,14 +391,7 @@ static void side_close(side *s)
 
 /* ---- progress ---- */
 
-typedef struct progress {
-    int tty;
-    const char *what; /* "copy" or "verify" */
-    uint64_t rows, cells;
-    int64_t t0, last; /* monotonic ms */
-} progress;
-
-static void progress_show(progress *p, const char *table, int final)
+void pt_copy_progress_show(progress *p, const char *table, int final)
 {
     int64_t now = pt_mono_ms();
     if (!final && now - p->last < (p->tty ? 200 : 5000))
@@ -481,7 +465,7 @@ static int flush(copier *c)
         if ((rv = pt_copy_ckpt_write(c->o->checkpoint, &c->ck, c->err, c->errlen)) != 0)
             return rv;
     }
-    progress_show(&c->pr, table_name[c->table], 0);
+    pt_copy_progress_show(&c->pr, pt_copy_table_name[c->table], 0);
     return 0;
 }
 
@@ -556,7 +540,7 @@ static int on_copy_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
         c->has_cur = 1;
         c->cur_in_batch = NULL;
     }
-    if (!wanted(c->o, c->table, c->bucket_ms, row, qual, value))
+    if (!pt_copy_wanted(c->o, c->table, c->bucket_ms, row, qual, value))
         return 0;
     if (c->by_series && c->table == PT_TABLE_POINTS && (rv = note_day(c, row, qual, value)) != 0)
         return rv;
@@ -594,7 +578,7 @@ static int on_copy_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 
 /* Scans the ranges of table t; with a window, points rows are read with the window's
  * qualifier range when it lies in one bucket. */
-static int scan_ranges(side *s, const pt_copy_opts *o, pt_table t, const pt_row_range *r, size_t nr,
+int pt_copy_scan_ranges(side *s, const pt_copy_opts *o, pt_table t, const pt_row_range *r, size_t nr,
                        size_t row_limit, pt_cell_fn fn, void *ud)
 {
     uint8_t qs[4], qe[4];
@@ -613,7 +597,7 @@ static int scan_ranges(side *s, const pt_copy_opts *o, pt_table t, const pt_row_
 }
 
 /* The scan of table t after row (has_row) or from its start. */
-static int scan_from(side *s, const pt_copy_opts *o, pt_table t, const uint8_t *row, size_t row_n,
+int pt_copy_scan_from(side *s, const pt_copy_opts *o, pt_table t, const uint8_t *row, size_t row_n,
                      int has_row, size_t row_limit, pt_cell_fn fn, void *ud)
 {
     uint8_t start[PT_MAX_ROW_KEY + 1];
@@ -624,7 +608,7 @@ static int scan_from(side *s, const pt_copy_opts *o, pt_table t, const uint8_t *
         n = row_n + 1;
     }
     pt_row_range r = {{start, n}, {0}};
-    return scan_ranges(s, o, t, &r, 1, row_limit, fn, ud);
+    return pt_copy_scan_ranges(s, o, t, &r, 1, row_limit, fn, ud);
 }
 
 static int copy_tables(copier *c)
@@ -638,14 +622,14 @@ static int copy_tables(copier *c)
         if (resume) {
             char q[200];
             pt_log(PT_LOG_INFO, "copy: resuming after the checkpoint", "table=%s row=%s",
-                   table_name[t],
+                   pt_copy_table_name[t],
                    pt_log_quote(q, sizeof(q), (const char *)c->ck.row,
                                 c->ck.row_n < 150 ? c->ck.row_n : 150));
         }
-        rv = scan_from(c->src, c->o, c->table, c->ck.row, c->ck.row_n, resume, 0, on_copy_cell, c);
+        rv = pt_copy_scan_from(c->src, c->o, c->table, c->ck.row, c->ck.row_n, resume, 0, on_copy_cell, c);
         if (rv != 0 && !c->err[0])
             snprintf(c->err, c->errlen, "reading %s's %s table failed: %s", c->src->path,
-                     table_name[t], pt_strerror(rv));
+                     pt_copy_table_name[t], pt_strerror(rv));
         /* The table's last row is complete now. */
         if (rv == 0) {
             c->has_prev = 0;
@@ -655,18 +639,12 @@ static int copy_tables(copier *c)
             c->ck = (pt_copy_ckpt){.job = c->ck.job, .table = t + 1};
             rv = pt_copy_ckpt_write(c->o->checkpoint, &c->ck, c->err, c->errlen);
         }
-        progress_show(&c->pr, table_name[t], 1);
+        pt_copy_progress_show(&c->pr, pt_copy_table_name[t], 1);
     }
     return rv;
 }
 
 /* ---- --match ---- */
-
-/* The selected series, sorted by series id. */
-typedef struct picked {
-    series *v;
-    size_t n;
-} picked;
 
 static int sid_cmp(const void *x, const void *y)
 {
@@ -741,7 +719,7 @@ static int select_series(const pt_copy_opts *o, pt_store *st, pt_arena *a, picke
 
 /* The points rows of the series sid: its exemplar rows [sid,# sid,$) and its data rows
  * [sid,@ sid,A), in key order. keys: 4 × (sid.n + 2) bytes. */
-static void series_ranges(pt_slice sid, uint8_t *keys, pt_row_range r[2])
+void pt_copy_series_ranges(pt_slice sid, uint8_t *keys, pt_row_range r[2])
 {
     static const char marks[4] = {'#', '$', '@', 'A'};
     size_t kn = sid.n + 2;
@@ -770,7 +748,7 @@ static int copy_matched(copier *c, const picked *ps, pt_store *dst, pt_arena *tm
     c->table = PT_TABLE_INDEX;
     int rv = 0;
     if (c->ck.table == PT_TABLE_POINTS)
-        rv = scan_ranges(c->src, c->o, PT_TABLE_INDEX, store_rows, 2, 0, on_copy_cell, c);
+        rv = pt_copy_scan_ranges(c->src, c->o, PT_TABLE_INDEX, store_rows, 2, 0, on_copy_cell, c);
     c->table = PT_TABLE_POINTS;
     c->has_prev = 0;
     for (size_t i = 0; i < ps->n && rv == 0 && c->ck.table == PT_TABLE_POINTS; i++) {
@@ -784,9 +762,9 @@ static int copy_matched(copier *c, const picked *ps, pt_store *dst, pt_arena *tm
             break;
         }
         pt_row_range sr[2];
-        series_ranges(s->sid, keys, sr);
+        pt_copy_series_ranges(s->sid, keys, sr);
         c->ndays = 0;
-        rv = scan_ranges(c->src, c->o, PT_TABLE_POINTS, sr, 2, 0, on_copy_cell, c);
+        rv = pt_copy_scan_ranges(c->src, c->o, PT_TABLE_POINTS, sr, 2, 0, on_copy_cell, c);
         qsort(s->labels, s->nlabels, sizeof(*s->labels), label_name_cmp);
         for (size_t d = 0; d < c->ndays && rv == 0; d++)
             rv = pt_store_index_series(dst, tmp, s->labels, s->nlabels, c->days[d]);
@@ -806,272 +784,8 @@ static int copy_matched(copier *c, const picked *ps, pt_store *dst, pt_arena *tm
         c->ck = (pt_copy_ckpt){.job = c->ck.job, .table = PT_TABLE_COUNT};
         rv = pt_copy_ckpt_write(c->o->checkpoint, &c->ck, c->err, c->errlen);
     }
-    progress_show(&c->pr, "series", 1);
+    pt_copy_progress_show(&c->pr, "series", 1);
     return rv;
-}
-
-/* ---- verifying ---- */
-
-typedef struct vrow {
-    size_t off, n; /* key in keys */
-    uint64_t cells, sum;
-} vrow;
-
-typedef struct verifier {
-    const pt_copy_opts *o;
-    pt_table table;
-    int64_t bucket_ms;
-    pt_buf keys;          /* the slice's source row keys */
-    vrow *rows;           /* VERIFY_ROWS + 1 */
-    size_t n, seen, next; /* rows kept, rows scanned, next to compare */
-    pt_buf row;           /* the destination row being summed */
-    vrow acc;
-    int has_row;
-    size_t mismatches;
-    FILE *out;
-    progress pr;
-} verifier;
-
-static uint64_t cell_sum(uint64_t sum, pt_slice qual, pt_slice value)
-{
-    uint64_t h = XXH3_64bits_withSeed(value.p, value.n, XXH3_64bits(qual.p, qual.n));
-    return sum * 0x9E3779B97F4A7C15ull + h;
-}
-
-static void mismatch(verifier *v, pt_slice row, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void mismatch(verifier *v, pt_slice row, const char *fmt, ...)
-{
-    if (v->mismatches++ >= SHOW_MAX)
-        return;
-    char q[400], what[160];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof(what), fmt, ap);
-    va_end(ap);
-    fprintf(v->out, "mismatch: %s row %s: %s\n", table_name[v->table],
-            pt_log_quote(q, sizeof(q), (const char *)row.p, row.n < 300 ? row.n : 300), what);
-}
-
-/* Whether row is the row v->row holds. */
-static int same_row(const verifier *v, pt_slice row)
-{
-    return v->has_row && pt_slice_eq(row, (pt_slice){pt_buf_data(&v->row), pt_buf_used(&v->row)});
-}
-
-/* v->row := row. */
-static int take_row(verifier *v, pt_slice row)
-{
-    v->has_row = 1;
-    pt_buf_reset(&v->row);
-    return pt_buf_append(&v->row, row.p, row.n);
-}
-
-static int on_source_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
-{
-    verifier *v = ud;
-    vrow *last = v->n ? &v->rows[v->n - 1] : NULL;
-    pt_slice lk = last ? (pt_slice){pt_buf_data(&v->keys) + last->off, last->n} : (pt_slice){0};
-    if (!same_row(v, row)) {
-        v->seen++;
-        int rv = take_row(v, row);
-        if (rv)
-            return rv;
-    }
-    if (!wanted(v->o, v->table, v->bucket_ms, row, qual, value))
-        return 0;
-    if (!last || !pt_slice_eq(row, lk)) {
-        if (v->n == VERIFY_ROWS)
-            return PT_ETOOLARGE; /* a series with more rows than a slice holds */
-        last = &v->rows[v->n++];
-        *last = (vrow){.off = pt_buf_used(&v->keys), .n = row.n};
-        int rv = pt_buf_append(&v->keys, row.p, row.n);
-        if (rv)
-            return rv;
-    }
-    last->cells++;
-    last->sum = cell_sum(last->sum, qual, value);
-    return 0;
-}
-
-static pt_slice vrow_key(const verifier *v, const vrow *r)
-{
-    return (pt_slice){pt_buf_data(&v->keys) + r->off, r->n};
-}
-
-/* The slice's source rows before key d (every one left when d is NULL): the destination
- * has none of them. */
-static void missing_before(verifier *v, const pt_slice *d)
-{
-    for (; v->next < v->n; v->next++) {
-        vrow *s = &v->rows[v->next];
-        pt_slice k = vrow_key(v, s);
-        if (d && pt_slice_cmp(k, *d) >= 0)
-            break;
-        v->pr.rows++;
-        v->pr.cells += s->cells;
-        mismatch(v, k, "missing at the destination (%llu cells at the source)",
-                 (unsigned long long)s->cells);
-    }
-}
-
-/* Compares the finished destination row in v->row / v->acc with the source rows. */
-static void compare_row(verifier *v)
-{
-    pt_slice d = {pt_buf_data(&v->row), pt_buf_used(&v->row)};
-    if (v->acc.cells == 0)
-        return;
-    missing_before(v, &d);
-    if (v->next == v->n || !pt_slice_eq(vrow_key(v, &v->rows[v->next]), d)) {
-        mismatch(v, d, "only at the destination (%llu cells)", (unsigned long long)v->acc.cells);
-        return;
-    }
-    vrow *s = &v->rows[v->next++];
-    v->pr.rows++;
-    v->pr.cells += s->cells;
-    if (s->cells != v->acc.cells)
-        mismatch(v, d, "%llu cells at the source, %llu at the destination",
-                 (unsigned long long)s->cells, (unsigned long long)v->acc.cells);
-    else if (s->sum != v->acc.sum)
-        mismatch(v, d, "%llu cells on both sides, but their qualifiers or values differ",
-                 (unsigned long long)s->cells);
-}
-
-static int on_dest_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
-{
-    verifier *v = ud;
-    if (!same_row(v, row)) {
-        if (v->has_row)
-            compare_row(v);
-        v->acc = (vrow){0};
-        int rv = take_row(v, row);
-        if (rv)
-            return rv;
-    }
-    if (!wanted(v->o, v->table, v->bucket_ms, row, qual, value))
-        return 0;
-    v->acc.cells++;
-    v->acc.sum = cell_sum(v->acc.sum, qual, value);
-    return 0;
-}
-
-/* Scans ranges of the destination, comparing each row with the source rows kept in v,
- * then reports the source rows it did not have. */
-static int compare_dest(verifier *v, side *dst, const pt_row_range *r, size_t nr)
-{
-    v->has_row = 0;
-    v->acc = (vrow){0};
-    int rv = scan_ranges(dst, v->o, v->table, r, nr, 0, on_dest_cell, v);
-    if (rv != 0) {
-        fprintf(v->out, "verify: reading %s failed: %s\n", dst->path, pt_strerror(rv));
-        return rv;
-    }
-    if (v->has_row)
-        compare_row(v);
-    missing_before(v, NULL);
-    return 0;
-}
-
-static int verify_table(verifier *v, side *src, side *dst)
-{
-    pt_copy_opts whole = *v->o;
-    whole.window = 0;
-    uint8_t from[PT_MAX_ROW_KEY];
-    size_t from_n = 0;
-    int has_from = 0, rv = 0;
-    for (;;) {
-        v->n = v->seen = v->next = 0;
-        v->has_row = 0;
-        pt_buf_reset(&v->keys);
-        /* No qualifier range here: a row with no cell in it might still count toward the
-         * row limit, and then the slice would seem to be the last. */
-        rv = scan_from(src, &whole, v->table, from, from_n, has_from, VERIFY_ROWS, on_source_cell,
-                       v);
-        if (rv != 0) {
-            fprintf(v->out, "verify: reading %s failed: %s\n", src->path, pt_strerror(rv));
-            return rv;
-        }
-        int last = v->seen < VERIFY_ROWS;
-        /* The destination over the same keys: (from, the slice's last row], or to the end. */
-        uint8_t end[PT_MAX_ROW_KEY + 1];
-        size_t end_n = pt_buf_used(&v->row);
-        memcpy(end, pt_buf_data(&v->row), end_n);
-        end[end_n++] = 0;
-        uint8_t start[PT_MAX_ROW_KEY + 1];
-        size_t start_n = 0;
-        if (has_from) {
-            memcpy(start, from, from_n);
-            start[from_n] = 0;
-            start_n = from_n + 1;
-        }
-        pt_row_range r = {{start, start_n}, {end, last ? 0 : end_n}};
-        if ((rv = compare_dest(v, dst, &r, 1)) != 0)
-            return rv;
-        progress_show(&v->pr, table_name[v->table], 0);
-        if (last)
-            return 0;
-        from_n = end_n - 1;
-        memcpy(from, end, from_n);
-        has_from = 1;
-    }
-}
-
-/* The points rows of every selected series, series by series (their index rows are the
- * destination's own, written by its index code, and not compared). */
-static int verify_matched(verifier *v, side *src, side *dst, const picked *ps, pt_arena *tmp)
-{
-    v->table = PT_TABLE_POINTS;
-    int rv = 0;
-    for (size_t i = 0; i < ps->n && rv == 0; i++) {
-        pt_slice sid = ps->v[i].sid;
-        pt_arena_reset(tmp);
-        uint8_t *keys = pt_arena_alloc(tmp, 4 * (sid.n + 2));
-        if (!keys)
-            return PT_ENOMEM;
-        pt_row_range sr[2];
-        series_ranges(sid, keys, sr);
-        v->n = v->seen = v->next = 0;
-        v->has_row = 0;
-        pt_buf_reset(&v->keys);
-        if ((rv = scan_ranges(src, v->o, v->table, sr, 2, 0, on_source_cell, v)) != 0) {
-            fprintf(v->out, "verify: reading %s failed: %s\n", src->path, pt_strerror(rv));
-            return rv;
-        }
-        rv = compare_dest(v, dst, sr, 2);
-        progress_show(&v->pr, "series", 0);
-    }
-    return rv;
-}
-
-static int verify(const pt_copy_opts *o, side *src, side *dst, const picked *ps, pt_arena *tmp,
-                  FILE *out)
-{
-    verifier v = {.o = o,
-                  .bucket_ms = src->cfg.index_bucket_ms,
-                  .out = out,
-                  .pr = {.tty = isatty(2), .what = "verify", .t0 = pt_mono_ms()}};
-    pt_buf_init(&v.keys, (size_t)VERIFY_ROWS * PT_MAX_ROW_KEY);
-    pt_buf_init(&v.row, PT_MAX_ROW_KEY + 1);
-    v.rows = calloc(VERIFY_ROWS + 1, sizeof(*v.rows));
-    int rv = v.rows ? 0 : PT_ENOMEM;
-    if (rv == 0 && o->nmatch) {
-        rv = verify_matched(&v, src, dst, ps, tmp);
-        progress_show(&v.pr, "series", 1);
-    }
-    for (int t = 0; t < PT_TABLE_COUNT && rv == 0 && !o->nmatch; t++) {
-        v.table = (pt_table)t;
-        rv = verify_table(&v, src, dst);
-        progress_show(&v.pr, table_name[t], 1);
-    }
-    if (rv == 0) {
-        fprintf(out, "verify: %llu rows, %llu cells compared, %zu mismatches%s\n",
-                (unsigned long long)v.pr.rows, (unsigned long long)v.pr.cells, v.mismatches,
-                v.mismatches > SHOW_MAX ? " (the first 20 shown)" : "");
-    }
-    free(v.rows);
-    pt_buf_free(&v.keys);
-    pt_buf_free(&v.row);
-    return rv != 0 ? rv : v.mismatches ? 1 : 0;
 }
 
 /* ---- the command ---- */
@@ -1151,7 +865,7 @@ int pt_copy_main(int argc, char **argv, FILE *out)
                 (unsigned long long)c.pr.rows, (unsigned long long)c.pr.cells, s,
                 s > 0 ? (double)c.pr.cells / s : 0.0);
     }
-    if (o.verify && (rv = verify(&o, &src, &dst, &ps, &tmp, out)) != 0) {
+    if (o.verify && (rv = pt_copy_verify(&o, &src, &dst, &ps, &tmp, out)) != 0) {
         if (rv < 0)
             snprintf(err, sizeof(err), "verify could not finish: %s", pt_strerror(rv));
         else
