@@ -160,7 +160,52 @@ void pt_bt_get_stats(void *state, pt_bt_stats *out)
         .scans = atomic_load(&bt->scans),
         .read_calls = atomic_load(&bt->read_calls),
         .sample_calls = atomic_load(&bt->sample_calls),
+        .rows_mutated = atomic_load(&bt->rows_mutated),
+        .cells_written = atomic_load(&bt->cells_written),
+        .write_bytes = atomic_load(&bt->write_bytes),
+        .rows_read = atomic_load(&bt->rows_read),
+        .cells_read = atomic_load(&bt->cells_read),
     };
+}
+
+/* The ops table's stats: the counters on /metrics. */
+static size_t bt_stats(void *state, pt_backend_stat *out, size_t max)
+{
+    pt_bt_stats st;
+    pt_bt_get_stats(state, &st);
+    const pt_backend_stat all[] = {
+        {"promtable_bigtable_rows_mutated_total",
+         "Row entries sent in MutateRows requests, each once (retries are counted in "
+         "promtable_bigtable_write_retries_total).",
+         1, (double)st.rows_mutated},
+        {"promtable_bigtable_cells_written_total",
+         "SetCell mutations sent in MutateRows requests, each once.", 1, (double)st.cells_written},
+        {"promtable_bigtable_write_bytes_total",
+         "Bytes of serialized MutateRows requests sent, retries included.", 1,
+         (double)st.write_bytes},
+        {"promtable_bigtable_write_retries_total",
+         "MutateRows requests sent again for entries that failed with a retryable code.", 1,
+         (double)st.write_retries},
+        {"promtable_bigtable_rows_read_total",
+         "Rows ReadRows answers delivered (after merging their chunks), both tables.", 1,
+         (double)st.rows_read},
+        {"promtable_bigtable_cells_read_total",
+         "Cells of the rows ReadRows answers delivered, both tables.", 1, (double)st.cells_read},
+        {"promtable_bigtable_read_calls_total", "ReadRows calls started, resumed streams included.",
+         1, (double)st.read_calls},
+        {"promtable_bigtable_scans_total", "Scans of one or more row ranges.", 1, (double)st.scans},
+        {"promtable_bigtable_scan_resumes_total",
+         "Broken ReadRows streams resumed after the last row delivered.", 1,
+         (double)st.scan_resumes},
+        {"promtable_bigtable_sample_row_keys_calls_total",
+         "SampleRowKeys calls, made to cut wide scans into pieces read at once.", 1,
+         (double)st.sample_calls},
+    };
+    size_t n = sizeof(all) / sizeof(all[0]);
+    if (n > max)
+        n = max;
+    memcpy(out, all, n * sizeof(*out));
+    return n;
 }
 
 #define C(field) offsetof(pt_bigtable_conf, field)
@@ -193,4 +238,5 @@ const pt_backend_ops pt_backend_bigtable = {
     .scan = pt_bt_data_scan,
     .init = pt_bt_admin_init,
     .check_and_set = pt_bt_data_check_and_set,
+    .stats = bt_stats,
 };
