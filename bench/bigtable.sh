@@ -15,6 +15,11 @@
 #       $READ_REQUESTS times, one at a time on one keep-alive connection, and reports
 #       p50/p99 and the series and samples of every answer (each must be complete), for
 #       SAMPLES and STREAMED_XOR_CHUNKS answers.
+#   (c) Bigtable traffic, from the backend's counters on promtable's /metrics (each
+#       promtable starts on a fresh emulator, so they count this phase only): after (a),
+#       row mutations, cells and MutateRows bytes sent per sample written (warm-up
+#       included; index rows are in them); over each read loop of (b), ReadRows rows and
+#       cells delivered per sample returned, and the emulator's CPU per remote read.
 #
 # Usage: bench/bigtable.sh        (environment variables below change the load)
 #
@@ -103,9 +108,19 @@ start() {
     return 1
 }
 
-samples_received() {
-    curl -s "$URL/metrics" |
-        awk '/^promtable_samples_received_total[ {]/ { s += $NF } END { printf "%.0f", s }'
+# metric NAME: the sum of NAME's series on promtable's /metrics, empty when it has none.
+metric() {
+    curl -s "$URL/metrics" | awk -v m="$1" '
+        index($0, m) == 1 && substr($0, length(m) + 1, 1) ~ /[ {]/ { s += $NF; n++ }
+        END { if (n) printf "%.0f", s }'
+}
+
+samples_received() { metric promtable_samples_received_total; }
+
+# ratio A B [DIGITS]: A / B, or "-" when either is missing or B is 0.
+ratio() {
+    awk -v a="${1:-}" -v b="${2:-}" -v d="${3:-3}" \
+        'BEGIN { if (a == "" || b == "" || b + 0 == 0) print "-"; else printf "%.*f", d, a / b }'
 }
 
 # ---------------------------------------------------------------------------------------
@@ -122,6 +137,7 @@ fi
 
 declare -A RATE PERCPU NSPS P99 ERRS EMUCPU CHECK
 declare -A RD_P50 RD_P99 RD_MEAN RD_SERIES RD_SAMPLES RD_CPU RD_BYTES RD_EMU
+declare -A W_ROWS W_CELLS W_BYTES RD_CELLS RD_ROWS
 CMDS=()
 FAILED=0
 
@@ -156,6 +172,10 @@ ingest() {
     local sent got
     sent=$(field total_ok_samples "$result")
     got=$(samples_received)
+    # Traffic to Bigtable per sample written, warm-up included, as the counters run.
+    W_ROWS[$b]=$(ratio "$(metric promtable_bigtable_rows_mutated_total)" "$got" 4)
+    W_CELLS[$b]=$(ratio "$(metric promtable_bigtable_cells_written_total)" "$got" 4)
+    W_BYTES[$b]=$(ratio "$(metric promtable_bigtable_write_bytes_total)" "$got" 1)
     if [[ ${ERRS[$b]} != 0 ]]; then
         CHECK[$b]="FAILED: ${ERRS[$b]} request errors"
     elif [[ -n $got && $got -ge $sent ]]; then
@@ -191,11 +211,15 @@ read_latency() {
         args+=('__name__=~.+')
         CMDS+=("$name $type: taskset -c $OTHER_CPU $READBENCH ${args[*]}")
         log "+ taskset -c $OTHER_CPU $READBENCH ${args[*]}"
-        local emu0=0 emu1=0
+        local emu0=0 emu1=0 cells0 rows0 cells1 rows1
+        cells0=$(metric promtable_bigtable_cells_read_total)
+        rows0=$(metric promtable_bigtable_rows_read_total)
         [[ -n $EMU_PID ]] && emu0=$(cpu_s "$EMU_PID")
         result=$(taskset -c "$OTHER_CPU" "$READBENCH" "${args[@]}" 2>"$WORK/$name.$type.log" |
             grep '^result:' || true)
         [[ -n $EMU_PID ]] && emu1=$(cpu_s "$EMU_PID")
+        cells1=$(metric promtable_bigtable_cells_read_total)
+        rows1=$(metric promtable_bigtable_rows_read_total)
         # Warm-up requests included: the emulator's CPU over all of them, per request.
         [[ -n $EMU_PID ]] && RD_EMU[$b.$type]=$(awk -v a="$emu0" -v b="$emu1" \
             -v n=$((READ_REQUESTS + READ_WARMUP)) 'BEGIN { printf "%.0f", (b - a) * 1000 / n }')
@@ -211,6 +235,12 @@ read_latency() {
         RD_SAMPLES[$b.$type]=$(field samples "$result")
         RD_BYTES[$b.$type]=$(field answer_bytes "$result")
         RD_CPU[$b.$type]=$(field server_cpu_ms_per_request "$result")
+        # Per sample returned: every request's answer holds the same samples.
+        if [[ -n $cells0 && -n $cells1 ]]; then
+            local returned=$((${RD_SAMPLES[$b.$type]:-0} * (READ_REQUESTS + READ_WARMUP)))
+            RD_CELLS[$b.$type]=$(ratio $((cells1 - cells0)) "$returned" 4)
+            RD_ROWS[$b.$type]=$(ratio $((rows1 - rows0)) "$returned" 4)
+        fi
     done
     stop_all
     local want=$((READ_SERIES * 240))
@@ -262,6 +292,30 @@ for b in $BACKENDS; do
             "${RD_BYTES[$b.$type]:--}" "${RD_CPU[$b.$type]:--}" "${RD_EMU[$b.$type]:--}"
     done
 done
+if [[ " $BACKENDS " == *" bigtable "* ]]; then
+    echo
+    echo "(c) Bigtable traffic, from promtable's /metrics"
+    echo "writes in (a), per sample written (warm-up included):" \
+        "${W_ROWS[bigtable]:--} row mutations, ${W_CELLS[bigtable]:--} cells," \
+        "${W_BYTES[bigtable]:--} bytes"
+    FMT='%-9s %22s %21s %16s\n'
+    # shellcheck disable=SC2059
+    printf "$FMT" answer "cells read/sample ret." "rows read/sample ret." "emulator CPU ms"
+    for type in samples streamed; do
+        # shellcheck disable=SC2059
+        printf "$FMT" "$type" "${RD_CELLS[bigtable.$type]:--}" "${RD_ROWS[bigtable.$type]:--}" \
+            "${RD_EMU[bigtable.$type]:--}"
+    done
+    # The same on one line, for collecting runs.
+    echo "traffic: rows_mutated_per_sample=${W_ROWS[bigtable]:--}" \
+        "cells_written_per_sample=${W_CELLS[bigtable]:--}" \
+        "write_bytes_per_sample=${W_BYTES[bigtable]:--}" \
+        "cells_read_per_sample=${RD_CELLS[bigtable.samples]:--}" \
+        "rows_read_per_sample=${RD_ROWS[bigtable.samples]:--}" \
+        "emulator_cpu_ms_per_read=${RD_EMU[bigtable.samples]:--}" \
+        "streamed_cells_read_per_sample=${RD_CELLS[bigtable.streamed]:--}" \
+        "streamed_emulator_cpu_ms_per_read=${RD_EMU[bigtable.streamed]:--}"
+fi
 echo
 echo "commands:"
 for c in "${CMDS[@]}"; do echo "  $c"; done
