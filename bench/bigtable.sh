@@ -18,8 +18,9 @@
 #   (c) Bigtable traffic, from the backend's counters on promtable's /metrics (each
 #       promtable starts on a fresh emulator, so they count this phase only): after (a),
 #       row mutations, cells and MutateRows bytes sent per sample written (warm-up
-#       included; index rows are in them); over each read loop of (b), ReadRows rows and
-#       cells delivered per sample returned, and the emulator's CPU per remote read.
+#       included); over each read loop of (b), ReadRows rows and cells delivered per
+#       sample returned, and the emulator's CPU per remote read. Each figure for the
+#       points table (the samples) and, after a slash, for both tables (index included).
 #
 # Usage: bench/bigtable.sh        (environment variables below change the load)
 #
@@ -123,6 +124,21 @@ ratio() {
         'BEGIN { if (a == "" || b == "" || b + 0 == 0) print "-"; else printf "%.*f", d, a / b }'
 }
 
+# traffic NAME: "points/all" values of promtable_bigtable_[points_]NAME_total, one line.
+traffic() {
+    echo "$(metric "promtable_bigtable_points_$1_total") $(metric "promtable_bigtable_$1_total")"
+}
+
+# per_sample NAME BEFORE AFTER SAMPLES: "points/all" per sample between two traffic lines.
+per_sample() {
+    local -a x0 x1
+    read -ra x0 <<<"$2"
+    read -ra x1 <<<"$3"
+    [[ ${#x0[@]} == 2 && ${#x1[@]} == 2 ]] || { echo -; return; }
+    echo "$(ratio $((x1[0] - x0[0])) "$4" "${TRAFFIC_DIGITS[$1]}")/$(ratio \
+        $((x1[1] - x0[1])) "$4" "${TRAFFIC_DIGITS[$1]}")"
+}
+
 # ---------------------------------------------------------------------------------------
 bench_build promtable loadgen readbench
 PROMTABLE=$BUILD_DIR/promtable
@@ -138,6 +154,7 @@ fi
 declare -A RATE PERCPU NSPS P99 ERRS EMUCPU CHECK
 declare -A RD_P50 RD_P99 RD_MEAN RD_SERIES RD_SAMPLES RD_CPU RD_BYTES RD_EMU
 declare -A W_ROWS W_CELLS W_BYTES RD_CELLS RD_ROWS
+TRAFFIC_DIGITS=([rows_mutated]=4 [cells_written]=4 [write_bytes]=1 [rows_read]=4 [cells_read]=4)
 CMDS=()
 FAILED=0
 
@@ -173,9 +190,9 @@ ingest() {
     sent=$(field total_ok_samples "$result")
     got=$(samples_received)
     # Traffic to Bigtable per sample written, warm-up included, as the counters run.
-    W_ROWS[$b]=$(ratio "$(metric promtable_bigtable_rows_mutated_total)" "$got" 4)
-    W_CELLS[$b]=$(ratio "$(metric promtable_bigtable_cells_written_total)" "$got" 4)
-    W_BYTES[$b]=$(ratio "$(metric promtable_bigtable_write_bytes_total)" "$got" 1)
+    W_ROWS[$b]=$(per_sample rows_mutated "0 0" "$(traffic rows_mutated)" "$got")
+    W_CELLS[$b]=$(per_sample cells_written "0 0" "$(traffic cells_written)" "$got")
+    W_BYTES[$b]=$(per_sample write_bytes "0 0" "$(traffic write_bytes)" "$got")
     if [[ ${ERRS[$b]} != 0 ]]; then
         CHECK[$b]="FAILED: ${ERRS[$b]} request errors"
     elif [[ -n $got && $got -ge $sent ]]; then
@@ -212,14 +229,14 @@ read_latency() {
         CMDS+=("$name $type: taskset -c $OTHER_CPU $READBENCH ${args[*]}")
         log "+ taskset -c $OTHER_CPU $READBENCH ${args[*]}"
         local emu0=0 emu1=0 cells0 rows0 cells1 rows1
-        cells0=$(metric promtable_bigtable_cells_read_total)
-        rows0=$(metric promtable_bigtable_rows_read_total)
+        cells0=$(traffic cells_read)
+        rows0=$(traffic rows_read)
         [[ -n $EMU_PID ]] && emu0=$(cpu_s "$EMU_PID")
         result=$(taskset -c "$OTHER_CPU" "$READBENCH" "${args[@]}" 2>"$WORK/$name.$type.log" |
             grep '^result:' || true)
         [[ -n $EMU_PID ]] && emu1=$(cpu_s "$EMU_PID")
-        cells1=$(metric promtable_bigtable_cells_read_total)
-        rows1=$(metric promtable_bigtable_rows_read_total)
+        cells1=$(traffic cells_read)
+        rows1=$(traffic rows_read)
         # Warm-up requests included: the emulator's CPU over all of them, per request.
         [[ -n $EMU_PID ]] && RD_EMU[$b.$type]=$(awk -v a="$emu0" -v b="$emu1" \
             -v n=$((READ_REQUESTS + READ_WARMUP)) 'BEGIN { printf "%.0f", (b - a) * 1000 / n }')
@@ -236,11 +253,9 @@ read_latency() {
         RD_BYTES[$b.$type]=$(field answer_bytes "$result")
         RD_CPU[$b.$type]=$(field server_cpu_ms_per_request "$result")
         # Per sample returned: every request's answer holds the same samples.
-        if [[ -n $cells0 && -n $cells1 ]]; then
-            local returned=$((${RD_SAMPLES[$b.$type]:-0} * (READ_REQUESTS + READ_WARMUP)))
-            RD_CELLS[$b.$type]=$(ratio $((cells1 - cells0)) "$returned" 4)
-            RD_ROWS[$b.$type]=$(ratio $((rows1 - rows0)) "$returned" 4)
-        fi
+        local returned=$((${RD_SAMPLES[$b.$type]:-0} * (READ_REQUESTS + READ_WARMUP)))
+        RD_CELLS[$b.$type]=$(per_sample cells_read "$cells0" "$cells1" "$returned")
+        RD_ROWS[$b.$type]=$(per_sample rows_read "$rows0" "$rows1" "$returned")
     done
     stop_all
     local want=$((READ_SERIES * 240))
@@ -294,11 +309,11 @@ for b in $BACKENDS; do
 done
 if [[ " $BACKENDS " == *" bigtable "* ]]; then
     echo
-    echo "(c) Bigtable traffic, from promtable's /metrics"
+    echo "(c) Bigtable traffic, from promtable's /metrics: points table / both tables"
     echo "writes in (a), per sample written (warm-up included):" \
         "${W_ROWS[bigtable]:--} row mutations, ${W_CELLS[bigtable]:--} cells," \
         "${W_BYTES[bigtable]:--} bytes"
-    FMT='%-9s %22s %21s %16s\n'
+    FMT='%-9s %24s %24s %16s\n'
     # shellcheck disable=SC2059
     printf "$FMT" answer "cells read/sample ret." "rows read/sample ret." "emulator CPU ms"
     for type in samples streamed; do

@@ -113,7 +113,7 @@ static int mutate_once(pt_bt *bt, int t, entry *e, const size_t *idx, size_t n, 
     pt_bt_rpc r;
     size_t sent =
         pt_bt_rpc_start(&r, bt->data, M_MUTATE_ROWS, bt->params[t], &req->base, bt->write_ms);
-    atomic_fetch_add_explicit(&bt->write_bytes, sent, memory_order_relaxed);
+    atomic_fetch_add_explicit(&bt->write_bytes[t], sent, memory_order_relaxed);
     pt_arena_reset(a); /* the request is packed and sent; reuse the memory for answers */
     int rv = 0;
     for (;;) {
@@ -168,8 +168,8 @@ static int mutate(pt_bt *bt, int t, entry *e, size_t n, pt_bt_retry *rt, pt_aren
             size_t cells = 0;
             for (size_t i = 0; i < n; i++)
                 cells += e[i].n;
-            atomic_fetch_add_explicit(&bt->rows_mutated, n, memory_order_relaxed);
-            atomic_fetch_add_explicit(&bt->cells_written, cells, memory_order_relaxed);
+            atomic_fetch_add_explicit(&bt->rows_mutated[t], n, memory_order_relaxed);
+            atomic_fetch_add_explicit(&bt->cells_written[t], cells, memory_order_relaxed);
         }
         size_t keep = 0;
         grpc_status_code last = GRPC_STATUS_OK; /* the latest retryable code */
@@ -614,8 +614,8 @@ int pt_bt_data_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
     }
     if (rv == 1)
         rv = 0; /* the callback (or the row limit) stopped the scan */
-    atomic_fetch_add_explicit(&bt->rows_read, x.sc.merged_rows, memory_order_relaxed);
-    atomic_fetch_add_explicit(&bt->cells_read, x.sc.merged_cells, memory_order_relaxed);
+    atomic_fetch_add_explicit(&bt->rows_read[s->table], x.sc.merged_rows, memory_order_relaxed);
+    atomic_fetch_add_explicit(&bt->cells_read[s->table], x.sc.merged_cells, memory_order_relaxed);
     /* A stop or a failure leaves later streams under way: cancel them, then collect
      * them (a call is freed only once its status is in). */
     for (size_t i = 0; i < ng; i++) {

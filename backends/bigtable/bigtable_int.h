@@ -97,10 +97,11 @@ typedef struct pt_bt {
     int samples_ready; /* samples_mu was made: close must destroy it */
     pthread_mutex_t samples_mu;
     pt_bt_sampleset samples[PT_TABLE_COUNT];
-    /* Counters since open (pt_bt_stats), added to with relaxed atomics: a write adds once
-     * per request, a scan once at its end. */
+    /* Counters since open (pt_bt_stats); the traffic ones per table, added to with
+     * relaxed atomics: a write adds once per request, a scan once at its end. */
     atomic_ulong write_retries, scan_resumes, scans, read_calls, sample_calls;
-    atomic_ulong rows_mutated, cells_written, write_bytes, rows_read, cells_read;
+    atomic_ulong rows_mutated[PT_TABLE_COUNT], cells_written[PT_TABLE_COUNT],
+        write_bytes[PT_TABLE_COUNT], rows_read[PT_TABLE_COUNT], cells_read[PT_TABLE_COUNT];
 } pt_bt;
 
 /* Test knobs for an open bigtable backend (state is its pt_bt), for use with no call in
@@ -112,6 +113,18 @@ void pt_bt_set_read_streams(void *state, int streams);
  * estimate; samples are kept ttl_ms. */
 void pt_bt_set_sampling(void *state, int64_t min_piece_bytes, int ttl_ms);
 
+/* What went over the wire, of one table or of both.
+ * Writes: each entry and cell counted once however often it is sent again; bytes are every
+ * MutateRows request sent, retries included. Reads: the rows the ReadRows merger committed,
+ * and their cells. */
+typedef struct pt_bt_traffic {
+    unsigned long rows_mutated;  /* MutateRowsRequest entries */
+    unsigned long cells_written; /* SetCell mutations in them */
+    unsigned long write_bytes;   /* serialized MutateRowsRequest messages */
+    unsigned long rows_read;
+    unsigned long cells_read;
+} pt_bt_traffic;
+
 /* Counters since open. Round trips per scan = read_calls / scans. */
 typedef struct pt_bt_stats {
     unsigned long write_retries; /* MutateRows sent again for failed entries */
@@ -119,14 +132,8 @@ typedef struct pt_bt_stats {
     unsigned long scans;         /* scans with a range to read */
     unsigned long read_calls;    /* ReadRows calls started, resumes included */
     unsigned long sample_calls;  /* SampleRowKeys calls */
-    /* Writes, each entry and cell counted once however often it is sent again; bytes are
-     * every MutateRows request sent, retries included. */
-    unsigned long rows_mutated;  /* MutateRowsRequest entries */
-    unsigned long cells_written; /* SetCell mutations in them */
-    unsigned long write_bytes;   /* serialized MutateRowsRequest messages */
-    /* Reads: the rows the ReadRows merger committed, and their cells (both tables). */
-    unsigned long rows_read;
-    unsigned long cells_read;
+    pt_bt_traffic all;           /* both tables */
+    pt_bt_traffic points;        /* the points table alone: the samples */
 } pt_bt_stats;
 void pt_bt_get_stats(void *state, pt_bt_stats *out);
 

@@ -139,6 +139,11 @@ enum {
     CNT_CELLS_READ,
     CNT_SCANS,
     CNT_READ_CALLS,
+    CNT_POINTS_ROWS_MUTATED,
+    CNT_POINTS_CELLS_WRITTEN,
+    CNT_POINTS_WRITE_BYTES,
+    CNT_POINTS_ROWS_READ,
+    CNT_POINTS_CELLS_READ,
     CNT_N
 };
 static const char *const cnt_names[CNT_N] = {
@@ -146,6 +151,11 @@ static const char *const cnt_names[CNT_N] = {
     "promtable_bigtable_write_bytes_total",  "promtable_bigtable_rows_read_total",
     "promtable_bigtable_cells_read_total",   "promtable_bigtable_scans_total",
     "promtable_bigtable_read_calls_total",
+    "promtable_bigtable_points_rows_mutated_total",
+    "promtable_bigtable_points_cells_written_total",
+    "promtable_bigtable_points_write_bytes_total",
+    "promtable_bigtable_points_rows_read_total",
+    "promtable_bigtable_points_cells_read_total",
 };
 
 static void cnt_get(pt_backend *b, double *v)
@@ -180,11 +190,15 @@ static void test_counters(pt_backend *b)
     cnt_get(b, v1);
     is(v1[CNT_ROWS_MUTATED] - v0[CNT_ROWS_MUTATED], 4, "rows_mutated += 4 (one entry a row)");
     is(v1[CNT_CELLS_WRITTEN] - v0[CNT_CELLS_WRITTEN], 10, "cells_written += 10");
+    is(v1[CNT_POINTS_ROWS_MUTATED] - v0[CNT_POINTS_ROWS_MUTATED], 3, "of them points: 3 rows");
+    is(v1[CNT_POINTS_CELLS_WRITTEN] - v0[CNT_POINTS_CELLS_WRITTEN], 9, "...9 cells");
     double bytes = v1[CNT_WRITE_BYTES] - v0[CNT_WRITE_BYTES];
     /* Beyond the payload: two table names (about 40 bytes each here), the family, version
      * and framing of each cell, the framing of each entry. */
     ok(bytes >= payload && bytes <= payload + 2 * 64 + 10 * 24 + 4 * 8,
        "write_bytes += %.0f: the requests' size (payload %.0f)", bytes, payload);
+    double pbytes = v1[CNT_POINTS_WRITE_BYTES] - v0[CNT_POINTS_WRITE_BYTES];
+    ok(pbytes > 0 && pbytes < bytes, "...%.0f bytes of them to the points table", pbytes);
     is(ct_write(b, &bt), 0, "the same batch again");
     cnt_get(b, v2);
     is(v2[CNT_ROWS_MUTATED] - v1[CNT_ROWS_MUTATED], 4, "rows_mutated counts every write");
@@ -201,6 +215,8 @@ static void test_counters(pt_backend *b)
     cnt_get(b, v3);
     is(v3[CNT_ROWS_READ] - v2[CNT_ROWS_READ], 3, "rows_read += 3");
     is(v3[CNT_CELLS_READ] - v2[CNT_CELLS_READ], 9, "cells_read += 9 (the newest version each)");
+    is(v3[CNT_POINTS_ROWS_READ] - v2[CNT_POINTS_ROWS_READ], 3, "points rows_read += 3");
+    is(v3[CNT_POINTS_CELLS_READ] - v2[CNT_POINTS_CELLS_READ], 9, "points cells_read += 9");
     is(v3[CNT_SCANS] - v2[CNT_SCANS], 1, "scans += 1");
     is(v3[CNT_READ_CALLS] - v2[CNT_READ_CALLS], 1, "read_calls += 1");
     is(v3[CNT_WRITE_BYTES], v2[CNT_WRITE_BYTES], "reads write nothing");
@@ -215,6 +231,12 @@ static void test_counters(pt_backend *b)
     cnt_get(b, v2);
     is(v2[CNT_ROWS_READ] - v3[CNT_ROWS_READ], 3, "rows_read += 3");
     is(v2[CNT_CELLS_READ] - v3[CNT_CELLS_READ], 3, "cells_read += 3");
+
+    pt_row_range ix[] = {CT_RANGE("cnt/", "cnt0")};
+    is_str(ct_show(b, PT_TABLE_INDEX, ix, 1), "cnt/ix:00000001=;", "scan the index row");
+    cnt_get(b, v3);
+    is(v3[CNT_CELLS_READ] - v2[CNT_CELLS_READ], 1, "cells_read += 1");
+    is(v3[CNT_POINTS_CELLS_READ], v2[CNT_POINTS_CELLS_READ], "points cells_read unchanged");
 }
 
 static void test_env_endpoint(const char *endpoint)

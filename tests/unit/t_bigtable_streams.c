@@ -656,7 +656,7 @@ static void test_outages(pt_backend *b, const char *endpoint)
     pt_bt_stats s0 = stats(b);
     is(write1(b, PT_TABLE_POINTS, "out/hang", 1, "v"), 0, "after SIGCONT writes work again");
     pt_bt_stats s1 = stats(b);
-    unsigned long one = s1.write_bytes - s0.write_bytes; /* one request of one cell */
+    unsigned long one = s1.all.write_bytes - s0.all.write_bytes; /* one request of one cell */
     ok(one > 0, "a request of one cell: %lu bytes", one);
 
     /* A dead server: connections are refused. */
@@ -666,9 +666,9 @@ static void test_outages(pt_backend *b, const char *endpoint)
     is(rv, PT_EUNAVAIL, "a write to a killed emulator is PT_EUNAVAIL (retryable)");
     write_gave_up(b, w0);
     pt_bt_stats s2 = stats(b);
-    is(s2.rows_mutated - s1.rows_mutated, 1, "its row is counted once however often sent");
-    is(s2.cells_written - s1.cells_written, 1, "...and its cell");
-    is(s2.write_bytes - s1.write_bytes, (s2.write_retries - w0 + 1) * one,
+    is(s2.all.rows_mutated - s1.all.rows_mutated, 1, "its row is counted once however often sent");
+    is(s2.all.cells_written - s1.all.cells_written, 1, "...and its cell");
+    is(s2.all.write_bytes - s1.all.write_bytes, (s2.write_retries - w0 + 1) * one,
        "write_bytes counts every request sent, retries included (%lu retries)",
        s2.write_retries - w0);
     c0 = stats(b).read_calls;
