@@ -154,7 +154,7 @@ fi
 declare -A RATE PERCPU NSPS P99 ERRS EMUCPU CHECK
 declare -A RD_P50 RD_P99 RD_MEAN RD_SERIES RD_SAMPLES RD_CPU RD_BYTES RD_EMU
 declare -A W_ROWS W_CELLS W_BYTES RD_CELLS RD_ROWS
-TRAFFIC_DIGITS=([rows_mutated]=4 [cells_written]=4 [write_bytes]=1 [rows_read]=4 [cells_read]=4)
+declare -A TRAFFIC_DIGITS=([rows_mutated]=4 [cells_written]=4 [write_bytes]=1 [rows_read]=4 [cells_read]=4)
 CMDS=()
 FAILED=0
 
