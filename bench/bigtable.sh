@@ -15,6 +15,12 @@
 #       $READ_REQUESTS times, one at a time on one keep-alive connection, and reports
 #       p50/p99 and the series and samples of every answer (each must be complete), for
 #       SAMPLES and STREAMED_XOR_CHUNKS answers.
+#   (c) Bigtable traffic, from the backend's counters on promtable's /metrics (each
+#       promtable starts on a fresh emulator, so they count this phase only): after (a),
+#       row mutations, cells and MutateRows bytes sent per sample written (warm-up
+#       included); over each read loop of (b), ReadRows rows and cells delivered per
+#       sample returned, and the emulator's CPU per remote read. Each figure for the
+#       points table (the samples) and, after a slash, for both tables (index included).
 #
 # Usage: bench/bigtable.sh        (environment variables below change the load)
 #
@@ -100,9 +106,34 @@ start() {
     return 1
 }
 
-samples_received() {
-    curl -s "$URL/metrics" |
-        awk '/^promtable_samples_received_total[ {]/ { s += $NF } END { printf "%.0f", s }'
+# metric NAME: the sum of NAME's series on promtable's /metrics, empty when it has none.
+metric() {
+    curl -s "$URL/metrics" | awk -v m="$1" '
+        index($0, m) == 1 && substr($0, length(m) + 1, 1) ~ /[ {]/ { s += $NF; n++ }
+        END { if (n) printf "%.0f", s }'
+}
+
+samples_received() { metric promtable_samples_received_total; }
+
+# ratio A B [DIGITS]: A / B, or "-" when either is missing or B is 0.
+ratio() {
+    awk -v a="${1:-}" -v b="${2:-}" -v d="${3:-3}" \
+        'BEGIN { if (a == "" || b == "" || b + 0 == 0) print "-"; else printf "%.*f", d, a / b }'
+}
+
+# traffic NAME: "points/all" values of promtable_bigtable_[points_]NAME_total, one line.
+traffic() {
+    echo "$(metric "promtable_bigtable_points_$1_total") $(metric "promtable_bigtable_$1_total")"
+}
+
+# per_sample NAME BEFORE AFTER SAMPLES: "points/all" per sample between two traffic lines.
+per_sample() {
+    local -a x0 x1
+    read -ra x0 <<<"$2"
+    read -ra x1 <<<"$3"
+    [[ ${#x0[@]} == 2 && ${#x1[@]} == 2 ]] || { echo -; return; }
+    echo "$(ratio $((x1[0] - x0[0])) "$4" "${TRAFFIC_DIGITS[$1]}")/$(ratio \
+        $((x1[1] - x0[1])) "$4" "${TRAFFIC_DIGITS[$1]}")"
 }
 
 # ---------------------------------------------------------------------------------------
@@ -119,6 +150,8 @@ fi
 
 declare -A RATE PERCPU NSPS P99 ERRS EMUCPU CHECK
 declare -A RD_P50 RD_P99 RD_MEAN RD_SERIES RD_SAMPLES RD_CPU RD_BYTES RD_EMU
+declare -A W_ROWS W_CELLS W_BYTES RD_CELLS RD_ROWS
+declare -A TRAFFIC_DIGITS=([rows_mutated]=4 [cells_written]=4 [write_bytes]=1 [rows_read]=4 [cells_read]=4)
 CMDS=()
 FAILED=0
 
@@ -153,6 +186,10 @@ ingest() {
     local sent got
     sent=$(field total_ok_samples "$result")
     got=$(samples_received)
+    # Traffic to Bigtable per sample written, warm-up included, as the counters run.
+    W_ROWS[$b]=$(per_sample rows_mutated "0 0" "$(traffic rows_mutated)" "$got")
+    W_CELLS[$b]=$(per_sample cells_written "0 0" "$(traffic cells_written)" "$got")
+    W_BYTES[$b]=$(per_sample write_bytes "0 0" "$(traffic write_bytes)" "$got")
     if [[ ${ERRS[$b]} != 0 ]]; then
         CHECK[$b]="FAILED: ${ERRS[$b]} request errors"
     elif [[ -n $got && $got -ge $sent ]]; then
@@ -188,11 +225,15 @@ read_latency() {
         args+=('__name__=~.+')
         CMDS+=("$name $type: taskset -c $OTHER_CPU $READBENCH ${args[*]}")
         log "+ taskset -c $OTHER_CPU $READBENCH ${args[*]}"
-        local emu0=0 emu1=0
+        local emu0=0 emu1=0 cells0 rows0 cells1 rows1
+        cells0=$(traffic cells_read)
+        rows0=$(traffic rows_read)
         [[ -n $EMU_PID ]] && emu0=$(cpu_s "$EMU_PID")
         result=$(taskset -c "$OTHER_CPU" "$READBENCH" "${args[@]}" 2>"$WORK/$name.$type.log" |
             grep '^result:' || true)
         [[ -n $EMU_PID ]] && emu1=$(cpu_s "$EMU_PID")
+        cells1=$(traffic cells_read)
+        rows1=$(traffic rows_read)
         # Warm-up requests included: the emulator's CPU over all of them, per request.
         [[ -n $EMU_PID ]] && RD_EMU[$b.$type]=$(awk -v a="$emu0" -v b="$emu1" \
             -v n=$((READ_REQUESTS + READ_WARMUP)) 'BEGIN { printf "%.0f", (b - a) * 1000 / n }')
@@ -208,6 +249,10 @@ read_latency() {
         RD_SAMPLES[$b.$type]=$(field samples "$result")
         RD_BYTES[$b.$type]=$(field answer_bytes "$result")
         RD_CPU[$b.$type]=$(field server_cpu_ms_per_request "$result")
+        # Per sample returned: every request's answer holds the same samples.
+        local returned=$((${RD_SAMPLES[$b.$type]:-0} * (READ_REQUESTS + READ_WARMUP)))
+        RD_CELLS[$b.$type]=$(per_sample cells_read "$cells0" "$cells1" "$returned")
+        RD_ROWS[$b.$type]=$(per_sample rows_read "$rows0" "$rows1" "$returned")
     done
     stop_all
     local want=$((READ_SERIES * 240))
@@ -259,6 +304,30 @@ for b in $BACKENDS; do
             "${RD_BYTES[$b.$type]:--}" "${RD_CPU[$b.$type]:--}" "${RD_EMU[$b.$type]:--}"
     done
 done
+if [[ " $BACKENDS " == *" bigtable "* ]]; then
+    echo
+    echo "(c) Bigtable traffic, from promtable's /metrics: points table / both tables"
+    echo "writes in (a), per sample written (warm-up included):" \
+        "${W_ROWS[bigtable]:--} row mutations, ${W_CELLS[bigtable]:--} cells," \
+        "${W_BYTES[bigtable]:--} bytes"
+    FMT='%-9s %24s %24s %16s\n'
+    # shellcheck disable=SC2059
+    printf "$FMT" answer "cells read/sample ret." "rows read/sample ret." "emulator CPU ms"
+    for type in samples streamed; do
+        # shellcheck disable=SC2059
+        printf "$FMT" "$type" "${RD_CELLS[bigtable.$type]:--}" "${RD_ROWS[bigtable.$type]:--}" \
+            "${RD_EMU[bigtable.$type]:--}"
+    done
+    # The same on one line, for collecting runs.
+    echo "traffic: rows_mutated_per_sample=${W_ROWS[bigtable]:--}" \
+        "cells_written_per_sample=${W_CELLS[bigtable]:--}" \
+        "write_bytes_per_sample=${W_BYTES[bigtable]:--}" \
+        "cells_read_per_sample=${RD_CELLS[bigtable.samples]:--}" \
+        "rows_read_per_sample=${RD_ROWS[bigtable.samples]:--}" \
+        "emulator_cpu_ms_per_read=${RD_EMU[bigtable.samples]:--}" \
+        "streamed_cells_read_per_sample=${RD_CELLS[bigtable.streamed]:--}" \
+        "streamed_emulator_cpu_ms_per_read=${RD_EMU[bigtable.streamed]:--}"
+fi
 echo
 echo "commands:"
 for c in "${CMDS[@]}"; do echo "  $c"; done

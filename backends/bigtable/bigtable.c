@@ -151,6 +151,17 @@ void pt_bt_set_sampling(void *state, int64_t min_piece_bytes, int ttl_ms)
         bt->sample_ttl_ms = ttl_ms;
 }
 
+static pt_bt_traffic traffic(const pt_bt *bt, int t)
+{
+    return (pt_bt_traffic){
+        .rows_mutated = atomic_load(&bt->rows_mutated[t]),
+        .cells_written = atomic_load(&bt->cells_written[t]),
+        .write_bytes = atomic_load(&bt->write_bytes[t]),
+        .rows_read = atomic_load(&bt->rows_read[t]),
+        .cells_read = atomic_load(&bt->cells_read[t]),
+    };
+}
+
 void pt_bt_get_stats(void *state, pt_bt_stats *out)
 {
     pt_bt *bt = state;
@@ -160,7 +171,89 @@ void pt_bt_get_stats(void *state, pt_bt_stats *out)
         .scans = atomic_load(&bt->scans),
         .read_calls = atomic_load(&bt->read_calls),
         .sample_calls = atomic_load(&bt->sample_calls),
+        .points = traffic(bt, PT_TABLE_POINTS),
     };
+    for (int t = 0; t < PT_TABLE_COUNT; t++) {
+        pt_bt_traffic x = traffic(bt, t);
+        out->all.rows_mutated += x.rows_mutated;
+        out->all.cells_written += x.cells_written;
+        out->all.write_bytes += x.write_bytes;
+        out->all.rows_read += x.rows_read;
+        out->all.cells_read += x.cells_read;
+    }
+}
+
+/* The traffic counters on /metrics, each for both tables and for the points table alone
+ * (the samples; the difference is the index). */
+static const struct {
+    const char *all, *points;
+    const char *help_all, *help_points;
+    size_t field; /* offset in pt_bt_traffic */
+} traffic_metrics[] = {
+    {"promtable_bigtable_rows_mutated_total", "promtable_bigtable_points_rows_mutated_total",
+     "Row entries sent in MutateRows requests, each once (retries are counted in "
+     "promtable_bigtable_write_retries_total), both tables.",
+     "Row entries sent in MutateRows requests to the points table, each once.",
+     offsetof(pt_bt_traffic, rows_mutated)},
+    {"promtable_bigtable_cells_written_total", "promtable_bigtable_points_cells_written_total",
+     "SetCell mutations sent in MutateRows requests, each once, both tables.",
+     "SetCell mutations sent in MutateRows requests to the points table, each once.",
+     offsetof(pt_bt_traffic, cells_written)},
+    {"promtable_bigtable_write_bytes_total", "promtable_bigtable_points_write_bytes_total",
+     "Bytes of serialized MutateRows requests sent, retries included, both tables.",
+     "Bytes of serialized MutateRows requests sent to the points table, retries included.",
+     offsetof(pt_bt_traffic, write_bytes)},
+    {"promtable_bigtable_rows_read_total", "promtable_bigtable_points_rows_read_total",
+     "Rows ReadRows answers delivered after merging their chunks, both tables.",
+     "Rows ReadRows answers from the points table delivered after merging their chunks.",
+     offsetof(pt_bt_traffic, rows_read)},
+    {"promtable_bigtable_cells_read_total", "promtable_bigtable_points_cells_read_total",
+     "Cells of the rows ReadRows answers delivered, both tables.",
+     "Cells of the rows ReadRows answers from the points table delivered.",
+     offsetof(pt_bt_traffic, cells_read)},
+};
+enum { NTRAFFIC = sizeof(traffic_metrics) / sizeof(traffic_metrics[0]) };
+
+static double traffic_value(const pt_bt_traffic *x, size_t field)
+{
+    return (double)*(const unsigned long *)(const void *)((const char *)x + field);
+}
+
+/* The ops table's stats: the counters on /metrics. */
+static size_t bt_stats(void *state, pt_backend_stat *out, size_t max)
+{
+    pt_bt_stats st;
+    pt_bt_get_stats(state, &st);
+    const pt_backend_stat calls[] = {
+        {"promtable_bigtable_write_retries_total",
+         "MutateRows requests sent again for entries that failed with a retryable code.", 1,
+         (double)st.write_retries},
+        {"promtable_bigtable_read_calls_total",
+         "ReadRows calls started, resumed streams included.", 1, (double)st.read_calls},
+        {"promtable_bigtable_scans_total", "Scans of one or more row ranges.", 1,
+         (double)st.scans},
+        {"promtable_bigtable_scan_resumes_total",
+         "Broken ReadRows streams resumed after the last row delivered.", 1,
+         (double)st.scan_resumes},
+        {"promtable_bigtable_sample_row_keys_calls_total",
+         "SampleRowKeys calls, made to cut wide scans into pieces read at once.", 1,
+         (double)st.sample_calls},
+    };
+    pt_backend_stat all[2 * NTRAFFIC + sizeof(calls) / sizeof(calls[0])];
+    size_t n = 0;
+    for (size_t i = 0; i < NTRAFFIC; i++) {
+        size_t f = traffic_metrics[i].field;
+        all[n++] = (pt_backend_stat){traffic_metrics[i].all, traffic_metrics[i].help_all, 1,
+                                     traffic_value(&st.all, f)};
+        all[n++] = (pt_backend_stat){traffic_metrics[i].points, traffic_metrics[i].help_points,
+                                     1, traffic_value(&st.points, f)};
+    }
+    memcpy(all + n, calls, sizeof(calls));
+    n += sizeof(calls) / sizeof(calls[0]);
+    if (n > max)
+        n = max;
+    memcpy(out, all, n * sizeof(*out));
+    return n;
 }
 
 #define C(field) offsetof(pt_bigtable_conf, field)
@@ -193,4 +286,5 @@ const pt_backend_ops pt_backend_bigtable = {
     .scan = pt_bt_data_scan,
     .init = pt_bt_admin_init,
     .check_and_set = pt_bt_data_check_and_set,
+    .stats = bt_stats,
 };

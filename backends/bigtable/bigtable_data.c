@@ -111,7 +111,9 @@ static int mutate_once(pt_bt *bt, int t, entry *e, const size_t *idx, size_t n, 
     for (size_t i = 0; i < n; i++)
         e[idx[i]].st = GRPC_STATUS_UNKNOWN; /* not reported yet */
     pt_bt_rpc r;
-    pt_bt_rpc_start(&r, bt->data, M_MUTATE_ROWS, bt->params[t], &req->base, bt->write_ms);
+    size_t sent =
+        pt_bt_rpc_start(&r, bt->data, M_MUTATE_ROWS, bt->params[t], &req->base, bt->write_ms);
+    atomic_fetch_add_explicit(&bt->write_bytes[t], sent, memory_order_relaxed);
     pt_arena_reset(a); /* the request is packed and sent; reuse the memory for answers */
     int rv = 0;
     for (;;) {
@@ -158,9 +160,17 @@ static int mutate(pt_bt *bt, int t, entry *e, size_t n, pt_bt_retry *rt, pt_aren
     for (size_t i = 0; i < n; i++)
         idx[i] = i;
     int rv;
-    for (;;) {
+    for (int sent = 0;; sent = 1) {
         if ((rv = mutate_once(bt, t, e, idx, np, a)) != 0)
             break;
+        if (!sent) {
+            /* The first request holds every entry; retries are counted apart. */
+            size_t cells = 0;
+            for (size_t i = 0; i < n; i++)
+                cells += e[i].n;
+            atomic_fetch_add_explicit(&bt->rows_mutated[t], n, memory_order_relaxed);
+            atomic_fetch_add_explicit(&bt->cells_written[t], cells, memory_order_relaxed);
+        }
         size_t keep = 0;
         grpc_status_code last = GRPC_STATUS_OK; /* the latest retryable code */
         for (size_t i = 0; i < np; i++) {
@@ -389,6 +399,9 @@ typedef struct scanner {
     size_t row_limit;
     size_t rows;     /* rows delivered */
     size_t *visited; /* pt_scan.visited: every row the server sent */
+    /* Rows the merger committed and their cells, for pt_bt_stats: added to the backend's
+     * counters once, at the end of the scan. */
+    size_t merged_rows, merged_cells;
 } scanner;
 
 static int deliver_row(void *ud, pt_slice key, const pt_bt_cell *cells, size_t n)
@@ -398,6 +411,8 @@ static int deliver_row(void *ud, pt_slice key, const pt_bt_cell *cells, size_t n
     size_t delivered = 0;
     if (sc->visited)
         (*sc->visited)++;
+    sc->merged_rows++;
+    sc->merged_cells += n;
     for (size_t i = 0; i < n; i++) {
         /* The filter lets only family "p", newest version first, through; these checks
          * keep the callback's contract even if a server ignored part of it. */
@@ -599,6 +614,8 @@ int pt_bt_data_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
     }
     if (rv == 1)
         rv = 0; /* the callback (or the row limit) stopped the scan */
+    atomic_fetch_add_explicit(&bt->rows_read[s->table], x.sc.merged_rows, memory_order_relaxed);
+    atomic_fetch_add_explicit(&bt->cells_read[s->table], x.sc.merged_cells, memory_order_relaxed);
     /* A stop or a failure leaves later streams under way: cancel them, then collect
      * them (a call is freed only once its status is in). */
     for (size_t i = 0; i < ng; i++) {

@@ -97,7 +97,11 @@ typedef struct pt_bt {
     int samples_ready; /* samples_mu was made: close must destroy it */
     pthread_mutex_t samples_mu;
     pt_bt_sampleset samples[PT_TABLE_COUNT];
+    /* Counters since open (pt_bt_stats); the traffic ones per table, added to with
+     * relaxed atomics: a write adds once per request, a scan once at its end. */
     atomic_ulong write_retries, scan_resumes, scans, read_calls, sample_calls;
+    atomic_ulong rows_mutated[PT_TABLE_COUNT], cells_written[PT_TABLE_COUNT],
+        write_bytes[PT_TABLE_COUNT], rows_read[PT_TABLE_COUNT], cells_read[PT_TABLE_COUNT];
 } pt_bt;
 
 /* Test knobs for an open bigtable backend (state is its pt_bt), for use with no call in
@@ -109,6 +113,18 @@ void pt_bt_set_read_streams(void *state, int streams);
  * estimate; samples are kept ttl_ms. */
 void pt_bt_set_sampling(void *state, int64_t min_piece_bytes, int ttl_ms);
 
+/* What went over the wire, of one table or of both.
+ * Writes: each entry and cell counted once however often it is sent again; bytes are every
+ * MutateRows request sent, retries included. Reads: the rows the ReadRows merger committed,
+ * and their cells. */
+typedef struct pt_bt_traffic {
+    unsigned long rows_mutated;  /* MutateRowsRequest entries */
+    unsigned long cells_written; /* SetCell mutations in them */
+    unsigned long write_bytes;   /* serialized MutateRowsRequest messages */
+    unsigned long rows_read;
+    unsigned long cells_read;
+} pt_bt_traffic;
+
 /* Counters since open. Round trips per scan = read_calls / scans. */
 typedef struct pt_bt_stats {
     unsigned long write_retries; /* MutateRows sent again for failed entries */
@@ -116,6 +132,8 @@ typedef struct pt_bt_stats {
     unsigned long scans;         /* scans with a range to read */
     unsigned long read_calls;    /* ReadRows calls started, resumes included */
     unsigned long sample_calls;  /* SampleRowKeys calls */
+    pt_bt_traffic all;           /* both tables */
+    pt_bt_traffic points;        /* the points table alone: the samples */
 } pt_bt_stats;
 void pt_bt_get_stats(void *state, pt_bt_stats *out);
 
@@ -190,9 +208,10 @@ typedef struct pt_bt_rpc {
  * return) with the routing header params, which must outlive the call. It returns
  * without waiting for the server, so one thread may have several calls under way (each
  * on its own queue); the first pt_bt_rpc_recv or pt_bt_rpc_finish waits. A call that
- * cannot be made or sent is reported by pt_bt_rpc_finish, which must follow. */
-void pt_bt_rpc_start(pt_bt_rpc *r, grpc_channel *ch, const char *method, const char *params,
-                     const ProtobufCMessage *req, int deadline_ms);
+ * cannot be made or sent is reported by pt_bt_rpc_finish, which must follow. Returns
+ * the bytes of the packed request handed to gRPC, 0 when the call could not be made. */
+size_t pt_bt_rpc_start(pt_bt_rpc *r, grpc_channel *ch, const char *method, const char *params,
+                       const ProtobufCMessage *req, int deadline_ms);
 
 /* Receives the next message into *out, allocated from a (valid until a is reset).
  * 1 = a message, 0 = no more (end of stream or failure: pt_bt_rpc_finish tells),

@@ -217,8 +217,8 @@ static int rpc_batch(pt_bt_rpc *r, const grpc_op *ops, size_t n, void *tag)
     return rpc_wait(r, tag);
 }
 
-void pt_bt_rpc_start(pt_bt_rpc *r, grpc_channel *ch, const char *method, const char *params,
-                     const ProtobufCMessage *req, int deadline_ms)
+size_t pt_bt_rpc_start(pt_bt_rpc *r, grpc_channel *ch, const char *method, const char *params,
+                       const ProtobufCMessage *req, int deadline_ms)
 {
     memset(r, 0, sizeof(*r));
     grpc_metadata_array_init(&r->md_in);
@@ -230,7 +230,7 @@ void pt_bt_rpc_start(pt_bt_rpc *r, grpc_channel *ch, const char *method, const c
                                  grpc_slice_from_static_string(method), NULL, r->deadline, NULL);
     if (!r->call) {
         r->ended = 1;
-        return;
+        return 0;
     }
 
     size_t n = protobuf_c_message_get_packed_size(req);
@@ -258,6 +258,7 @@ void pt_bt_rpc_start(pt_bt_rpc *r, grpc_channel *ch, const char *method, const c
         r->starting = 1;
     else
         r->ended = 1;
+    return n;
 }
 
 /* Collects the start batch when it is still out; the request buffer is the caller's

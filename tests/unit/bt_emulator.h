@@ -173,6 +173,18 @@ static inline pt_bt_stats stats(pt_backend *b)
     return st;
 }
 
+/* The figure the backend's stats op (what /metrics shows) reports under name, or -1
+ * when it reports none. */
+static inline double bt_metric(pt_backend *b, const char *name)
+{
+    pt_backend_stat st[32];
+    size_t n = b->ops->stats ? b->ops->stats(b->state, st, sizeof(st) / sizeof(st[0])) : 0;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(st[i].name, name) == 0)
+            return st[i].value;
+    return -1;
+}
+
 /* What a bigtable test program does first: without the emulator binary
  * ($PT_CBTEMULATOR, else DEFAULT_EMULATOR) it prints a TAP skip and returns 1; else it
  * sets the watchdog and the log level, starts the emulator and writes its address in

@@ -130,6 +130,115 @@ static void test_bigtable_only(pt_backend *b)
     free(rows);
 }
 
+/* The write and read counters, read through the stats op as /metrics shows them. */
+enum {
+    CNT_ROWS_MUTATED,
+    CNT_CELLS_WRITTEN,
+    CNT_WRITE_BYTES,
+    CNT_ROWS_READ,
+    CNT_CELLS_READ,
+    CNT_SCANS,
+    CNT_READ_CALLS,
+    CNT_POINTS_ROWS_MUTATED,
+    CNT_POINTS_CELLS_WRITTEN,
+    CNT_POINTS_WRITE_BYTES,
+    CNT_POINTS_ROWS_READ,
+    CNT_POINTS_CELLS_READ,
+    CNT_N
+};
+static const char *const cnt_names[CNT_N] = {
+    "promtable_bigtable_rows_mutated_total", "promtable_bigtable_cells_written_total",
+    "promtable_bigtable_write_bytes_total",  "promtable_bigtable_rows_read_total",
+    "promtable_bigtable_cells_read_total",   "promtable_bigtable_scans_total",
+    "promtable_bigtable_read_calls_total",
+    "promtable_bigtable_points_rows_mutated_total",
+    "promtable_bigtable_points_cells_written_total",
+    "promtable_bigtable_points_write_bytes_total",
+    "promtable_bigtable_points_rows_read_total",
+    "promtable_bigtable_points_cells_read_total",
+};
+
+static void cnt_get(pt_backend *b, double *v)
+{
+    for (int i = 0; i < CNT_N; i++)
+        v[i] = bt_metric(b, cnt_names[i]);
+}
+
+static void test_counters(pt_backend *b)
+{
+    /* N = 10 cells in M = 3 rows of the points table, one of them in the index table. */
+    static const ct_cellspec pts[] = {
+        {"cnt/a", 1, "12345678"}, {"cnt/a", 2, "12345678"}, {"cnt/a", 3, "12345678"},
+        {"cnt/a", 4, "12345678"}, {"cnt/b", 1, "12345678"}, {"cnt/b", 2, "12345678"},
+        {"cnt/c", 1, "12345678"}, {"cnt/c", 2, "12345678"}, {"cnt/c", 3, "12345678"},
+    };
+    ct_batch bt = {0};
+    ct_add_cells(&bt, PT_TABLE_POINTS, pts, CT_N(pts));
+    ct_add(&bt, PT_TABLE_INDEX, "cnt/ix", 1, "");
+    /* What the request must carry at least: every key, qualifier and value once. */
+    double payload = 0;
+    for (size_t i = 0; i < bt.n; i++)
+        payload += (double)(bt.m[i].qual.n + bt.m[i].value.n);
+    payload += 3 * strlen("cnt/a") + strlen("cnt/ix");
+
+    double v0[CNT_N], v1[CNT_N], v2[CNT_N], v3[CNT_N];
+    cnt_get(b, v0);
+    for (int i = 0; i < CNT_N; i++)
+        if (!ok(v0[i] >= 0, "/metrics has %s", cnt_names[i]))
+            return;
+    is(ct_write(b, &bt), 0, "write 10 cells in 4 rows of 2 tables");
+    cnt_get(b, v1);
+    is(v1[CNT_ROWS_MUTATED] - v0[CNT_ROWS_MUTATED], 4, "rows_mutated += 4 (one entry a row)");
+    is(v1[CNT_CELLS_WRITTEN] - v0[CNT_CELLS_WRITTEN], 10, "cells_written += 10");
+    is(v1[CNT_POINTS_ROWS_MUTATED] - v0[CNT_POINTS_ROWS_MUTATED], 3, "of them points: 3 rows");
+    is(v1[CNT_POINTS_CELLS_WRITTEN] - v0[CNT_POINTS_CELLS_WRITTEN], 9, "...9 cells");
+    double bytes = v1[CNT_WRITE_BYTES] - v0[CNT_WRITE_BYTES];
+    /* Beyond the payload: two table names (about 40 bytes each here), the family, version
+     * and framing of each cell, the framing of each entry. */
+    ok(bytes >= payload && bytes <= payload + 2 * 64 + 10 * 24 + 4 * 8,
+       "write_bytes += %.0f: the requests' size (payload %.0f)", bytes, payload);
+    double pbytes = v1[CNT_POINTS_WRITE_BYTES] - v0[CNT_POINTS_WRITE_BYTES];
+    ok(pbytes > 0 && pbytes < bytes, "...%.0f bytes of them to the points table", pbytes);
+    is(ct_write(b, &bt), 0, "the same batch again");
+    cnt_get(b, v2);
+    is(v2[CNT_ROWS_MUTATED] - v1[CNT_ROWS_MUTATED], 4, "rows_mutated counts every write");
+    is(v2[CNT_CELLS_WRITTEN] - v1[CNT_CELLS_WRITTEN], 10, "...and cells_written");
+    is(v2[CNT_WRITE_BYTES] - v1[CNT_WRITE_BYTES], bytes, "...and write_bytes the same size");
+    is(v2[CNT_ROWS_READ], v0[CNT_ROWS_READ], "writes read nothing");
+
+    pt_row_range all[] = {CT_RANGE("cnt/", "cnt0")};
+    is_str(ct_show(b, PT_TABLE_POINTS, all, 1),
+           "cnt/a:00000001=12345678;cnt/a:00000002=12345678;cnt/a:00000003=12345678;"
+           "cnt/a:00000004=12345678;cnt/b:00000001=12345678;cnt/b:00000002=12345678;"
+           "cnt/c:00000001=12345678;cnt/c:00000002=12345678;cnt/c:00000003=12345678;",
+           "scan the 3 rows");
+    cnt_get(b, v3);
+    is(v3[CNT_ROWS_READ] - v2[CNT_ROWS_READ], 3, "rows_read += 3");
+    is(v3[CNT_CELLS_READ] - v2[CNT_CELLS_READ], 9, "cells_read += 9 (the newest version each)");
+    is(v3[CNT_POINTS_ROWS_READ] - v2[CNT_POINTS_ROWS_READ], 3, "points rows_read += 3");
+    is(v3[CNT_POINTS_CELLS_READ] - v2[CNT_POINTS_CELLS_READ], 9, "points cells_read += 9");
+    is(v3[CNT_SCANS] - v2[CNT_SCANS], 1, "scans += 1");
+    is(v3[CNT_READ_CALLS] - v2[CNT_READ_CALLS], 1, "read_calls += 1");
+    is(v3[CNT_WRITE_BYTES], v2[CNT_WRITE_BYTES], "reads write nothing");
+
+    /* Qualifiers [2, 3): the server filters, so only what it sends is counted. */
+    uint8_t qs[4], qe[4];
+    pt_put_be32(qs, 2);
+    pt_put_be32(qe, 3);
+    is_str(ct_show_q(b, PT_TABLE_POINTS, all, 1, (pt_slice){qs, 4}, (pt_slice){qe, 4}, 0),
+           "cnt/a:00000002=12345678;cnt/b:00000002=12345678;cnt/c:00000002=12345678;",
+           "scan one qualifier of each row");
+    cnt_get(b, v2);
+    is(v2[CNT_ROWS_READ] - v3[CNT_ROWS_READ], 3, "rows_read += 3");
+    is(v2[CNT_CELLS_READ] - v3[CNT_CELLS_READ], 3, "cells_read += 3");
+
+    pt_row_range ix[] = {CT_RANGE("cnt/", "cnt0")};
+    is_str(ct_show(b, PT_TABLE_INDEX, ix, 1), "cnt/ix:00000001=;", "scan the index row");
+    cnt_get(b, v3);
+    is(v3[CNT_CELLS_READ] - v2[CNT_CELLS_READ], 1, "cells_read += 1");
+    is(v3[CNT_POINTS_CELLS_READ], v2[CNT_POINTS_CELLS_READ], "points cells_read unchanged");
+}
+
 static void test_env_endpoint(const char *endpoint)
 {
     pt_backend b;
@@ -195,6 +304,7 @@ int main(void)
     test_init(&b, endpoint);
     pt_conformance_run(&b, "bigtable(emulator)");
     test_bigtable_only(&b);
+    test_counters(&b);
     {
         /* The index on Bigtable: two stores on their own tables. */
         pt_backend full, tiny;

@@ -653,14 +653,24 @@ static void test_outages(pt_backend *b, const char *endpoint)
     scan_gave_up(b, c0, "and");
     fanned_outage(b, PT_ETIMEOUT, "hung");
     kill((pid_t)emu_pid, SIGCONT);
+    pt_bt_stats s0 = stats(b);
     is(write1(b, PT_TABLE_POINTS, "out/hang", 1, "v"), 0, "after SIGCONT writes work again");
+    pt_bt_stats s1 = stats(b);
+    unsigned long one = s1.all.write_bytes - s0.all.write_bytes; /* one request of one cell */
+    ok(one > 0, "a request of one cell: %lu bytes", one);
 
     /* A dead server: connections are refused. */
     emu_stop();
     w0 = stats(b).write_retries;
-    rv = write1(b, PT_TABLE_POINTS, "out/dead", 1, "v");
+    rv = write1(b, PT_TABLE_POINTS, "out/dead", 1, "v"); /* as long as "out/hang" */
     is(rv, PT_EUNAVAIL, "a write to a killed emulator is PT_EUNAVAIL (retryable)");
     write_gave_up(b, w0);
+    pt_bt_stats s2 = stats(b);
+    is(s2.all.rows_mutated - s1.all.rows_mutated, 1, "its row is counted once however often sent");
+    is(s2.all.cells_written - s1.all.cells_written, 1, "...and its cell");
+    is(s2.all.write_bytes - s1.all.write_bytes, (s2.write_retries - w0 + 1) * one,
+       "write_bytes counts every request sent, retries included (%lu retries)",
+       s2.write_retries - w0);
     c0 = stats(b).read_calls;
     got = ct_show(b, PT_TABLE_POINTS, r, 1);
     is_str(got, "ERROR -100", "a scan of a killed emulator is PT_EUNAVAIL");
