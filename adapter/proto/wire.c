@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "bytes.h"
 #include "error.h"
 
 static const uint8_t empty_bytes[1] = {0};

@@ -19,7 +19,6 @@
 #include <stdint.h>
 
 #include "arena.h"
-#include "bytes.h"
 #include "model.h"
 #include "slice.h"
 
@@ -47,11 +46,6 @@ int pt_wspan_next(pt_wrep_it *it, int32_t *offset, uint32_t *length);
 static inline int64_t pt_wire_unzigzag64(uint64_t v)
 {
     return (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
-}
-
-static inline double pt_wire_double(uint64_t raw)
-{
-    return pt_bits_f64(raw);
 }
 
 enum {

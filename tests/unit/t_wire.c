@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "bytes.h"
 #include "error.h"
 #include "tap.h"
 
@@ -122,7 +123,7 @@ static double next_double(pt_wrep_it *it)
 {
     uint64_t raw = 0;
     pt_wrep_next(it, &raw);
-    return pt_wire_double(raw);
+    return pt_bits_f64(raw);
 }
 
 static void check_histogram(const pt_whist *h, int flt, int v2)
