@@ -166,6 +166,16 @@ static void body_release(pt_task *t)
     pt_buf_free(&t->body);
 }
 
+/* Cached tasks keep their body buffers for reuse, and those count against max_body_total
+ * like any other: a live body that needs the room takes it back from them. Otherwise a
+ * refused upload's buffer, cached, could starve a body already half received. */
+static void cache_drop_bodies(pt_server *s)
+{
+    for (pt_task *t = s->cache; t; t = t->qnext)
+        if (t->body.cap)
+            body_release(t);
+}
+
 void pt_task_cache_free(pt_server *s)
 {
     while (s->cache) {
@@ -491,6 +501,8 @@ static int body_reserve(pt_task *t, size_t n, int *limit)
     if (n > s->opts.max_body - pt_buf_used(b))
         return PT_ETOOLARGE;
     size_t cap = b->cap;
+    if (b->len + n > s->opts.max_body_total - (s->body_bytes - cap))
+        cache_drop_bodies(s);
     /* body_bytes never passes max_body_total and includes this buffer: room >= cap. A
      * connection's may (buffers cached tasks bring along), hence the check. */
     size_t room = s->opts.max_body_total - (s->body_bytes - cap);

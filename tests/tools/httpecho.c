@@ -12,11 +12,14 @@
  *   GET  /info  -> 200, what the handler saw (method, path, query, headers, proto, tls)
  *   any  /slow  -> 200 "slow\n" after 200 ms in the worker
  *   any  /loop  -> 200 "loop\n", answered on the event loop (pt_server_opts.on_loop)
+ *   any  /body-bytes -> 200, the request body bytes the server holds (pt_http_stats), on
+ *                  the event loop too
  *   GET  /stream?bytes=N -> 200, N bytes of the line "promtable stream" repeated, produced
  *                  piece by piece (pt_producer); when it ends, a line on stderr:
  *                  "httpecho: stream done cancelled=C sent=BYTES"
  *   else        -> 404
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +27,8 @@
 
 #include "error.h"
 #include "http.h"
+
+static pt_http_stats stats;
 
 static void text(pt_resp *resp, int status, const char *s)
 {
@@ -98,6 +103,14 @@ static void dispatch(void *ud, pt_req *req, pt_resp *resp)
         resp->producer = (pt_producer){stream_pull, stream_done, st};
     } else if (strcmp(req->path, "/loop") == 0) {
         text(resp, 200, "loop\n");
+    } else if (strcmp(req->path, "/body-bytes") == 0) {
+        char *buf = pt_arena_alloc(req->arena, 32);
+        if (!buf) {
+            text(resp, 500, "arena\n");
+            return;
+        }
+        snprintf(buf, 32, "%lld\n", (long long)atomic_load(&stats.body_bytes));
+        text(resp, 200, buf);
     } else if (strcmp(req->path, "/slow") == 0) {
         struct timespec ts = {0, 200 * 1000 * 1000};
         nanosleep(&ts, NULL);
@@ -110,7 +123,7 @@ static void dispatch(void *ud, pt_req *req, pt_resp *resp)
 static int on_loop(void *ud, const pt_req *req)
 {
     (void)ud;
-    return strcmp(req->path, "/loop") == 0;
+    return strcmp(req->path, "/loop") == 0 || strcmp(req->path, "/body-bytes") == 0;
 }
 
 static int usage(const char *argv0)
@@ -128,7 +141,7 @@ int main(int argc, char **argv)
 {
     char listen[300] = "127.0.0.1:0";
     pt_server_opts o = {.workers = 4, .max_body = 1 << 20, .max_header_bytes = 16384,
-                        .on_loop = on_loop};
+                        .on_loop = on_loop, .stats = &stats};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
