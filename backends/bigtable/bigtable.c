@@ -18,6 +18,7 @@
 
 #include "bigtable.h"
 #include "bigtable_int.h"
+#include "embedded/embedded.h"
 #include "error.h"
 #include "log.h"
 
@@ -57,6 +58,9 @@ static char *str_printf(const char *fmt, ...)
 static void bt_close(void *state)
 {
     pt_bt *bt = state;
+    /* The write-back store first: its close flushes what it holds into Bigtable. */
+    if (bt->wb.ops)
+        pt_backend_close(&bt->wb);
     pt_bt_stats st;
     pt_bt_get_stats(bt, &st);
     /* Round trips per scan, for whoever tunes read_streams: there is no other place where
@@ -76,11 +80,52 @@ static void bt_close(void *state)
     memset(bt, 0, sizeof(*bt));
 }
 
+static const pt_backend_ops pt_bt_direct_ops;
+
+/* The write-back store over this backend (pt_bt.wb). Opening it replays its logs and
+ * flushes what they hold into Bigtable. */
+static int open_buffer(pt_bt *bt, const pt_bigtable_conf *bc, char *err, size_t errlen)
+{
+    bt->direct = (pt_backend){.ops = &pt_bt_direct_ops, .state = bt};
+    pt_embedded_conf ec = {.path = bc->buffer_path,
+                           .sync = bc->buffer_sync,
+                           .head_memory = bc->buffer_memory,
+                           .head_max_age_ms = bc->flush_interval_ms};
+    pt_backend_config cfg = {.own = &ec, .inner = &bt->direct};
+    char why[512] = "";
+    int rv = pt_backend_open(&bt->wb, &pt_backend_embedded, &cfg, why, sizeof(why));
+    if (rv != 0) {
+        bt->wb.ops = NULL;
+        snprintf(err, errlen, "bigtable: the write-back buffer: %s", why);
+    }
+    return rv;
+}
+
+static int bt_write(void *state, const pt_mutation *m, size_t n)
+{
+    pt_bt *bt = state;
+    return bt->wb.ops ? pt_backend_write(&bt->wb, m, n) : pt_bt_data_write(bt, m, n);
+}
+
+static int bt_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
+{
+    pt_bt *bt = state;
+    return bt->wb.ops ? pt_backend_scan(&bt->wb, s, fn, ud) : pt_bt_data_scan(bt, s, fn, ud);
+}
+
+/* pt_backend_ops.health: the write-back buffer's disk. */
+static int bt_health(void *state, char *msg, size_t msglen)
+{
+    pt_bt *bt = state;
+    return bt->wb.ops && bt->wb.ops->health ? bt->wb.ops->health(bt->wb.state, msg, msglen)
+                                            : 0;
+}
+
 static int bt_open(void *state, const pt_backend_config *cfg, char *err, size_t errlen)
 {
     static const char *const suffix[PT_TABLE_COUNT] = {"points", "index"};
     pt_bt *bt = state;
-    static const pt_bigtable_conf none = {"", "", "", "", READ_STREAMS};
+    static const pt_bigtable_conf none = {"", "", "", "", READ_STREAMS, "", 0, 0, 0};
     const pt_bigtable_conf *bc = cfg->own ? cfg->own : &none;
     const char *prefix = bc->table_prefix ? bc->table_prefix : "";
     const char *endpoint = bc->endpoint && *bc->endpoint ? bc->endpoint : NULL;
@@ -115,7 +160,8 @@ static int bt_open(void *state, const pt_backend_config *cfg, char *err, size_t 
             goto nomem;
         bt->table_id[t] = bt->table[t] + strlen(bt->parent) + strlen("/tables/");
     }
-    if ((rv = pt_bt_rpc_connect(bt, endpoint, err, errlen)) != 0)
+    if ((rv = pt_bt_rpc_connect(bt, endpoint, err, errlen)) != 0 ||
+        (bc->buffer_path && *bc->buffer_path && (rv = open_buffer(bt, bc, err, errlen)) != 0))
         goto fail;
     return 0;
 
@@ -270,6 +316,20 @@ static const pt_conf_key conf_keys[] = {
      "ReadRows streams one scan of many rows (or of one range over 16 MiB) runs at once; the "
      "server works on them in parallel, and their rows are delivered in order, one stream "
      "after another."},
+    {"buffer_path", NULL, PT_CONF_STR, "", 0, 0, C(buffer_path),
+     "Write-back directory: samples are acknowledged once in its log (as with the embedded "
+     "store) and reach Bigtable as chunk cells, a row's samples of up to flush_interval in "
+     "one cell; empty: every write goes straight to Bigtable, one cell per sample."},
+    {"buffer_memory", NULL, PT_CONF_BYTES, "128MiB", 64LL << 10, 1LL << 40, C(buffer_memory),
+     "Bytes of samples the write-back buffer holds in memory before it flushes an eighth "
+     "of the series into Bigtable."},
+    {"flush_interval", NULL, PT_CONF_DURATION, "30m", 0, 366LL * 86400000LL,
+     C(flush_interval_ms),
+     "Longest a sample waits in the write-back buffer before it is written to Bigtable: "
+     "what another promtable reading the same tables lags behind, and the samples per "
+     "chunk cell (30m: 120 at a 15 s scrape interval)."},
+    {"buffer_sync", NULL, PT_CONF_BOOL, "false", 0, 1, C(buffer_sync),
+     "fsync the write-back log before acknowledging each write."},
 };
 #undef C
 
@@ -282,9 +342,17 @@ const pt_backend_ops pt_backend_bigtable = {
     .conf_size = sizeof(pt_bigtable_conf),
     .open = bt_open,
     .close = bt_close,
-    .write = pt_bt_data_write,
-    .scan = pt_bt_data_scan,
+    .write = bt_write,
+    .scan = bt_scan,
     .init = pt_bt_admin_init,
     .check_and_set = pt_bt_data_check_and_set,
     .stats = bt_stats,
+    .health = bt_health,
+};
+
+/* What the write-back store writes into and reads from: Bigtable itself. */
+static const pt_backend_ops pt_bt_direct_ops = {
+    .name = "bigtable",
+    .write = pt_bt_data_write,
+    .scan = pt_bt_data_scan,
 };
