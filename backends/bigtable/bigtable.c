@@ -161,7 +161,8 @@ static int bt_open(void *state, const pt_backend_config *cfg, char *err, size_t 
         bt->table_id[t] = bt->table[t] + strlen(bt->parent) + strlen("/tables/");
     }
     if ((rv = pt_bt_rpc_connect(bt, endpoint, err, errlen)) != 0 ||
-        (bc->buffer_path && *bc->buffer_path && (rv = open_buffer(bt, bc, err, errlen)) != 0))
+        (!cfg->direct && bc->buffer_path && *bc->buffer_path &&
+         (rv = open_buffer(bt, bc, err, errlen)) != 0))
         goto fail;
     return 0;
 
@@ -266,6 +267,41 @@ static double traffic_value(const pt_bt_traffic *x, size_t field)
 }
 
 /* The ops table's stats: the counters on /metrics. */
+/* The write-back buffer's figures (none without one). */
+static size_t buffer_stats(const pt_bt *bt, pt_backend_stat *out, size_t max)
+{
+    if (!bt->wb.ops)
+        return 0;
+    pt_embedded_stats st;
+    pt_embedded_get_stats((pt_backend *)&bt->wb, &st);
+    const pt_backend_stat all[] = {
+        {"promtable_bigtable_buffer_flushes_total",
+         "Flushes of a part of the write-back buffer into Bigtable.", 1, (double)st.flushes},
+        {"promtable_bigtable_buffer_flush_failures_total",
+         "Flushes into Bigtable that failed; the buffer keeps the samples and retries.", 1,
+         (double)st.flush_failures},
+        {"promtable_bigtable_buffer_flush_seconds_total",
+         "Time spent flushing the write-back buffer into Bigtable.", 1, st.flush_seconds},
+        {"promtable_bigtable_buffer_samples", "Samples waiting in the write-back buffer.", 0,
+         (double)st.head_cells},
+        {"promtable_bigtable_buffer_memory_bytes",
+         "Memory the write-back buffer holds (series, samples).", 0, (double)st.head_bytes},
+        {"promtable_bigtable_buffer_log_bytes",
+         "Size of the write-back log taking writes now.", 0, (double)st.wal_bytes},
+        {"promtable_bigtable_buffer_write_waits_total",
+         "Writes that waited for a flush into Bigtable (the buffer was full).", 1,
+         (double)st.write_waits},
+        {"promtable_bigtable_buffer_disk_full",
+         "1 while the write-back log's disk is full (writes get 503).", 0,
+         (double)st.disk_full},
+    };
+    size_t n = sizeof(all) / sizeof(all[0]);
+    if (n > max)
+        n = max;
+    memcpy(out, all, n * sizeof(*out));
+    return n;
+}
+
 static size_t bt_stats(void *state, pt_backend_stat *out, size_t max)
 {
     pt_bt_stats st;
@@ -299,7 +335,7 @@ static size_t bt_stats(void *state, pt_backend_stat *out, size_t max)
     if (n > max)
         n = max;
     memcpy(out, all, n * sizeof(*out));
-    return n;
+    return n + buffer_stats(state, out + n, max - n);
 }
 
 #define C(field) offsetof(pt_bigtable_conf, field)
