@@ -146,62 +146,6 @@ EOF
     } >"$DIR/writer.yml"
 }
 
-# ------------------------------------------------------------------------------ compare
-
-# Lines "labels<TAB>ts<TAB>value", ts in ms within (T0, T], NaN left out, values printed
-# %.17g after one parse (so "0.1" and "0.10000000000000001" agree), infinities spelt alike.
-normalize() {
-    awk -F'\t' -v lo="$((T0 * 1000))" -v hi="$((T * 1000))" '
-        $2 > lo && $2 <= hi {
-            v = tolower($3)
-            if (v ~ /nan/) next
-            if (v ~ /inf/) v = (v ~ /^-/) ? "-Inf" : "+Inf"; else v = sprintf("%.17g", $3 + 0)
-            print $1 "\t" $2 "\t" v
-        }' | LC_ALL=C sort
-}
-
-# writer_samples : the writer's raw samples since T0 (a range selector evaluated at T) into
-# $DIR/writer.txt.
-writer_samples() {
-    curl -sS --max-time 120 -G "http://127.0.0.1:$W_PORT/api/v1/query" \
-        --data-urlencode "query={__name__=~\".+\"}[$((T - T0 + 2))s]" \
-        --data-urlencode "time=$T" -o "$DIR/writer.json"
-    jq -r '.data.result[] |
-        ("{" + (.metric | to_entries | sort_by(.key) | map("\(.key)=\"\(.value)\"") |
-                join(", ")) + "}") as $l | .values[] | "\($l)\t\((.[0] * 1000) | round)\t\(.[1])"' \
-        "$DIR/writer.json" | normalize >"$DIR/writer.txt"
-}
-
-# compare_read WHO : one remote read of every series over (T0, T] from the promtable on
-# P_PORT, decoded, compared with the writer's samples.
-compare_read() {
-    local who=$1 code n_w n_p dups
-    "$READBENCH" --request-out "$DIR/read.req" --start-ms "$((T0 * 1000))" \
-        --end-ms "$((T * 1000))" '__name__=~.+' >/dev/null 2>&1
-    code=$(curl -sS --max-time 120 -o "$DIR/read.answer" -w '%{http_code}' \
-        -H 'Content-Type: application/x-protobuf' -H 'Content-Encoding: snappy' \
-        -H 'X-Prometheus-Remote-Read-Version: 0.1.0' --data-binary @"$DIR/read.req" \
-        "http://127.0.0.1:$P_PORT/api/v1/read")
-    tap_is "$code" 200 "$who: remote read of everything since T0 answers 200"
-    "$PTDUMP" answer "$DIR/read.answer" |
-        awk 'match($0, / [^ ]+ [^ ]+$/) {
-                 split(substr($0, RSTART + 1), f, " ")
-                 print substr($0, 1, RSTART - 1) "\t" f[1] "\t" f[2] }' |
-        normalize >"$DIR/promtable.txt"
-    n_w=$(wc -l <"$DIR/writer.txt")
-    n_p=$(wc -l <"$DIR/promtable.txt")
-    dups=$(cut -f1,2 "$DIR/promtable.txt" | uniq -d | wc -l)
-    tap_is "$dups" 0 "$who: no sample is doubled (same series and timestamp twice)"
-    if cmp -s "$DIR/writer.txt" "$DIR/promtable.txt"; then
-        tap_ok "$who: every sample of the writer's TSDB reads back identically ($n_w = $n_p)"
-    else
-        tap_not_ok "$who: samples differ from the writer's ($n_w writer, $n_p promtable)"
-        tap_diag "missing: $(comm -23 "$DIR/writer.txt" "$DIR/promtable.txt" | wc -l)," \
-            "only in promtable: $(comm -13 "$DIR/writer.txt" "$DIR/promtable.txt" | wc -l)"
-        tap_diag "$(diff "$DIR/writer.txt" "$DIR/promtable.txt" | head -n 10 | cut -c1-200)"
-    fi
-}
-
 # ---------------------------------------------------------------------------------- a run
 
 # crash_run BACKEND : the five kills and the comparison on one store.
@@ -273,7 +217,7 @@ crash_run() {
     retried=$(pt_metric_sum "$DIR/w.metrics" prometheus_remote_storage_samples_retried_total)
     tap_diag "$BACKEND: writer: $retried samples retried over the kills"
 
-    writer_samples
+    pt_writer_samples "$W_PORT" "$T0" "$T" "$DIR/writer.txt"
     local n_w
     n_w=$(wc -l <"$DIR/writer.txt")
     if awk -v n="$n_w" 'BEGIN { exit !(n > 50000) }'; then
@@ -281,7 +225,7 @@ crash_run() {
     else
         tap_not_ok "$BACKEND: the writer holds only $n_w samples since T0"
     fi
-    compare_read "$BACKEND"
+    pt_compare_read "$BACKEND" "http://127.0.0.1:$P_PORT" "$T0" "$T" "$DIR/writer.txt" "$DIR"
 
     pt_stop "$W_PID" 20
     pt_stop "$P_PID" 20
@@ -292,7 +236,8 @@ crash_run() {
             "${BT[@]}"
         P_PID=$PT_PID
         if pt_wait_http "http://127.0.0.1:$P_PORT/-/ready" 60 "$P_PID"; then
-            compare_read "bigtable, read without the buffer after the stop"
+            pt_compare_read "bigtable, read without the buffer after the stop" \
+                "http://127.0.0.1:$P_PORT" "$T0" "$T" "$DIR/writer.txt" "$DIR"
         else
             tap_not_ok "a promtable without a buffer starts on the same tables"
         fi
