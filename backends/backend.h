@@ -93,6 +93,9 @@ typedef struct pt_backend_config {
     /* Optional: where a backend counts the entries its retention removed. */
     _Atomic uint64_t *retention_dropped;
     void *inner;             /* wrapper backends: the backend they wrap (pt_backend *) */
+    /* Open without a write-back buffer (Bigtable's buffer_path): for `promtable init`
+     * and `promtable copy`, which may run beside a daemon that holds the buffer. */
+    int direct;
 } pt_backend_config;
 
 enum {

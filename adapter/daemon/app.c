@@ -492,7 +492,7 @@ static void handle_metrics(pt_ctx *c, pt_req *req, pt_resp *resp)
     g.series_cache_bytes = app->store.refs ? (long)pt_ref_cache_bytes(app->store.refs) : 0;
     g.list_cache_bytes = app->store.lists ? (long)pt_ref_cache_bytes(app->store.lists) : 0;
     g.arena_pool_bytes = (long)pt_arena_pool_bytes();
-    pt_backend_stat bs[32];
+    pt_backend_stat bs[64];
     const pt_backend *be = app->store.be;
     if (be && be->ops->stats) {
         g.backend = bs;

@@ -370,6 +370,7 @@ static int side_open(side *s, const char *path, int create, char *err, size_t er
         .own = pt_config_backend(&s->cfg, ops),
         .retention_seconds = (s->cfg.retention_ms + 999) / 1000,
         .index_span_ms = s->cfg.index_bucket_ms,
+        .direct = 1, /* whole series at a time: Bigtable's chunk cells need no buffer */
     };
     if (pt_backend_open(&s->be, ops, &bc, e, sizeof(e)) != 0) {
         snprintf(err, errlen, "%s: cannot open the %s store: %s", path, ops->name, e);

@@ -160,6 +160,7 @@ int main(int argc, char **argv)
         .retention_seconds = (cfg.retention_ms + 999) / 1000,
         .index_span_ms = cfg.index_bucket_ms,
         .retention_dropped = &pt_m.retention_dropped,
+        .direct = cmd == CMD_INIT,
     };
     if (cmd == CMD_CHECK) {
         status = pt_check_store(&cfg, ops, &bc, stdout);

@@ -18,6 +18,7 @@
 
 #include "bigtable.h"
 #include "bigtable_int.h"
+#include "embedded/embedded.h"
 #include "error.h"
 #include "log.h"
 
@@ -57,6 +58,9 @@ static char *str_printf(const char *fmt, ...)
 static void bt_close(void *state)
 {
     pt_bt *bt = state;
+    /* The write-back store first: its close flushes what it holds into Bigtable. */
+    if (bt->wb.ops)
+        pt_backend_close(&bt->wb);
     pt_bt_stats st;
     pt_bt_get_stats(bt, &st);
     /* Round trips per scan, for whoever tunes read_streams: there is no other place where
@@ -76,11 +80,52 @@ static void bt_close(void *state)
     memset(bt, 0, sizeof(*bt));
 }
 
+static const pt_backend_ops pt_bt_direct_ops;
+
+/* The write-back store over this backend (pt_bt.wb). Opening it replays its logs and
+ * flushes what they hold into Bigtable. */
+static int open_buffer(pt_bt *bt, const pt_bigtable_conf *bc, char *err, size_t errlen)
+{
+    bt->direct = (pt_backend){.ops = &pt_bt_direct_ops, .state = bt};
+    pt_embedded_conf ec = {.path = bc->buffer_path,
+                           .sync = bc->buffer_sync,
+                           .head_memory = bc->buffer_memory,
+                           .head_max_age_ms = bc->flush_interval_ms};
+    pt_backend_config cfg = {.own = &ec, .inner = &bt->direct};
+    char why[512] = "";
+    int rv = pt_backend_open(&bt->wb, &pt_backend_embedded, &cfg, why, sizeof(why));
+    if (rv != 0) {
+        bt->wb.ops = NULL;
+        snprintf(err, errlen, "bigtable: the write-back buffer: %s", why);
+    }
+    return rv;
+}
+
+static int bt_write(void *state, const pt_mutation *m, size_t n)
+{
+    pt_bt *bt = state;
+    return bt->wb.ops ? pt_backend_write(&bt->wb, m, n) : pt_bt_data_write(bt, m, n);
+}
+
+static int bt_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
+{
+    pt_bt *bt = state;
+    return bt->wb.ops ? pt_backend_scan(&bt->wb, s, fn, ud) : pt_bt_data_scan(bt, s, fn, ud);
+}
+
+/* pt_backend_ops.health: the write-back buffer's disk. */
+static int bt_health(void *state, char *msg, size_t msglen)
+{
+    pt_bt *bt = state;
+    return bt->wb.ops && bt->wb.ops->health ? bt->wb.ops->health(bt->wb.state, msg, msglen)
+                                            : 0;
+}
+
 static int bt_open(void *state, const pt_backend_config *cfg, char *err, size_t errlen)
 {
     static const char *const suffix[PT_TABLE_COUNT] = {"points", "index"};
     pt_bt *bt = state;
-    static const pt_bigtable_conf none = {"", "", "", "", READ_STREAMS};
+    static const pt_bigtable_conf none = {"", "", "", "", READ_STREAMS, "", 0, 0, 0};
     const pt_bigtable_conf *bc = cfg->own ? cfg->own : &none;
     const char *prefix = bc->table_prefix ? bc->table_prefix : "";
     const char *endpoint = bc->endpoint && *bc->endpoint ? bc->endpoint : NULL;
@@ -115,7 +160,9 @@ static int bt_open(void *state, const pt_backend_config *cfg, char *err, size_t 
             goto nomem;
         bt->table_id[t] = bt->table[t] + strlen(bt->parent) + strlen("/tables/");
     }
-    if ((rv = pt_bt_rpc_connect(bt, endpoint, err, errlen)) != 0)
+    if ((rv = pt_bt_rpc_connect(bt, endpoint, err, errlen)) != 0 ||
+        (!cfg->direct && bc->buffer_path && *bc->buffer_path &&
+         (rv = open_buffer(bt, bc, err, errlen)) != 0))
         goto fail;
     return 0;
 
@@ -220,6 +267,44 @@ static double traffic_value(const pt_bt_traffic *x, size_t field)
 }
 
 /* The ops table's stats: the counters on /metrics. */
+/* The write-back buffer's figures (none without one). */
+static size_t buffer_stats(const pt_bt *bt, pt_backend_stat *out, size_t max)
+{
+    if (!bt->wb.ops)
+        return 0;
+    pt_embedded_stats st;
+    pt_embedded_get_stats((pt_backend *)&bt->wb, &st);
+    const pt_backend_stat all[] = {
+        {"promtable_bigtable_buffer_flushes_total",
+         "Flushes of a part of the write-back buffer into Bigtable.", 1, (double)st.flushes},
+        {"promtable_bigtable_buffer_flush_failures_total",
+         "Flushes into Bigtable that failed; the buffer keeps the samples and retries.", 1,
+         (double)st.flush_failures},
+        {"promtable_bigtable_buffer_flush_seconds_total",
+         "Time spent flushing the write-back buffer into Bigtable.", 1, st.flush_seconds},
+        {"promtable_bigtable_buffer_samples", "Samples waiting in the write-back buffer.", 0,
+         (double)st.head_cells},
+        {"promtable_bigtable_buffer_frozen_bytes",
+         "Samples of the part of the buffer being flushed into Bigtable now (0: none).", 0,
+         (double)st.frozen_cell_bytes},
+        {"promtable_bigtable_buffer_memory_bytes",
+         "Memory the write-back buffer holds (series, samples).", 0, (double)st.head_bytes},
+        {"promtable_bigtable_buffer_log_bytes",
+         "Size of the write-back log taking writes now.", 0, (double)st.wal_bytes},
+        {"promtable_bigtable_buffer_write_waits_total",
+         "Writes that waited for a flush into Bigtable (the buffer was full).", 1,
+         (double)st.write_waits},
+        {"promtable_bigtable_buffer_disk_full",
+         "1 while the write-back log's disk is full (writes get 503).", 0,
+         (double)st.disk_full},
+    };
+    size_t n = sizeof(all) / sizeof(all[0]);
+    if (n > max)
+        n = max;
+    memcpy(out, all, n * sizeof(*out));
+    return n;
+}
+
 static size_t bt_stats(void *state, pt_backend_stat *out, size_t max)
 {
     pt_bt_stats st;
@@ -253,7 +338,7 @@ static size_t bt_stats(void *state, pt_backend_stat *out, size_t max)
     if (n > max)
         n = max;
     memcpy(out, all, n * sizeof(*out));
-    return n;
+    return n + buffer_stats(state, out + n, max - n);
 }
 
 #define C(field) offsetof(pt_bigtable_conf, field)
@@ -270,6 +355,20 @@ static const pt_conf_key conf_keys[] = {
      "ReadRows streams one scan of many rows (or of one range over 16 MiB) runs at once; the "
      "server works on them in parallel, and their rows are delivered in order, one stream "
      "after another."},
+    {"buffer_path", NULL, PT_CONF_STR, "", 0, 0, C(buffer_path),
+     "Write-back directory: samples are acknowledged once in its log (as with the embedded "
+     "store) and reach Bigtable as chunk cells, a row's samples of up to flush_interval in "
+     "one cell; empty: every write goes straight to Bigtable, one cell per sample."},
+    {"buffer_memory", NULL, PT_CONF_BYTES, "128MiB", 64LL << 10, 1LL << 40, C(buffer_memory),
+     "Bytes of samples the write-back buffer holds in memory before it flushes an eighth "
+     "of the series into Bigtable."},
+    {"flush_interval", NULL, PT_CONF_DURATION, "30m", 0, 366LL * 86400000LL,
+     C(flush_interval_ms),
+     "Longest a sample waits in the write-back buffer before it is written to Bigtable: "
+     "what another promtable reading the same tables lags behind, and the samples per "
+     "chunk cell (30m: 120 at a 15 s scrape interval)."},
+    {"buffer_sync", NULL, PT_CONF_BOOL, "false", 0, 1, C(buffer_sync),
+     "fsync the write-back log before acknowledging each write."},
 };
 #undef C
 
@@ -282,9 +381,17 @@ const pt_backend_ops pt_backend_bigtable = {
     .conf_size = sizeof(pt_bigtable_conf),
     .open = bt_open,
     .close = bt_close,
-    .write = pt_bt_data_write,
-    .scan = pt_bt_data_scan,
+    .write = bt_write,
+    .scan = bt_scan,
     .init = pt_bt_admin_init,
     .check_and_set = pt_bt_data_check_and_set,
     .stats = bt_stats,
+    .health = bt_health,
+};
+
+/* What the write-back store writes into and reads from: Bigtable itself. */
+static const pt_backend_ops pt_bt_direct_ops = {
+    .name = "bigtable",
+    .write = pt_bt_data_write,
+    .scan = pt_bt_data_scan,
 };

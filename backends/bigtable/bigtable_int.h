@@ -102,6 +102,11 @@ typedef struct pt_bt {
     atomic_ulong write_retries, scan_resumes, scans, read_calls, sample_calls;
     atomic_ulong rows_mutated[PT_TABLE_COUNT], cells_written[PT_TABLE_COUNT],
         write_bytes[PT_TABLE_COUNT], rows_read[PT_TABLE_COUNT], cells_read[PT_TABLE_COUNT];
+    /* Write-back (storage.bigtable.buffer_path set): an embedded store in that directory
+     * whose head and logs take the points, flushed into this backend (direct, its
+     * ops table pt_bt_direct_ops) as whole rows; wb.ops NULL: writes go straight here. */
+    pt_backend wb;
+    pt_backend direct;
 } pt_bt;
 
 /* Test knobs for an open bigtable backend (state is its pt_bt), for use with no call in

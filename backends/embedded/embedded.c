@@ -30,6 +30,7 @@
  * shard (see embedded_int.h), so a writer only freezes the next shard and goes on.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -37,6 +38,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "embedded.h"
 #include "embedded_int.h"
@@ -117,7 +119,7 @@ static void embedded_close(void *state)
      * memtable goes into a table file rather than stay in RocksDB's log. */
     if (flushed && logs_durable(e))
         pt_emb_wal_end(&e->w);
-    if (flushed && pt_emb_rocks_flush_index(&e->r) != 0)
+    if (flushed && !e->sink && pt_emb_rocks_flush_index(&e->r) != 0)
         fprintf(stderr, "promtable: embedded: writing the index memtable on close failed; "
                         "RocksDB's log keeps it for the next open\n");
     pt_emb_ihead_free(&e->ix);
@@ -138,6 +140,30 @@ static void embedded_close(void *state)
     e->drop_mu_init = 0;
     pt_emb_rocks_close(&e->r);
     pt_emb_expire_free(&e->x);
+    if (e->lock_fd > 0)
+        close(e->lock_fd); /* releases the lock */
+    e->lock_fd = 0;
+}
+
+/* A write-back store's lock on its directory, the way RocksDB locks its own (a write lock
+ * on the file LOCK), so one process at a time uses the logs. */
+static int lock_dir(embedded *e, const char *path, char *err, size_t errlen)
+{
+    char name[4096];
+    snprintf(name, sizeof(name), "%s/LOCK", path);
+    int fd = open(name, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        snprintf(err, errlen, "embedded: %s: %s", name, strerror(errno));
+        return PT_EIO;
+    }
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    if (fcntl(fd, F_OFD_SETLK, &fl) != 0) { /* also against this process's other opens */
+        snprintf(err, errlen, "embedded: %s is in use: another open store holds its LOCK", path);
+        close(fd);
+        return PT_EBUSY;
+    }
+    e->lock_fd = fd;
+    return 0;
 }
 
 static int init_sync(embedded *e)
@@ -202,12 +228,19 @@ static int embedded_open(void *state, const pt_backend_config *cfg, char *err, s
     int rv = mkdir_p(path, err, errlen);
     if (rv != 0)
         return rv;
-    if ((rv = pt_emb_expire_init(&e->x, &e->r, (int64_t)cfg->retention_seconds * 1000,
-                                  cfg->index_span_ms, cfg->retention_dropped)) != 0 ||
-        (rv = pt_emb_rocks_open(&e->r, path, sync,
-                                 ec->block_cache ? ec->block_cache : EMB_DEFAULT_BLOCK_CACHE, err,
-                                 errlen)) != 0)
+    /* Write-back: the sink keeps the points and the index, and applies the retention. */
+    e->sink = cfg->inner;
+    if (e->sink) {
+        if ((rv = lock_dir(e, path, err, errlen)) != 0)
+            goto fail;
+    } else if ((rv = pt_emb_expire_init(&e->x, &e->r, (int64_t)cfg->retention_seconds * 1000,
+                                         cfg->index_span_ms, cfg->retention_dropped)) != 0 ||
+               (rv = pt_emb_rocks_open(&e->r, path, sync,
+                                        ec->block_cache ? ec->block_cache
+                                                        : EMB_DEFAULT_BLOCK_CACHE,
+                                        err, errlen)) != 0) {
         goto fail;
+    }
     if ((rv = init_sync(e)) != 0)
         goto fail;
     /* Index cells drain past a sixteenth of the head's budget (at least 4 MiB): pending
@@ -316,6 +349,24 @@ static int row_ok(pt_slice row)
     return row.n > 0 && memchr(row.p, 0, row.n) == NULL;
 }
 
+/* A write-back store's batch with index cells: they go to the sink now, before the points
+ * are logged (a series the index lists without points yet is harmless; the other order
+ * could acknowledge points no read finds). */
+static int write_index_to_sink(embedded *e, const pt_mutation *m, size_t n, size_t nindex)
+{
+    pt_mutation *iv = malloc(nindex * sizeof(*iv));
+    if (!iv)
+        return PT_ENOMEM;
+    for (size_t i = 0, j = 0; i < n; i++)
+        if (m[i].table == PT_TABLE_INDEX)
+            iv[j++] = m[i];
+    int rv = pt_backend_write(e->sink, iv, nindex);
+    free(iv);
+    if (rv != 0 || nindex == n)
+        return rv;
+    return write_logged(e, m, n, NULL, 0);
+}
+
 static int embedded_write(void *state, const pt_mutation *m, size_t n)
 {
     embedded *e = state;
@@ -340,10 +391,12 @@ static int embedded_write(void *state, const pt_mutation *m, size_t n)
     /* Back-pressure: the index head holds at most its hard limit (plus what the writers
      * waiting here bring). */
     int rv;
-    if (nindex && (rv = pt_emb_ihead_wait_room(&e->ix)) != 0)
+    if (nindex && !e->sink && (rv = pt_emb_ihead_wait_room(&e->ix)) != 0)
         return rv;
     if (nindex == 0) /* steady state: samples only */
         return write_logged(e, m, n, NULL, 0);
+    if (e->sink)
+        return write_index_to_sink(e, m, n, nindex);
     /* The index cells in key order: the log keeps that order for replay, and runs of
      * sorted cells are what the index head merges. */
     const pt_mutation **iv = malloc(nindex * sizeof(*iv));
@@ -365,6 +418,9 @@ static int embedded_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
     embedded *e = state;
     if (s->table >= PT_TABLE_COUNT)
         return PT_EINTERNAL;
+    if (e->sink)
+        return s->table == PT_TABLE_POINTS ? pt_emb_scan_points(e, s, fn, ud)
+                                           : pt_backend_scan(e->sink, s, fn, ud);
     /* RocksDB stays open for the whole scan (a reopen after a disk error waits). */
     int rv = pt_emb_rocks_enter(&e->r);
     if (rv != 0)
@@ -437,8 +493,9 @@ void pt_embedded_get_stats(pt_backend *b, pt_embedded_stats *out)
                                .expired_index = atomic_load(&e->x.dropped[1]),
                                .compactions = atomic_load(&e->x.compactions)};
     pthread_mutex_unlock(&e->mu);
-    pt_emb_rocks_memory(&e->r, &out->memtable_bytes, &out->table_reader_bytes,
-                        &out->block_cache_bytes);
+    if (!e->sink)
+        pt_emb_rocks_memory(&e->r, &out->memtable_bytes, &out->table_reader_bytes,
+                            &out->block_cache_bytes);
     pt_emb_ihead_stat ix;
     pt_emb_ihead_stats(&e->ix, &ix);
     out->index_pending_bytes = ix.pending_bytes;
@@ -561,6 +618,8 @@ int pt_emb_reload_logs(embedded *e, char *err, size_t errlen)
 void pt_embedded_compact(pt_backend *b, int64_t now_ms)
 {
     embedded *e = b->state;
+    if (e->sink)
+        return;
     atomic_store(&e->x.now_ms, now_ms);
     pt_emb_expire_compact(&e->x, &e->r);
 }

@@ -613,6 +613,12 @@ enum { EMB_HOOK_WRITTEN, EMB_HOOK_DURABLE };
 typedef int (*emb_hook)(void *ud, int stage);
 
 typedef struct embedded {
+    /* A write-back store (pt_backend_config.inner set): the points the head and the logs
+     * hold are flushed into this backend rather than into RocksDB, which is not opened;
+     * index cells go straight to it, and scans merge the head with its scans. NULL: the
+     * embedded store itself. */
+    pt_backend *sink;
+    int lock_fd; /* a write-back store's lock on its directory (RocksDB's own otherwise) */
     rocks r;
     expire x;
     pthread_mutex_t mu;
@@ -704,6 +710,11 @@ int pt_emb_flush_frozen(embedded *e, unsigned k, emb_hook hook, void *ud);
 /* The same for the rows of every shard flushing (hshard flushing): the frozen shard's and
  * the sweep's, written into the same table files. */
 int pt_emb_flush_flushing(embedded *e, emb_hook hook, void *ud);
+/* A write-back store's flush (flush.c calls it for rows[0..n) of the shards flushing):
+ * each row's frozen cells, sorted, go to the sink in batches that never cut a row, with
+ * the write's wall-clock time as their version. On failure some rows may be in the sink
+ * already; writing them again is harmless. */
+int pt_emb_sink_flush(embedded *e, hrow **rows, size_t n);
 /* Deletes the table files a flush left in dir when it was cut short (open calls it). */
 void pt_emb_flush_clean(const char *dir);
 

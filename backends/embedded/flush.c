@@ -443,11 +443,98 @@ void pt_emb_flush_clean(const char *dir)
     closedir(d);
 }
 
+/* ---- write-back: the frozen rows go to the sink backend ---- */
+
+enum { SINK_BATCH_CELLS = 16384 }; /* cells a sink write takes, unless one row has more */
+
+typedef struct sinkfl {
+    pt_mutation *m;
+    size_t n, cap;
+    pt_arena a; /* the batch's qualifiers and short values */
+    cell *dec, *sorted;
+    size_t dec_cap, sorted_cap;
+} sinkfl;
+
+/* Adds row r's frozen cells (generation gen), sorted, to the batch. */
+static int sink_row(sinkfl *b, const hrow *r, unsigned gen, int64_t version_us)
+{
+    const cell *c;
+    uint32_t cn;
+    int rv = pt_emb_hcells_get(&r->s[gen], &b->dec, &b->dec_cap, &c, &cn);
+    if (rv != 0 || cn == 0)
+        return rv;
+    if (!r->s[gen].sorted) {
+        /* In a copy: scans read the frozen cells meanwhile. */
+        if ((rv = pt_array_reserve(&b->sorted, &b->sorted_cap, 2 * (size_t)cn, sizeof(cell), 0)))
+            return rv;
+        memcpy(b->sorted, c, (size_t)cn * sizeof(cell));
+        cn = pt_emb_cells_sort(b->sorted, b->sorted + cn, cn);
+        c = b->sorted;
+    }
+    if ((rv = pt_array_reserve(&b->m, &b->cap, b->n + cn, sizeof(*b->m), 0)) != 0)
+        return rv;
+    /* Each cell's qualifier and short value: c may be a scratch copy the next row reuses. */
+    uint8_t *bytes = pt_arena_alloc(&b->a, (size_t)cn * 12);
+    if (!bytes)
+        return PT_ENOMEM;
+    for (uint32_t i = 0; i < cn; i++, bytes += 12) {
+        pt_put_be32(bytes, c[i].q);
+        const uint8_t *v = cell_val(&c[i]);
+        if (c[i].vlen <= 8)
+            v = memcpy(bytes + 4, c[i].v.in, c[i].vlen);
+        b->m[b->n++] = (pt_mutation){.table = PT_TABLE_POINTS,
+                                     .row = {r->key, r->keylen},
+                                     .qual = {bytes, 4},
+                                     .value = {v, c[i].vlen},
+                                     .version_us = version_us};
+    }
+    return 0;
+}
+
+static int sink_write(embedded *e, sinkfl *b)
+{
+    int rv = b->n ? pt_backend_write(e->sink, b->m, b->n) : 0;
+    b->n = 0;
+    pt_arena_reset(&b->a);
+    return rv;
+}
+
+int pt_emb_sink_flush(embedded *e, hrow **rows, size_t n)
+{
+    sinkfl b = {0};
+    pt_arena_init(&b.a, 64 * 1024, 0);
+    /* One version for the whole flush, in whole milliseconds (Bigtable's granularity). */
+    int64_t version_us = pt_wall_ms() * 1000;
+    int rv = 0;
+    for (size_t i = 0; i < n && rv == 0; i++) {
+        unsigned gen = pt_emb_row_cur(&e->h, rows[i]) ^ 1;
+        if (b.n >= SINK_BATCH_CELLS)
+            rv = sink_write(e, &b);
+        if (rv == 0)
+            rv = sink_row(&b, rows[i], gen, version_us);
+    }
+    if (rv == 0)
+        rv = sink_write(e, &b);
+    free(b.m);
+    free(b.dec);
+    free(b.sorted);
+    pt_arena_free(&b.a);
+    return rv;
+}
+
 /* Writes rows[0..n) (sorted here) of the shards flushing. */
 static int flush_rows(embedded *e, hrow **rows, size_t n, emb_hook hook, void *ud)
 {
     flusher f = {.e = e, .h = &e->h, .rows = rows, .nrows = n, .hook = hook, .ud = ud};
     int rv = 0;
+    if (e->sink) {
+        if (n > 0)
+            qsort(rows, n, sizeof(*rows), row_key_cmp);
+        rv = pt_emb_sink_flush(e, rows, n);
+        if (rv == 0 && hook && (rv = hook(ud, EMB_HOOK_WRITTEN)) == 0)
+            rv = hook(ud, EMB_HOOK_DURABLE);
+        return rv;
+    }
     if (f.nrows > 0) {
         qsort(f.rows, f.nrows, sizeof(*f.rows), row_key_cmp);
         if ((rv = fl_write(&f)) != 0) {

@@ -311,7 +311,8 @@ void *pt_emb_flusher_main(void *arg)
         uint64_t t0 = pt_now_ns();
         /* Not into a RocksDB that refused a write (or is not open after a failed
          * reopen): the disk check reopens it first. */
-        int rv = !e->r.db ? PT_EUNAVAIL
+        int rv = e->sink ? pt_emb_flush_flushing(e, hook, ud)
+                 : !e->r.db ? PT_EUNAVAIL
                  : atomic_load(&e->r.broken)
                      ? (atomic_load(&e->r.full) ? PT_ENOSPACE : PT_EUNAVAIL)
                      : pt_emb_flush_flushing(e, hook, ud);

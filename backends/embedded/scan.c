@@ -454,6 +454,185 @@ out:
     return rv;
 }
 
+/* ---- a write-back store: the head merged with the sink's scan ---- */
+
+/* A head row copied for the scan: its key and its cells in the window, cells[first ..
+ * first + n) of the snapshot. */
+typedef struct hsnap_row {
+    pt_slice key;
+    size_t first, n;
+} hsnap_row;
+
+typedef struct sinkscan {
+    pscan *sc;
+    pt_arena a;     /* the rows' keys and long values */
+    pt_vcell *c;    /* every row's cells, row after row */
+    size_t nc, ccap;
+    hsnap_row *rows;
+    size_t nrows, rcap;
+    size_t next;      /* the first head row not yet reached */
+    size_t ci, cend;  /* the current row's head cells left: c[ci .. cend) */
+    pt_buf row;       /* the current row, the sink's (its slices last one call only) */
+    int in_row, started;
+} sinkscan;
+
+/* Adds the head cells sc->hc copied for key to the snapshot. */
+static int snap_add(sinkscan *ss, pt_slice key)
+{
+    pscan *sc = ss->sc;
+    if (sc->hc.n == 0)
+        return 0;
+    int rv = pt_array_reserve(&ss->rows, &ss->rcap, ss->nrows + 1, sizeof(*ss->rows), 0);
+    if (rv == 0)
+        rv = pt_array_reserve(&ss->c, &ss->ccap, ss->nc + sc->hc.n, sizeof(*ss->c), 0);
+    uint8_t *k = rv == 0 ? pt_arena_alloc(&ss->a, key.n) : NULL;
+    if (!k)
+        return rv ? rv : PT_ENOMEM;
+    memcpy(k, key.p, key.n);
+    ss->rows[ss->nrows++] = (hsnap_row){{k, key.n}, ss->nc, sc->hc.n};
+    for (size_t i = 0; i < sc->hc.n; i++) {
+        pt_vcell x = sc->hc.c[i];
+        if (x.vlen > 8) { /* hc's bytes are reused for the next row */
+            uint8_t *v = pt_arena_alloc(&ss->a, x.vlen);
+            if (!v)
+                return PT_ENOMEM;
+            x.v.p = memcpy(v, x.v.p, x.vlen);
+        }
+        ss->c[ss->nc++] = x;
+    }
+    return 0;
+}
+
+/* The head's cells of range r, copied under mu before the sink is read: a flush that
+ * ends meanwhile has put them into the sink before it drops them, so every cell is in
+ * the copy, the sink's scan, or both (the head's copy wins then: the same value or a
+ * newer one). */
+static int snap_range(sinkscan *ss, const pt_row_range *r)
+{
+    pscan *sc = ss->sc;
+    int rv;
+    ss->nrows = ss->nc = ss->next = 0;
+    pt_arena_reset(&ss->a);
+    pthread_mutex_lock(&sc->e->mu);
+    if (pt_emb_rocks_one_row(r)) {
+        if ((rv = copy_head_locked(sc, r->start)) == 0)
+            rv = snap_add(ss, r->start);
+    } else if ((rv = head_rows_locked(sc, r)) == 0) {
+        for (size_t i = 0; i < sc->nh && rv == 0; i++)
+            if ((rv = copy_head_locked(sc, sc->hrows[i])) == 0)
+                rv = snap_add(ss, sc->hrows[i]);
+    }
+    pthread_mutex_unlock(&sc->e->mu);
+    return rv;
+}
+
+static pt_slice cur_row(const sinkscan *ss)
+{
+    return (pt_slice){ss->row.p, ss->row.len};
+}
+
+/* Emits the current row's head cells left below bound. */
+static int head_below(sinkscan *ss, uint64_t bound)
+{
+    int rv = 0;
+    while (rv == 0 && ss->ci < ss->cend && ss->c[ss->ci].q < bound && !ss->sc->done) {
+        const pt_vcell *x = &ss->c[ss->ci++];
+        rv = emit(ss->sc, cur_row(ss), &ss->started, x->q, x->vlen, pt_vcell_val(x));
+    }
+    return rv;
+}
+
+/* Makes key the current row, with the head cells of snapshot row i (none: i = SIZE_MAX). */
+static int row_enter(sinkscan *ss, pt_slice key, size_t i)
+{
+    pt_buf_reset(&ss->row);
+    if (pt_buf_append(&ss->row, key.p, key.n) != 0)
+        return PT_ENOMEM;
+    ss->in_row = 1;
+    ss->started = 0;
+    ss->ci = ss->cend = 0;
+    if (i != SIZE_MAX) {
+        ss->ci = ss->rows[i].first;
+        ss->cend = ss->ci + ss->rows[i].n;
+    }
+    return 0;
+}
+
+/* Ends the current row (its head cells left go out), then emits the head rows before
+ * key (every one left for an empty key). */
+static int rows_before(sinkscan *ss, pt_slice key)
+{
+    int rv = ss->in_row ? head_below(ss, UINT64_MAX) : 0;
+    ss->in_row = 0;
+    while (rv == 0 && !ss->sc->done && ss->next < ss->nrows &&
+           (!key.n || pt_slice_cmp(ss->rows[ss->next].key, key) < 0)) {
+        size_t i = ss->next++;
+        if ((rv = row_enter(ss, ss->rows[i].key, i)) == 0)
+            rv = head_below(ss, UINT64_MAX);
+        ss->in_row = 0;
+    }
+    return rv;
+}
+
+/* pt_cell_fn over the sink's cells: merges them with the snapshot's. */
+static int sink_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    sinkscan *ss = ud;
+    pscan *sc = ss->sc;
+    if (qual.n != 4)
+        return PT_EINTERNAL; /* the points schema's qualifiers are 4 bytes */
+    int rv = 0;
+    if (!ss->in_row || !pt_slice_eq(row, cur_row(ss))) {
+        if ((rv = rows_before(ss, row)) != 0 || sc->done)
+            return rv ? rv : 1;
+        int same = ss->next < ss->nrows && pt_slice_eq(ss->rows[ss->next].key, row);
+        if ((rv = row_enter(ss, row, same ? ss->next++ : SIZE_MAX)) != 0)
+            return rv;
+    }
+    uint32_t q = pt_get_be32(qual.p);
+    if ((rv = head_below(ss, q)) != 0 || sc->done)
+        return rv ? rv : 1;
+    if (ss->ci < ss->cend && ss->c[ss->ci].q == q) {
+        const pt_vcell *x = &ss->c[ss->ci++]; /* the head's is as new or newer */
+        rv = emit(sc, row, &ss->started, q, x->vlen, pt_vcell_val(x));
+    } else {
+        rv = emit(sc, row, &ss->started, q, (uint32_t)value.n, value.p);
+    }
+    return rv ? rv : sc->done;
+}
+
+static int sink_range(sinkscan *ss, const pt_row_range *r)
+{
+    pscan *sc = ss->sc;
+    int rv = snap_range(ss, r);
+    if (rv != 0)
+        return rv;
+    pt_scan sub = *sc->s;
+    sub.ranges = r;
+    sub.nranges = 1;
+    sub.stream = NULL;
+    sub.row_limit = sc->s->row_limit ? sc->s->row_limit - sc->rows : 0;
+    ss->in_row = 0;
+    rv = pt_backend_scan(sc->e->sink, &sub, sink_cell, ss);
+    if (rv < 0)
+        return rv;
+    return rows_before(ss, (pt_slice){0});
+}
+
+static int scan_sink(pscan *sc)
+{
+    sinkscan ss = {.sc = sc, .row = PT_BUF_INIT(0)};
+    pt_arena_init(&ss.a, 64 * 1024, 0);
+    int rv = 0;
+    for (size_t i = 0; i < sc->s->nranges && !sc->done && rv == 0; i++)
+        rv = sink_range(&ss, &sc->s->ranges[i]);
+    pt_arena_free(&ss.a);
+    free(ss.c);
+    free(ss.rows);
+    pt_buf_free(&ss.row);
+    return rv;
+}
+
 int pt_emb_scan_points(embedded *e, const pt_scan *s, pt_cell_fn fn, void *ud)
 {
     pscan sc = {.e = e, .s = s, .fn = fn, .ud = ud};
@@ -462,7 +641,9 @@ int pt_emb_scan_points(embedded *e, const pt_scan *s, pt_cell_fn fn, void *ud)
     int rv = 0;
     /* Reads of one dashboard are alike too: a one-row read starts with the last guess. */
     sc.young = atomic_load_explicit(&e->young_rows, memory_order_relaxed);
-    for (size_t i = 0; i < s->nranges && !sc.done && rv == 0; i++)
+    if (e->sink)
+        rv = scan_sink(&sc);
+    for (size_t i = 0; i < s->nranges && !sc.done && rv == 0 && !e->sink; i++)
         rv = scan_range(&sc, &s->ranges[i]);
     atomic_store_explicit(&e->young_rows, sc.young, memory_order_relaxed);
     pt_emb_rocks_iters_free(&sc.its);

@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
 # Crash safety with a real writer: a Prometheus 2.42 (Debian package) scrapes itself under
-# several job names every second and remote-writes everything to promtable on the embedded
-# store, whose head is kept small (128 KiB; in-order samples are compressed in it) so that it flushes into RocksDB every few seconds.
+# several job names every second and remote-writes everything to promtable, whose head is
+# kept small (128 KiB; in-order samples are compressed in it) so that it flushes every few
+# seconds. Two stores, one after the other, each with a writer of its own:
+#
+#   embedded  the embedded store: the head flushes into RocksDB;
+#   bigtable  Bigtable (the emulator) with a write-back buffer (storage.bigtable.buffer_path):
+#             the same head and logs flush into Bigtable; skipped without the emulator.
+#
 # promtable is killed with SIGKILL five times and restarted on the same port:
 #
-#   1. storage.embedded.sync=false, between flushes
-#   2. storage.embedded.sync=false, while a flush runs (promtable_embedded_frozen_bytes > 0
-#      on /metrics right before the kill)
-#   3. storage.embedded.sync=true, between flushes
-#   4. storage.embedded.sync=true, while a flush runs
-#   5. storage.embedded.sync=false, right after it is ready again (log replay just done)
+#   1. the logs not synced (storage.embedded.sync / storage.bigtable.buffer_sync false),
+#      between flushes
+#   2. not synced, while a flush runs (promtable_embedded_frozen_bytes or
+#      promtable_bigtable_buffer_frozen_bytes > 0 on /metrics right before the kill)
+#   3. synced, between flushes
+#   4. synced, while a flush runs
+#   5. not synced, right after it is ready again (log replay just done)
 #
 # Prometheus retries every batch a dead promtable did not answer (one queue shard, so it
 # sends in WAL order and a batch is retried until it is acknowledged before the next goes).
@@ -18,12 +25,15 @@
 # tests/tools/ptdump) and compared line by line with the writer's raw samples (a range
 # selector through its query API): identical series, timestamps and values, none missing,
 # none doubled. NaN values are left out on both sides (the writer's API hides staleness
-# markers, which promtable stores like any sample).
+# markers, which promtable stores like any sample). On Bigtable, promtable is then stopped
+# with SIGTERM, which flushes its buffer, and a promtable without a buffer on the same
+# tables must read back the same samples: Bigtable alone holds them.
 #
 # Conditions are polled, never slept on: the sample counts that separate the kills, the flush
 # in progress, readiness, and the writer's highest sent timestamp.
 #
-# Environment: PT_BUILD_DIR (default ../../build); PT_KEEP_TMP=1 keeps logs and data.
+# Environment: PT_BUILD_DIR (default ../../build); PT_CBTEMULATOR (the emulator binary);
+# PT_KEEP_TMP=1 keeps logs and data.
 set -u -o pipefail
 
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -33,18 +43,29 @@ pt_tools PTDUMP=tests/ptdump
 
 JOBS=6          # scrape jobs of the writer's own metrics: ~6 x 1000 samples per second
 GAP=15000       # samples promtable takes between a (re)start and the next kill
-pt_mktemp DIR crash-prom
+pt_mktemp TOP crash-prom
 pt_free_port P_PORT
 pt_free_port W_PORT
-DATA=$DIR/store
 
 # ----------------------------------------------------------------------------- promtable
 
 P_PID=
-start_promtable() { # SYNC
-    pt_spawn "$DIR/promtable.$RUN.log" "$PROMTABLE" --web.listen-address="127.0.0.1:$P_PORT" \
-        --storage.backend=embedded --storage.embedded.path="$DATA" \
-        --storage.embedded.sync="$1" --storage.embedded.head-memory=128KiB
+BT=()
+# store_flags SYNC : the flags of the store under test ($BACKEND), its logs synced or not.
+store_flags() {
+    if [ "$BACKEND" = embedded ]; then
+        STORE=(--storage.backend=embedded --storage.embedded.path="$DATA"
+            --storage.embedded.sync="$1" --storage.embedded.head-memory=128KiB)
+    else
+        STORE=("${BT[@]}" --storage.bigtable.buffer-path="$DATA"
+            --storage.bigtable.buffer-sync="$1" --storage.bigtable.buffer-memory=128KiB)
+    fi
+}
+
+start_promtable() { # SYNC [LOG]
+    store_flags "$1"
+    pt_spawn "${2:-$DIR/promtable.$RUN.log}" "$PROMTABLE" \
+        --web.listen-address="127.0.0.1:$P_PORT" "${STORE[@]}"
     P_PID=$PT_PID
     pt_wait_http "http://127.0.0.1:$P_PORT/-/ready" 60 "$P_PID"
 }
@@ -70,7 +91,7 @@ wait_received() {
 kill_now() {
     kill -KILL "$P_PID"
     { pt_stop "$P_PID" 1; } 2>/dev/null
-    tap_ok "run $RUN: promtable killed with SIGKILL $1"
+    tap_ok "$BACKEND run $RUN: promtable killed with SIGKILL $1"
 }
 
 # kill_in_flush : polls /metrics until a frozen head generation is being flushed, then kills
@@ -79,11 +100,11 @@ kill_now() {
 kill_in_flush() {
     local deadline=$((SECONDS + 120)) f=0
     while [ "$SECONDS" -lt "$deadline" ]; do
-        f=$(metric promtable_embedded_frozen_bytes)
+        f=$(metric "$FROZEN_METRIC")
         [ "${f:-0}" != 0 ] && break
     done
     if [ "${f:-0}" = 0 ]; then
-        tap_not_ok "run $RUN: no flush seen within 120 s"
+        tap_not_ok "$BACKEND run $RUN: no flush seen within 120 s"
         # Killed anyway: a promtable left running would hold the store's lock and answer
         # for the next one, which then cannot start.
         kill -KILL "$P_PID"
@@ -95,18 +116,19 @@ kill_in_flush() {
 
 # ------------------------------------------------------------------------------- writer
 
-{
-    cat <<EOF
+write_writer_config() {
+    {
+        cat <<EOF
 global:
   scrape_interval: 1s
   scrape_timeout: 1s
 scrape_configs:
 EOF
-    for ((j = 0; j < JOBS; j++)); do
-        printf '  - job_name: self%d\n    static_configs:\n      - targets: [127.0.0.1:%d]\n' \
-            "$j" "$W_PORT"
-    done
-    cat <<EOF
+        for ((j = 0; j < JOBS; j++)); do
+            printf '  - job_name: self%d\n    static_configs:\n      - targets: [127.0.0.1:%d]\n' \
+                "$j" "$W_PORT"
+        done
+        cat <<EOF
 remote_write:
   - url: http://127.0.0.1:$P_PORT/api/v1/write
     remote_timeout: 5s
@@ -121,117 +143,113 @@ remote_write:
       min_backoff: 50ms
       max_backoff: 1s
 EOF
-} >"$DIR/writer.yml"
-
-RUN=0
-start_promtable false || tap_bail "promtable does not start: $(tail -5 "$DIR/promtable.0.log")"
-T0=$(date +%s)
-pt_start_prometheus "$DIR" writer "$W_PORT" || {
-    tap_diag_file "$DIR/writer.log"
-    tap_bail "the writer Prometheus does not start"
+    } >"$DIR/writer.yml"
 }
-W_PID=$PT_PID
 
-plan=("false between" "false flush" "true between" "true flush" "false ready")
-for step in "${plan[@]}"; do
-    read -r sync when <<<"$step"
-    case $when in
-    between)
-        wait_received "$GAP" || tap_not_ok "run $RUN: promtable took under $GAP samples"
-        kill_now "(sync=$sync) after $GAP samples"
-        ;;
-    flush)
-        wait_received "$GAP" || tap_not_ok "run $RUN: promtable took under $GAP samples"
-        kill_in_flush
-        ;;
-    ready)
-        wait_received 1 || tap_not_ok "run $RUN: promtable took no sample"
-        kill_now "(sync=$sync) at its first write after a restart"
-        ;;
-    esac
-    RUN=$((RUN + 1))
-    # The next run's sync mode: the plan's next entry (the last restart keeps false).
-    next=${plan[$RUN]:-false}
-    next=${next%% *}
-    if ! start_promtable "$next"; then
-        tap_not_ok "run $RUN: promtable restarts on the same store (sync=$next)"
-        tap_diag_file "$DIR/promtable.$RUN.log"
-        exit 1
+# ---------------------------------------------------------------------------------- a run
+
+# crash_run BACKEND : the five kills and the comparison on one store.
+crash_run() {
+    BACKEND=$1
+    DIR=$TOP/$BACKEND
+    DATA=$DIR/store
+    mkdir -p "$DIR"
+    FROZEN_METRIC=promtable_embedded_frozen_bytes
+    if [ "$BACKEND" = bigtable ]; then
+        FROZEN_METRIC=promtable_bigtable_buffer_frozen_bytes
+        pt_bigtable_store "$DIR" crash c_
     fi
-    tap_ok "run $RUN: promtable restarts on the same store and port (sync=$next)"
-done
-wait_received "$GAP" || tap_not_ok "the last run took under $GAP samples"
+    write_writer_config
+    RUN=0
+    start_promtable false ||
+        tap_bail "$BACKEND: promtable does not start: $(tail -5 "$DIR/promtable.0.log")"
+    T0=$(date +%s)
+    pt_start_prometheus "$DIR" writer "$W_PORT" || {
+        tap_diag_file "$DIR/writer.log"
+        tap_bail "the writer Prometheus does not start"
+    }
+    W_PID=$PT_PID
 
-# ------------------------------------------------------------------ drain and compare
+    local plan=("false between" "false flush" "true between" "true flush" "false ready")
+    local step sync when next
+    for step in "${plan[@]}"; do
+        read -r sync when <<<"$step"
+        case $when in
+        between)
+            wait_received "$GAP" || tap_not_ok "$BACKEND run $RUN: under $GAP samples taken"
+            kill_now "(sync=$sync) after $GAP samples"
+            ;;
+        flush)
+            wait_received "$GAP" || tap_not_ok "$BACKEND run $RUN: under $GAP samples taken"
+            kill_in_flush
+            ;;
+        ready)
+            wait_received 1 || tap_not_ok "$BACKEND run $RUN: promtable took no sample"
+            kill_now "(sync=$sync) at its first write after a restart"
+            ;;
+        esac
+        RUN=$((RUN + 1))
+        # The next run's sync mode: the plan's next entry (the last restart keeps false).
+        next=${plan[$RUN]:-false}
+        next=${next%% *}
+        if ! start_promtable "$next"; then
+            tap_not_ok "$BACKEND run $RUN: promtable restarts on the same store (sync=$next)"
+            tap_diag_file "$DIR/promtable.$RUN.log"
+            exit 1
+        fi
+        tap_ok "$BACKEND run $RUN: promtable restarts on the same store and port (sync=$next)"
+    done
+    wait_received "$GAP" || tap_not_ok "$BACKEND: the last run took under $GAP samples"
 
-T=$(($(date +%s) - 2))
-if pt_wait_remote_sent "$W_PORT" "$T" 180; then
-    tap_ok "the writer has sent everything up to T (highest sent $PT_SENT_TS)"
-else
-    tap_not_ok "the writer did not get past T=$T within 180 s (highest sent $PT_SENT_TS)"
-fi
-curl -sS "http://127.0.0.1:$W_PORT/metrics" -o "$DIR/w.metrics"
-for m in prometheus_remote_storage_samples_failed_total \
-    prometheus_remote_storage_samples_dropped_total; do
-    tap_is "$(pt_metric_sum "$DIR/w.metrics" "$m")" 0 "writer: $m is 0"
-done
-retried=$(pt_metric_sum "$DIR/w.metrics" prometheus_remote_storage_samples_retried_total)
-tap_diag "writer: $retried samples retried over the kills"
+    T=$(($(date +%s) - 2))
+    if pt_wait_remote_sent "$W_PORT" "$T" 180; then
+        tap_ok "$BACKEND: the writer has sent everything up to T (highest sent $PT_SENT_TS)"
+    else
+        tap_not_ok "$BACKEND: the writer did not get past T=$T within 180 s" \
+            "(highest sent $PT_SENT_TS)"
+    fi
+    curl -sS "http://127.0.0.1:$W_PORT/metrics" -o "$DIR/w.metrics"
+    local m retried
+    for m in prometheus_remote_storage_samples_failed_total \
+        prometheus_remote_storage_samples_dropped_total; do
+        tap_is "$(pt_metric_sum "$DIR/w.metrics" "$m")" 0 "$BACKEND: writer: $m is 0"
+    done
+    retried=$(pt_metric_sum "$DIR/w.metrics" prometheus_remote_storage_samples_retried_total)
+    tap_diag "$BACKEND: writer: $retried samples retried over the kills"
 
-# Lines "labels<TAB>ts<TAB>value", ts in ms within (T0, T], NaN left out, values printed
-# %.17g after one parse (so "0.1" and "0.10000000000000001" agree), infinities spelt alike.
-normalize() {
-    awk -F'\t' -v lo="$((T0 * 1000))" -v hi="$((T * 1000))" '
-        $2 > lo && $2 <= hi {
-            v = tolower($3)
-            if (v ~ /nan/) next
-            if (v ~ /inf/) v = (v ~ /^-/) ? "-Inf" : "+Inf"; else v = sprintf("%.17g", $3 + 0)
-            print $1 "\t" $2 "\t" v
-        }' | LC_ALL=C sort
+    pt_writer_samples "$W_PORT" "$T0" "$T" "$DIR/writer.txt"
+    local n_w
+    n_w=$(wc -l <"$DIR/writer.txt")
+    if awk -v n="$n_w" 'BEGIN { exit !(n > 50000) }'; then
+        tap_ok "$BACKEND: the writer holds $n_w samples since T0 (enough to mean something)"
+    else
+        tap_not_ok "$BACKEND: the writer holds only $n_w samples since T0"
+    fi
+    pt_compare_read "$BACKEND" "http://127.0.0.1:$P_PORT" "$T0" "$T" "$DIR/writer.txt" "$DIR"
+
+    pt_stop "$W_PID" 20
+    pt_stop "$P_PID" 20
+    tap_is "$?" 0 "$BACKEND: promtable exits cleanly on SIGTERM after all that"
+    if [ "$BACKEND" = bigtable ]; then
+        # The stop flushed the buffer: a promtable without one reads Bigtable alone.
+        pt_spawn "$DIR/direct.log" "$PROMTABLE" --web.listen-address="127.0.0.1:$P_PORT" \
+            "${BT[@]}"
+        P_PID=$PT_PID
+        if pt_wait_http "http://127.0.0.1:$P_PORT/-/ready" 60 "$P_PID"; then
+            pt_compare_read "bigtable, read without the buffer after the stop" \
+                "http://127.0.0.1:$P_PORT" "$T0" "$T" "$DIR/writer.txt" "$DIR"
+        else
+            tap_not_ok "a promtable without a buffer starts on the same tables"
+        fi
+        pt_stop "$P_PID" 20
+        pt_kill_cbtemulator
+    fi
 }
 
-# The writer's raw samples: a range selector over everything since T0, evaluated at T.
-curl -sS --max-time 120 -G "http://127.0.0.1:$W_PORT/api/v1/query" \
-    --data-urlencode "query={__name__=~\".+\"}[$((T - T0 + 2))s]" --data-urlencode "time=$T" \
-    -o "$DIR/writer.json"
-jq -r '.data.result[] |
-    ("{" + (.metric | to_entries | sort_by(.key) | map("\(.key)=\"\(.value)\"") | join(", "))
-     + "}") as $l | .values[] | "\($l)\t\((.[0] * 1000) | round)\t\(.[1])"' \
-    "$DIR/writer.json" | normalize >"$DIR/writer.txt"
-
-# promtable's: one remote read of every series over the same window, decoded.
-"$READBENCH" --request-out "$DIR/read.req" --start-ms "$((T0 * 1000))" \
-    --end-ms "$((T * 1000))" '__name__=~.+' >/dev/null 2>&1
-code=$(curl -sS --max-time 120 -o "$DIR/read.answer" -w '%{http_code}' \
-    -H 'Content-Type: application/x-protobuf' -H 'Content-Encoding: snappy' \
-    -H 'X-Prometheus-Remote-Read-Version: 0.1.0' --data-binary @"$DIR/read.req" \
-    "http://127.0.0.1:$P_PORT/api/v1/read")
-tap_is "$code" 200 "remote read of everything since T0 answers 200"
-"$PTDUMP" answer "$DIR/read.answer" |
-    awk 'match($0, / [^ ]+ [^ ]+$/) {
-             split(substr($0, RSTART + 1), f, " ")
-             print substr($0, 1, RSTART - 1) "\t" f[1] "\t" f[2] }' |
-    normalize >"$DIR/promtable.txt"
-
-n_w=$(wc -l <"$DIR/writer.txt")
-n_p=$(wc -l <"$DIR/promtable.txt")
-if awk -v n="$n_w" 'BEGIN { exit !(n > 50000) }'; then
-    tap_ok "the writer holds $n_w samples since T0 (enough to mean something)"
+crash_run embedded
+if pt_cbtemulator_found; then
+    crash_run bigtable
 else
-    tap_not_ok "the writer holds only $n_w samples since T0"
+    tap_skip "bigtable write-back" "the Bigtable emulator is not installed ($PT_CBTEMULATOR)"
 fi
-dups=$(cut -f1,2 "$DIR/promtable.txt" | uniq -d | wc -l)
-tap_is "$dups" 0 "no sample is doubled in promtable (same series and timestamp twice)"
-if cmp -s "$DIR/writer.txt" "$DIR/promtable.txt"; then
-    tap_ok "every sample of the writer's TSDB reads back identically ($n_w = $n_p)"
-else
-    tap_not_ok "promtable's samples differ from the writer's ($n_w writer, $n_p promtable)"
-    tap_diag "missing in promtable: $(comm -23 "$DIR/writer.txt" "$DIR/promtable.txt" | wc -l)," \
-        "only in promtable: $(comm -13 "$DIR/writer.txt" "$DIR/promtable.txt" | wc -l)"
-    tap_diag "$(diff "$DIR/writer.txt" "$DIR/promtable.txt" | head -n 10 | cut -c1-200)"
-fi
-
-pt_stop "$W_PID" 20
-pt_stop "$P_PID" 20
-tap_is "$?" 0 "promtable exits cleanly on SIGTERM after all that"
 tap_done

@@ -48,6 +48,10 @@
 #                     pt_kill_cbtemulator   (SIGKILL: the emulator keeps data in memory only)
 #                     pt_bigtable_store DIR NAME PREFIX (the emulator started, BT set to
 #                                            promtable's flags for it, the tables made)
+# raw samples         pt_samples_normalize LO_MS HI_MS (stdin: labels, ts, value lines)
+#                     pt_writer_samples PORT T0 T OUT (a Prometheus' raw samples in (T0, T])
+#                     pt_compare_read WHO URL T0 T WANT DIR (a promtable's remote read of
+#                                            everything in (T0, T] equals WANT; needs PTDUMP)
 #
 # The library installs its own EXIT/INT/TERM traps; a test that needs extra cleanup uses
 # pt_on_exit instead of setting another trap (which would replace the library's).
@@ -519,4 +523,63 @@ pt_wait_remote_sent() {
     done
     rm -f "$m"
     return 0
+}
+
+# ------------------------------------------------------------ raw samples, compared exactly
+
+# pt_samples_normalize LO_MS HI_MS : lines "labels<TAB>ts<TAB>value" on stdin, those with ts
+# in (LO_MS, HI_MS], NaN left out, values printed %.17g after one parse (so "0.1" and
+# "0.10000000000000001" agree), infinities spelt alike, sorted.
+pt_samples_normalize() {
+    awk -F'\t' -v lo="$1" -v hi="$2" '
+        $2 > lo && $2 <= hi {
+            v = tolower($3)
+            if (v ~ /nan/) next
+            if (v ~ /inf/) v = (v ~ /^-/) ? "-Inf" : "+Inf"; else v = sprintf("%.17g", $3 + 0)
+            print $1 "\t" $2 "\t" v
+        }' | LC_ALL=C sort
+}
+
+# pt_writer_samples PORT T0 T OUT : the raw samples of the Prometheus on 127.0.0.1:PORT in
+# (T0, T] (unix seconds; a range selector evaluated at T), normalized, into OUT.
+pt_writer_samples() {
+    local port=$1 t0=$2 t=$3 out=$4
+    curl -sS --max-time 120 -G "http://127.0.0.1:$port/api/v1/query" \
+        --data-urlencode "query={__name__=~\".+\"}[$((t - t0 + 2))s]" \
+        --data-urlencode "time=$t" -o "$out.json"
+    jq -r '.data.result[] |
+        ("{" + (.metric | to_entries | sort_by(.key) | map("\(.key)=\"\(.value)\"") |
+                join(", ")) + "}") as $l | .values[] | "\($l)\t\((.[0] * 1000) | round)\t\(.[1])"' \
+        "$out.json" | pt_samples_normalize "$((t0 * 1000))" "$((t * 1000))" >"$out"
+}
+
+# pt_compare_read WHO URL T0 T WANT DIR : one remote read of every series in (T0, T] from
+# the promtable at URL (decoded by $PTDUMP; files in DIR), compared with the normalized
+# samples in WANT: three TAP lines (the answer is 200, no sample doubled, all identical).
+pt_compare_read() {
+    local who=$1 url=$2 t0=$3 t=$4 want=$5 dir=$6 code n_w n_p dups
+    "$READBENCH" --request-out "$dir/read.req" --start-ms "$((t0 * 1000))" \
+        --end-ms "$((t * 1000))" '__name__=~.+' >/dev/null 2>&1
+    code=$(curl -sS --max-time 120 -o "$dir/read.answer" -w '%{http_code}' \
+        -H 'Content-Type: application/x-protobuf' -H 'Content-Encoding: snappy' \
+        -H 'X-Prometheus-Remote-Read-Version: 0.1.0' --data-binary @"$dir/read.req" \
+        "$url/api/v1/read")
+    tap_is "$code" 200 "$who: remote read of everything since T0 answers 200"
+    "$PTDUMP" answer "$dir/read.answer" |
+        awk 'match($0, / [^ ]+ [^ ]+$/) {
+                 split(substr($0, RSTART + 1), f, " ")
+                 print substr($0, 1, RSTART - 1) "\t" f[1] "\t" f[2] }' |
+        pt_samples_normalize "$((t0 * 1000))" "$((t * 1000))" >"$dir/promtable.txt"
+    n_w=$(wc -l <"$want")
+    n_p=$(wc -l <"$dir/promtable.txt")
+    dups=$(cut -f1,2 "$dir/promtable.txt" | uniq -d | wc -l)
+    tap_is "$dups" 0 "$who: no sample is doubled (same series and timestamp twice)"
+    if cmp -s "$want" "$dir/promtable.txt"; then
+        tap_ok "$who: every sample of the writer's TSDB reads back identically ($n_w = $n_p)"
+    else
+        tap_not_ok "$who: samples differ from the writer's ($n_w writer, $n_p promtable)"
+        tap_diag "missing: $(comm -23 "$want" "$dir/promtable.txt" | wc -l)," \
+            "only in promtable: $(comm -13 "$want" "$dir/promtable.txt" | wc -l)"
+        tap_diag "$(diff "$want" "$dir/promtable.txt" | head -n 10 | cut -c1-200)"
+    fi
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end test with the real Prometheus server (Debian package `prometheus`, 2.42).
 #
-# Per backend (the embedded store, then Cloud Bigtable as the emulator) and per scheme
-# (http:// = HTTP/1.1, then https:// = HTTP/2 via ALPN):
+# Per backend (the embedded store, then Cloud Bigtable as the emulator, written straight and
+# through a write-back buffer) and per scheme (http:// = HTTP/1.1, then https:// = HTTP/2
+# via ALPN):
 #   1. start promtable on a free loopback port with an empty store (bigtable: start
 #      cbtemulator on a free loopback port and create the tables with `promtable init`);
 #   2. start the test exporter and a *writer* Prometheus that scrapes it and itself every
@@ -27,13 +28,16 @@
 #
 # Environment:
 #   PT_BUILD_DIR         build tree with promtable and tests/exporter (default ../../build)
-#   PT_E2E_BACKENDS      which backends, default "embedded bigtable"; the bigtable runs are
+#   PT_E2E_BACKENDS      which backends, default "embedded bigtable bigtable-buffered" (the
+#                        last: storage.bigtable.buffer_path set, flushed every few seconds,
+#                        so reads merge the buffer with Bigtable); the bigtable runs are
 #                        reported skipped when the emulator ($PT_CBTEMULATOR, default the
 #                        gcloud SDK's cbtemulator) is not installed
 #   PT_E2E_SCHEMES       which schemes, default "http https"
 #   PT_E2E_BIGTABLE_SCHEMES  schemes for the bigtable backend, default "http https". The
 #                        transport code is the same for every backend; bigtable with both
 #                        schemes keeps the whole file under ~4 min on 2 cores.
+#   PT_E2E_BUFFERED_SCHEMES  schemes for bigtable-buffered, default "http"
 #   PT_E2E_RUN_SECONDS   how long the writer scrapes before the exporter stops (default 24)
 #   PT_E2E_TARGET        "promtable" (default) or "prometheus": a third Prometheus with
 #                        --web.enable-remote-write-receiver plays the remote storage. That is
@@ -48,14 +52,15 @@ ROOT=$(cd "$HERE/../.." && pwd)
 BUILD=${PT_BUILD_DIR:-$ROOT/build}
 TARGET=${PT_E2E_TARGET:-promtable}
 SCHEMES=${PT_E2E_SCHEMES:-http https}
-BACKENDS=${PT_E2E_BACKENDS:-embedded bigtable}
+BACKENDS=${PT_E2E_BACKENDS:-embedded bigtable bigtable-buffered}
 BT_SCHEMES=${PT_E2E_BIGTABLE_SCHEMES:-$SCHEMES}
+BUF_SCHEMES=${PT_E2E_BUFFERED_SCHEMES:-http}
 # Prometheus as the store has no backends: one pass per scheme.
 [ "$TARGET" = prometheus ] && BACKENDS=embedded
 for b in $BACKENDS; do
     case $b in
-    embedded | bigtable) ;;
-    *) tap_bail "PT_E2E_BACKENDS: unknown backend '$b' (embedded, bigtable)" ;;
+    embedded | bigtable | bigtable-buffered) ;;
+    *) tap_bail "PT_E2E_BACKENDS: unknown backend '$b' (embedded, bigtable, bigtable-buffered)" ;;
     esac
 done
 RUN_SECONDS=${PT_E2E_RUN_SECONDS:-24}
@@ -239,7 +244,7 @@ scenario() {
     if [ "$TARGET" = promtable ]; then
         local tls=() storage=(--storage.embedded.path="$DIR/store")
         [ "$SCHEME" = https ] && tls=(--web.tls-cert-file="$CERT" --web.tls-key-file="$KEY")
-        if [ "$BACKEND" = bigtable ]; then
+        if [ "$BACKEND" != embedded ]; then
             if ! pt_start_cbtemulator EMU_PORT "$DIR/emulator.log"; then
                 tap_not_ok "$NAME: Bigtable emulator starts"
                 show_logs
@@ -257,6 +262,11 @@ scenario() {
                 stop_all
                 return
             fi
+            # Flushed every 4 s (an eighth of the series every 0.5 s): the reads merge the
+            # samples still buffered with those already in Bigtable.
+            [ "$BACKEND" = bigtable-buffered ] &&
+                storage+=(--storage.bigtable.buffer-path="$DIR/buffer"
+                    --storage.bigtable.flush-interval=4s)
         fi
         pt_spawn "$DIR/store.log" "$BUILD/promtable" --web.listen-address="127.0.0.1:$PT_PORT" \
             "${storage[@]}" "${tls[@]}"
@@ -475,9 +485,10 @@ STARTED=$SECONDS
 for b in $BACKENDS; do
     schemes=$SCHEMES
     [ "$b" = bigtable ] && schemes=$BT_SCHEMES
+    [ "$b" = bigtable-buffered ] && schemes=$BUF_SCHEMES
     for s in $schemes; do
-        if [ "$b" = bigtable ] && ! pt_cbtemulator_found; then
-            tap_skip "bigtable/$s: end-to-end scenario" \
+        if [ "$b" != embedded ] && ! pt_cbtemulator_found; then
+            tap_skip "$b/$s: end-to-end scenario" \
                 "Bigtable emulator not installed ($PT_CBTEMULATOR)"
             continue
         fi

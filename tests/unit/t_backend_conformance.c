@@ -10,40 +10,6 @@
 #include "embedded_helpers.h"
 #include "faulty.h"
 
-/* ---- a digest of a whole table, to compare before and after a reopen ---- */
-
-typedef struct digest {
-    size_t cells;
-    uint64_t h;
-} digest;
-
-static void fnv(uint64_t *h, pt_slice s)
-{
-    for (size_t i = 0; i < s.n; i++)
-        *h = (*h ^ s.p[i]) * 0x100000001b3ull;
-    *h = (*h ^ 0xff) * 0x100000001b3ull; /* field separator */
-}
-
-static int digest_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
-{
-    digest *d = ud;
-    d->cells++;
-    fnv(&d->h, row);
-    fnv(&d->h, qual);
-    fnv(&d->h, value);
-    return 0;
-}
-
-static digest table_digest(pt_backend *b, pt_table t)
-{
-    digest d = {0, 0xcbf29ce484222325ull};
-    pt_row_range all = {{0}, {0}};
-    pt_scan s = {.table = t, .ranges = &all, .nranges = 1};
-    if (pt_backend_scan(b, &s, digest_cell, &d) != 0)
-        d.cells = (size_t)-1;
-    return d;
-}
-
 /* ---- embedded-only cases ---- */
 
 /* One batch writing a cell twice, among other rows: the later write wins on both tables
@@ -191,6 +157,77 @@ static void test_embedded_flushing(const char *tmp, size_t budget, uint64_t min_
     ok(pts.cells > 4000 && pts2.cells == pts.cells && pts2.h == pts.h,
        "%s: the same %zu cells after reopen", label, pts.cells);
     pt_backend_close(&b);
+}
+
+/* ---- write-back: the head and the logs in front of another backend ---- */
+
+static int open_writeback(pt_backend *b, const char *path, pt_backend *sink, char *err,
+                          size_t errlen)
+{
+    pt_embedded_conf ec = {.path = (char *)path};
+    pt_backend_config cfg = {.own = &ec, .inner = sink};
+    return pt_backend_open(b, &pt_backend_embedded, &cfg, err, errlen);
+}
+
+/* The suite over a write-back store whose sink is an embedded store of its own: with a
+ * head of budget bytes (1: every write flushes first), reads merge the head with the
+ * sink's cells. Then: what a flush moved is in the sink itself; a close flushes the rest,
+ * so the sink alone holds every cell; a write-back store reopened over it reads the same;
+ * and what an unflushed head held comes back from the logs after a reopen. */
+static void test_writeback(const char *tmp, size_t budget, const char *label)
+{
+    char sp[512], wp[512], err[256] = "";
+    snprintf(sp, sizeof(sp), "%s/%s-sink", tmp, label);
+    snprintf(wp, sizeof(wp), "%s/%s-buffer", tmp, label);
+    pt_backend sink, b;
+    if (!ok(open_embedded(&sink, sp, err, sizeof(err)) == 0, "%s: sink open %s", label, err))
+        return;
+    if (!ok(open_writeback(&b, wp, &sink, err, sizeof(err)) == 0, "%s: open %s", label, err)) {
+        pt_backend_close(&sink);
+        return;
+    }
+    pt_embedded_set_budget(&b, budget);
+    pt_conformance_run(&b, label);
+    digest pts = table_digest(&b, PT_TABLE_POINTS), idx = table_digest(&b, PT_TABLE_INDEX);
+    digest idx_sink = table_digest(&sink, PT_TABLE_INDEX);
+    ok(idx_sink.cells == idx.cells && idx_sink.h == idx.h,
+       "%s: index cells go straight to the sink (%zu cells)", label, idx.cells);
+
+    pt_backend again;
+    err[0] = '\0';
+    ok(open_writeback(&again, wp, &sink, err, sizeof(err)) < 0 && err[0],
+       "%s: a second open of the buffer fails with a message", label);
+    diag("second open: %s", err);
+
+    is(pt_embedded_flush(&b), 0, "%s: flush", label);
+    digest flushed = table_digest(&sink, PT_TABLE_POINTS);
+    ok(pts.cells > 4000 && flushed.cells == pts.cells && flushed.h == pts.h,
+       "%s: after a flush the sink alone holds the %zu cells", label, pts.cells);
+
+    /* Cells only the head and the logs hold, then a reopen: the replay flushes them. */
+    ct_batch bt = {0};
+    ct_add(&bt, PT_TABLE_POINTS, "wb/late", 7, "head-only");
+    ct_add(&bt, PT_TABLE_POINTS, "c03/r", 2, "newer");
+    is(ct_write(&b, &bt), 0, "%s: a write the head keeps", label);
+    pt_row_range late[] = {CT_RANGE("wb/late", "wb/late\0")};
+    is_str(ct_show(&sink, PT_TABLE_POINTS, late, 1), "",
+           "%s: ... not in the sink before a flush", label);
+    is_str(ct_show(&b, PT_TABLE_POINTS, late, 1), "wb/late:00000007=head-only;",
+           "%s: ... but read through the buffer", label);
+    pt_row_range r[] = {CT_RANGE("c03/r", "c03/r\0")};
+    is_str(ct_show(&b, PT_TABLE_POINTS, r, 1), "c03/r:00000001=new;c03/r:00000002=newer;",
+           "%s: the head's cell wins over the sink's", label);
+    pt_backend_close(&b);
+    is_str(ct_show(&sink, PT_TABLE_POINTS, late, 1), "wb/late:00000007=head-only;",
+           "%s: close flushes the head into the sink", label);
+    is(log_files(wp), 0, "%s: and leaves no log behind", label);
+    if (ok(open_writeback(&b, wp, &sink, err, sizeof(err)) == 0, "%s: reopen %s", label, err)) {
+        digest after = table_digest(&b, PT_TABLE_POINTS);
+        ok(after.cells == pts.cells + 1, "%s: every cell read back after the reopen (%zu)",
+           label, after.cells);
+        pt_backend_close(&b);
+    }
+    pt_backend_close(&sink);
 }
 
 /* ---- faulty-only cases ---- */
@@ -453,6 +490,8 @@ int main(void)
     test_embedded_known_chunks(t1);
     test_embedded_flushing(t1, 1, 100, "embedded(flush every write)");
     test_embedded_flushing(t1, 64 << 10, 2, "embedded(64 KiB head)");
+    test_writeback(t1, 1, "write-back(flush every write)");
+    test_writeback(t1, 64 << 10, "write-back(64 KiB head)");
     test_faulty(t2);
     rm_rf(t1);
     rm_rf(t2);

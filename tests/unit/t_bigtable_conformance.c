@@ -9,6 +9,7 @@
  * Without the emulator binary the test is skipped.
  */
 #include "bt_emulator.h"
+#include "embedded/embedded.h"
 #include "index_conformance.h"
 #include "api_conformance.h"
 #include "exemplar_conformance.h"
@@ -284,6 +285,43 @@ static void on_own_tables(const char *endpoint, const char *prefix, const char *
         pt_backend_close(&b);
 }
 
+/* The write-back buffer (storage.bigtable.buffer_path) on tables of its own: the suite
+ * with a head so small that every write flushes first (cells read from the head, from
+ * Bigtable, or both); then a close flushes the rest, and a store without a buffer on the
+ * same tables reads every cell. */
+static void test_buffered(const char *endpoint)
+{
+    char dir[] = "/tmp/pt-btbuf-XXXXXX", err[256] = "";
+    if (!ok(mkdtemp(dir) != NULL, "a directory for the buffer"))
+        return;
+    pt_bigtable_conf bc = {.project = "proj", .instance = "inst",
+                           .endpoint = (char *)endpoint, .table_prefix = "buf_",
+                           .buffer_path = dir};
+    pt_backend_config cfg = {.own = &bc};
+    pt_backend b, direct;
+    if (!ok(pt_backend_open(&b, &pt_backend_bigtable, &cfg, err, sizeof(err)) == 0 &&
+                init_bt(&b, err, sizeof(err)) == 0,
+            "buffered: open and tables %s", err))
+        return;
+    pt_bt *bt = b.state;
+    pt_embedded_set_budget(&bt->wb, 1);
+    pt_conformance_run(&b, "bigtable(emulator, write-back)");
+    digest pts = table_digest(&b, PT_TABLE_POINTS), idx = table_digest(&b, PT_TABLE_INDEX);
+    pt_backend_close(&b);
+    if (!ok(open_bt(&direct, endpoint, "buf_", 0, err, sizeof(err)) == 0, "direct open %s", err))
+        return;
+    digest pts2 = table_digest(&direct, PT_TABLE_POINTS);
+    digest idx2 = table_digest(&direct, PT_TABLE_INDEX);
+    ok(pts.cells > 4000 && pts2.cells == pts.cells && pts2.h == pts.h,
+       "buffered: after a close Bigtable alone holds the %zu points cells", pts.cells);
+    ok(idx2.cells == idx.cells && idx2.h == idx.h, "buffered: and the %zu index cells",
+       idx.cells);
+    pt_backend_close(&direct);
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    ok(system(cmd) == 0, "buffer directory removed");
+}
+
 int main(void)
 {
     char endpoint[64], err[256] = "";
@@ -324,6 +362,7 @@ int main(void)
     on_own_tables(endpoint, "hist_", "histograms", hist_suite);
     on_own_tables(endpoint, "ex_", "exemplars", exemplar_suite);
     test_env_endpoint(endpoint);
+    test_buffered(endpoint);
     pt_backend_close(&b);
     emu_stop();
     return done_testing();
