@@ -176,10 +176,11 @@ static void test_bound(void)
 
 /* ---- writer threads: each reservation gets its own slot, none is lost ---- */
 
-enum { THREADS = 4, EACH = 50, ROWS = 10 };
+enum { THREADS = 4, EACH = 1000, ROWS = 10 };
 
 typedef struct {
     pt_bt_flow *f;
+    pthread_barrier_t *go; /* the writers start together */
     int64_t now;
     int64_t waits[EACH];
     int got;
@@ -188,6 +189,7 @@ typedef struct {
 static void *writer_main(void *arg)
 {
     writer *w = arg;
+    pthread_barrier_wait(w->go);
     for (int i = 0; i < EACH; i++)
         if (pt_bt_flow_acquire(w->f, ROWS, w->now, INT64_MAX, &w->waits[i]) == 0)
             w->got++;
@@ -209,8 +211,10 @@ static void test_threads(void)
     ok(near(rate(&f, T0 + S), 1000), "limit 1000 rows/s");
     writer w[THREADS];
     pthread_t th[THREADS];
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, THREADS);
     for (int i = 0; i < THREADS; i++) {
-        w[i] = (writer){.f = &f, .now = T0 + S};
+        w[i] = (writer){.f = &f, .go = &go, .now = T0 + S};
         pthread_create(&th[i], NULL, writer_main, &w[i]);
     }
     int64_t all[THREADS * EACH];
@@ -222,6 +226,7 @@ static void test_threads(void)
         for (int j = 0; j < EACH; j++)
             all[n++] = w[i].waits[j];
     }
+    pthread_barrier_destroy(&go);
     ok(everyone, "every writer got all its %d turns", EACH);
     qsort(all, n, sizeof(all[0]), cmp64);
     size_t off = 0;
