@@ -29,7 +29,6 @@ enum {
     MAX_ROW_BYTES = PT_BT_MAX_MESSAGE + (1 << 20), /* one merged row, across responses */
     ENTRY_OVERHEAD = 16,   /* tags and lengths around one SetCell, roughly */
     MIN_GROUP_RANGES = 32, /* ranges a scan needs per stream before it fans out */
-    FLOW_MAX_WAIT_MS = 1000, /* the longest a write waits for Bigtable's flow control */
 };
 
 static char family[] = PT_BT_FAMILY; /* protobuf-c wants a char *; never written */
@@ -107,6 +106,8 @@ static Bigtable__MutateRowsRequest *build_mutate(const pt_bt *bt, int t, const e
  * FLOW_MAX_WAIT_MS, and never past the write's retry budget, so a throttled write holds
  * its worker and its memory only briefly. PT_EBUSY (503 with Retry-After: the client
  * comes back later) when that is not long enough. */
+enum { FLOW_MAX_WAIT_MS = 1000 };
+
 static int flow_wait(pt_bt *bt, const pt_bt_retry *rt, size_t rows)
 {
     int64_t left_ms = rt->start + rt->budget_ms - pt_mono_ms();

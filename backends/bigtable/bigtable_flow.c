@@ -13,9 +13,9 @@
 #define NS 1000000000LL
 
 enum {
-    MIN_PERIOD_NS = 10 * 1000 * 1000,   /* periods are kept within [10 ms, 10 min] */
-    MIN_LIFT_NS = 1000 * 1000 * 1000,   /* a limit stays at least this long after an info */
-    MIN_SPAN_NS = 1000 * 1000,          /* the shortest span a rate is measured over */
+    MIN_PERIOD_NS = 10 * 1000 * 1000, /* periods are kept within [10 ms, 10 min] */
+    MIN_LIFT_NS = 1000 * 1000 * 1000, /* a limit stays at least this long after an info */
+    MIN_SPAN_NS = 1000 * 1000,        /* the shortest span a rate is measured over */
 };
 #define MAX_PERIOD_NS (600 * NS)
 #define DEFAULT_PERIOD_NS NS

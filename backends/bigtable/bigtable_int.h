@@ -100,10 +100,10 @@ typedef struct pt_bt_sampleset {
 enum { PT_BT_FLOW_LIFT_PERIODS = 3 };
 
 typedef struct pt_bt_flow {
-    pthread_mutex_t mu; /* guards every field below */
-    int ready;          /* mu was made: free must destroy it */
-    double rate;        /* rows per second allowed; 0 = not limited */
-    int64_t period_ns;  /* of the last usable rate_limit_info; 1 s before any */
+    pthread_mutex_t mu;     /* guards every field below */
+    int ready;              /* mu was made: free must destroy it */
+    double rate;            /* rows per second allowed; 0 = not limited */
+    int64_t period_ns;      /* of the last usable rate_limit_info; 1 s before any */
     int64_t next_update_ns; /* factors that come before this are ignored */
     int64_t last_info_ns;   /* when the last rate_limit_info came */
     int64_t next_free_ns;   /* when rows after those already granted may go */
