@@ -69,8 +69,13 @@ static void bt_close(void *state)
         pt_log(PT_LOG_INFO, "bigtable scans",
                "scans=%lu read_calls=%lu scan_resumes=%lu sample_calls=%lu", st.scans,
                st.read_calls, st.scan_resumes, st.sample_calls);
+    if (st.flow.infos)
+        pt_log(PT_LOG_INFO, "bigtable flow control",
+               "rate_limit_infos=%lu writes_refused=%lu wait_seconds=%.3f", st.flow.infos,
+               st.flow.refused, st.flow.waited_s);
     pt_bt_rpc_disconnect(bt);
     pt_bt_sample_free(bt);
+    pt_bt_flow_free(&bt->flow);
     for (int t = 0; t < PT_TABLE_COUNT; t++) {
         free(bt->table[t]);
         free(bt->params[t]);
@@ -140,6 +145,7 @@ static int bt_open(void *state, const pt_backend_config *cfg, char *err, size_t 
         return PT_EINTERNAL;
     }
     pt_bt_sample_init(bt);
+    pt_bt_flow_init(&bt->flow, (int64_t)pt_now_ns());
     bt->write_ms = WRITE_DEADLINE_MS;
     bt->read_ms = READ_DEADLINE_MS;
     bt->retry_ms = RETRY_BUDGET_MS;
@@ -220,6 +226,7 @@ void pt_bt_get_stats(void *state, pt_bt_stats *out)
         .sample_calls = atomic_load(&bt->sample_calls),
         .points = traffic(bt, PT_TABLE_POINTS),
     };
+    pt_bt_flow_get(&bt->flow, (int64_t)pt_now_ns(), &out->flow);
     for (int t = 0; t < PT_TABLE_COUNT; t++) {
         pt_bt_traffic x = traffic(bt, t);
         out->all.rows_mutated += x.rows_mutated;
@@ -323,6 +330,21 @@ static size_t bt_stats(void *state, pt_backend_stat *out, size_t max)
         {"promtable_bigtable_sample_row_keys_calls_total",
          "SampleRowKeys calls, made to cut wide scans into pieces read at once.", 1,
          (double)st.sample_calls},
+        {"promtable_bigtable_write_rate_limit_rows_per_second",
+         "Rows (MutateRows entries) per second that Bigtable's flow control lets all writers "
+         "together send now; 0 = not limited.",
+         0, st.flow.rate},
+        {"promtable_bigtable_rate_limit_infos_total",
+         "MutateRows responses carrying rate_limit_info: Bigtable pacing this client's "
+         "writes.",
+         1, (double)st.flow.infos},
+        {"promtable_bigtable_writes_throttled_total",
+         "Writes refused (503 with Retry-After) because the flow-control limit would have "
+         "held them longer than 1 s or their retry budget.",
+         1, (double)st.flow.refused},
+        {"promtable_bigtable_write_wait_seconds_total",
+         "Seconds writers waited for the flow-control limit before sending MutateRows.", 1,
+         st.flow.waited_s},
     };
     pt_backend_stat all[2 * NTRAFFIC + sizeof(calls) / sizeof(calls[0])];
     size_t n = 0;

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bigtable_int.h"
 #include "error.h"
@@ -101,6 +102,27 @@ static Bigtable__MutateRowsRequest *build_mutate(const pt_bt *bt, int t, const e
     return req;
 }
 
+/* Waits until Bigtable's flow control (bigtable_flow.c) lets rows entries go: at most
+ * FLOW_MAX_WAIT_MS, and never past the write's retry budget, so a throttled write holds
+ * its worker and its memory only briefly. PT_EBUSY (503 with Retry-After: the client
+ * comes back later) when that is not long enough. */
+enum { FLOW_MAX_WAIT_MS = 1000 };
+
+static int flow_wait(pt_bt *bt, const pt_bt_retry *rt, size_t rows)
+{
+    int64_t left_ms = rt->start + rt->budget_ms - pt_mono_ms();
+    int64_t bound_ms = left_ms < FLOW_MAX_WAIT_MS ? left_ms : FLOW_MAX_WAIT_MS;
+    int64_t wait;
+    int rv = pt_bt_flow_acquire(&bt->flow, rows, (int64_t)pt_now_ns(),
+                                (bound_ms > 0 ? bound_ms : 0) * 1000000, &wait);
+    if (rv == 0 && wait > 0) {
+        struct timespec ts = {.tv_sec = wait / 1000000000, .tv_nsec = wait % 1000000000};
+        while (nanosleep(&ts, &ts) != 0)
+            ; /* interrupted by a signal: sleep the rest */
+    }
+    return rv;
+}
+
 /* One MutateRows call for e[idx[0..n)]: sets each entry's st (and done when applied).
  * Returns PT_ENOMEM or 0; outcomes are in the entries. */
 static int mutate_once(pt_bt *bt, int t, entry *e, const size_t *idx, size_t n, pt_arena *a)
@@ -111,8 +133,8 @@ static int mutate_once(pt_bt *bt, int t, entry *e, const size_t *idx, size_t n, 
     for (size_t i = 0; i < n; i++)
         e[idx[i]].st = GRPC_STATUS_UNKNOWN; /* not reported yet */
     pt_bt_rpc r;
-    size_t sent =
-        pt_bt_rpc_start(&r, bt->data, M_MUTATE_ROWS, bt->params[t], &req->base, bt->write_ms);
+    size_t sent = pt_bt_rpc_start_flagged(&r, bt->data, M_MUTATE_ROWS, bt->params[t],
+                                          PT_BT_FEATURES_RATE_LIMIT, &req->base, bt->write_ms);
     atomic_fetch_add_explicit(&bt->write_bytes[t], sent, memory_order_relaxed);
     pt_arena_reset(a); /* the request is packed and sent; reuse the memory for answers */
     int rv = 0;
@@ -125,6 +147,7 @@ static int mutate_once(pt_bt *bt, int t, entry *e, const size_t *idx, size_t n, 
             break;
         }
         const Bigtable__MutateRowsResponse *resp = (const Bigtable__MutateRowsResponse *)msg;
+        pt_bt_flow_response(&bt->flow, resp, (int64_t)pt_now_ns());
         for (size_t i = 0; i < resp->n_entries; i++) {
             const Bigtable__MutateRowsResponse__Entry *re = resp->entries[i];
             if (re->index < 0 || (uint64_t)re->index >= n)
@@ -161,7 +184,7 @@ static int mutate(pt_bt *bt, int t, entry *e, size_t n, pt_bt_retry *rt, pt_aren
         idx[i] = i;
     int rv;
     for (int sent = 0;; sent = 1) {
-        if ((rv = mutate_once(bt, t, e, idx, np, a)) != 0)
+        if ((rv = flow_wait(bt, rt, np)) != 0 || (rv = mutate_once(bt, t, e, idx, np, a)) != 0)
             break;
         if (!sent) {
             /* The first request holds every entry; retries are counted apart. */

@@ -9,7 +9,7 @@
  *                     (names admin and data in the ops table; never calls them)
  *   bigtable_admin.c  init: CreateTable with the GC rule;  -> rpc
  *                     GetTable for tests
- *   bigtable_data.c   write: MutateRows; scan: ReadRows;   -> sample, rpc, merge
+ *   bigtable_data.c   write: MutateRows; scan: ReadRows;   -> sample, rpc, merge, flow
  *                     check_and_set: CheckAndMutateRow;
  *                     on concurrent streams, one group of
  *                     ranges (or piece of one) each,
@@ -20,6 +20,8 @@
  *                     status mapping, retry/backoff
  *   bigtable_merge.c  ReadRows chunk merging, resume       -> base only (no I/O)
  *                     ranges, cut points among samples
+ *   bigtable_flow.c   the write rate Bigtable's flow       -> base only (no I/O, the
+ *                     control allows (rate_limit_info)        clock is an argument)
  *
  * Protocol: Google's google.bigtable.v2 API (bigtable.proto holds the part used here).
  * Schema: docs/storage-format.md.
@@ -70,6 +72,82 @@ typedef struct pt_bt_sampleset {
 } pt_bt_sampleset;
 
 /* ============================================================================
+ * bigtable_flow.c: Bigtable's flow control of MutateRows, without I/O
+ *
+ * A client that sends PT_BT_FEATURES_RATE_LIMIT may get rate_limit_info in MutateRows
+ * responses: every period, multiply your rate by factor. The limiter turns that into one
+ * limit, in rows (MutateRows entries) per second, for every writer thread of an open
+ * backend: without rate_limit_info nothing is limited; with it the limit becomes the rate
+ * observed over the last period times factor (clamped to [PT_BT_FLOW_MIN_FACTOR,
+ * PT_BT_FLOW_MAX_FACTOR], applied at most once per period, and raised only when writers
+ * were held back); when no rate_limit_info came for PT_BT_FLOW_LIFT_PERIODS periods (and
+ * at least a second) the limit is lifted.
+ *
+ * Writers take rows in turn: each reservation starts when the previous one's rows have
+ * gone at the allowed rate, so a batch larger than a second's worth still goes (and
+ * makes the next writers wait) and no two writers get the same share. Every function
+ * takes the monotonic time in ns, so a test drives the clock; all are thread-safe.
+ * ========================================================================== */
+
+/* bigtable-features: base64url of FeatureFlags{mutate_rows_rate_limit: true,
+ * mutate_rows_rate_limit2: true}, bytes 18 01 28 01 (tests/unit/t_bigtable_flow.c packs
+ * the message to check it). Both flags, as Google's own clients send them: a server that
+ * knows the second keeps per-entry (partial) retries. */
+#define PT_BT_FEATURES_RATE_LIMIT "GAEoAQ=="
+
+#define PT_BT_FLOW_MIN_FACTOR 0.3
+#define PT_BT_FLOW_MAX_FACTOR 1.3
+enum { PT_BT_FLOW_LIFT_PERIODS = 3 };
+
+typedef struct pt_bt_flow {
+    pthread_mutex_t mu;     /* guards every field below */
+    int ready;              /* mu was made: free must destroy it */
+    double rate;            /* rows per second allowed; 0 = not limited */
+    int64_t period_ns;      /* of the last usable rate_limit_info; 1 s before any */
+    int64_t next_update_ns; /* factors that come before this are ignored */
+    int64_t last_info_ns;   /* when the last rate_limit_info came */
+    int64_t next_free_ns;   /* when rows after those already granted may go */
+    int throttled;          /* a writer waited or was refused since the last update */
+    /* Rows granted in the current observation window (one period long) and the one
+     * before it: the observed rate. */
+    int64_t win_start_ns, prev_start_ns;
+    double win_rows, prev_rows;
+    /* The last rate_limit_info as received (factor unclamped), and counters since init. */
+    int64_t info_period_ns;
+    double info_factor;
+    unsigned long infos, refused;
+    int64_t waited_ns;
+} pt_bt_flow;
+
+void pt_bt_flow_init(pt_bt_flow *f, int64_t now_ns);
+void pt_bt_flow_free(pt_bt_flow *f); /* a no-op on a zeroed, never initialised flow */
+
+/* A writer asks to send rows entries. 0: go after sleeping *wait_ns (0 when not limited);
+ * PT_EBUSY: the wait would be longer than max_wait_ns, nothing is taken and the refusal
+ * counted. */
+int pt_bt_flow_acquire(pt_bt_flow *f, size_t rows, int64_t now_ns, int64_t max_wait_ns,
+                       int64_t *wait_ns);
+
+/* One rate_limit_info: period_ns and factor as the server sent them. A factor that is
+ * not a positive number is counted and otherwise ignored; the period is kept within
+ * [10 ms, 10 min]. */
+void pt_bt_flow_info(pt_bt_flow *f, int64_t period_ns, double factor, int64_t now_ns);
+
+/* What the write path calls with each MutateRows response: hands its rate_limit_info, if
+ * any, to pt_bt_flow_info. 1 when the response had one, 0 when not. */
+int pt_bt_flow_response(pt_bt_flow *f, const Bigtable__MutateRowsResponse *r, int64_t now_ns);
+
+/* The figures of /metrics. */
+typedef struct pt_bt_flow_figures {
+    double rate;           /* rows per second allowed now; 0 = not limited */
+    unsigned long infos;   /* rate_limit_info messages received */
+    unsigned long refused; /* writes refused (PT_EBUSY) by the limit */
+    double waited_s;       /* seconds writers were told to wait */
+} pt_bt_flow_figures;
+/* Lifts a limit that is due to be lifted first, so the rate reads 0 then. */
+void pt_bt_flow_get(pt_bt_flow *f, int64_t now_ns, pt_bt_flow_figures *out);
+
+/* ============================================================================
  * bigtable.c: the state of an open backend
  * ========================================================================== */
 
@@ -97,6 +175,7 @@ typedef struct pt_bt {
     int samples_ready; /* samples_mu was made: close must destroy it */
     pthread_mutex_t samples_mu;
     pt_bt_sampleset samples[PT_TABLE_COUNT];
+    pt_bt_flow flow; /* the write rate Bigtable allows, shared by every writer */
     /* Counters since open (pt_bt_stats); the traffic ones per table, added to with
      * relaxed atomics: a write adds once per request, a scan once at its end. */
     atomic_ulong write_retries, scan_resumes, scans, read_calls, sample_calls;
@@ -139,6 +218,7 @@ typedef struct pt_bt_stats {
     unsigned long sample_calls;  /* SampleRowKeys calls */
     pt_bt_traffic all;           /* both tables */
     pt_bt_traffic points;        /* the points table alone: the samples */
+    pt_bt_flow_figures flow;     /* flow control (bigtable_flow.c) */
 } pt_bt_stats;
 void pt_bt_get_stats(void *state, pt_bt_stats *out);
 
@@ -202,7 +282,7 @@ typedef struct pt_bt_rpc {
     grpc_completion_queue *cq;
     grpc_call *call;
     gpr_timespec deadline;
-    grpc_metadata md_out;
+    grpc_metadata md_out[2];
     grpc_metadata_array md_in;
     grpc_byte_buffer *sending; /* the request, until the start batch is collected */
     int starting;              /* the start batch is not collected yet */
@@ -217,6 +297,11 @@ typedef struct pt_bt_rpc {
  * the bytes of the packed request handed to gRPC, 0 when the call could not be made. */
 size_t pt_bt_rpc_start(pt_bt_rpc *r, grpc_channel *ch, const char *method, const char *params,
                        const ProtobufCMessage *req, int deadline_ms);
+/* The same, with the bigtable-features header set to features (a static string, e.g.
+ * PT_BT_FEATURES_RATE_LIMIT), or without it when features is NULL. */
+size_t pt_bt_rpc_start_flagged(pt_bt_rpc *r, grpc_channel *ch, const char *method,
+                               const char *params, const char *features,
+                               const ProtobufCMessage *req, int deadline_ms);
 
 /* Receives the next message into *out, allocated from a (valid until a is reset).
  * 1 = a message, 0 = no more (end of stream or failure: pt_bt_rpc_finish tells),

@@ -220,6 +220,13 @@ static int rpc_batch(pt_bt_rpc *r, const grpc_op *ops, size_t n, void *tag)
 size_t pt_bt_rpc_start(pt_bt_rpc *r, grpc_channel *ch, const char *method, const char *params,
                        const ProtobufCMessage *req, int deadline_ms)
 {
+    return pt_bt_rpc_start_flagged(r, ch, method, params, NULL, req, deadline_ms);
+}
+
+size_t pt_bt_rpc_start_flagged(pt_bt_rpc *r, grpc_channel *ch, const char *method,
+                               const char *params, const char *features,
+                               const ProtobufCMessage *req, int deadline_ms)
+{
     memset(r, 0, sizeof(*r));
     grpc_metadata_array_init(&r->md_in);
     r->cq = grpc_completion_queue_create_for_pluck(NULL);
@@ -240,13 +247,17 @@ size_t pt_bt_rpc_start(pt_bt_rpc *r, grpc_channel *ch, const char *method, const
     grpc_slice_unref(s);
 
     /* The routing header: Bigtable sends each call to the right backend by it. */
-    r->md_out = (grpc_metadata){.key = grpc_slice_from_static_string("x-goog-request-params"),
-                                .value = grpc_slice_from_static_string(params)};
+    r->md_out[0] = (grpc_metadata){.key = grpc_slice_from_static_string("x-goog-request-params"),
+                                   .value = grpc_slice_from_static_string(params)};
+    /* What the client supports (FeatureFlags), for the calls that opt in to something. */
+    if (features)
+        r->md_out[1] = (grpc_metadata){.key = grpc_slice_from_static_string("bigtable-features"),
+                                       .value = grpc_slice_from_static_string(features)};
     grpc_op ops[4];
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    ops[0].data.send_initial_metadata.count = 1;
-    ops[0].data.send_initial_metadata.metadata = &r->md_out;
+    ops[0].data.send_initial_metadata.count = features ? 2 : 1;
+    ops[0].data.send_initial_metadata.metadata = r->md_out;
     ops[1].op = GRPC_OP_SEND_MESSAGE;
     ops[1].data.send_message.send_message = r->sending;
     ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;

@@ -7,7 +7,9 @@
  *     that cuts the connection after a given number of bytes;
  *   - outages: a hung emulator (SIGSTOP) gives PT_ETIMEOUT, a killed one PT_EUNAVAIL,
  *     both after no more retries than the retry budget admits, and a new emulator brings
- *     writes and scans back.
+ *     writes and scans back;
+ *   - flow control: MutateRows with the bigtable-features header, a limit handed to the
+ *     backend's limiter refusing a write with PT_EBUSY, and its figures in the stats.
  * Without the emulator binary the test is skipped.
  */
 #include "bt_emulator.h"
@@ -630,6 +632,44 @@ static void write_gave_up(pt_backend *b, unsigned long retries0)
     ok(n <= max_retries(OUTAGE_BUDGET_MS), "...within the retry budget (%lu retries)", n);
 }
 
+/* Flow control through the write path. The emulator never sends rate_limit_info (but
+ * must accept the bigtable-features header that asks for it), so the test hands the
+ * backend's limiter one, as a MutateRows response would. */
+static void test_throttle(pt_backend *b)
+{
+    pt_bt *bt = b->state;
+    const char *rate = "promtable_bigtable_write_rate_limit_rows_per_second";
+    pt_row_range r[] = {CT_RANGE("fl/", "fl/\xff")};
+    is(write1(b, PT_TABLE_POINTS, "fl/a", 1, "x"), 0,
+       "a write with bigtable-features goes through the emulator");
+    ok(bt_metric(b, rate) == 0, "not limited: the rate gauge reads 0");
+
+    /* A fresh limiter told to slow down with nothing observed: its floor, 1 row/s, for a
+     * period (60 s) longer than the test. */
+    int64_t now = (int64_t)pt_now_ns();
+    pt_bt_flow_free(&bt->flow);
+    pt_bt_flow_init(&bt->flow, now);
+    pt_bt_flow_info(&bt->flow, 60 * 1000000000LL, 0.5, now);
+    ok(bt_metric(b, rate) == 1, "limited: the gauge reads 1 row/s (%g)", bt_metric(b, rate));
+    is(bt_metric(b, "promtable_bigtable_rate_limit_infos_total"), 1, "one rate_limit_info");
+    ct_batch five = {0};
+    const char *rows[] = {"fl/b", "fl/c", "fl/d", "fl/e", "fl/f"};
+    for (int i = 0; i < 5; i++)
+        ct_add(&five, PT_TABLE_POINTS, rows[i], 1, "y");
+    is(ct_write(b, &five), 0, "5 rows go at once: nobody was waiting");
+    is(write1(b, PT_TABLE_POINTS, "fl/g", 1, "z"), PT_EBUSY,
+       "the next row would wait 5 s, past the 1 s bound: PT_EBUSY (503 + Retry-After)");
+    is(bt_metric(b, "promtable_bigtable_writes_throttled_total"), 1, "the refusal is counted");
+    is_str(ct_show(b, PT_TABLE_POINTS, r, 1),
+           "fl/a:00000001=x;fl/b:00000001=y;fl/c:00000001=y;fl/d:00000001=y;fl/e:00000001=y;"
+           "fl/f:00000001=y;",
+           "the refused row was not written");
+
+    pt_bt_flow_free(&bt->flow); /* lifted, for the tests that follow */
+    pt_bt_flow_init(&bt->flow, (int64_t)pt_now_ns());
+    is(write1(b, PT_TABLE_POINTS, "fl/g", 1, "z"), 0, "without the limit it goes");
+}
+
 static void test_outages(pt_backend *b, const char *endpoint)
 {
     pt_bt_set_timeouts(b->state, 1000, OUTAGE_BUDGET_MS);
@@ -708,6 +748,7 @@ int main(void)
     test_fanout(&b);
     test_split_wide(&b);
     test_resume(emu_port);
+    test_throttle(&b);
     test_outages(&b, endpoint);
     pt_backend_close(&b);
     emu_stop();
