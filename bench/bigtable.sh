@@ -46,6 +46,9 @@ LABELS=${LABELS:-10}
 READ_SERIES=${READ_SERIES:-1000}
 READ_REQUESTS=${READ_REQUESTS:-30}
 READ_WARMUP=${READ_WARMUP:-3}
+# Samples per TimeSeries entry in (b)'s load: 1 as Prometheus sends them; 240 writes each
+# series' hour in one entry (a backfill), which Bigtable stores as one chunk cell a row.
+READ_SAMPLES_PER_SERIES=${READ_SAMPLES_PER_SERIES:-1}
 # Read by lib.sh: keep the work directory (logs, data); pin the emulator.
 # shellcheck disable=SC2034
 {
@@ -208,7 +211,8 @@ read_latency() {
     # 240 scrapes of every series, 15 s apart, ending in the past: [start, start + 1 h).
     start_ms=$((($(date +%s) - 3600 - 300) * 1000))
     args=(--url "$URL/api/v1/write" --series "$READ_SERIES" --labels "$LABELS"
-        --samples-per-request 2000 --connections 2 --warmup 0 --start-ms "$start_ms"
+        --samples-per-request 2000 --samples-per-series "$READ_SAMPLES_PER_SERIES"
+        --connections 2 --warmup 0 --start-ms "$start_ms"
         --requests $((READ_SERIES * 240 / 2000)))
     CMDS+=("$name load: $LOADGEN ${args[*]}")
     log "+ $LOADGEN ${args[*]}"
