@@ -119,8 +119,10 @@ long pt_bt_chunk_row(pt_bt_chunker *ck, const pt_mutation **v, size_t n, uint64_
         pt_vcell *c = &ck->cells[k++];
         c->q = q;
         c->vlen = (uint32_t)v[i]->value.n;
-        if (c->vlen <= 8)
-            memcpy(c->v.in, v[i]->value.p, c->vlen);
+        if (c->vlen <= 8) {
+            if (c->vlen)
+                memcpy(c->v.in, v[i]->value.p, c->vlen);
+        }
         else
             c->v.p = v[i]->value.p;
         if (k == 1 || v[i]->version_us > newest)
@@ -272,7 +274,8 @@ int pt_bt_merge_row(pt_bt_rowmerge *rm, const pt_bt_cell *cells, size_t n, pt_sl
     }
     if (rv != 0)
         return rv;
-    qsort(rm->items, rm->n, sizeof(*rm->items), by_qual_winner_first);
+    if (rm->n > 1)
+        qsort(rm->items, rm->n, sizeof(*rm->items), by_qual_winner_first);
     for (size_t i = 0; i < rm->n && rv == 0; i++) {
         const pt_bt_rowmerge_item *it = &rm->items[i], *prev = i ? it - 1 : NULL;
         uint8_t b[4], pb[4];

@@ -651,7 +651,7 @@ static const char *ct_window(pt_backend *b, const char *s, const char *e, uint32
     uint8_t bs[4], be[4];
     pt_put_be32(bs, qs);
     pt_put_be32(be, qe);
-    pt_row_range r = CT_RANGE(s, e);
+    pt_row_range r = {pt_slice_str(s), pt_slice_str(e)};
     return ct_show_q(b, PT_TABLE_POINTS, &r, 1, (pt_slice){bs, 4},
                      qe == UINT32_MAX ? CT_NONE : (pt_slice){be, 4}, 0);
 }
