@@ -103,7 +103,7 @@ long pt_bt_chunk_row(pt_bt_chunker *ck, const pt_mutation **v, size_t n, uint64_
     }
     qsort(v, n, sizeof(*v), by_offset);
     long nout = 0;
-    size_t k = 0;      /* cells of the chunk being gathered, in ck->cells */
+    size_t k = 0;       /* cells of the chunk being gathered, in ck->cells */
     int64_t newest = 0; /* their greatest version */
     for (size_t i = 0; i < n; i++) {
         if (i + 1 < n && pt_get_be32(v[i + 1]->qual.p) == pt_get_be32(v[i]->qual.p))
@@ -122,8 +122,7 @@ long pt_bt_chunk_row(pt_bt_chunker *ck, const pt_mutation **v, size_t n, uint64_
         if (c->vlen <= 8) {
             if (c->vlen)
                 memcpy(c->v.in, v[i]->value.p, c->vlen);
-        }
-        else
+        } else
             c->v.p = v[i]->value.p;
         if (k == 1 || v[i]->version_us > newest)
             newest = v[i]->version_us;
@@ -212,8 +211,8 @@ static int in_window(pt_slice q, pt_slice qs, pt_slice qe)
 }
 
 /* Decodes the chunk cell c into rm->dec and adds its cells in [lo, hi) as items. */
-static int add_chunk(pt_bt_rowmerge *rm, const pt_bt_cell *c, size_t seq, uint64_t lo,
-                     uint64_t hi, char *err, size_t errlen)
+static int add_chunk(pt_bt_rowmerge *rm, const pt_bt_cell *c, size_t seq, uint64_t lo, uint64_t hi,
+                     char *err, size_t errlen)
 {
     pt_bt_chunkqual cq;
     pt_cellchunk ch;
@@ -242,16 +241,15 @@ static int add_chunk(pt_bt_rowmerge *rm, const pt_bt_cell *c, size_t seq, uint64
         }
         if (q < lo || q >= hi)
             continue;
-        pt_bt_rowmerge_item it = {.q = q, .kind = CHUNK, .order = cq.writer, .idx = i,
-                                  .seq = seq};
+        pt_bt_rowmerge_item it = {.q = q, .kind = CHUNK, .order = cq.writer, .idx = i, .seq = seq};
         if ((rv = push_item(rm, it)) != 0)
             return rv;
     }
     return 0;
 }
 
-int pt_bt_merge_row(pt_bt_rowmerge *rm, const pt_bt_cell *cells, size_t n, pt_slice qs,
-                    pt_slice qe, pt_bt_merged_fn fn, void *ud, char *err, size_t errlen)
+int pt_bt_merge_row(pt_bt_rowmerge *rm, const pt_bt_cell *cells, size_t n, pt_slice qs, pt_slice qe,
+                    pt_bt_merged_fn fn, void *ud, char *err, size_t errlen)
 {
     uint64_t lo = pt_bt_qual_floor(qs), hi = qe.n ? pt_bt_qual_floor(qe) : (uint64_t)1 << 32;
     pt_vcells_reset(&rm->dec);
@@ -266,10 +264,11 @@ int pt_bt_merge_row(pt_bt_rowmerge *rm, const pt_bt_cell *cells, size_t n, pt_sl
         } else if (c->qualifier.n == PT_QUAL_LEN) {
             uint32_t q = pt_get_be32(c->qualifier.p);
             if (q >= lo && q < hi)
-                rv = push_item(rm, (pt_bt_rowmerge_item){.q = q, .kind = SINGLE, .idx = i,
-                                                         .seq = i});
+                rv = push_item(rm,
+                               (pt_bt_rowmerge_item){.q = q, .kind = SINGLE, .idx = i, .seq = i});
         } else if (in_window(c->qualifier, qs, qe)) {
-            rv = push_item(rm, (pt_bt_rowmerge_item){.kind = PASS, .pass = c->qualifier, .idx = i, .seq = i});
+            rv = push_item(
+                rm, (pt_bt_rowmerge_item){.kind = PASS, .pass = c->qualifier, .idx = i, .seq = i});
         }
     }
     if (rv != 0)

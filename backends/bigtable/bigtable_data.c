@@ -604,7 +604,8 @@ static int deliver_row(void *ud, pt_slice key, const pt_bt_cell *cells, size_t n
             continue;
         if (sc->delivered && pt_slice_eq(cells[i].qualifier, prev))
             continue;
-        if (sc->points && sc->qe.n && sc->qe.n != 4 && pt_slice_cmp(cells[i].qualifier, sc->qe) >= 0)
+        if (sc->points && sc->qe.n && sc->qe.n != 4 &&
+            pt_slice_cmp(cells[i].qualifier, sc->qe) >= 0)
             continue;
         prev = cells[i].qualifier;
         sc->delivered++;

@@ -62,8 +62,8 @@ typedef struct row {
 
 static void row_add(row *r, pt_slice qual, pt_slice value)
 {
-    r->c[r->n++] = (pt_bt_cell){.family = PT_SLICE_LIT(PT_BT_FAMILY), .qualifier = qual,
-                                .value = value};
+    r->c[r->n++] =
+        (pt_bt_cell){.family = PT_SLICE_LIT(PT_BT_FAMILY), .qualifier = qual, .value = value};
 }
 
 static char shown[65536];
@@ -127,8 +127,8 @@ static void test_layout(void)
     is(pt_bt_chunk_qual_get((pt_slice){q, 16}, &back), PT_EINTERNAL, "first > last is corrupt");
     ok(pt_bt_writer_id(2, 0) > pt_bt_writer_id(1, 0xffff), "a later ms sorts after any instance");
 
-    pt_mutation m = {.table = PT_TABLE_POINTS, .row = PT_SLICE_LIT(ROW),
-                     .qual = PT_SLICE_LIT("abcd")};
+    pt_mutation m = {
+        .table = PT_TABLE_POINTS, .row = PT_SLICE_LIT(ROW), .qual = PT_SLICE_LIT("abcd")};
     ok(pt_bt_chunkable(&m), "a 4-byte cell of a data row goes into chunks");
     m.row = PT_SLICE_LIT("up,job=a,#0000000000000");
     ok(!pt_bt_chunkable(&m), "an exemplar row's cell does not (its newest version wins)");
@@ -219,8 +219,8 @@ static void test_split(void)
 }
 
 /* A chunk of writer w holding offsets q[0..n) with values val + offset. */
-static pt_mutation one_chunk(pt_bt_chunker *ck, batch *b, uint64_t w, const uint32_t *q,
-                             size_t n, uint64_t val)
+static pt_mutation one_chunk(pt_bt_chunker *ck, batch *b, uint64_t w, const uint32_t *q, size_t n,
+                             uint64_t val)
 {
     pt_mutation out[8];
     b->n = 0;
