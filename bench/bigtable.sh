@@ -41,11 +41,18 @@ CONNECTIONS=${CONNECTIONS:-8}
 DURATION=${DURATION:-20}                 # seconds, timed phase
 WARMUP=${WARMUP:-5}                      # seconds, at least one pass over all series
 SAMPLES_PER_REQUEST=${SAMPLES_PER_REQUEST:-2000}
+# Samples per TimeSeries entry, a divisor of SAMPLES_PER_REQUEST: 1 as Prometheus sends
+# them; more puts consecutive scrapes of a series in one entry (one chunk cell on Bigtable).
+SAMPLES_PER_SERIES=${SAMPLES_PER_SERIES:-1}
 LABELS=${LABELS:-10}
 # (b) read
 READ_SERIES=${READ_SERIES:-1000}
 READ_REQUESTS=${READ_REQUESTS:-30}
 READ_WARMUP=${READ_WARMUP:-3}
+# Samples per TimeSeries entry in (b)'s load, a divisor of 2000: 1 as Prometheus sends
+# them; 80 writes each series' hour in three entries of 20 minutes (a backfill, or what a
+# write-back buffer flushes), which Bigtable stores as one chunk cell each.
+READ_SAMPLES_PER_SERIES=${READ_SAMPLES_PER_SERIES:-1}
 # Read by lib.sh: keep the work directory (logs, data); pin the emulator.
 # shellcheck disable=SC2034
 {
@@ -161,7 +168,7 @@ ingest() {
     start "$name" "$b" || return 1
     args=(--url "$URL/api/v1/write" --series "$SERIES" --connections "$CONNECTIONS"
         --duration "$DURATION" --warmup "$WARMUP" --samples-per-request "$SAMPLES_PER_REQUEST"
-        --labels "$LABELS" --server-pid "$SRV_PID")
+        --samples-per-series "$SAMPLES_PER_SERIES" --labels "$LABELS" --server-pid "$SRV_PID")
     CMDS+=("$name load: taskset -c $OTHER_CPU $LOADGEN ${args[*]}")
     log "+ taskset -c $OTHER_CPU $LOADGEN ${args[*]}"
     [[ -n $EMU_PID ]] && emu0=$(cpu_s "$EMU_PID")
@@ -208,7 +215,8 @@ read_latency() {
     # 240 scrapes of every series, 15 s apart, ending in the past: [start, start + 1 h).
     start_ms=$((($(date +%s) - 3600 - 300) * 1000))
     args=(--url "$URL/api/v1/write" --series "$READ_SERIES" --labels "$LABELS"
-        --samples-per-request 2000 --connections 2 --warmup 0 --start-ms "$start_ms"
+        --samples-per-request 2000 --samples-per-series "$READ_SAMPLES_PER_SERIES"
+        --connections 2 --warmup 0 --start-ms "$start_ms"
         --requests $((READ_SERIES * 240 / 2000)))
     CMDS+=("$name load: $LOADGEN ${args[*]}")
     log "+ $LOADGEN ${args[*]}"

@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include "bigtable.h"
 #include "bigtable_int.h"
@@ -154,6 +156,10 @@ static int bt_open(void *state, const pt_backend_config *cfg, char *err, size_t 
     bt->read_streams = bc->read_streams > 0 ? (int)bc->read_streams : READ_STREAMS;
     bt->split_bytes = SPLIT_BYTES;
     bt->sample_ttl_ms = SAMPLE_TTL_MS;
+    /* The low bytes of this process's writer ids (bigtable_int.h, chunk cells): random, so
+     * two processes writing one row in the same millisecond still differ. */
+    if (getrandom(&bt->instance, sizeof(bt->instance), GRND_NONBLOCK) != sizeof(bt->instance))
+        bt->instance = (uint16_t)(getpid() ^ pt_mono_ms());
 
     int rv = PT_ENOMEM;
     bt->parent = str_printf("projects/%s/instances/%s", bc->project, bc->instance);

@@ -4,6 +4,9 @@
  *
  * A pt_mutation is one SetCell; its version is the cell timestamp, which the write path
  * always makes a multiple of 1000 µs as Bigtable's default MILLIS granularity requires.
+ * Except: the points table's sample cells (pt_bt_chunkable) of one row in one write go
+ * into chunk cells (bigtable_chunk.c), and a points scan merges them back into the cells
+ * they hold, so callers still see one cell per sample.
  *
  * Failures: per-entry MutateRows failures and broken ReadRows streams with a retryable
  * code are retried with jittered exponential backoff inside a time budget, then reported
@@ -11,12 +14,14 @@
  * last row it delivered, so no row reaches the callback twice.
  */
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "bigtable_int.h"
+#include "bytes.h"
 #include "error.h"
 #include "log.h"
 
@@ -264,6 +269,69 @@ static int write_table(pt_bt *bt, int t, const pt_mutation *const *v, size_t n, 
     return rv;
 }
 
+/* The writer id of one write call: a per-process clock that never repeats (wall-clock
+ * ms, or one past the last value given when that is not behind), and the instance. */
+static _Atomic int64_t writer_clock;
+
+static uint64_t next_writer(const pt_bt *bt)
+{
+    int64_t now = pt_wall_ms(), prev = atomic_load(&writer_clock), next;
+    do {
+        next = now > prev ? now : prev + 1;
+    } while (!atomic_compare_exchange_weak(&writer_clock, &prev, next));
+    return pt_bt_writer_id(next, bt->instance);
+}
+
+/* The points mutations v[0..n) (sorted by row, then batch position) as they are sent:
+ * each row's chunkable cells as its chunk cells, its other cells as they are, into
+ * w[0..*nw) (room for n). The chunk cells go to chunks[] (room for n), their memory in
+ * ck. tmp has room for n. */
+static int chunk_points(pt_bt *bt, const pt_mutation *const *v, size_t n, pt_bt_chunker *ck,
+                        pt_mutation *chunks, const pt_mutation **tmp, const pt_mutation **w,
+                        size_t *nw)
+{
+    uint64_t writer = 0;
+    size_t nc = 0, k = 0;
+    for (size_t i = 0; i < n;) {
+        size_t j = i, nt = 0;
+        for (; j < n && pt_slice_eq(v[j]->row, v[i]->row); j++) {
+            if (pt_bt_chunkable(v[j]))
+                tmp[nt++] = v[j];
+            else
+                w[k++] = v[j];
+        }
+        if (nt) {
+            if (!writer)
+                writer = next_writer(bt);
+            long made = pt_bt_chunk_row(ck, tmp, nt, writer, chunks + nc);
+            if (made < 0)
+                return (int)made;
+            for (long c = 0; c < made; c++)
+                w[k++] = &chunks[nc++];
+        }
+        i = j;
+    }
+    *nw = k;
+    return 0;
+}
+
+/* write_table for the points table: its sample cells in chunk cells. */
+static int write_points(pt_bt *bt, const pt_mutation *const *v, size_t n, pt_bt_retry *rt)
+{
+    pt_bt_chunker ck = {0};
+    pt_mutation *chunks = malloc(n * sizeof(*chunks));
+    const pt_mutation **tmp = malloc(n * sizeof(*tmp)), **w = malloc(n * sizeof(*w));
+    size_t nw = 0;
+    int rv = PT_ENOMEM;
+    if (chunks && tmp && w && (rv = chunk_points(bt, v, n, &ck, chunks, tmp, w, &nw)) == 0)
+        rv = write_table(bt, PT_TABLE_POINTS, w, nw, rt);
+    pt_bt_chunker_free(&ck);
+    free(w);
+    free(tmp);
+    free(chunks);
+    return rv;
+}
+
 int pt_bt_data_write(void *state, const pt_mutation *m, size_t n)
 {
     pt_bt *bt = state;
@@ -294,7 +362,10 @@ int pt_bt_data_write(void *state, const pt_mutation *m, size_t n)
         size_t j = i;
         while (j < n && v[j]->table == v[i]->table)
             j++;
-        rv = write_table(bt, v[i]->table, v + i, j - i, &rt);
+        if (v[i]->table == PT_TABLE_POINTS)
+            rv = write_points(bt, v + i, j - i, &rt);
+        else
+            rv = write_table(bt, v[i]->table, v + i, j - i, &rt);
         i = j;
     }
     free(v);
@@ -334,48 +405,123 @@ static Bigtable__RowFilter *new_filter(pt_arena *a)
     return f;
 }
 
+/* A ColumnRange filter of family "p": [start, end), n == 0 unbounded. */
+static Bigtable__RowFilter *column_range(pt_slice start, pt_slice end, pt_arena *a)
+{
+    Bigtable__RowFilter *col = new_filter(a);
+    Bigtable__ColumnRange *cr = pt_arena_alloc(a, sizeof(*cr));
+    if (!col || !cr)
+        return NULL;
+    protobuf_c_message_init(&bigtable__column_range__descriptor, cr);
+    cr->family_name = family;
+    if (start.n) {
+        cr->start_qualifier_case = BIGTABLE__COLUMN_RANGE__START_QUALIFIER_START_QUALIFIER_CLOSED;
+        cr->start_qualifier_closed = bin(start);
+    }
+    if (end.n) {
+        cr->end_qualifier_case = BIGTABLE__COLUMN_RANGE__END_QUALIFIER_END_QUALIFIER_OPEN;
+        cr->end_qualifier_open = bin(end);
+    }
+    col->filter_case = BIGTABLE__ROW_FILTER__FILTER_COLUMN_RANGE_FILTER;
+    col->column_range_filter = cr;
+    return col;
+}
+
+/* Chain (interleave 0) or Interleave of f[0..n), n >= 2 as the emulator wants; the list
+ * is copied into a. */
+static Bigtable__RowFilter *combine(int interleave, Bigtable__RowFilter *const *f, size_t n,
+                                    pt_arena *a)
+{
+    Bigtable__RowFilter *r = new_filter(a);
+    Bigtable__RowFilter **list = pt_arena_alloc(a, n * sizeof(*list));
+    if (!r || !list)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (!f[i])
+            return NULL;
+        list[i] = f[i];
+    }
+    if (interleave) {
+        Bigtable__RowFilter__Interleave *il = pt_arena_alloc(a, sizeof(*il));
+        if (!il)
+            return NULL;
+        protobuf_c_message_init(&bigtable__row_filter__interleave__descriptor, il);
+        il->n_filters = n;
+        il->filters = list;
+        r->filter_case = BIGTABLE__ROW_FILTER__FILTER_INTERLEAVE;
+        r->interleave = il;
+    } else {
+        Bigtable__RowFilter__Chain *c = pt_arena_alloc(a, sizeof(*c));
+        if (!c)
+            return NULL;
+        protobuf_c_message_init(&bigtable__row_filter__chain__descriptor, c);
+        c->n_filters = n;
+        c->filters = list;
+        r->filter_case = BIGTABLE__ROW_FILTER__FILTER_CHAIN;
+        r->chain = c;
+    }
+    return r;
+}
+
+/* A points scan's qualifier filter, or an empty one (pass_all is not needed: NULL with
+ * *none set). Single cells and chunk cells that start in [qs, qe) (with qe as an offset
+ * bound, which a chunk's longer qualifier cannot pass), and chunk cells that start in
+ * [qs - span, qs), which may reach into it: interleave(range [qs, qe), chain(range
+ * [qs - span, qs), exactly 16 bytes)). */
+static Bigtable__RowFilter *points_columns(const pt_scan *s, int *none, pt_arena *a)
+{
+    uint64_t lo = pt_bt_qual_floor(s->qual_start);
+    uint64_t hi = s->qual_end.n ? pt_bt_qual_floor(s->qual_end) : (uint64_t)1 << 32;
+    pt_slice end = {0};
+    *none = lo == 0 && hi >> 32;
+    if (*none)
+        return NULL;
+    if (!(hi >> 32)) {
+        uint8_t *e = pt_arena_alloc(a, 4);
+        if (!e)
+            return NULL;
+        pt_put_be32(e, (uint32_t)hi);
+        end = (pt_slice){e, 4};
+    }
+    Bigtable__RowFilter *main = column_range(s->qual_start, end, a);
+    if (lo == 0)
+        return main;
+    uint8_t *b = pt_arena_alloc(a, 4);
+    Bigtable__RowFilter *len16 = new_filter(a);
+    if (!b || !len16)
+        return NULL;
+    pt_put_be32(b, (uint32_t)(lo > PT_BT_CHUNK_SPAN_MS ? lo - PT_BT_CHUNK_SPAN_MS : 0));
+    len16->filter_case = BIGTABLE__ROW_FILTER__FILTER_COLUMN_QUALIFIER_REGEX_FILTER;
+    len16->column_qualifier_regex_filter = bin(PT_SLICE_LIT("\\C{16}"));
+    Bigtable__RowFilter *before[] = {column_range((pt_slice){b, 4}, s->qual_start, a), len16};
+    Bigtable__RowFilter *either[] = {main, combine(0, before, 2, a)};
+    return combine(1, either, 2, a);
+}
+
 /* chain(family "p", [qualifiers in [qs, qe)], latest cell per column). The emulator
  * wants at least two filters in a chain, which this always has. */
 static Bigtable__RowFilter *build_filter(const pt_scan *s, pt_arena *a)
 {
-    Bigtable__RowFilter *chain = new_filter(a), *fam = new_filter(a), *lim = new_filter(a);
-    Bigtable__RowFilter__Chain *c = pt_arena_alloc(a, sizeof(*c));
-    Bigtable__RowFilter **list = pt_arena_alloc(a, 3 * sizeof(*list));
-    if (!chain || !fam || !lim || !c || !list)
-        return NULL;
-    protobuf_c_message_init(&bigtable__row_filter__chain__descriptor, c);
+    Bigtable__RowFilter *f[3];
     size_t n = 0;
-    fam->filter_case = BIGTABLE__ROW_FILTER__FILTER_FAMILY_NAME_REGEX_FILTER;
-    fam->family_name_regex_filter = family;
-    list[n++] = fam;
-    if (s->qual_start.n || s->qual_end.n) {
-        Bigtable__RowFilter *col = new_filter(a);
-        Bigtable__ColumnRange *cr = pt_arena_alloc(a, sizeof(*cr));
-        if (!col || !cr)
+    if (!(f[n++] = new_filter(a)))
+        return NULL;
+    f[0]->filter_case = BIGTABLE__ROW_FILTER__FILTER_FAMILY_NAME_REGEX_FILTER;
+    f[0]->family_name_regex_filter = family;
+    if (s->table == PT_TABLE_POINTS) {
+        int none;
+        Bigtable__RowFilter *cols = points_columns(s, &none, a);
+        if (!none && !(f[n++] = cols))
             return NULL;
-        protobuf_c_message_init(&bigtable__column_range__descriptor, cr);
-        cr->family_name = family;
-        if (s->qual_start.n) {
-            cr->start_qualifier_case =
-                BIGTABLE__COLUMN_RANGE__START_QUALIFIER_START_QUALIFIER_CLOSED;
-            cr->start_qualifier_closed = bin(s->qual_start);
-        }
-        if (s->qual_end.n) {
-            cr->end_qualifier_case = BIGTABLE__COLUMN_RANGE__END_QUALIFIER_END_QUALIFIER_OPEN;
-            cr->end_qualifier_open = bin(s->qual_end);
-        }
-        col->filter_case = BIGTABLE__ROW_FILTER__FILTER_COLUMN_RANGE_FILTER;
-        col->column_range_filter = cr;
-        list[n++] = col;
+    } else if (s->qual_start.n || s->qual_end.n) {
+        if (!(f[n++] = column_range(s->qual_start, s->qual_end, a)))
+            return NULL;
     }
-    lim->filter_case = BIGTABLE__ROW_FILTER__FILTER_CELLS_PER_COLUMN_LIMIT_FILTER;
-    lim->cells_per_column_limit_filter = 1;
-    list[n++] = lim;
-    c->n_filters = n;
-    c->filters = list;
-    chain->filter_case = BIGTABLE__ROW_FILTER__FILTER_CHAIN;
-    chain->chain = c;
-    return chain;
+    if (!(f[n] = new_filter(a)))
+        return NULL;
+    f[n]->filter_case = BIGTABLE__ROW_FILTER__FILTER_CELLS_PER_COLUMN_LIMIT_FILTER;
+    f[n++]->cells_per_column_limit_filter = 1;
+    return combine(0, f, n, a);
 }
 
 /* The request for ranges r[0..n) (n > 0: an empty row set would read the whole table). */
@@ -425,31 +571,72 @@ typedef struct scanner {
     /* Rows the merger committed and their cells, for pt_bt_stats: added to the backend's
      * counters once, at the end of the scan. */
     size_t merged_rows, merged_cells;
+    /* A points scan: rows with chunk cells are merged in rm, within [qs, qe). */
+    int points;
+    pt_slice qs, qe;
+    const char *table;
+    pt_bt_rowmerge rm;
+    pt_slice row;     /* the row being delivered */
+    size_t delivered; /* ... and its cells delivered so far */
 } scanner;
+
+static int deliver_merged(void *ud, pt_slice qual, pt_slice value)
+{
+    scanner *sc = ud;
+    sc->delivered++;
+    return sc->fn(sc->ud, sc->row, qual, value);
+}
+
+/* A row of a points scan that holds chunk cells. */
+static int deliver_chunked(scanner *sc, pt_slice key, const pt_bt_cell *cells, size_t n)
+{
+    char why[160] = "";
+    sc->row = key;
+    int rv = pt_bt_merge_row(&sc->rm, cells, n, sc->qs, sc->qe, deliver_merged, sc, why,
+                             sizeof(why));
+    if (rv == PT_EINTERNAL && why[0]) {
+        char q[96];
+        size_t shown = key.n < 64 ? key.n : 64;
+        pt_log(PT_LOG_ERROR, "bigtable chunk cell is corrupt", "table=%s row=%s why=\"%s\"",
+               sc->table, pt_log_quote(q, sizeof(q), (const char *)key.p, shown), why);
+    }
+    return rv;
+}
 
 static int deliver_row(void *ud, pt_slice key, const pt_bt_cell *cells, size_t n)
 {
     scanner *sc = ud;
     pt_slice prev = {0};
-    size_t delivered = 0;
     if (sc->visited)
         (*sc->visited)++;
     sc->merged_rows++;
     sc->merged_cells += n;
+    sc->delivered = 0;
+    if (sc->points && pt_bt_row_has_chunks(cells, n)) {
+        int rv = deliver_chunked(sc, key, cells, n);
+        if (rv != 0)
+            return rv;
+        n = 0;
+    }
     for (size_t i = 0; i < n; i++) {
         /* The filter lets only family "p", newest version first, through; these checks
-         * keep the callback's contract even if a server ignored part of it. */
+         * keep the callback's contract even if a server ignored part of it. A points
+         * scan's filter may pass other qualifiers than [qs, qe) holds (its end is an
+         * offset bound), which only a qualifier of another length than 4 bytes may fall past. */
         if (!pt_slice_eq(cells[i].family, PT_SLICE_LIT(PT_BT_FAMILY)))
             continue;
-        if (delivered && pt_slice_eq(cells[i].qualifier, prev))
+        if (sc->delivered && pt_slice_eq(cells[i].qualifier, prev))
+            continue;
+        if (sc->points && sc->qe.n && sc->qe.n != 4 &&
+            pt_slice_cmp(cells[i].qualifier, sc->qe) >= 0)
             continue;
         prev = cells[i].qualifier;
-        delivered++;
+        sc->delivered++;
         int rv = sc->fn(sc->ud, key, cells[i].qualifier, cells[i].value);
         if (rv != 0)
             return rv;
     }
-    if (delivered && ++sc->rows == sc->row_limit)
+    if (sc->delivered && ++sc->rows == sc->row_limit)
         return 1;
     return 0;
 }
@@ -472,6 +659,9 @@ typedef struct scan_ctx {
     scanner sc;
     pt_bt_range *clip; /* room for the largest group's ranges */
     pt_arena a;
+    /* The row limit goes to the server too: not when the filter passes chunk cells that
+     * start before the qualifier range, whose rows may deliver nothing. */
+    int server_limit;
 } scan_ctx;
 
 /* Starts g's next ReadRows: its ranges after its resume point. 1 = started, 0 = nothing
@@ -485,7 +675,7 @@ static int group_call(scan_ctx *x, group *g)
         return 0; /* never send an empty row set: it reads the whole table */
     /* The rows earlier groups will deliver are unknown yet, so a waiting group asks for
      * as many as the whole scan still may take. */
-    size_t lim = x->s->row_limit;
+    size_t lim = x->server_limit ? x->s->row_limit : 0;
     Bigtable__ReadRowsRequest *req =
         build_read(x->bt, x->s, x->clip, n, lim ? (int64_t)(lim - x->sc.rows) : 0, &x->a);
     if (!req) {
@@ -595,15 +785,27 @@ int pt_bt_data_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
         return 0;
     if (s->nranges == 0)
         return 0;
+    uint64_t lo = pt_bt_qual_floor(s->qual_start);
+    if (s->table == PT_TABLE_POINTS && s->qual_end.n && lo >= pt_bt_qual_floor(s->qual_end))
+        return 0; /* no offset is inside */
     const pt_row_range *ranges = s->ranges;
     size_t nranges = s->nranges;
     pt_row_range piece[PT_BT_MAX_READ_STREAMS];
     pt_buf cuts;
     pt_buf_init(&cuts, (size_t)PT_BT_MAX_READ_STREAMS * PT_BT_MAX_ROW_KEY);
     size_t ng = plan(bt, s, &cuts, piece, &ranges, &nranges);
+    int points = s->table == PT_TABLE_POINTS;
     scan_ctx x = {.bt = bt,
                   .s = s,
-                  .sc = {.fn = fn, .ud = ud, .row_limit = s->row_limit, .visited = s->visited}};
+                  .sc = {.fn = fn,
+                         .ud = ud,
+                         .row_limit = s->row_limit,
+                         .visited = s->visited,
+                         .points = points,
+                         .qs = s->qual_start,
+                         .qe = s->qual_end,
+                         .table = bt->table[s->table]},
+                  .server_limit = !points || lo == 0};
     group *g = calloc(ng, sizeof(*g));
     x.clip = malloc((nranges / ng + 1) * sizeof(*x.clip));
     if (!g || !x.clip) {
@@ -650,6 +852,7 @@ int pt_bt_data_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
         pt_bt_merger_free(&g[i].m);
     }
     pt_arena_free(&x.a);
+    pt_bt_rowmerge_free(&x.sc.rm);
     free(x.clip);
     free(g);
     pt_buf_free(&cuts);

@@ -9,8 +9,8 @@
  *                     (names admin and data in the ops table; never calls them)
  *   bigtable_admin.c  init: CreateTable with the GC rule;  -> rpc
  *                     GetTable for tests
- *   bigtable_data.c   write: MutateRows; scan: ReadRows;   -> sample, rpc, merge, flow
- *                     check_and_set: CheckAndMutateRow;
+ *   bigtable_data.c   write: MutateRows; scan: ReadRows;   -> sample, rpc, merge,
+ *                     check_and_set: CheckAndMutateRow;       flow, chunk
  *                     on concurrent streams, one group of
  *                     ranges (or piece of one) each,
  *                     delivered in turn
@@ -22,6 +22,9 @@
  *                     ranges, cut points among samples
  *   bigtable_flow.c   the write rate Bigtable's flow       -> base only (no I/O, the
  *                     control allows (rate_limit_info)        clock is an argument)
+ *   bigtable_chunk.c  chunk cells of the points table:     -> base only (no I/O)
+ *                     built from a row's mutations, merged
+ *                     with single cells on read
  *
  * Protocol: Google's google.bigtable.v2 API (bigtable.proto holds the part used here).
  * Schema: docs/storage-format.md.
@@ -40,6 +43,7 @@
 #include "backend.h"
 #include "bigtable.pb-c.h"
 #include "buf.h"
+#include "cellchunk.h"
 #include "clock.h"
 #include "slice.h"
 
@@ -167,6 +171,7 @@ typedef struct pt_bt {
     int write_ms, read_ms, retry_ms; /* deadline of one call; time spent retrying */
     int read_streams;                /* ReadRows streams one scan may run at once, >= 1 */
     int grpc_ready;                  /* grpc_init was called: close must balance it */
+    uint16_t instance;               /* low 2 bytes of every writer id (random at open) */
     /* Cutting one wide range (bigtable_sample.c): pieces of at least split_bytes; a
      * table's samples are asked again after sample_ttl_ms. The sets change under
      * samples_mu, the only lock of the backend. */
@@ -441,5 +446,101 @@ size_t pt_bt_clip_ranges(const pt_row_range *in, size_t n, const pt_slice *last,
  * range whole. Sizes only steer the choice: any answer cuts the range correctly. */
 size_t pt_bt_split_points(const pt_bt_sample *s, size_t n, int64_t total, pt_slice start,
                           pt_slice end, size_t k, int64_t min_bytes, size_t *out);
+
+/* ============================================================================
+ * bigtable_chunk.c: chunk cells of the points table, without I/O (docs/storage-format.md,
+ * "Chunk cells on Bigtable")
+ *
+ * A chunk cell holds a run of one row's samples as one value, the pt_cellchunk encoding
+ * (base/cellchunk.h) of cells whose qualifiers are their 4-byte offsets. Its qualifier is
+ *
+ *     first offset (4 B BE) || last offset (4 B BE) || writer id (8 B BE)
+ *
+ * and its version the greatest version of its cells (a data row's: its last sample's time
+ * in µs), so an age-based GC rule drops it once its newest sample is past retention. The
+ * writer id is 6 bytes of a per-process strictly increasing ms clock and 2 bytes of an
+ * instance id, so two writes never share a qualifier and a later write's sorts after.
+ * On equal offsets a chunk cell wins over a single-sample cell (4-byte qualifier, written
+ * by older versions), and among chunk cells the one with the greater writer id wins.
+ * ========================================================================== */
+
+enum {
+    PT_BT_CHUNK_QUAL_LEN = 16,
+    PT_BT_CHUNK_MAX_CELLS = 2048, /* cells of one chunk at most */
+};
+/* Sample time one chunk spans at most (last - first offset): a scan from qs also reads
+ * the chunks that start in [qs - span, qs). */
+#define PT_BT_CHUNK_SPAN_MS 14400000u
+
+typedef struct pt_bt_chunkqual {
+    uint32_t first, last;
+    uint64_t writer;
+} pt_bt_chunkqual;
+
+void pt_bt_chunk_qual_put(uint8_t *q, const pt_bt_chunkqual *c);
+/* 0, or PT_EINTERNAL when q is not a chunk cell's qualifier (16 bytes, first <= last). */
+int pt_bt_chunk_qual_get(pt_slice q, pt_bt_chunkqual *c);
+
+/* The writer id of ms (the low 48 bits) and instance. */
+static inline uint64_t pt_bt_writer_id(int64_t ms, uint16_t instance)
+{
+    return ((uint64_t)ms & 0xffffffffffffull) << 16 | instance;
+}
+
+/* Whether a points-table mutation goes into a chunk cell: a 4-byte qualifier in a row
+ * that is not an exemplar row (",#": there the newest version wins, not the last write,
+ * which chunks cannot tell; those stay single cells). */
+int pt_bt_chunkable(const pt_mutation *m);
+
+/* Turns one row's chunkable mutations into chunk cells. What it keeps between rows of
+ * one write call; zero it, then pt_bt_chunker_free. */
+typedef struct pt_bt_chunker {
+    pt_vcell *cells; /* one row's cells, by offset */
+    size_t cap;
+    pt_buf enc;    /* one chunk's value as encoded */
+    pt_arena mem;  /* the chunk cells' qualifiers and values: until free */
+    int mem_ready; /* mem was made */
+} pt_bt_chunker;
+void pt_bt_chunker_free(pt_bt_chunker *ck);
+
+/* v[0..n): mutations of one row (chunkable, pointers into one batch, so an address tells
+ * its batch position). Sorts v by (offset, batch position), keeps the last of equal
+ * offsets, cuts the run into chunks of at most PT_BT_CHUNK_MAX_CELLS cells spanning at
+ * most PT_BT_CHUNK_SPAN_MS, and writes each as one mutation of the row to out (room for n:
+ * never more than n), its qualifier and value in ck's memory, valid until
+ * pt_bt_chunker_free. Returns how many (>= 1 for n >= 1), or a negative pt error code. */
+long pt_bt_chunk_row(pt_bt_chunker *ck, const pt_mutation **v, size_t n, uint64_t writer,
+                     pt_mutation *out);
+
+/* A row's cells merged for a points scan. Keep one per scan; zero it, then
+ * pt_bt_rowmerge_free. */
+typedef struct pt_bt_rowmerge_item pt_bt_rowmerge_item;
+typedef struct pt_bt_rowmerge {
+    pt_vcells dec; /* the row's chunks decoded */
+    pt_bt_rowmerge_item *items;
+    size_t n, cap;
+} pt_bt_rowmerge;
+void pt_bt_rowmerge_free(pt_bt_rowmerge *rm);
+
+/* Called per merged cell, in qualifier order; qual and value are valid during the call.
+ * Returns as pt_cell_fn does. */
+typedef int (*pt_bt_merged_fn)(void *ud, pt_slice qual, pt_slice value);
+
+/* Whether one of cells[0..n) is a chunk cell (so the row needs pt_bt_merge_row). */
+int pt_bt_row_has_chunks(const pt_bt_cell *cells, size_t n);
+
+/* Merges the points row's cells (family PT_BT_FAMILY, newest version first per column,
+ * in any order of columns) into the cells a single-cell layout would hold in [qs, qe)
+ * (byte strings, n == 0: unbounded): every offset once, a chunk's over a single cell's,
+ * the greater writer id's among chunks; cells whose qualifier is neither 4 nor 16 bytes
+ * pass through as they are. Calls fn for each in qualifier order. Returns 0, 1 (fn
+ * stopped), fn's negative code, or PT_EINTERNAL with err set when a chunk cell is corrupt
+ * (does not decode, or holds an offset outside its qualifier's first..last). */
+int pt_bt_merge_row(pt_bt_rowmerge *rm, const pt_bt_cell *cells, size_t n, pt_slice qs,
+                    pt_slice qe, pt_bt_merged_fn fn, void *ud, char *err, size_t errlen);
+
+/* The smallest offset whose 4-byte qualifier sorts at or after the byte string q (n == 0:
+ * 0); 2^32 when none does. [qs, qe) holds exactly the offsets in [lo(qs), lo(qe)). */
+uint64_t pt_bt_qual_floor(pt_slice q);
 
 #endif

@@ -167,7 +167,8 @@ static void cnt_get(pt_backend *b, double *v)
 
 static void test_counters(pt_backend *b)
 {
-    /* N = 10 cells in M = 3 rows of the points table, one of them in the index table. */
+    /* 10 cells in 4 rows: 9 samples in 3 rows of the points table, which go as one chunk
+     * cell a row (bigtable_chunk.c), and 1 cell of the index table. */
     static const ct_cellspec pts[] = {
         {"cnt/a", 1, "12345678"}, {"cnt/a", 2, "12345678"}, {"cnt/a", 3, "12345678"},
         {"cnt/a", 4, "12345678"}, {"cnt/b", 1, "12345678"}, {"cnt/b", 2, "12345678"},
@@ -190,20 +191,21 @@ static void test_counters(pt_backend *b)
     is(ct_write(b, &bt), 0, "write 10 cells in 4 rows of 2 tables");
     cnt_get(b, v1);
     is(v1[CNT_ROWS_MUTATED] - v0[CNT_ROWS_MUTATED], 4, "rows_mutated += 4 (one entry a row)");
-    is(v1[CNT_CELLS_WRITTEN] - v0[CNT_CELLS_WRITTEN], 10, "cells_written += 10");
+    is(v1[CNT_CELLS_WRITTEN] - v0[CNT_CELLS_WRITTEN], 4, "cells_written += 4 (3 chunks, 1 cell)");
     is(v1[CNT_POINTS_ROWS_MUTATED] - v0[CNT_POINTS_ROWS_MUTATED], 3, "of them points: 3 rows");
-    is(v1[CNT_POINTS_CELLS_WRITTEN] - v0[CNT_POINTS_CELLS_WRITTEN], 9, "...9 cells");
+    is(v1[CNT_POINTS_CELLS_WRITTEN] - v0[CNT_POINTS_CELLS_WRITTEN], 3, "...3 chunk cells");
     double bytes = v1[CNT_WRITE_BYTES] - v0[CNT_WRITE_BYTES];
-    /* Beyond the payload: two table names (about 40 bytes each here), the family, version
-     * and framing of each cell, the framing of each entry. */
-    ok(bytes >= payload && bytes <= payload + 2 * 64 + 10 * 24 + 4 * 8,
+    /* Beyond the payload (which the chunks compress): two table names (about 40 bytes
+     * each here), the family, version and framing of each cell, the framing of each
+     * entry, a chunk's 16-byte qualifier and header. */
+    ok(bytes >= 3 * strlen("cnt/a") + 2 * 40 && bytes <= payload + 2 * 64 + 10 * 24 + 4 * 8,
        "write_bytes += %.0f: the requests' size (payload %.0f)", bytes, payload);
     double pbytes = v1[CNT_POINTS_WRITE_BYTES] - v0[CNT_POINTS_WRITE_BYTES];
     ok(pbytes > 0 && pbytes < bytes, "...%.0f bytes of them to the points table", pbytes);
     is(ct_write(b, &bt), 0, "the same batch again");
     cnt_get(b, v2);
     is(v2[CNT_ROWS_MUTATED] - v1[CNT_ROWS_MUTATED], 4, "rows_mutated counts every write");
-    is(v2[CNT_CELLS_WRITTEN] - v1[CNT_CELLS_WRITTEN], 10, "...and cells_written");
+    is(v2[CNT_CELLS_WRITTEN] - v1[CNT_CELLS_WRITTEN], 4, "...and cells_written");
     is(v2[CNT_WRITE_BYTES] - v1[CNT_WRITE_BYTES], bytes, "...and write_bytes the same size");
     is(v2[CNT_ROWS_READ], v0[CNT_ROWS_READ], "writes read nothing");
 
@@ -215,14 +217,16 @@ static void test_counters(pt_backend *b)
            "scan the 3 rows");
     cnt_get(b, v3);
     is(v3[CNT_ROWS_READ] - v2[CNT_ROWS_READ], 3, "rows_read += 3");
-    is(v3[CNT_CELLS_READ] - v2[CNT_CELLS_READ], 9, "cells_read += 9 (the newest version each)");
+    /* Each write made a chunk cell of its own in every row (another writer id). */
+    is(v3[CNT_CELLS_READ] - v2[CNT_CELLS_READ], 6, "cells_read += 6 (two chunks a row)");
     is(v3[CNT_POINTS_ROWS_READ] - v2[CNT_POINTS_ROWS_READ], 3, "points rows_read += 3");
-    is(v3[CNT_POINTS_CELLS_READ] - v2[CNT_POINTS_CELLS_READ], 9, "points cells_read += 9");
+    is(v3[CNT_POINTS_CELLS_READ] - v2[CNT_POINTS_CELLS_READ], 6, "points cells_read += 6");
     is(v3[CNT_SCANS] - v2[CNT_SCANS], 1, "scans += 1");
     is(v3[CNT_READ_CALLS] - v2[CNT_READ_CALLS], 1, "read_calls += 1");
     is(v3[CNT_WRITE_BYTES], v2[CNT_WRITE_BYTES], "reads write nothing");
 
-    /* Qualifiers [2, 3): the server filters, so only what it sends is counted. */
+    /* Qualifiers [2, 3): the server filters, so only what it sends is counted: the chunks
+     * that start in [2 - span, 3), all of them here. */
     uint8_t qs[4], qe[4];
     pt_put_be32(qs, 2);
     pt_put_be32(qe, 3);
@@ -231,13 +235,113 @@ static void test_counters(pt_backend *b)
            "scan one qualifier of each row");
     cnt_get(b, v2);
     is(v2[CNT_ROWS_READ] - v3[CNT_ROWS_READ], 3, "rows_read += 3");
-    is(v2[CNT_CELLS_READ] - v3[CNT_CELLS_READ], 3, "cells_read += 3");
+    is(v2[CNT_CELLS_READ] - v3[CNT_CELLS_READ], 6, "cells_read += 6");
 
     pt_row_range ix[] = {CT_RANGE("cnt/", "cnt0")};
     is_str(ct_show(b, PT_TABLE_INDEX, ix, 1), "cnt/ix:00000001=;", "scan the index row");
     cnt_get(b, v3);
     is(v3[CNT_CELLS_READ] - v2[CNT_CELLS_READ], 1, "cells_read += 1");
     is(v3[CNT_POINTS_CELLS_READ], v2[CNT_POINTS_CELLS_READ], "points cells_read unchanged");
+}
+
+/* Writes one single-sample cell (4-byte qualifier) as older versions did, or any cell the
+ * write path would not make: check_and_set sends its mutation as it is. */
+static int write_raw(pt_backend *b, const char *row, pt_slice qual, pt_slice value)
+{
+    pt_mutation m = {.table = PT_TABLE_POINTS, .row = pt_slice_str(row), .qual = qual,
+                     .value = value, .version_us = 1000};
+    int applied = 0, rv = pt_bt_data_check_and_set(b->state, &m, (pt_slice){0}, &applied);
+    return rv != 0 ? rv : applied ? 0 : -1;
+}
+
+static const char *window(pt_backend *b, const char *s, const char *e, uint32_t qs,
+                          uint32_t qe, size_t row_limit)
+{
+    uint8_t bs[4], be[4];
+    pt_put_be32(bs, qs);
+    pt_put_be32(be, qe);
+    pt_row_range r = {pt_slice_str(s), pt_slice_str(e)};
+    return ct_show_q(b, PT_TABLE_POINTS, &r, 1, (pt_slice){bs, 4}, (pt_slice){be, 4},
+                     row_limit);
+}
+
+/* What only the storage format shows: a write's cells of a row become one chunk cell (two
+ * when they span more than PT_BT_CHUNK_SPAN_MS), single cells of older versions read
+ * with them, the row limit with chunks that start before the window, corrupt chunks. */
+static void test_chunks(pt_backend *b)
+{
+    enum { N = 200 };
+    static ct_batch bt;
+    static char vals[N][9];
+    bt.n = 0;
+    for (uint32_t i = 0; i < N; i++) {
+        snprintf(vals[i], sizeof(vals[i]), "%08u", (unsigned)i);
+        ct_add(&bt, PT_TABLE_POINTS, "chk/a", i * 1000, vals[i]);
+    }
+    pt_bt_stats s0 = stats(b);
+    is(ct_write(b, &bt), 0, "chunks: %d cells of one row in one write", N);
+    pt_bt_stats s1 = stats(b);
+    is(s1.points.rows_mutated - s0.points.rows_mutated, 1, "...one row entry");
+    is(s1.points.cells_written - s0.points.cells_written, 1, "...holding one (chunk) cell");
+    pt_row_range r = CT_RANGE("chk/a", "chk/b");
+    ct_sink sink;
+    ct_sink_init(&sink);
+    is(ct_scan(b, PT_TABLE_POINTS, &r, 1, CT_NONE, CT_NONE, 0, &sink), 0, "...scan the row");
+    pt_bt_stats s2 = stats(b);
+    is(sink.calls, N, "...%d cells come back", N);
+    is(s2.points.cells_read - s1.points.cells_read, 1, "...from one Bigtable cell");
+    ct_sink_free(&sink);
+    bt.n = 0;
+    ct_add(&bt, PT_TABLE_POINTS, "chk/a", 0, "x");
+    ct_add(&bt, PT_TABLE_POINTS, "chk/a", PT_BT_CHUNK_SPAN_MS + 1, "y");
+    is(ct_write(b, &bt), 0, "two cells further apart than a chunk spans");
+    is(stats(b).points.cells_written - s2.points.cells_written, 2, "...go as two chunk cells");
+
+    /* Single cells as older versions wrote them, under and beside a chunk. */
+    uint8_t q[4][4];
+    for (uint32_t i = 1; i <= 3; i++)
+        pt_put_be32(q[i], i);
+    int raw = write_raw(b, "chk/old", (pt_slice){q[1], 4}, PT_SLICE_LIT("old1")) |
+              write_raw(b, "chk/old", (pt_slice){q[2], 4}, PT_SLICE_LIT("old2")) |
+              write_raw(b, "chk/old", (pt_slice){q[3], 4}, PT_SLICE_LIT("old3"));
+    is(raw, 0, "three single-sample cells written as older versions did");
+    is_str(CT_POINTS(b, "chk/old", "chk/olf"),
+           "chk/old:00000001=old1;chk/old:00000002=old2;chk/old:00000003=old3;",
+           "...read back as they are");
+    bt.n = 0;
+    ct_add(&bt, PT_TABLE_POINTS, "chk/old", 2, "new2");
+    ct_add(&bt, PT_TABLE_POINTS, "chk/old", 4, "new4");
+    is(ct_write(b, &bt), 0, "a chunk over offsets 2 and 4");
+    is_str(CT_POINTS(b, "chk/old", "chk/olf"),
+           "chk/old:00000001=old1;chk/old:00000002=new2;chk/old:00000003=old3;"
+           "chk/old:00000004=new4;",
+           "the chunk's cell wins over the single cell at 2");
+    is_str(window(b, "chk/old", "chk/olf", 3, 5, 0), "chk/old:00000003=old3;chk/old:00000004=new4;",
+           "a window inside the chunk, which starts before it");
+    is_str(window(b, "chk/old", "chk/olf", 3, 4, 0), "chk/old:00000003=old3;",
+           "a window that holds only a single cell between chunk cells");
+
+    /* A row whose chunk starts before the window and ends before it too: the server sends
+     * it, the row delivers nothing and must not count toward the row limit. */
+    bt.n = 0;
+    ct_add(&bt, PT_TABLE_POINTS, "chk/l1", 0, "a");
+    ct_add(&bt, PT_TABLE_POINTS, "chk/l1", 1000, "b");
+    ct_add(&bt, PT_TABLE_POINTS, "chk/l2", 5500, "c");
+    ct_add(&bt, PT_TABLE_POINTS, "chk/l3", 5600, "d");
+    is(ct_write(b, &bt), 0, "rows for the row limit");
+    is_str(window(b, "chk/l", "chk/m", 5000, 6000, 1), "chk/l2:0000157c=c;",
+           "row limit 1: the first row with a cell in the window");
+    is_str(window(b, "chk/l", "chk/m", 5000, 6000, 0), "chk/l2:0000157c=c;chk/l3:000015e0=d;",
+           "...and without a limit both");
+
+    /* A chunk cell that does not decode. */
+    uint8_t bad[16];
+    pt_bt_chunkqual cq = {10, 20, 1};
+    pt_bt_chunk_qual_put(bad, &cq);
+    is(write_raw(b, "chk/bad", (pt_slice){bad, 16}, PT_SLICE_LIT("\x03garbage")), 0,
+       "a corrupt chunk cell");
+    is_str(CT_POINTS(b, "chk/bad", "chk/bae"), "ERROR -200",
+           "a scan of its row fails as corruption (PT_EINTERNAL), not a crash");
 }
 
 static void test_env_endpoint(const char *endpoint)
@@ -343,6 +447,7 @@ int main(void)
     pt_conformance_run(&b, "bigtable(emulator)");
     test_bigtable_only(&b);
     test_counters(&b);
+    test_chunks(&b);
     {
         /* The index on Bigtable: two stores on their own tables. */
         pt_backend full, tiny;

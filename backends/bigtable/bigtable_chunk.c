@@ -1,0 +1,294 @@
+/*
+ * Chunk cells of the points table (contracts in bigtable_int.h; the format in
+ * docs/storage-format.md, "Chunk cells on Bigtable"). No I/O: the write path hands it a
+ * row's mutations, the scan a row's cells.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bigtable_int.h"
+#include "bytes.h"
+#include "error.h"
+#include "schema.h"
+
+void pt_bt_chunk_qual_put(uint8_t *q, const pt_bt_chunkqual *c)
+{
+    pt_put_be32(q, c->first);
+    pt_put_be32(q + 4, c->last);
+    pt_put_be64(q + 8, c->writer);
+}
+
+int pt_bt_chunk_qual_get(pt_slice q, pt_bt_chunkqual *c)
+{
+    if (q.n != PT_BT_CHUNK_QUAL_LEN)
+        return PT_EINTERNAL;
+    c->first = pt_get_be32(q.p);
+    c->last = pt_get_be32(q.p + 4);
+    c->writer = pt_get_be64(q.p + 8);
+    return c->first <= c->last ? 0 : PT_EINTERNAL;
+}
+
+int pt_bt_chunkable(const pt_mutation *m)
+{
+    size_t end;
+    return m->table == PT_TABLE_POINTS && m->qual.n == PT_QUAL_LEN &&
+           pt_key_time(m->row.p, m->row.n, "#", &end) < 0;
+}
+
+uint64_t pt_bt_qual_floor(pt_slice q)
+{
+    if (q.n == 0)
+        return 0;
+    uint8_t b[4] = {0};
+    memcpy(b, q.p, q.n < 4 ? q.n : 4);
+    /* A longer string sorts after its 4-byte prefix, so the next offset is the first. */
+    return (uint64_t)pt_get_be32(b) + (q.n > 4);
+}
+
+/* ---- write ---- */
+
+void pt_bt_chunker_free(pt_bt_chunker *ck)
+{
+    free(ck->cells);
+    pt_buf_free(&ck->enc);
+    if (ck->mem_ready)
+        pt_arena_free(&ck->mem);
+    *ck = (pt_bt_chunker){0};
+}
+
+/* By offset, then batch position (the address in the batch's array). */
+static int by_offset(const void *pa, const void *pb)
+{
+    const pt_mutation *a = *(const pt_mutation *const *)pa, *b = *(const pt_mutation *const *)pb;
+    uint32_t qa = pt_get_be32(a->qual.p), qb = pt_get_be32(b->qual.p);
+    if (qa != qb)
+        return qa < qb ? -1 : 1;
+    return a < b ? -1 : a > b;
+}
+
+/* One chunk cell of c[0..n), whose greatest version is version, into *out. */
+static int put_chunk(pt_bt_chunker *ck, const pt_mutation *row, const pt_vcell *c, size_t n,
+                     uint64_t writer, int64_t version, pt_mutation *out)
+{
+    int rv = pt_cellchunk_encode(&ck->enc, c, n);
+    if (rv != 0)
+        return rv;
+    size_t vn = pt_buf_used(&ck->enc);
+    uint8_t *q = pt_arena_alloc(&ck->mem, PT_BT_CHUNK_QUAL_LEN + vn);
+    if (!q)
+        return PT_ENOMEM;
+    pt_bt_chunkqual cq = {c[0].q, c[n - 1].q, writer};
+    pt_bt_chunk_qual_put(q, &cq);
+    memcpy(q + PT_BT_CHUNK_QUAL_LEN, pt_buf_data(&ck->enc), vn);
+    *out = (pt_mutation){.table = row->table,
+                         .row = row->row,
+                         .qual = {q, PT_BT_CHUNK_QUAL_LEN},
+                         .value = {q + PT_BT_CHUNK_QUAL_LEN, vn},
+                         .version_us = version};
+    return 0;
+}
+
+long pt_bt_chunk_row(pt_bt_chunker *ck, const pt_mutation **v, size_t n, uint64_t writer,
+                     pt_mutation *out)
+{
+    if (!ck->mem_ready) {
+        pt_arena_init(&ck->mem, 64 << 10, 0);
+        ck->mem_ready = 1;
+    }
+    if (n > ck->cap) {
+        int rv = pt_array_reserve(&ck->cells, &ck->cap, n, sizeof(*ck->cells), 0);
+        if (rv != 0)
+            return rv;
+    }
+    qsort(v, n, sizeof(*v), by_offset);
+    long nout = 0;
+    size_t k = 0;       /* cells of the chunk being gathered, in ck->cells */
+    int64_t newest = 0; /* their greatest version */
+    for (size_t i = 0; i < n; i++) {
+        if (i + 1 < n && pt_get_be32(v[i + 1]->qual.p) == pt_get_be32(v[i]->qual.p))
+            continue; /* a later write of the offset in the batch wins */
+        uint32_t q = pt_get_be32(v[i]->qual.p);
+        if (k && (k == PT_BT_CHUNK_MAX_CELLS || q - ck->cells[0].q > PT_BT_CHUNK_SPAN_MS)) {
+            int rv = put_chunk(ck, v[i], ck->cells, k, writer, newest, &out[nout]);
+            if (rv != 0)
+                return rv;
+            nout++;
+            k = 0;
+        }
+        pt_vcell *c = &ck->cells[k++];
+        c->q = q;
+        c->vlen = (uint32_t)v[i]->value.n;
+        if (c->vlen <= 8) {
+            if (c->vlen)
+                memcpy(c->v.in, v[i]->value.p, c->vlen);
+        } else
+            c->v.p = v[i]->value.p;
+        if (k == 1 || v[i]->version_us > newest)
+            newest = v[i]->version_us;
+    }
+    if (k) {
+        int rv = put_chunk(ck, v[0], ck->cells, k, writer, newest, &out[nout]);
+        if (rv != 0)
+            return rv;
+        nout++;
+    }
+    return nout;
+}
+
+/* ---- read ---- */
+
+/* One cell of a merged row: from a chunk (index into dec) or the row's own cells. */
+struct pt_bt_rowmerge_item {
+    uint32_t q;     /* the offset (not for PASS) */
+    uint8_t kind;   /* PASS (any other qualifier length), SINGLE, CHUNK */
+    pt_slice pass;  /* PASS: the qualifier */
+    uint64_t order; /* CHUNK: the writer id; otherwise 0 */
+    size_t idx;     /* CHUNK: in dec; otherwise in the row's cells */
+    size_t seq;     /* position of its source: the tie-break that keeps sorting stable */
+};
+enum { PASS = 0, SINGLE = 1, CHUNK = 2 };
+
+void pt_bt_rowmerge_free(pt_bt_rowmerge *rm)
+{
+    pt_vcells_free(&rm->dec);
+    free(rm->items);
+    *rm = (pt_bt_rowmerge){0};
+}
+
+int pt_bt_row_has_chunks(const pt_bt_cell *cells, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (cells[i].qualifier.n == PT_BT_CHUNK_QUAL_LEN)
+            return 1;
+    return 0;
+}
+
+static int push_item(pt_bt_rowmerge *rm, pt_bt_rowmerge_item it)
+{
+    if (rm->n == rm->cap) {
+        int rv = pt_array_reserve(&rm->items, &rm->cap, rm->n + 1, sizeof(*rm->items), 0);
+        if (rv != 0)
+            return rv;
+    }
+    rm->items[rm->n++] = it;
+    return 0;
+}
+
+/* The bytes an item sorts by: its qualifier. */
+static pt_slice item_qual(const pt_bt_rowmerge_item *it, uint8_t *buf)
+{
+    if (it->kind == PASS)
+        return it->pass;
+    pt_put_be32(buf, it->q);
+    return (pt_slice){buf, 4};
+}
+
+/* Qualifier order; on an equal one the winner first: a chunk before a single cell, the
+ * greater writer id first, then the source's order (newest version of a column first). */
+static int by_qual_winner_first(const void *pa, const void *pb)
+{
+    const pt_bt_rowmerge_item *a = pa, *b = pb;
+    if (a->kind != PASS && b->kind != PASS) {
+        if (a->q != b->q)
+            return a->q < b->q ? -1 : 1;
+    } else {
+        uint8_t ba[4], bb[4];
+        int c = pt_slice_cmp(item_qual(a, ba), item_qual(b, bb));
+        if (c != 0)
+            return c;
+    }
+    if (a->kind != b->kind)
+        return a->kind > b->kind ? -1 : 1;
+    if (a->order != b->order)
+        return a->order > b->order ? -1 : 1;
+    return a->seq < b->seq ? -1 : a->seq > b->seq;
+}
+
+static int in_window(pt_slice q, pt_slice qs, pt_slice qe)
+{
+    return (qs.n == 0 || pt_slice_cmp(q, qs) >= 0) && (qe.n == 0 || pt_slice_cmp(q, qe) < 0);
+}
+
+/* Decodes the chunk cell c into rm->dec and adds its cells in [lo, hi) as items. */
+static int add_chunk(pt_bt_rowmerge *rm, const pt_bt_cell *c, size_t seq, uint64_t lo, uint64_t hi,
+                     char *err, size_t errlen)
+{
+    pt_bt_chunkqual cq;
+    pt_cellchunk ch;
+    size_t from = rm->dec.n;
+    if (pt_bt_chunk_qual_get(c->qualifier, &cq) != 0) {
+        snprintf(err, errlen, "a chunk cell's qualifier has first offset > last");
+        return PT_EINTERNAL;
+    }
+    int rv = pt_cellchunk_parse(c->value.p, c->value.n, &ch);
+    if (rv == 0)
+        rv = pt_cellchunk_cells(&ch, &rm->dec);
+    if (rv == PT_ENOMEM)
+        return rv;
+    if (rv != 0) {
+        snprintf(err, errlen, "chunk cell %08x..%08x of writer %016llx does not decode",
+                 (unsigned)cq.first, (unsigned)cq.last, (unsigned long long)cq.writer);
+        return PT_EINTERNAL;
+    }
+    for (size_t i = from; i < rm->dec.n; i++) {
+        uint32_t q = rm->dec.c[i].q;
+        if (q < cq.first || q > cq.last) {
+            snprintf(err, errlen, "chunk cell %08x..%08x of writer %016llx holds offset %08x",
+                     (unsigned)cq.first, (unsigned)cq.last, (unsigned long long)cq.writer,
+                     (unsigned)q);
+            return PT_EINTERNAL;
+        }
+        if (q < lo || q >= hi)
+            continue;
+        pt_bt_rowmerge_item it = {.q = q, .kind = CHUNK, .order = cq.writer, .idx = i, .seq = seq};
+        if ((rv = push_item(rm, it)) != 0)
+            return rv;
+    }
+    return 0;
+}
+
+int pt_bt_merge_row(pt_bt_rowmerge *rm, const pt_bt_cell *cells, size_t n, pt_slice qs, pt_slice qe,
+                    pt_bt_merged_fn fn, void *ud, char *err, size_t errlen)
+{
+    uint64_t lo = pt_bt_qual_floor(qs), hi = qe.n ? pt_bt_qual_floor(qe) : (uint64_t)1 << 32;
+    pt_vcells_reset(&rm->dec);
+    rm->n = 0;
+    int rv = 0;
+    for (size_t i = 0; i < n && rv == 0; i++) {
+        const pt_bt_cell *c = &cells[i];
+        if (!pt_slice_eq(c->family, PT_SLICE_LIT(PT_BT_FAMILY)))
+            continue;
+        if (c->qualifier.n == PT_BT_CHUNK_QUAL_LEN) {
+            rv = add_chunk(rm, c, i, lo, hi, err, errlen);
+        } else if (c->qualifier.n == PT_QUAL_LEN) {
+            uint32_t q = pt_get_be32(c->qualifier.p);
+            if (q >= lo && q < hi)
+                rv = push_item(rm,
+                               (pt_bt_rowmerge_item){.q = q, .kind = SINGLE, .idx = i, .seq = i});
+        } else if (in_window(c->qualifier, qs, qe)) {
+            rv = push_item(
+                rm, (pt_bt_rowmerge_item){.kind = PASS, .pass = c->qualifier, .idx = i, .seq = i});
+        }
+    }
+    if (rv != 0)
+        return rv;
+    if (rm->n > 1)
+        qsort(rm->items, rm->n, sizeof(*rm->items), by_qual_winner_first);
+    for (size_t i = 0; i < rm->n && rv == 0; i++) {
+        const pt_bt_rowmerge_item *it = &rm->items[i], *prev = i ? it - 1 : NULL;
+        uint8_t b[4], pb[4];
+        pt_slice q = item_qual(it, b);
+        if (prev && pt_slice_eq(q, item_qual(prev, pb)))
+            continue; /* the winner came first */
+        pt_slice v;
+        if (it->kind == CHUNK) {
+            const pt_vcell *vc = &rm->dec.c[it->idx];
+            v = (pt_slice){pt_vcell_val(vc), vc->vlen};
+        } else {
+            v = cells[it->idx].value;
+        }
+        rv = fn(ud, q, v);
+    }
+    return rv;
+}
