@@ -22,6 +22,15 @@
 #       sample returned, and the emulator's CPU per remote read. Each figure for the
 #       points table (the samples) and, after a slash, for both tables (index included).
 #
+# Backends: embedded, bigtable (every write straight to Bigtable) and bigtable-buffered
+# (storage.bigtable.buffer_path set, everything else at its default). The buffered one
+# writes to Bigtable when its buffer flushes, so its traffic comes from the line promtable
+# logs when it stops, after the stop flushed everything ("bigtable writes"): in (a), the
+# whole run's; in (b), the read set is loaded as two halves of 30 minutes of samples, with
+# a stop (flush) after each, as the default flush_interval of 30 minutes flushes a steady
+# load, and (c) reports the write traffic of that loading too. Its reads then find every
+# sample in Bigtable, none in the buffer.
+#
 # Usage: bench/bigtable.sh        (environment variables below change the load)
 #
 # Processes, ports and the emulator come from tests/e2e/lib.sh (everything it starts is
@@ -32,7 +41,7 @@ set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # shellcheck source-path=SCRIPTDIR source=../tests/e2e/lib.sh
 . "$ROOT/tests/e2e/lib.sh"
-BACKENDS=${BACKENDS:-"embedded bigtable"}
+BACKENDS=${BACKENDS:-"embedded bigtable bigtable-buffered"}
 PROMTABLE_CPU=${PROMTABLE_CPU:-0}
 OTHER_CPU=${OTHER_CPU:-1}
 # (a) ingest
@@ -65,7 +74,7 @@ SRV_PID=''
 EMU_PID=''
 
 stop_all() {
-    if [[ -n $SRV_PID ]]; then pt_stop "$SRV_PID" 30; fi
+    if [[ -n $SRV_PID ]]; then stop_server >/dev/null; fi
     if [[ -n $EMU_PID ]]; then pt_stop "$EMU_PID" 5; fi
     SRV_PID=''
     EMU_PID=''
@@ -84,7 +93,7 @@ start() {
     local name=$1 backend=$2 port eport store=()
     pt_free_port port
     URL=http://127.0.0.1:$port
-    if [[ $backend == bigtable ]]; then
+    if [[ $backend == bigtable* ]]; then
         if ! pt_start_cbtemulator eport "$WORK/$name.emulator.log"; then
             log "the emulator did not start: $(tail -n 3 "$WORK/$name.emulator.log")"
             return 1
@@ -99,18 +108,61 @@ start() {
             cat "$WORK/$name.init.log" >&2
             return 1
         }
+        [[ $backend == bigtable-buffered ]] &&
+            store+=(--storage.bigtable.buffer-path="$WORK/$name.buffer")
     else
         mkdir -p "$WORK/$name.data"
         store=(--storage.embedded.path="$WORK/$name.data")
     fi
-    CMDS+=("$name server: taskset -c $PROMTABLE_CPU $PROMTABLE --web.listen-address=127.0.0.1:$port ${store[*]}")
-    pt_spawn "$WORK/$name.log" taskset -c "$PROMTABLE_CPU" "$PROMTABLE" \
-        --web.listen-address="127.0.0.1:$port" "${store[@]}"
+    SRV_ARGS=(--web.listen-address="127.0.0.1:$port" "${store[@]}")
+    SRV_LOG=$WORK/$name.log
+    CMDS+=("$name server: taskset -c $PROMTABLE_CPU $PROMTABLE ${SRV_ARGS[*]}")
+    spawn_server
+}
+
+# spawn_server: promtable with SRV_ARGS, output appended to SRV_LOG; sets SRV_PID.
+spawn_server() {
+    pt_spawn "$SRV_LOG.tmp" taskset -c "$PROMTABLE_CPU" "$PROMTABLE" "${SRV_ARGS[@]}"
     SRV_PID=$PT_PID
     pt_wait_http "$URL/-/ready" 30 "$SRV_PID" && return 0
     log "promtable did not start:"
-    tail -n 20 "$WORK/$name.log" >&2
+    tail -n 20 "$SRV_LOG.tmp" >&2
     return 1
+}
+
+# stop_server: SIGTERM (a buffered promtable flushes everything), its log appended to
+# SRV_LOG. Prints the points and both tables' "bigtable writes" figures it logged, as
+# "rows cells bytes" twice (points, then both tables); nothing when there is no such line.
+stop_server() {
+    pt_stop "$SRV_PID" 120 >/dev/null
+    SRV_PID=''
+    cat "$SRV_LOG.tmp" >>"$SRV_LOG"
+    grep 'msg="bigtable writes"' "$SRV_LOG.tmp" | tail -n 1 | awk '{
+        for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+        print v["points_rows"], v["points_cells"], v["points_bytes"], v["rows"], v["cells"], v["bytes"] }'
+}
+
+# add_traffic A B: the sum of two stop_server lines (either may be empty).
+add_traffic() {
+    awk -v a="$1" -v b="$2" 'BEGIN { n = split(a, x, " "); split(b, y, " ")
+        if (n == 0) { print b; exit } if (b == "") { print a; exit }
+        for (i = 1; i <= 6; i++) printf "%s%.0f", (i > 1 ? " " : ""), x[i] + y[i]; print "" }'
+}
+
+# stop_per_sample TRAFFIC SAMPLES: "points/all" rows, cells and bytes per sample from a
+# stop_server line, into the arrays named by $3 $4 $5 under key $6.
+stop_per_sample() {
+    local -a t
+    read -ra t <<<"$1"
+    if [[ ${#t[@]} != 6 ]]; then
+        printf -v "$3[$6]" '%s' -
+        printf -v "$4[$6]" '%s' -
+        printf -v "$5[$6]" '%s' -
+        return
+    fi
+    printf -v "$3[$6]" '%s' "$(ratio "${t[0]}" "$2" 4)/$(ratio "${t[3]}" "$2" 4)"
+    printf -v "$4[$6]" '%s' "$(ratio "${t[1]}" "$2" 4)/$(ratio "${t[4]}" "$2" 4)"
+    printf -v "$5[$6]" '%s' "$(ratio "${t[2]}" "$2" 1)/$(ratio "${t[5]}" "$2" 1)"
 }
 
 # metric NAME: the sum of NAME's series on promtable's /metrics, empty when it has none.
@@ -149,15 +201,15 @@ PROMTABLE=$BUILD_DIR/promtable
 LOADGEN=$BUILD_DIR/bench/loadgen
 READBENCH=$BUILD_DIR/bench/readbench
 bench_need "$PROMTABLE" "$LOADGEN" "$READBENCH"
-if [[ " $BACKENDS " == *" bigtable "* ]] && ! pt_cbtemulator_found; then
+if [[ " $BACKENDS " == *" bigtable"* ]] && ! pt_cbtemulator_found; then
     log "the Bigtable emulator is not installed ($PT_CBTEMULATOR): bigtable left out"
-    BACKENDS=${BACKENDS//bigtable/}
+    BACKENDS=embedded
 fi
 [[ $(nproc) -ge 2 ]] || log "warning: fewer than 2 CPUs; everything shares one core"
 
 declare -A RATE PERCPU NSPS P99 ERRS EMUCPU CHECK
 declare -A RD_P50 RD_P99 RD_MEAN RD_SERIES RD_SAMPLES RD_CPU RD_BYTES RD_EMU
-declare -A W_ROWS W_CELLS W_BYTES RD_CELLS RD_ROWS
+declare -A W_ROWS W_CELLS W_BYTES RD_CELLS RD_ROWS L_ROWS L_CELLS L_BYTES
 declare -A TRAFFIC_DIGITS=([rows_mutated]=4 [cells_written]=4 [write_bytes]=1 [rows_read]=4 [cells_read]=4)
 CMDS=()
 FAILED=0
@@ -197,6 +249,8 @@ ingest() {
     W_ROWS[$b]=$(per_sample rows_mutated "0 0" "$(traffic rows_mutated)" "$got")
     W_CELLS[$b]=$(per_sample cells_written "0 0" "$(traffic cells_written)" "$got")
     W_BYTES[$b]=$(per_sample write_bytes "0 0" "$(traffic write_bytes)" "$got")
+    # Buffered: what the run sent, the flush at the stop included.
+    [[ $b == bigtable-buffered ]] && stop_per_sample "$(stop_server)" "$got" W_ROWS W_CELLS W_BYTES "$b"
     if [[ ${ERRS[$b]} != 0 ]]; then
         CHECK[$b]="FAILED: ${ERRS[$b]} request errors"
     elif [[ -n $got && $got -ge $sent ]]; then
@@ -214,17 +268,29 @@ read_latency() {
     start "$name" "$b" || return 1
     # 240 scrapes of every series, 15 s apart, ending in the past: [start, start + 1 h).
     start_ms=$((($(date +%s) - 3600 - 300) * 1000))
-    args=(--url "$URL/api/v1/write" --series "$READ_SERIES" --labels "$LABELS"
-        --samples-per-request 2000 --samples-per-series "$READ_SAMPLES_PER_SERIES"
-        --connections 2 --warmup 0 --start-ms "$start_ms"
-        --requests $((READ_SERIES * 240 / 2000)))
-    CMDS+=("$name load: $LOADGEN ${args[*]}")
-    log "+ $LOADGEN ${args[*]}"
-    "$LOADGEN" "${args[@]}" >"$WORK/$name.load.result" 2>"$WORK/$name.load.log" || {
-        tail -n 20 "$WORK/$name.load.log" >&2
-        stop_all
-        return 1
-    }
+    # Buffered: two halves of 30 minutes, each flushed by a stop, as the default
+    # flush_interval does under a steady load.
+    local halves=1 h flushed=''
+    [[ $b == bigtable-buffered ]] && halves=2
+    for ((h = 0; h < halves; h++)); do
+        args=(--url "$URL/api/v1/write" --series "$READ_SERIES" --labels "$LABELS"
+            --samples-per-request 2000 --samples-per-series "$READ_SAMPLES_PER_SERIES"
+            --connections 2 --warmup 0 --start-ms $((start_ms + h * 3600000 / halves))
+            --requests $((READ_SERIES * 240 / 2000 / halves)))
+        CMDS+=("$name load: $LOADGEN ${args[*]}")
+        log "+ $LOADGEN ${args[*]}"
+        "$LOADGEN" "${args[@]}" >"$WORK/$name.load.result" 2>"$WORK/$name.load.log" || {
+            tail -n 20 "$WORK/$name.load.log" >&2
+            stop_all
+            return 1
+        }
+        if [[ $b == bigtable-buffered ]]; then
+            flushed=$(add_traffic "$flushed" "$(stop_server)")
+            spawn_server || return 1
+        fi
+    done
+    [[ $b == bigtable-buffered ]] &&
+        stop_per_sample "$flushed" $((READ_SERIES * 240)) L_ROWS L_CELLS L_BYTES "$b"
     for type in samples streamed; do
         args=(--url "$URL/api/v1/read" --start-ms "$start_ms"
             --end-ms $((start_ms + 3600000 - 1)) --requests "$READ_REQUESTS"
@@ -294,13 +360,13 @@ echo "host: $(nproc) CPUs ($CPU_MODEL), $(uname -sr); promtable on CPU $PROMTABL
 echo
 echo "(a) ingest: $SERIES series, $LABELS labels, $SAMPLES_PER_REQUEST samples/request," \
     "$CONNECTIONS connections, ${WARMUP}s warm-up + ${DURATION}s timed"
-FMT='%-10s %11s %14s %15s %8s %6s %13s  %s\n'
+FMT='%-18s %11s %14s %15s %8s %6s %13s  %s\n'
 print_table "$FMT" backend "$BACKENDS" samples/s=RATE samples/CPU-s=PERCPU \
     "promtable ns/sample=NSPS" "p99 ms=P99" errors=ERRS "emulator CPU-s=EMUCPU" check=CHECK
 echo
 echo "(b) remote_read: {__name__=~\".+\"} over 1 h = $READ_SERIES series x 240 samples," \
     "$READ_REQUESTS requests after $READ_WARMUP warm-up, one at a time, keep-alive HTTP/1.1"
-FMT='%-10s %-9s %9s %9s %9s %8s %9s %12s %17s %16s\n'
+FMT='%-18s %-9s %9s %9s %9s %8s %9s %12s %17s %16s\n'
 # shellcheck disable=SC2059
 printf "$FMT" backend answer "p50 ms" "p99 ms" "mean ms" series samples "answer bytes" \
     "promtable CPU ms" "emulator CPU ms"
@@ -312,30 +378,37 @@ for b in $BACKENDS; do
             "${RD_BYTES[$b.$type]:--}" "${RD_CPU[$b.$type]:--}" "${RD_EMU[$b.$type]:--}"
     done
 done
-if [[ " $BACKENDS " == *" bigtable "* ]]; then
+for bt in bigtable bigtable-buffered; do
+    [[ " $BACKENDS " == *" $bt "* ]] || continue
     echo
-    echo "(c) Bigtable traffic, from promtable's /metrics: points table / both tables"
+    echo "(c) $bt traffic: points table / both tables"
     echo "writes in (a), per sample written (warm-up included):" \
-        "${W_ROWS[bigtable]:--} row mutations, ${W_CELLS[bigtable]:--} cells," \
-        "${W_BYTES[bigtable]:--} bytes"
+        "${W_ROWS[$bt]:--} row mutations, ${W_CELLS[$bt]:--} cells," \
+        "${W_BYTES[$bt]:--} bytes"
+    [[ $bt == bigtable-buffered ]] &&
+        echo "writes of (b)'s read set, two 30-minute halves each flushed, per sample:" \
+            "${L_ROWS[$bt]:--} row mutations, ${L_CELLS[$bt]:--} cells, ${L_BYTES[$bt]:--} bytes"
     FMT='%-9s %24s %24s %16s\n'
     # shellcheck disable=SC2059
     printf "$FMT" answer "cells read/sample ret." "rows read/sample ret." "emulator CPU ms"
     for type in samples streamed; do
         # shellcheck disable=SC2059
-        printf "$FMT" "$type" "${RD_CELLS[bigtable.$type]:--}" "${RD_ROWS[bigtable.$type]:--}" \
-            "${RD_EMU[bigtable.$type]:--}"
+        printf "$FMT" "$type" "${RD_CELLS[$bt.$type]:--}" "${RD_ROWS[$bt.$type]:--}" \
+            "${RD_EMU[$bt.$type]:--}"
     done
     # The same on one line, for collecting runs.
-    echo "traffic: rows_mutated_per_sample=${W_ROWS[bigtable]:--}" \
-        "cells_written_per_sample=${W_CELLS[bigtable]:--}" \
-        "write_bytes_per_sample=${W_BYTES[bigtable]:--}" \
-        "cells_read_per_sample=${RD_CELLS[bigtable.samples]:--}" \
-        "rows_read_per_sample=${RD_ROWS[bigtable.samples]:--}" \
-        "emulator_cpu_ms_per_read=${RD_EMU[bigtable.samples]:--}" \
-        "streamed_cells_read_per_sample=${RD_CELLS[bigtable.streamed]:--}" \
-        "streamed_emulator_cpu_ms_per_read=${RD_EMU[bigtable.streamed]:--}"
-fi
+    echo "traffic $bt: rows_mutated_per_sample=${W_ROWS[$bt]:--}" \
+        "cells_written_per_sample=${W_CELLS[$bt]:--}" \
+        "write_bytes_per_sample=${W_BYTES[$bt]:--}" \
+        "load_rows_mutated_per_sample=${L_ROWS[$bt]:--}" \
+        "load_write_bytes_per_sample=${L_BYTES[$bt]:--}" \
+        "cells_read_per_sample=${RD_CELLS[$bt.samples]:--}" \
+        "rows_read_per_sample=${RD_ROWS[$bt.samples]:--}" \
+        "emulator_cpu_ms_per_read=${RD_EMU[$bt.samples]:--}" \
+        "streamed_cells_read_per_sample=${RD_CELLS[$bt.streamed]:--}" \
+        "streamed_emulator_cpu_ms_per_read=${RD_EMU[$bt.streamed]:--}" \
+        "read_cpu_ms=${RD_CPU[$bt.samples]:--}"
+done
 echo
 echo "commands:"
 for c in "${CMDS[@]}"; do echo "  $c"; done

@@ -71,6 +71,12 @@ static void bt_close(void *state)
         pt_log(PT_LOG_INFO, "bigtable scans",
                "scans=%lu read_calls=%lu scan_resumes=%lu sample_calls=%lu", st.scans,
                st.read_calls, st.scan_resumes, st.sample_calls);
+    /* What this process sent, buffer flushed: the traffic per sample of a whole run. */
+    if (st.all.rows_mutated)
+        pt_log(PT_LOG_INFO, "bigtable writes",
+               "points_rows=%lu points_cells=%lu points_bytes=%lu rows=%lu cells=%lu bytes=%lu",
+               st.points.rows_mutated, st.points.cells_written, st.points.write_bytes,
+               st.all.rows_mutated, st.all.cells_written, st.all.write_bytes);
     if (st.flow.infos)
         pt_log(PT_LOG_INFO, "bigtable flow control",
                "rate_limit_infos=%lu writes_refused=%lu wait_seconds=%.3f", st.flow.infos,

@@ -503,26 +503,21 @@ static int snap_add(sinkscan *ss, pt_slice key)
     return 0;
 }
 
-/* The head's cells of range r, copied under mu before the sink is read: a flush that
- * ends meanwhile has put them into the sink before it drops them, so every cell is in
- * the copy, the sink's scan, or both (the head's copy wins then: the same value or a
- * newer one). */
-static int snap_range(sinkscan *ss, const pt_row_range *r)
+/* Adds the head's cells of range r to the snapshot (mu held). */
+static int snap_range_locked(sinkscan *ss, const pt_row_range *r)
 {
     pscan *sc = ss->sc;
     int rv;
-    ss->nrows = ss->nc = ss->next = 0;
-    pt_arena_reset(&ss->a);
-    pthread_mutex_lock(&sc->e->mu);
     if (pt_emb_rocks_one_row(r)) {
         if ((rv = copy_head_locked(sc, r->start)) == 0)
             rv = snap_add(ss, r->start);
-    } else if ((rv = head_rows_locked(sc, r)) == 0) {
-        for (size_t i = 0; i < sc->nh && rv == 0; i++)
-            if ((rv = copy_head_locked(sc, sc->hrows[i])) == 0)
-                rv = snap_add(ss, sc->hrows[i]);
+        return rv;
     }
-    pthread_mutex_unlock(&sc->e->mu);
+    if ((rv = head_rows_locked(sc, r)) != 0)
+        return rv;
+    for (size_t i = 0; i < sc->nh && rv == 0; i++)
+        if ((rv = copy_head_locked(sc, sc->hrows[i])) == 0)
+            rv = snap_add(ss, sc->hrows[i]);
     return rv;
 }
 
@@ -601,31 +596,27 @@ static int sink_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     return rv ? rv : sc->done;
 }
 
-static int sink_range(sinkscan *ss, const pt_row_range *r)
-{
-    pscan *sc = ss->sc;
-    int rv = snap_range(ss, r);
-    if (rv != 0)
-        return rv;
-    pt_scan sub = *sc->s;
-    sub.ranges = r;
-    sub.nranges = 1;
-    sub.stream = NULL;
-    sub.row_limit = sc->s->row_limit ? sc->s->row_limit - sc->rows : 0;
-    ss->in_row = 0;
-    rv = pt_backend_scan(sc->e->sink, &sub, sink_cell, ss);
-    if (rv < 0)
-        return rv;
-    return rows_before(ss, (pt_slice){0});
-}
-
+/* The head's cells of every range are copied under mu before the sink is read: a flush
+ * that ends meanwhile has put them into the sink before it drops them, so every cell is
+ * in the copy, the sink's scan, or both (the head's copy wins then: the same value or a
+ * newer one). The ranges are sorted and apart, so the copy is in row order; the sink gets
+ * them all in one scan (one round trip on Bigtable, not one a range). */
 static int scan_sink(pscan *sc)
 {
     sinkscan ss = {.sc = sc, .row = PT_BUF_INIT(0)};
     pt_arena_init(&ss.a, 64 * 1024, 0);
     int rv = 0;
-    for (size_t i = 0; i < sc->s->nranges && !sc->done && rv == 0; i++)
-        rv = sink_range(&ss, &sc->s->ranges[i]);
+    pthread_mutex_lock(&sc->e->mu);
+    for (size_t i = 0; i < sc->s->nranges && rv == 0; i++)
+        rv = snap_range_locked(&ss, &sc->s->ranges[i]);
+    pthread_mutex_unlock(&sc->e->mu);
+    if (rv == 0) {
+        pt_scan sub = *sc->s;
+        sub.stream = NULL;
+        rv = pt_backend_scan(sc->e->sink, &sub, sink_cell, &ss);
+    }
+    if (rv >= 0)
+        rv = rows_before(&ss, (pt_slice){0});
     pt_arena_free(&ss.a);
     free(ss.c);
     free(ss.rows);
