@@ -13,7 +13,7 @@
 #include <stddef.h>
 
 /* Every type refuses, naming the key, a value it cannot parse or one outside [min, max].
- * Strings (STR, ADDR, FILE, ENUM) are char *, malloc'd and owned by the configuration. */
+ * Strings (STR, ADDR, FILE, ENUM, DIR) are char *, malloc'd and owned by the configuration. */
 typedef enum pt_conf_type {
     PT_CONF_STR,      /* any text; empty only when the default is empty */
     PT_CONF_LONG,     /* long, decimal */
@@ -26,6 +26,8 @@ typedef enum pt_conf_type {
                          a readable regular file */
     PT_CONF_ENUM,     /* one of the words of def, which lists them separated by '|'; the
                          first is the default: "info|debug|warn|error" */
+    PT_CONF_DIR,      /* a directory path; empty turns off what it is for, whatever the
+                         default (the directory is made when used) */
 } pt_conf_type;
 
 typedef struct pt_conf_key {

@@ -108,8 +108,11 @@ start() {
             cat "$WORK/$name.init.log" >&2
             return 1
         }
-        [[ $backend == bigtable-buffered ]] &&
+        if [[ $backend == bigtable-buffered ]]; then
             store+=(--storage.bigtable.buffer-path="$WORK/$name.buffer")
+        else
+            store+=(--storage.bigtable.buffer-path=)
+        fi
     else
         mkdir -p "$WORK/$name.data"
         store=(--storage.embedded.path="$WORK/$name.data")

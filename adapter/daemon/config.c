@@ -331,6 +331,7 @@ static int set_value(const conf_ref *r, const char *v, char *err, size_t errlen)
             return -1;
         return set_string(r, v);
     case PT_CONF_FILE:
+    case PT_CONF_DIR:
         return set_string(r, v);
     case PT_CONF_BOOL:
         if (strcmp(v, "true") == 0 || strcmp(v, "1") == 0 || strcmp(v, "yes") == 0)
@@ -410,7 +411,8 @@ int pt_config_defaults(pt_config *c)
 
 static int is_string(pt_conf_type t)
 {
-    return t == PT_CONF_STR || t == PT_CONF_ADDR || t == PT_CONF_FILE || t == PT_CONF_ENUM;
+    return t == PT_CONF_STR || t == PT_CONF_ADDR || t == PT_CONF_FILE || t == PT_CONF_ENUM ||
+           t == PT_CONF_DIR;
 }
 
 static int free_string(void *ud, conf_ref *r)

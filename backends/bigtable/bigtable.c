@@ -389,10 +389,11 @@ static const pt_conf_key conf_keys[] = {
      "ReadRows streams one scan of many rows (or of one range over 16 MiB) runs at once; the "
      "server works on them in parallel, and their rows are delivered in order, one stream "
      "after another."},
-    {"buffer_path", NULL, PT_CONF_STR, "", 0, 0, C(buffer_path),
-     "Write-back directory: samples are acknowledged once in its log (as with the embedded "
-     "store) and reach Bigtable as chunk cells, a row's samples of up to flush_interval in "
-     "one cell; empty: every write goes straight to Bigtable, one cell per sample."},
+    {"buffer_path", NULL, PT_CONF_DIR, "./data/bigtable-buffer", 0, 0, C(buffer_path),
+     "Write-back buffer directory (one promtable each): samples are acknowledged once in "
+     "its log and reach Bigtable as chunk cells, a row's samples of up to flush_interval in "
+     "one cell; empty: every write goes straight to Bigtable, a chunk cell per series and "
+     "request."},
     {"buffer_memory", NULL, PT_CONF_BYTES, "128MiB", 64LL << 10, 1LL << 40, C(buffer_memory),
      "Bytes of samples the write-back buffer holds in memory before it flushes an eighth "
      "of the series into Bigtable."},

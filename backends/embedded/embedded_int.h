@@ -712,7 +712,7 @@ int pt_emb_flush_frozen(embedded *e, unsigned k, emb_hook hook, void *ud);
 int pt_emb_flush_flushing(embedded *e, emb_hook hook, void *ud);
 /* A write-back store's flush (flush.c calls it for rows[0..n) of the shards flushing):
  * each row's frozen cells, sorted, go to the sink in batches that never cut a row, with
- * the write's wall-clock time as their version. On failure some rows may be in the sink
+ * their sample times as their versions. On failure some rows may be in the sink
  * already; writing them again is harmless. */
 int pt_emb_sink_flush(embedded *e, hrow **rows, size_t n);
 /* Deletes the table files a flush left in dir when it was cut short (open calls it). */

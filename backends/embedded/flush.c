@@ -31,6 +31,7 @@
 
 #include "embedded_int.h"
 #include "error.h"
+#include "schema.h"
 
 typedef struct flusher {
     embedded *e;
@@ -455,9 +456,13 @@ typedef struct sinkfl {
     size_t dec_cap, sorted_cap;
 } sinkfl;
 
-/* Adds row r's frozen cells (generation gen), sorted, to the batch. */
-static int sink_row(sinkfl *b, const hrow *r, unsigned gen, int64_t version_us)
+/* Adds row r's frozen cells (generation gen), sorted, to the batch. Each cell's version is
+ * its sample's time (the row key's base plus the offset, docs/storage-format.md), as a
+ * direct write would give it; fallback_us for a row whose key holds no base. */
+static int sink_row(sinkfl *b, const hrow *r, unsigned gen, int64_t fallback_us)
 {
+    size_t end;
+    int64_t base = pt_key_time(r->key, r->keylen, "@#", &end);
     const cell *c;
     uint32_t cn;
     int rv = pt_emb_hcells_get(&r->s[gen], &b->dec, &b->dec_cap, &c, &cn);
@@ -486,7 +491,8 @@ static int sink_row(sinkfl *b, const hrow *r, unsigned gen, int64_t version_us)
                                      .row = {r->key, r->keylen},
                                      .qual = {bytes, 4},
                                      .value = {v, c[i].vlen},
-                                     .version_us = version_us};
+                                     .version_us = base >= 0 ? (base + c[i].q) * 1000
+                                                             : fallback_us};
     }
     return 0;
 }
@@ -503,7 +509,8 @@ int pt_emb_sink_flush(embedded *e, hrow **rows, size_t n)
 {
     sinkfl b = {0};
     pt_arena_init(&b.a, 64 * 1024, 0);
-    /* One version for the whole flush, in whole milliseconds (Bigtable's granularity). */
+    /* For a row without a base in its key: the flush's time, in whole milliseconds
+     * (Bigtable's granularity). */
     int64_t version_us = pt_wall_ms() * 1000;
     int rv = 0;
     for (size_t i = 0; i < n && rv == 0; i++) {

@@ -107,8 +107,10 @@ gt0() {
     awk -v v="$1" 'BEGIN { exit !(v > 0) }'
 }
 
+# No write-back buffer: every write goes to Bigtable before it is acknowledged.
 BT=(--storage.backend=bigtable --storage.bigtable.project=outage
-    --storage.bigtable.instance=outage --storage.bigtable.table-prefix=o_)
+    --storage.bigtable.instance=outage --storage.bigtable.table-prefix=o_
+    --storage.bigtable.buffer-path=)
 
 # ------------------------------------------------------------------- 1. start everything
 

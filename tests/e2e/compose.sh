@@ -350,7 +350,8 @@ else
     pt_spawn "$T/promtable.log" env -u BIGTABLE_EMULATOR_HOST "$PROMTABLE" \
         --config.file="$ROOT/configs/promtable-compose.yml" \
         --web.listen-address="127.0.0.1:$web_port" \
-        --storage.bigtable.endpoint="127.0.0.1:$dead_port"
+        --storage.bigtable.endpoint="127.0.0.1:$dead_port" \
+        --storage.bigtable.buffer-path="$T/buffer"
     pid=$PT_PID
     if pt_wait_http "http://127.0.0.1:$web_port/-/ready" 20 "$pid"; then
         tap_ok "$desc"

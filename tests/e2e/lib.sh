@@ -470,8 +470,9 @@ pt_kill_cbtemulator() {
 
 # pt_bigtable_store DIR NAME PREFIX : starts the Bigtable emulator (log DIR/emulator.log),
 # sets EMU_PORT and BT, the flags that point promtable at it (project and instance NAME,
-# table prefix PREFIX), and creates the tables with `$PROMTABLE init` (log DIR/init.log);
-# bails out when either fails.
+# table prefix PREFIX, no write-back buffer: a test that wants one adds
+# --storage.bigtable.buffer-path=DIR after them), and creates the tables with
+# `$PROMTABLE init` (log DIR/init.log); bails out when either fails.
 pt_bigtable_store() {
     local dir=$1 name=$2 prefix=$3
     EMU_PORT=''
@@ -479,7 +480,7 @@ pt_bigtable_store() {
         tap_bail "the Bigtable emulator did not start"
     BT=(--storage.backend=bigtable --storage.bigtable.project="$name"
         --storage.bigtable.instance="$name" --storage.bigtable.table-prefix="$prefix"
-        --storage.bigtable.endpoint="127.0.0.1:$EMU_PORT")
+        --storage.bigtable.endpoint="127.0.0.1:$EMU_PORT" --storage.bigtable.buffer-path=)
     "$PROMTABLE" init "${BT[@]}" >"$dir/init.log" 2>&1 ||
         tap_bail "promtable init: $(tail -n 3 "$dir/init.log")"
 }

@@ -255,7 +255,7 @@ scenario() {
             # A table prefix, so promtable must use the tables init made, not defaults.
             storage=(--storage.backend=bigtable --storage.bigtable.project=e2e
                 --storage.bigtable.instance=e2e "--storage.bigtable.endpoint=127.0.0.1:$EMU_PORT"
-                --storage.bigtable.table-prefix=e2e_)
+                --storage.bigtable.table-prefix=e2e_ --storage.bigtable.buffer-path=)
             if ! "$BUILD/promtable" init "${storage[@]}" >"$DIR/init.log" 2>&1; then
                 tap_not_ok "$NAME: promtable init creates the tables on the emulator"
                 show_logs

@@ -115,6 +115,8 @@ static int bad_values(const pt_conf_key *e, values *vs)
         add(vs, 0, "/nonexistent-promtable-test/file");
         add(vs, 0, "/");
         return 1;
+    case PT_CONF_DIR: /* any path, and empty (off): nothing to refuse when it is set */
+        return 1;
     }
     return 0;
 }
@@ -166,6 +168,11 @@ static void good_values(const pt_conf_key *e, values *vs)
         add(vs, 0, "%s", good_file);
         add(vs, 0, "%s", "");
         break;
+    case PT_CONF_DIR: /* empty too, whatever the default: it turns the feature off */
+        add(vs, 0, "%s", "/var/lib/promtable/x");
+        add(vs, 0, "%s", "relative/dir");
+        add(vs, 0, "%s", "");
+        break;
     }
 }
 
@@ -189,6 +196,7 @@ static void field_text(pt_config *c, const pt_conf_key *e, char *out, size_t cap
     case PT_CONF_ADDR:
     case PT_CONF_FILE:
     case PT_CONF_ENUM:
+    case PT_CONF_DIR:
         snprintf(out, cap, "%s", *(char **)f ? *(char **)f : "(null)");
         break;
     case PT_CONF_LONG:
