@@ -74,7 +74,7 @@ SRV_PID=''
 EMU_PID=''
 
 stop_all() {
-    if [[ -n $SRV_PID ]]; then stop_server >/dev/null; fi
+    if [[ -n $SRV_PID ]]; then stop_promtable >/dev/null; fi
     if [[ -n $EMU_PID ]]; then pt_stop "$EMU_PID" 5; fi
     SRV_PID=''
     EMU_PID=''
@@ -133,10 +133,10 @@ spawn_server() {
     return 1
 }
 
-# stop_server: SIGTERM (a buffered promtable flushes everything), its log appended to
+# stop_promtable: SIGTERM (a buffered promtable flushes everything), its log appended to
 # SRV_LOG. Prints the points and both tables' "bigtable writes" figures it logged, as
 # "rows cells bytes" twice (points, then both tables); nothing when there is no such line.
-stop_server() {
+stop_promtable() {
     pt_stop "$SRV_PID" 120 >/dev/null
     SRV_PID=''
     cat "$SRV_LOG.tmp" >>"$SRV_LOG"
@@ -145,7 +145,7 @@ stop_server() {
         print v["points_rows"], v["points_cells"], v["points_bytes"], v["rows"], v["cells"], v["bytes"] }'
 }
 
-# add_traffic A B: the sum of two stop_server lines (either may be empty).
+# add_traffic A B: the sum of two stop_promtable lines (either may be empty).
 add_traffic() {
     awk -v a="$1" -v b="$2" 'BEGIN { n = split(a, x, " "); split(b, y, " ")
         if (n == 0) { print b; exit } if (b == "") { print a; exit }
@@ -153,7 +153,7 @@ add_traffic() {
 }
 
 # stop_per_sample TRAFFIC SAMPLES: "points/all" rows, cells and bytes per sample from a
-# stop_server line, into the arrays named by $3 $4 $5 under key $6.
+# stop_promtable line, into the arrays named by $3 $4 $5 under key $6.
 stop_per_sample() {
     local -a t
     read -ra t <<<"$1"
@@ -253,7 +253,7 @@ ingest() {
     W_CELLS[$b]=$(per_sample cells_written "0 0" "$(traffic cells_written)" "$got")
     W_BYTES[$b]=$(per_sample write_bytes "0 0" "$(traffic write_bytes)" "$got")
     # Buffered: what the run sent, the flush at the stop included.
-    [[ $b == bigtable-buffered ]] && stop_per_sample "$(stop_server)" "$got" W_ROWS W_CELLS W_BYTES "$b"
+    [[ $b == bigtable-buffered ]] && stop_per_sample "$(stop_promtable)" "$got" W_ROWS W_CELLS W_BYTES "$b"
     if [[ ${ERRS[$b]} != 0 ]]; then
         CHECK[$b]="FAILED: ${ERRS[$b]} request errors"
     elif [[ -n $got && $got -ge $sent ]]; then
@@ -288,7 +288,7 @@ read_latency() {
             return 1
         }
         if [[ $b == bigtable-buffered ]]; then
-            flushed=$(add_traffic "$flushed" "$(stop_server)")
+            flushed=$(add_traffic "$flushed" "$(stop_promtable)")
             spawn_server || return 1
         fi
     done
