@@ -205,6 +205,16 @@ static int by_qual_winner_first(const void *pa, const void *pb)
     return a->seq < b->seq ? -1 : a->seq > b->seq;
 }
 
+/* Whether items[0..n) are in by_qual_winner_first's order already: the common row, chunks
+ * that do not overlap, read in qualifier order, needs no sort. */
+static int in_order(const pt_bt_rowmerge_item *items, size_t n)
+{
+    for (size_t i = 1; i < n; i++)
+        if (by_qual_winner_first(&items[i - 1], &items[i]) > 0)
+            return 0;
+    return 1;
+}
+
 static int in_window(pt_slice q, pt_slice qs, pt_slice qe)
 {
     return (qs.n == 0 || pt_slice_cmp(q, qs) >= 0) && (qe.n == 0 || pt_slice_cmp(q, qe) < 0);
@@ -273,7 +283,7 @@ int pt_bt_merge_row(pt_bt_rowmerge *rm, const pt_bt_cell *cells, size_t n, pt_sl
     }
     if (rv != 0)
         return rv;
-    if (rm->n > 1)
+    if (!in_order(rm->items, rm->n))
         qsort(rm->items, rm->n, sizeof(*rm->items), by_qual_winner_first);
     for (size_t i = 0; i < rm->n && rv == 0; i++) {
         const pt_bt_rowmerge_item *it = &rm->items[i], *prev = i ? it - 1 : NULL;

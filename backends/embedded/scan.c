@@ -610,7 +610,10 @@ static int scan_sink(pscan *sc)
     for (size_t i = 0; i < sc->s->nranges && rv == 0; i++)
         rv = snap_range_locked(&ss, &sc->s->ranges[i]);
     pthread_mutex_unlock(&sc->e->mu);
-    if (rv == 0) {
+    if (rv == 0 && ss.nrows == 0 && !sc->s->row_limit) {
+        /* Nothing in the head: the sink's cells are the answer as they come. */
+        rv = pt_backend_scan(sc->e->sink, sc->s, sc->fn, sc->ud);
+    } else if (rv == 0) {
         pt_scan sub = *sc->s;
         sub.stream = NULL;
         rv = pt_backend_scan(sc->e->sink, &sub, sink_cell, &ss);
