@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# A Bigtable outage under the write-back buffer: promtable with storage.bigtable.buffer_path
+# (flushed every 2 s) on the emulator, fed by a real Prometheus 2.42 that scrapes itself
+# under two job names every second.
+#
+#   1. The emulator is killed (kill -9): its flushes fail and are retried
+#      (promtable_bigtable_buffer_flush_failures_total grows), while writes of the series it
+#      knows go on being acknowledged: their samples wait in the buffer and its log.
+#   2. The emulator comes back on the same port, empty (it keeps nothing), and
+#      `promtable init` makes the tables again; the flushes succeed again.
+#   3. promtable is stopped (SIGTERM: what the buffer holds goes to Bigtable) and started
+#      again, so that its next writes make the index rows again: the emulator lost those
+#      written before the kill, which Cloud Bigtable would have kept.
+#   4. Once the writer has sent everything up to T, a remote read of every series in
+#      (kill, T] returns exactly the writer's raw samples: the samples acknowledged during
+#      the outage included, none doubled; the writer counts no failed or dropped sample.
+#
+# Environment: PT_BUILD_DIR (default ../../build); PT_CBTEMULATOR (the emulator; skipped
+# without it); PT_KEEP_TMP=1 keeps logs and data.
+set -u -o pipefail
+
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "$0")/lib.sh"
+pt_require prometheus curl jq awk sort
+pt_cbtemulator_found || tap_skip_all "Bigtable emulator not installed ($PT_CBTEMULATOR)"
+pt_tools PTDUMP=tests/ptdump
+
+pt_mktemp DIR bt-buffer-outage
+pt_free_port P_PORT
+pt_free_port W_PORT
+URL=http://127.0.0.1:$P_PORT
+
+pt_bigtable_store "$DIR" outage o_
+BUF=(--storage.bigtable.buffer-path="$DIR/buffer" --storage.bigtable.flush-interval=2s)
+start_promtable() { # LOG
+    pt_start_promtable "$1" "$P_PORT" "${BT[@]}" "${BUF[@]}"
+    P_PID=$PT_PID
+}
+start_promtable "$DIR/promtable.0.log"
+
+# metric NAME [SUBSTRING...] : promtable's figure now (empty when it does not answer).
+metric() {
+    curl -sS --max-time 2 -o "$DIR/p.metrics" "$URL/metrics" 2>/dev/null &&
+        pt_metric_sum "$DIR/p.metrics" "$@"
+}
+
+# wait_metric SECONDS NAME OP VALUE [SUBSTRING...] : polls until NAME OP VALUE (awk), sets
+# GOT; 1 when time runs out.
+wait_metric() {
+    local deadline=$((SECONDS + $1)) name=$2 op=$3 want=$4
+    shift 4
+    while [ "$SECONDS" -lt "$deadline" ]; do
+        GOT=$(metric "$name" "$@")
+        awk -v g="${GOT:-0}" -v w="$want" "BEGIN { exit !(g $op w) }" && return 0
+        sleep 0.2
+    done
+    return 1
+}
+
+{
+    printf 'global: {scrape_interval: 1s, scrape_timeout: 1s}\nscrape_configs:\n'
+    for j in 0 1; do
+        printf '  - job_name: self%d\n    static_configs: [{targets: ["127.0.0.1:%d"]}]\n' \
+            "$j" "$W_PORT"
+    done
+    cat <<YAML
+remote_write:
+  - url: $URL/api/v1/write
+    remote_timeout: 10s
+    queue_config:
+      batch_send_deadline: 500ms
+      min_backoff: 50ms
+      max_backoff: 1s
+YAML
+} >"$DIR/writer.yml"
+pt_start_prometheus "$DIR" writer "$W_PORT" || {
+    tap_diag_file "$DIR/writer.log"
+    tap_bail "the writer Prometheus does not start"
+}
+W_PID=$PT_PID
+wait_metric 60 promtable_samples_received_total '>=' 2000 ||
+    tap_bail "promtable took under 2000 samples in 60 s (${GOT:-none})"
+
+# ---------------------------------------------------------------------------- 1. outage
+T_KILL=$(date +%s)
+pt_kill_cbtemulator
+acked=$(metric promtable_http_requests_total 'route="/api/v1/write"' 'code="204"')
+if wait_metric 30 promtable_bigtable_buffer_flush_failures_total '>' 0; then
+    tap_ok "flushes into the killed emulator fail and are retried ($GOT)"
+else
+    tap_not_ok "no flush failed within 30 s of the kill"
+fi
+if wait_metric 30 promtable_http_requests_total '>=' $((acked + 10)) 'route="/api/v1/write"' \
+    'code="204"'; then
+    tap_ok "writes are still acknowledged during the outage ($((${GOT%.*} - acked)) more)"
+else
+    tap_not_ok "writes are not acknowledged during the outage (${GOT:-none} 204s, $acked before)"
+fi
+held=$(metric promtable_bigtable_buffer_samples)
+tap_check "the buffer holds what Bigtable has not taken ($held samples)" \
+    awk -v h="${held:-0}" 'BEGIN { exit !(h > 0) }'
+
+# ------------------------------------------------------------------------------ 2. back
+pt_start_cbtemulator EMU_PORT "$DIR/emulator2.log" "$EMU_PORT" ||
+    tap_bail "the emulator does not start again on port $EMU_PORT"
+"$PROMTABLE" init "${BT[@]}" >"$DIR/init2.log" 2>&1 ||
+    tap_bail "promtable init after the restart: $(tail -n 3 "$DIR/init2.log")"
+flushes=$(metric promtable_bigtable_buffer_flushes_total)
+if wait_metric 30 promtable_bigtable_buffer_flushes_total '>' "${flushes:-0}"; then
+    tap_ok "flushes succeed again once the tables are back"
+else
+    tap_not_ok "no flush succeeded within 30 s of the tables coming back"
+fi
+
+# -------------------------------------------------------------------------- 3. restart
+pt_stop "$P_PID" 60
+tap_is "$?" 0 "promtable stops cleanly (SIGTERM flushes its buffer)"
+start_promtable "$DIR/promtable.1.log"
+wait_metric 60 promtable_samples_received_total '>=' 2000 ||
+    tap_not_ok "promtable took under 2000 samples after its restart"
+
+# ----------------------------------------------------------------------------- 4. read
+T=$(($(date +%s) - 2))
+if pt_wait_remote_sent "$W_PORT" "$T" 120; then
+    tap_ok "the writer has sent everything up to T (highest sent $PT_SENT_TS)"
+else
+    tap_not_ok "the writer did not get past T=$T within 120 s (highest sent $PT_SENT_TS)"
+fi
+curl -sS "http://127.0.0.1:$W_PORT/metrics" -o "$DIR/w.metrics"
+for m in prometheus_remote_storage_samples_failed_total \
+    prometheus_remote_storage_samples_dropped_total; do
+    tap_is "$(pt_metric_sum "$DIR/w.metrics" "$m")" 0 "writer: $m is 0"
+done
+pt_writer_samples "$W_PORT" "$T_KILL" "$T" "$DIR/writer.txt"
+tap_check "the writer holds $(wc -l <"$DIR/writer.txt") samples since the kill" \
+    test "$(wc -l <"$DIR/writer.txt")" -gt 2000
+pt_compare_read "read after the outage" "$URL" "$T_KILL" "$T" "$DIR/writer.txt" "$DIR"
+pt_stop "$W_PID" 20
+pt_stop "$P_PID" 60
+tap_is "$?" 0 "promtable exits cleanly on SIGTERM"
+tap_done
