@@ -31,14 +31,8 @@ pt_free_port W_PORT
 pt_start_promtable "$WORK/promtable.log" "$P_PORT" "${BT[@]}" \
     --storage.bigtable.buffer-path="$WORK/buffer"
 P_PID=$PT_PID
-{
-    printf 'global: {scrape_interval: 1s, scrape_timeout: 1s}\nscrape_configs:\n'
-    for ((j = 0; j < JOBS; j++)); do
-        printf '  - job_name: self%d\n    static_configs: [{targets: ["127.0.0.1:%d"]}]\n' \
-            "$j" "$W_PORT"
-    done
-    printf 'remote_write:\n  - url: http://127.0.0.1:%d/api/v1/write\n' "$P_PORT"
-} >"$WORK/writer.yml"
+pt_self_writer_config "$JOBS" "$W_PORT" "http://127.0.0.1:$P_PORT/api/v1/write" \
+    >"$WORK/writer.yml"
 pt_start_prometheus "$WORK" writer "$W_PORT" || { log "the writer did not start"; exit 1; }
 W_PID=$PT_PID
 log "writing for $SECONDS_RUN s"

@@ -116,34 +116,13 @@ kill_in_flush() {
 
 # ------------------------------------------------------------------------------- writer
 
+# One shard: batches go out in WAL order and each is retried until acknowledged, so the
+# highest sent timestamp bounds everything sent before it.
 write_writer_config() {
-    {
-        cat <<EOF
-global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-scrape_configs:
-EOF
-        for ((j = 0; j < JOBS; j++)); do
-            printf '  - job_name: self%d\n    static_configs:\n      - targets: [127.0.0.1:%d]\n' \
-                "$j" "$W_PORT"
-        done
-        cat <<EOF
-remote_write:
-  - url: http://127.0.0.1:$P_PORT/api/v1/write
-    remote_timeout: 5s
-    queue_config:
-      # One shard: batches go out in WAL order and each is retried until acknowledged, so
-      # the highest sent timestamp bounds everything sent before it.
-      min_shards: 1
-      max_shards: 1
-      capacity: 20000
-      max_samples_per_send: 2000
-      batch_send_deadline: 1s
-      min_backoff: 50ms
-      max_backoff: 1s
-EOF
-    } >"$DIR/writer.yml"
+    pt_self_writer_config "$JOBS" "$W_PORT" "http://127.0.0.1:$P_PORT/api/v1/write" \
+        "remote_timeout: 5s" "queue_config:" "  min_shards: 1" "  max_shards: 1" \
+        "  capacity: 20000" "  max_samples_per_send: 2000" "  batch_send_deadline: 1s" \
+        "  min_backoff: 50ms" "  max_backoff: 1s" >"$DIR/writer.yml"
 }
 
 # ---------------------------------------------------------------------------------- a run
@@ -202,18 +181,8 @@ crash_run() {
     wait_received "$GAP" || tap_not_ok "$BACKEND: the last run took under $GAP samples"
 
     T=$(($(date +%s) - 2))
-    if pt_wait_remote_sent "$W_PORT" "$T" 180; then
-        tap_ok "$BACKEND: the writer has sent everything up to T (highest sent $PT_SENT_TS)"
-    else
-        tap_not_ok "$BACKEND: the writer did not get past T=$T within 180 s" \
-            "(highest sent $PT_SENT_TS)"
-    fi
-    curl -sS "http://127.0.0.1:$W_PORT/metrics" -o "$DIR/w.metrics"
-    local m retried
-    for m in prometheus_remote_storage_samples_failed_total \
-        prometheus_remote_storage_samples_dropped_total; do
-        tap_is "$(pt_metric_sum "$DIR/w.metrics" "$m")" 0 "$BACKEND: writer: $m is 0"
-    done
+    pt_writer_drained "$BACKEND" "$W_PORT" "$T" 180 "$DIR/w.metrics"
+    local retried
     retried=$(pt_metric_sum "$DIR/w.metrics" prometheus_remote_storage_samples_retried_total)
     tap_diag "$BACKEND: writer: $retried samples retried over the kills"
 

@@ -52,6 +52,9 @@
 #                     pt_writer_samples PORT T0 T OUT (a Prometheus' raw samples in (T0, T])
 #                     pt_compare_read WHO URL T0 T WANT DIR (a promtable's remote read of
 #                                            everything in (T0, T] equals WANT; needs PTDUMP)
+#                     pt_self_writer_config JOBS PORT URL [LINE...] (a self-scraping writer)
+#                     pt_writer_drained WHO PORT T SECONDS METRICS (sent past T, no sample
+#                                            failed or dropped: three TAP lines)
 #
 # The library installs its own EXIT/INT/TERM traps; a test that needs extra cleanup uses
 # pt_on_exit instead of setting another trap (which would replace the library's).
@@ -583,4 +586,40 @@ pt_compare_read() {
             "only in promtable: $(comm -13 "$want" "$dir/promtable.txt" | wc -l)"
         tap_diag "$(diff "$want" "$dir/promtable.txt" | head -n 10 | cut -c1-200)"
     fi
+}
+
+# pt_self_writer_config JOBS PORT URL [LINE...] : on stdout, the configuration of a
+# Prometheus on 127.0.0.1:PORT that scrapes itself under JOBS job names (self0, self1, ...)
+# every second and remote-writes to URL; each LINE goes into the remote_write entry as it
+# is, indented under it ("remote_timeout: 5s", "queue_config:", "  max_shards: 1").
+pt_self_writer_config() {
+    local jobs=$1 port=$2 url=$3 j l
+    shift 3
+    printf 'global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n'
+    for ((j = 0; j < jobs; j++)); do
+        printf '  - job_name: self%d\n    static_configs:\n      - targets: [127.0.0.1:%d]\n' \
+            "$j" "$port"
+    done
+    printf 'remote_write:\n  - url: %s\n' "$url"
+    for l in "$@"; do
+        printf '    %s\n' "$l"
+    done
+}
+
+# pt_writer_drained WHO PORT T SECONDS METRICS : waits (up to SECONDS) until the Prometheus
+# on 127.0.0.1:PORT has remote-written everything up to T, saves its /metrics in METRICS,
+# and checks that it counts no failed and no dropped sample: three TAP lines, WHO first.
+pt_writer_drained() {
+    local who=$1 port=$2 t=$3 m
+    if pt_wait_remote_sent "$port" "$t" "$4"; then
+        tap_ok "$who: the writer has sent everything up to T (highest sent $PT_SENT_TS)"
+    else
+        tap_not_ok "$who: the writer did not get past T=$t within $4 s" \
+            "(highest sent $PT_SENT_TS)"
+    fi
+    curl -sS "http://127.0.0.1:$port/metrics" -o "$5"
+    for m in prometheus_remote_storage_samples_failed_total \
+        prometheus_remote_storage_samples_dropped_total; do
+        tap_is "$(pt_metric_sum "$5" "$m")" 0 "$who: writer: $m is 0"
+    done
 }
