@@ -578,7 +578,27 @@ typedef struct scanner {
     pt_bt_rowmerge rm;
     pt_slice row;     /* the row being delivered */
     size_t delivered; /* ... and its cells delivered so far */
+    /* The scan's own ranges (sorted) and the first that does not end before the rows
+     * delivered so far (own_key). */
+    const pt_row_range *ranges;
+    size_t nranges, ri;
 } scanner;
+
+/* key as the scan's own bytes when a one-row range names it (a series' data row, what
+ * reads ask for), else key: the caller then knows the row by its memory, without
+ * comparing its bytes for every cell. One or two comparisons a row; rows come in order. */
+static pt_slice own_key(scanner *sc, pt_slice key)
+{
+    while (sc->ri < sc->nranges && sc->ranges[sc->ri].end.n &&
+           pt_slice_cmp(key, sc->ranges[sc->ri].end) >= 0)
+        sc->ri++;
+    if (sc->ri == sc->nranges)
+        return key;
+    const pt_row_range *r = &sc->ranges[sc->ri];
+    int one_row = r->end.n == r->start.n + 1 && r->end.p[r->start.n] == 0 &&
+                  memcmp(r->end.p, r->start.p, r->start.n) == 0;
+    return one_row && pt_slice_eq(r->start, key) ? r->start : key;
+}
 
 static int deliver_merged(void *ud, pt_slice qual, pt_slice value)
 {
@@ -612,6 +632,7 @@ static int deliver_row(void *ud, pt_slice key, const pt_bt_cell *cells, size_t n
     sc->merged_rows++;
     sc->merged_cells += n;
     sc->delivered = 0;
+    key = own_key(sc, key);
     if (sc->points && pt_bt_row_has_chunks(cells, n)) {
         int rv = deliver_chunked(sc, key, cells, n);
         if (rv != 0)
@@ -804,7 +825,9 @@ int pt_bt_data_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
                          .points = points,
                          .qs = s->qual_start,
                          .qe = s->qual_end,
-                         .table = bt->table[s->table]},
+                         .table = bt->table[s->table],
+                         .ranges = s->ranges,
+                         .nranges = s->nranges},
                   .server_limit = !points || lo == 0};
     group *g = calloc(ng, sizeof(*g));
     x.clip = malloc((nranges / ng + 1) * sizeof(*x.clip));
