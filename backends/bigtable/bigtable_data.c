@@ -582,6 +582,8 @@ typedef struct scanner {
      * delivered so far (own_key). */
     const pt_row_range *ranges;
     size_t nranges, ri;
+    const pt_stream_to *stream; /* pt_scan.stream: chunks that can go as they are */
+    uint64_t lo, hi;            /* a points scan's offsets: [lo, hi) */
 } scanner;
 
 /* key as the scan's own bytes when a one-row range names it (a series' data row, what
@@ -607,9 +609,47 @@ static int deliver_merged(void *ud, pt_slice qual, pt_slice value)
     return sc->fn(sc->ud, sc->row, qual, value);
 }
 
+/* Whether a streamed read can take the row's cells as they are stored (pt_stream_fn): all
+ * chunk cells of family "p" inside the window, apart from each other, each an XOR stream
+ * (fmt 3) short enough for a Prometheus chunk. */
+static int streamable(const scanner *sc, const pt_bt_cell *cells, size_t n)
+{
+    uint64_t next = sc->lo;
+    for (size_t i = 0; i < n; i++) {
+        pt_bt_chunkqual q;
+        pt_cellchunk c;
+        if (!pt_slice_eq(cells[i].family, PT_SLICE_LIT(PT_BT_FAMILY)) ||
+            pt_bt_chunk_qual_get(cells[i].qualifier, &q) != 0 || q.first < next ||
+            q.last >= sc->hi ||
+            pt_cellchunk_parse(cells[i].value.p, cells[i].value.n, &c) != 0 || c.fmt != 3 ||
+            c.count > PT_STREAM_MAX_SAMPLES)
+            return 0;
+        next = (uint64_t)q.last + 1;
+    }
+    return 1;
+}
+
+/* Hands the row's chunks over as streams; streamable() said they may go. */
+static int deliver_streams(scanner *sc, pt_slice key, const pt_bt_cell *cells, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        pt_bt_chunkqual q;
+        pt_cellchunk c;
+        pt_bt_chunk_qual_get(cells[i].qualifier, &q);
+        pt_cellchunk_parse(cells[i].value.p, cells[i].value.n, &c);
+        sc->delivered += c.count;
+        int rv = sc->stream->fn(sc->stream->ud, key, q.first, q.last, c.count, c.stream);
+        if (rv != 0)
+            return rv;
+    }
+    return 0;
+}
+
 /* A row of a points scan that holds chunk cells. */
 static int deliver_chunked(scanner *sc, pt_slice key, const pt_bt_cell *cells, size_t n)
 {
+    if (sc->stream && streamable(sc, cells, n))
+        return deliver_streams(sc, key, cells, n);
     char why[160] = "";
     sc->row = key;
     int rv = pt_bt_merge_row(&sc->rm, cells, n, sc->qs, sc->qe, deliver_merged, sc, why,
@@ -827,7 +867,11 @@ int pt_bt_data_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
                          .qe = s->qual_end,
                          .table = bt->table[s->table],
                          .ranges = s->ranges,
-                         .nranges = s->nranges},
+                         .nranges = s->nranges,
+                         .stream = points ? s->stream : NULL,
+                         .lo = lo,
+                         .hi = s->qual_end.n ? pt_bt_qual_floor(s->qual_end)
+                                             : (uint64_t)1 << 32},
                   .server_limit = !points || lo == 0};
     group *g = calloc(ng, sizeof(*g));
     x.clip = malloc((nranges / ng + 1) * sizeof(*x.clip));

@@ -9,6 +9,7 @@
  * Without the emulator binary the test is skipped.
  */
 #include "bt_emulator.h"
+#include "gorilla.h"
 #include "embedded/embedded.h"
 #include "index_conformance.h"
 #include "api_conformance.h"
@@ -268,6 +269,109 @@ static const char *window(pt_backend *b, const char *s, const char *e, uint32_t 
 /* What only the storage format shows: a write's cells of a row become one chunk cell (two
  * when they span more than PT_BT_CHUNK_SPAN_MS), single cells of older versions read
  * with them, the row limit with chunks that start before the window, corrupt chunks. */
+/* A sample's value bits in test_streams: a hash of its offset, so that no decimal form is
+ * shorter and the chunk is an XOR stream (fmt 3), the form streams carry. */
+static uint64_t stream_value(uint32_t q)
+{
+    uint64_t z = q + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (z ^ (z >> 31)) & 0x3fffffffffffffffull; /* a finite double */
+}
+
+/* What a streamed scan received: samples decoded from streams, and cells. */
+typedef struct streamed {
+    size_t streams, stream_samples, cells, bad;
+    uint32_t next; /* the least offset the next sample may have */
+} streamed;
+
+static int on_stream_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    (void)row;
+    streamed *st = ud;
+    st->cells++;
+    if (qual.n != 4 || value.n != 8 || pt_get_be32(qual.p) < st->next ||
+        pt_get_be64(value.p) != stream_value(pt_get_be32(qual.p)))
+        st->bad++;
+    st->next = pt_get_be32(qual.p) + 1;
+    return 0;
+}
+
+static int on_stream(void *ud, pt_slice row, uint32_t first, uint32_t last, uint32_t count,
+                     pt_slice stream)
+{
+    streamed *st = ud;
+    pt_gorilla_dec d;
+    pt_gorilla_dec_init(&d, stream.p, stream.n);
+    int64_t t = -1;
+    uint64_t bits;
+    st->streams++;
+    for (uint32_t i = 0; i < count; i++) {
+        if (pt_gorilla_dec_next(&d, &t, &bits) != 0 || t < st->next ||
+            bits != stream_value((uint32_t)t))
+            st->bad++;
+        st->next = (uint32_t)t + 1;
+        st->stream_samples++;
+    }
+    st->bad += t != last || !pt_gorilla_dec_done(&d) || (count && first > last);
+    (void)row;
+    return 0;
+}
+
+/* A streamed scan of row "str/a" over [qs, qe) (0: unbounded). */
+static streamed scan_streamed(pt_backend *b, uint32_t qs, uint32_t qe)
+{
+    streamed st = {0};
+    uint8_t a[4], z[4];
+    pt_put_be32(a, qs);
+    pt_put_be32(z, qe);
+    pt_row_range r = CT_RANGE("str/a", "str/a\0");
+    r.end.n = 6; /* the row and its NUL: a one-row range */
+    pt_stream_to to = {on_stream, &st};
+    pt_scan s = {.table = PT_TABLE_POINTS, .ranges = &r, .nranges = 1,
+                 .qual_start = qs ? (pt_slice){a, 4} : (pt_slice){0},
+                 .qual_end = qe ? (pt_slice){z, 4} : (pt_slice){0}, .stream = &to};
+    if (pt_backend_scan(b, &s, on_stream_cell, &st) != 0)
+        st.bad++;
+    return st;
+}
+
+/* Streamed reads take chunks of 8-byte values as they are stored when nothing else of the
+ * row is in the way: chunks inside the window and apart from each other. A chunk the window
+ * cuts, or chunks that overlap, come as cells (merged). */
+static void test_streams(pt_backend *b)
+{
+    static ct_batch bt;
+    static uint8_t v[2 * CT_BATCH_MAX][8];
+    for (int w = 0; w < 2; w++) { /* offsets 0..590 step 10, then 1000..1590 */
+        bt.n = 0;
+        for (uint32_t i = 0; i < 60; i++) {
+            uint32_t q = (uint32_t)w * 1000 + i * 10;
+            pt_put_be64(v[w * 60 + i], stream_value(q));
+            ct_add_raw(&bt, PT_TABLE_POINTS, PT_SLICE_LIT("str/a"), q,
+                       (pt_slice){v[w * 60 + i], 8});
+        }
+        is(ct_write(b, &bt), 0, "streams: a write of 60 samples (write %d)", w);
+    }
+    streamed st = scan_streamed(b, 0, 0);
+    ok(st.streams == 2 && st.stream_samples == 120 && st.cells == 0 && !st.bad,
+       "streams: two chunks apart go as two streams (%zu streams, %zu samples, %zu cells)",
+       st.streams, st.stream_samples, st.cells);
+    st = scan_streamed(b, 500, 0);
+    ok(st.streams == 0 && st.cells == 70 && !st.bad,
+       "streams: a window cutting a chunk gives the row as cells (%zu cells)", st.cells);
+    bt.n = 0;
+    static uint8_t over[2][8];
+    pt_put_be64(over[0], stream_value(5));
+    pt_put_be64(over[1], stream_value(1005));
+    ct_add_raw(&bt, PT_TABLE_POINTS, PT_SLICE_LIT("str/a"), 5, (pt_slice){over[0], 8});
+    ct_add_raw(&bt, PT_TABLE_POINTS, PT_SLICE_LIT("str/a"), 1005, (pt_slice){over[1], 8});
+    is(ct_write(b, &bt), 0, "streams: a write whose chunk overlaps both");
+    st = scan_streamed(b, 0, 0);
+    ok(st.streams == 0 && st.cells == 122 && !st.bad,
+       "streams: overlapping chunks are merged into cells (%zu cells)", st.cells);
+}
+
 static void test_chunks(pt_backend *b)
 {
     enum { N = 200 };
@@ -448,6 +552,7 @@ int main(void)
     test_bigtable_only(&b);
     test_counters(&b);
     test_chunks(&b);
+    test_streams(&b);
     {
         /* The index on Bigtable: two stores on their own tables. */
         pt_backend full, tiny;
