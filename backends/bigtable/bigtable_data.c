@@ -6,7 +6,8 @@
  * always makes a multiple of 1000 µs as Bigtable's default MILLIS granularity requires.
  * Except: the points table's sample cells (pt_bt_chunkable) of one row in one write go
  * into chunk cells (bigtable_chunk.c), and a points scan merges them back into the cells
- * they hold, so callers still see one cell per sample.
+ * they hold, so callers still see one cell per sample. Compaction (bigtable_compact.c)
+ * adds deletes to MutateRows (pt_bt_data_mutate) and reads rows raw (pt_bt_data_read_raw).
  *
  * Failures: per-entry MutateRows failures and broken ReadRows streams with a retryable
  * code are retried with jittered exponential backoff inside a time budget, then reported

@@ -5,8 +5,10 @@
  * Modules, and whom each may call (the graph has no cycles; a module calls only those
  * below it):
  *
- *   bigtable.c        ops table, open/close, test knobs    -> rpc, sample
+ *   bigtable.c        ops table, open/close, test knobs    -> rpc, sample, compact
  *                     (names admin and data in the ops table; never calls them)
+ *   bigtable_compact.c compaction passes of the points     -> data, chunk
+ *                     table under a lease row; its thread
  *   bigtable_admin.c  init: CreateTable with the GC rule;  -> rpc
  *                     GetTable for tests
  *   bigtable_data.c   write: MutateRows; scan: ReadRows;   -> sample, rpc, merge,
@@ -24,7 +26,9 @@
  *                     control allows (rate_limit_info)        clock is an argument)
  *   bigtable_chunk.c  chunk cells of the points table:     -> base only (no I/O)
  *                     built from a row's mutations, merged
- *                     with single cells on read
+ *                     with single cells on read; which
+ *                     cells compaction folds, and the
+ *                     rewrite
  *
  * Protocol: Google's google.bigtable.v2 API (bigtable.proto holds the part used here).
  * Schema: docs/storage-format.md.

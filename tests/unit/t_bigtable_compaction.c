@@ -232,7 +232,7 @@ static void bench(const char *endpoint)
     if (!ok(open_init(&b, endpoint, "cmb_") == 0, "bench: tables"))
         return;
     static char keys[S][64];
-    static char val[8] = "1234567";
+    static uint8_t val[S][8];
     for (int i = 0; i < S; i++)
         snprintf(keys[i], sizeof(keys[i]), "node_cpu,cpu=%d,instance=host:9100,@0000000000000", i);
     int rv = 0;
@@ -242,9 +242,14 @@ static void bench(const char *endpoint)
         /* Each series' sample in a request of its own would take 240,000 round trips:
          * one request holds one sample of every series, which makes the same cells. */
         for (int i = 0; i < S; i++) {
+            /* A counter that grows by an irregular amount, as CPU seconds do. */
+            double v = i * 1000.0 + k * 14.2 + (double)((unsigned)(i * 7919 + k * 104729) % 997) / 100;
+            uint64_t bits;
+            memcpy(&bits, &v, 8);
             pt_put_be32(q[i], (uint32_t)k * 15000);
+            pt_put_be64(val[i], bits);
             m[i] = (pt_mutation){.table = PT_TABLE_POINTS, .row = pt_slice_str(keys[i]),
-                                 .qual = {q[i], 4}, .value = {(const uint8_t *)val, 8},
+                                 .qual = {q[i], 4}, .value = {val[i], 8},
                                  .version_us = (int64_t)k * 15000 * 1000};
         }
         rv = pt_backend_write(&b, m, S);
