@@ -224,6 +224,46 @@ static void test_stopped(const char *endpoint)
     pt_backend_close(&b);
 }
 
+static int open_conf(pt_backend *b, const char *endpoint, long interval_ms, int direct)
+{
+    char err[256] = "";
+    pt_bigtable_conf bc = {.project = "proj", .instance = "inst", .endpoint = (char *)endpoint,
+                           .table_prefix = "cmt_", .compaction_interval_ms = interval_ms};
+    pt_backend_config cfg = {.own = &bc, .direct = direct};
+    int rv = pt_backend_open(b, &pt_backend_bigtable, &cfg, err, sizeof(err));
+    if (rv != 0)
+        diag("open: %s", err);
+    return rv;
+}
+
+/* The thread: started by the daemon's open, not by a direct one (init, copy); it runs
+ * passes; close stops it while it waits. */
+static void test_thread(const char *endpoint)
+{
+    pt_backend b;
+    if (!ok(open_init(&b, endpoint, "cmt_") == 0, "tables for the thread"))
+        return;
+    is(fill(&b, 4), 0, "4 rows to compact");
+    pt_backend_close(&b);
+    if (open_conf(&b, endpoint, 20, 1) == 0) {
+        ok(!((pt_bt *)b.state)->compact.started, "a direct open (init, copy) starts no thread");
+        pt_backend_close(&b);
+    }
+    if (open_conf(&b, endpoint, 20, 0) != 0)
+        return;
+    ok(((pt_bt *)b.state)->compact.started, "the daemon's open starts the thread");
+    double t0 = now_ms();
+    /* By the wall clock the "live" row is old too: 5 rows. */
+    while (stats(&b).compacted_rows < 5 && now_ms() - t0 < 30000)
+        sleep_ms(10);
+    is(stats(&b).compacted_rows, 5, "its passes compact the rows (by the wall clock, all 5)");
+    pt_backend_close(&b);
+    if (open_conf(&b, endpoint, 3600000, 0) == 0) {
+        pt_backend_close(&b);
+        ok(1, "close stops the thread while it waits for the next pass");
+    }
+}
+
 /* 1000 series x 240 samples (15 s apart), each sample its own write of the series. */
 static void bench(const char *endpoint)
 {
@@ -283,6 +323,7 @@ int main(void)
     test_pass(endpoint);
     test_two_at_once(endpoint);
     test_stopped(endpoint);
+    test_thread(endpoint);
     if (getenv("PT_COMPACT_BENCH"))
         bench(endpoint);
     return done_testing();
