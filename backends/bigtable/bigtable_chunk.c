@@ -93,8 +93,8 @@ static int put_chunk(pt_bt_chunker *ck, const pt_mutation *row, const pt_vcell *
 /* Cuts c[0..n) (increasing offsets; ver[i] the version of c[i]) into chunk cells of at
  * most PT_BT_CHUNK_MAX_CELLS cells spanning at most PT_BT_CHUNK_SPAN_MS, each a mutation
  * of row's row and table appended to out. Returns how many, or a negative pt error code. */
-static long cut(pt_bt_chunker *ck, const pt_mutation *row, const pt_vcell *c,
-                const int64_t *ver, size_t n, uint64_t writer, pt_mutation *out)
+static long cut(pt_bt_chunker *ck, const pt_mutation *row, const pt_vcell *c, const int64_t *ver,
+                size_t n, uint64_t writer, pt_mutation *out)
 {
     long nout = 0;
     for (size_t i = 0; i < n;) {
@@ -412,8 +412,7 @@ long pt_bt_compact_row(pt_bt_compactor *cp, pt_slice key, const pt_bt_cell *cell
     if (rv != 0)
         return rv;
     pt_arena_reset(&cp->ck.mem);
-    rv = pt_bt_merge_row(&cp->rm, cells, n, (pt_slice){0}, (pt_slice){0}, gather, &g, err,
-                         errlen);
+    rv = pt_bt_merge_row(&cp->rm, cells, n, (pt_slice){0}, (pt_slice){0}, gather, &g, err, errlen);
     if (rv != 0)
         return rv < 0 ? rv : PT_EINTERNAL;
     if (nfold + cp->nkeep > cp->outcap &&

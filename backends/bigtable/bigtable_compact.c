@@ -30,10 +30,10 @@
 #include "log.h"
 
 enum {
-    PAGE_ROWS = 1000,        /* rows one qualifier scan looks at */
-    BATCH_ROWS = 32,         /* candidate rows read and rewritten together */
-    BATCH_BYTES = 16 << 20,  /* ... and their mutations' bytes at most (one row may pass) */
-    FIRST_PASS_MS = 60000,   /* the thread's first pass comes after this or the interval */
+    PAGE_ROWS = 1000,       /* rows one qualifier scan looks at */
+    BATCH_ROWS = 32,        /* candidate rows read and rewritten together */
+    BATCH_BYTES = 16 << 20, /* ... and their mutations' bytes at most (one row may pass) */
+    FIRST_PASS_MS = 60000,  /* the thread's first pass comes after this or the interval */
 };
 
 /* ============================================================================
@@ -42,8 +42,8 @@ enum {
  * ========================================================================== */
 
 typedef struct lease {
-    int present;        /* a cell was read */
-    char val[64];       /* ... its value */
+    int present;  /* a cell was read */
+    char val[64]; /* ... its value */
     size_t n;
     int64_t version_us; /* ... and version */
     int64_t expiry_ms;  /* what the value says */
@@ -98,8 +98,11 @@ static int lease_put(pt_bt *bt, lease *l, int64_t expiry_ms, int64_t version_us,
     pt_slice expect = l->present ? (pt_slice){(const uint8_t *)l->val, l->n} : (pt_slice){0};
     int rv = pt_bt_data_check_and_set(bt, &m, expect, won);
     if (rv == 0 && *won) {
-        *l = (lease){.present = 1, .n = (size_t)n, .version_us = version_us,
-                     .expiry_ms = expiry_ms, .holder = bt->compact.holder};
+        *l = (lease){.present = 1,
+                     .n = (size_t)n,
+                     .version_us = version_us,
+                     .expiry_ms = expiry_ms,
+                     .holder = bt->compact.holder};
         memcpy(l->val, v, (size_t)n + 1);
     }
     return rv;
@@ -155,7 +158,7 @@ typedef struct pass {
     const pt_mutation **ptrs;
     size_t pcap;
     size_t batch_rows, batch_cells, batch_chunks, batch_bytes;
-    size_t seen; /* rows of the batch's read looked at; it stops at BATCH_BYTES */
+    size_t seen;    /* rows of the batch's read looked at; it stops at BATCH_BYTES */
     long done_rows; /* rows this pass compacted */
 } pass;
 
@@ -182,8 +185,8 @@ static int plan_row(void *ud, pt_slice key, const pt_bt_cell *cells, size_t n)
     int rv = reserve_fold(p, n);
     p->page_rows++;
     pt_buf_reset(&p->last);
-    if (rv == 0 && (pt_buf_append(&p->last, key.p, key.n) != 0 ||
-                    pt_buf_append(&p->last, "", 1) != 0))
+    if (rv == 0 &&
+        (pt_buf_append(&p->last, key.p, key.n) != 0 || pt_buf_append(&p->last, "", 1) != 0))
         rv = PT_ENOMEM;
     if (rv == 0 && pt_bt_compact_select(key, cells, n, p->guard_ms, p->fold) > 0) {
         if (p->nk == p->kcap)
@@ -231,8 +234,8 @@ static int build_row(void *ud, pt_slice key, const pt_bt_cell *cells, size_t n)
         return 0;
     pt_mutation *m;
     size_t nchunks;
-    long nm = pt_bt_compact_row(&p->cp, key, cells, n, p->fold, nfold, &m, &nchunks, why,
-                                sizeof(why));
+    long nm =
+        pt_bt_compact_row(&p->cp, key, cells, n, p->fold, nfold, &m, &nchunks, why, sizeof(why));
     if (nm == PT_EINTERNAL && why[0]) {
         /* A corrupt chunk stays as it is (scans report it); the pass goes on. */
         char q[96];
@@ -342,7 +345,9 @@ static int run_pass(pass *p)
 int pt_bt_compact_pass(void *state, int64_t now_ms)
 {
     pt_bt *bt = state;
-    pass p = {.bt = bt, .now_ms = now_ms, .mono0_ms = pt_mono_ms(),
+    pass p = {.bt = bt,
+              .now_ms = now_ms,
+              .mono0_ms = pt_mono_ms(),
               .guard_ms = now_ms - PT_BT_COMPACT_GUARD_MS};
     int rv = lease_take(bt, &p.l, now_ms);
     if (rv != 0) {
@@ -359,8 +364,8 @@ int pt_bt_compact_pass(void *state, int64_t now_ms)
         rv = 0; /* stopped, or the lease was lost to another holder */
     } else if (rv < 0) {
         atomic_fetch_add(&bt->compact.failures, 1);
-        pt_log(PT_LOG_WARN, "bigtable compaction pass failed", "rows=%ld error=%d",
-               p.done_rows, rv);
+        pt_log(PT_LOG_WARN, "bigtable compaction pass failed", "rows=%ld error=%d", p.done_rows,
+               rv);
     }
     if (rv == 0)
         lease_release(bt, &p.l);
@@ -427,8 +432,7 @@ static void *compact_thread(void *arg)
         int rv = pt_bt_compact_pass(bt, pt_wall_ms());
         if (rv == 0)
             pt_log(PT_LOG_INFO, "bigtable compaction pass", "rows=%lu cells=%lu ms=%lld",
-                   atomic_load(&c->rows), atomic_load(&c->cells),
-                   (long long)(pt_mono_ms() - t0));
+                   atomic_load(&c->rows), atomic_load(&c->cells), (long long)(pt_mono_ms() - t0));
         wait = c->interval_ms;
     }
     return NULL;

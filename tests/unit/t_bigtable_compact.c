@@ -78,8 +78,10 @@ static void chunk(row *r, uint64_t w, const char *tag, const uint32_t *offs, siz
     for (size_t i = 0; i < n; i++) {
         pt_put_be32(q[i], offs[i]);
         snprintf(val[i], sizeof(val[i]), "%s%u", tag, (unsigned)offs[i]);
-        m[i] = (pt_mutation){.table = PT_TABLE_POINTS, .row = PT_SLICE_LIT(ROW),
-                             .qual = {q[i], 4}, .value = pt_slice_str(val[i]),
+        m[i] = (pt_mutation){.table = PT_TABLE_POINTS,
+                             .row = PT_SLICE_LIT(ROW),
+                             .qual = {q[i], 4},
+                             .value = pt_slice_str(val[i]),
                              .version_us = (int64_t)offs[i] * 1000};
         v[i] = &m[i];
     }
@@ -122,7 +124,7 @@ static void apply(row *r, const pt_mutation *m, size_t n)
             if (!pt_slice_eq(r->c[j].qualifier, m[i].qual))
                 continue;
             if (pt_bt_is_delete(&m[i]) && r->c[j].ts >= -m[i].version_us)
-                continue; /* a newer version than the delete reaches */
+                continue;        /* a newer version than the delete reaches */
             cell_free(&r->c[j]); /* a delete's qualifier may point here: stop looking */
             r->c[j] = r->c[--r->n];
             break;
@@ -160,7 +162,7 @@ static void test_select(void)
     size_t live_folded = 0;
     for (size_t i = 0; i < r.n; i++)
         if (fold[i] && (r.c[i].qualifier.n == 4 ? pt_get_be32(r.c[i].qualifier.p) >= 100
-                                                 : qual_of(r.c[i].qualifier).last >= 100))
+                                                : qual_of(r.c[i].qualifier).last >= 100))
             live_folded++;
     is(live_folded, 0, "...none with a sample at or after the guard");
     is(pt_bt_compact_select(PT_SLICE_LIT(ROW), r.c, r.n, 31, fold), 3,
@@ -188,8 +190,7 @@ static void test_select(void)
 }
 
 /* Builds the rewrite of r at guard, applies it; returns the mutations' count. */
-static long rewrite(row *r, int64_t guard, pt_bt_compactor *cp, size_t *nchunks,
-                    pt_mutation **m)
+static long rewrite(row *r, int64_t guard, pt_bt_compactor *cp, size_t *nchunks, pt_mutation **m)
 {
     size_t nfold = pt_bt_compact_select(PT_SLICE_LIT(ROW), r->c, r->n, guard, fold);
     char err[160] = "";

@@ -25,8 +25,11 @@ static int write_single(pt_backend *b, const char *row, uint32_t off, const char
 {
     uint8_t q[4];
     pt_put_be32(q, off);
-    pt_mutation m = {.table = PT_TABLE_POINTS, .row = pt_slice_str(row), .qual = {q, 4},
-                     .value = pt_slice_str(val), .version_us = 1000 * ((int64_t)off + 1)};
+    pt_mutation m = {.table = PT_TABLE_POINTS,
+                     .row = pt_slice_str(row),
+                     .qual = {q, 4},
+                     .value = pt_slice_str(val),
+                     .version_us = 1000 * ((int64_t)off + 1)};
     int applied = 0, rv = pt_bt_data_check_and_set(b->state, &m, (pt_slice){0}, &applied);
     return rv != 0 ? rv : applied ? 0 : -1;
 }
@@ -41,7 +44,11 @@ static int fill(pt_backend *b, int nrows)
     int rv = 0;
     for (int i = 0; i < nrows && rv == 0; i++)
         for (uint32_t o = 1; o <= 4 && rv == 0; o++)
-            rv = write_single(b, row_key(i), o, o == 1 ? "s1" : o == 2 ? "s2" : o == 3 ? "s3" : "s4");
+            rv = write_single(b, row_key(i), o,
+                              o == 1   ? "s1"
+                              : o == 2 ? "s2"
+                              : o == 3 ? "s3"
+                                       : "s4");
     for (size_t k = 0; k < CT_N(offs) && rv == 0; k++) {
         ct_batch bt = {0};
         for (int i = 0; i < nrows; i++)
@@ -52,8 +59,8 @@ static int fill(pt_backend *b, int nrows)
         rv = write_single(b, "cpu,job=ex,#0000000000000", o, "x");
     for (uint32_t k = 0; k < 3 && rv == 0; k++) {
         ct_batch bt = {0};
-        ct_add(&bt, PT_TABLE_POINTS, "cpu,job=live,@0000000000000",
-               (uint32_t)NOW - 1000 * (k + 1), "live");
+        ct_add(&bt, PT_TABLE_POINTS, "cpu,job=live,@0000000000000", (uint32_t)NOW - 1000 * (k + 1),
+               "live");
         rv = ct_write(b, &bt);
     }
     return rv;
@@ -121,11 +128,13 @@ static void test_pass(const char *endpoint)
     pt_backend b;
     if (!ok(open_init(&b, endpoint, "cmp_") == 0, "tables for one pass"))
         return;
-    is(fill(&b, R), 0, "%d rows of 4 single cells and 5 small chunks, an exemplar row, a live row", R);
+    is(fill(&b, R), 0, "%d rows of 4 single cells and 5 small chunks, an exemplar row, a live row",
+       R);
     char *before = dump(&b);
     raw_count c0 = raw(&b);
     is(c0.cells, (size_t)R * 9 + 3 + 3, "...%zu cells stored", c0.cells);
-    ok(strstr(before, "a00,@0000000000000:00000005=c5b;") != NULL && strstr(before, ":00000003=c3;"),
+    ok(strstr(before, "a00,@0000000000000:00000005=c5b;") != NULL &&
+           strstr(before, ":00000003=c3;"),
        "the later write of offset 5 and the chunk over a single cell win: %.200s", before);
     is(pt_bt_compact_pass(b.state, NOW), 0, "one pass");
     char *after = dump(&b);
@@ -180,8 +189,8 @@ static void test_two_at_once(const char *endpoint)
     pthread_join(ta, NULL);
     pthread_join(tb, NULL);
     ok((ra.rv == 0 || ra.rv == 1) && (rb.rv == 0 || rb.rv == 1) && (ra.rv == 0 || rb.rv == 0),
-       "both passes end well (%d, %d): one under the lease, the other after or refused",
-       ra.rv, rb.rv);
+       "both passes end well (%d, %d): one under the lease, the other after or refused", ra.rv,
+       rb.rv);
     unsigned long ca = stats(&a).compacted_rows, cb = stats(&b).compacted_rows;
     is(ca + cb, R, "the rows were compacted once between them (%lu + %lu)", ca, cb);
     char *after = dump(&b);
@@ -227,8 +236,11 @@ static void test_stopped(const char *endpoint)
 static int open_conf(pt_backend *b, const char *endpoint, long interval_ms, int direct)
 {
     char err[256] = "";
-    pt_bigtable_conf bc = {.project = "proj", .instance = "inst", .endpoint = (char *)endpoint,
-                           .table_prefix = "cmt_", .compaction_interval_ms = interval_ms};
+    pt_bigtable_conf bc = {.project = "proj",
+                           .instance = "inst",
+                           .endpoint = (char *)endpoint,
+                           .table_prefix = "cmt_",
+                           .compaction_interval_ms = interval_ms};
     pt_backend_config cfg = {.own = &bc, .direct = direct};
     int rv = pt_backend_open(b, &pt_backend_bigtable, &cfg, err, sizeof(err));
     if (rv != 0)
@@ -283,13 +295,16 @@ static void bench(const char *endpoint)
          * one request holds one sample of every series, which makes the same cells. */
         for (int i = 0; i < S; i++) {
             /* A counter that grows by an irregular amount, as CPU seconds do. */
-            double v = i * 1000.0 + k * 14.2 + (double)((unsigned)(i * 7919 + k * 104729) % 997) / 100;
+            double v =
+                i * 1000.0 + k * 14.2 + (double)((unsigned)(i * 7919 + k * 104729) % 997) / 100;
             uint64_t bits;
             memcpy(&bits, &v, 8);
             pt_put_be32(q[i], (uint32_t)k * 15000);
             pt_put_be64(val[i], bits);
-            m[i] = (pt_mutation){.table = PT_TABLE_POINTS, .row = pt_slice_str(keys[i]),
-                                 .qual = {q[i], 4}, .value = {val[i], 8},
+            m[i] = (pt_mutation){.table = PT_TABLE_POINTS,
+                                 .row = pt_slice_str(keys[i]),
+                                 .qual = {q[i], 4},
+                                 .value = {val[i], 8},
                                  .version_us = (int64_t)k * 15000 * 1000};
         }
         rv = pt_backend_write(&b, m, S);
