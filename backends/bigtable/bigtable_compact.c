@@ -37,7 +37,7 @@ enum {
 };
 
 /* ============================================================================
- * the lease: one cell (PT_BT_COMPACT_LEASE_ROW, "l") taken and renewed with
+ * the lease: one cell (PT_COMPACT_LEASE_ROW, "l") taken and renewed with
  * CheckAndMutateRow against the value read
  * ========================================================================== */
 
@@ -76,7 +76,7 @@ static int lease_row(void *ud, pt_slice key, const pt_bt_cell *cells, size_t n)
 
 static int lease_read(pt_bt *bt, lease *l)
 {
-    static const uint8_t row[] = PT_BT_COMPACT_LEASE_ROW "\0";
+    static const uint8_t row[] = PT_COMPACT_LEASE_ROW "\0";
     pt_row_range r = {{row, sizeof(row) - 2}, {row, sizeof(row) - 1}};
     pt_scan s = {.table = PT_TABLE_INDEX, .ranges = &r, .nranges = 1};
     *l = (lease){0};
@@ -91,7 +91,7 @@ static int lease_put(pt_bt *bt, lease *l, int64_t expiry_ms, int64_t version_us,
     int n = snprintf(v, sizeof(v), "%lld %016llx", (long long)expiry_ms,
                      (unsigned long long)bt->compact.holder);
     pt_mutation m = {.table = PT_TABLE_INDEX,
-                     .row = PT_SLICE_LIT(PT_BT_COMPACT_LEASE_ROW),
+                     .row = PT_SLICE_LIT(PT_COMPACT_LEASE_ROW),
                      .qual = lease_qual,
                      .value = {(const uint8_t *)v, (size_t)n},
                      .version_us = version_us};

@@ -49,6 +49,7 @@
 #include "buf.h"
 #include "cellchunk.h"
 #include "clock.h"
+#include "schema.h"
 #include "slice.h"
 
 /* The one column family of both tables. */
@@ -648,10 +649,8 @@ int pt_bt_data_mutate(pt_bt *bt, int t, const pt_mutation *const *v, size_t n);
  * "Compaction"), over bigtable_data.c and the planning above
  * ========================================================================== */
 
-/* The lease row in the index table: "==" then a letter no hex digit is, so no series,
- * metadata, HA or format row has it (docs/storage-format.md). Qualifier "l", value
- * "<expiry ms> <holder hex>". */
-#define PT_BT_COMPACT_LEASE_ROW "==compact"
+/* The lease: row PT_COMPACT_LEASE_ROW (base/schema.h) of the index table, qualifier "l",
+ * value "<expiry ms> <holder hex>" (docs/storage-format.md). */
 enum { PT_BT_COMPACT_LEASE_MS = 300000 }; /* a dead holder's lease lapses after this */
 
 /* At open: the lease holder's id, the counters' lock. */
