@@ -179,8 +179,9 @@ static int bt_open(void *state, const pt_backend_config *cfg, char *err, size_t 
         (!cfg->direct && bc->buffer_path && *bc->buffer_path &&
          (rv = open_buffer(bt, bc, err, errlen)) != 0))
         goto fail;
-    /* The daemon's store compacts; init and copy (direct) run beside it and do not. */
-    if (!cfg->direct && bc->compaction_interval_ms > 0 &&
+    /* The daemon's store compacts; init and copy (direct) and check run beside it and
+     * do not. */
+    if (!cfg->direct && !cfg->no_background && bc->compaction_interval_ms > 0 &&
         (rv = pt_bt_compact_start(bt, bc->compaction_interval_ms)) != 0) {
         snprintf(err, errlen, "bigtable: cannot start the compaction thread");
         goto fail;

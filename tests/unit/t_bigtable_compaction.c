@@ -233,7 +233,8 @@ static void test_stopped(const char *endpoint)
     pt_backend_close(&b);
 }
 
-static int open_conf(pt_backend *b, const char *endpoint, long interval_ms, int direct)
+static int open_conf(pt_backend *b, const char *endpoint, long interval_ms, int direct,
+                     int no_background)
 {
     char err[256] = "";
     pt_bigtable_conf bc = {.project = "proj",
@@ -241,7 +242,7 @@ static int open_conf(pt_backend *b, const char *endpoint, long interval_ms, int 
                            .endpoint = (char *)endpoint,
                            .table_prefix = "cmt_",
                            .compaction_interval_ms = interval_ms};
-    pt_backend_config cfg = {.own = &bc, .direct = direct};
+    pt_backend_config cfg = {.own = &bc, .direct = direct, .no_background = no_background};
     int rv = pt_backend_open(b, &pt_backend_bigtable, &cfg, err, sizeof(err));
     if (rv != 0)
         diag("open: %s", err);
@@ -257,11 +258,15 @@ static void test_thread(const char *endpoint)
         return;
     is(fill(&b, 4), 0, "4 rows to compact");
     pt_backend_close(&b);
-    if (open_conf(&b, endpoint, 20, 1) == 0) {
+    if (open_conf(&b, endpoint, 20, 1, 0) == 0) {
         ok(!((pt_bt *)b.state)->compact.started, "a direct open (init, copy) starts no thread");
         pt_backend_close(&b);
     }
-    if (open_conf(&b, endpoint, 20, 0) != 0)
+    if (open_conf(&b, endpoint, 20, 0, 1) == 0) {
+        ok(!((pt_bt *)b.state)->compact.started, "an open for check starts no thread");
+        pt_backend_close(&b);
+    }
+    if (open_conf(&b, endpoint, 20, 0, 0) != 0)
         return;
     ok(((pt_bt *)b.state)->compact.started, "the daemon's open starts the thread");
     double t0 = now_ms();
@@ -270,7 +275,7 @@ static void test_thread(const char *endpoint)
         sleep_ms(10);
     is(stats(&b).compacted_rows, 5, "its passes compact the rows (by the wall clock, all 5)");
     pt_backend_close(&b);
-    if (open_conf(&b, endpoint, 3600000, 0) == 0) {
+    if (open_conf(&b, endpoint, 3600000, 0, 0) == 0) {
         pt_backend_close(&b);
         ok(1, "close stops the thread while it waits for the next pass");
     }
