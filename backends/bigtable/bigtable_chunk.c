@@ -334,7 +334,9 @@ size_t pt_bt_compact_select(pt_slice key, const pt_bt_cell *cells, size_t n, int
     if (base < 0 || pt_key_time(key.p, key.n, "#", &end) >= 0)
         return 0;
     size_t nfold = 0, est = 0;
-    uint64_t start = 0; /* first offset of the chunk the estimate is filling */
+    uint64_t start = 0;  /* first offset of the chunk the estimate is filling */
+    uint64_t writer = 0; /* writer id of the last chunk cell seen */
+    int chunks = 0;      /* ... when one was seen */
     for (size_t i = 0; i < n && nfold < PT_BT_COMPACT_MAX_FOLD; i++) {
         int64_t t = cell_time(base, &cells[i]);
         if (t < 0 || t >= guard_ms)
@@ -348,7 +350,16 @@ size_t pt_bt_compact_select(pt_slice key, const pt_bt_cell *cells, size_t n, int
             cq.first = cq.last = pt_get_be32(cells[i].qualifier.p);
         else
             pt_bt_chunk_qual_get(cells[i].qualifier, &cq);
-        if (!est || cq.first - start > PT_BT_CHUNK_SPAN_MS) {
+        /* Chunks of one writer id come from one write or one rewrite, which cut them where
+         * the limits say (a full chunk tells no other way): a rewrite would cut them
+         * there again. */
+        int chunk = cells[i].qualifier.n != PT_QUAL_LEN;
+        int cut_before = chunk && chunks && cq.writer == writer;
+        if (chunk) {
+            writer = cq.writer;
+            chunks = 1;
+        }
+        if (!est || cut_before || cq.first - start > PT_BT_CHUNK_SPAN_MS) {
             est++;
             start = cq.first;
         }

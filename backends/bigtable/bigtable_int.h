@@ -587,7 +587,8 @@ enum {
  * the epoch): sets fold[i] (room for n) to 1 for each, 0 for the others. Returns how many
  * when folding them is worth it (it cuts the row's cell count, as far as the qualifiers
  * tell: the chunks they would make, estimated from the chunks' first and last offsets and
- * the single cells' offsets, are fewer than the cells), else 0 (fold all 0). Never folds
+ * the single cells' offsets, with a cut between two chunks of one writer id, are fewer
+ * than the cells), else 0 (fold all 0). Never folds
  * in a row that is not a data row (exemplar, index, ...). Reads qualifiers and versions
  * only, so it works on a scan with stripped values. */
 size_t pt_bt_compact_select(pt_slice key, const pt_bt_cell *cells, size_t n, int64_t guard_ms,

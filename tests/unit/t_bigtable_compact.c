@@ -313,6 +313,8 @@ static void test_limits(void)
     apply(&r, m, (size_t)nm);
     is(r.n, nchunks, "the row holds just the chunks");
     is_str(view(&r), before, "...reading as before");
+    is(pt_bt_compact_select(PT_SLICE_LIT(ROW), r.c, r.n, (int64_t)1 << 33, fold), 0,
+       "chunks cut at 2,048 cells within one span are not picked again");
     free(before);
     row_free(&r);
     pt_bt_compactor_free(&cp);
