@@ -431,8 +431,9 @@ static void *compact_thread(void *arg)
         int64_t t0 = pt_mono_ms();
         int rv = pt_bt_compact_pass(bt, pt_wall_ms());
         if (rv == 0)
-            pt_log(PT_LOG_INFO, "bigtable compaction pass", "rows=%lu cells=%lu ms=%lld",
-                   atomic_load(&c->rows), atomic_load(&c->cells), (long long)(pt_mono_ms() - t0));
+            pt_log(PT_LOG_INFO, "bigtable compaction pass",
+                   "rows_total=%lu cells_total=%lu pass_ms=%lld", atomic_load(&c->rows),
+                   atomic_load(&c->cells), (long long)(pt_mono_ms() - t0));
         wait = c->interval_ms;
     }
     return NULL;
