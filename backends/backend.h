@@ -96,6 +96,9 @@ typedef struct pt_backend_config {
     /* Open without a write-back buffer (Bigtable's buffer_path): for `promtable init`
      * and `promtable copy`, which may run beside a daemon that holds the buffer. */
     int direct;
+    /* Open for a one-off command that only reads and checks (`promtable check`): no
+     * background work of the backend's own (Bigtable's compaction). */
+    int no_background;
 } pt_backend_config;
 
 enum {

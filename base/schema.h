@@ -16,6 +16,9 @@
 #define PT_VALUE_LEN 8      /* a sample cell's value: big-endian IEEE-754 bits */
 /* Sample times must be in [0, PT_MAX_TIME_MS] so every base fits 13 decimal digits. */
 #define PT_MAX_TIME_MS ((int64_t)9999999999999 - PT_BUCKET_MS)
+/* The index table's row of the Bigtable backend's compaction lease: "==" then a letter no
+ * hex digit is, so no series, metadata, HA or format row has it; `promtable check` skips it. */
+#define PT_COMPACT_LEASE_ROW "==compact"
 /* In keys, '\' escapes the byte after it. */
 #define PT_KEY_ESCAPE '\\'
 

@@ -96,16 +96,18 @@ typedef struct srow {
 } srow;
 
 /* 1 with *sr filled for a series row, 0 for another row (the format marker, metadata
- * rows, HA lease rows, the exemplar marks), or < 0 when it does not parse (reported). Allocates
+ * rows, HA lease rows, the exemplar marks, the compaction lease), or < 0 when it does not parse (reported). Allocates
  * from ck->a. */
 static int parse_series_row(checker *ck, pt_slice row, pt_slice value, srow *sr)
 {
     static const char format_row[] = "==format", meta[] = PT_META_ROW_PREFIX,
-                      lease[] = PT_HA_LEASE_PREFIX, marks[] = PT_EXEMPLAR_MARK_ROW;
+                      lease[] = PT_HA_LEASE_PREFIX, marks[] = PT_EXEMPLAR_MARK_ROW,
+                      compact[] = PT_COMPACT_LEASE_ROW;
     char q[320];
     if (row.n < 2 || memcmp(row.p, "==", 2) != 0 ||
         (row.n == sizeof(format_row) - 1 && memcmp(row.p, format_row, row.n) == 0) ||
         (row.n == sizeof(marks) - 1 && memcmp(row.p, marks, row.n) == 0) ||
+        (row.n == sizeof(compact) - 1 && memcmp(row.p, compact, row.n) == 0) ||
         (row.n >= sizeof(meta) - 1 && memcmp(row.p, meta, sizeof(meta) - 1) == 0) ||
         (row.n >= sizeof(lease) - 1 && memcmp(row.p, lease, sizeof(lease) - 1) == 0))
         return 0;

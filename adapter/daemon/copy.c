@@ -314,7 +314,7 @@ int64_t pt_copy_version(pt_table t, pt_slice row, pt_slice qual, pt_slice value,
     return day >= 0 ? (day + bucket_ms - 1) * 1000 : now_us;
 }
 
-/* Whether the copy takes this cell: not an HA lease row (each store elects its own),
+/* Whether the copy takes this cell: not a lease row (HA, compaction: each store has its own),
  * and inside the window when there is one (index rows: those of the days that overlap
  * it; rows without a day whole). */
 int pt_copy_wanted(const pt_copy_opts *o, pt_table t, int64_t bucket_ms, pt_slice row, pt_slice qual,
@@ -322,7 +322,7 @@ int pt_copy_wanted(const pt_copy_opts *o, pt_table t, int64_t bucket_ms, pt_slic
 {
     if (t == PT_TABLE_INDEX) {
         pt_slice k = untenanted(row);
-        if (has_prefix(k, PT_HA_LEASE_PREFIX))
+        if (has_prefix(k, PT_HA_LEASE_PREFIX) || is_row(row, PT_COMPACT_LEASE_ROW))
             return 0;
         if (!o->window || has_prefix(k, PT_META_ROW_PREFIX))
             return 1;

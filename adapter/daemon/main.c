@@ -161,6 +161,7 @@ int main(int argc, char **argv)
         .index_span_ms = cfg.index_bucket_ms,
         .retention_dropped = &pt_m.retention_dropped,
         .direct = cmd == CMD_INIT,
+        .no_background = cmd == CMD_CHECK,
     };
     if (cmd == CMD_CHECK) {
         status = pt_check_store(&cfg, ops, &bc, stdout);

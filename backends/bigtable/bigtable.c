@@ -60,7 +60,9 @@ static char *str_printf(const char *fmt, ...)
 static void bt_close(void *state)
 {
     pt_bt *bt = state;
-    /* The write-back store first: its close flushes what it holds into Bigtable. */
+    /* Compaction first: its pass in flight uses the channel. */
+    pt_bt_compact_free(bt);
+    /* The write-back store next: its close flushes what it holds into Bigtable. */
     if (bt->wb.ops)
         pt_backend_close(&bt->wb);
     pt_bt_stats st;
@@ -138,7 +140,7 @@ static int bt_open(void *state, const pt_backend_config *cfg, char *err, size_t 
 {
     static const char *const suffix[PT_TABLE_COUNT] = {"points", "index"};
     pt_bt *bt = state;
-    static const pt_bigtable_conf none = {"", "", "", "", READ_STREAMS, "", 0, 0, 0};
+    static const pt_bigtable_conf none = {"", "", "", "", READ_STREAMS, "", 0, 0, 0, 0};
     const pt_bigtable_conf *bc = cfg->own ? cfg->own : &none;
     const char *prefix = bc->table_prefix ? bc->table_prefix : "";
     const char *endpoint = bc->endpoint && *bc->endpoint ? bc->endpoint : NULL;
@@ -153,6 +155,7 @@ static int bt_open(void *state, const pt_backend_config *cfg, char *err, size_t 
         return PT_EINTERNAL;
     }
     pt_bt_sample_init(bt);
+    pt_bt_compact_init(bt);
     pt_bt_flow_init(&bt->flow, (int64_t)pt_now_ns());
     bt->write_ms = WRITE_DEADLINE_MS;
     bt->read_ms = READ_DEADLINE_MS;
@@ -182,6 +185,13 @@ static int bt_open(void *state, const pt_backend_config *cfg, char *err, size_t 
         (!cfg->direct && bc->buffer_path && *bc->buffer_path &&
          (rv = open_buffer(bt, bc, err, errlen)) != 0))
         goto fail;
+    /* The daemon's store compacts; init and copy (direct) and check run beside it and
+     * do not. */
+    if (!cfg->direct && !cfg->no_background && bc->compaction_interval_ms > 0 &&
+        (rv = pt_bt_compact_start(bt, bc->compaction_interval_ms)) != 0) {
+        snprintf(err, errlen, "bigtable: cannot start the compaction thread");
+        goto fail;
+    }
     return 0;
 
 nomem:
@@ -237,6 +247,11 @@ void pt_bt_get_stats(void *state, pt_bt_stats *out)
         .read_calls = atomic_load(&bt->read_calls),
         .sample_calls = atomic_load(&bt->sample_calls),
         .points = traffic(bt, PT_TABLE_POINTS),
+        .compacted_rows = atomic_load(&bt->compact.rows),
+        .compacted_cells = atomic_load(&bt->compact.cells),
+        .compaction_chunks = atomic_load(&bt->compact.chunks),
+        .compaction_passes = atomic_load(&bt->compact.passes),
+        .compaction_failures = atomic_load(&bt->compact.failures),
     };
     pt_bt_flow_get(&bt->flow, (int64_t)pt_now_ns(), &out->flow);
     for (int t = 0; t < PT_TABLE_COUNT; t++) {
@@ -350,6 +365,18 @@ static size_t bt_stats(void *state, pt_backend_stat *out, size_t max)
          "MutateRows responses carrying rate_limit_info: Bigtable pacing this client's "
          "writes.",
          1, (double)st.flow.infos},
+        {"promtable_bigtable_compacted_rows_total",
+         "Points rows compaction rewrote into fewer chunk cells.", 1, (double)st.compacted_rows},
+        {"promtable_bigtable_compacted_cells_total",
+         "Cells (single-sample and chunk cells) compaction replaced.", 1,
+         (double)st.compacted_cells},
+        {"promtable_bigtable_compaction_chunks_written_total",
+         "Chunk cells compaction wrote in their place.", 1, (double)st.compaction_chunks},
+        {"promtable_bigtable_compaction_passes_total",
+         "Compaction passes made under the lease.", 1, (double)st.compaction_passes},
+        {"promtable_bigtable_compaction_failures_total",
+         "Compaction passes that failed (the next pass goes on where it stopped).", 1,
+         (double)st.compaction_failures},
         {"promtable_bigtable_writes_throttled_total",
          "Writes refused (503 with Retry-After) because the flow-control limit would have "
          "held them longer than 1 s or their retry budget.",
@@ -402,6 +429,11 @@ static const pt_conf_key conf_keys[] = {
      "Longest a sample waits in the write-back buffer before it is written to Bigtable: "
      "what another promtable reading the same tables lags behind, and the samples per "
      "chunk cell (30m: 120 at a 15 s scrape interval)."},
+    {"compaction_interval", NULL, PT_CONF_DURATION, "1h", 0, 366LL * 86400000LL,
+     C(compaction_interval_ms),
+     "Time between two compaction passes, which rewrite the points rows' single-sample "
+     "cells and small chunk cells older than an hour into few large chunk cells (one pass "
+     "at a time over all promtables on the tables, through a lease row); 0 = off."},
     {"buffer_sync", NULL, PT_CONF_BOOL, "false", 0, 1, C(buffer_sync),
      "fsync the write-back log before acknowledging each write."},
 };

@@ -16,6 +16,7 @@ typedef struct pt_bigtable_conf {
     size_t buffer_memory; /* samples held before a flush (the write-back head's budget) */
     long flush_interval_ms; /* longest a sample waits in the write-back buffer */
     int buffer_sync;    /* fdatasync the write-back logs before acknowledging */
+    long compaction_interval_ms; /* between compaction passes; 0 = no compaction */
 } pt_bigtable_conf;
 
 #endif

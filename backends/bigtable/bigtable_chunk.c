@@ -51,6 +51,7 @@ uint64_t pt_bt_qual_floor(pt_slice q)
 void pt_bt_chunker_free(pt_bt_chunker *ck)
 {
     free(ck->cells);
+    free(ck->ver);
     pt_buf_free(&ck->enc);
     if (ck->mem_ready)
         pt_arena_free(&ck->mem);
@@ -89,51 +90,65 @@ static int put_chunk(pt_bt_chunker *ck, const pt_mutation *row, const pt_vcell *
     return 0;
 }
 
-long pt_bt_chunk_row(pt_bt_chunker *ck, const pt_mutation **v, size_t n, uint64_t writer,
-                     pt_mutation *out)
+/* Cuts c[0..n) (increasing offsets; ver[i] the version of c[i]) into chunk cells of at
+ * most PT_BT_CHUNK_MAX_CELLS cells spanning at most PT_BT_CHUNK_SPAN_MS, each a mutation
+ * of row's row and table appended to out. Returns how many, or a negative pt error code. */
+static long cut(pt_bt_chunker *ck, const pt_mutation *row, const pt_vcell *c, const int64_t *ver,
+                size_t n, uint64_t writer, pt_mutation *out)
+{
+    long nout = 0;
+    for (size_t i = 0; i < n;) {
+        size_t j = i + 1;
+        int64_t newest = ver[i];
+        while (j < n && j - i < PT_BT_CHUNK_MAX_CELLS && c[j].q - c[i].q <= PT_BT_CHUNK_SPAN_MS) {
+            if (ver[j] > newest)
+                newest = ver[j];
+            j++;
+        }
+        int rv = put_chunk(ck, row, c + i, j - i, writer, newest, &out[nout]);
+        if (rv != 0)
+            return rv;
+        nout++;
+        i = j;
+    }
+    return nout;
+}
+
+/* Room for n cells and their versions in ck. */
+static int reserve_cells(pt_bt_chunker *ck, size_t n)
 {
     if (!ck->mem_ready) {
         pt_arena_init(&ck->mem, 64 << 10, 0);
         ck->mem_ready = 1;
     }
-    if (n > ck->cap) {
-        int rv = pt_array_reserve(&ck->cells, &ck->cap, n, sizeof(*ck->cells), 0);
-        if (rv != 0)
-            return rv;
-    }
+    int rv = n <= ck->cap ? 0 : pt_array_reserve(&ck->cells, &ck->cap, n, sizeof(*ck->cells), 0);
+    if (rv == 0 && n > ck->vcap)
+        rv = pt_array_reserve(&ck->ver, &ck->vcap, n, sizeof(*ck->ver), 0);
+    return rv;
+}
+
+long pt_bt_chunk_row(pt_bt_chunker *ck, const pt_mutation **v, size_t n, uint64_t writer,
+                     pt_mutation *out)
+{
+    int rv = reserve_cells(ck, n);
+    if (rv != 0)
+        return rv;
     qsort(v, n, sizeof(*v), by_offset);
-    long nout = 0;
-    size_t k = 0;       /* cells of the chunk being gathered, in ck->cells */
-    int64_t newest = 0; /* their greatest version */
+    size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         if (i + 1 < n && pt_get_be32(v[i + 1]->qual.p) == pt_get_be32(v[i]->qual.p))
             continue; /* a later write of the offset in the batch wins */
-        uint32_t q = pt_get_be32(v[i]->qual.p);
-        if (k && (k == PT_BT_CHUNK_MAX_CELLS || q - ck->cells[0].q > PT_BT_CHUNK_SPAN_MS)) {
-            int rv = put_chunk(ck, v[i], ck->cells, k, writer, newest, &out[nout]);
-            if (rv != 0)
-                return rv;
-            nout++;
-            k = 0;
-        }
-        pt_vcell *c = &ck->cells[k++];
-        c->q = q;
+        pt_vcell *c = &ck->cells[k];
+        c->q = pt_get_be32(v[i]->qual.p);
         c->vlen = (uint32_t)v[i]->value.n;
         if (c->vlen <= 8) {
             if (c->vlen)
                 memcpy(c->v.in, v[i]->value.p, c->vlen);
         } else
             c->v.p = v[i]->value.p;
-        if (k == 1 || v[i]->version_us > newest)
-            newest = v[i]->version_us;
+        ck->ver[k++] = v[i]->version_us;
     }
-    if (k) {
-        int rv = put_chunk(ck, v[0], ck->cells, k, writer, newest, &out[nout]);
-        if (rv != 0)
-            return rv;
-        nout++;
-    }
-    return nout;
+    return cut(ck, v[0], ck->cells, ck->ver, k, writer, out);
 }
 
 /* ---- read ---- */
@@ -291,6 +306,7 @@ int pt_bt_merge_row(pt_bt_rowmerge *rm, const pt_bt_cell *cells, size_t n, pt_sl
         pt_slice q = item_qual(it, b);
         if (prev && pt_slice_eq(q, item_qual(prev, pb)))
             continue; /* the winner came first */
+        rm->src = it->seq;
         pt_slice v;
         if (it->kind == CHUNK) {
             const pt_vcell *vc = &rm->dec.c[it->idx];
@@ -301,4 +317,148 @@ int pt_bt_merge_row(pt_bt_rowmerge *rm, const pt_bt_cell *cells, size_t n, pt_sl
         rv = fn(ud, q, v);
     }
     return rv;
+}
+
+/* ---- compaction ---- */
+
+/* When the newest sample of a points cell of the data row with base was taken; -1 for a
+ * cell compaction leaves as it is (another family or qualifier length). */
+static int64_t cell_time(int64_t base, const pt_bt_cell *c)
+{
+    pt_bt_chunkqual cq;
+    if (!pt_slice_eq(c->family, PT_SLICE_LIT(PT_BT_FAMILY)))
+        return -1;
+    if (c->qualifier.n == PT_QUAL_LEN)
+        return base + pt_get_be32(c->qualifier.p);
+    if (pt_bt_chunk_qual_get(c->qualifier, &cq) == 0)
+        return base + cq.last;
+    return -1;
+}
+
+size_t pt_bt_compact_select(pt_slice key, const pt_bt_cell *cells, size_t n, int64_t guard_ms,
+                            uint8_t *fold)
+{
+    size_t end;
+    int64_t base = pt_key_time(key.p, key.n, "@", &end);
+    memset(fold, 0, n);
+    if (base < 0 || pt_key_time(key.p, key.n, "#", &end) >= 0)
+        return 0;
+    size_t nfold = 0, est = 0;
+    uint64_t start = 0;  /* first offset of the chunk the estimate is filling */
+    uint64_t writer = 0; /* writer id of the last chunk cell seen */
+    int chunks = 0;      /* ... when one was seen */
+    for (size_t i = 0; i < n && nfold < PT_BT_COMPACT_MAX_FOLD; i++) {
+        int64_t t = cell_time(base, &cells[i]);
+        if (t < 0 || t >= guard_ms)
+            continue;
+        fold[i] = 1;
+        nfold++;
+        /* Cells come in qualifier order, which is first-offset order; a chunk's inner
+         * offsets are unknown, so its last one starts a chunk only if it must. */
+        pt_bt_chunkqual cq = {0, 0, 0};
+        if (cells[i].qualifier.n == PT_QUAL_LEN)
+            cq.first = cq.last = pt_get_be32(cells[i].qualifier.p);
+        else
+            pt_bt_chunk_qual_get(cells[i].qualifier, &cq);
+        /* Chunks of one writer id come from one write or one rewrite, which cut them where
+         * the limits say (a full chunk tells no other way): a rewrite would cut them
+         * there again. */
+        int chunk = cells[i].qualifier.n != PT_QUAL_LEN;
+        int cut_before = chunk && chunks && cq.writer == writer;
+        if (chunk) {
+            writer = cq.writer;
+            chunks = 1;
+        }
+        if (!est || cut_before || cq.first - start > PT_BT_CHUNK_SPAN_MS) {
+            est++;
+            start = cq.first;
+        }
+        if (cq.last - start > PT_BT_CHUNK_SPAN_MS) {
+            est++;
+            start = cq.last;
+        }
+    }
+    if (est >= nfold) {
+        memset(fold, 0, n);
+        return 0;
+    }
+    return nfold;
+}
+
+void pt_bt_compactor_free(pt_bt_compactor *cp)
+{
+    pt_bt_chunker_free(&cp->ck);
+    pt_bt_rowmerge_free(&cp->rm);
+    free(cp->out);
+    *cp = (pt_bt_compactor){0};
+}
+
+/* pt_bt_merged_fn of the rewrite: keeps the offsets whose winner is a folded cell. */
+typedef struct gather_ctx {
+    pt_bt_compactor *cp;
+    const pt_bt_cell *cells;
+} gather_ctx;
+
+static int gather(void *ud, pt_slice qual, pt_slice value)
+{
+    gather_ctx *g = ud;
+    pt_bt_compactor *cp = g->cp;
+    size_t src = cp->rm.src;
+    if (qual.n != PT_QUAL_LEN || !cp->fold[src])
+        return 0;
+    int rv = reserve_cells(&cp->ck, cp->nkeep + 1);
+    if (rv != 0)
+        return rv;
+    pt_vcell *c = &cp->ck.cells[cp->nkeep];
+    c->q = pt_get_be32(qual.p);
+    c->vlen = (uint32_t)value.n;
+    if (c->vlen <= 8) {
+        if (c->vlen)
+            memcpy(c->v.in, value.p, c->vlen);
+    } else
+        c->v.p = value.p; /* in the row's cells or rm's decoded chunks: both outlive the build */
+    cp->ck.ver[cp->nkeep++] = g->cells[src].ts;
+    return 0;
+}
+
+long pt_bt_compact_row(pt_bt_compactor *cp, pt_slice key, const pt_bt_cell *cells, size_t n,
+                       const uint8_t *fold, size_t nfold, pt_mutation **out, size_t *nchunks,
+                       char *err, size_t errlen)
+{
+    gather_ctx g = {cp, cells};
+    *nchunks = 0;
+    cp->fold = fold;
+    cp->nkeep = 0;
+    int rv = reserve_cells(&cp->ck, 1);
+    if (rv != 0)
+        return rv;
+    pt_arena_reset(&cp->ck.mem);
+    rv = pt_bt_merge_row(&cp->rm, cells, n, (pt_slice){0}, (pt_slice){0}, gather, &g, err, errlen);
+    if (rv != 0)
+        return rv < 0 ? rv : PT_EINTERNAL;
+    if (nfold + cp->nkeep > cp->outcap &&
+        (rv = pt_array_reserve(&cp->out, &cp->outcap, nfold + cp->nkeep, sizeof(*cp->out), 0)))
+        return rv;
+    uint64_t writer = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        pt_bt_chunkqual cq;
+        if (!fold[i])
+            continue;
+        if (pt_bt_chunk_qual_get(cells[i].qualifier, &cq) == 0 && cq.writer > writer)
+            writer = cq.writer;
+        cp->out[k++] = (pt_mutation){.table = PT_TABLE_POINTS,
+                                     .row = key,
+                                     .qual = cells[i].qualifier,
+                                     .version_us = -(cells[i].ts + 1000)};
+    }
+    pt_mutation row = {.table = PT_TABLE_POINTS, .row = key};
+    long made = cut(&cp->ck, &row, cp->ck.cells, cp->ck.ver, cp->nkeep, writer, cp->out + k);
+    if (made < 0)
+        return made;
+    if ((size_t)made >= k)
+        return 0; /* the row would hold as many cells as before */
+    *nchunks = (size_t)made;
+    *out = cp->out;
+    return (long)k + made;
 }

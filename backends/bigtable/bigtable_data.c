@@ -6,7 +6,8 @@
  * always makes a multiple of 1000 µs as Bigtable's default MILLIS granularity requires.
  * Except: the points table's sample cells (pt_bt_chunkable) of one row in one write go
  * into chunk cells (bigtable_chunk.c), and a points scan merges them back into the cells
- * they hold, so callers still see one cell per sample.
+ * they hold, so callers still see one cell per sample. Compaction (bigtable_compact.c)
+ * adds deletes to MutateRows (pt_bt_data_mutate) and reads rows raw (pt_bt_data_read_raw).
  *
  * Failures: per-entry MutateRows failures and broken ReadRows streams with a retryable
  * code are retried with jittered exponential backoff inside a time budget, then reported
@@ -63,6 +64,25 @@ static int valid_mutation(const pt_mutation *m)
            memchr(m->row.p, 0, m->row.n) == NULL && m->version_us >= 0 && m->version_us % 1000 == 0;
 }
 
+/* A delete (pt_bt_is_delete) as a DeleteFromColumn of the versions below -version_us, into
+ * mu; NULL when a is out of memory. */
+static Bigtable__Mutation *put_delete(Bigtable__Mutation *mu, const pt_mutation *m, pt_arena *a)
+{
+    Bigtable__Mutation__DeleteFromColumn *d = pt_arena_alloc(a, sizeof(*d));
+    Bigtable__TimestampRange *tr = pt_arena_alloc(a, sizeof(*tr));
+    if (!d || !tr)
+        return NULL;
+    protobuf_c_message_init(&bigtable__timestamp_range__descriptor, tr);
+    tr->end_timestamp_micros = -m->version_us;
+    protobuf_c_message_init(&bigtable__mutation__delete_from_column__descriptor, d);
+    d->family_name = family;
+    d->column_qualifier = bin(m->qual);
+    d->time_range = tr;
+    mu->mutation_case = BIGTABLE__MUTATION__MUTATION_DELETE_FROM_COLUMN;
+    mu->delete_from_column = d;
+    return mu;
+}
+
 /* The MutateRows request for the entries e[idx[0..n)], built in a. */
 static Bigtable__MutateRowsRequest *build_mutate(const pt_bt *bt, int t, const entry *e,
                                                  const size_t *idx, size_t n, pt_arena *a)
@@ -92,15 +112,20 @@ static Bigtable__MutateRowsRequest *build_mutate(const pt_bt *bt, int t, const e
         pe->mutations = &mptr[k];
         for (size_t j = 0; j < en->n; j++, k++) {
             const pt_mutation *m = en->m[j];
+            protobuf_c_message_init(&bigtable__mutation__descriptor, &muts[k]);
+            mptr[k] = &muts[k];
+            if (pt_bt_is_delete(m)) {
+                if (!put_delete(&muts[k], m, a))
+                    return NULL;
+                continue;
+            }
             protobuf_c_message_init(&bigtable__mutation__set_cell__descriptor, &sets[k]);
             sets[k].family_name = family;
             sets[k].column_qualifier = bin(m->qual);
             sets[k].timestamp_micros = m->version_us;
             sets[k].value = bin(m->value);
-            protobuf_c_message_init(&bigtable__mutation__descriptor, &muts[k]);
             muts[k].mutation_case = BIGTABLE__MUTATION__MUTATION_SET_CELL;
             muts[k].set_cell = &sets[k];
-            mptr[k] = &muts[k];
         }
         eptr[i] = pe;
     }
@@ -195,7 +220,8 @@ static int mutate(pt_bt *bt, int t, entry *e, size_t n, pt_bt_retry *rt, pt_aren
             /* The first request holds every entry; retries are counted apart. */
             size_t cells = 0;
             for (size_t i = 0; i < n; i++)
-                cells += e[i].n;
+                for (size_t j = 0; j < e[i].n; j++)
+                    cells += !pt_bt_is_delete(e[i].m[j]);
             atomic_fetch_add_explicit(&bt->rows_mutated[t], n, memory_order_relaxed);
             atomic_fetch_add_explicit(&bt->cells_written[t], cells, memory_order_relaxed);
         }
@@ -267,6 +293,13 @@ static int write_table(pt_bt *bt, int t, const pt_mutation *const *v, size_t n, 
     pt_arena_free(&a);
     free(e);
     return rv;
+}
+
+int pt_bt_data_mutate(pt_bt *bt, int t, const pt_mutation *const *v, size_t n)
+{
+    pt_bt_retry rt;
+    pt_bt_retry_init(&rt, bt->data, bt->retry_ms);
+    return n ? write_table(bt, t, v, n, &rt) : 0;
 }
 
 /* The writer id of one write call: a per-process clock that never repeats (wall-clock
@@ -498,11 +531,12 @@ static Bigtable__RowFilter *points_columns(const pt_scan *s, int *none, pt_arena
     return combine(1, either, 2, a);
 }
 
-/* chain(family "p", [qualifiers in [qs, qe)], latest cell per column). The emulator
- * wants at least two filters in a chain, which this always has. */
-static Bigtable__RowFilter *build_filter(const pt_scan *s, pt_arena *a)
+/* chain(family "p", [qualifiers in [qs, qe)], latest cell per column, [values stripped
+ * when strip]). The emulator wants at least two filters in a chain, which this always
+ * has. */
+static Bigtable__RowFilter *build_filter(const pt_scan *s, int strip, pt_arena *a)
 {
-    Bigtable__RowFilter *f[3];
+    Bigtable__RowFilter *f[4];
     size_t n = 0;
     if (!(f[n++] = new_filter(a)))
         return NULL;
@@ -521,13 +555,19 @@ static Bigtable__RowFilter *build_filter(const pt_scan *s, pt_arena *a)
         return NULL;
     f[n]->filter_case = BIGTABLE__ROW_FILTER__FILTER_CELLS_PER_COLUMN_LIMIT_FILTER;
     f[n++]->cells_per_column_limit_filter = 1;
+    if (strip) {
+        if (!(f[n] = new_filter(a)))
+            return NULL;
+        f[n]->filter_case = BIGTABLE__ROW_FILTER__FILTER_STRIP_VALUE_TRANSFORMER;
+        f[n++]->strip_value_transformer = 1;
+    }
     return combine(0, f, n, a);
 }
 
 /* The request for ranges r[0..n) (n > 0: an empty row set would read the whole table). */
 static Bigtable__ReadRowsRequest *build_read(const pt_bt *bt, const pt_scan *s,
                                              const pt_bt_range *r, size_t n, int64_t rows_limit,
-                                             pt_arena *a)
+                                             int strip, pt_arena *a)
 {
     Bigtable__ReadRowsRequest *req = pt_arena_alloc(a, sizeof(*req));
     Bigtable__RowSet *set = pt_arena_alloc(a, sizeof(*set));
@@ -557,7 +597,7 @@ static Bigtable__ReadRowsRequest *build_read(const pt_bt *bt, const pt_scan *s,
     req->table_name = bt->table[s->table];
     req->rows = set;
     req->rows_limit = rows_limit;
-    if (!(req->filter = build_filter(s, a)))
+    if (!(req->filter = build_filter(s, strip, a)))
         return NULL;
     return req;
 }
@@ -584,6 +624,8 @@ typedef struct scanner {
     size_t nranges, ri;
     const pt_stream_to *stream; /* pt_scan.stream: chunks that can go as they are */
     uint64_t lo, hi;            /* a points scan's offsets: [lo, hi) */
+    pt_bt_row_fn raw; /* pt_bt_data_read_raw: whole rows as read go here, not to fn */
+    void *raw_ud;
 } scanner;
 
 /* key as the scan's own bytes when a one-row range names it (a series' data row, what
@@ -672,6 +714,10 @@ static int deliver_row(void *ud, pt_slice key, const pt_bt_cell *cells, size_t n
     sc->merged_rows++;
     sc->merged_cells += n;
     sc->delivered = 0;
+    if (sc->raw) {
+        int rv = sc->raw(sc->raw_ud, key, cells, n);
+        return rv != 0 ? rv : ++sc->rows == sc->row_limit;
+    }
     key = own_key(sc, key);
     if (sc->points && pt_bt_row_has_chunks(cells, n)) {
         int rv = deliver_chunked(sc, key, cells, n);
@@ -723,6 +769,7 @@ typedef struct scan_ctx {
     /* The row limit goes to the server too: not when the filter passes chunk cells that
      * start before the qualifier range, whose rows may deliver nothing. */
     int server_limit;
+    int strip; /* values stripped (pt_bt_data_read_raw) */
 } scan_ctx;
 
 /* Starts g's next ReadRows: its ranges after its resume point. 1 = started, 0 = nothing
@@ -738,7 +785,7 @@ static int group_call(scan_ctx *x, group *g)
      * as many as the whole scan still may take. */
     size_t lim = x->server_limit ? x->s->row_limit : 0;
     Bigtable__ReadRowsRequest *req =
-        build_read(x->bt, x->s, x->clip, n, lim ? (int64_t)(lim - x->sc.rows) : 0, &x->a);
+        build_read(x->bt, x->s, x->clip, n, lim ? (int64_t)(lim - x->sc.rows) : 0, x->strip, &x->a);
     if (!req) {
         pt_arena_reset(&x->a);
         return PT_ENOMEM;
@@ -837,9 +884,10 @@ static size_t plan(pt_bt *bt, const pt_scan *s, pt_buf *cuts, pt_row_range *piec
     return k ? k : 1;
 }
 
-int pt_bt_data_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
+/* A scan, its rows going to fn cell by cell, or with raw set to raw whole. */
+static int scan(pt_bt *bt, const pt_scan *s, pt_cell_fn fn, void *ud, pt_bt_row_fn raw,
+                void *raw_ud, int strip)
 {
-    pt_bt *bt = state;
     if ((unsigned)s->table >= PT_TABLE_COUNT)
         return PT_EINTERNAL;
     if (s->qual_start.n && s->qual_end.n && pt_slice_cmp(s->qual_start, s->qual_end) >= 0)
@@ -871,8 +919,11 @@ int pt_bt_data_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
                          .stream = points ? s->stream : NULL,
                          .lo = lo,
                          .hi = s->qual_end.n ? pt_bt_qual_floor(s->qual_end)
-                                             : (uint64_t)1 << 32},
-                  .server_limit = !points || lo == 0};
+                                             : (uint64_t)1 << 32,
+                         .raw = raw,
+                         .raw_ud = raw_ud},
+                  .server_limit = !points || lo == 0,
+                  .strip = strip};
     group *g = calloc(ng, sizeof(*g));
     x.clip = malloc((nranges / ng + 1) * sizeof(*x.clip));
     if (!g || !x.clip) {
@@ -924,6 +975,16 @@ int pt_bt_data_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
     free(g);
     pt_buf_free(&cuts);
     return rv;
+}
+
+int pt_bt_data_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
+{
+    return scan(state, s, fn, ud, NULL, NULL, 0);
+}
+
+int pt_bt_data_read_raw(pt_bt *bt, const pt_scan *s, int strip, pt_bt_row_fn fn, void *ud)
+{
+    return scan(bt, s, NULL, NULL, fn, ud, strip);
 }
 
 /* ============================================================================

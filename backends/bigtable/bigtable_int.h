@@ -5,8 +5,10 @@
  * Modules, and whom each may call (the graph has no cycles; a module calls only those
  * below it):
  *
- *   bigtable.c        ops table, open/close, test knobs    -> rpc, sample
+ *   bigtable.c        ops table, open/close, test knobs    -> rpc, sample, compact
  *                     (names admin and data in the ops table; never calls them)
+ *   bigtable_compact.c compaction passes of the points     -> data, chunk
+ *                     table under a lease row; its thread
  *   bigtable_admin.c  init: CreateTable with the GC rule;  -> rpc
  *                     GetTable for tests
  *   bigtable_data.c   write: MutateRows; scan: ReadRows;   -> sample, rpc, merge,
@@ -24,7 +26,9 @@
  *                     control allows (rate_limit_info)        clock is an argument)
  *   bigtable_chunk.c  chunk cells of the points table:     -> base only (no I/O)
  *                     built from a row's mutations, merged
- *                     with single cells on read
+ *                     with single cells on read; which
+ *                     cells compaction folds, and the
+ *                     rewrite
  *
  * Protocol: Google's google.bigtable.v2 API (bigtable.proto holds the part used here).
  * Schema: docs/storage-format.md.
@@ -45,6 +49,7 @@
 #include "buf.h"
 #include "cellchunk.h"
 #include "clock.h"
+#include "schema.h"
 #include "slice.h"
 
 /* The one column family of both tables. */
@@ -151,6 +156,20 @@ typedef struct pt_bt_flow_figures {
 /* Lifts a limit that is due to be lifted first, so the rate reads 0 then. */
 void pt_bt_flow_get(pt_bt_flow *f, int64_t now_ns, pt_bt_flow_figures *out);
 
+/* Compaction's part of an open backend (bigtable_compact.c). */
+typedef struct pt_bt_compaction {
+    long interval_ms; /* between two passes of the thread */
+    uint64_t holder;  /* this backend's name in the lease row (random at open) */
+    long fail_after;  /* test hook: a pass fails once it compacted this many rows; 0 = never */
+    int started;      /* the thread runs: close must stop it */
+    int sync_ready;   /* mu and cv were made */
+    pthread_t thread;
+    pthread_mutex_t mu; /* with cv: the thread's wait, which stop cuts short */
+    pthread_cond_t cv;
+    atomic_int stop;
+    atomic_ulong rows, cells, chunks, passes, failures; /* pt_bt_stats */
+} pt_bt_compaction;
+
 /* ============================================================================
  * bigtable.c: the state of an open backend
  * ========================================================================== */
@@ -191,6 +210,7 @@ typedef struct pt_bt {
      * ops table pt_bt_direct_ops) as whole rows; wb.ops NULL: writes go straight here. */
     pt_backend wb;
     pt_backend direct;
+    pt_bt_compaction compact;
 } pt_bt;
 
 /* Test knobs for an open bigtable backend (state is its pt_bt), for use with no call in
@@ -224,6 +244,10 @@ typedef struct pt_bt_stats {
     pt_bt_traffic all;           /* both tables */
     pt_bt_traffic points;        /* the points table alone: the samples */
     pt_bt_flow_figures flow;     /* flow control (bigtable_flow.c) */
+    /* Compaction: rows rewritten, cells they replaced, chunk cells written, passes made
+     * (with the lease), passes that failed. */
+    unsigned long compacted_rows, compacted_cells, compaction_chunks, compaction_passes,
+        compaction_failures;
 } pt_bt_stats;
 void pt_bt_get_stats(void *state, pt_bt_stats *out);
 
@@ -496,7 +520,8 @@ int pt_bt_chunkable(const pt_mutation *m);
  * one write call; zero it, then pt_bt_chunker_free. */
 typedef struct pt_bt_chunker {
     pt_vcell *cells; /* one row's cells, by offset */
-    size_t cap;
+    int64_t *ver;    /* ... and their versions */
+    size_t cap, vcap;
     pt_buf enc;    /* one chunk's value as encoded */
     pt_arena mem;  /* the chunk cells' qualifiers and values: until free */
     int mem_ready; /* mem was made */
@@ -519,6 +544,7 @@ typedef struct pt_bt_rowmerge {
     pt_vcells dec; /* the row's chunks decoded */
     pt_bt_rowmerge_item *items;
     size_t n, cap;
+    size_t src; /* during pt_bt_merge_row's fn: the index in cells[] of the value's cell */
 } pt_bt_rowmerge;
 void pt_bt_rowmerge_free(pt_bt_rowmerge *rm);
 
@@ -539,8 +565,108 @@ int pt_bt_row_has_chunks(const pt_bt_cell *cells, size_t n);
 int pt_bt_merge_row(pt_bt_rowmerge *rm, const pt_bt_cell *cells, size_t n, pt_slice qs,
                     pt_slice qe, pt_bt_merged_fn fn, void *ud, char *err, size_t errlen);
 
+/* ---- compaction, without I/O (docs/bigtable.md, "Compaction") ----
+ *
+ * A data row's single cells and chunk cells whose samples are all older than a guard time
+ * are folded: replaced, in one MutateRows entry, by as few chunk cells as the limits above
+ * allow. The row's cells are those a read with the newest version per column returns
+ * (family PT_BT_FAMILY; others are never folded). */
+
+/* Sample time a folded cell's newest sample must be older than: now minus this. Rows
+ * still being written (a chunk per request or per flush of the write-back buffer) would
+ * otherwise be rewritten again at every pass, and a single cell that an older version
+ * writes again at the same offset (it deletes with its column) is not raced. */
+#define PT_BT_COMPACT_GUARD_MS 3600000
+enum {
+    /* Cells folded in one row at most: its entry stays far under MutateRows' 100,000
+     * mutations, and a row's rewrite under a few MiB. */
+    PT_BT_COMPACT_MAX_FOLD = 20000,
+};
+
+/* Picks the cells of row key's cells[0..n) to fold with the guard time guard_ms (ms since
+ * the epoch): sets fold[i] (room for n) to 1 for each, 0 for the others. Returns how many
+ * when folding them is worth it (it cuts the row's cell count, as far as the qualifiers
+ * tell: the chunks they would make, estimated from the chunks' first and last offsets and
+ * the single cells' offsets, with a cut between two chunks of one writer id, are fewer
+ * than the cells), else 0 (fold all 0). Never folds
+ * in a row that is not a data row (exemplar, index, ...). Reads qualifiers and versions
+ * only, so it works on a scan with stripped values. */
+size_t pt_bt_compact_select(pt_slice key, const pt_bt_cell *cells, size_t n, int64_t guard_ms,
+                            uint8_t *fold);
+
+/* A delete in a points mutation list for MutateRows (bigtable_data.c): version_us
+ * negative: DeleteFromColumn of m.qual's versions below -version_us µs. */
+static inline int pt_bt_is_delete(const pt_mutation *m)
+{
+    return m->version_us < 0;
+}
+
+/* What one row's rewrite keeps; zero it, then pt_bt_compactor_free. */
+typedef struct pt_bt_compactor {
+    pt_bt_chunker ck; /* the new chunks' values and qualifiers */
+    pt_bt_rowmerge rm;
+    const uint8_t *fold; /* during a build */
+    size_t nkeep;        /* cells gathered in ck.cells / ck.ver */
+    int failed;          /* ENOMEM while gathering */
+    pt_mutation *out;    /* the row's mutations */
+    size_t outcap;
+} pt_bt_compactor;
+void pt_bt_compactor_free(pt_bt_compactor *cp);
+
+/* The row's rewrite: cells[0..n) of table PT_TABLE_POINTS row key, as read in full,
+ * fold[] as pt_bt_compact_select set it (nfold of them). The merged row (pt_bt_merge_row
+ * over all cells) decides every offset; the offsets whose winner is a folded cell go into
+ * new chunk cells with the greatest writer id among the folded chunks (single cells count
+ * as 0): a chunk written after this read has a greater one and still wins, and the view
+ * of every offset is what it was. *out gets the mutations, the deletes of the folded
+ * cells first (each column's versions up to the one read), then the new chunks (so one
+ * whose qualifier equals a deleted one survives); *nchunks how many new chunks. Returns
+ * the number of mutations, 0 when the rewrite would not cut the row's cells (nothing to
+ * do), or a negative pt error code (PT_EINTERNAL with err set: a corrupt chunk). *out
+ * and what it points to stay valid until the next build or free. */
+long pt_bt_compact_row(pt_bt_compactor *cp, pt_slice key, const pt_bt_cell *cells, size_t n,
+                       const uint8_t *fold, size_t nfold, pt_mutation **out, size_t *nchunks,
+                       char *err, size_t errlen);
+
 /* The smallest offset whose 4-byte qualifier sorts at or after the byte string q (n == 0:
  * 0); 2^32 when none does. [qs, qe) holds exactly the offsets in [lo(qs), lo(qe)). */
 uint64_t pt_bt_qual_floor(pt_slice q);
+
+/* ============================================================================
+ * More of bigtable_data.c, for compaction
+ * ========================================================================== */
+
+/* The scan s (no stream) with whole rows as read going to fn, chunk cells unmerged, every
+ * column's newest version only; with strip set their values are empty (qualifiers and
+ * versions only). Returns as pt_bt_data_scan does. */
+int pt_bt_data_read_raw(pt_bt *bt, const pt_scan *s, int strip, pt_bt_row_fn fn, void *ud);
+/* Writes v[0..n) of table t (sorted by row; a row's mutations stay in order and in one
+ * MutateRows entry up to 100,000 of them), deletes (pt_bt_is_delete) included, retried
+ * as write is. */
+int pt_bt_data_mutate(pt_bt *bt, int t, const pt_mutation *const *v, size_t n);
+
+/* ============================================================================
+ * bigtable_compact.c: compaction passes and their thread (docs/bigtable.md,
+ * "Compaction"), over bigtable_data.c and the planning above
+ * ========================================================================== */
+
+/* The lease: row PT_COMPACT_LEASE_ROW (base/schema.h) of the index table, qualifier "l",
+ * value "<expiry ms> <holder hex>" (docs/storage-format.md). */
+enum { PT_BT_COMPACT_LEASE_MS = 300000 }; /* a dead holder's lease lapses after this */
+
+/* At open: the lease holder's id, the counters' lock. */
+void pt_bt_compact_init(pt_bt *bt);
+/* Starts the thread that runs a pass every interval_ms (> 0). 0 or PT_ENOMEM/PT_EINTERNAL. */
+int pt_bt_compact_start(pt_bt *bt, long interval_ms);
+/* Stops the thread (at the next row of a pass at most; an RPC in flight is awaited) and
+ * frees what init made. A no-op when neither ran. */
+void pt_bt_compact_free(pt_bt *bt);
+
+/* One pass at now_ms (ms since the epoch: the guard and the lease's clock), on the
+ * calling thread: 0 done, 1 another holder's lease is live (nothing done), or a pt error
+ * code (the pass stops; what it compacted stays compacted). A test knob too. */
+int pt_bt_compact_pass(void *state, int64_t now_ms);
+/* Test hook: passes fail (PT_EUNAVAIL) once they compacted rows rows; 0 = never. */
+void pt_bt_set_compact_fail_after(void *state, long rows);
 
 #endif

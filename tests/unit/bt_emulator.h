@@ -177,7 +177,7 @@ static inline pt_bt_stats stats(pt_backend *b)
  * when it reports none. */
 static inline double bt_metric(pt_backend *b, const char *name)
 {
-    pt_backend_stat st[32];
+    pt_backend_stat st[64];
     size_t n = b->ops->stats ? b->ops->stats(b->state, st, sizeof(st) / sizeof(st[0])) : 0;
     for (size_t i = 0; i < n; i++)
         if (strcmp(st[i].name, name) == 0)

@@ -271,6 +271,7 @@ static void test_copies(void)
     m[n++] = (pt_mutation){PT_TABLE_INDEX, S("==format"), S("l"), S("2"), 1};
     m[n++] = (pt_mutation){PT_TABLE_INDEX, S("==ha,00,61"), S("l"), S("123 72"), 1};
     m[n++] = (pt_mutation){PT_TABLE_INDEX, S("\x01t\x01==ha,74,61"), S("l"), S("1 2"), 1};
+    m[n++] = (pt_mutation){PT_TABLE_INDEX, S(PT_COMPACT_LEASE_ROW), S("l"), S("9 ff"), 1000};
     m[n++] = (pt_mutation){PT_TABLE_INDEX, S("a,@0000000000000,0123"), S("mask8byt"), S(""), 1};
     m[n++] = (pt_mutation){PT_TABLE_INDEX, S("a,@0000864000000,0123"), S("mask8byt"), S(""), 1};
     if (pt_backend_write(&be, m, n) != 0)
@@ -290,7 +291,7 @@ static void test_copies(void)
            "a,@0000000000000|4|8\na,@0000000000000|4|8\na,@0000000000000|4|8\n"
            "b,@0000000000000|4|8\nb,@0000000000000|4|8\nb,@0000000000000|4|8\n--\n"
            "==format|1|1\na,@0000000000000,0123|8|0\na,@0000864000000,0123|8|0\n--\n",
-           "every cell but the HA lease rows");
+           "every cell but the HA and compaction lease rows");
     is(run(a_from, a_to, "--verify-only", NULL), 0, "verify alone: equal");
     is(run(a_from, a_to, a_ck, NULL), 0, "a done checkpoint: nothing to do, exit 0");
 
