@@ -651,9 +651,14 @@ static int deliver_merged(void *ud, pt_slice qual, pt_slice value)
     return sc->fn(sc->ud, sc->row, qual, value);
 }
 
+/* Chunks shorter than this are decoded and sent again as one chunk rather than as they
+ * are: a row written without the buffer holds a chunk or two of samples a request, and a
+ * Prometheus chunk per one or two samples would take three times the bytes of the answer. */
+enum { STREAM_MIN_SAMPLES = 32 };
+
 /* Whether a streamed read can take the row's cells as they are stored (pt_stream_fn): all
  * chunk cells of family "p" inside the window, apart from each other, each an XOR stream
- * (fmt 3) short enough for a Prometheus chunk. */
+ * (fmt 3) of STREAM_MIN_SAMPLES samples at least, few enough for a Prometheus chunk. */
 static int streamable(const scanner *sc, const pt_bt_cell *cells, size_t n)
 {
     uint64_t next = sc->lo;
@@ -664,7 +669,7 @@ static int streamable(const scanner *sc, const pt_bt_cell *cells, size_t n)
             pt_bt_chunk_qual_get(cells[i].qualifier, &q) != 0 || q.first < next ||
             q.last >= sc->hi ||
             pt_cellchunk_parse(cells[i].value.p, cells[i].value.n, &c) != 0 || c.fmt != 3 ||
-            c.count > PT_STREAM_MAX_SAMPLES)
+            c.count < STREAM_MIN_SAMPLES || c.count > PT_STREAM_MAX_SAMPLES)
             return 0;
         next = (uint64_t)q.last + 1;
     }
