@@ -28,6 +28,11 @@
  *
  * Flushes run on the backend's own thread (flusher.c): the head is double-buffered by
  * shard (see embedded_int.h), so a writer only freezes the next shard and goes on.
+ *
+ * Write-back (pt_backend_config.inner set, Bigtable's buffer_path): the same head, logs and
+ * flush thread in front of that backend, the sink. RocksDB is not opened (a LOCK file
+ * keeps one process per directory); flushes write the frozen rows into the sink, index
+ * cells go straight to it, and scans merge the head with the sink's scan (scan.c).
  */
 #include <errno.h>
 #include <fcntl.h>

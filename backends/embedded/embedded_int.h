@@ -10,6 +10,7 @@
  *     ihead.c     the index head: index cells not yet in RocksDB, drains       rocks
  *     wal.c       the points logs (points.<n>.wal): records, replay            head ihead
  *     flush.c     frozen head -> chunks, merged with the stored ones           rocks head
+ *                 (or, write-back, -> the sink backend's write)
  *     scan.c      points scans merging the head and the chunks                 rocks head
  *     flusher.c   the flush thread: freezes, sweeps, flushes, a full disk      rocks head ihead
  *                                                                              wal flush
