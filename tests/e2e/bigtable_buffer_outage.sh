@@ -14,6 +14,8 @@
 #   4. Once the writer has sent everything up to T, a remote read of every series in
 #      (kill, T] returns exactly the writer's raw samples: the samples acknowledged during
 #      the outage included, none doubled; the writer counts no failed or dropped sample.
+#      (kill, T] starts at the first whole second after the kill: what was flushed into the
+#      emulator before it died is gone with it.
 #
 # Environment: PT_BUILD_DIR (default ../../build); PT_CBTEMULATOR (the emulator; skipped
 # without it); PT_KEEP_TMP=1 keeps logs and data.
@@ -68,8 +70,11 @@ wait_metric 60 promtable_samples_received_total '>=' 2000 ||
     tap_bail "promtable took under 2000 samples in 60 s (${GOT:-none})"
 
 # ---------------------------------------------------------------------------- 1. outage
-T_KILL=$(date +%s)
 pt_kill_cbtemulator
+# The window compared starts after the kill: samples flushed into the emulator before it
+# died are gone with it (it keeps nothing; Cloud Bigtable keeps what it acknowledged), and
+# only samples younger than the kill are sure to have reached Bigtable after it.
+T_KILL=$(($(date +%s) + 1))
 acked=$(metric promtable_http_requests_total 'route="/api/v1/write"' 'code="204"')
 if wait_metric 30 promtable_bigtable_buffer_flush_failures_total '>' 0; then
     tap_ok "flushes into the killed emulator fail and are retried ($GOT)"
