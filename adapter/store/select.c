@@ -304,12 +304,49 @@ static int scan_list(qctx *q, const irange *ir)
     return rv;
 }
 
-/* Series of the metric (name == NULL) or of the posting name=value, over all days. */
-static int collect(qctx *q, const pt_slice *name, pt_slice value)
+static int irange_cmp(const void *x, const void *y)
 {
-    irange ir;
-    int rv = index_range(q, name, value, &ir);
-    return rv ? rv : scan_list(q, &ir);
+    const irange *a = x, *b = y;
+    return pt_slice_cmp((pt_slice){a->b0, a->n0}, (pt_slice){b->b0, b->n0});
+}
+
+/* Collects the references of lists[0..n) (sorted here). Without the list cache, a batch
+ * of lists is one scan of many ranges, not one scan each: on a remote store every scan
+ * is a call. */
+static int scan_lists(qctx *q, irange *lists, size_t n)
+{
+    enum { PER_SCAN = 4096, CACHED_BUCKETS_MAX = 8 };
+    int rv = 0;
+    if (q->st->lists && (q->day_last - q->day_first) / q->st->index_bucket_ms < CACHED_BUCKETS_MAX) {
+        for (size_t i = 0; i < n && rv == 0; i++)
+            rv = scan_list(q, &lists[i]);
+        return rv;
+    }
+    if (n == 0)
+        return 0;
+    qsort(lists, n, sizeof(*lists), irange_cmp);
+    size_t per = n < PER_SCAN ? n : PER_SCAN;
+    pt_row_range *r = pt_arena_alloc(q->a, per * sizeof(*r));
+    if (!r)
+        return PT_ENOMEM;
+    for (size_t i = 0; i < n && rv == 0; i += per) {
+        size_t m = n - i < per ? n - i : per, shortest = SIZE_MAX;
+        for (size_t j = 0; j < m; j++) {
+            const irange *ir = &lists[i + j];
+            r[j] = (pt_row_range){{ir->b0, ir->n0}, {ir->b1, ir->n1}};
+            if (ir->n0 < shortest)
+                shortest = ir->n0;
+        }
+        if ((rv = deadline_passed(q)) != 0)
+            break;
+        rowcb cb = {.q = q, .prefix_len = shortest};
+        size_t visited = 0;
+        pt_scan s = {.table = PT_TABLE_INDEX, .ranges = r, .nranges = m, .visited = &visited};
+        rv = pt_backend_scan(q->st->be, &s, on_list_row, &cb);
+        q->st->stats->read_rows_scanned += visited;
+        q->rows += visited;
+    }
+    return rv;
 }
 
 /* A way to list candidates: the index lists of one selective matcher (one list for an
@@ -380,8 +417,8 @@ static int source_lists(qctx *q, source *c)
     return source_seek(c);
 }
 
-/* Reads up to budget more rows of c. */
-static int count_more(qctx *q, source *c, size_t budget)
+/* Reads up to budget more rows of c; with listing_only, no further than its values rows. */
+static int count_more(qctx *q, source *c, size_t budget, int listing_only)
 {
     while (!c->complete && budget) {
         int rv = deadline_passed(q);
@@ -404,9 +441,10 @@ static int count_more(qctx *q, source *c, size_t budget)
         if (got == budget)
             break;
         budget -= got;
-        if (c->listing)
-            rv = source_lists(q, c);
-        else
+        if (c->listing) {
+            if ((rv = source_lists(q, c)) == 0 && listing_only)
+                break;
+        } else
             c->cur++, rv = source_seek(c);
         if (rv)
             return rv;
@@ -449,7 +487,7 @@ static int source_init(qctx *q, pt_matcher *m, source *c)
 static int source_finish_listing(qctx *q, source *c)
 {
     while (c->listing) {
-        int rv = count_more(q, c, 4096);
+        int rv = count_more(q, c, 4096, 1);
         if (rv)
             return rv;
     }
@@ -468,7 +506,7 @@ static int shortest(qctx *q, source *c, size_t n, size_t *best)
     for (size_t budget = 64; rv == 0; budget *= 2) {
         size_t found = n;
         for (size_t i = 0; i < n && rv == 0; i++) {
-            rv = count_more(q, &c[i], budget);
+            rv = count_more(q, &c[i], budget, 0);
             if (rv == 0 && c[i].complete && (found == n || c[i].rows < c[found].rows))
                 found = i;
         }
@@ -544,10 +582,15 @@ static int resolve(qctx *q, int use_hints, int *hinted)
         rowcb r;
         if ((rv = list_values(q, PT_SLICE_LIT("__name__"), NULL, 0, &r)) != 0)
             return rv;
-        for (size_t i = 0; i < r.vals.x.n; i++)
-            if ((rv = collect(q, NULL, r.vals.v[i])) != 0)
+        size_t nl = r.vals.x.n;
+        irange *lists = pt_arena_alloc(q->a, (nl ? nl : 1) * sizeof(*lists));
+        if (!lists)
+            return PT_ENOMEM;
+        for (size_t i = 0; i < nl; i++)
+            if ((rv = index_range(q, NULL, r.vals.v[i], &lists[i])) != 0)
                 return rv;
-        return pt_cands_resolve(q);
+        rv = scan_lists(q, lists, nl);
+        return rv ? rv : pt_cands_resolve(q);
     }
     size_t best = 0;
     if (n > 1 && !(use_hints && (*hinted = hinted_shortest(q, src, n, &best)))) {
@@ -558,8 +601,8 @@ static int resolve(qctx *q, int use_hints, int *hinted)
     source *c = &src[best];
     rv = source_finish_listing(q, c);
     size_t before = q->rows + q->rows_cached;
-    for (size_t i = 0; i < c->nlists && rv == 0; i++)
-        rv = scan_list(q, &c->lists[i]);
+    if (rv == 0)
+        rv = scan_lists(q, c->lists, c->nlists);
     /* Its size, or at least what was read of it before an error (limit, deadline): a
      * stale hint that led here is then no longer trusted. */
     if (q->st->hints)

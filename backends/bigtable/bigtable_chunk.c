@@ -235,17 +235,13 @@ static int in_window(pt_slice q, pt_slice qs, pt_slice qe)
     return (qs.n == 0 || pt_slice_cmp(q, qs) >= 0) && (qe.n == 0 || pt_slice_cmp(q, qe) < 0);
 }
 
-/* Decodes the chunk cell c into rm->dec and adds its cells in [lo, hi) as items. */
-static int add_chunk(pt_bt_rowmerge *rm, const pt_bt_cell *c, size_t seq, uint64_t lo, uint64_t hi,
-                     char *err, size_t errlen)
+/* Decodes the chunk cell c (qualifier cq) onto the end of rm->dec, checking that every
+ * offset lies in first..last. */
+static int decode_chunk(pt_bt_rowmerge *rm, const pt_bt_cell *c, const pt_bt_chunkqual *cq,
+                        char *err, size_t errlen)
 {
-    pt_bt_chunkqual cq;
     pt_cellchunk ch;
     size_t from = rm->dec.n;
-    if (pt_bt_chunk_qual_get(c->qualifier, &cq) != 0) {
-        snprintf(err, errlen, "a chunk cell's qualifier has first offset > last");
-        return PT_EINTERNAL;
-    }
     int rv = pt_cellchunk_parse(c->value.p, c->value.n, &ch);
     if (rv == 0)
         rv = pt_cellchunk_cells(&ch, &rm->dec);
@@ -253,24 +249,102 @@ static int add_chunk(pt_bt_rowmerge *rm, const pt_bt_cell *c, size_t seq, uint64
         return rv;
     if (rv != 0) {
         snprintf(err, errlen, "chunk cell %08x..%08x of writer %016llx does not decode",
-                 (unsigned)cq.first, (unsigned)cq.last, (unsigned long long)cq.writer);
+                 (unsigned)cq->first, (unsigned)cq->last, (unsigned long long)cq->writer);
         return PT_EINTERNAL;
     }
     for (size_t i = from; i < rm->dec.n; i++) {
         uint32_t q = rm->dec.c[i].q;
-        if (q < cq.first || q > cq.last) {
+        if (q < cq->first || q > cq->last) {
             snprintf(err, errlen, "chunk cell %08x..%08x of writer %016llx holds offset %08x",
-                     (unsigned)cq.first, (unsigned)cq.last, (unsigned long long)cq.writer,
+                     (unsigned)cq->first, (unsigned)cq->last, (unsigned long long)cq->writer,
                      (unsigned)q);
             return PT_EINTERNAL;
         }
+    }
+    return 0;
+}
+
+static int bad_qual(char *err, size_t errlen)
+{
+    snprintf(err, errlen, "a chunk cell's qualifier has first offset > last");
+    return PT_EINTERNAL;
+}
+
+/* Decodes the chunk cell c into rm->dec and adds its cells in [lo, hi) as items. */
+static int add_chunk(pt_bt_rowmerge *rm, const pt_bt_cell *c, size_t seq, uint64_t lo, uint64_t hi,
+                     char *err, size_t errlen)
+{
+    pt_bt_chunkqual cq;
+    size_t from = rm->dec.n;
+    if (pt_bt_chunk_qual_get(c->qualifier, &cq) != 0)
+        return bad_qual(err, errlen);
+    int rv = decode_chunk(rm, c, &cq, err, errlen);
+    for (size_t i = from; i < rm->dec.n && rv == 0; i++) {
+        uint32_t q = rm->dec.c[i].q;
         if (q < lo || q >= hi)
             continue;
         pt_bt_rowmerge_item it = {.q = q, .kind = CHUNK, .order = cq.writer, .idx = i, .seq = seq};
-        if ((rv = push_item(rm, it)) != 0)
-            return rv;
+        rv = push_item(rm, it);
     }
-    return 0;
+    return rv;
+}
+
+/* Whether the row is the common one: points cells of single samples and chunks only,
+ * each one's offsets after the previous one's (so no offset is held twice and no column
+ * has a second version). Its merge is its cells in order. */
+static int disjoint(const pt_bt_cell *cells, size_t n)
+{
+    uint64_t next = 0;
+    for (size_t i = 0; i < n; i++) {
+        const pt_bt_cell *c = &cells[i];
+        pt_bt_chunkqual cq;
+        if (!pt_slice_eq(c->family, PT_SLICE_LIT(PT_BT_FAMILY)))
+            continue;
+        if (c->qualifier.n == PT_QUAL_LEN)
+            cq.first = cq.last = pt_get_be32(c->qualifier.p);
+        else if (pt_bt_chunk_qual_get(c->qualifier, &cq) != 0)
+            return 0;
+        if (cq.first < next)
+            return 0;
+        next = (uint64_t)cq.last + 1;
+    }
+    return 1;
+}
+
+/* pt_bt_merge_row of a disjoint row: each cell's samples in [lo, hi) as they come, and
+ * chunks wholly outside the window not decoded. */
+static int merge_disjoint(pt_bt_rowmerge *rm, const pt_bt_cell *cells, size_t n, uint64_t lo,
+                          uint64_t hi, pt_bt_merged_fn fn, void *ud, char *err, size_t errlen)
+{
+    int rv = 0;
+    for (size_t i = 0; i < n && rv == 0; i++) {
+        const pt_bt_cell *c = &cells[i];
+        if (!pt_slice_eq(c->family, PT_SLICE_LIT(PT_BT_FAMILY)))
+            continue;
+        rm->src = i;
+        if (c->qualifier.n == PT_QUAL_LEN) {
+            uint32_t q = pt_get_be32(c->qualifier.p);
+            if (q >= lo && q < hi)
+                rv = fn(ud, c->qualifier, c->value);
+            continue;
+        }
+        pt_bt_chunkqual cq;
+        pt_bt_chunk_qual_get(c->qualifier, &cq); /* disjoint() checked it */
+        if (cq.last < lo || cq.first >= hi)
+            continue;
+        pt_vcells_reset(&rm->dec);
+        if ((rv = decode_chunk(rm, c, &cq, err, errlen)) != 0)
+            break;
+        for (size_t k = 0; k < rm->dec.n && rv == 0; k++) {
+            const pt_vcell *vc = &rm->dec.c[k];
+            if (vc->q < lo || vc->q >= hi)
+                continue;
+            uint8_t b[4];
+            pt_put_be32(b, vc->q);
+            rv = fn(ud, (pt_slice){b, 4}, (pt_slice){pt_vcell_val(vc), vc->vlen});
+        }
+    }
+    return rv;
 }
 
 int pt_bt_merge_row(pt_bt_rowmerge *rm, const pt_bt_cell *cells, size_t n, pt_slice qs, pt_slice qe,
@@ -279,6 +353,8 @@ int pt_bt_merge_row(pt_bt_rowmerge *rm, const pt_bt_cell *cells, size_t n, pt_sl
     uint64_t lo = pt_bt_qual_floor(qs), hi = qe.n ? pt_bt_qual_floor(qe) : (uint64_t)1 << 32;
     pt_vcells_reset(&rm->dec);
     rm->n = 0;
+    if (disjoint(cells, n))
+        return merge_disjoint(rm, cells, n, lo, hi, fn, ud, err, errlen);
     int rv = 0;
     for (size_t i = 0; i < n && rv == 0; i++) {
         const pt_bt_cell *c = &cells[i];

@@ -306,11 +306,107 @@ static void test_merge(void)
     pt_bt_chunker_free(&ck);
 }
 
+/* Random rows (chunks of several writers, overlapping or not, and single cells, in
+ * Bigtable's qualifier order) merged in random windows against a model of the rules: per
+ * offset, the greatest writer id's chunk, else the single cell. Rows whose cells do not
+ * overlap take the merge's fast path, the others its sort. */
+static int qual_order(const void *x, const void *y)
+{
+    const pt_bt_cell *a = x, *b = y;
+    return pt_slice_cmp(a->qualifier, b->qualifier);
+}
+
+static void test_merge_model(void)
+{
+    enum { ROWS = 400, SPACE = 40 };
+    static batch bs[6];
+    static uint8_t sq[SPACE][4], sv[SPACE][8];
+    pt_bt_chunker ck = {0};
+    srand(7);
+    size_t fails = 0, disjoint_rows = 0, disjoint_chunked = 0;
+    for (int t = 0; t < ROWS; t++) {
+        uint64_t val[SPACE]; /* the model: the winner's value per offset, 0 = none */
+        uint64_t win[SPACE]; /* ... its writer id + 1, 0 for a single cell */
+        memset(val, 0, sizeof(val));
+        memset(win, 0, sizeof(win));
+        row r = {0};
+        int nchunks = rand() % 4, overlap = 0;
+        uint64_t covered[SPACE] = {0};
+        for (int c = 0; c < nchunks; c++) {
+            uint32_t q[SPACE];
+            size_t n = 0;
+            uint32_t lo = (uint32_t)(rand() % SPACE), len = 1 + (uint32_t)(rand() % 12);
+            for (uint32_t o = lo; o < SPACE && o < lo + len; o++)
+                if (rand() % 3)
+                    q[n++] = o;
+            if (n == 0)
+                continue;
+            uint64_t w = 1 + (uint64_t)(rand() % 1000) * 8 + (uint64_t)c; /* distinct */
+            uint64_t base = (uint64_t)(c + 1) << 12;
+            pt_mutation m = one_chunk(&ck, &bs[c], w, q, n, base);
+            row_add(&r, m.qual, m.value);
+            for (size_t i = 0; i < n; i++) {
+                overlap |= covered[q[i]] != 0;
+                covered[q[i]] = 1;
+                if (win[q[i]] < w + 1)
+                    win[q[i]] = w + 1, val[q[i]] = base + q[i];
+            }
+        }
+        int singles = rand() % 3 == 0;
+        for (uint32_t o = 0; o < SPACE && singles; o++) {
+            if (rand() % 8)
+                continue;
+            pt_put_be32(sq[o], o);
+            memset(sv[o], 0, 8);
+            sv[o][7] = (uint8_t)(0x10 + o);
+            row_add(&r, (pt_slice){sq[o], 4}, (pt_slice){sv[o], 8});
+            if (!win[o])
+                val[o] = 0x10 + o;
+        }
+        qsort(r.c, r.n, sizeof(r.c[0]), qual_order);
+        /* Overlap by ranges too: a chunk's first..last spanning another cell. */
+        for (size_t i = 1; i < r.n; i++) {
+            pt_bt_chunkqual a, b;
+            if (r.c[i - 1].qualifier.n == 4)
+                a.first = a.last = pt_get_be32(r.c[i - 1].qualifier.p);
+            else
+                pt_bt_chunk_qual_get(r.c[i - 1].qualifier, &a);
+            if (r.c[i].qualifier.n == 4)
+                b.first = pt_get_be32(r.c[i].qualifier.p);
+            else
+                pt_bt_chunk_qual_get(r.c[i].qualifier, &b);
+            overlap |= b.first <= a.last;
+        }
+        disjoint_rows += !overlap;
+        disjoint_chunked += !overlap && nchunks > 0 && r.n > 0 && r.c[0].qualifier.n == 16;
+        uint64_t qs = (uint64_t)(rand() % (SPACE + 2)), qe = qs + (uint64_t)(rand() % SPACE);
+        if (rand() % 4 == 0)
+            qs = UINT64_MAX;
+        if (rand() % 4 == 0)
+            qe = UINT64_MAX;
+        char want[4096] = "", *o = want;
+        for (uint64_t q = 0; q < SPACE; q++)
+            if (val[q] && (qs == UINT64_MAX || q >= qs) && (qe == UINT64_MAX || q < qe))
+                o += sprintf(o, "%llx=%llx;", (unsigned long long)q, (unsigned long long)val[q]);
+        const char *got = merge(&r, qs, qe);
+        if (strcmp(got, want) != 0 && fails++ < 3)
+            diag("row %d (%zu cells, window %lld..%lld): got %s want %s", t, r.n, (long long)qs,
+                 (long long)qe, got, want);
+    }
+    ok(fails == 0, "%d random rows merged as the rules say (%zu of them disjoint)", ROWS,
+       disjoint_rows);
+    ok(disjoint_chunked > ROWS / 10 && disjoint_rows < ROWS - ROWS / 10,
+       "...both paths taken (%zu disjoint rows, %zu of them starting with a chunk)",
+       disjoint_rows, disjoint_chunked);
+    pt_bt_chunker_free(&ck);
+}
+
 int main(void)
 {
     test_layout();
     test_split();
     test_merge();
+    test_merge_model();
     pt_bt_rowmerge_free(&rm);
     return done_testing();
 }
