@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "conf.h"
+#include "error.h"
 #include "slice.h"
 
 typedef enum pt_table { PT_TABLE_POINTS = 0, PT_TABLE_INDEX = 1, PT_TABLE_COUNT = 2 } pt_table;
@@ -165,6 +166,9 @@ typedef struct pt_backend_ops {
      * Called from any thread while the backend is open (/-/ready, a failed write's
      * answer). NULL: always 0. */
     int (*health)(void *state, char *msg, size_t msglen);
+    /* Optional, for progress lines: estimates of the bytes table t holds in rows before
+     * key (*before) and in all (*total). 0, or an error when the store cannot tell. */
+    int (*position)(void *state, pt_table t, pt_slice key, uint64_t *before, uint64_t *total);
 } pt_backend_ops;
 
 /* An open backend: the ops table and its state. */
@@ -190,6 +194,13 @@ void pt_backend_close(pt_backend *b);
 static inline int pt_backend_write(pt_backend *b, const pt_mutation *m, size_t n)
 {
     return b->ops->write(b->state, m, n);
+}
+
+/* pt_backend_ops.position, or PT_EINTERNAL for a backend without it. */
+static inline int pt_backend_position(pt_backend *b, pt_table t, pt_slice key, uint64_t *before,
+                                      uint64_t *total)
+{
+    return b->ops->position ? b->ops->position(b->state, t, key, before, total) : PT_EINTERNAL;
 }
 
 static inline int pt_backend_scan(pt_backend *b, const pt_scan *s, pt_cell_fn fn, void *ud)

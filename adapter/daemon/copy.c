@@ -392,6 +392,50 @@ static void side_close(side *s)
 
 /* ---- progress ---- */
 
+void pt_copy_progress_part(progress *p, pt_table t)
+{
+    p->table = t;
+    p->at = (pt_slice){0};
+    p->part_t0 = pt_mono_ms();
+    p->part_f0 = -1;
+}
+
+void pt_copy_progress_row(progress *p, pt_slice row)
+{
+    size_t end;
+    if (pt_key_time(row.p, row.n, "@#", &end) < 0 || end < PT_BASE_DIGITS + 2)
+        return;
+    uint64_t h = XXH3_64bits(row.p, end - PT_BASE_DIGITS - 2);
+    if (p->series == 0 || h != p->sid)
+        p->series++;
+    p->sid = h;
+}
+
+/* The fraction of the part done, or -1 when unknown. */
+static double done_fraction(const progress *p)
+{
+    if (p->series_total)
+        return (double)p->rows / (double)p->series_total;
+    uint64_t before, total;
+    if (!p->be || !p->at.n || pt_backend_position(p->be, p->table, p->at, &before, &total) != 0 ||
+        total == 0)
+        return -1;
+    return before >= total ? 1.0 : (double)before / (double)total;
+}
+
+/* "1h02m", "3m05s", "42s" into b. */
+static const char *span_text(char *b, size_t n, double s)
+{
+    long t = (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(b, n, "%ldh%02ldm", t / 3600, t / 60 % 60);
+    else if (t >= 60)
+        snprintf(b, n, "%ldm%02lds", t / 60, t % 60);
+    else
+        snprintf(b, n, "%lds", t);
+    return b;
+}
+
 void pt_copy_progress_show(progress *p, const char *table, int final)
 {
     int64_t now = pt_mono_ms();
@@ -400,15 +444,37 @@ void pt_copy_progress_show(progress *p, const char *table, int final)
     p->last = now;
     double s = (double)(now - p->t0) / 1000.0;
     double rate = s > 0 ? (double)p->cells / s : 0;
+    /* ETA: the rest of the part at the pace since it began (or since the first look). */
+    double f = final ? 1.0 : done_fraction(p), eta = -1;
+    if (f >= 0 && p->part_f0 < 0) {
+        p->part_f0 = f;
+        p->part_t0 = now;
+    } else if (!final && f >= 0 && f > p->part_f0 + 0.001 && now > p->part_t0) {
+        eta = (1.0 - f) * (double)(now - p->part_t0) / 1000.0 / (f - p->part_f0);
+    }
+    char pct[32] = "", eta_s[32] = "", span[24];
+    if (f >= 0)
+        snprintf(pct, sizeof(pct), ", %.1f %%", f * 100.0);
+    if (eta >= 0)
+        snprintf(eta_s, sizeof(eta_s), ", ETA %s", span_text(span, sizeof(span), eta));
+    int points = p->table == PT_TABLE_POINTS && (p->series || p->samples);
     if (p->tty) {
-        fprintf(stderr, "\r%s %s: %llu rows, %llu cells, %.0f cells/s, %.1f s   %s", p->what, table,
-                (unsigned long long)p->rows, (unsigned long long)p->cells, rate, s,
-                final ? "\n" : "");
+        if (points)
+            fprintf(stderr, "\r%s %s: %llu series, %llu samples, %.0f samples/s%s%s, %.1f s   %s",
+                    p->what, table, (unsigned long long)p->series, (unsigned long long)p->samples,
+                    s > 0 ? (double)p->samples / s : 0.0, pct, eta_s, s, final ? "\n" : "");
+        else
+            fprintf(stderr, "\r%s %s: %llu rows, %llu cells, %.0f cells/s%s%s, %.1f s   %s", p->what,
+                    table, (unsigned long long)p->rows, (unsigned long long)p->cells, rate, pct,
+                    eta_s, s, final ? "\n" : "");
         fflush(stderr);
     } else {
         pt_log(PT_LOG_INFO, final ? "copy progress: done" : "copy progress",
-               "phase=%s table=%s rows=%llu cells=%llu cells_per_second=%.0f seconds=%.1f", p->what,
-               table, (unsigned long long)p->rows, (unsigned long long)p->cells, rate, s);
+               "phase=%s table=%s rows=%llu cells=%llu series=%llu samples=%llu "
+               "cells_per_second=%.0f percent=%.1f eta_seconds=%.0f seconds=%.1f",
+               p->what, table, (unsigned long long)p->rows, (unsigned long long)p->cells,
+               (unsigned long long)p->series, (unsigned long long)p->samples, rate,
+               f >= 0 ? f * 100.0 : -1.0, eta, s);
     }
 }
 
@@ -426,6 +492,7 @@ typedef struct copier {
     pt_buf cur, prev; /* the row being scanned, the one before it */
     int has_cur, has_prev;
     const uint8_t *cur_in_batch; /* the current row's copy in bytes; NULL: not there yet */
+    int cur_data;                /* the current row is a data row (its cells are samples) */
     pt_copy_ckpt ck;
     progress pr;
     char *err;
@@ -466,7 +533,9 @@ static int flush(copier *c)
         if ((rv = pt_copy_ckpt_write(c->o->checkpoint, &c->ck, c->err, c->errlen)) != 0)
             return rv;
     }
-    pt_copy_progress_show(&c->pr, pt_copy_table_name[c->table], 0);
+    if (c->has_prev && !c->by_series)
+        c->pr.at = (pt_slice){pt_buf_data(&c->prev), pt_buf_used(&c->prev)};
+    pt_copy_progress_show(&c->pr, c->by_series ? "series" : pt_copy_table_name[c->table], 0);
     return 0;
 }
 
@@ -540,9 +609,14 @@ static int on_copy_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
             return rv;
         c->has_cur = 1;
         c->cur_in_batch = NULL;
+        size_t end;
+        c->cur_data = c->table == PT_TABLE_POINTS && pt_key_time(row.p, row.n, "@", &end) >= 0;
+        if (c->table == PT_TABLE_POINTS)
+            pt_copy_progress_row(&c->pr, row);
     }
     if (!pt_copy_wanted(c->o, c->table, c->bucket_ms, row, qual, value))
         return 0;
+    c->pr.samples += (uint64_t)c->cur_data;
     if (c->by_series && c->table == PT_TABLE_POINTS && (rv = note_day(c, row, qual, value)) != 0)
         return rv;
     if (c->table == PT_TABLE_INDEX && is_row(untenanted(row), format_row) &&
@@ -617,6 +691,7 @@ static int copy_tables(copier *c)
     int rv = 0;
     for (int t = c->ck.table; t < PT_TABLE_COUNT && rv == 0; t++) {
         c->table = (pt_table)t;
+        pt_copy_progress_part(&c->pr, c->table);
         c->has_cur = c->has_prev = 0;
         c->cur_in_batch = NULL;
         int resume = t == c->ck.table && c->ck.has_row;
@@ -752,6 +827,8 @@ static int copy_matched(copier *c, const picked *ps, pt_store *dst, pt_arena *tm
         rv = pt_copy_scan_ranges(c->src, c->o, PT_TABLE_INDEX, store_rows, 2, 0, on_copy_cell, c);
     c->table = PT_TABLE_POINTS;
     c->has_prev = 0;
+    pt_copy_progress_part(&c->pr, PT_TABLE_POINTS);
+    c->pr.series_total = ps->n;
     for (size_t i = 0; i < ps->n && rv == 0 && c->ck.table == PT_TABLE_POINTS; i++) {
         series *s = &ps->v[i];
         if (c->ck.has_row && pt_slice_cmp(s->sid, (pt_slice){c->ck.row, c->ck.row_n}) <= 0)
@@ -852,7 +929,7 @@ int pt_copy_main(int argc, char **argv, FILE *out)
         c.m = malloc(BATCH_CELLS * sizeof(*c.m));
         pt_buf_init(&c.cur, PT_MAX_ROW_KEY);
         pt_buf_init(&c.prev, PT_MAX_ROW_KEY);
-        c.pr = (progress){.tty = isatty(2), .what = "copy", .t0 = pt_mono_ms()};
+        c.pr = (progress){.tty = isatty(2), .what = "copy", .t0 = pt_mono_ms(), .be = &src.be};
         if (!c.bytes || !c.m) {
             snprintf(err, sizeof(err), "out of memory");
             goto done;

@@ -37,7 +37,20 @@ typedef struct progress {
     int tty;
     const char *what; /* "copy" or "verify" */
     uint64_t rows, cells;
+    /* Points table: series seen (a series' rows are adjacent: a new one starts where the
+     * series id before ",@" / ",#" changes; its hash in sid) and samples (cells of data
+     * rows). */
+    uint64_t series, samples, sid;
     int64_t t0, last; /* monotonic ms */
+    /* How far: with series_total, series done of it (--match); else, with be, where the
+     * scan of table is (at: the last row done) in the bytes the store holds. The ETA comes
+     * from the pace since the part began (part_t0, part_f0: the fraction then, < 0 unknown). */
+    uint64_t series_total;
+    pt_backend *be;
+    pt_table table;
+    pt_slice at;
+    int64_t part_t0;
+    double part_f0;
 } progress;
 
 /* Whether the copy takes this cell: not an HA lease row (each store elects its own),
@@ -46,6 +59,10 @@ typedef struct progress {
 int pt_copy_wanted(const pt_copy_opts *o, pt_table t, int64_t bucket_ms, pt_slice row,
                    pt_slice qual, pt_slice value);
 
+/* A new part of the work (a table, or the selected series): the ETA is of it. */
+void pt_copy_progress_part(progress *p, pt_table t);
+/* Counts the points row (its first cell) and its cells, for the series and samples. */
+void pt_copy_progress_row(progress *p, pt_slice row);
 void pt_copy_progress_show(progress *p, const char *table, int final);
 
 /* Scans the ranges of table t; with a window, points rows are read with the window's

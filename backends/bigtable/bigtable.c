@@ -122,6 +122,11 @@ static int bt_write(void *state, const pt_mutation *m, size_t n)
     return bt->wb.ops ? pt_backend_write(&bt->wb, m, n) : pt_bt_data_write(bt, m, n);
 }
 
+static int bt_position(void *state, pt_table t, pt_slice key, uint64_t *before, uint64_t *total)
+{
+    return pt_bt_sample_position(state, (int)t, key, before, total);
+}
+
 static int bt_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
 {
     pt_bt *bt = state;
@@ -454,6 +459,7 @@ const pt_backend_ops pt_backend_bigtable = {
     .check_and_set = pt_bt_data_check_and_set,
     .stats = bt_stats,
     .health = bt_health,
+    .position = bt_position,
 };
 
 /* What the write-back store writes into and reads from: Bigtable itself. */
@@ -461,4 +467,5 @@ static const pt_backend_ops pt_bt_direct_ops = {
     .name = "bigtable",
     .write = pt_bt_data_write,
     .scan = pt_bt_data_scan,
+    .position = bt_position,
 };

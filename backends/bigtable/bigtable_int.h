@@ -290,6 +290,11 @@ void pt_bt_sample_free(pt_bt *bt);
 size_t pt_bt_sample_split(pt_bt *bt, int t, const pt_row_range *r, size_t k, pt_buf *cuts,
                           pt_row_range *out);
 
+/* For progress lines (pt_backend_ops.position): the bytes before key in table t and in
+ * all, from the kept SampleRowKeys answer (asked when older than the ttl); PT_EINTERNAL
+ * when there is none. */
+int pt_bt_sample_position(pt_bt *bt, int t, pt_slice key, uint64_t *before, uint64_t *total);
+
 /* ============================================================================
  * bigtable_rpc.c: gRPC calls, one completion queue per call, plucked by the calling
  * thread. Everything here is safe on several threads at once for distinct calls.

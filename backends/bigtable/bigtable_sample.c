@@ -225,3 +225,28 @@ size_t pt_bt_sample_split(pt_bt *bt, int t, const pt_row_range *r, size_t k, pt_
     out[m] = (pt_row_range){from, r->end};
     return m + 1;
 }
+
+int pt_bt_sample_position(pt_bt *bt, int t, pt_slice key, uint64_t *before, uint64_t *total)
+{
+    if (!bt->samples_ready)
+        return PT_EINTERNAL;
+    refresh(bt, t);
+    pthread_mutex_lock(&bt->samples_mu);
+    const pt_bt_sampleset *ss = &bt->samples[t];
+    int rv = ss->n && ss->total > 0 ? 0 : PT_EINTERNAL;
+    if (rv == 0) {
+        /* The offset of the last sampled key at or before key (0 before the first). */
+        size_t lo = 0, hi = ss->n;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (pt_slice_cmp(ss->v[mid].key, key) <= 0)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        *before = lo ? (uint64_t)ss->v[lo - 1].offset : 0;
+        *total = (uint64_t)ss->total;
+    }
+    pthread_mutex_unlock(&bt->samples_mu);
+    return rv;
+}

@@ -416,6 +416,42 @@ static int embedded_write(void *state, const pt_mutation *m, size_t n)
     return rv;
 }
 
+/* ---- position ---- */
+
+static int embedded_position(void *state, pt_table t, pt_slice key, uint64_t *before,
+                             uint64_t *total)
+{
+    embedded *e = state;
+    if (t >= PT_TABLE_COUNT)
+        return PT_EINTERNAL;
+    if (e->sink)
+        return pt_backend_position(e->sink, t, key, before, total);
+    pt_buf k;
+    pt_buf_init(&k, 0);
+    int rv = pt_emb_rocks_row_bound(&k, key);
+    if (rv != 0 || (rv = pt_emb_rocks_enter(&e->r)) != 0) {
+        pt_buf_free(&k);
+        return rv;
+    }
+    /* Keys are row || 0x00 || qualifier: every one sorts before 0xff... and after "". */
+    static const char first[] = "", last[] = "\xff\xff\xff\xff\xff\xff\xff\xff";
+    const char *starts[2] = {first, first}, *limits[2] = {(const char *)k.p, last};
+    size_t start_n[2] = {0, 0}, limit_n[2] = {k.len, sizeof(last) - 1};
+    uint64_t sizes[2] = {0, 0};
+    char *err = NULL;
+    rocksdb_approximate_sizes_cf(e->r.db, e->r.cf[t == PT_TABLE_POINTS ? CF_POINTS : CF_INDEX], 2,
+                                 starts, start_n, limits, limit_n, sizes, &err);
+    pt_emb_rocks_leave(&e->r);
+    pt_buf_free(&k);
+    if (err) {
+        rocksdb_free(err);
+        return PT_EINTERNAL;
+    }
+    *before = sizes[0];
+    *total = sizes[1];
+    return 0;
+}
+
 /* ---- scan ---- */
 
 static int embedded_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
@@ -664,4 +700,5 @@ const pt_backend_ops pt_backend_embedded = {
     .stats = embedded_stats,
     .verify = pt_emb_verify,
     .health = embedded_health,
+    .position = embedded_position,
 };

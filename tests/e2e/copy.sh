@@ -83,9 +83,26 @@ storage:
     endpoint: "127.0.0.1:$EMU_PORT"
 EOF
 
-"$PROMTABLE" copy --from="$T/A.yml" --to="$T/BT.yml" >"$T/copy1.out" 2>"$T/copy1.err"
-tap_is "$?" 0 "copy embedded -> Bigtable emulator" || tap_diag_file "$T/copy1.err" 5
+# On a terminal (script(1) gives it one): the progress line rewritten in place.
+script -qec "$PROMTABLE copy --from=$T/A.yml --to=$T/BT.yml" /dev/null >"$T/copy1.tty" 2>&1
+tap_is "$?" 0 "copy embedded -> Bigtable emulator" || tap_diag_file "$T/copy1.tty" 5
+tr '\r' '\n' <"$T/copy1.tty" | tr -d '\033' >"$T/copy1.out"
 tap_diag "$(grep '^copy:' "$T/copy1.out") [embedded -> emulator]"
+# The points table's lines: "copy points: S series, N samples, R samples/s, P %[, ETA T], ..."
+grep '^copy points: ' "$T/copy1.out" | awk -v want_series="$SERIES" -v want_samples=$((SERIES * PER_SERIES)) '
+    { n++; split($0, f, ", "); split(f[1], a, " "); split(f[2], b, " "); pct = f[4] + 0
+      if (f[4] !~ / %$/) bad = bad " no percent: " $0
+      if (pct < last) bad = bad " percent went down: " $0
+      last = pct; series = a[3]; samples = b[1]
+      if (f[5] ~ /^ETA [0-9hms]+$/ && pct < 100) eta++ }
+    END { if (n < 3) bad = bad " only " n " progress lines"
+          if (last != 100) bad = bad " ends at " last " %"
+          if (!eta) bad = bad " no ETA shown"
+          if (series < want_series || samples < want_samples)
+              bad = bad " counted " series " series, " samples " samples"
+          print (bad == "" ? "ok " n " lines, " eta " with an ETA, " series " series, " samples " samples" : "bad:" bad) }' >"$T/progress"
+tap_check "the progress line: series, samples, percent rising to 100, an ETA ($(cat "$T/progress"))" \
+    grep -q '^ok' "$T/progress"
 
 pt_spawn "$T/copy2.log" "$PROMTABLE" copy --from="$T/BT.yml" --to="$T/C.yml" \
     --checkpoint="$T/ckpt"
@@ -102,9 +119,14 @@ pt_stop "$CP" 1 2>/dev/null
 tap_ok "checkpoint before the kill: '$state' (copy $alive)"
 [ "$alive" = alive ] && grep -q '^row [0-9a-f]' "$T/ckpt" ||
     tap_not_ok "the copy was killed midway with a checkpoint in a table"
-"$PROMTABLE" copy --from="$T/BT.yml" --to="$T/C.yml" --checkpoint="$T/ckpt" \
-    >"$T/copy3.out" 2>"$T/copy3.err"
-tap_is "$?" 0 "the rerun completes" || tap_diag_file "$T/copy3.err" 5
+script -qec "$PROMTABLE copy --from=$T/BT.yml --to=$T/C.yml --checkpoint=$T/ckpt" /dev/null \
+    >"$T/copy3.tty" 2>&1
+tap_is "$?" 0 "the rerun completes" || tap_diag_file "$T/copy3.tty" 5
+tr '\r' '\n' <"$T/copy3.tty" | tr -d '\033' >"$T/copy3.err"
+cp "$T/copy3.err" "$T/copy3.out"
+pcts=$(grep '^copy points: ' "$T/copy3.err" | grep -o '[0-9.]* %' | tr -d ' %' | tr '\n' ' ')
+tap_check "reading Bigtable, the line says how far (SampleRowKeys): ${pcts:0:60}..." \
+    awk -v p="$pcts" 'BEGIN { n = split(p, v, " "); for (i = 1; i <= n; i++) if (v[i] > 0 && v[i] < 100) m++; exit !(m > 0 && v[n] == 100) }'
 tap_check "the rerun resumed after the checkpoint" grep -q 'resuming after the checkpoint' \
     "$T/copy3.err"
 tap_diag "$(grep '^copy:' "$T/copy3.out") [emulator -> embedded, resumed part]"
