@@ -142,7 +142,7 @@ int main(int argc, char **argv)
     char listen[300] = "127.0.0.1:0";
     pt_server_opts o = {.workers = 4, .max_body = 1 << 20, .max_header_bytes = 16384,
                         .on_loop = on_loop, .stats = &stats};
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every option has a value */
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v)
@@ -169,7 +169,6 @@ int main(int argc, char **argv)
             o.tls_key_file = v;
         else
             return usage(argv[0]);
-        i++;
     }
     o.listen_address = listen;
 
