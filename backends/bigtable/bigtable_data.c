@@ -623,6 +623,7 @@ typedef struct scanner {
     const pt_row_range *ranges;
     size_t nranges, ri;
     const pt_stream_to *stream; /* pt_scan.stream: chunks that can go as they are */
+    pt_buf xs;                  /* a chunk's samples as a stream, when stored otherwise */
     uint64_t lo, hi;            /* a points scan's offsets: [lo, hi) */
     pt_bt_row_fn raw; /* pt_bt_data_read_raw: whole rows as read go here, not to fn */
     void *raw_ud;
@@ -656,9 +657,10 @@ static int deliver_merged(void *ud, pt_slice qual, pt_slice value)
  * Prometheus chunk per one or two samples would take three times the bytes of the answer. */
 enum { STREAM_MIN_SAMPLES = 32 };
 
-/* Whether a streamed read can take the row's cells as they are stored (pt_stream_fn): all
- * chunk cells of family "p" inside the window, apart from each other, each an XOR stream
- * (fmt 3) of STREAM_MIN_SAMPLES samples at least, few enough for a Prometheus chunk. */
+/* Whether a streamed read can take the row's cells as streams (pt_stream_fn): all chunk
+ * cells of family "p" inside the window, apart from each other, each of 8-byte values
+ * (an XOR stream, fmt 3, goes as it is; the other layouts are encoded as one) and of
+ * STREAM_MIN_SAMPLES samples at least, few enough for a Prometheus chunk. */
 static int streamable(const scanner *sc, const pt_bt_cell *cells, size_t n)
 {
     uint64_t next = sc->lo;
@@ -668,12 +670,21 @@ static int streamable(const scanner *sc, const pt_bt_cell *cells, size_t n)
         if (!pt_slice_eq(cells[i].family, PT_SLICE_LIT(PT_BT_FAMILY)) ||
             pt_bt_chunk_qual_get(cells[i].qualifier, &q) != 0 || q.first < next ||
             q.last >= sc->hi ||
-            pt_cellchunk_parse(cells[i].value.p, cells[i].value.n, &c) != 0 || c.fmt != 3 ||
-            c.count < STREAM_MIN_SAMPLES || c.count > PT_STREAM_MAX_SAMPLES)
+            pt_cellchunk_parse(cells[i].value.p, cells[i].value.n, &c) != 0 ||
+            (c.fmt != 1 && c.fmt != 3 && c.fmt != 4) || c.count < STREAM_MIN_SAMPLES ||
+            c.count > PT_STREAM_MAX_SAMPLES)
             return 0;
         next = (uint64_t)q.last + 1;
     }
     return 1;
+}
+
+static void log_corrupt(const scanner *sc, pt_slice key, const char *why)
+{
+    char q[96];
+    size_t shown = key.n < 64 ? key.n : 64;
+    pt_log(PT_LOG_ERROR, "bigtable chunk cell is corrupt", "table=%s row=%s why=\"%s\"",
+           sc->table, pt_log_quote(q, sizeof(q), (const char *)key.p, shown), why);
 }
 
 /* Hands the row's chunks over as streams; streamable() said they may go. */
@@ -684,8 +695,21 @@ static int deliver_streams(scanner *sc, pt_slice key, const pt_bt_cell *cells, s
         pt_cellchunk c;
         pt_bt_chunk_qual_get(cells[i].qualifier, &q);
         pt_cellchunk_parse(cells[i].value.p, cells[i].value.n, &c);
+        pt_slice stream = c.stream;
+        if (c.fmt != 3) {
+            pt_vcells *dec = &sc->rm.dec;
+            int rv = pt_cellchunk_to_stream(&c, dec, &sc->xs);
+            if (rv == 0 && (dec->n != c.count || dec->c[0].q != q.first ||
+                            dec->c[dec->n - 1].q != q.last))
+                rv = PT_EINTERNAL;
+            if (rv == PT_EINTERNAL)
+                log_corrupt(sc, key, "its samples do not decode to its qualifier's first..last");
+            if (rv != 0)
+                return rv;
+            stream = (pt_slice){pt_buf_data(&sc->xs), pt_buf_used(&sc->xs)};
+        }
         sc->delivered += c.count;
-        int rv = sc->stream->fn(sc->stream->ud, key, q.first, q.last, c.count, c.stream);
+        int rv = sc->stream->fn(sc->stream->ud, key, q.first, q.last, c.count, stream);
         if (rv != 0)
             return rv;
     }
@@ -701,12 +725,8 @@ static int deliver_chunked(scanner *sc, pt_slice key, const pt_bt_cell *cells, s
     sc->row = key;
     int rv = pt_bt_merge_row(&sc->rm, cells, n, sc->qs, sc->qe, deliver_merged, sc, why,
                              sizeof(why));
-    if (rv == PT_EINTERNAL && why[0]) {
-        char q[96];
-        size_t shown = key.n < 64 ? key.n : 64;
-        pt_log(PT_LOG_ERROR, "bigtable chunk cell is corrupt", "table=%s row=%s why=\"%s\"",
-               sc->table, pt_log_quote(q, sizeof(q), (const char *)key.p, shown), why);
-    }
+    if (rv == PT_EINTERNAL && why[0])
+        log_corrupt(sc, key, why);
     return rv;
 }
 
@@ -976,6 +996,7 @@ static int scan(pt_bt *bt, const pt_scan *s, pt_cell_fn fn, void *ud, pt_bt_row_
     }
     pt_arena_free(&x.a);
     pt_bt_rowmerge_free(&x.sc.rm);
+    pt_buf_free(&x.sc.xs);
     free(x.clip);
     free(g);
     pt_buf_free(&cuts);

@@ -29,6 +29,7 @@ typedef struct pscan {
     pt_buf seek, row;
     pt_vcells hc; /* the current row's head cells (long values in hbytes) */
     pt_vcells cc; /* the current chunk's cells */
+    pt_buf xs;    /* the current chunk as a stream, when stored otherwise */
     int no_chunks; /* the head knows the current row has no chunk in the window */
     int young;     /* the last row read began inside the window: seek its start first */
     uint64_t qlo, qhi; /* the scan's qualifier range as numbers: [qlo, qhi) */
@@ -172,14 +173,15 @@ static int emit(pscan *sc, pt_slice row, int *row_started, uint32_t q, uint32_t 
 }
 
 /* Hands over chunk c (qualifiers first to last) as its stream when the scan takes streams
- * and the chunk can go as it is: a fmt 3 chunk inside the window whose cells no head cell
- * shadows. *last is set whenever it is known (for the walk's end check); *sent says
- * whether the chunk went. */
+ * and the chunk can go as one: a chunk of 8-byte values inside the window whose cells no
+ * head cell shadows (an XOR chunk, fmt 3, as it is; fmt 1 and 4 encoded as one). *last is
+ * set whenever it is known (for the walk's end check); *sent says whether the chunk went. */
 static int emit_stream(pscan *sc, pt_slice row, int *row_started, const pt_cellchunk *c,
                        uint32_t first, size_t hi, uint32_t *last, int *sent)
 {
     *sent = 0;
-    if (!sc->s->stream || c->fmt != 3 || first < sc->qlo || c->count > PT_STREAM_MAX_SAMPLES)
+    if (!sc->s->stream || (c->fmt != 1 && c->fmt != 3 && c->fmt != 4) || first < sc->qlo ||
+        c->count > PT_STREAM_MAX_SAMPLES)
         return 0;
     int rv = pt_cellchunk_last(c, last);
     if (rv != 0)
@@ -189,8 +191,14 @@ static int emit_stream(pscan *sc, pt_slice row, int *row_started, const pt_cellc
     *sent = 1;
     if (!row_starts(sc, row_started))
         return 0;
+    pt_slice stream = c->stream;
+    if (c->fmt != 3) {
+        if ((rv = pt_cellchunk_to_stream(c, &sc->cc, &sc->xs)) != 0)
+            return rv;
+        stream = buf_slice(&sc->xs);
+    }
     const pt_stream_to *to = sc->s->stream;
-    return answered(sc, to->fn(to->ud, row, first, *last, c->count, c->stream));
+    return answered(sc, to->fn(to->ud, row, first, *last, c->count, stream));
 }
 
 /* Emits the row's head cells, from *hi on, whose qualifiers are below bound. */
@@ -647,6 +655,7 @@ int pt_emb_scan_points(embedded *e, const pt_scan *s, pt_cell_fn fn, void *ud)
     free(sc.fsort);
     free(sc.cur);
     pt_vcells_free(&sc.cc);
+    pt_buf_free(&sc.xs);
     pt_buf_free(&sc.hbytes);
     pt_buf_free(&sc.keys);
     free(sc.hrows);

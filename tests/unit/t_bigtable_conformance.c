@@ -279,10 +279,21 @@ static uint64_t stream_value(uint32_t q)
     return (z ^ (z >> 31)) & 0x3fffffffffffffffull; /* a finite double */
 }
 
+/* A sample's value bits in the decimal case of test_streams: two decimals, which a chunk
+ * holds in the decimal layout (fmt 4) rather than as an XOR stream. */
+static uint64_t decimal_value(uint32_t q)
+{
+    double v = (double)(q % 977) / 100.0 + 3.0;
+    uint64_t bits;
+    memcpy(&bits, &v, 8);
+    return bits;
+}
+
 /* What a streamed scan received: samples decoded from streams, and cells. */
 typedef struct streamed {
     size_t streams, stream_samples, cells, bad;
-    uint32_t next; /* the least offset the next sample may have */
+    uint32_t next;                /* the least offset the next sample may have */
+    uint64_t (*value)(uint32_t q); /* the value bits a sample must have */
 } streamed;
 
 static int on_stream_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
@@ -291,7 +302,7 @@ static int on_stream_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     streamed *st = ud;
     st->cells++;
     if (qual.n != 4 || value.n != 8 || pt_get_be32(qual.p) < st->next ||
-        pt_get_be64(value.p) != stream_value(pt_get_be32(qual.p)))
+        pt_get_be64(value.p) != st->value(pt_get_be32(qual.p)))
         st->bad++;
     st->next = pt_get_be32(qual.p) + 1;
     return 0;
@@ -308,7 +319,7 @@ static int on_stream(void *ud, pt_slice row, uint32_t first, uint32_t last, uint
     st->streams++;
     for (uint32_t i = 0; i < count; i++) {
         if (pt_gorilla_dec_next(&d, &t, &bits) != 0 || t < st->next ||
-            bits != stream_value((uint32_t)t))
+            bits != st->value((uint32_t)t))
             st->bad++;
         st->next = (uint32_t)t + 1;
         st->stream_samples++;
@@ -318,15 +329,18 @@ static int on_stream(void *ud, pt_slice row, uint32_t first, uint32_t last, uint
     return 0;
 }
 
-/* A streamed scan of row "str/a" over [qs, qe) (0: unbounded). */
-static streamed scan_streamed(pt_backend *b, uint32_t qs, uint32_t qe)
+/* A streamed scan of row "str/a" (or row, when given) over [qs, qe) (0: unbounded). */
+static streamed scan_row_streamed(pt_backend *b, const char *row, uint32_t qs, uint32_t qe,
+                                  uint64_t (*value)(uint32_t q))
 {
-    streamed st = {0};
+    streamed st = {.value = value};
     uint8_t a[4], z[4];
     pt_put_be32(a, qs);
     pt_put_be32(z, qe);
-    pt_row_range r = CT_RANGE("str/a", "str/a\0");
-    r.end.n = 6; /* the row and its NUL: a one-row range */
+    char end[64];
+    size_t rn = strlen(row);
+    memcpy(end, row, rn + 1);
+    pt_row_range r = {{(const uint8_t *)row, rn}, {(const uint8_t *)end, rn + 1}};
     pt_stream_to to = {on_stream, &st};
     pt_scan s = {.table = PT_TABLE_POINTS, .ranges = &r, .nranges = 1,
                  .qual_start = qs ? (pt_slice){a, 4} : (pt_slice){0},
@@ -334,6 +348,11 @@ static streamed scan_streamed(pt_backend *b, uint32_t qs, uint32_t qe)
     if (pt_backend_scan(b, &s, on_stream_cell, &st) != 0)
         st.bad++;
     return st;
+}
+
+static streamed scan_streamed(pt_backend *b, uint32_t qs, uint32_t qe)
+{
+    return scan_row_streamed(b, "str/a", qs, qe, stream_value);
 }
 
 /* Streamed reads take chunks of 8-byte values as they are stored when nothing else of the
@@ -380,6 +399,26 @@ static void test_streams(pt_backend *b)
     st = scan_streamed(b, 0, 0);
     ok(st.streams == 0 && st.cells == 124 && !st.bad,
        "streams: overlapping chunks are merged into cells (%zu cells)", st.cells);
+
+    /* Decimal values: chunks in the decimal layout go as streams encoded from it. */
+    for (int w = 0; w < 2; w++) {
+        bt.n = 0;
+        for (uint32_t i = 0; i < 60; i++) {
+            uint32_t q = (uint32_t)w * 1000 + i * 10;
+            pt_put_be64(v[w * 60 + i], decimal_value(q));
+            ct_add_raw(&bt, PT_TABLE_POINTS, PT_SLICE_LIT("str/d"), q,
+                       (pt_slice){v[w * 60 + i], 8});
+        }
+        is(ct_write(b, &bt), 0, "streams: a write of 60 decimal samples (write %d)", w);
+    }
+    st = scan_row_streamed(b, "str/d", 0, 0, decimal_value);
+    ok(st.streams == 2 && st.stream_samples == 120 && st.cells == 0 && !st.bad,
+       "streams: decimal chunks go as two streams, every value exact (%zu streams, %zu "
+       "samples, %zu cells, %zu bad)", st.streams, st.stream_samples, st.cells, st.bad);
+    st = scan_row_streamed(b, "str/d", 500, 0, decimal_value);
+    ok(st.streams == 0 && st.cells == 70 && !st.bad,
+       "streams: ...a window cutting one gives the row as cells (%zu streams, %zu cells)",
+       st.streams, st.cells);
 }
 
 static void test_chunks(pt_backend *b)

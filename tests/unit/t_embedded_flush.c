@@ -196,6 +196,72 @@ static void test_embedded_model(const char *tmp)
     free(m);
 }
 
+/* Decimal values (two digits): their flushed chunks take the decimal layout, and a
+ * streamed scan gets them as streams encoded from it, every value exact. */
+static uint64_t decimal_bits(uint32_t q)
+{
+    double v = (double)(q % 977) / 100.0 + 3.0;
+    uint64_t bits;
+    memcpy(&bits, &v, 8);
+    return bits;
+}
+
+static int dec_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    (void)row, (void)qual, (void)value;
+    ((size_t *)ud)[0]++;
+    return 0;
+}
+
+static int dec_stream(void *ud, pt_slice row, uint32_t first, uint32_t last, uint32_t count,
+                      pt_slice stream)
+{
+    (void)row;
+    size_t *n = ud; /* cells, streams, samples, bad */
+    pt_gorilla_dec d;
+    pt_gorilla_dec_init(&d, stream.p, stream.n);
+    int64_t t = -1;
+    uint64_t bits;
+    n[1]++;
+    for (uint32_t i = 0; i < count; i++) {
+        if (pt_gorilla_dec_next(&d, &t, &bits) != 0 || bits != decimal_bits((uint32_t)t))
+            n[3]++;
+        n[2]++;
+        if (i == 0 && t != first)
+            n[3]++;
+    }
+    n[3] += t != last;
+    return 0;
+}
+
+static void test_decimal_streams(const char *tmp)
+{
+    char path[512], err[256] = "";
+    snprintf(path, sizeof(path), "%s/decimal", tmp);
+    pt_backend b;
+    is(open_embedded(&b, path, err, sizeof(err)), 0, "decimal streams: open");
+    if (!b.state)
+        return;
+    static ct_batch bt;
+    static uint8_t v[300][8];
+    bt.n = 0;
+    for (uint32_t i = 0; i < 300; i++) {
+        pt_put_be64(v[i], decimal_bits(i * 10));
+        ct_add_raw(&bt, PT_TABLE_POINTS, PT_SLICE_LIT("d/a"), i * 10, (pt_slice){v[i], 8});
+    }
+    is(ct_write(&b, &bt), 0, "decimal streams: 300 samples written");
+    is(pt_embedded_flush(&b), 0, "decimal streams: flushed into chunks");
+    size_t n[4] = {0};
+    pt_stream_to to = {dec_stream, n};
+    pt_row_range r = {PT_SLICE_LIT("d/a"), {(const uint8_t *)"d/a", 4}};
+    pt_scan s = {.table = PT_TABLE_POINTS, .ranges = &r, .nranges = 1, .stream = &to};
+    is(pt_backend_scan(&b, &s, dec_cell, n), 0, "decimal streams: streamed scan");
+    ok(n[0] == 0 && n[1] > 0 && n[2] == 300 && n[3] == 0,
+       "decimal streams: every sample in a stream, exact (%zu cells, %zu streams, %zu "
+       "samples, %zu bad)", n[0], n[1], n[2], n[3]);
+    pt_backend_close(&b);
+}
+
 /* The crash child's flush hook: from the third flush on, at its stage, it waits until the
  * current generation holds cells too (both logs then matter), says "F" and stops the
  * flush thread there for good; the parent kills the child then. */
@@ -607,6 +673,7 @@ int main(int argc, char **argv)
     test_crash(argv[0], t, 16 << 10, "crash(mid-flush, chunks written)", 0, EMB_HOOK_WRITTEN);
     test_crash(argv[0], t, 16 << 10, "crash(mid-flush, chunks durable)", 0, EMB_HOOK_DURABLE);
     test_embedded_model(t);
+    test_decimal_streams(t);
     test_flush_failure(t);
     test_embedded_index_levels(t);
     rm_rf(t);
