@@ -358,20 +358,27 @@ static streamed scan_streamed(pt_backend *b, uint32_t qs, uint32_t qe)
 /* Streamed reads take chunks of 8-byte values as they are stored when nothing else of the
  * row is in the way: chunks inside the window and apart from each other. A chunk the window
  * cuts, or chunks that overlap, come as cells (merged). */
-static void test_streams(pt_backend *b)
+/* Two writes of 60 samples of row, offsets 0..590 step 10, then 1000..1590, with the value
+ * bits value(offset): a chunk cell each. */
+static void write_two_chunks(pt_backend *b, const char *row, uint64_t (*value)(uint32_t q))
 {
     static ct_batch bt;
-    static uint8_t v[2 * CT_BATCH_MAX][8];
-    for (int w = 0; w < 2; w++) { /* offsets 0..590 step 10, then 1000..1590 */
+    static uint8_t v[2 * 60][8];
+    for (int w = 0; w < 2; w++) {
         bt.n = 0;
         for (uint32_t i = 0; i < 60; i++) {
             uint32_t q = (uint32_t)w * 1000 + i * 10;
-            pt_put_be64(v[w * 60 + i], stream_value(q));
-            ct_add_raw(&bt, PT_TABLE_POINTS, PT_SLICE_LIT("str/a"), q,
-                       (pt_slice){v[w * 60 + i], 8});
+            pt_put_be64(v[w * 60 + i], value(q));
+            ct_add_raw(&bt, PT_TABLE_POINTS, pt_slice_str(row), q, (pt_slice){v[w * 60 + i], 8});
         }
-        is(ct_write(b, &bt), 0, "streams: a write of 60 samples (write %d)", w);
+        is(ct_write(b, &bt), 0, "streams: a write of 60 samples of %s (write %d)", row, w);
     }
+}
+
+static void test_streams(pt_backend *b)
+{
+    static ct_batch bt;
+    write_two_chunks(b, "str/a", stream_value);
     streamed st = scan_streamed(b, 0, 0);
     ok(st.streams == 2 && st.stream_samples == 120 && st.cells == 0 && !st.bad,
        "streams: two chunks apart go as two streams (%zu streams, %zu samples, %zu cells)",
@@ -401,16 +408,7 @@ static void test_streams(pt_backend *b)
        "streams: overlapping chunks are merged into cells (%zu cells)", st.cells);
 
     /* Decimal values: chunks in the decimal layout go as streams encoded from it. */
-    for (int w = 0; w < 2; w++) {
-        bt.n = 0;
-        for (uint32_t i = 0; i < 60; i++) {
-            uint32_t q = (uint32_t)w * 1000 + i * 10;
-            pt_put_be64(v[w * 60 + i], decimal_value(q));
-            ct_add_raw(&bt, PT_TABLE_POINTS, PT_SLICE_LIT("str/d"), q,
-                       (pt_slice){v[w * 60 + i], 8});
-        }
-        is(ct_write(b, &bt), 0, "streams: a write of 60 decimal samples (write %d)", w);
-    }
+    write_two_chunks(b, "str/d", decimal_value);
     st = scan_row_streamed(b, "str/d", 0, 0, decimal_value);
     ok(st.streams == 2 && st.stream_samples == 120 && st.cells == 0 && !st.bad,
        "streams: decimal chunks go as two streams, every value exact (%zu streams, %zu "
