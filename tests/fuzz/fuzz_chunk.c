@@ -1,18 +1,40 @@
 /* libFuzzer: the embedded store's chunk values (backends/embedded/chunk.c), as a scan or a
  * flush reads them from RocksDB. A chunk must be refused (PT_EINTERNAL) or decode to the
  * count of cells its header promises, qualifiers strictly increasing; what decodes must
- * encode and decode again to the same cells, bit for bit. */
+ * encode and decode again to the same cells, bit for bit, and a chunk of 8-byte values
+ * must give, as the stream a streamed read sends (pt_cellchunk_to_stream), those cells. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "embedded_int.h"
 #include "error.h"
+#include "gorilla.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static pt_vcells cells, again;
-static pt_buf enc = PT_BUF_INIT(0);
+static pt_vcells cells, again, scratch;
+static pt_buf enc = PT_BUF_INIT(0), stream = PT_BUF_INIT(0);
+
+/* A chunk of fmt 1, 3 or 4 (8-byte values) as one Gorilla stream holds its cells. */
+static void check_stream(const pt_cellchunk *c)
+{
+    if (c->fmt != 1 && c->fmt != 3 && c->fmt != 4)
+        return;
+    if (pt_cellchunk_to_stream(c, &scratch, &stream) != 0)
+        __builtin_trap();
+    pt_gorilla_dec d;
+    pt_gorilla_dec_init(&d, stream.p, stream.len);
+    for (size_t i = 0; i < cells.n; i++) {
+        int64_t t;
+        uint64_t bits;
+        if (cells.c[i].vlen != 8 || pt_gorilla_dec_next(&d, &t, &bits) != 0 ||
+            t != (int64_t)cells.c[i].q || bits != pt_get_be64(cells.c[i].v.in))
+            __builtin_trap();
+    }
+    if (!pt_gorilla_dec_done(&d))
+        __builtin_trap();
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -33,6 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (size_t i = 1; i < cells.n; i++)
         if (cells.c[i].q <= cells.c[i - 1].q)
             __builtin_trap();
+    check_stream(&c);
     if (pt_cellchunk_encode(&enc, cells.c, cells.n) != 0 ||
         pt_cellchunk_parse(enc.p, enc.len, &c) != 0 || pt_cellchunk_cells(&c, &again) != 0 ||
         again.n != cells.n)
