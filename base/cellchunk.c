@@ -298,27 +298,33 @@ static int encode_xor(pt_buf *out, const pt_vcell *c, size_t n)
     return 0;
 }
 
-int pt_cellchunk_to_stream(const pt_cellchunk *c, pt_vcells *scratch, pt_buf *out)
+int pt_cellchunk_to_stream(const pt_cellchunk *c, pt_vcells *scratch, pt_buf *buf,
+                           pt_slice *out)
 {
-    if (c->fmt != 1 && c->fmt != 3 && c->fmt != 4)
+    if (!pt_cellchunk_floats(c))
         return PT_EINTERNAL;
     pt_vcells_reset(scratch);
+    if (c->fmt == 3) {
+        *out = c->stream;
+        return 0;
+    }
     int rv = pt_cellchunk_cells(c, scratch);
     if (rv != 0)
         return rv;
     size_t n = scratch->n, cap = pt_gorilla_max_bytes(n);
-    pt_buf_reset(out);
-    if (pt_buf_reserve(out, cap) != 0)
+    pt_buf_reset(buf);
+    if (pt_buf_reserve(buf, cap) != 0)
         return PT_ENOMEM;
-    memset(out->p, 0, cap);
+    memset(buf->p, 0, cap);
     pt_gorilla_enc e;
-    pt_gorilla_enc_init(&e, out->p);
+    pt_gorilla_enc_init(&e, buf->p);
     for (size_t i = 0; i < n; i++) {
         if (scratch->c[i].vlen != 8)
             return PT_EINTERNAL;
         pt_gorilla_enc_add(&e, scratch->c[i].q, pt_get_be64(scratch->c[i].v.in));
     }
-    pt_buf_commit(out, pt_gorilla_enc_len(&e));
+    pt_buf_commit(buf, pt_gorilla_enc_len(&e));
+    *out = (pt_slice){buf->p, buf->len};
     return 0;
 }
 

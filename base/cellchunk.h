@@ -139,12 +139,20 @@ int pt_cellchunk_cells(const pt_cellchunk *c, pt_vcells *out);
 /* The chunk's last qualifier: decodes a fmt 3 chunk without storing it (PT_EINTERNAL when
  * it is corrupt), reads that of the others. */
 int pt_cellchunk_last(const pt_cellchunk *c, uint32_t *q);
-/* A chunk whose values all have 8 bytes (fmt 1, 3 and 4) as a Gorilla sample stream
- * (gorilla.h: the qualifiers as timestamps, each value's 8 bytes big-endian as its word),
- * the form a fmt 3 chunk holds: into out (reset first), its cells decoded into scratch
- * (scratch->c[0].q and scratch->c[scratch->n - 1].q are its first and last). PT_EINTERNAL
- * for another format or a corrupt chunk, PT_ENOMEM. */
-int pt_cellchunk_to_stream(const pt_cellchunk *c, pt_vcells *scratch, pt_buf *out);
+/* Whether every value of the chunk has 8 bytes by its format (fmt 1, 3 and 4): a chunk
+ * pt_cellchunk_to_stream takes. */
+static inline int pt_cellchunk_floats(const pt_cellchunk *c)
+{
+    return c->fmt == 1 || c->fmt == 3 || c->fmt == 4;
+}
+
+/* The chunk (pt_cellchunk_floats) as a Gorilla sample stream (gorilla.h: the qualifiers as
+ * timestamps, each value's 8 bytes big-endian as its word) in *out: a fmt 3 chunk's own
+ * stream (scratch left empty), else one encoded into buf (reset first) from its cells,
+ * decoded into scratch (scratch->c[0].q and scratch->c[scratch->n - 1].q are its first and
+ * last). PT_EINTERNAL for another format or a corrupt chunk, PT_ENOMEM. */
+int pt_cellchunk_to_stream(const pt_cellchunk *c, pt_vcells *scratch, pt_buf *buf,
+                           pt_slice *out);
 /* out = the chunk of n cells, c strictly increasing by qualifier, n > 0: when every value
  * has 8 bytes the shorter of fmt 3 and (if the values are decimals) fmt 4; else fmt 5 when
  * some values are histogram cells an hchunk holds, fmt 2 otherwise. */

@@ -258,14 +258,23 @@ static int list_from_cache(qctx *q, pt_buf *entry, pt_slice prefix)
     return rv ? rv : 1;
 }
 
+/* Whether the query's lists go through the list cache: a store it is kept for, and a
+ * query of few buckets (for longer ones an entry per list and bucket would cost more to
+ * look up and keep than the scan it saves). */
+static int lists_cached(const qctx *q)
+{
+    enum { CACHED_BUCKETS_MAX = 8 };
+    return q->st->lists &&
+           (q->day_last - q->day_first) / q->st->index_bucket_ms < CACHED_BUCKETS_MAX;
+}
+
 /* Collects the references of one list over the query's days: with the list cache (short
  * queries, a store it is kept for), one bucket at a time, else in one scan. */
 static int scan_list(qctx *q, const irange *ir)
 {
-    enum { CACHED_BUCKETS_MAX = 8 };
     pt_ref_cache *c = q->st->lists;
     int64_t step = q->st->index_bucket_ms;
-    if (!c || (q->day_last - q->day_first) / step >= CACHED_BUCKETS_MAX) {
+    if (!lists_cached(q)) {
         rowcb r = {.q = q, .prefix_len = ir->n0};
         return scan_days(q, (pt_slice){ir->b0, ir->n0}, (pt_slice){ir->b1, ir->n1}, on_list_row,
                          &r);
@@ -315,9 +324,9 @@ static int irange_cmp(const void *x, const void *y)
  * is a call. */
 static int scan_lists(qctx *q, irange *lists, size_t n)
 {
-    enum { PER_SCAN = 4096, CACHED_BUCKETS_MAX = 8 };
+    enum { PER_SCAN = 4096 };
     int rv = 0;
-    if (q->st->lists && (q->day_last - q->day_first) / q->st->index_bucket_ms < CACHED_BUCKETS_MAX) {
+    if (lists_cached(q)) {
         for (size_t i = 0; i < n && rv == 0; i++)
             rv = scan_list(q, &lists[i]);
         return rv;
@@ -560,8 +569,6 @@ static uint64_t query_mask(const qctx *q)
     return m;
 }
 
-/* Picks the cheapest way to list candidates, collects their references, then resolves
- * them to series; every candidate is then checked against all matchers. */
 /* Picks the cheapest way to list candidates (from the list hints when use_hints and they
  * suffice: *hinted then set), collects their references, then resolves them to series;
  * every candidate is then checked against all matchers. */

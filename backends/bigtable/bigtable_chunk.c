@@ -289,6 +289,17 @@ static int add_chunk(pt_bt_rowmerge *rm, const pt_bt_cell *c, size_t seq, uint64
     return rv;
 }
 
+/* The offsets a points cell holds, as a chunk qualifier (a single cell: first = last, writer
+ * 0): 0, or PT_EINTERNAL for a qualifier of neither length or a chunk's first > last. */
+static int cell_span(const pt_bt_cell *c, pt_bt_chunkqual *cq)
+{
+    if (c->qualifier.n != PT_QUAL_LEN)
+        return pt_bt_chunk_qual_get(c->qualifier, cq);
+    cq->first = cq->last = pt_get_be32(c->qualifier.p);
+    cq->writer = 0;
+    return 0;
+}
+
 /* Whether the row is the common one: points cells of single samples and chunks only,
  * each one's offsets after the previous one's (so no offset is held twice and no column
  * has a second version). Its merge is its cells in order. */
@@ -300,11 +311,7 @@ static int disjoint(const pt_bt_cell *cells, size_t n)
         pt_bt_chunkqual cq;
         if (!pt_slice_eq(c->family, PT_SLICE_LIT(PT_BT_FAMILY)))
             continue;
-        if (c->qualifier.n == PT_QUAL_LEN)
-            cq.first = cq.last = pt_get_be32(c->qualifier.p);
-        else if (pt_bt_chunk_qual_get(c->qualifier, &cq) != 0)
-            return 0;
-        if (cq.first < next)
+        if (cell_span(c, &cq) != 0 || cq.first < next)
             return 0;
         next = (uint64_t)cq.last + 1;
     }
@@ -402,13 +409,9 @@ int pt_bt_merge_row(pt_bt_rowmerge *rm, const pt_bt_cell *cells, size_t n, pt_sl
 static int64_t cell_time(int64_t base, const pt_bt_cell *c)
 {
     pt_bt_chunkqual cq;
-    if (!pt_slice_eq(c->family, PT_SLICE_LIT(PT_BT_FAMILY)))
+    if (!pt_slice_eq(c->family, PT_SLICE_LIT(PT_BT_FAMILY)) || cell_span(c, &cq) != 0)
         return -1;
-    if (c->qualifier.n == PT_QUAL_LEN)
-        return base + pt_get_be32(c->qualifier.p);
-    if (pt_bt_chunk_qual_get(c->qualifier, &cq) == 0)
-        return base + cq.last;
-    return -1;
+    return base + cq.last;
 }
 
 size_t pt_bt_compact_select(pt_slice key, const pt_bt_cell *cells, size_t n, int64_t guard_ms,
@@ -432,10 +435,7 @@ size_t pt_bt_compact_select(pt_slice key, const pt_bt_cell *cells, size_t n, int
         /* Cells come in qualifier order, which is first-offset order; a chunk's inner
          * offsets are unknown, so its last one starts a chunk only if it must. */
         pt_bt_chunkqual cq = {0, 0, 0};
-        if (cells[i].qualifier.n == PT_QUAL_LEN)
-            cq.first = cq.last = pt_get_be32(cells[i].qualifier.p);
-        else
-            pt_bt_chunk_qual_get(cells[i].qualifier, &cq);
+        cell_span(&cells[i], &cq); /* cell_time() took only cells it can read */
         /* Chunks of one writer id come from one write or one rewrite, which cut them where
          * the limits say (a full chunk tells no other way): a rewrite would cut them
          * there again. */

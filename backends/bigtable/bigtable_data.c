@@ -671,7 +671,7 @@ static int streamable(const scanner *sc, const pt_bt_cell *cells, size_t n)
             pt_bt_chunk_qual_get(cells[i].qualifier, &q) != 0 || q.first < next ||
             q.last >= sc->hi ||
             pt_cellchunk_parse(cells[i].value.p, cells[i].value.n, &c) != 0 ||
-            (c.fmt != 1 && c.fmt != 3 && c.fmt != 4) || c.count < STREAM_MIN_SAMPLES ||
+            !pt_cellchunk_floats(&c) || c.count < STREAM_MIN_SAMPLES ||
             c.count > PT_STREAM_MAX_SAMPLES)
             return 0;
         next = (uint64_t)q.last + 1;
@@ -695,22 +695,18 @@ static int deliver_streams(scanner *sc, pt_slice key, const pt_bt_cell *cells, s
         pt_cellchunk c;
         pt_bt_chunk_qual_get(cells[i].qualifier, &q);
         pt_cellchunk_parse(cells[i].value.p, cells[i].value.n, &c);
-        pt_slice stream = c.stream;
-        if (c.fmt != 3) {
-            pt_vcells *dec = &sc->rm.dec;
-            int rv = pt_cellchunk_to_stream(&c, dec, &sc->xs);
-            if (rv == 0 && (dec->n != c.count || dec->c[0].q != q.first ||
-                            dec->c[dec->n - 1].q != q.last))
-                rv = PT_EINTERNAL;
-            if (rv == PT_EINTERNAL)
-                log_corrupt(sc, key, "its samples do not decode to its qualifier's first..last");
-            if (rv != 0)
-                return rv;
-            stream = (pt_slice){pt_buf_data(&sc->xs), pt_buf_used(&sc->xs)};
-        }
-        sc->delivered += c.count;
-        int rv = sc->stream->fn(sc->stream->ud, key, q.first, q.last, c.count, stream);
+        pt_slice stream;
+        const pt_vcells *dec = &sc->rm.dec; /* empty when the stream is the stored one */
+        int rv = pt_cellchunk_to_stream(&c, &sc->rm.dec, &sc->xs, &stream);
+        if (rv == 0 && dec->n && (dec->n != c.count || dec->c[0].q != q.first ||
+                                  dec->c[dec->n - 1].q != q.last))
+            rv = PT_EINTERNAL;
+        if (rv == PT_EINTERNAL)
+            log_corrupt(sc, key, "its samples do not decode to its qualifier's first..last");
         if (rv != 0)
+            return rv;
+        sc->delivered += c.count;
+        if ((rv = sc->stream->fn(sc->stream->ud, key, q.first, q.last, c.count, stream)) != 0)
             return rv;
     }
     return 0;

@@ -180,7 +180,7 @@ static int emit_stream(pscan *sc, pt_slice row, int *row_started, const pt_cellc
                        uint32_t first, size_t hi, uint32_t *last, int *sent)
 {
     *sent = 0;
-    if (!sc->s->stream || (c->fmt != 1 && c->fmt != 3 && c->fmt != 4) || first < sc->qlo ||
+    if (!sc->s->stream || !pt_cellchunk_floats(c) || first < sc->qlo ||
         c->count > PT_STREAM_MAX_SAMPLES)
         return 0;
     int rv = pt_cellchunk_last(c, last);
@@ -191,12 +191,9 @@ static int emit_stream(pscan *sc, pt_slice row, int *row_started, const pt_cellc
     *sent = 1;
     if (!row_starts(sc, row_started))
         return 0;
-    pt_slice stream = c->stream;
-    if (c->fmt != 3) {
-        if ((rv = pt_cellchunk_to_stream(c, &sc->cc, &sc->xs)) != 0)
-            return rv;
-        stream = buf_slice(&sc->xs);
-    }
+    pt_slice stream;
+    if ((rv = pt_cellchunk_to_stream(c, &sc->cc, &sc->xs, &stream)) != 0)
+        return rv;
     const pt_stream_to *to = sc->s->stream;
     return answered(sc, to->fn(to->ud, row, first, *last, c->count, stream));
 }

@@ -19,12 +19,13 @@ static pt_buf enc = PT_BUF_INIT(0), stream = PT_BUF_INIT(0);
 /* A chunk of fmt 1, 3 or 4 (8-byte values) as one Gorilla stream holds its cells. */
 static void check_stream(const pt_cellchunk *c)
 {
-    if (c->fmt != 1 && c->fmt != 3 && c->fmt != 4)
+    pt_slice s;
+    if (!pt_cellchunk_floats(c))
         return;
-    if (pt_cellchunk_to_stream(c, &scratch, &stream) != 0)
+    if (pt_cellchunk_to_stream(c, &scratch, &stream, &s) != 0)
         __builtin_trap();
     pt_gorilla_dec d;
-    pt_gorilla_dec_init(&d, stream.p, stream.len);
+    pt_gorilla_dec_init(&d, s.p, s.n);
     for (size_t i = 0; i < cells.n; i++) {
         int64_t t;
         uint64_t bits;
