@@ -212,13 +212,14 @@ static int on_points_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     return pt_keyset_put(&ck->data, k) == PT_ENOMEM ? PT_ENOMEM : 0;
 }
 
-/* Whether the index cell row (key bytes k..e) with qualifier qual exists; reports it. */
+/* Whether the index cell row (key bytes k..e) with qualifier qual, or else alt (when
+ * alt.n), exists; reports it. */
 static void want_cell(checker *ck, pt_slice srow_key, const uint8_t *k, const uint8_t *e,
-                      pt_slice qual, const char *what)
+                      pt_slice qual, pt_slice alt, const char *what)
 {
     pt_slice row = {k, (size_t)(e - k)};
     pt_index_key key = cell_key(row, qual);
-    if (pt_keyset_has(&ck->cells, key))
+    if (pt_keyset_has(&ck->cells, key) || (alt.n && pt_keyset_has(&ck->cells, cell_key(row, alt))))
         return;
     pt_keyset_put(&ck->cells, key); /* reported once, not for every series it lists */
     char q1[320], q2[320];
@@ -247,13 +248,22 @@ static int on_series_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
                 "series row %s: the series has no samples in its bucket (nor the one "
                 "before): its data rows are missing",
                 quote(q, sizeof(q), row));
-    /* The cells that list it: under its metric or each label (qualifier: the label mask),
-     * and the values rows (qualifier "l"). */
+    /* The cells that list it: under its metric or each label (qualifier: the label mask;
+     * under its metric the mask and the sid when the series row holds the sid plainly, or
+     * the mask alone as stores written before that have it), and the values rows
+     * (qualifier "l"). */
     uint64_t mask = 0;
     for (size_t i = 0; i < sr.n; i++)
         mask = pt_label_mask_add(mask, sr.labels[i].name, sr.labels[i].value);
-    uint8_t m8[8];
-    pt_put_be64(m8, mask);
+    size_t sid_n = value.n ? 0 : sr.sid.n;
+    uint8_t *mq = pt_arena_alloc(&ck->a, 8 + sid_n);
+    if (!mq) {
+        rv = PT_ENOMEM;
+        goto out;
+    }
+    pt_put_be64(mq, mask);
+    memcpy(mq + 8, sr.sid.p, sid_n);
+    pt_slice m8 = {mq, 8}, none = {mq, 0};
     static const uint8_t l = 'l';
     for (size_t i = 0; i < sr.n; i++) {
         const pt_label *lb = &sr.labels[i];
@@ -267,10 +277,13 @@ static int on_series_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
         uint8_t *e = is_name ? pt_index_metric_prefix(k, lb->value, sr.day)
                              : pt_index_posting_prefix(k, lb->name, lb->value, sr.day);
         memcpy(e, sr.ref16, PT_REF_HEX);
-        want_cell(ck, row, k, e + PT_REF_HEX, (pt_slice){m8, 8},
-                  is_name ? "metric list" : "postings");
+        if (is_name)
+            want_cell(ck, row, k, e + PT_REF_HEX, (pt_slice){mq, 8 + sid_n}, sid_n ? m8 : none,
+                      "metric list");
+        else
+            want_cell(ck, row, k, e + PT_REF_HEX, m8, none, "postings");
         e = pt_index_part(pt_index_values_prefix(k, lb->name, sr.day), lb->value);
-        want_cell(ck, row, k, e, (pt_slice){&l, 1}, "values");
+        want_cell(ck, row, k, e, (pt_slice){&l, 1}, none, "values");
     }
 out:
     pt_arena_reset(&ck->a);

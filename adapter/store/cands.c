@@ -80,6 +80,11 @@ static int cands_add(qctx *q, pt_slice sid, pt_slice value)
     return 0;
 }
 
+int pt_cands_add_sid(qctx *q, pt_slice sid)
+{
+    return cands_add(q, sid, (pt_slice){sid.p, 0});
+}
+
 int pt_cands_add_ref(qctx *q, uint64_t ref)
 {
     refset *s = &q->refs;

@@ -79,6 +79,9 @@ typedef struct qctx {
 /* Adds ref to q->refs unless present (cands.c): 0, or PT_ELIMIT (far past the series
  * limit) / PT_ENOMEM. */
 int pt_cands_add_ref(qctx *q, uint64_t ref);
+/* Adds the series sid (a metric's list cell names it) to the candidates unless present:
+ * 0, or PT_ELIMIT / PT_ENOMEM. */
+int pt_cands_add_sid(qctx *q, pt_slice sid);
 /* Adds the series behind q->refs to the candidates q->c.v[0, q->c.x.n), deduplicated by
  * sid, their labels in q->a; sorts q->refs->v, whose index then goes stale. 0, or
  * PT_ELIMIT (far past the series limit), PT_ETIMEOUT, PT_ECANCELLED, PT_ENOMEM, a

@@ -57,19 +57,24 @@ typedef struct rowcb {
     valset vals;        /* collected values */
 } rowcb;
 
-/* Keeps a list cell's series reference unless its label mask proves the series lacks one
- * of the query's name=value pairs. */
-static int take_ref(qctx *q, uint64_t ref, uint64_t mask)
+/* Keeps a list cell's series unless its label mask proves the series lacks one of the
+ * query's name=value pairs: by its sid when the cell holds it, else by its reference. */
+static int take_ref(qctx *q, uint64_t ref, uint64_t mask, pt_slice sid)
 {
-    return (q->qmask & ~mask) != 0 ? 0 : pt_cands_add_ref(q, ref);
+    if ((q->qmask & ~mask) != 0)
+        return 0;
+    return sid.n ? pt_cands_add_sid(q, sid) : pt_cands_add_ref(q, ref);
 }
 
-/* A list cell's reference and mask (all ones when the cell has none). */
-static int list_cell(const rowcb *r, pt_slice row, pt_slice qual, uint64_t *ref, uint64_t *mask)
+/* A list cell's reference, mask (all ones when the cell has none) and the sid that
+ * follows the mask in a metric's list cell (empty when there is none). */
+static int list_cell(const rowcb *r, pt_slice row, pt_slice qual, uint64_t *ref, uint64_t *mask,
+                     pt_slice *sid)
 {
     if (row.n < r->prefix_len + PT_REF_HEX || pt_ref_parse(row.p + row.n - PT_REF_HEX, ref))
         return PT_EINTERNAL;
-    *mask = qual.n == 8 ? pt_get_be64(qual.p) : ~(uint64_t)0;
+    *mask = qual.n >= 8 ? pt_get_be64(qual.p) : ~(uint64_t)0;
+    *sid = qual.n > 8 ? (pt_slice){qual.p + 8, qual.n - 8} : (pt_slice){qual.p, 0};
     return 0;
 }
 
@@ -80,10 +85,11 @@ static int on_list_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     (void)value;
     rowcb *r = ud;
     uint64_t ref, mask;
-    int rv = list_cell(r, row, qual, &ref, &mask);
+    pt_slice sid;
+    int rv = list_cell(r, row, qual, &ref, &mask, &sid);
     if (rv == 0)
         rv = past_deadline(r->q);
-    return rv ? rv : take_ref(r->q, ref, mask);
+    return rv ? rv : take_ref(r->q, ref, mask, sid);
 }
 
 /* Whether matcher m accepts v: 1 or 0, or an error: m's limits (q->costly = m), the
@@ -232,7 +238,8 @@ static int on_list_row_fill(void *ud, pt_slice row, pt_slice qual, pt_slice valu
     if (rv || f->entry.len > f->max)
         return rv;
     uint64_t rec[2];
-    if ((rv = list_cell(&f->r, row, qual, &rec[0], &rec[1])) != 0)
+    pt_slice sid; /* not kept: the cache's entries resolve references */
+    if ((rv = list_cell(&f->r, row, qual, &rec[0], &rec[1], &sid)) != 0)
         return rv;
     if (pt_buf_append(&f->entry, rec, sizeof(rec)) != 0)
         f->max = 0; /* a cache: the read goes on without keeping the list */
@@ -252,7 +259,7 @@ static int list_from_cache(qctx *q, pt_buf *entry, pt_slice prefix)
         uint64_t rec[2];
         memcpy(rec, p, sizeof(rec));
         if ((rv = past_deadline(q)) == 0)
-            rv = take_ref(q, rec[0], rec[1]);
+            rv = take_ref(q, rec[0], rec[1], (pt_slice){p, 0});
     }
     q->rows_cached += n;
     return rv ? rv : 1;

@@ -43,37 +43,13 @@ static int add_series_rows(batch *b, pt_arena *a, const pt_store *st, const pt_l
     uint64_t mask = 0;
     for (size_t i = 0; i < n; i++)
         mask = pt_label_mask_add(mask, ls[i].name, ls[i].value);
-    uint8_t *mr = pt_arena_alloc(a, 8 + PT_REF_HEX);
-    if (!mr)
-        return PT_ENOMEM;
-    pt_put_be64(mr, mask);
-    const uint8_t *ref = mr + 8;
+    uint8_t ref[PT_REF_HEX];
     uint64_t r = pt_series_ref(sid, st->ref_bits);
-    pt_ref_hex(mr + 8, r);
+    pt_ref_hex(ref, r);
     int rv;
     if (st->refs) {
         uint64_t pair[2] = {r ^ st->salt, (uint64_t)day};
         if ((rv = pt_buf_append(&b->srows, pair, sizeof(pair))) != 0)
-            return rv;
-    }
-    for (size_t i = 0; i < n; i++) {
-        const pt_label *l = &ls[i];
-        uint8_t *k = pt_arena_alloc(a, PT_INDEX_PREFIX_MAX(l->name.n, l->value.n) + PT_REF_HEX);
-        if (!k)
-            return PT_ENOMEM;
-        uint8_t *e = is_name_label(l) ? pt_index_metric_prefix(k, l->value, day)
-                                      : pt_index_posting_prefix(k, l->name, l->value, day);
-        if (st->lists) {
-            uint64_t pair[2] = {pt_list_cache_key(k, (size_t)(e - k), st->salt), (uint64_t)day};
-            if ((rv = pt_buf_append(&b->lrows, pair, sizeof(pair))) != 0)
-                return rv;
-        }
-        memcpy(e, ref, PT_REF_HEX);
-        e += PT_REF_HEX;
-        /* The mask is the qualifier, not the value: series that share a reference share
-         * this row, and each keeps its own mask in it. */
-        if ((rv = push(b, PT_TABLE_INDEX, (pt_slice){k, (size_t)(e - k)}, (pt_slice){mr, 8},
-                       (pt_slice){(const uint8_t *)"", 0}, ver)) != 0)
             return rv;
     }
     /* The series row: the sid, or its digest and then the label set in the cell. */
@@ -93,6 +69,36 @@ static int add_series_rows(batch *b, pt_arena *a, const pt_store *st, const pt_l
     }
     if ((rv = push(b, PT_TABLE_INDEX, (pt_slice){k, (size_t)(re - k)}, qual, labels, ver)) != 0)
         return rv;
+    /* The list cells' qualifier is the label mask, not the value: series that share a
+     * reference share a list row, and each keeps its own cell in it. The metric's list
+     * cell carries the sid after the mask when the series row holds it plainly, so that a
+     * read by metric name needs no series row. */
+    size_t sid_n = labels.n ? 0 : sid.n;
+    uint8_t *mq = pt_arena_alloc(a, 8 + sid_n);
+    if (!mq)
+        return PT_ENOMEM;
+    pt_put_be64(mq, mask);
+    memcpy(mq + 8, sid.p, sid_n);
+    for (size_t i = 0; i < n; i++) {
+        const pt_label *l = &ls[i];
+        int metric = is_name_label(l);
+        k = pt_arena_alloc(a, PT_INDEX_PREFIX_MAX(l->name.n, l->value.n) + PT_REF_HEX);
+        if (!k)
+            return PT_ENOMEM;
+        e = metric ? pt_index_metric_prefix(k, l->value, day)
+                   : pt_index_posting_prefix(k, l->name, l->value, day);
+        if (st->lists) {
+            uint64_t pair[2] = {pt_list_cache_key(k, (size_t)(e - k), st->salt), (uint64_t)day};
+            if ((rv = pt_buf_append(&b->lrows, pair, sizeof(pair))) != 0)
+                return rv;
+        }
+        memcpy(e, ref, PT_REF_HEX);
+        e += PT_REF_HEX;
+        pt_slice lq = {mq, metric ? 8 + sid_n : 8};
+        if ((rv = push(b, PT_TABLE_INDEX, (pt_slice){k, (size_t)(e - k)}, lq,
+                       (pt_slice){(const uint8_t *)"", 0}, ver)) != 0)
+            return rv;
+    }
     *rows += n + 1;
     return 0;
 }
