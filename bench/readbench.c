@@ -18,7 +18,10 @@
  *   --server-pid PID   also report that process's CPU time per request
  *   --request-out F    write the request body (snappy protobuf) to F and exit
  *
- * Output: progress and errors on stderr; one "result:" line of key=value pairs on stdout.
+ * Output: progress and errors on stderr; one "result:" line of key=value pairs on stdout,
+ * among them `digest`: a hash of every label, timestamp and value bit of the answer in
+ * order, the same for SAMPLES and streamed answers of equal content (so two servers'
+ * answers can be compared). Every answer must have the first one's counts and digest.
  * Exit status 0 when every answer was a 200, 1 otherwise, 2 on bad usage.
  */
 #include <errno.h>
@@ -38,6 +41,7 @@
 
 #include "arena.h"
 #include "decode.h"
+#include "xor.h"
 #include "remote.pb-c.h"
 
 #define MAX_MATCHERS 32
@@ -257,9 +261,38 @@ static int exchange(conn *c, const char *head, size_t head_len, pt_slice body)
 /* ------------------------------------------------------------------------------------ */
 /* Counting what an answer holds                                                        */
 
+/* Series and samples counted, and a digest of the answer's content: each series' labels
+ * then its samples (time, value bits) in order, whatever the framing, so two servers'
+ * answers to one query, SAMPLES or streamed, have equal digests when they are equal. */
 typedef struct tally {
-    uint64_t series, samples;
+    uint64_t series, samples, digest;
 } tally;
+
+static void digest(tally *t, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++)
+        t->digest = (t->digest ^ b[i]) * 0x100000001b3ull;
+}
+
+static void digest_labels(tally *t, Prometheus__Label *const *l, size_t n)
+{
+    digest(t, "\xff", 1);
+    for (size_t i = 0; i < n; i++) {
+        digest(t, l[i]->name.data, l[i]->name.len);
+        digest(t, "", 1);
+        digest(t, l[i]->value.data, l[i]->value.len);
+        digest(t, "", 1);
+    }
+}
+
+static void digest_sample(tally *t, int64_t ts, double v)
+{
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof(bits));
+    digest(t, &ts, sizeof(ts));
+    digest(t, &bits, sizeof(bits));
+}
 
 static int count_samples(const uint8_t *p, size_t n, pt_arena *a, tally *t)
 {
@@ -276,8 +309,13 @@ static int count_samples(const uint8_t *p, size_t n, pt_arena *a, tally *t)
     }
     for (size_t i = 0; i < r->n_results; i++) {
         t->series += r->results[i]->n_timeseries;
-        for (size_t j = 0; j < r->results[i]->n_timeseries; j++)
-            t->samples += r->results[i]->timeseries[j]->n_samples;
+        for (size_t j = 0; j < r->results[i]->n_timeseries; j++) {
+            const Prometheus__TimeSeries *ts = r->results[i]->timeseries[j];
+            t->samples += ts->n_samples;
+            digest_labels(t, ts->labels, ts->n_labels);
+            for (size_t k = 0; k < ts->n_samples; k++)
+                digest_sample(t, ts->samples[k]->timestamp, ts->samples[k]->value);
+        }
     }
     prometheus__read_response__free_unpacked(r, NULL);
     return 0;
@@ -334,6 +372,7 @@ static int count_streamed(const uint8_t *p, size_t n, tally *t)
                 q += prometheus__label__pack(s->labels[k], q);
             if (!last_copy || last.len != ln || memcmp(last.data, key, ln) != 0) {
                 t->series++;
+                digest_labels(t, s->labels, s->n_labels);
                 free(last_copy);
                 last_copy = key;
                 last.data = key;
@@ -343,8 +382,20 @@ static int count_streamed(const uint8_t *p, size_t n, tally *t)
             }
             for (size_t k = 0; k < s->n_chunks; k++) {
                 const ProtobufCBinaryData *d = &s->chunks[k]->data;
-                if (d->len >= 2)
-                    t->samples += (uint64_t)d->data[0] << 8 | d->data[1];
+                size_t cnt = d->len >= 2 ? (size_t)d->data[0] << 8 | d->data[1] : 0;
+                int64_t *ts = malloc((cnt ? cnt : 1) * sizeof(*ts));
+                double *vs = malloc((cnt ? cnt : 1) * sizeof(*vs));
+                long got = ts && vs ? pt_xor_decode((pt_slice){d->data, d->len}, ts, vs, cnt) : -1;
+                if (got != (long)cnt) {
+                    fprintf(stderr, "readbench: an XOR chunk does not decode\n");
+                    free(ts), free(vs), free(last_copy);
+                    prometheus__chunked_read_response__free_unpacked(r, NULL);
+                    return -1;
+                }
+                t->samples += cnt;
+                for (size_t x = 0; x < cnt; x++)
+                    digest_sample(t, ts[x], vs[x]);
+                free(ts), free(vs);
             }
         }
         prometheus__chunked_read_response__free_unpacked(r, NULL);
@@ -494,7 +545,7 @@ int main(int argc, char **argv)
     if (conn_open(&c, host, port) != 0)
         goto out;
 
-    tally first = {0, 0};
+    tally first = {0, 0, 0};
     size_t answer_bytes = 0;
     double cpu0 = 0, t_all = 0;
     for (long i = -warmup; i < requests; i++) {
@@ -514,7 +565,7 @@ int main(int argc, char **argv)
             t_all += dt;
         }
         /* Count every answer: a server that returns less under load must show up. */
-        tally t = {0, 0};
+        tally t = {0, 0, 0xcbf29ce484222325ull};
         pt_arena_reset(&a);
         /* body lives in the arena: rebuild after the reset (cheap, and outside the clock). */
         if ((streamed ? count_streamed(c.body, c.body_len, &t)
@@ -527,7 +578,8 @@ int main(int argc, char **argv)
             answer_bytes = c.body_len;
             fprintf(stderr, "readbench: %llu series, %llu samples, %zu bytes per answer\n",
                     (unsigned long long)t.series, (unsigned long long)t.samples, c.body_len);
-        } else if (t.series != first.series || t.samples != first.samples) {
+        } else if (t.series != first.series || t.samples != first.samples ||
+                   t.digest != first.digest) {
             fprintf(stderr, "readbench: answer %ld differs: %llu series, %llu samples\n", i,
                     (unsigned long long)t.series, (unsigned long long)t.samples);
             goto out;
@@ -537,12 +589,14 @@ int main(int argc, char **argv)
     qsort(lat, (size_t)requests, sizeof *lat, cmp_double);
     printf(
         "result: type=%s requests=%ld p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f max_ms=%.3f "
-        "mean_ms=%.3f series=%llu samples=%llu answer_bytes=%zu samples_per_sec=%.0f",
+        "mean_ms=%.3f series=%llu samples=%llu answer_bytes=%zu samples_per_sec=%.0f "
+        "digest=%016llx",
         streamed ? "streamed" : "samples", requests, percentile(lat, (size_t)requests, 0.5) * 1e3,
         percentile(lat, (size_t)requests, 0.9) * 1e3, percentile(lat, (size_t)requests, 0.99) * 1e3,
         lat[requests - 1] * 1e3, t_all / (double)requests * 1e3, (unsigned long long)first.series,
         (unsigned long long)first.samples, answer_bytes,
-        t_all > 0 ? (double)first.samples * (double)requests / t_all : 0);
+        t_all > 0 ? (double)first.samples * (double)requests / t_all : 0,
+        (unsigned long long)first.digest);
     if (server_pid)
         printf(" server_cpu_ms_per_request=%.3f", cpu * 1e3 / (double)requests);
     printf("\n");
