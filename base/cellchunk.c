@@ -139,8 +139,11 @@ int pt_cellchunk_parse(const uint8_t *p, size_t n, pt_cellchunk *c)
 }
 
 /* Decodes a fmt 3 stream, or the timestamps of a fmt 4 chunk and its values: its cells
- * appended to out unless out is NULL, then its last qualifier in *last. */
-static int walk_xor(const pt_cellchunk *c, pt_vcells *out, uint32_t *last)
+ * in [lo, hi) appended to out unless out is NULL, then the last qualifier decoded in
+ * *last. Decoding stops at the first qualifier at or past hi: the rest of the stream is
+ * then neither decoded nor checked. */
+static int walk_xor(const pt_cellchunk *c, pt_vcells *out, uint64_t lo, uint64_t hi,
+                    uint32_t *last)
 {
     pt_gorilla_dec d;
     pt_gorilla_dec_init(&d, c->stream.p, c->stream.n);
@@ -155,6 +158,10 @@ static int walk_xor(const pt_cellchunk *c, pt_vcells *out, uint32_t *last)
         if (pt_gorilla_dec_next(&d, &t, &bits) != 0 || t <= prev || t > (int64_t)UINT32_MAX)
             return PT_EINTERNAL;
         prev = t;
+        if ((uint64_t)t >= hi) {
+            *last = (uint32_t)t;
+            return 0;
+        }
         if (c->fmt == 4) {
             uint64_t z, fix = 0;
             if (bits != 0 || pt_get_uvarint(c->vals, c->vlen_total, &vi, &z) != 0 ||
@@ -170,9 +177,11 @@ static int walk_xor(const pt_cellchunk *c, pt_vcells *out, uint32_t *last)
                 return PT_EINTERNAL;
             bits = dec_bits((int64_t)m, c->k) + unzigzag(fix);
         }
-        pt_put_be64(v, bits);
-        if (out && pt_vcells_push(out, (uint32_t)t, 8, v) != 0)
-            return PT_ENOMEM;
+        if (out && (uint64_t)t >= lo) {
+            pt_put_be64(v, bits);
+            if (pt_vcells_push(out, (uint32_t)t, 8, v) != 0)
+                return PT_ENOMEM;
+        }
     }
     if (!pt_gorilla_dec_done(&d) || (c->fmt == 4 && vi != c->vlen_total))
         return PT_EINTERNAL;
@@ -252,19 +261,36 @@ static int walk_parts(const pt_cellchunk *c, pt_vcells *out, int64_t *prev)
 
 int pt_cellchunk_cells(const pt_cellchunk *c, pt_vcells *out)
 {
-    size_t had = out->n;
     uint32_t last;
+    return pt_cellchunk_cells_in(c, 0, UINT64_MAX, out, &last);
+}
+
+int pt_cellchunk_cells_in(const pt_cellchunk *c, uint64_t lo, uint64_t hi, pt_vcells *out,
+                          uint32_t *last)
+{
+    size_t had = out->n;
     int64_t prev = -1;
     int rv;
-    if (c->fmt == 5)
+    if (c->fmt >= 3 && c->fmt <= 4)
+        rv = walk_xor(c, out, lo, hi, last);
+    else if (c->fmt == 5)
         rv = walk_parts(c, out, &prev);
-    else if (c->fmt >= 3)
-        rv = walk_xor(c, out, &last);
     else
         rv = walk_cells(c->quals, c->lens, c->vals, c->count, out, &prev);
-    if (rv != 0)
+    if (rv != 0) {
         out->n = had;
-    return rv;
+        return rv;
+    }
+    if (c->fmt == 5 || c->fmt <= 2) {
+        /* Every cell decoded: keep those in [lo, hi). */
+        size_t k = had;
+        for (size_t i = had; i < out->n; i++)
+            if (out->c[i].q >= lo && out->c[i].q < hi)
+                out->c[k++] = out->c[i];
+        out->n = k;
+        *last = (uint32_t)prev;
+    }
+    return 0;
 }
 
 int pt_cellchunk_last(const pt_cellchunk *c, uint32_t *q)
@@ -276,7 +302,7 @@ int pt_cellchunk_last(const pt_cellchunk *c, uint32_t *q)
         return rv;
     }
     if (c->fmt >= 3)
-        return walk_xor(c, NULL, q);
+        return walk_xor(c, NULL, 0, UINT64_MAX, q);
     *q = pt_get_be32(c->quals + 4 * ((size_t)c->count - 1));
     return 0;
 }

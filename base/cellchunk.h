@@ -136,6 +136,11 @@ int pt_cellchunk_parse(const uint8_t *p, size_t n, pt_cellchunk *c);
  * not strictly increasing, a stream that does not decode to exactly count cells).
  * Allocates only to grow out (and, for fmt 5, to decode histograms). */
 int pt_cellchunk_cells(const pt_cellchunk *c, pt_vcells *out);
+/* The same for the cells whose qualifiers are in [lo, hi): a fmt 3 or 4 chunk is decoded
+ * up to its first qualifier at or past hi, and what follows is not checked; *last = the
+ * last qualifier decoded (that first one past the range when decoding stopped there). */
+int pt_cellchunk_cells_in(const pt_cellchunk *c, uint64_t lo, uint64_t hi, pt_vcells *out,
+                          uint32_t *last);
 /* The chunk's last qualifier: decodes a fmt 3 chunk without storing it (PT_EINTERNAL when
  * it is corrupt), reads that of the others. */
 int pt_cellchunk_last(const pt_cellchunk *c, uint32_t *q);

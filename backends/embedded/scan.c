@@ -312,13 +312,13 @@ static int scan_row(pscan *sc, pt_slice row_in, int one_row)
         if (sc->done)
             break;
         if (!sent) {
+            /* Only the window's cells: a chunk holds up to 1,024 samples, and a short
+             * window of an old row needs a few of them. */
             pt_vcells_reset(&sc->cc);
-            if ((rv = pt_cellchunk_cells(&c, &sc->cc)) != 0)
+            if ((rv = pt_cellchunk_cells_in(&c, sc->qlo, sc->qhi, &sc->cc, &last)) != 0)
                 return rv;
             for (size_t i = 0; i < sc->cc.n && !sc->done; i++) {
                 uint32_t q = sc->cc.c[i].q, len = sc->cc.c[i].vlen;
-                if (!in_quals(sc, q))
-                    continue;
                 if ((rv = emit_head_below(sc, out, &started, &hi, q)) != 0)
                     return rv;
                 if (sc->done)
@@ -328,12 +328,11 @@ static int scan_row(pscan *sc, pt_slice row_in, int one_row)
                 if ((rv = emit(sc, out, &started, q, len, pt_vcell_val(&sc->cc.c[i]))) != 0)
                     return rv;
             }
-            last = sc->cc.n ? sc->cc.c[sc->cc.n - 1].q : 0;
         }
         /* A row's chunks do not overlap (flush.c): when this one reaches the window's end,
          * the next starts after it. Not stepping there also spares the iterator turning
          * around after SeekForPrev, which costs another seek. */
-        if ((sent || sc->cc.n) && (uint64_t)last + 1 >= sc->qhi)
+        if ((uint64_t)last + 1 >= sc->qhi)
             break;
         rocksdb_iter_next(it);
     }
