@@ -23,6 +23,8 @@
 #
 # Usage: bench/months.sh                     (about 25 minutes on 2 cores at the defaults)
 #        SERIES=200 DAYS=7 ROUNDS=1 bench/months.sh      (a quick look)
+#        REUSE=/tmp/months-bench.XXXX bench/months.sh    (the reads again, on the data a run
+#                                 with KEEP=1 left there, with the same settings)
 set -u
 
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -45,7 +47,13 @@ VM_BIN=${VM_BIN:-$(command -v victoria-metrics || echo /usr/bin/victoria-metrics
 PROM_BLOCK=${PROM_BLOCK:-486h}
 export PT_KEEP_TMP=${KEEP:-0}
 
-pt_mktemp WORK months-bench
+REUSE=${REUSE:-}
+if [[ -n $REUSE ]]; then
+    WORK=$REUSE
+    [[ -f $WORK/figures ]] || { log "$WORK holds no data of a finished run (KEEP=1)"; exit 2; }
+else
+    pt_mktemp WORK months-bench
+fi
 bench_build promtable readbench monthgen
 PROMTABLE=$BUILD_DIR/promtable
 READBENCH=$BUILD_DIR/bench/readbench
@@ -56,6 +64,7 @@ done
 ((SERIES % METRICS == 0 && SERIES >= 200)) || { log "SERIES: a multiple of METRICS, at least 200"; exit 2; }
 
 END_MS=$(($(date +%s) * 1000 / STEP_MS * STEP_MS))
+[[ -n $REUSE ]] && END_MS=$(sed -n 's/^END_MS=//p' "$WORK/figures")
 PER_SERIES=$((DAYS * 86400000 / STEP_MS))
 FIRST_MS=$((END_MS - (PER_SERIES - 1) * STEP_MS))
 TOTAL=$((SERIES * PER_SERIES))
@@ -119,35 +128,45 @@ backfill() {
 bytes_per_sample() { awk -v b="$(du -sb "$1" | cut -f1)" -v n="$TOTAL" 'BEGIN { printf "%.2f", b / n }'; }
 
 # --- data -------------------------------------------------------------------------------
-log "$SERIES series x $PER_SERIES samples ($TOTAL), $FIRST_MS..$END_MS"
-start_promtable
-backfill promtable "http://127.0.0.1:$PT_PORT/api/v1/write"
-pt_stop "$PT_SRV" 600
-DISK[promtable]=$(bytes_per_sample "$WORK/promtable.data")
+load_data() {
+    log "$SERIES series x $PER_SERIES samples ($TOTAL), $FIRST_MS..$END_MS"
+    start_promtable
+    backfill promtable "http://127.0.0.1:$PT_PORT/api/v1/write"
+    pt_stop "$PT_SRV" 600
+    DISK[promtable]=$(bytes_per_sample "$WORK/promtable.data")
 
-pt_free_port VM_PORT
-pt_spawn "$WORK/vm.log" taskset -c "$SERVER_CPU" "$VM_BIN" -httpListenAddr="127.0.0.1:$VM_PORT" \
-    -storageDataPath="$WORK/vm.data" -retentionPeriod=100y -search.maxQueryDuration=10m
-VM_SRV=$PT_PID
-pt_wait_http "http://127.0.0.1:$VM_PORT/health" 60 "$VM_SRV" || { log "VictoriaMetrics did not start"; exit 1; }
-backfill victoriametrics "http://127.0.0.1:$VM_PORT/api/v1/write"
-curl -s -o /dev/null "http://127.0.0.1:$VM_PORT/internal/force_flush"
-VM_COUNT=$(curl -s "http://127.0.0.1:$VM_PORT/api/v1/query" --data-urlencode "time=$((END_MS / 1000))" \
-    --data-urlencode "query=sum(count_over_time({__name__=~\"bench_.+\"}[$((DAYS + 1))d]))" |
-    sed -n 's/.*"value":\[[0-9.]*,"\([0-9]*\)"\].*/\1/p')
-[[ $VM_COUNT == "$TOTAL" ]] || log "VictoriaMetrics answers $VM_COUNT samples, not $TOTAL"
-pt_stop "$VM_SRV" 600
-DISK[victoriametrics]=$(bytes_per_sample "$WORK/vm.data")
+    pt_free_port VM_PORT
+    pt_spawn "$WORK/vm.log" taskset -c "$SERVER_CPU" "$VM_BIN" -httpListenAddr="127.0.0.1:$VM_PORT" \
+        -storageDataPath="$WORK/vm.data" -retentionPeriod=100y -search.maxQueryDuration=10m
+    VM_SRV=$PT_PID
+    pt_wait_http "http://127.0.0.1:$VM_PORT/health" 60 "$VM_SRV" || { log "VictoriaMetrics did not start"; exit 1; }
+    backfill victoriametrics "http://127.0.0.1:$VM_PORT/api/v1/write"
+    curl -s -o /dev/null "http://127.0.0.1:$VM_PORT/internal/force_flush"
+    VM_COUNT=$(curl -s "http://127.0.0.1:$VM_PORT/api/v1/query" --data-urlencode "time=$((END_MS / 1000))" \
+        --data-urlencode "query=sum(count_over_time({__name__=~\"bench_.+\"}[$((DAYS + 1))d]))" |
+        sed -n 's/.*"value":\[[0-9.]*,"\([0-9]*\)"\].*/\1/p')
+    [[ $VM_COUNT == "$TOTAL" ]] || log "VictoriaMetrics answers $VM_COUNT samples, not $TOTAL"
+    pt_stop "$VM_SRV" 600
+    DISK[victoriametrics]=$(bytes_per_sample "$WORK/vm.data")
 
-log "+ monthgen ${GEN[*]} openmetrics > data.om; promtool tsdb create-blocks-from --max-block-duration=$PROM_BLOCK openmetrics"
-taskset -c "$CLIENT_CPU" "$MONTHGEN" "${GEN[@]}" openmetrics >"$WORK/data.om" || exit 1
-t0=$(date +%s.%N)
-taskset -c "$SERVER_CPU" "$PROMTOOL" tsdb create-blocks-from --max-block-duration="$PROM_BLOCK" \
-    openmetrics "$WORK/data.om" "$WORK/prometheus.data" >"$WORK/promtool.log" 2>&1 ||
-    { log "promtool failed"; tail -n 20 "$WORK/promtool.log" >&2; exit 1; }
-RATE[prometheus]=$(awk -v t0="$t0" -v t1="$(date +%s.%N)" -v n="$TOTAL" 'BEGIN { printf "%.0f", n / (t1 - t0) }')
-rm -f "$WORK/data.om"
-DISK[prometheus]=$(bytes_per_sample "$WORK/prometheus.data")
+    log "+ monthgen ${GEN[*]} openmetrics > data.om; promtool tsdb create-blocks-from --max-block-duration=$PROM_BLOCK openmetrics"
+    taskset -c "$CLIENT_CPU" "$MONTHGEN" "${GEN[@]}" openmetrics >"$WORK/data.om" || exit 1
+    t0=$(date +%s.%N)
+    taskset -c "$SERVER_CPU" "$PROMTOOL" tsdb create-blocks-from --max-block-duration="$PROM_BLOCK" \
+        openmetrics "$WORK/data.om" "$WORK/prometheus.data" >"$WORK/promtool.log" 2>&1 ||
+        { log "promtool failed"; tail -n 20 "$WORK/promtool.log" >&2; exit 1; }
+    RATE[prometheus]=$(awk -v t0="$t0" -v t1="$(date +%s.%N)" -v n="$TOTAL" 'BEGIN { printf "%.0f", n / (t1 - t0) }')
+    rm -f "$WORK/data.om"
+    DISK[prometheus]=$(bytes_per_sample "$WORK/prometheus.data")
+}
+if [[ -n $REUSE ]]; then
+    # shellcheck disable=SC1091  # written by the run that made the data
+    . "$WORK/figures"
+else
+    load_data
+    declare -p DISK RATE | sed 's/^declare -A/declare -gA/' >"$WORK/figures"
+    echo "END_MS=$END_MS" >>"$WORK/figures"
+fi
 
 start_promtable
 start_prometheus
