@@ -327,3 +327,26 @@ stop_server() {
     kill -KILL "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
 }
+
+# read_server KIND DIR [FLAGS...]: starts promtable (KIND promtable: its embedded store in
+# DIR, read limits off) or Prometheus (KIND prometheus: its TSDB in DIR) with FLAGS, on CPU
+# $SERVER_CPU and a free port, for remote-read benchmarks; sets SRV_PORT and SRV_PID, exits
+# when it does not get ready. Needs tests/e2e/lib.sh, WORK, and PROMTABLE or PROMETHEUS.
+read_server() {
+    local kind=$1 dir=$2
+    shift 2
+    pt_free_port SRV_PORT
+    if [[ $kind == promtable ]]; then
+        pt_spawn "$WORK/promtable.log" taskset -c "$SERVER_CPU" "$PROMTABLE" \
+            --web.listen-address="127.0.0.1:$SRV_PORT" --storage.embedded.path="$dir" \
+            --read.max-samples=0 --read.max-series=0 "$@"
+    else
+        printf 'global: {scrape_interval: 1h}\n' >"$WORK/prometheus.yml"
+        pt_spawn "$WORK/prometheus.log" taskset -c "$SERVER_CPU" "$PROMETHEUS" \
+            --config.file="$WORK/prometheus.yml" --storage.tsdb.path="$dir" \
+            --web.listen-address="127.0.0.1:$SRV_PORT" "$@"
+    fi
+    SRV_PID=$PT_PID
+    pt_wait_http "http://127.0.0.1:$SRV_PORT/-/ready" 300 "$SRV_PID" ||
+        { log "$kind did not start"; tail -n 20 "$WORK/$kind.log" >&2; exit 1; }
+}

@@ -92,25 +92,14 @@ PT_PORT='' PROM_PORT='' VM_PORT='' PT_SRV='' PROM_SRV=''
 declare -A DISK RATE
 
 start_promtable() {
-    pt_free_port PT_PORT
     # shellcheck disable=SC2086  # PROMTABLE_ARGS is a list of flags
-    pt_spawn "$WORK/promtable.log" taskset -c "$SERVER_CPU" "$PROMTABLE" \
-        --web.listen-address="127.0.0.1:$PT_PORT" --storage.embedded.path="$WORK/promtable.data" \
-        --read.max-samples=0 --read.max-series=0 $PROMTABLE_ARGS
-    PT_SRV=$PT_PID
-    pt_wait_http "http://127.0.0.1:$PT_PORT/-/ready" 120 "$PT_SRV" ||
-        { log "promtable did not start"; tail -n 20 "$WORK/promtable.log" >&2; exit 1; }
+    read_server promtable "$WORK/promtable.data" $PROMTABLE_ARGS
+    PT_PORT=$SRV_PORT PT_SRV=$SRV_PID
 }
 
 start_prometheus() {
-    pt_free_port PROM_PORT
-    printf 'global: {scrape_interval: 1h}\n' >"$WORK/prometheus.yml"
-    pt_spawn "$WORK/prometheus.log" taskset -c "$SERVER_CPU" "$PROMETHEUS" \
-        --config.file="$WORK/prometheus.yml" --storage.tsdb.path="$WORK/prometheus.data" \
-        --web.listen-address="127.0.0.1:$PROM_PORT" --storage.tsdb.retention.time=3650d
-    PROM_SRV=$PT_PID
-    pt_wait_http "http://127.0.0.1:$PROM_PORT/-/ready" 300 "$PROM_SRV" ||
-        { log "prometheus did not start"; tail -n 20 "$WORK/prometheus.log" >&2; exit 1; }
+    read_server prometheus "$WORK/prometheus.data" --storage.tsdb.retention.time=3650d
+    PROM_PORT=$SRV_PORT PROM_SRV=$SRV_PID
 }
 
 # backfill NAME URL: the data through remote write; RATE[NAME] = samples/s.
