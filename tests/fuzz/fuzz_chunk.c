@@ -2,7 +2,9 @@
  * flush reads them from RocksDB. A chunk must be refused (PT_EINTERNAL) or decode to the
  * count of cells its header promises, qualifiers strictly increasing; what decodes must
  * encode and decode again to the same cells, bit for bit, and a chunk of 8-byte values
- * must give, as the stream a streamed read sends (pt_cellchunk_to_stream), those cells. */
+ * must give, as the stream a streamed read sends (pt_cellchunk_to_stream), those cells; a
+ * window of it (pt_cellchunk_cells_in) must give the cells inside, and as the last
+ * qualifier decoded the first one past the window (fmt 3 and 4 stop there) or the last. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +15,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static pt_vcells cells, again, scratch;
+static pt_vcells cells, again, scratch, window;
 static pt_buf enc = PT_BUF_INIT(0), stream = PT_BUF_INIT(0);
 
 /* A chunk of fmt 1, 3 or 4 (8-byte values) as one Gorilla stream holds its cells. */
@@ -37,6 +39,35 @@ static void check_stream(const pt_cellchunk *c)
         __builtin_trap();
 }
 
+/* The window [lo, hi) chosen from the input's size among the chunk's own qualifiers. */
+static void check_window(const pt_cellchunk *c, size_t size)
+{
+    size_t n = cells.n, a = size % n, b = (size / 7) % (n + 1);
+    uint64_t lo = cells.c[a].q + (size & 1), hi = b < n ? cells.c[b].q : UINT64_MAX;
+    uint32_t last = 0, want_last = cells.c[n - 1].q;
+    size_t k = 0, past = n;
+    for (size_t i = 0; i < n && past == n; i++)
+        if (cells.c[i].q >= hi)
+            past = i;
+    if ((c->fmt == 3 || c->fmt == 4) && past < n)
+        want_last = cells.c[past].q;
+    pt_vcells_reset(&window);
+    if (pt_cellchunk_cells_in(c, lo, hi, &window, &last) != 0 || last != want_last)
+        __builtin_trap();
+    for (size_t i = 0; i < n; i++) {
+        const pt_vcell *x = &cells.c[i];
+        if (x->q < lo || x->q >= hi)
+            continue;
+        const pt_vcell *y = k < window.n ? &window.c[k] : NULL;
+        k++;
+        if (!y || x->q != y->q || x->vlen != y->vlen ||
+            (x->vlen && memcmp(pt_vcell_val(x), pt_vcell_val(y), x->vlen) != 0))
+            __builtin_trap();
+    }
+    if (k != window.n)
+        __builtin_trap();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     pt_cellchunk c;
@@ -57,6 +88,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (cells.c[i].q <= cells.c[i - 1].q)
             __builtin_trap();
     check_stream(&c);
+    check_window(&c, size);
     if (pt_cellchunk_encode(&enc, cells.c, cells.n) != 0 ||
         pt_cellchunk_parse(enc.p, enc.len, &c) != 0 || pt_cellchunk_cells(&c, &again) != 0 ||
         again.n != cells.n)
