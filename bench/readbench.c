@@ -383,19 +383,17 @@ static int count_streamed(const uint8_t *p, size_t n, tally *t)
             for (size_t k = 0; k < s->n_chunks; k++) {
                 const ProtobufCBinaryData *d = &s->chunks[k]->data;
                 size_t cnt = d->len >= 2 ? (size_t)d->data[0] << 8 | d->data[1] : 0;
-                int64_t *ts = malloc((cnt ? cnt : 1) * sizeof(*ts));
-                double *vs = malloc((cnt ? cnt : 1) * sizeof(*vs));
-                long got = ts && vs ? pt_xor_decode((pt_slice){d->data, d->len}, ts, vs, cnt) : -1;
-                if (got != (long)cnt) {
+                static int64_t ts[UINT16_MAX + 1]; /* the count is 2 bytes */
+                static double vs[UINT16_MAX + 1];
+                if (pt_xor_decode((pt_slice){d->data, d->len}, ts, vs, cnt) != (long)cnt) {
                     fprintf(stderr, "readbench: an XOR chunk does not decode\n");
-                    free(ts), free(vs), free(last_copy);
+                    free(last_copy);
                     prometheus__chunked_read_response__free_unpacked(r, NULL);
                     return -1;
                 }
                 t->samples += cnt;
                 for (size_t x = 0; x < cnt; x++)
                     digest_sample(t, ts[x], vs[x]);
-                free(ts), free(vs);
             }
         }
         prometheus__chunked_read_response__free_unpacked(r, NULL);
@@ -580,8 +578,10 @@ int main(int argc, char **argv)
                     (unsigned long long)t.series, (unsigned long long)t.samples, c.body_len);
         } else if (t.series != first.series || t.samples != first.samples ||
                    t.digest != first.digest) {
-            fprintf(stderr, "readbench: answer %ld differs: %llu series, %llu samples\n", i,
-                    (unsigned long long)t.series, (unsigned long long)t.samples);
+            fprintf(stderr, "readbench: answer %ld differs: %llu series, %llu samples, digest "
+                            "%016llx\n", i,
+                    (unsigned long long)t.series, (unsigned long long)t.samples,
+                    (unsigned long long)t.digest);
             goto out;
         }
     }

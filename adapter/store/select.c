@@ -59,7 +59,7 @@ typedef struct rowcb {
 
 /* Keeps a list cell's series unless its label mask proves the series lacks one of the
  * query's name=value pairs: by its sid when the cell holds it, else by its reference. */
-static int take_ref(qctx *q, uint64_t ref, uint64_t mask, pt_slice sid)
+static int take_cell(qctx *q, uint64_t ref, uint64_t mask, pt_slice sid)
 {
     if ((q->qmask & ~mask) != 0)
         return 0;
@@ -89,7 +89,7 @@ static int on_list_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     int rv = list_cell(r, row, qual, &ref, &mask, &sid);
     if (rv == 0)
         rv = past_deadline(r->q);
-    return rv ? rv : take_ref(r->q, ref, mask, sid);
+    return rv ? rv : take_cell(r->q, ref, mask, sid);
 }
 
 /* Whether matcher m accepts v: 1 or 0, or an error: m's limits (q->costly = m), the
@@ -259,7 +259,7 @@ static int list_from_cache(qctx *q, pt_buf *entry, pt_slice prefix)
         uint64_t rec[2];
         memcpy(rec, p, sizeof(rec));
         if ((rv = past_deadline(q)) == 0)
-            rv = take_ref(q, rec[0], rec[1], (pt_slice){p, 0});
+            rv = take_cell(q, rec[0], rec[1], (pt_slice){p, 0});
     }
     q->rows_cached += n;
     return rv ? rv : 1;
