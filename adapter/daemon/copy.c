@@ -398,6 +398,7 @@ void pt_copy_progress_part(progress *p, pt_table t)
     p->at = (pt_slice){0};
     p->part_t0 = pt_mono_ms();
     p->part_f0 = -1;
+    p->shown_pct = -1;
 }
 
 void pt_copy_progress_row(progress *p, pt_slice row)
@@ -439,13 +440,17 @@ static const char *span_text(char *b, size_t n, double s)
 void pt_copy_progress_show(progress *p, const char *table, int final)
 {
     int64_t now = pt_mono_ms();
-    if (!final && now - p->last < (p->tty ? 200 : 5000))
+    double f = final ? 1.0 : done_fraction(p), eta = -1;
+    /* A terminal's line moves at every whole percent, however fast the copy; otherwise at
+     * most every 200 ms (5 s in the log). */
+    int whole = f >= 0 ? (int)(f * 100.0) : -1;
+    if (!final && now - p->last < (p->tty ? 200 : 5000) && !(p->tty && whole != p->shown_pct))
         return;
     p->last = now;
+    p->shown_pct = whole;
     double s = (double)(now - p->t0) / 1000.0;
     double rate = s > 0 ? (double)p->cells / s : 0;
     /* ETA: the rest of the part at the pace since it began (or since the first look). */
-    double f = final ? 1.0 : done_fraction(p), eta = -1;
     if (f >= 0 && p->part_f0 < 0) {
         p->part_f0 = f;
         p->part_t0 = now;

@@ -51,6 +51,7 @@ typedef struct progress {
     pt_slice at;
     int64_t part_t0;
     double part_f0;
+    int shown_pct; /* the whole percent the terminal line shows; -1 none yet */
 } progress;
 
 /* Whether the copy takes this cell: not an HA lease row (each store elects its own),

@@ -6,7 +6,7 @@
 #   2. copy A -> Bigtable emulator (BT), then BT -> a fresh embedded store C with
 #      --checkpoint, killed with SIGKILL once its checkpoint shows progress and rerun: the
 #      rerun resumes, and `--verify-only` finds 0 mismatches between BT and C and between
-#      A and C;
+#      A and C; a whole copy BT -> F shows on its terminal line how far it is;
 #   3. promtable on A and on C answer remote reads of several selectors (floats,
 #      histograms, exemplars, regex and negative matchers) identically;
 #   4. --match copies exactly the selected series (A -> D), --start/--end exactly the
@@ -124,13 +124,19 @@ script -qec "$PROMTABLE copy --from=$T/BT.yml --to=$T/C.yml --checkpoint=$T/ckpt
 tap_is "$?" 0 "the rerun completes" || tap_diag_file "$T/copy3.tty" 5
 tr '\r' '\n' <"$T/copy3.tty" | tr -d '\033' >"$T/copy3.err"
 cp "$T/copy3.err" "$T/copy3.out"
-pcts=$(grep '^copy points: ' "$T/copy3.err" | grep -o '[0-9.]* %' | tr -d ' %' | tr '\n' ' ')
-tap_check "reading Bigtable, the line says how far (SampleRowKeys): ${pcts:0:60}..." \
-    awk -v p="$pcts" 'BEGIN { n = split(p, v, " "); for (i = 1; i <= n; i++) if (v[i] > 0 && v[i] < 100) m++; exit !(m > 0 && v[n] == 100) }'
 tap_check "the rerun resumed after the checkpoint" grep -q 'resuming after the checkpoint' \
     "$T/copy3.err"
 tap_diag "$(grep '^copy:' "$T/copy3.out") [emulator -> embedded, resumed part]"
 tap_check "the checkpoint says done" grep -q '^table done' "$T/ckpt"
+
+# A whole copy out of Bigtable: the terminal's line moves at every whole percent of the
+# table's bytes that SampleRowKeys places before the scan.
+embedded_cfg F
+script -qec "$PROMTABLE copy --from=$T/BT.yml --to=$T/F.yml" /dev/null >"$T/copy7.tty" 2>&1
+pcts=$(tr '\r' '\n' <"$T/copy7.tty" | grep '^copy points: ' | grep -o '[0-9.]* %' | tr -d ' %' |
+    tr '\n' ' ')
+tap_check "reading Bigtable, the line says how far (SampleRowKeys): ${pcts:0:60}..." \
+    awk -v p="$pcts" 'BEGIN { n = split(p, v, " "); for (i = 1; i <= n; i++) if (v[i] > 0 && v[i] < 100) m++; exit !(m > 0 && v[n] == 100) }'
 
 verify() { # FROM TO: --verify-only; its exit status in VRC, its report line in VOUT
     "$PROMTABLE" copy --from="$T/$1.yml" --to="$T/$2.yml" --verify-only >"$T/v.out" 2>"$T/v.err"
