@@ -84,13 +84,20 @@ static void row_prefix_destroy(void *st)
 /* Options tuned for ingest: large memtables written concurrently, ZSTD at every level, a
  * row bloom filter, and one block cache shared by both column families.
  *
- * Compression: ZSTD for the points (row keys repeat a lot, and so do fmt 4's varints);
- * for the index ZSTD at level 6 with a 16 KiB dictionary per table file, because a key is
- * label text and a hash reference, a value a hash mask, in 4 KiB blocks too small for ZSTD
- * alone to learn the text. The dictionary is made from at most the first IX_BUFFER bytes
- * of a file's blocks (unbounded, RocksDB buffers a whole index memtable flush in memory),
- * and those blocks are finalized into one (ZSTD's finalize) rather than trained: training
- * costs every flush and compaction output a few hundred ms of the core and saves no disk.
+ * Compression: ZSTD with a 16 KiB dictionary per table file for both families, because
+ * their blocks are too small for ZSTD alone to learn the text they repeat: the points' row
+ * keys (and fmt 4's varints) in 8 KiB blocks, the index's label text, hash references and
+ * masks in 4 KiB blocks, at level 6. The dictionary is made from at most the first
+ * DICT_BUFFER bytes of a file's blocks (unbounded, RocksDB buffers a whole memtable flush
+ * in memory), and those blocks are finalized into one (ZSTD's finalize) rather than
+ * trained: training costs every flush and compaction output a few hundred ms of the core
+ * and saves no disk.
+ *
+ * Block sizes: a read of one series' short window costs a block in each level that holds
+ * its row, so the block is what a read of many series decodes and keeps in the cache per
+ * series: the points' 8 KiB blocks let 2,000 series' blocks in two levels fit the 64 MiB
+ * block cache (16 KiB blocks did not, and every warm read decompressed them all again);
+ * the dictionary keeps the smaller blocks' disk at the 16 KiB blocks' (within 1 %).
  *
  * Index cells are hashed over every key, so every level-0 file spans the whole index and
  * each level-0 compaction rewrites the whole level below. Hence the index memtable is
@@ -106,15 +113,35 @@ static void row_prefix_destroy(void *st)
  *
  * The figures behind each setting, and the commands that reproduce them, are in
  * docs/benchmarks.md, "Why the embedded store's settings". */
-/* The index's ZSTD: levels (the bottom level's, and level 0's) and a dictionary of
- * IX_DICT bytes per table file, made from at most IX_BUFFER bytes of its first blocks. */
+/* ZSTD's levels for the index (the bottom level's, and level 0's; the points use ZSTD's
+ * default, RocksDB's kDefaultCompressionLevel) and a dictionary of DICT bytes per table
+ * file, made from at most DICT_BUFFER bytes of its first blocks. */
 enum {
     IX_LEVEL = 6,
     IX_LEVEL_L0 = 1,
-    IX_DICT = 16 << 10,
-    IX_TRAIN = 100 * IX_DICT,
-    IX_BUFFER = 4 << 20
+    ZSTD_DEFAULT_LEVEL = 32767,
+    DICT = 16 << 10,
+    DICT_TRAIN = 100 * DICT,
+    DICT_BUFFER = 4 << 20
 };
+
+/* ZSTD at level with a finalized dictionary (DICT, DICT_TRAIN, DICT_BUFFER), for every
+ * level or, with bottom, for the bottommost only. */
+static void zstd_dict(rocksdb_options_t *o, int level, int bottom)
+{
+    if (bottom) {
+        rocksdb_options_set_bottommost_compression_options(o, -14, level, 0, DICT, 1);
+        rocksdb_options_set_bottommost_compression_options_zstd_max_train_bytes(o, DICT_TRAIN, 1);
+        rocksdb_options_set_bottommost_compression_options_max_dict_buffer_bytes(o, DICT_BUFFER,
+                                                                                 1);
+        rocksdb_options_set_bottommost_compression_options_use_zstd_dict_trainer(o, 0, 1);
+    } else {
+        rocksdb_options_set_compression_options(o, -14, level, 0, DICT);
+        rocksdb_options_set_compression_options_zstd_max_train_bytes(o, DICT_TRAIN);
+        rocksdb_options_set_compression_options_max_dict_buffer_bytes(o, DICT_BUFFER);
+        rocksdb_options_set_compression_options_use_zstd_dict_trainer(o, 0);
+    }
+}
 
 static rocksdb_options_t *make_options(rocksdb_cache_t *cache, int index,
                                        rocksdb_compactionfilter_t *filter)
@@ -142,19 +169,11 @@ static rocksdb_options_t *make_options(rocksdb_cache_t *cache, int index,
     rocksdb_options_set_level_compaction_dynamic_level_bytes(o, 1);
     rocksdb_options_set_compression(o, rocksdb_zstd_compression);
     rocksdb_options_set_bottommost_compression(o, rocksdb_zstd_compression);
+    zstd_dict(o, index ? IX_LEVEL_L0 : ZSTD_DEFAULT_LEVEL, 0);
     if (index) {
         /* A read resolves each series it returns through a random lookup in the index,
          * hence small blocks; the series-row cache spares most of those lookups. */
-        rocksdb_options_set_compression_options(o, -14, IX_LEVEL_L0, 0, IX_DICT);
-        rocksdb_options_set_compression_options_zstd_max_train_bytes(o, IX_TRAIN);
-        rocksdb_options_set_compression_options_max_dict_buffer_bytes(o, IX_BUFFER);
-        rocksdb_options_set_bottommost_compression_options(o, -14, IX_LEVEL, 0, IX_DICT, 1);
-        rocksdb_options_set_bottommost_compression_options_zstd_max_train_bytes(o, IX_TRAIN,
-                                                                                1);
-        rocksdb_options_set_bottommost_compression_options_max_dict_buffer_bytes(o, IX_BUFFER,
-                                                                                 1);
-        rocksdb_options_set_compression_options_use_zstd_dict_trainer(o, 0);
-        rocksdb_options_set_bottommost_compression_options_use_zstd_dict_trainer(o, 0, 1);
+        zstd_dict(o, IX_LEVEL, 1);
         rocksdb_options_set_level0_file_num_compaction_trigger(o, 16);
         rocksdb_options_set_level0_slowdown_writes_trigger(o, 32);
         rocksdb_options_set_level0_stop_writes_trigger(o, 48);
@@ -169,7 +188,7 @@ static rocksdb_options_t *make_options(rocksdb_cache_t *cache, int index,
     /* No memtable prefix bloom: it costs a hash on every insert and only saves reads. */
 
     rocksdb_block_based_table_options_t *t = rocksdb_block_based_options_create();
-    rocksdb_block_based_options_set_block_size(t, index ? 4 << 10 : 16 << 10);
+    rocksdb_block_based_options_set_block_size(t, index ? 4 << 10 : 8 << 10);
     rocksdb_block_based_options_set_block_cache(t, cache);
     /* Partitioned index and filters: a seek reads one small index partition instead of
      * the whole index block of a 64 MiB table (megabytes to decompress for a small read

@@ -386,9 +386,9 @@ static int crash_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     return 0;
 }
 
-/* Table files in dir whose properties say they were written with the index's ZSTD
- * dictionary (only the index has one) at that level. */
-static int index_files_at(const char *dir, int level)
+/* Table files in dir whose properties say they were written with a 16 KiB ZSTD dictionary
+ * at that level: 1 or 6 the index's, 32767 (ZSTD's default) the points'. */
+static int files_at(const char *dir, int level)
 {
     char want[64], path[600];
     snprintf(want, sizeof(want), "level=%d; strategy=0; max_dict_bytes=16384;", level);
@@ -452,7 +452,7 @@ static void test_embedded_index_levels(const char *tmp)
         rocksdb_flushoptions_destroy(fo);
         ok(msg == NULL, "embedded(index levels) %d: memtable flushed", round);
         free(msg);
-        is(index_files_at(path, 1), round + 1,
+        is(files_at(path, 1), round + 1,
            "embedded(index levels) %d: a flush while running writes level 1", round);
         ct_batch bt = {0};
         snprintf(rows[100], sizeof(rows[100]), "lv%d,last", round);
@@ -461,8 +461,10 @@ static void test_embedded_index_levels(const char *tmp)
         ct_add(&bt, PT_TABLE_POINTS, rows[100], 1, "12345678");
         is(ct_write(&b, &bt), 0, "embedded(index levels) %d: write after", round);
         pt_backend_close(&b);
-        is(index_files_at(path, 6), round + 1,
+        is(files_at(path, 6), round + 1,
            "embedded(index levels) %d: the stop's flush writes level 6", round);
+        is(files_at(path, 32767), round + 1,
+           "embedded(index levels) %d: the points' table file has its dictionary", round);
     }
 }
 
