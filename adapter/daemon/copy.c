@@ -440,11 +440,14 @@ static const char *span_text(char *b, size_t n, double s)
 void pt_copy_progress_show(progress *p, const char *table, int final)
 {
     int64_t now = pt_mono_ms();
+    /* At most every 200 ms (5 s in the log), and a terminal's line also at every whole
+     * percent, however fast the copy. */
+    int due = final || now - p->last >= (p->tty ? 200 : 5000);
+    if (!due && !p->tty)
+        return;
     double f = final ? 1.0 : done_fraction(p), eta = -1;
-    /* A terminal's line moves at every whole percent, however fast the copy; otherwise at
-     * most every 200 ms (5 s in the log). */
     int whole = f >= 0 ? (int)(f * 100.0) : -1;
-    if (!final && now - p->last < (p->tty ? 200 : 5000) && !(p->tty && whole != p->shown_pct))
+    if (!due && whole == p->shown_pct)
         return;
     p->last = now;
     p->shown_pct = whole;

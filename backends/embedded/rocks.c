@@ -119,7 +119,7 @@ static void row_prefix_destroy(void *st)
 enum {
     IX_LEVEL = 6,
     IX_LEVEL_L0 = 1,
-    ZSTD_DEFAULT_LEVEL = 32767,
+    LEVEL_DEFAULT = 32767,
     DICT = 16 << 10,
     DICT_TRAIN = 100 * DICT,
     DICT_BUFFER = 4 << 20
@@ -169,7 +169,7 @@ static rocksdb_options_t *make_options(rocksdb_cache_t *cache, int index,
     rocksdb_options_set_level_compaction_dynamic_level_bytes(o, 1);
     rocksdb_options_set_compression(o, rocksdb_zstd_compression);
     rocksdb_options_set_bottommost_compression(o, rocksdb_zstd_compression);
-    zstd_dict(o, index ? IX_LEVEL_L0 : ZSTD_DEFAULT_LEVEL, 0);
+    zstd_dict(o, index ? IX_LEVEL_L0 : LEVEL_DEFAULT, 0);
     if (index) {
         /* A read resolves each series it returns through a random lookup in the index,
          * hence small blocks; the series-row cache spares most of those lookups. */
