@@ -143,6 +143,7 @@ static void embedded_close(void *state)
     if (e->drop_mu_init)
         pthread_mutex_destroy(&e->drop_mu);
     e->drop_mu_init = 0;
+    pt_emb_readahead_stop(&e->ra);
     pt_emb_rocks_close(&e->r);
     pt_emb_expire_free(&e->x);
     if (e->lock_fd > 0)
@@ -244,6 +245,10 @@ static int embedded_open(void *state, const pt_backend_config *cfg, char *err, s
                                         ec->block_cache ? ec->block_cache
                                                         : EMB_DEFAULT_BLOCK_CACHE,
                                         err, errlen)) != 0) {
+        goto fail;
+    }
+    if (!e->sink && (rv = pt_emb_readahead_start(&e->ra, &e->r, (unsigned)ec->read_threads)) != 0) {
+        snprintf(err, errlen, "embedded: cannot start the read-ahead threads");
         goto fail;
     }
     if ((rv = init_sync(e)) != 0)
@@ -474,7 +479,7 @@ static int embedded_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
          * would miss the newest series. */
         rv = pt_emb_ihead_drain(&e->ix);
         if (rv == 0)
-            rv = pt_emb_rocks_scan_index(&e->r, s, fn, ud);
+            rv = pt_emb_rocks_scan_index(&e->r, &e->ra, s, fn, ud);
     }
     pt_emb_rocks_leave(&e->r);
     return rv;
@@ -537,6 +542,7 @@ void pt_embedded_get_stats(pt_backend *b, pt_embedded_stats *out)
     if (!e->sink)
         pt_emb_rocks_memory(&e->r, &out->memtable_bytes, &out->table_reader_bytes,
                             &out->block_cache_bytes);
+    pt_emb_readahead_stats(&e->ra, &out->readahead_scans, &out->readahead_rows);
     pt_emb_ihead_stat ix;
     pt_emb_ihead_stats(&e->ix, &ix);
     out->index_pending_bytes = ix.pending_bytes;
@@ -598,6 +604,12 @@ static size_t embedded_stats(void *state, pt_backend_stat *out, size_t max)
          (double)st.table_reader_bytes},
         {"promtable_embedded_block_cache_bytes", "Memory the RocksDB block cache holds.", 0,
          (double)st.block_cache_bytes},
+        {"promtable_embedded_readahead_scans_total",
+         "Reads of many rows that waited for the disk and were read ahead of.", 1,
+         (double)st.readahead_scans},
+        {"promtable_embedded_readahead_rows_total",
+         "Rows the read-ahead threads read into the block cache ahead of those reads.", 1,
+         (double)st.readahead_rows},
         {"promtable_embedded_index_pending_bytes",
          "Memory of index cells acknowledged and logged but not yet written into RocksDB.", 0,
          (double)st.index_pending_bytes},
@@ -682,6 +694,9 @@ static const pt_conf_key conf_keys[] = {
      "head_memory decides."},
     {"block_cache", NULL, PT_CONF_BYTES, "64MiB", 8LL << 20, 1LL << 40, C(block_cache),
      "RocksDB block cache (uncompressed table blocks of the index and the points)."},
+    {"read_threads", NULL, PT_CONF_LONG, "8", 0, 64, C(read_threads),
+     "Threads that read ahead of a read of many series once it has had to wait for the "
+     "disk, so that its disk reads overlap (a cold store); 0: every read reads alone."},
 };
 #undef C
 

@@ -19,6 +19,7 @@ typedef struct pt_embedded_conf {
     size_t head_memory;  /* bytes of samples held before a flush; 0 = the default */
     size_t block_cache;  /* RocksDB block cache for both tables; 0 = the default */
     long head_max_age_ms; /* longest a sample stays only in the head and the logs; 0 = none */
+    long read_threads;    /* read-ahead threads (readahead.c); 0 = none */
 } pt_embedded_conf;
 
 typedef struct pt_embedded_stats {
@@ -44,6 +45,8 @@ typedef struct pt_embedded_stats {
     uint64_t memtable_bytes;   /* RocksDB memtables, both tables */
     uint64_t table_reader_bytes; /* RocksDB index and filter blocks outside the cache */
     uint64_t block_cache_bytes;  /* what the block cache holds */
+    uint64_t readahead_scans;    /* scans of many rows that waited for the disk */
+    uint64_t readahead_rows;     /* rows read ahead of them */
     size_t index_pending_bytes;  /* index cells acknowledged, not yet in RocksDB */
     uint64_t index_drains;       /* batches of index cells written into RocksDB */
     uint64_t index_drained_cells;

@@ -192,7 +192,9 @@ int pt_emb_rocks_one_row(const pt_row_range *r);
 
 /* The index table holds one RocksDB entry per cell (written by ihead.c's drains). A scan
  * touches only what is in RocksDB: its caller drains the index head first. */
-int pt_emb_rocks_scan_index(rocks *r, const pt_scan *s, pt_cell_fn fn, void *ud);
+typedef struct ra_pool ra_pool; /* further down */
+/* ra: reads ahead of a scan of many rows (NULL: none). */
+int pt_emb_rocks_scan_index(rocks *r, ra_pool *ra, const pt_scan *s, pt_cell_fn fn, void *ud);
 
 /* ---- the points chunks (base/cellchunk.h holds their codec) ---- */
 
@@ -599,6 +601,50 @@ int pt_emb_wal_drop(wal *w, uint64_t upto);
 void pt_emb_wal_end(wal *w);
 void pt_emb_wal_close(wal *w);
 
+/* ---- read-ahead for scans of many rows (readahead.c) ---- */
+
+/* Threads that seek the rows ahead of a scan whose own thread had to wait for the disk,
+ * so that a cold read of many series waits for many disk reads at once, not one after
+ * the other. Cost only: the threads read into the block cache and answer nothing. */
+typedef struct ra_job ra_job;
+struct ra_pool {
+    rocks *r;
+    pthread_mutex_t mu;
+    pthread_cond_t work; /* to the threads: rows to read, or stop */
+    pthread_cond_t left; /* from them: a thread finished a row of an ending job */
+    ra_job *jobs;        /* the scans being read ahead of */
+    pthread_t *threads;
+    unsigned nthreads;
+    int init, stop;
+    uint64_t scans, rows; /* scans read ahead of, rows read ahead (since the start) */
+};
+
+/* One scan's, on its stack. Its rows are s->ranges' starts; the threads read rows
+ * [next, limit), and leave it before pt_emb_readahead_end returns. */
+struct ra_job {
+    ra_pool *ra; /* NULL: no read-ahead for this scan */
+    int cf;
+    const pt_scan *s;
+    long inblock; /* the scan thread's disk reads when it began */
+    int listed;   /* on ra->jobs: the scan has waited for the disk */
+    int ending;
+    size_t next, limit;
+    unsigned workers; /* threads reading one of its rows */
+    ra_job *next_job;
+};
+
+/* threads 0: none (every scan reads alone). 0 or PT_ENOMEM; pt_emb_readahead_stop undoes
+ * whatever was started, also after a failure. */
+int pt_emb_readahead_start(ra_pool *ra, rocks *r, unsigned threads);
+void pt_emb_readahead_stop(ra_pool *ra);
+/* Around a scan of family cf over s's ranges, each one row: begin, then at after every
+ * range (done = ranges finished), then end. The caller holds the store open (rocks'
+ * lock) from begin to end. */
+void pt_emb_readahead_begin(ra_pool *ra, ra_job *j, int cf, const pt_scan *s);
+void pt_emb_readahead_at(ra_job *j, size_t done);
+void pt_emb_readahead_end(ra_job *j);
+void pt_emb_readahead_stats(ra_pool *ra, uint64_t *scans, uint64_t *rows);
+
 /* ---- the backend (embedded.c) ---- */
 
 #define EMB_DEFAULT_BUDGET ((size_t)128 << 20)
@@ -662,6 +708,7 @@ typedef struct embedded {
     uint64_t flush_ns, last_flush_ns; /* time spent in flushes, in total and the last one */
     emb_hook hook;  /* tests only */
     void *hook_ud;
+    ra_pool ra; /* threads reading ahead of scans of many rows */
     head h;
     wal w;
     ihead ix;

@@ -643,7 +643,7 @@ static int scan_range(scanner *sc, const pt_row_range *r)
     return pt_emb_rocks_iter_error(it);
 }
 
-int pt_emb_rocks_scan_index(rocks *r, const pt_scan *s, pt_cell_fn fn, void *ud)
+int pt_emb_rocks_scan_index(rocks *r, ra_pool *ra, const pt_scan *s, pt_cell_fn fn, void *ud)
 {
     scanner sc = {.r = r, .s = s, .fn = fn, .ud = ud};
 
@@ -654,9 +654,14 @@ int pt_emb_rocks_scan_index(rocks *r, const pt_scan *s, pt_cell_fn fn, void *ud)
     if (ones > 0 && ones < s->nranges)
         sc.snap = rocksdb_create_snapshot(r->db);
 
+    ra_job j;
+    pt_emb_readahead_begin(ra, &j, CF_INDEX, s);
     int rv = 0;
-    for (size_t i = 0; i < s->nranges && !sc.done && rv == 0; i++)
+    for (size_t i = 0; i < s->nranges && !sc.done && rv == 0; i++) {
         rv = scan_range(&sc, &s->ranges[i]);
+        pt_emb_readahead_at(&j, i + 1);
+    }
+    pt_emb_readahead_end(&j);
 
     pt_emb_rocks_iters_free(&sc.its);
     if (sc.snap)

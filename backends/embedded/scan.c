@@ -641,8 +641,13 @@ int pt_emb_scan_points(embedded *e, const pt_scan *s, pt_cell_fn fn, void *ud)
     sc.young = atomic_load_explicit(&e->young_rows, memory_order_relaxed);
     if (e->sink)
         rv = scan_sink(&sc);
-    for (size_t i = 0; i < s->nranges && !sc.done && rv == 0 && !e->sink; i++)
+    ra_job j;
+    pt_emb_readahead_begin(&e->ra, &j, CF_POINTS, s); /* none for a write-back store */
+    for (size_t i = 0; i < s->nranges && !sc.done && rv == 0 && !e->sink; i++) {
         rv = scan_range(&sc, &s->ranges[i]);
+        pt_emb_readahead_at(&j, i + 1);
+    }
+    pt_emb_readahead_end(&j);
     atomic_store_explicit(&e->young_rows, sc.young, memory_order_relaxed);
     pt_emb_rocks_iters_free(&sc.its);
     pt_buf_free(&sc.seek);

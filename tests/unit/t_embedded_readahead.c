@@ -1,0 +1,258 @@
+/* The embedded store's read-ahead (readahead.c): a scan of many rows on a cold store is
+ * read ahead of once its thread waited for the disk, a warm one never, and either way
+ * every answer is the same. "Cold" is made by dropping the table files from the page
+ * cache (posix_fadvise) after the store opened with an empty block cache. */
+#include <sys/resource.h>
+
+#include "embedded_helpers.h"
+
+enum { ROWS = 400, CELLS = 32, STEP = 60000, WIN_LO = 10, WIN_HI = 20 };
+
+static char rows[ROWS][16], irows[ROWS][16];
+static char vals[ROWS][CELLS][9];
+
+static long inblock(void)
+{
+    struct rusage ru;
+    return getrusage(RUSAGE_THREAD, &ru) == 0 ? ru.ru_inblock : 0;
+}
+
+/* Drops every table file of dir from the page cache; with probe, says whether a read
+ * then goes to the disk (not on a file system without a page cache of its own). */
+static int evict(const char *dir, int probe)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int cold = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        size_t len = strlen(de->d_name);
+        if (len < 4 || strcmp(de->d_name + len - 4, ".sst") != 0)
+            continue;
+        char path[600];
+        snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        fsync(fd);
+        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        if (probe && !cold) {
+            char b[4096];
+            long before = inblock();
+            cold = pread(fd, b, sizeof(b), 0) > 0 && inblock() > before;
+            posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        }
+        close(fd);
+    }
+    closedir(d);
+    return cold;
+}
+
+static int open_with(pt_backend *b, const char *path, long threads)
+{
+    char err[256] = "";
+    pt_embedded_conf ec = {.path = (char *)path, .read_threads = threads};
+    pt_backend_config cfg = {.own = &ec};
+    int rv = pt_backend_open(b, &pt_backend_embedded, &cfg, err, sizeof(err));
+    if (rv != 0)
+        diag("open %s: %s", path, err);
+    return rv;
+}
+
+static void fill(pt_backend *b)
+{
+    int fails = 0;
+    ct_batch bt = {0};
+    for (int r = 0; r < ROWS; r++) {
+        snprintf(rows[r], sizeof(rows[r]), "ra/%04d", r);
+        snprintf(irows[r], sizeof(irows[r]), "ix/%04d", r);
+        for (int c = 0; c < CELLS; c++) {
+            snprintf(vals[r][c], sizeof(vals[r][c]), "%04d%04d", r, c);
+            if (bt.n == CT_BATCH_MAX) {
+                fails += ct_write(b, &bt) != 0;
+                bt.n = 0;
+            }
+            ct_add(&bt, PT_TABLE_POINTS, rows[r], (uint32_t)c * STEP, vals[r][c]);
+        }
+        if (bt.n == CT_BATCH_MAX) {
+            fails += ct_write(b, &bt) != 0;
+            bt.n = 0;
+        }
+        ct_add(&bt, PT_TABLE_INDEX, irows[r], 7, vals[r][0]);
+    }
+    if (bt.n)
+        fails += ct_write(b, &bt) != 0;
+    is(fails, 0, "readahead: %d rows written", ROWS);
+}
+
+static void stats(pt_backend *b, uint64_t *scans, uint64_t *rows_read)
+{
+    pt_embedded_stats st;
+    pt_embedded_get_stats(b, &st);
+    *scans = st.readahead_scans;
+    *rows_read = st.readahead_rows;
+}
+
+/* Checks each cell against what fill wrote. With wait, the third row's first cell waits
+ * (up to 5 s) for the threads to have read a row ahead, so that a scan cannot end before
+ * they were scheduled. */
+typedef struct tally {
+    size_t cells, bad;
+    pt_backend *wait;
+} tally;
+
+static int check_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    tally *t = ud;
+    if (t->wait && t->cells == 2 * (WIN_HI - WIN_LO)) {
+        uint64_t scans, nrows = 0;
+        for (int i = 0; i < 5000 && nrows == 0; i++) {
+            stats(t->wait, &scans, &nrows);
+            if (nrows == 0)
+                usleep(1000);
+        }
+    }
+    int r, c;
+    char rs[16];
+    snprintf(rs, sizeof(rs), "%.*s", (int)(row.n < 15 ? row.n : 15), (const char *)row.p);
+    if (qual.n != 4 || sscanf(rs + 3, "%d", &r) != 1 || r < 0 || r >= ROWS) {
+        t->bad++;
+        return 0;
+    }
+    uint32_t q = pt_get_be32(qual.p);
+    c = rs[0] == 'i' ? 0 : (int)(q / STEP);
+    if (c >= CELLS || (rs[0] == 'i' ? q != 7 : q % STEP != 0) || value.n != 8 ||
+        memcmp(value.p, vals[r][c], 8) != 0)
+        t->bad++;
+    t->cells++;
+    return 0;
+}
+
+/* Every row's cells in [WIN_LO, WIN_HI) (points), or every index row's cell. */
+static tally scan_all(pt_backend *b, pt_table t, int wait)
+{
+    static __thread pt_row_range ranges[ROWS];
+    static __thread char ends[ROWS][16];
+    uint8_t lo[4], hi[4];
+    pt_put_be32(lo, WIN_LO * STEP);
+    pt_put_be32(hi, WIN_HI * STEP);
+    for (int r = 0; r < ROWS; r++) {
+        const char *k = t == PT_TABLE_POINTS ? rows[r] : irows[r];
+        size_t n = strlen(k);
+        memcpy(ends[r], k, n);
+        ends[r][n] = 0;
+        ranges[r] = (pt_row_range){{(const uint8_t *)k, n}, {(const uint8_t *)ends[r], n + 1}};
+    }
+    pt_scan s = {.table = t, .ranges = ranges, .nranges = ROWS};
+    if (t == PT_TABLE_POINTS) {
+        s.qual_start = (pt_slice){lo, 4};
+        s.qual_end = (pt_slice){hi, 4};
+    }
+    tally y = {.wait = wait ? b : NULL};
+    if (pt_backend_scan(b, &s, check_cell, &y) != 0)
+        y.bad++;
+    return y;
+}
+
+typedef struct reader {
+    pt_backend *b;
+    tally y;
+} reader;
+
+static void *reader_main(void *arg)
+{
+    reader *rd = arg;
+    rd->y = scan_all(rd->b, PT_TABLE_POINTS, 0);
+    return NULL;
+}
+
+int main(void)
+{
+    char t[] = "/tmp/pt-emb-ra-XXXXXX";
+    if (emb_tmpdir(t) != 0)
+        return done_testing();
+    char path[512];
+    snprintf(path, sizeof(path), "%s/store", t);
+    pt_backend b;
+    if (open_with(&b, path, 4) != 0) {
+        ok(0, "readahead: open");
+        return done_testing();
+    }
+    fill(&b);
+    pt_backend_close(&b); /* everything into table files */
+
+    const size_t want = (size_t)ROWS * (WIN_HI - WIN_LO);
+    uint64_t scans, nrows;
+    if (open_with(&b, path, 4) != 0) {
+        ok(0, "readahead: reopen");
+        return done_testing();
+    }
+    int cold = evict(path, 1);
+    tally y = scan_all(&b, PT_TABLE_POINTS, cold);
+    is(y.cells, want, "readahead: a cold scan of %d rows answers every cell in the window", ROWS);
+    is(y.bad, (size_t)0, "readahead: ... each as written");
+    stats(&b, &scans, &nrows);
+    if (!cold) {
+        skip(2, "the file system here reads the table files without the disk "
+                "(posix_fadvise does not drop them): no cold scan to read ahead of");
+    } else {
+        is(scans, (uint64_t)1, "readahead: the cold scan was read ahead of");
+        ok(nrows > 0 && nrows < ROWS, "readahead: ... the threads read %llu of its rows",
+           (unsigned long long)nrows);
+    }
+    y = scan_all(&b, PT_TABLE_POINTS, 0);
+    is(y.cells, want, "readahead: the same scan warm answers every cell");
+    is(y.bad, (size_t)0, "readahead: ... each as written");
+    uint64_t scans2, nrows2;
+    stats(&b, &scans2, &nrows2);
+    is(scans2, scans, "readahead: a warm scan is not read ahead of");
+
+    evict(path, 0);
+    y = scan_all(&b, PT_TABLE_INDEX, 0);
+    is(y.cells, (size_t)ROWS, "readahead: a cold scan of %d index rows answers every cell", ROWS);
+    is(y.bad, (size_t)0, "readahead: ... each as written");
+    stats(&b, &scans2, &nrows2);
+    if (!cold)
+        skip(1, "no cold scan here (above)");
+    else
+        is(scans2, scans + 1, "readahead: the cold index scan was read ahead of");
+    pt_backend_close(&b);
+
+    /* Readers at once on a cold store share the threads; each answer whole. */
+    if (open_with(&b, path, 2) != 0) {
+        ok(0, "readahead: reopen");
+        return done_testing();
+    }
+    evict(path, 0);
+    reader rd[3];
+    pthread_t th[3];
+    int started = 0;
+    for (int i = 0; i < 3; i++) {
+        rd[i] = (reader){.b = &b};
+        started += pthread_create(&th[i], NULL, reader_main, &rd[i]) == 0;
+    }
+    is(started, 3, "readahead: three readers started");
+    size_t whole = 0;
+    for (int i = 0; i < started; i++) {
+        pthread_join(th[i], NULL);
+        whole += rd[i].y.cells == want && rd[i].y.bad == 0;
+    }
+    is(whole, (size_t)3, "readahead: three cold scans at once each answer every cell");
+    pt_backend_close(&b);
+
+    /* No threads: the same answer, nothing read ahead. */
+    if (open_with(&b, path, 0) != 0) {
+        ok(0, "readahead: reopen");
+        return done_testing();
+    }
+    evict(path, 0);
+    y = scan_all(&b, PT_TABLE_POINTS, 0);
+    is(y.cells, want, "readahead: without threads a cold scan answers every cell");
+    is(y.bad, (size_t)0, "readahead: ... each as written");
+    stats(&b, &scans, &nrows);
+    is(scans, (uint64_t)0, "readahead: ... and nothing is read ahead");
+    pt_backend_close(&b);
+    rm_rf(t);
+    return done_testing();
+}
