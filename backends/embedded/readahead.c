@@ -47,9 +47,11 @@ static void read_row(rocks *r, rocksdb_readoptions_t *ro, const ra_job *j, size_
     if (j->cf == CF_POINTS && s->qual_start.n) {
         rocksdb_iter_seek_for_prev(it, (const char *)key->p, key->len);
         size_t kn = 0;
+        pt_slice kr;
+        uint32_t first;
         const char *k = rocksdb_iter_valid(it) ? rocksdb_iter_key(it, &kn) : NULL;
         /* Not on the row: it begins inside the window, and the scan seeks its start. */
-        if (!k || kn <= row.n || memcmp(k, row.p, row.n) != 0 || k[row.n] != 0)
+        if (!k || pt_emb_chunk_key_split(k, kn, &kr, &first) != 0 || !pt_slice_eq(kr, row))
             rocksdb_iter_seek(it, (const char *)key->p, row.n + 1);
     } else {
         rocksdb_iter_seek(it, (const char *)key->p, key->len);
