@@ -106,6 +106,7 @@ enum {
     PT_BACKEND_CAP_ADMIN = 1u << 0, /* has init: tables to create before use */
     PT_BACKEND_CAP_TEST = 1u << 1,  /* for tests only: the daemon refuses to run on it */
     PT_BACKEND_CAP_EXCLUSIVE = 1u << 2, /* one process at a time owns the store */
+    PT_BACKEND_CAP_VERSIONS = 1u << 3,  /* keeps version_us: a GC rule may take old cells */
 };
 
 /* Most backends a registry holds (sizes the configuration's per-backend settings). */

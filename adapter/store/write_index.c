@@ -300,10 +300,11 @@ int pt_store_check_index(pt_store *st, char *err, size_t errlen)
         snprintf(err, errlen, "the index table holds index format \"%s\"; this version "
                  "knows format %s", f.value, format_now);
         return PT_EINTERNAL;
-    } else if (rv == 0) {
+    } else if (rv == 0 && (st->be->ops->caps & PT_BACKEND_CAP_VERSIONS)) {
         /* A store created before its format row got the timestamp that never expires:
          * stamped again, before a max-age GC rule takes it. Not needed to start (a
-         * promtable with read-only credentials still does). */
+         * promtable with read-only credentials still does). A store without versions
+         * gets no write: on the embedded store it would be a table file per start. */
         int wrv = pt_backend_write(st->be, &format, 1);
         if (wrv != 0)
             pt_log(PT_LOG_WARN, "format row not stamped again", "err=\"%s\"", pt_strerror(wrv));

@@ -446,7 +446,7 @@ static const pt_conf_key conf_keys[] = {
 
 const pt_backend_ops pt_backend_bigtable = {
     .name = "bigtable",
-    .caps = PT_BACKEND_CAP_ADMIN,
+    .caps = PT_BACKEND_CAP_ADMIN | PT_BACKEND_CAP_VERSIONS,
     .state_size = sizeof(pt_bt),
     .conf = conf_keys,
     .nconf = sizeof(conf_keys) / sizeof(conf_keys[0]),

@@ -1,6 +1,7 @@
 /* The store's index over the embedded store (through the faulty wrapper): the format
  * marker, a list hint gone stale, and the index conformance suite. */
 #include "embedded.h"
+#include "faulty.h"
 #include "store_helpers.h"
 #include "index_conformance.h"
 #include "tap.h"
@@ -18,7 +19,11 @@ static void index_format(void)
     char err[512] = "";
     s.st.xmarks = pt_exemplar_marks_new();
     ok(pt_store_check_index(&s.st, err, sizeof(err)) == 0, "an empty store gets the marker");
+    pt_faulty_stats fs;
+    pt_faulty_reset_stats(&s.faulty);
     ok(pt_store_check_index(&s.st, err, sizeof(err)) == 0, "and passes the check again");
+    pt_faulty_get_stats(&s.faulty, &fs);
+    is(fs.writes, 0, "without cell versions the check writes nothing (no table file a start)");
     ok(!pt_exemplar_marks_known(s.st.xmarks, 0, 0),
        "a new store has exemplar marks: an unmarked bucket is not taken as marked");
     pt_exemplar_marks_free(s.st.xmarks);
