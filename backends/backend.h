@@ -58,6 +58,10 @@ typedef struct pt_scan {
     size_t *visited;
     /* Optional (streamed reads; NULL: cells only): see pt_stream_fn. */
     struct pt_stream_to *stream;
+    /* Optional, one for all the scans of a read: a backend sets it once a scan has had
+     * to wait for its disk, and starts reading ahead of the read's next scans at once
+     * (the embedded store's read-ahead threads). */
+    int *cold;
 } pt_scan;
 
 /* Called for each cell in (row, qualifier) order. The slices are valid only during the

@@ -314,7 +314,11 @@ int pt_cands_resolve(qctx *q)
         if ((rv = deadline_passed(q)) != 0)
             break;
         size_t visited = 0;
-        pt_scan s = {.table = PT_TABLE_INDEX, .ranges = r, .nranges = m, .visited = &visited};
+        pt_scan s = {.table = PT_TABLE_INDEX,
+                     .ranges = r,
+                     .nranges = m,
+                     .visited = &visited,
+                     .cold = &q->cold};
         if (cached) {
             f.miss = rs->v + i;
             f.epochs = epochs + i * ndays;

@@ -234,8 +234,11 @@ static int read_all(qctx *q, const series *v, size_t k, int64_t start, int64_t e
         qsort(refs, k, sizeof(*refs), rowref_cmp);
         size_t visited = 0;
         pt_stream_to to = {on_routed_stream, NULL};
-        pt_scan sc = {
-            .table = PT_TABLE_POINTS, .ranges = ranges, .nranges = 0, .visited = &visited};
+        pt_scan sc = {.table = PT_TABLE_POINTS,
+                      .ranges = ranges,
+                      .nranges = 0,
+                      .visited = &visited,
+                      .cold = &q->cold};
         if (k && ss[0].chunks && !pass)
             sc.stream = &to; /* exemplar rows hold no samples */
         if (start > base) {
@@ -490,6 +493,7 @@ int pt_read_next(pt_read *r, pt_arena *b, size_t max_series, pt_read_batch *out,
     qctx q = r->q;
     q.a = b; /* keys of this group only */
     rv = read_all(&q, v, n, r->start, r->end, ss, r->exemplars);
+    r->q.cold = q.cold; /* the next group's scans read ahead at once */
     if (rv == PT_ELIMIT) {
         snprintf(msg, msglen,
                  "query returns more than %zu samples, over the limit "

@@ -74,6 +74,7 @@ typedef struct qctx {
     size_t rows_cached; /* list cells read from the list cache instead */
     size_t evals;       /* regex evaluations, for the deadline checks */
     const pt_matcher *costly; /* the matcher that ran into its limits (PT_EREGEXLIMIT) */
+    int cold; /* a scan of this read waited for the disk (pt_scan.cold) */
 } qctx;
 
 /* Adds ref to q->refs unless present (cands.c): 0, or PT_ELIMIT (far past the series

@@ -20,7 +20,11 @@ static int scan_days(qctx *q, pt_slice first, pt_slice last, pt_cell_fn fn, void
         return rv;
     pt_row_range r = {first, last};
     size_t visited = 0;
-    pt_scan s = {.table = PT_TABLE_INDEX, .ranges = &r, .nranges = 1, .visited = &visited};
+    pt_scan s = {.table = PT_TABLE_INDEX,
+                 .ranges = &r,
+                 .nranges = 1,
+                 .visited = &visited,
+                 .cold = &q->cold};
     rv = pt_backend_scan(q->st->be, &s, fn, ud);
     q->st->stats->read_rows_scanned += visited;
     q->rows += visited;
@@ -357,7 +361,11 @@ static int scan_lists(qctx *q, irange *lists, size_t n)
             break;
         rowcb cb = {.q = q, .prefix_len = shortest};
         size_t visited = 0;
-        pt_scan s = {.table = PT_TABLE_INDEX, .ranges = r, .nranges = m, .visited = &visited};
+        pt_scan s = {.table = PT_TABLE_INDEX,
+                     .ranges = r,
+                     .nranges = m,
+                     .visited = &visited,
+                     .cold = &q->cold};
         rv = pt_backend_scan(q->st->be, &s, on_list_row, &cb);
         q->st->stats->read_rows_scanned += visited;
         q->rows += visited;

@@ -626,7 +626,7 @@ struct ra_job {
     int cf;
     const pt_scan *s;
     long inblock; /* the scan thread's disk reads when it began */
-    int listed;   /* on ra->jobs: the scan has waited for the disk */
+    int listed;   /* on ra->jobs: the scan (or the one before it) has waited for the disk */
     int ending;
     size_t next, limit;
     unsigned workers; /* threads reading one of its rows */
@@ -637,9 +637,9 @@ struct ra_job {
  * whatever was started, also after a failure. */
 int pt_emb_readahead_start(ra_pool *ra, rocks *r, unsigned threads);
 void pt_emb_readahead_stop(ra_pool *ra);
-/* Around a scan of family cf over s's ranges, each one row: begin, then at after every
- * range (done = ranges finished), then end. The caller holds the store open (rocks'
- * lock) from begin to end. */
+/* Around a scan of family cf over s's ranges (rows or ranges of rows, each range's
+ * first key read ahead): begin, then at after every range (done = ranges finished), then
+ * end. The caller holds the store open (rocks' lock) from begin to end. */
 void pt_emb_readahead_begin(ra_pool *ra, ra_job *j, int cf, const pt_scan *s);
 void pt_emb_readahead_at(ra_job *j, size_t done);
 void pt_emb_readahead_end(ra_job *j);

@@ -9,6 +9,11 @@
  * A warm scan never starts it, and it changes no answer: the threads only read, and what
  * they leave behind is blocks in the cache. They stay at most RA_WINDOW rows ahead of
  * the scan, so what they bring in is still cached when the scan gets there.
+ *
+ * A read is several scans one after the other (series rows, then the data rows of each
+ * base period). Once one of them has waited for the disk (pt_scan.cold), the next ones
+ * are read ahead of from their second row on, while the scan's own thread waits for the
+ * first, instead of finding out on that row.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -33,18 +38,25 @@ static long blocks_read(void)
     return 0;
 }
 
-/* Reads what the scan's seek onto row i will need: the block of the chunk holding the
- * window's start (points), or of the row's first cell in the window (index). */
-static void read_row(rocks *r, rocksdb_readoptions_t *ro, const ra_job *j, size_t i, pt_buf *key)
+/* Reads what the scan's seek onto range i will need: for one row, the block of the chunk
+ * holding the window's start (points) or of the row's first cell in the window (index);
+ * for a range of rows, the block of its first key. ro[1]: one-row options, ro[0]: total
+ * order, as the scan's iterators. */
+static void read_row(rocks *r, rocksdb_readoptions_t *const ro[2], const ra_job *j, size_t i,
+                     pt_buf *key)
 {
     const pt_scan *s = j->s;
-    pt_slice row = s->ranges[i].start;
-    if (pt_emb_rocks_key(key, row.p, row.n, 0, s->qual_start.p, s->qual_start.n) != 0)
+    const pt_row_range *range = &s->ranges[i];
+    int one_row = pt_emb_rocks_one_row(range);
+    pt_slice row = range->start;
+    int rv = one_row ? pt_emb_rocks_key(key, row.p, row.n, 0, s->qual_start.p, s->qual_start.n)
+                     : pt_emb_rocks_row_bound(key, row);
+    if (rv != 0)
         return;
-    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(r->db, ro, r->cf[j->cf]);
+    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(r->db, ro[one_row], r->cf[j->cf]);
     if (!it)
         return;
-    if (j->cf == CF_POINTS && s->qual_start.n) {
+    if (one_row && j->cf == CF_POINTS && s->qual_start.n) {
         rocksdb_iter_seek_for_prev(it, (const char *)key->p, key->len);
         size_t kn = 0;
         pt_slice kr;
@@ -75,15 +87,19 @@ static ra_job *take_locked(ra_pool *ra, size_t *row)
 static void *ra_main(void *arg)
 {
     ra_pool *ra = arg;
-    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    /* As the scan's iterators, so the same filter partitions come in. */
+    rocksdb_readoptions_t *ro[2] = {rocksdb_readoptions_create(), rocksdb_readoptions_create()};
+    int ok = ro[0] && ro[1];
+    if (ok) {
+        rocksdb_readoptions_set_total_order_seek(ro[0], 1);
+        rocksdb_readoptions_set_prefix_same_as_start(ro[1], 1);
+    }
     pt_buf key;
     pt_buf_init(&key, 0);
-    if (ro) /* as the scan's one-row iterator, so the same filter partitions come in */
-        rocksdb_readoptions_set_prefix_same_as_start(ro, 1);
     pthread_mutex_lock(&ra->mu);
     while (!ra->stop) {
         size_t i;
-        ra_job *j = ro ? take_locked(ra, &i) : NULL;
+        ra_job *j = ok ? take_locked(ra, &i) : NULL;
         if (!j) {
             pthread_cond_wait(&ra->work, &ra->mu);
             continue;
@@ -97,8 +113,9 @@ static void *ra_main(void *arg)
     }
     pthread_mutex_unlock(&ra->mu);
     pt_buf_free(&key);
-    if (ro)
-        rocksdb_readoptions_destroy(ro);
+    for (int k = 0; k < 2; k++)
+        if (ro[k])
+            rocksdb_readoptions_destroy(ro[k]);
     return NULL;
 }
 
@@ -145,18 +162,44 @@ void pt_emb_readahead_stop(ra_pool *ra)
     memset(ra, 0, sizeof(*ra));
 }
 
+/* Puts j on the pool's list, the threads to read its rows from next on. Under ra->mu. */
+static void list_locked(ra_pool *ra, ra_job *j, size_t next)
+{
+    j->next = next;
+    j->next_job = ra->jobs;
+    ra->jobs = j;
+    j->listed = 1;
+    ra->scans++;
+}
+
+/* Lets the threads read up to RA_WINDOW rows past the done ones. Under ra->mu. */
+static void window_locked(ra_pool *ra, ra_job *j, size_t done)
+{
+    size_t limit = done + RA_WINDOW < j->s->nranges ? done + RA_WINDOW : j->s->nranges;
+    if (j->next < done)
+        j->next = done; /* the scan passed them: they are read already */
+    if (limit > j->limit) {
+        j->limit = limit;
+        if (j->next < limit)
+            pthread_cond_broadcast(&ra->work);
+    }
+}
+
 void pt_emb_readahead_begin(ra_pool *ra, ra_job *j, int cf, const pt_scan *s)
 {
     memset(j, 0, sizeof(*j));
     if (!ra || !ra->nthreads || s->nranges < RA_MIN_ROWS)
         return;
-    for (size_t i = 0; i < s->nranges; i++)
-        if (!pt_emb_rocks_one_row(&s->ranges[i]))
-            return; /* a range scan reads its rows in order: RocksDB reads ahead itself */
     j->ra = ra;
     j->cf = cf;
     j->s = s;
     j->inblock = blocks_read();
+    if (s->cold && *s->cold) {
+        pthread_mutex_lock(&ra->mu);
+        list_locked(ra, j, 1); /* the first row is the scan's own */
+        window_locked(ra, j, 0);
+        pthread_mutex_unlock(&ra->mu);
+    }
 }
 
 void pt_emb_readahead_at(ra_job *j, size_t done)
@@ -169,30 +212,23 @@ void pt_emb_readahead_at(ra_job *j, size_t done)
         if ((done > RA_CHECK && done % RA_CHECK != 0) || blocks_read() == j->inblock)
             return; /* warm so far */
         pthread_mutex_lock(&ra->mu);
-        j->next = done;
-        j->next_job = ra->jobs;
-        ra->jobs = j;
-        j->listed = 1;
-        ra->scans++;
+        list_locked(ra, j, done);
     } else {
         pthread_mutex_lock(&ra->mu);
     }
-    size_t limit = done + RA_WINDOW < j->s->nranges ? done + RA_WINDOW : j->s->nranges;
-    if (j->next < done)
-        j->next = done; /* the scan passed them: they are read already */
-    if (limit > j->limit) {
-        j->limit = limit;
-        if (j->next < limit)
-            pthread_cond_broadcast(&ra->work);
-    }
+    window_locked(ra, j, done);
     pthread_mutex_unlock(&ra->mu);
 }
 
 void pt_emb_readahead_end(ra_job *j)
 {
     ra_pool *ra = j->ra;
-    if (!ra || !j->listed)
+    if (!ra)
         return;
+    if (!j->listed)
+        return;
+    if (j->s->cold)
+        *j->s->cold = 1;
     pthread_mutex_lock(&ra->mu);
     for (ra_job **p = &ra->jobs; *p; p = &(*p)->next_job) {
         if (*p == j) {

@@ -169,10 +169,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (pt_emb_reload_logs(e, err, sizeof(err)) != 0)
         return 0; /* what a failed open is: nothing to scan, the next input reloads */
     pt_row_range all = {{(const uint8_t *)"", 0}, {(const uint8_t *)"", 0}};
-    pt_scan sc = {PT_TABLE_POINTS, &all, 1, {0}, {0}, 0, NULL, NULL};
+    pt_scan sc = {.table = PT_TABLE_POINTS, .ranges = &all, .nranges = 1};
     order o = {0};
     pt_backend_scan(&b, &sc, on_cell, &o);
-    pt_scan si = {PT_TABLE_INDEX, &all, 1, {0}, {0}, 0, NULL, NULL};
+    pt_scan si = {.table = PT_TABLE_INDEX, .ranges = &all, .nranges = 1};
     order oi = {0};
     pt_backend_scan(&b, &si, on_index_cell, &oi);
     return 0;

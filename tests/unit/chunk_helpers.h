@@ -23,7 +23,7 @@ __attribute__((unused)) static int row_agrees(pt_backend *b, const char *row, si
                                               pt_cell_fn fn, size_t want)
 {
     pt_row_range rr = {{(const uint8_t *)row, rowlen}, {(const uint8_t *)row, rowlen + 1}};
-    pt_scan s = {PT_TABLE_POINTS, &rr, 1, {0}, {0}, 0, NULL, NULL};
+    pt_scan s = {.table = PT_TABLE_POINTS, .ranges = &rr, .nranges = 1};
     check c = {0};
     int rv = pt_backend_scan(b, &s, fn, &c);
     if (rv != 0 || c.bad || c.cells != want)

@@ -135,7 +135,7 @@ static void pt_index_conformance(pt_backend *full_be, pt_backend *tiny_be, const
     ix_refs rc;
     memset(&rc, 0, sizeof(rc));
     pt_row_range series_rows = {{(const uint8_t *)"==", 2}, {(const uint8_t *)"==g", 3}};
-    pt_scan sc = {PT_TABLE_INDEX, &series_rows, 1, {0}, {0}, 0, NULL, NULL};
+    pt_scan sc = {.table = PT_TABLE_INDEX, .ranges = &series_rows, .nranges = 1};
     int scan_rv = pt_backend_scan(tiny_be, &sc, ix_count_refs, &rc);
     ok(scan_rv == 0 && rc.refs <= 4 && rc.max_run > 10,
        "%s: 2-bit references collide: %d references, up to %d series rows under one", label,
@@ -151,7 +151,7 @@ static void pt_index_conformance(pt_backend *full_be, pt_backend *tiny_be, const
         BAIL_OUT("out of memory for a store");
     ix_lists lc = {0};
     pt_row_range cpu_rows = {{(const uint8_t *)"cpu,@", 5}, {(const uint8_t *)"cpu,A", 5}};
-    pt_scan lsc = {PT_TABLE_INDEX, &cpu_rows, 1, {0}, {0}, 0, NULL, NULL};
+    pt_scan lsc = {.table = PT_TABLE_INDEX, .ranges = &cpu_rows, .nranges = 1};
     int lrv = pt_backend_scan(full_be, &lsc, ix_count_lists, &lc);
     static const tmatch cpu[] = {{0, "__name__", "cpu"}};
     size_t b0 = bare.stats->read_rows_scanned;

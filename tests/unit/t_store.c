@@ -630,7 +630,7 @@ static void long_names(void)
     rv = pt_store_write(&s.st, mk_write(&a, longs, 4), &a, &res);
     ok(rv == 0 && res.samples_rejected == 0, "series with 5000-byte metric, name and values stored");
     pt_row_range everything = {{(const uint8_t *)"\x01", 1}, {0}};
-    pt_scan sc = {PT_TABLE_INDEX, &everything, 1, {0}, {0}, 0, NULL, NULL};
+    pt_scan sc = {.table = PT_TABLE_INDEX, .ranges = &everything, .nranges = 1};
     size_t longest = 0;
     int scan_rv = pt_backend_scan(&s.faulty, &sc, longest_row, &longest);
     ok(scan_rv == 0 && longest > 3900 && longest <= 4096,
