@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "cardinality.h"
 #include "error.h"
 #include "meta.h"
 #include "read_int.h"
@@ -387,129 +388,6 @@ static void answer_strings(apictx *c, pt_slice *v, size_t n, int capped)
     finish(c, rv, warn);
 }
 
-/* ---- label names from the values rows: "=" name ",@" day "," value ---- */
-
-typedef struct firstrow {
-    pt_buf key;
-    int found;
-} firstrow;
-
-static int on_first(void *ud, pt_slice row, pt_slice qual, pt_slice value)
-{
-    (void)qual, (void)value;
-    firstrow *f = ud;
-    f->found = 1;
-    pt_buf_reset(&f->key);
-    int rv = pt_buf_append(&f->key, row.p, row.n);
-    return rv ? rv : 1;
-}
-
-/* The first index row in [from, to): 1 with f->key set, 0 when none, or an error. */
-static int first_row(qctx *q, pt_slice from, pt_slice to, firstrow *f)
-{
-    int rv = deadline_passed(q);
-    if (rv)
-        return rv;
-    pt_row_range r = {from, to};
-    size_t visited = 0;
-    pt_scan s = {
-        .table = PT_TABLE_INDEX, .ranges = &r, .nranges = 1, .row_limit = 1, .visited = &visited};
-    f->found = 0;
-    rv = pt_backend_scan(q->st->be, &s, on_first, f);
-    q->st->stats->read_rows_scanned += visited;
-    return rv ? rv : f->found;
-}
-
-/* The label names with a values row in q's days: one seek to the next name, and one to
- * the window when the name's first row is before it. At most max (then *capped). */
-static int list_names(qctx *q, size_t max, pt_slice **out, size_t *n, int *capped)
-{
-    pt_arena *a = q->a;
-    firstrow f;
-    pt_buf from;
-    pt_buf_init_arena(&f.key, a, 0);
-    pt_buf_init_arena(&from, a, 0);
-    size_t cap = 64, k = 0;
-    pt_slice *v = pt_arena_alloc(a, cap * sizeof(*v));
-    int rv = v ? pt_buf_append(&from, "=", 1) : PT_ENOMEM;
-    static const uint8_t end_all[] = {'>'}; /* after every "=" row */
-    *capped = 0;
-    while (rv == 0) {
-        rv = first_row(q, (pt_slice){from.p, from.len}, (pt_slice){end_all, 1}, &f);
-        if (rv <= 0)
-            break;
-        rv = 0;
-        const uint8_t *p = f.key.p;
-        size_t len = f.key.len, e = 1;
-        if (len >= 2 && p[1] == '=') { /* series rows and markers: skip past them all */
-            pt_buf_reset(&from);
-            rv = pt_buf_append(&from, "=>", 2);
-            continue;
-        }
-        while (e < len && p[e] != ',')
-            e += p[e] == '\\' ? 2 : 1;
-        if (e + 2 + PT_BASE_DIGITS > len || p[e + 1] != '@') {
-            rv = PT_EINTERNAL;
-            break;
-        }
-        pt_slice esc = {p + 1, e - 1};
-        int64_t day = 0;
-        for (size_t i = 0; i < PT_BASE_DIGITS; i++)
-            day = day * 10 + (p[e + 2 + i] - '0');
-        int in = day >= q->day_first && day <= q->day_last;
-        if (!in && day < q->day_first) {
-            /* "=" esc ",@" day13: the name's values rows in the window */
-            size_t kl = 1 + PT_ROW_KEY_LEN(esc.n);
-            uint8_t *b0 = pt_arena_alloc(a, 2 * kl);
-            if (!b0) {
-                rv = PT_ENOMEM;
-                break;
-            }
-            uint8_t *b1 = b0 + kl;
-            b0[0] = b1[0] = '=';
-            pt_row_key(b0 + 1, esc, q->day_first);
-            pt_row_key(b1 + 1, esc, q->day_last + q->st->index_bucket_ms);
-            size_t n0 = kl, n1 = kl;
-            firstrow g;
-            pt_buf_init_arena(&g.key, a, 0);
-            rv = first_row(q, (pt_slice){b0, n0}, (pt_slice){b1, n1}, &g);
-            if (rv < 0)
-                break;
-            in = rv;
-            rv = 0;
-        }
-        if (in && !pt_index_is_digest(esc)) { /* a digested name cannot be read back */
-            uint8_t *name = pt_arena_alloc(a, esc.n ? esc.n : 1);
-            long nl = name ? pt_unescape(name, esc) : PT_ENOMEM;
-            if (nl < 0) {
-                rv = nl == PT_ENOMEM ? PT_ENOMEM : PT_EINTERNAL;
-                break;
-            }
-            if (k == max) {
-                *capped = 1;
-                break;
-            }
-            if (k == cap) {
-                pt_slice *g = pt_arena_alloc(a, 2 * cap * sizeof(*g));
-                if (!g) {
-                    rv = PT_ENOMEM;
-                    break;
-                }
-                memcpy(g, v, k * sizeof(*v));
-                v = g, cap *= 2;
-            }
-            v[k++] = (pt_slice){name, (size_t)nl};
-        }
-        /* The next name: every key of this one starts "=" esc ",@" < "=" esc ",A". */
-        pt_buf_reset(&from);
-        rv = pt_buf_append(&from, p, e + 1);
-        rv = rv ? rv : pt_buf_append(&from, "A", 1);
-    }
-    *out = v;
-    *n = k;
-    return rv;
-}
-
 /* From the series of every match[]: their label names (name NULL) or their values of
  * label *name. 0, or an error already answered. */
 static int strings_of_union(apictx *c, const pt_slice *name, pt_slice **out, size_t *n)
@@ -555,7 +433,7 @@ static void answer_labels(apictx *c, const pt_slice *name)
             if (rv == PT_ELIMIT)
                 capped = 1, rv = 0;
         } else {
-            rv = list_names(&q, c->max, &v, &n, &capped);
+            rv = pt_select_names(&q, c->max, &v, &n, &capped);
         }
     }
     if (rv)
@@ -715,4 +593,73 @@ void pt_api_metadata(pt_ctx *ctx, pt_req *req, pt_resp *resp)
     if (m.capped)
         snprintf(c.msg, sizeof(c.msg), "results truncated at api.max_results (%zu)", c.max);
     finish(&c, rv, m.capped ? c.msg : NULL);
+}
+
+/* ---- /api/v1/status/tsdb: the index bucket holding `time` (default now) ---- */
+
+static int put_u64(pt_buf *o, uint64_t v)
+{
+    char n[32];
+    snprintf(n, sizeof(n), "%llu", (unsigned long long)v);
+    return put(o, n);
+}
+
+static int put_top(pt_buf *o, const char *key, const pt_card_top *t)
+{
+    int rv = put(o, ",\"");
+    rv = rv ? rv : put(o, key);
+    rv = rv ? rv : put(o, "\":[");
+    for (size_t i = 0; i < t->n && rv == 0; i++) {
+        rv = put(o, i ? ",{\"name\":" : "{\"name\":");
+        rv = rv ? rv : pt_json_str(o, (pt_slice){t->v[i].name.p, t->v[i].name.len});
+        rv = rv ? rv : put(o, ",\"value\":");
+        rv = rv ? rv : put_u64(o, t->v[i].value);
+        rv = rv ? rv : put(o, "}");
+    }
+    return rv ? rv : put(o, "]");
+}
+
+void pt_api_tsdb_status(pt_ctx *ctx, pt_req *req, pt_resp *resp)
+{
+    apictx c;
+    if (api_begin(&c, ctx, req, resp, 0) != 0)
+        return;
+    int64_t at = pt_wall_ms();
+    const char *t = param_get(&c, "time");
+    if (t && *t && (pt_api_time(t, &at) != 0 || at < 0 || at > PT_MAX_TIME_MS)) {
+        snprintf(c.msg, sizeof(c.msg),
+                 "invalid parameter \"time\": cannot parse \"%.100s\" to a valid timestamp", t);
+        json_error(&c, PT_EBADREQ, c.msg);
+        return;
+    }
+    size_t limit = c.limit ? c.limit : 10; /* Prometheus' default */
+    if (limit > c.max)
+        limit = c.max;
+    int64_t bucket = c.st->index_bucket_ms, first = at - at % bucket;
+    pt_cardinality card;
+    int rv = pt_cardinality_count(c.st, req->arena, at, limit, req->cancelled, &card);
+    if (rv) {
+        pt_cardinality_free(&card);
+        fail_store(&c, rv);
+        return;
+    }
+    pt_buf *o = &c.out;
+    int64_t last = first + bucket - 1, now = pt_wall_ms();
+    rv = begin_ok(&c);
+    rv = rv ? rv : put(o, "{\"headStats\":{\"numSeries\":");
+    rv = rv ? rv : put_u64(o, card.series);
+    rv = rv ? rv : put(o, ",\"numLabelPairs\":");
+    rv = rv ? rv : put_u64(o, card.pairs);
+    rv = rv ? rv : put(o, ",\"chunkCount\":0,\"minTime\":");
+    rv = rv ? rv : put_u64(o, (uint64_t)first);
+    rv = rv ? rv : put(o, ",\"maxTime\":");
+    rv = rv ? rv : put_u64(o, (uint64_t)(now < last && now >= first ? now : last));
+    rv = rv ? rv : put(o, "}");
+    rv = rv ? rv : put_top(o, "seriesCountByMetricName", &card.by_metric);
+    rv = rv ? rv : put_top(o, "labelValueCountByLabelName", &card.values_by_name);
+    rv = rv ? rv : put_top(o, "memoryInBytesByLabelName", &card.bytes_by_name);
+    rv = rv ? rv : put_top(o, "seriesCountByLabelValuePair", &card.by_pair);
+    rv = rv ? rv : put(o, "}");
+    pt_cardinality_free(&card);
+    finish(&c, rv, NULL);
 }

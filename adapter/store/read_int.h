@@ -125,5 +125,12 @@ int64_t pt_oldest_kept(const pt_store *st);
  * particular order, into *out (arena q->a). At most max of them (0 = no limit): past it
  * PT_ELIMIT, with the first max in *out. Else 0 or a storage error. */
 int pt_select_values(qctx *q, pt_slice name, size_t max, pt_slice **out, size_t *n);
+/* The text an index key part stands for (a name, value or metric): esc unescaped, or when
+ * esc is a digest the index cell's copy; in arena a. 0, PT_ENOMEM or PT_EINTERNAL. */
+int pt_index_part_text(pt_arena *a, pt_slice esc, pt_slice cell, pt_slice *out);
+/* The label names with a values row in q's days (unescaped, in a): one seek to the next
+ * name, and one to the window when the name's first row is before it. At most max (then
+ * *capped). 0 or an error. */
+int pt_select_names(qctx *q, size_t max, pt_slice **out, size_t *n, int *capped);
 
 #endif

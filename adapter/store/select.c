@@ -121,24 +121,11 @@ static int on_value_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     int rv = past_deadline(r->q);
     if (rv)
         return rv;
-    pt_slice esc = {row.p + r->prefix_len, row.n - r->prefix_len};
     pt_slice val;
-    if (pt_index_is_digest(esc)) {
-        /* A long value: the key holds its digest, the cell the value. */
-        uint8_t *v = pt_arena_alloc(r->q->a, value.n ? value.n : 1);
-        if (!v)
-            return PT_ENOMEM;
-        memcpy(v, value.p, value.n);
-        val = (pt_slice){v, value.n};
-    } else {
-        uint8_t *v = pt_arena_alloc(r->q->a, esc.n ? esc.n : 1);
-        if (!v)
-            return PT_ENOMEM;
-        long n = pt_unescape(v, esc);
-        if (n < 0)
-            return PT_EINTERNAL;
-        val = (pt_slice){v, (size_t)n};
-    }
+    rv = pt_index_part_text(r->q->a, (pt_slice){row.p + r->prefix_len, row.n - r->prefix_len},
+                            value, &val);
+    if (rv)
+        return rv;
     if (r->filter && (rv = accepts(r->q, r->filter, val)) <= 0)
         return rv;
     rv = valset_add(&r->vals, val); /* the same value comes once per day */
@@ -185,6 +172,144 @@ int pt_select_values(qctx *q, pt_slice name, size_t max, pt_slice **out, size_t 
     int rv = list_values(q, name, NULL, max, &r);
     *out = r.vals.v;
     *n = r.vals.x.n;
+    return rv;
+}
+
+int pt_index_part_text(pt_arena *a, pt_slice esc, pt_slice cell, pt_slice *out)
+{
+    /* A long part: the key holds its digest, the cell the text. */
+    int digest = pt_index_is_digest(esc);
+    pt_slice from = digest ? cell : esc;
+    uint8_t *v = pt_arena_alloc(a, from.n ? from.n : 1);
+    if (!v)
+        return PT_ENOMEM;
+    long n = (long)from.n;
+    if (digest)
+        memcpy(v, from.p, from.n);
+    else if ((n = pt_unescape(v, esc)) < 0)
+        return PT_EINTERNAL;
+    *out = (pt_slice){v, (size_t)n};
+    return 0;
+}
+
+/* ---- label names: the values rows "=" name ",@" day "," value ---- */
+
+typedef struct firstrow {
+    pt_buf key;
+    int found;
+} firstrow;
+
+static int on_first(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    (void)qual, (void)value;
+    firstrow *f = ud;
+    f->found = 1;
+    pt_buf_reset(&f->key);
+    int rv = pt_buf_append(&f->key, row.p, row.n);
+    return rv ? rv : 1;
+}
+
+/* The first index row in [from, to): 1 with f->key set, 0 when none, or an error. */
+static int first_row(qctx *q, pt_slice from, pt_slice to, firstrow *f)
+{
+    int rv = deadline_passed(q);
+    if (rv)
+        return rv;
+    pt_row_range r = {from, to};
+    size_t visited = 0;
+    pt_scan s = {
+        .table = PT_TABLE_INDEX, .ranges = &r, .nranges = 1, .row_limit = 1, .visited = &visited};
+    f->found = 0;
+    rv = pt_backend_scan(q->st->be, &s, on_first, f);
+    q->st->stats->read_rows_scanned += visited;
+    return rv ? rv : f->found;
+}
+
+int pt_select_names(qctx *q, size_t max, pt_slice **out, size_t *n, int *capped)
+{
+    pt_arena *a = q->a;
+    firstrow f;
+    pt_buf from;
+    pt_buf_init_arena(&f.key, a, 0);
+    pt_buf_init_arena(&from, a, 0);
+    size_t cap = 64, k = 0;
+    pt_slice *v = pt_arena_alloc(a, cap * sizeof(*v));
+    int rv = v ? pt_buf_append(&from, "=", 1) : PT_ENOMEM;
+    static const uint8_t end_all[] = {'>'}; /* after every "=" row */
+    *capped = 0;
+    while (rv == 0) {
+        rv = first_row(q, (pt_slice){from.p, from.len}, (pt_slice){end_all, 1}, &f);
+        if (rv <= 0)
+            break;
+        rv = 0;
+        const uint8_t *p = f.key.p;
+        size_t len = f.key.len, e = 1;
+        if (len >= 2 && p[1] == '=') { /* series rows and markers: skip past them all */
+            pt_buf_reset(&from);
+            rv = pt_buf_append(&from, "=>", 2);
+            continue;
+        }
+        while (e < len && p[e] != ',')
+            e += p[e] == '\\' ? 2 : 1;
+        if (e + 2 + PT_BASE_DIGITS > len || p[e + 1] != '@') {
+            rv = PT_EINTERNAL;
+            break;
+        }
+        pt_slice esc = {p + 1, e - 1};
+        int64_t day = 0;
+        for (size_t i = 0; i < PT_BASE_DIGITS; i++)
+            day = day * 10 + (p[e + 2 + i] - '0');
+        int in = day >= q->day_first && day <= q->day_last;
+        if (!in && day < q->day_first) {
+            /* "=" esc ",@" day13: the name's values rows in the window */
+            size_t kl = 1 + PT_ROW_KEY_LEN(esc.n);
+            uint8_t *b0 = pt_arena_alloc(a, 2 * kl);
+            if (!b0) {
+                rv = PT_ENOMEM;
+                break;
+            }
+            uint8_t *b1 = b0 + kl;
+            b0[0] = b1[0] = '=';
+            pt_row_key(b0 + 1, esc, q->day_first);
+            pt_row_key(b1 + 1, esc, q->day_last + q->st->index_bucket_ms);
+            size_t n0 = kl, n1 = kl;
+            firstrow g;
+            pt_buf_init_arena(&g.key, a, 0);
+            rv = first_row(q, (pt_slice){b0, n0}, (pt_slice){b1, n1}, &g);
+            if (rv < 0)
+                break;
+            in = rv;
+            rv = 0;
+        }
+        if (in && !pt_index_is_digest(esc)) { /* a digested name cannot be read back */
+            uint8_t *name = pt_arena_alloc(a, esc.n ? esc.n : 1);
+            long nl = name ? pt_unescape(name, esc) : PT_ENOMEM;
+            if (nl < 0) {
+                rv = nl == PT_ENOMEM ? PT_ENOMEM : PT_EINTERNAL;
+                break;
+            }
+            if (k == max) {
+                *capped = 1;
+                break;
+            }
+            if (k == cap) {
+                pt_slice *g = pt_arena_alloc(a, 2 * cap * sizeof(*g));
+                if (!g) {
+                    rv = PT_ENOMEM;
+                    break;
+                }
+                memcpy(g, v, k * sizeof(*v));
+                v = g, cap *= 2;
+            }
+            v[k++] = (pt_slice){name, (size_t)nl};
+        }
+        /* The next name: every key of this one starts "=" esc ",@" < "=" esc ",A". */
+        pt_buf_reset(&from);
+        rv = pt_buf_append(&from, p, e + 1);
+        rv = rv ? rv : pt_buf_append(&from, "A", 1);
+    }
+    *out = v;
+    *n = k;
     return rv;
 }
 

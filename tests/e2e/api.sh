@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The browsing API (/api/v1/labels, /api/v1/label/<name>/values, /api/v1/series,
-# /api/v1/metadata) of the real promtable binary, fed by a real Prometheus 2.42 that
+# /api/v1/metadata, /api/v1/status/tsdb) of the real promtable binary, fed by a real Prometheus 2.42 that
 # scrapes itself and promtable every second and remote-writes samples and metadata
 # (metadata_config send_interval 1s) with a bearer token. Where Prometheus has the same
 # endpoint, its own answer over its TSDB is the expected one (the same series were
@@ -40,6 +40,7 @@ remote_write:
     metadata_config: {send: true, send_interval: 1s}
 YML
 pt_start_prometheus "$DIR" prom "$PPORT" || tap_bail "prometheus did not start: $(tail -n 3 "$DIR/prom.log")"
+PROM=$PT_PID
 
 AUTH=(-H "Authorization: Bearer s3cret-token")
 # get PATH?QUERY from promtable (with the token): the body
@@ -160,6 +161,32 @@ r=$(curl -s -w ' %{http_code}' "${AUTH[@]}" -H 'Content-Type: application/x-prot
     --data-binary @"$DIR/patho-read.bin" "$URL/api/v1/read" | tr -d '\n')
 tap_check "remote read v!~\"(a|a)*c\": 422 naming the limit ($r)" \
     grep -q 'read.regex_match_limit.* 422$' <<<"$r"
+
+# The cardinality view: Prometheus' shape; known series counted; with Prometheus stopped
+# (nothing written any more), the day's series as many as /api/v1/series lists for it.
+same '/api/v1/status/tsdb' '[.status, (.data|keys), (.data.headStats|keys)]' \
+    "status/tsdb: the keys of Prometheus' answer"
+spec=()
+for i in $(seq 0 11); do spec+=(s l __name__ card_test l shard "s$i" l zone "z$((i % 2))" v 1 "$T"); done
+"$RWTOOL" write 1 "$DIR/card.bin" "${spec[@]}" || tap_bail "rwtool write failed"
+tap_is "$(curl -s -o /dev/null -w '%{http_code}' "${AUTH[@]}" -H 'Content-Encoding: snappy' \
+    -H 'Content-Type: application/x-protobuf' --data-binary @"$DIR/card.bin" "$URL/api/v1/write")" \
+    204 "12 series of card_test written"
+pt_stop "$PROM" 15
+st=$(get "/api/v1/status/tsdb?limit=10000&time=$NOW")
+tap_is "$(jq -c '[(.data.seriesCountByMetricName[]|select(.name=="card_test").value),
+    (.data.seriesCountByLabelValuePair[]|select(.name=="zone=z1" or .name=="shard=s7")|[.name,.value]),
+    (.data.labelValueCountByLabelName[]|select(.name=="shard").value),
+    (.data.memoryInBytesByLabelName[]|select(.name=="shard").value)]' <<<"$st")" \
+    '[12,["zone=z1",6],["shard=s7",1],12,26]' "status/tsdb: card_test's series, pairs, values and bytes"
+day0=$((NOW - NOW % 86400))
+n=$(get "/api/v1/series?match[]=%7B__name__%3D~%22.%2B%22%7D&start=$day0&end=$((day0 + 86399))" | jq '.data|length')
+tap_is "$(jq -c '[.data.headStats.numSeries, ([.data.seriesCountByMetricName[].value]|add)]' <<<"$st")" \
+    "[$n,$n]" "status/tsdb: the day's $n series, as /api/v1/series lists them"
+tap_is "$(jq -c '[(.data.seriesCountByMetricName|length), .data.seriesCountByMetricName[0].value >= .data.seriesCountByMetricName[1].value]' \
+    <<<"$(get '/api/v1/status/tsdb?limit=2')")" '[2,true]' "status/tsdb?limit=2: the two largest"
+tap_is "$(status '/api/v1/status/tsdb')" 401 "status/tsdb without a token: 401"
+tap_is "$(status '/api/v1/status/tsdb?time=soon' "${AUTH[@]}")" 400 "status/tsdb with a bad time: 400"
 
 pt_stop "$PID" 15
 tap_is "$?" 0 "promtable exits 0 on SIGTERM"

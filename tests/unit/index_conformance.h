@@ -9,6 +9,7 @@
 #ifndef PT_TEST_INDEX_CONFORMANCE_H
 #define PT_TEST_INDEX_CONFORMANCE_H
 
+#include "cardinality.h"
 #include "metrics.h"
 #include "rowkey.h"
 #include "store_helpers.h"
@@ -93,6 +94,105 @@ static int ix_match(const char *v, int type, const char *want)
     }
 }
 
+/* A (name, count) the cardinality answer should hold; "a" or "a=b", malloc'd. */
+typedef struct ix_item {
+    char *name;
+    uint64_t value;
+} ix_item;
+
+static void ix_add(ix_item *v, size_t *n, const char *a, const char *b, uint64_t add)
+{
+    size_t la = strlen(a), lb = b ? strlen(b) : 0;
+    char *k = malloc(la + lb + 2);
+    if (!k)
+        BAIL_OUT("out of memory");
+    memcpy(k, a, la);
+    k[la] = '=';
+    if (b)
+        memcpy(k + la + 1, b, lb);
+    k[b ? la + 1 + lb : la] = '\0';
+    for (size_t i = 0; i < *n; i++)
+        if (strcmp(v[i].name, k) == 0) {
+            v[i].value += add;
+            free(k);
+            return;
+        }
+    v[(*n)++] = (ix_item){k, add};
+}
+
+static int ix_rank(const void *x, const void *y)
+{
+    const ix_item *a = x, *b = y;
+    if (a->value != b->value)
+        return a->value < b->value ? 1 : -1;
+    return strcmp(a->name, b->name);
+}
+
+/* Whether t holds exactly want[0..n) in rank order (largest count first, then by name). */
+static int ix_same(const pt_card_top *t, ix_item *want, size_t n)
+{
+    qsort(want, n, sizeof(*want), ix_rank);
+    int same = t->n == n;
+    for (size_t i = 0; i < n && same; i++)
+        same = t->v[i].value == want[i].value && t->v[i].name.len == strlen(want[i].name) &&
+               memcmp(t->v[i].name.p, want[i].name, t->v[i].name.len) == 0;
+    for (size_t i = 0; i < n; i++)
+        free(want[i].name);
+    return same;
+}
+
+/* /api/v1/status/tsdb's figures for IX_T0's day against a count over the series written
+ * (all on that day). exact_pairs 0: the pairs' series may be fewer (a store whose series
+ * share references and masks counts them once). */
+static void ix_cardinality(pt_store *st, const tseries *ts, int n, int exact_pairs,
+                           const char *label)
+{
+    enum { MAX = 512 };
+    static ix_item metrics[MAX], values[MAX], bytes[MAX], pairs[MAX];
+    size_t nm = 0, nv = 0, nb = 0, np = 0;
+    uint64_t npairs = 0;
+    for (int s = 0; s < n; s++) {
+        for (int l = 0; ts[s].labels[l]; l += 2) {
+            const char *name = ts[s].labels[l], *value = ts[s].labels[l + 1];
+            if (strcmp(name, "__name__") == 0)
+                ix_add(metrics, &nm, value, NULL, 1);
+            size_t before = np;
+            ix_add(pairs, &np, name, value, 1);
+            if (np > before) { /* a new value of the name */
+                npairs++;
+                ix_add(values, &nv, name, NULL, 1);
+                ix_add(bytes, &nb, name, NULL, strlen(value));
+            }
+        }
+    }
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    pt_cardinality c;
+    int rv = pt_cardinality_count(st, &a, IX_T0, MAX, NULL, &c);
+    ok(rv == 0 && c.series == (uint64_t)n && c.pairs == npairs,
+       "%s: cardinality: %llu series, %llu label pairs (want %d, %llu)", label,
+       (unsigned long long)c.series, (unsigned long long)c.pairs, n, (unsigned long long)npairs);
+    ok(ix_same(&c.by_metric, metrics, nm), "%s: cardinality: series by metric name", label);
+    ok(ix_same(&c.values_by_name, values, nv), "%s: cardinality: values by label name", label);
+    ok(ix_same(&c.bytes_by_name, bytes, nb), "%s: cardinality: value bytes by label name", label);
+    uint64_t got = 0, want = 0;
+    for (size_t i = 0; i < c.by_pair.n; i++)
+        got += c.by_pair.v[i].value;
+    for (size_t i = 0; i < np; i++)
+        want += pairs[i].value;
+    if (exact_pairs)
+        ok(ix_same(&c.by_pair, pairs, np), "%s: cardinality: series by label pair", label);
+    else
+        ok(c.by_pair.n == np && got <= want && got > 0,
+           "%s: cardinality: every label pair, %llu of %llu pair series counted", label,
+           (unsigned long long)got, (unsigned long long)want);
+    if (!exact_pairs)
+        for (size_t i = 0; i < np; i++)
+            free(pairs[i].name);
+    pt_cardinality_free(&c);
+    pt_arena_free(&a);
+}
+
 static void pt_index_conformance(pt_backend *full_be, pt_backend *tiny_be, const char *label)
 {
     pt_store full = {.index_bucket_ms = 86400000, .max_series = 1000, .max_samples = 100000};
@@ -140,6 +240,8 @@ static void pt_index_conformance(pt_backend *full_be, pt_backend *tiny_be, const
     ok(scan_rv == 0 && rc.refs <= 4 && rc.max_run > 10,
        "%s: 2-bit references collide: %d references, up to %d series rows under one", label,
        rc.refs, rc.max_run);
+    ix_cardinality(&full, ts, ALL, 1, label);
+    ix_cardinality(&tiny, ts, ALL, 0, label);
 
     /* A metric's list cells name their series after the label mask, so a read by metric
      * name reads no series row. A store without caches scans every row it uses: 33 list

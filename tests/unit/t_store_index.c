@@ -1,5 +1,6 @@
 /* The store's index over the embedded store (through the faulty wrapper): the format
  * marker, a list hint gone stale, and the index conformance suite. */
+#include "cardinality.h"
 #include "embedded.h"
 #include "faulty.h"
 #include "store_helpers.h"
@@ -112,10 +113,65 @@ static void index_on_embedded(void)
     }
 }
 
+/* A label with more values than one batch counts (1100 pods), a day after with series of
+ * its own (not counted), a limit of 3 with ties (by name). */
+static void cardinality_batches(void)
+{
+    tstore s;
+    if (tstore_open(&s) != 0) {
+        ok(0, "cardinality: open");
+        return;
+    }
+    enum { PODS = 1100, NEXT = 7 };
+    static char pods[PODS][8], next[NEXT][8];
+    static const char *const zones[] = {"z0", "z1", "z2"};
+    tseries *ts = calloc(PODS + NEXT, sizeof(*ts));
+    if (!ts)
+        BAIL_OUT("out of memory");
+    for (int i = 0; i < PODS; i++) {
+        snprintf(pods[i], sizeof(pods[i]), "p%04d", i);
+        ts[i] = (tseries){{"__name__", "b", "pod", pods[i], "zone", zones[i % 3], NULL}, {T0}, {i}, 1};
+    }
+    for (int i = 0; i < NEXT; i++) {
+        snprintf(next[i], sizeof(next[i]), "n%d", i);
+        ts[PODS + i] = (tseries){{"__name__", "c", "pod", next[i], NULL}, {T0 + 86400000}, {i}, 1};
+    }
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    pt_write_result res;
+    ok(pt_store_write(&s.st, mk_write(&a, ts, PODS + NEXT), &a, &res) == 0 &&
+           res.samples_written == PODS + NEXT,
+       "cardinality: %d series on one day, %d on the next", PODS, NEXT);
+    pt_cardinality c;
+    int rv = pt_cardinality_count(&s.st, &a, T0, 3, NULL, &c);
+    char got[512] = "";
+    pt_card_top *tops[] = {&c.by_metric, &c.values_by_name, &c.bytes_by_name, &c.by_pair};
+    for (size_t t = 0; t < 4; t++)
+        for (size_t i = 0; i < tops[t]->n; i++)
+            snprintf(got + strlen(got), sizeof(got) - strlen(got), "%.*s:%llu%s",
+                     (int)tops[t]->v[i].name.len, (const char *)tops[t]->v[i].name.p,
+                     (unsigned long long)tops[t]->v[i].value, i + 1 < tops[t]->n ? "," : " ");
+    ok(rv == 0 && c.series == PODS && c.pairs == PODS + 4, "cardinality: %llu series, %llu pairs",
+       (unsigned long long)c.series, (unsigned long long)c.pairs);
+    is_str(got,
+           "b:1100 pod:1100,zone:3,__name__:1 pod:5500,zone:6,__name__:1 "
+           "__name__=b:1100,zone=z0:367,zone=z1:367 ",
+           "cardinality: the largest 3 of each, ties by name");
+    pt_cardinality_free(&c);
+    rv = pt_cardinality_count(&s.st, &a, T0 + 86400000, 10, NULL, &c);
+    ok(rv == 0 && c.series == NEXT && c.by_metric.n == 1 && c.values_by_name.n == 2,
+       "cardinality: the next day has its own %llu series", (unsigned long long)c.series);
+    pt_cardinality_free(&c);
+    pt_arena_free(&a);
+    free(ts);
+    tstore_close(&s);
+}
+
 int main(void)
 {
     index_format();
     stale_hint_limit();
+    cardinality_batches();
     index_on_embedded();
     return done_testing();
 }
