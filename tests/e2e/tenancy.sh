@@ -92,6 +92,9 @@ isolation() {
         "$what: label values: tenant b's values only"
     tap_is "$(api a '/api/v1/labels' | jq -c .data)" '["__name__","job","team"]' \
         "$what: label names of tenant a"
+    tap_is "$(api b "/api/v1/status/tsdb?time=$((T0 / 1000))" |
+        jq -c '[.data.headStats.numSeries, [.data.seriesCountByMetricName[].name]]')" \
+        '[2,["only_b","shared_m"]]' "$what: cardinality view: tenant b's series only"
     tap_is "$(api a '/api/v1/metadata?metric=meta_a_total' | jq -c '.data[][].help')" '"help of a"' \
         "$what: metadata: tenant a sees its own"
     tap_is "$(api b '/api/v1/metadata' | jq -c .data)" '{}' "$what: metadata: tenant b sees none"
