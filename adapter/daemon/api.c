@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cardinality.h"
 #include "error.h"
@@ -661,5 +663,54 @@ void pt_api_tsdb_status(pt_ctx *ctx, pt_req *req, pt_resp *resp)
     rv = rv ? rv : put_top(o, "seriesCountByLabelValuePair", &card.by_pair);
     rv = rv ? rv : put(o, "}");
     pt_cardinality_free(&card);
+    finish(&c, rv, NULL);
+}
+
+/* ---- POST /api/v1/admin/tsdb/snapshot (web.enable_admin_api) ---- */
+
+void pt_api_snapshot(pt_ctx *ctx, pt_req *req, pt_resp *resp)
+{
+    apictx c;
+    if (api_begin(&c, ctx, req, resp, 1) != 0)
+        return;
+    pt_app *app = ctx->app;
+    if (!app->cfg || !app->cfg->enable_admin_api) {
+        json_error(&c, PT_EUNSUPPORTED,
+                   "admin APIs disabled: start promtable with web.enable_admin_api "
+                   "(--web.enable-admin-api)");
+        resp->status = 403;
+        return;
+    }
+    const char *skip = param_get(&c, "skip_head");
+    int with_head = !(skip && (strcmp(skip, "true") == 0 || strcmp(skip, "1") == 0));
+    pt_backend *be = app->store.be; /* the whole store, whichever tenant asks */
+    if (!be->ops->snapshot) {
+        snprintf(c.msg, sizeof(c.msg),
+                 "the %s backend makes no snapshots: use its own backups (Cloud Bigtable: "
+                 "managed backups)",
+                 be->ops->name);
+        json_error(&c, PT_EUNSUPPORTED, c.msg);
+        return;
+    }
+    /* As Prometheus names them: the UTC time, then 16 random hex digits. */
+    char name[64];
+    uint8_t rnd[8] = {0};
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    size_t n = strftime(name, sizeof(name), "%Y%m%dT%H%M%SZ-", &tm);
+    if (getentropy(rnd, sizeof(rnd)) != 0)
+        memcpy(rnd, &(uint64_t){pt_now_ns()}, sizeof(rnd));
+    for (size_t i = 0; i < sizeof(rnd); i++)
+        snprintf(name + n + 2 * i, sizeof(name) - n - 2 * i, "%02x", rnd[i]);
+    int rv = be->ops->snapshot(be->state, name, with_head, c.msg, sizeof(c.msg));
+    if (rv) {
+        json_error(&c, rv, c.msg);
+        return;
+    }
+    rv = begin_ok(&c);
+    rv = rv ? rv : put(&c.out, "{\"name\":");
+    rv = rv ? rv : pt_json_str(&c.out, pt_slice_str(name));
+    rv = rv ? rv : put(&c.out, "}");
     finish(&c, rv, NULL);
 }

@@ -19,5 +19,6 @@ void pt_api_label_values(pt_ctx *c, pt_req *req, pt_resp *resp); /* /api/v1/labe
 void pt_api_series(pt_ctx *c, pt_req *req, pt_resp *resp);
 void pt_api_metadata(pt_ctx *c, pt_req *req, pt_resp *resp);
 void pt_api_tsdb_status(pt_ctx *c, pt_req *req, pt_resp *resp);
+void pt_api_snapshot(pt_ctx *c, pt_req *req, pt_resp *resp); /* web.enable_admin_api */
 
 #endif

@@ -644,7 +644,7 @@ static struct pt_app_creds route_creds(const pt_app *app, int id)
     int reads = id == PT_ROUTE_READ || id == PT_ROUTE_LABELS || id == PT_ROUTE_LABEL_VALUES ||
                 id == PT_ROUTE_SERIES || id == PT_ROUTE_METADATA || id == PT_ROUTE_TSDB_STATUS ||
                 id == PT_ROUTE_METRICS;
-    int i = id == PT_ROUTE_WRITE ? 0 : reads ? 1 : -1;
+    int i = id == PT_ROUTE_WRITE || id == PT_ROUTE_SNAPSHOT ? 0 : reads ? 1 : -1;
     if (i >= 0 && (app->route_creds[i].bearer_token || app->route_creds[i].basic_credentials))
         return app->route_creds[i];
     return (struct pt_app_creds){app->bearer_token, app->basic_credentials};
@@ -693,6 +693,7 @@ static const struct route {
     {"/api/v1/series", PT_ROUTE_SERIES, ALLOW_GET | ALLOW_POST | NEEDS_AUTH, pt_api_series},
     {"/api/v1/metadata", PT_ROUTE_METADATA, ALLOW_GET | NEEDS_AUTH, pt_api_metadata},
     {"/api/v1/status/tsdb", PT_ROUTE_TSDB_STATUS, ALLOW_GET | NEEDS_AUTH, pt_api_tsdb_status},
+    {"/api/v1/admin/tsdb/snapshot", PT_ROUTE_SNAPSHOT, ALLOW_POST | NEEDS_AUTH, pt_api_snapshot},
 };
 
 /* Whether a request for path goes to route r. */

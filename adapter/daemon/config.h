@@ -48,6 +48,7 @@ typedef struct pt_config {
     size_t max_connection_response_memory;
     size_t max_response_memory;
     int metrics_auth;
+    int enable_admin_api; /* /api/v1/admin/tsdb/snapshot */
 
     char *backend;
     long retention_ms;

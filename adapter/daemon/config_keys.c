@@ -93,6 +93,9 @@ const pt_conf_key pt_config_keys[] = {
      "Answers one connection holds unread; past it its new requests get 503."},
     {"web.max_response_memory", NULL, PT_CONF_BYTES, "1GiB", MiB, 1048576 * MiB,
      F(max_response_memory), "Answers all connections hold unread; past it new requests get 503."},
+    {"web.enable_admin_api", NULL, PT_CONF_BOOL, "false", 0, 0, F(enable_admin_api),
+     "Serve POST /api/v1/admin/tsdb/snapshot (the embedded store's snapshots), with the "
+     "write credentials (web.write_* or the shared ones)."},
     {"web.metrics_auth", NULL, PT_CONF_BOOL, "false", 0, 0, F(metrics_auth),
      "/metrics demands the read credentials (web.read_* or the shared ones) too: it names "
      "tenants and HA pairs."},

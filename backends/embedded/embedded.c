@@ -716,4 +716,5 @@ const pt_backend_ops pt_backend_embedded = {
     .verify = pt_emb_verify,
     .health = embedded_health,
     .position = embedded_position,
+    .snapshot = pt_emb_snapshot,
 };

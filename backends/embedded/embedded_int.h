@@ -645,6 +645,11 @@ void pt_emb_readahead_at(ra_job *j, size_t done);
 void pt_emb_readahead_end(ra_job *j);
 void pt_emb_readahead_stats(ra_pool *ra, uint64_t *scans, uint64_t *rows);
 
+/* ---- snapshot.c ---- */
+
+/* pt_backend_ops.snapshot: <path>/snapshots/<name>. */
+int pt_emb_snapshot(void *state, const char *name, int with_head, char *err, size_t errlen);
+
 /* ---- the backend (embedded.c) ---- */
 
 #define EMB_DEFAULT_BUDGET ((size_t)128 << 20)
