@@ -174,10 +174,11 @@ typedef struct pt_backend_ops {
     /* Optional, for progress lines: estimates of the bytes table t holds in rows before
      * key (*before) and in all (*total). 0, or an error when the store cannot tell. */
     int (*position)(void *state, pt_table t, pt_slice key, uint64_t *before, uint64_t *total);
-    /* Optional: a consistent copy of the whole store made while writes go on, named name
-     * (a file name) among the backend's own snapshots; with_head, holding every write
-     * acknowledged before the call, else only what the store had already moved out of its
-     * memory. 0, or an error with err saying why. NULL: the backend has none. */
+    /* Optional: a consistent copy of the whole store made while writes go on, as name
+     * among the backend's own snapshots, or in the new directory name when it holds a
+     * '/'; with_head, holding every write acknowledged before the call, else only what
+     * the store had already moved out of its memory. 0, or an error with err saying why.
+     * NULL: the backend has none. */
     int (*snapshot)(void *state, const char *name, int with_head, char *err, size_t errlen);
 } pt_backend_ops;
 

@@ -18,7 +18,7 @@
 
 /* Applies --config.file first, then every other flag over it. */
 /* Subcommands: none runs the server. */
-enum { CMD_SERVE, CMD_INIT, CMD_CHECK };
+enum { CMD_SERVE, CMD_INIT, CMD_CHECK, CMD_SNAPSHOT };
 
 static int is_bool_word(const char *s)
 {
@@ -29,7 +29,8 @@ static int is_bool_word(const char *s)
     return 0;
 }
 
-static int parse_args(int argc, char **argv, pt_config *cfg, int *cmd)
+/* dir: `promtable snapshot DIR`'s directory. */
+static int parse_args(int argc, char **argv, pt_config *cfg, int *cmd, const char **dir)
 {
     char err[512];
     for (int pass = 0; pass < 2; pass++) {
@@ -37,6 +38,15 @@ static int parse_args(int argc, char **argv, pt_config *cfg, int *cmd)
             const char *a = argv[i];
             if (strcmp(a, "init") == 0 || strcmp(a, "check") == 0) {
                 *cmd = a[0] == 'i' ? CMD_INIT : CMD_CHECK;
+                continue;
+            }
+            if (strcmp(a, "snapshot") == 0 && (*cmd == CMD_SERVE || *cmd == CMD_SNAPSHOT) &&
+                (!*dir || *dir != a)) {
+                *cmd = CMD_SNAPSHOT;
+                continue;
+            }
+            if (*cmd == CMD_SNAPSHOT && (!*dir || *dir == a) && strncmp(a, "--", 2) != 0) {
+                *dir = a; /* the first argument after it that is no flag */
                 continue;
             }
             if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -92,6 +102,27 @@ static int parse_args(int argc, char **argv, pt_config *cfg, int *cmd)
     return 0;
 }
 
+/* `promtable snapshot DIR`: a snapshot of the store (not open in a running promtable:
+ * that one is asked over HTTP) made in the new directory DIR. The exit status. */
+static int snapshot_main(pt_backend *be, const char *dir, FILE *out)
+{
+    char err[512] = "";
+    if (!be->ops->snapshot) {
+        fprintf(stderr, "promtable: the %s backend makes no snapshots: use its own backups\n",
+                be->ops->name);
+        return 1;
+    }
+    /* A path (with a '/'), not a name among the store's own snapshots. */
+    char path[4096];
+    snprintf(path, sizeof(path), "%s%s", strchr(dir, '/') ? "" : "./", dir);
+    if (be->ops->snapshot(be->state, path, 1, err, sizeof(err)) != 0) {
+        fprintf(stderr, "promtable: snapshot failed: %s\n", err);
+        return 1;
+    }
+    fprintf(out, "snapshot made in %s\n", dir);
+    return 0;
+}
+
 /* The CPUs this process may run on (taskset, a container's cpuset), not every CPU online:
  * workers beyond what the CPUs run only wait, some of them holding a lock another needs. */
 static long usable_cpus(void)
@@ -135,8 +166,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "promtable: out of memory\n");
         goto fail_config;
     }
-    if (parse_args(argc, argv, &cfg, &cmd) != 0)
+    const char *snap_dir = NULL;
+    if (parse_args(argc, argv, &cfg, &cmd, &snap_dir) != 0)
         goto fail_config;
+    if (cmd == CMD_SNAPSHOT && !snap_dir) {
+        fprintf(stderr, "promtable: snapshot needs the directory to make (promtable snapshot "
+                        "DIR [flags])\n");
+        goto fail_config;
+    }
     if (pt_config_check(&cfg, err, sizeof(err)) != 0) {
         fprintf(stderr, "promtable: %s\n", err);
         goto fail_config;
@@ -170,7 +207,14 @@ int main(int argc, char **argv)
     int rv = pt_backend_open(&be, ops, &bc, err, sizeof(err));
     if (rv != 0) {
         pt_log(PT_LOG_ERROR, "cannot open storage", "backend=%s err=\"%s\"", cfg.backend, err);
+        if (cmd == CMD_SNAPSHOT)
+            fprintf(stderr, "promtable: a store a running promtable holds is snapshotted by "
+                            "that promtable: POST /api/v1/admin/tsdb/snapshot\n");
         goto fail_config;
+    }
+    if (cmd == CMD_SNAPSHOT) {
+        status = snapshot_main(&be, snap_dir, stdout);
+        goto fail_backend;
     }
     if (cmd == CMD_INIT) {
         if (ops->init && ops->init(be.state, err, sizeof(err)) != 0) {

@@ -1,6 +1,6 @@
 /*
- * Snapshots of the embedded store (pt_backend_ops.snapshot): <path>/snapshots/<name>, a
- * store directory of its own that promtable opens like any other.
+ * Snapshots of the embedded store (pt_backend_ops.snapshot): <path>/snapshots/<name>, or
+ * a directory named by its path, a store of its own that promtable opens like any other.
  *
  * With the head, every shard is flushed first and the index head drained, so every cell
  * acknowledged before the call is in RocksDB; then RocksDB's checkpoint flushes its
@@ -18,10 +18,10 @@
 #include "embedded_int.h"
 #include "error.h"
 
-/* A name for a file in a directory: no separator, no "." or "..", not empty. */
+/* A name for a file in a directory: no "." or "..", not empty. */
 static int plain_name(const char *name)
 {
-    return name[0] && strcmp(name, ".") != 0 && strcmp(name, "..") != 0 && !strchr(name, '/');
+    return name[0] && strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
 }
 
 int pt_emb_snapshot(void *state, const char *name, int with_head, char *err, size_t errlen)
@@ -32,7 +32,8 @@ int pt_emb_snapshot(void *state, const char *name, int with_head, char *err, siz
                               "snapshot that backend instead");
         return PT_EBADREQ;
     }
-    if (!plain_name(name)) {
+    int path = strchr(name, '/') != NULL;
+    if (!path && !plain_name(name)) {
         snprintf(err, errlen, "snapshot name \"%s\" is not a plain file name", name);
         return PT_EBADREQ;
     }
@@ -48,11 +49,14 @@ int pt_emb_snapshot(void *state, const char *name, int with_head, char *err, siz
     if (!dir)
         return PT_ENOMEM;
     snprintf(dir, n, "%s/snapshots", e->w.dir);
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    if (!path && mkdir(dir, 0755) != 0 && errno != EEXIST) {
         snprintf(err, errlen, "cannot make %s: %s", dir, strerror(errno));
         rv = PT_EIO;
     }
-    snprintf(dir, n, "%s/snapshots/%s", e->w.dir, name);
+    if (path)
+        snprintf(dir, n, "%s", name);
+    else
+        snprintf(dir, n, "%s/snapshots/%s", e->w.dir, name);
     struct stat st;
     if (rv == 0 && stat(dir, &st) == 0) {
         snprintf(err, errlen, "%s exists already", dir);

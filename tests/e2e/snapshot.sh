@@ -117,6 +117,15 @@ for d in "$T"/store/snapshots/*; do
         ;;
     esac
 done
+# `promtable snapshot DIR` on a stopped store; refused while a promtable holds it.
+out=$("$PROMTABLE" snapshot "$T/offline" --storage.embedded.path="$T/store" 2>&1)
+tap_is "$?" 0 "promtable snapshot DIR on a stopped store: $out"
+serve "$T/pt6.log" --storage.embedded.path="$T/offline" || tap_bail "promtable did not start on it"
+tap_is "$(readall "$URL" first)" "$want" "that snapshot as a store: the first samples, exactly"
+out=$("$PROMTABLE" snapshot "$T/offline2" --storage.embedded.path="$T/offline" 2>&1)
+tap_check "promtable snapshot of a store a promtable holds: refused ($out)" \
+    test $? != 0 -a ! -e "$T/offline2"
+pt_stop "$PID" 15
 tap_check "snapshots left by the kill: $complete complete (each reads back), $partial in the making (.tmp), $bad bad" \
     test "$bad" = 0 -a "$complete" -ge 3
 tap_done
