@@ -263,14 +263,8 @@ static int api_begin(apictx *c, pt_ctx *x, pt_req *req, pt_resp *resp, int own_l
 static void qctx_init(apictx *c, qctx *q)
 {
     pt_store *st = c->st;
-    memset(q, 0, sizeof(*q));
-    q->st = st;
-    q->a = c->req->arena;
-    q->c.a = c->req->arena;
+    qctx_start(q, st, c->req->arena, c->req->cancelled);
     q->c.limit = c->max;
-    q->cancel = c->req->cancelled;
-    if (st->read_timeout_ms > 0)
-        q->deadline_ns = pt_now_ns() + (uint64_t)st->read_timeout_ms * 1000000u;
     q->day_first = c->start - c->start % st->index_bucket_ms;
     q->day_last = c->end - c->end % st->index_bucket_ms;
 }

@@ -260,11 +260,9 @@ int pt_cardinality_count(pt_store *st, pt_arena *a, int64_t at, size_t limit,
 {
     memset(c, 0, sizeof(*c));
     c->by_metric.max = c->values_by_name.max = c->bytes_by_name.max = c->by_pair.max = limit;
-    qctx qc = {.st = st, .a = a, .cancel = cancel};
+    qctx qc;
     qctx *q = &qc;
-    qc.c.a = a;
-    if (st->read_timeout_ms > 0)
-        qc.deadline_ns = pt_now_ns() + (uint64_t)st->read_timeout_ms * 1000000u;
+    qctx_start(q, st, a, cancel);
     qc.day_first = qc.day_last = at - at % st->index_bucket_ms;
     pt_slice *names;
     size_t nn;

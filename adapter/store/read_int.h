@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "clock.h"
 #include "error.h"
@@ -88,6 +89,19 @@ int pt_cands_add_sid(qctx *q, pt_slice sid);
  * PT_ELIMIT (far past the series limit), PT_ETIMEOUT, PT_ECANCELLED, PT_ENOMEM, a
  * storage error. */
 int pt_cands_resolve(qctx *q);
+
+/* A query context over st for a request: its memory in a, read.timeout from now, stopped
+ * early when *cancel is set (may be NULL); days and limits are the caller's. */
+static inline void qctx_start(qctx *q, pt_store *st, pt_arena *a, const atomic_int *cancel)
+{
+    memset(q, 0, sizeof(*q));
+    q->st = st;
+    q->a = a;
+    q->c.a = a;
+    q->cancel = cancel;
+    if (st->read_timeout_ms > 0)
+        q->deadline_ns = pt_now_ns() + (uint64_t)st->read_timeout_ms * 1000000u;
+}
 
 /* Every so many index rows or cells, a read checks its deadline. */
 #define DEADLINE_EVERY 1024
