@@ -95,6 +95,15 @@ typedef struct pt_backend_config {
      * backend that expires index rows by their key keeps them this long past it.
      * 0 = unknown (the longest: 2^32 ms). */
     int64_t index_span_ms;
+    /* Optional (storage.retention_rules): how long the series of a points-table row keeps
+     * its samples, in ms (0 = forever), decided from the row key alone and never longer
+     * than retention_seconds; called from any thread. A backend removes what is past it
+     * in its own time (the embedded store's compaction filter, Bigtable's compaction
+     * pass); reads clip above the backend. shortest_keep_ms: the least it returns (how
+     * often removal is worth running). NULL: retention_seconds for every row. */
+    int64_t (*keep_row_ms)(void *ud, pt_slice row);
+    void *keep_ud;
+    int64_t shortest_keep_ms;
     /* Optional: where a backend counts the entries its retention removed. */
     _Atomic uint64_t *retention_dropped;
     void *inner;             /* wrapper backends: the backend they wrap (pt_backend *) */

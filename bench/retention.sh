@@ -12,15 +12,20 @@
 #
 #   flock /tmp/pt-bench.lock bench/retention.sh
 #
+# The word "rules" in RETENTIONS runs storage.retention 0 (forever) with one retention
+# rule, RULE_RETENTION (30s) for the series RULE_MATCH selects (every series by default;
+# or, say, '{__name__=~"node_.+"}' for some of them), so only the rule keeps the disk flat.
+#
 # Environment: PT_BUILD_DIR (default ./build), SERIES (1000), INTERVAL_MS (100), STEP
-# (10 s), STEPS (24), RETENTIONS ("30s 0").
+# (10 s), STEPS (24), RETENTIONS ("30s 0 rules"), RULE_MATCH, RULE_RETENTION.
 set -u -o pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/tests/e2e/lib.sh"
 B=${PT_BUILD_DIR:-$ROOT/build}
 PROMTABLE=$B/promtable LOADGEN=$B/bench/loadgen
 SERIES=${SERIES:-1000} INTERVAL_MS=${INTERVAL_MS:-100} STEP=${STEP:-10} STEPS=${STEPS:-24}
-RETENTIONS=${RETENTIONS:-30s 0}
+RETENTIONS=${RETENTIONS:-30s 0 rules}
+RULE_MATCH=${RULE_MATCH:-'{__name__=~".+"}'} RULE_RETENTION=${RULE_RETENTION:-30s}
 
 pt_mktemp DIR retention-bench
 # sizes DIR: "<all of DIR>/<table files and points logs>" in MiB.
@@ -35,9 +40,14 @@ for keep in $RETENTIONS; do
     rm -rf "$DIR/store"
     pt_free_port PORT
     URL=http://127.0.0.1:$PORT
+    how=(--storage.retention="$keep")
+    if [[ $keep == rules ]]; then
+        printf 'storage:\n  retention_rules:\n    - match: %s\n      retention: %s\n' \
+            "'$RULE_MATCH'" "$RULE_RETENTION" >"$DIR/rules.yml"
+        how=(--config.file="$DIR/rules.yml")
+    fi
     pt_spawn "$DIR/promtable-$keep.log" "$PROMTABLE" --web.listen-address="127.0.0.1:$PORT" \
-        --storage.embedded.path="$DIR/store" --storage.embedded.head-memory=1MiB \
-        --storage.retention="$keep"
+        --storage.embedded.path="$DIR/store" --storage.embedded.head-memory=1MiB "${how[@]}"
     PID=$PT_PID
     pt_wait_http "$URL/-/ready" 30 "$PID" || { echo "promtable did not start" >&2; exit 1; }
     line="retention=$keep MiB:"

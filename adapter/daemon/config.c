@@ -15,6 +15,7 @@
 
 #include "buf.h"
 #include "config_int.h"
+#include "retention.h"
 
 /* tenancy.header: an HTTP field name (RFC 9110 token) of at most 100 bytes, and none of
  * the headers promtable reads for themselves. */
@@ -329,6 +330,14 @@ static int set_value(const conf_ref *r, const char *v, char *err, size_t errlen)
         }
         if (strcmp(r->key, "tenancy.header") == 0 && check_tenant_header(v, err, errlen) != 0)
             return -1;
+        if (strcmp(r->key, "storage.retention_rules") == 0) {
+            /* The rules' form here; their length against storage.retention, which may come
+             * later, in pt_config_check. */
+            pt_retention_rules *rules;
+            if (pt_retention_rules_parse(v, 0, 0, 0, &rules, err, errlen) != 0)
+                return -1;
+            pt_retention_rules_free(rules);
+        }
         return set_string(r, v);
     case PT_CONF_FILE:
     case PT_CONF_DIR:
@@ -501,6 +510,76 @@ static int set_key(pt_config *c, const char *key, const char *value, char *err, 
 #define MAX_DEPTH 8
 #define MAX_KEY 256
 
+/* The one list of the configuration, storage.retention_rules: a sequence of mappings
+ * {match: SELECTOR, retention: DURATION}, read from the parser (after its sequence start)
+ * into the key's text form, one "DURATION SELECTOR" line a rule. 0 or -1 with err set. */
+static int load_rules_list(yaml_parser_t *p, pt_buf *out, char *err, size_t errlen)
+{
+    yaml_event_t ev;
+    char match[4096], keep[64], key[16];
+    int in_item = 0, rv = 0, nrule = 0;
+    for (;;) {
+        if (!yaml_parser_parse(p, &ev)) {
+            snprintf(err, errlen, "YAML error at line %zu: %s", p->problem_mark.line + 1,
+                     p->problem ? p->problem : "syntax");
+            return -1;
+        }
+        size_t line = ev.start_mark.line + 1;
+        if (ev.type == YAML_SEQUENCE_END_EVENT && !in_item) {
+            yaml_event_delete(&ev);
+            return pt_buf_append(out, "", 1) == 0 ? 0 : (snprintf(err, errlen, "out of memory"), -1);
+        }
+        if (ev.type == YAML_MAPPING_START_EVENT && !in_item) {
+            in_item = 1;
+            nrule++;
+            match[0] = keep[0] = key[0] = '\0';
+        } else if (ev.type == YAML_MAPPING_END_EVENT && in_item) {
+            in_item = 0;
+            if (!match[0] || !keep[0]) {
+                snprintf(err, errlen, "line %zu: storage.retention_rules, rule %d: both match "
+                         "and retention are needed", line, nrule);
+                rv = -1;
+            } else if (pt_buf_append(out, keep, strlen(keep)) != 0 ||
+                       pt_buf_append(out, " ", 1) != 0 ||
+                       pt_buf_append(out, match, strlen(match)) != 0 ||
+                       pt_buf_append(out, "\n", 1) != 0) {
+                snprintf(err, errlen, "out of memory");
+                rv = -1;
+            }
+        } else if (ev.type == YAML_SCALAR_EVENT && in_item) {
+            const char *v = (const char *)ev.data.scalar.value;
+            size_t n = ev.data.scalar.length;
+            if (!key[0]) {
+                if (strcmp(v, "match") != 0 && strcmp(v, "retention") != 0) {
+                    snprintf(err, errlen, "line %zu: storage.retention_rules, rule %d: unknown "
+                             "key \"%.20s\" (match, retention)", line, nrule, v);
+                    rv = -1;
+                } else {
+                    snprintf(key, sizeof(key), "%s", v);
+                }
+            } else {
+                int is_match = strcmp(key, "match") == 0;
+                size_t cap = is_match ? sizeof(match) : sizeof(keep);
+                if (n >= cap || memchr(v, '\n', n)) {
+                    snprintf(err, errlen, "line %zu: storage.retention_rules, rule %d: %s is "
+                             "too long or holds a line break", line, nrule, key);
+                    rv = -1;
+                } else {
+                    memcpy(is_match ? match : keep, v, n + 1);
+                }
+                key[0] = '\0';
+            }
+        } else {
+            snprintf(err, errlen, "line %zu: storage.retention_rules is a list of "
+                     "{match: SELECTOR, retention: DURATION}", line);
+            rv = -1;
+        }
+        yaml_event_delete(&ev);
+        if (rv)
+            return rv;
+    }
+}
+
 int pt_config_load_yaml(pt_config *c, const char *buf, size_t len, char *err, size_t errlen)
 {
     yaml_parser_t p;
@@ -547,8 +626,19 @@ int pt_config_load_yaml(pt_config *c, const char *buf, size_t len, char *err, si
                 expect_key[depth] = 1;
             break;
         case YAML_SEQUENCE_START_EVENT:
-            snprintf(err, errlen, "line %zu: lists are not used in this configuration",
-                     ev.start_mark.line + 1);
+            if (depth == 2 && !expect_key[depth] && strcmp(path[0], "storage") == 0 &&
+                strcmp(path[1], "retention_rules") == 0) {
+                pt_buf text = PT_BUF_INIT(1u << 20);
+                rv = load_rules_list(&p, &text, err, errlen);
+                if (rv == 0 && set_key(c, "storage.retention_rules", (const char *)text.p, err,
+                                       errlen) != 0)
+                    rv = -1;
+                pt_buf_free(&text);
+                expect_key[depth] = 1;
+                break;
+            }
+            snprintf(err, errlen, "line %zu: lists are not used in this configuration "
+                     "(but for storage.retention_rules)", ev.start_mark.line + 1);
             rv = -1;
             break;
         case YAML_ALIAS_EVENT:
@@ -806,6 +896,11 @@ int pt_config_check(pt_config *c, char *err, size_t errlen)
                  c->ha_cluster_label);
         return -1;
     }
+    pt_retention_rules *rules;
+    if (pt_retention_rules_parse(c->retention_rules, c->retention_ms, 0, 0, &rules, err,
+                                 errlen) != 0)
+        return -1;
+    pt_retention_rules_free(rules);
     if (c->tls_client_ca_file[0] && !c->tls_cert_file[0]) {
         snprintf(err, errlen, "web.tls_client_ca_file is set without web.tls_cert_file: "
                               "client certificates need TLS");

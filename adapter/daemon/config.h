@@ -52,6 +52,7 @@ typedef struct pt_config {
 
     char *backend;
     long retention_ms;
+    char *retention_rules; /* storage.retention_rules' text (retention.h); "" = none */
     /* Each registered backend's own settings (its ops->conf keys), by registry order. */
     void *backend_conf[PT_MAX_BACKENDS];
 

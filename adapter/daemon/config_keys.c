@@ -118,6 +118,11 @@ const pt_conf_key pt_config_keys[] = {
     {"storage.retention", NULL, PT_CONF_DURATION, "0", 0, 100 * 31536000000LL, F(retention_ms),
      "Keep samples this long (0 = forever): reads start at now - retention; embedded: "
      "compactions delete older data; Bigtable: init sets the GC rule."},
+    {"storage.retention_rules", NULL, PT_CONF_STR, "", 0, 0, F(retention_rules),
+     "Retention per series selector, the first matching rule deciding, others keeping "
+     "storage.retention: in YAML a list of {match: SELECTOR, retention: DURATION}; as a "
+     "flag one rule a line, \"DURATION SELECTOR\". No rule may be longer than "
+     "storage.retention."},
     {"index.bucket", NULL, PT_CONF_DURATION, "1d", 3600000LL, 49LL * 86400000LL,
      F(index_bucket_ms), "Index bucket length: series are listed per bucket."},
     {"index.cache_entries", NULL, PT_CONF_LONG, "4000000", 1024, 1000000000LL,

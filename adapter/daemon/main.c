@@ -15,6 +15,7 @@
 #include "ha.h"
 #include "log.h"
 #include "metrics.h"
+#include "retention.h"
 
 /* Applies --config.file first, then every other flag over it. */
 /* Subcommands: none runs the server. */
@@ -156,6 +157,7 @@ int main(int argc, char **argv)
     int cmd = CMD_SERVE, status = 1;
     char err[512] = "";
     pt_backend be = {0};
+    pt_retention_rules *rules = NULL;
     pt_server *srv = NULL;
 
     large_blocks_mapped();
@@ -200,6 +202,17 @@ int main(int argc, char **argv)
         .direct = cmd == CMD_INIT,
         .no_background = cmd == CMD_CHECK,
     };
+    if (pt_retention_rules_parse(cfg.retention_rules, cfg.retention_ms,
+                                 (uint32_t)cfg.read_regex_match_limit, cfg.read_regex_heap_limit,
+                                 &rules, err, sizeof(err)) != 0) {
+        fprintf(stderr, "promtable: %s\n", err);
+        goto fail_config;
+    }
+    if (rules) {
+        bc.keep_row_ms = pt_retention_keep_row;
+        bc.keep_ud = rules;
+        bc.shortest_keep_ms = pt_retention_rules_shortest(rules);
+    }
     if (cmd == CMD_CHECK) {
         status = pt_check_store(&cfg, ops, &bc, stdout);
         goto fail_config;
@@ -265,6 +278,10 @@ int main(int argc, char **argv)
     st->regex_match_limit = (uint32_t)cfg.read_regex_match_limit;
     st->regex_heap_limit = cfg.read_regex_heap_limit;
     st->retention_ms = cfg.retention_ms;
+    if (rules) {
+        st->keep_ms = pt_retention_keep;
+        st->keep_ud = rules;
+    }
     /* Room for a tenant's prefix in every key (tenant.h). */
     st->key_limit = cfg.tenancy_enabled ? PT_TENANT_KEY_LIMIT : PT_MAX_ROW_KEY;
     st->label_limits = (pt_label_limits){.name_len = cfg.write_max_label_name_length,
@@ -362,6 +379,7 @@ fail_cache:
 fail_backend:
     pt_backend_close(&be);
 fail_config:
+    pt_retention_rules_free(rules);
     pt_config_free(&cfg);
     return status;
 }

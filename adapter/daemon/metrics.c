@@ -254,7 +254,8 @@ long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
          &pt_m.store.index_rows_written},
         {"promtable_retention_dropped_total",
          "Stored entries (points chunks, index cells) the embedded store's compactions "
-         "removed as older than storage.retention.",
+         "removed as older than storage.retention or a retention rule, and cells Bigtable "
+         "compaction passes deleted under a rule.",
          &pt_m.retention_dropped},
         {"promtable_read_queries_total", "Remote read queries answered.", &pt_m.store.read_queries},
         {"promtable_read_series_total", "Series returned by remote read.", &pt_m.store.read_series},

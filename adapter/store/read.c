@@ -8,6 +8,7 @@
 #include "bytes.h"
 #include "clock.h"
 #include "exemplar.h"
+#include "gorilla.h"
 #include "read_int.h"
 
 typedef struct samples {
@@ -68,6 +69,8 @@ static int on_hist_cell(samples *s, pt_slice qual, pt_slice value)
     if (rv != 0)
         return rv;
     h->t = s->base + pt_get_be32(qual.p);
+    if (h->t < s->start)
+        return 0;
     if ((rv = pt_histogram_copy_in(s->a, &se->hists[se->nhists], h)) != 0)
         return rv;
     se->nhists++;
@@ -93,6 +96,8 @@ static int on_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     pt_sample *out = &se->samples[se->nsamples];
     if (pt_cell_decode(s->base, qual, value, &out->t, &out->v) != 0)
         return PT_EINTERNAL;
+    if (out->t < s->start)
+        return 0; /* past the series' retention rule */
     se->nsamples++;
     (*s->total)++;
     return 0;
@@ -142,6 +147,30 @@ static int on_routed_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     return s ? on_cell(s, row, qual, value) : PT_EINTERNAL;
 }
 
+/* The samples of a stored stream from the series' start on, one by one: a stream that
+ * begins before a retention rule's cutoff. */
+static int clip_stream(samples *s, uint32_t count, pt_slice stream)
+{
+    pt_gorilla_dec d;
+    pt_gorilla_dec_init(&d, stream.p, stream.n);
+    pt_series *se = s->se;
+    for (uint32_t i = 0; i < count; i++) {
+        int64_t off;
+        uint64_t bits;
+        if (pt_gorilla_dec_next(&d, &off, &bits) != 0)
+            return PT_EINTERNAL;
+        if (s->base + off < s->start)
+            continue;
+        if (ROOM(s, se->samples, se->nsamples, s->cap, 64))
+            return PT_ENOMEM;
+        pt_sample *out = &se->samples[se->nsamples++];
+        out->t = s->base + off;
+        memcpy(&out->v, &bits, sizeof(out->v));
+        (*s->total)++;
+    }
+    return 0;
+}
+
 /* A stored stream of count samples (pt_stream_fn) as a Prometheus XOR chunk: the same bits
  * once its first timestamp, a zig-zag varint of the qualifier, becomes base + first. The
  * timestamps after it are deltas, which the base does not change. */
@@ -152,6 +181,8 @@ static int on_stream(samples *s, uint32_t first, uint32_t last, uint32_t count, 
     int rv = deadline_passed(s->q);
     if (rv)
         return rv;
+    if (s->base + first < s->start)
+        return clip_stream(s, count, stream);
     size_t off = 0;
     uint64_t z;
     if (count == 0 || count > PT_STREAM_MAX_SAMPLES || first > last ||
@@ -346,6 +377,19 @@ int64_t pt_oldest_kept(const pt_store *st)
     return now - st->retention_ms > 0 ? now - st->retention_ms : 0;
 }
 
+/* Where series v's samples start in this read: its retention rule's cutoff, if later. */
+static int64_t series_start(const pt_read *r, const series *v)
+{
+    const pt_store *st = r->st;
+    if (!st->keep_ms)
+        return r->start;
+    int64_t keep = st->keep_ms(st->keep_ud, v->labels, v->nlabels);
+    if (keep <= 0)
+        return r->start;
+    int64_t cut = (st->now_ms ? st->now_ms : pt_wall_ms()) - keep;
+    return cut > r->start ? cut : r->start;
+}
+
 static void query_end(pt_read *r)
 {
     for (size_t i = 0; i < r->inited; i++)
@@ -489,7 +533,7 @@ int pt_read_next(pt_read *r, pt_arena *b, size_t max_series, pt_read_batch *out,
     for (size_t i = 0; i < n; i++)
         ss[i] = (samples){.q = &r->q, .a = b, .se = &out->s[i], .total = &r->total,
                           .limit = r->st->max_samples, .scratch = &r->scratch,
-                          .chunks = r->chunks, .start = r->start, .end = r->end};
+                          .chunks = r->chunks, .start = series_start(r, &v[i]), .end = r->end};
     qctx q = r->q;
     q.a = b; /* keys of this group only */
     rv = read_all(&q, v, n, r->start, r->end, ss, r->exemplars);

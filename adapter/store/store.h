@@ -79,6 +79,11 @@ typedef struct pt_store {
      * they never return what a backend is about to delete or has not deleted yet. */
     int64_t retention_ms;
     int64_t now_ms; /* tests: the wall clock that retention counts from; 0 = the real one */
+    /* storage.retention_rules: how long a series keeps its samples (ms, 0 = forever, at
+     * most retention_ms when that is set); a read of the series starts no earlier than
+     * now minus it. NULL = retention_ms for every series. Called from any thread. */
+    int64_t (*keep_ms)(void *ud, const pt_label *labels, size_t n);
+    void *keep_ud;
     /* Tenancy (tenant.h): a tenant's store is a copy of the shared one whose be is the
      * tenant's view. salt is mixed into every cache key (index cache, series-row cache,
      * list hints), so one tenant's entries never answer another's lookups; 0 without

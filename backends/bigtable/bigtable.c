@@ -166,6 +166,9 @@ static int bt_open(void *state, const pt_backend_config *cfg, char *err, size_t 
     bt->read_ms = READ_DEADLINE_MS;
     bt->retry_ms = RETRY_BUDGET_MS;
     bt->retention_s = cfg->retention_seconds;
+    bt->keep_row = cfg->keep_row_ms;
+    bt->keep_ud = cfg->keep_ud;
+    bt->retention_dropped = cfg->retention_dropped;
     /* Zero when a caller filled the struct itself, without the configuration's default. */
     bt->read_streams = bc->read_streams > 0 ? (int)bc->read_streams : READ_STREAMS;
     bt->split_bytes = SPLIT_BYTES;

@@ -10,6 +10,12 @@
  *      per row: a reader sees a row's cells before or after, never between;
  *   3. goes on after the page's last row until the table ends.
  *
+ * With storage.retention_rules, step 1 also deletes the cells of a page's data rows that
+ * are past their row's keep (a cell's version is its newest sample's time: a chunk goes
+ * once all of it is past), one DeleteFromColumn of the versions below the cutoff per
+ * such cell, sent before step 2 reads the candidates. Reads clip at the cutoff anyway,
+ * so a chunk across it waits for a later pass.
+ *
  * A pass can stop anywhere: rows done are no longer picked, the others are as they were.
  * Two compactors on one row (a lease that lapsed under a stalled holder) build the same
  * rewrite from the same cells, and from different reads rewrites that each keep the
@@ -28,6 +34,7 @@
 #include "bigtable_int.h"
 #include "error.h"
 #include "log.h"
+#include "schema.h"
 
 enum {
     PAGE_ROWS = 1000,       /* rows one qualifier scan looks at */
@@ -158,6 +165,7 @@ typedef struct pass {
     const pt_mutation **ptrs;
     size_t pcap;
     size_t batch_rows, batch_cells, batch_chunks, batch_bytes;
+    size_t batch_expired; /* retention deletes among the mutations */
     size_t seen;    /* rows of the batch's read looked at; it stops at BATCH_BYTES */
     long done_rows; /* rows this pass compacted */
 } pass;
@@ -177,12 +185,46 @@ static int reserve_fold(pass *p, size_t n)
     return n <= p->fcap ? 0 : pt_array_reserve(&p->fold, &p->fcap, n, 1, 0);
 }
 
+static int keep(pass *p, pt_slice *s);
+
+/* Into the batch: a delete of the cells of data row key that are past its keep. */
+static int expire_row(pass *p, pt_slice key, const pt_bt_cell *cells, size_t n)
+{
+    size_t end;
+    if (!p->bt->keep_row || pt_key_time(key.p, key.n, "@#", &end) < 0 || end != key.n)
+        return 0;
+    int64_t keep_ms = p->bt->keep_row(p->bt->keep_ud, key);
+    if (keep_ms <= 0)
+        return 0;
+    int64_t cut_us = (p->now_ms - keep_ms) * 1000;
+    pt_slice row = key;
+    int rv = 0, copied = 0;
+    for (size_t i = 0; i < n && rv == 0; i++) {
+        if (cells[i].ts >= cut_us || (i && pt_slice_eq(cells[i].qualifier, cells[i - 1].qualifier)))
+            continue;
+        if (!copied++ && (rv = keep(p, &row)) != 0)
+            break;
+        if (p->nm == p->mcap)
+            rv = pt_array_reserve(&p->muts, &p->mcap, p->nm + 1, sizeof(*p->muts), 0);
+        pt_mutation m = {.table = PT_TABLE_POINTS, .row = row, .qual = cells[i].qualifier,
+                         .version_us = -cut_us};
+        if (rv == 0 && (rv = keep(p, &m.qual)) == 0) {
+            p->muts[p->nm++] = m;
+            p->batch_expired++;
+            p->batch_bytes += m.qual.n;
+        }
+    }
+    return rv;
+}
+
 /* Step 1's row callback: remembers the row as the resume point, and as a candidate when
- * it is worth compacting. */
+ * it is worth compacting; deletes what is past its retention rule. */
 static int plan_row(void *ud, pt_slice key, const pt_bt_cell *cells, size_t n)
 {
     pass *p = ud;
     int rv = reserve_fold(p, n);
+    if (rv == 0)
+        rv = expire_row(p, key, cells, n);
     p->page_rows++;
     pt_buf_reset(&p->last);
     if (rv == 0 &&
@@ -281,9 +323,12 @@ static int flush_batch(pass *p)
         atomic_fetch_add(&c->rows, p->batch_rows);
         atomic_fetch_add(&c->cells, p->batch_cells);
         atomic_fetch_add(&c->chunks, p->batch_chunks);
+        if (p->bt->retention_dropped)
+            atomic_fetch_add(p->bt->retention_dropped, p->batch_expired);
         p->done_rows += (long)p->batch_rows;
     }
     p->nm = p->batch_rows = p->batch_cells = p->batch_chunks = p->batch_bytes = 0;
+    p->batch_expired = 0;
     pt_arena_reset(&p->mem);
     if (c->fail_after && p->done_rows >= c->fail_after)
         return PT_EUNAVAIL;
@@ -334,6 +379,8 @@ static int run_pass(pass *p)
         int rv = pt_bt_data_read_raw(p->bt, &s, 1, plan_row, p);
         if (rv == 0 && p->rv)
             rv = p->rv;
+        if (rv == 0 && p->nm)
+            rv = flush_batch(p); /* the retention deletes */
         if (rv == 0)
             rv = compact_candidates(p);
         if (rv != 0 || p->page_rows < PAGE_ROWS)

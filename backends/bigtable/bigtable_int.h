@@ -187,6 +187,11 @@ typedef struct pt_bt {
     char *params[PT_TABLE_COUNT];         /* x-goog-request-params for data calls */
     char *parent_params;                  /* ... and for CreateTable */
     long retention_s;
+    /* storage.retention_rules (backend.h keep_row_ms), or NULL: compaction passes delete
+     * the cells of a data row past its keep, counted into retention_dropped (or not). */
+    int64_t (*keep_row)(void *ud, pt_slice row);
+    void *keep_ud;
+    _Atomic uint64_t *retention_dropped;
     int write_ms, read_ms, retry_ms; /* deadline of one call; time spent retrying */
     int read_streams;                /* ReadRows streams one scan may run at once, >= 1 */
     int grpc_ready;                  /* grpc_init was called: close must balance it */

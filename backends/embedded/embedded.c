@@ -239,8 +239,7 @@ static int embedded_open(void *state, const pt_backend_config *cfg, char *err, s
     if (e->sink) {
         if ((rv = lock_dir(e, path, err, errlen)) != 0)
             goto fail;
-    } else if ((rv = pt_emb_expire_init(&e->x, &e->r, (int64_t)cfg->retention_seconds * 1000,
-                                         cfg->index_span_ms, cfg->retention_dropped)) != 0 ||
+    } else if ((rv = pt_emb_expire_init(&e->x, &e->r, cfg)) != 0 ||
                (rv = pt_emb_rocks_open(&e->r, path, sync,
                                         ec->block_cache ? ec->block_cache
                                                         : EMB_DEFAULT_BLOCK_CACHE,

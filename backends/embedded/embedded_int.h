@@ -210,7 +210,11 @@ int pt_emb_chunk_key_split(const char *k, size_t kn, pt_slice *row, uint32_t *fi
 /* ---- expire.c ---- */
 
 typedef struct expire {
-    int64_t keep_ms;       /* storage.retention; 0 = keep everything, no filter */
+    int64_t keep_ms;       /* storage.retention; 0 = keep everything */
+    /* storage.retention_rules (backend.h keep_row_ms): a data row's own keep, or NULL */
+    int64_t (*keep_row)(void *ud, pt_slice row);
+    void *keep_ud;
+    int64_t every_ms;      /* the compacting thread's interval; 0 = no thread, no filter */
     int64_t index_span_ms; /* what an index row's day spans (index.bucket) */
     _Atomic int64_t now_ms; /* the clock, for tests; 0 = the real one */
     _Atomic uint64_t dropped[2];   /* points chunks, index cells */
@@ -225,11 +229,11 @@ typedef struct expire {
     int running;
 } expire;
 
-/* Makes the filters of a retention of keep_ms (none for 0) and sets them in r, which
- * must not be open yet; index_span_ms <= 0 means unknown (the longest, 2^32 ms). */
-int pt_emb_expire_init(expire *x, rocks *r, int64_t keep_ms, int64_t index_span_ms,
-                       _Atomic uint64_t *counter);
-/* Starts the thread compacting r every keep_ms / 4 (no thread without a retention). */
+/* Makes the filters of cfg's retention and retention rules (none when samples are kept
+ * forever) and sets them in r, which must not be open yet. */
+int pt_emb_expire_init(expire *x, rocks *r, const pt_backend_config *cfg);
+/* Starts the thread compacting r every quarter of the shortest retention (the global one
+ * or a rule's; no thread without either). */
 int pt_emb_expire_start(expire *x, rocks *r);
 /* Compacts both tables whole, now: expired entries go (blocks until done). */
 void pt_emb_expire_compact(expire *x, rocks *r);

@@ -17,6 +17,10 @@
  *   cutoff: the index of a bucket lives as long as its samples (Bigtable's GC rule does
  *   the same through the cells' versions, write.c).
  *
+ * With storage.retention_rules the points' cutoff is the row's own (backend.h
+ * keep_row_ms, asked once per row: a compaction thread's keys come in row order, so the
+ * last row's answer is kept per thread); index rows go by storage.retention only.
+ *
  * A key that does not parse (the "==format" row, anything unknown) is kept; so is a chunk
  * whose value does not parse. The head's cells are not in RocksDB: they go at a later
  * compaction once flushed. Reads never see expired samples anyway: the read path starts
@@ -33,10 +37,32 @@
 #include "schema.h"
 
 
-static int64_t cutoff(const expire *x)
+static int64_t cutoff(const expire *x, int64_t keep_ms)
 {
     int64_t now = atomic_load_explicit(&x->now_ms, memory_order_relaxed);
-    return (now ? now : pt_wall_ms()) - x->keep_ms;
+    return (now ? now : pt_wall_ms()) - keep_ms;
+}
+
+/* The keep of data row k[0, rn): the rules' answer, remembered for the thread's next key. */
+static int64_t row_keep(const expire *x, const uint8_t *k, size_t rn)
+{
+    static _Thread_local struct {
+        const expire *x;
+        uint64_t h;
+        size_t n;
+        int64_t keep;
+    } last;
+    if (!x->keep_row)
+        return x->keep_ms;
+    uint64_t h = XXH3_64bits(k, rn);
+    if (last.x == x && last.h == h && last.n == rn)
+        return last.keep;
+    int64_t keep = x->keep_row(x->keep_ud, (pt_slice){k, rn});
+    last.x = x;
+    last.h = h;
+    last.n = rn;
+    last.keep = keep;
+    return keep;
 }
 
 static int points_expired(const expire *x, const uint8_t *k, size_t kn, const uint8_t *v, size_t vn)
@@ -48,7 +74,10 @@ static int points_expired(const expire *x, const uint8_t *k, size_t kn, const ui
     int64_t base = pt_key_time(k, rn, "@#", &end); /* data, exemplars */
     if (base < 0 || end != rn || base % PT_BUCKET_MS != 0)
         return 0;
-    int64_t cut = cutoff(x);
+    int64_t keep = row_keep(x, k, rn);
+    if (keep <= 0)
+        return 0;
+    int64_t cut = cutoff(x, keep);
     if (base + pt_get_be32(z + 1) >= cut)
         return 0;
     if (base + PT_BUCKET_MS <= cut)
@@ -64,12 +93,12 @@ static int index_expired(const expire *x, const uint8_t *k, size_t kn)
 {
     const uint8_t *z = memchr(k, 0, kn);
     size_t rn = z ? (size_t)(z - k) : 0, end;
-    if (!z)
+    if (!z || x->keep_ms <= 0)
         return 0;
     int64_t day = pt_key_time(k, rn, "@#", &end);
     if (day < 0 || end >= rn || k[end] != ',')
         return 0;
-    return day + x->index_span_ms <= cutoff(x);
+    return day + x->index_span_ms <= cutoff(x, x->keep_ms);
 }
 
 static unsigned char filter(expire *x, int cf, const char *k, size_t kn, const char *v, size_t vn,
@@ -113,14 +142,21 @@ static void filter_destroy(void *st)
     (void)st; /* x belongs to the embedded backend */
 }
 
-int pt_emb_expire_init(expire *x, rocks *r, int64_t keep_ms, int64_t index_span_ms,
-                       _Atomic uint64_t *counter)
+int pt_emb_expire_init(expire *x, rocks *r, const pt_backend_config *cfg)
 {
-    x->keep_ms = keep_ms;
-    x->index_span_ms = index_span_ms > 0 ? index_span_ms : PT_BUCKET_MS;
-    x->counter = counter;
-    if (keep_ms <= 0)
+    x->keep_ms = (int64_t)cfg->retention_seconds * 1000;
+    x->index_span_ms = cfg->index_span_ms > 0 ? cfg->index_span_ms : PT_BUCKET_MS;
+    x->counter = cfg->retention_dropped;
+    int64_t shortest = x->keep_ms;
+    if (cfg->keep_row_ms && cfg->shortest_keep_ms > 0) {
+        x->keep_row = cfg->keep_row_ms;
+        x->keep_ud = cfg->keep_ud;
+        if (shortest <= 0 || cfg->shortest_keep_ms < shortest)
+            shortest = cfg->shortest_keep_ms;
+    }
+    if (shortest <= 0)
         return 0;
+    x->every_ms = shortest / 4 > 1000 ? shortest / 4 : 1000;
     x->filter[CF_POINTS] =
         rocksdb_compactionfilter_create(x, filter_destroy, filter_points, filter_name);
     x->filter[CF_INDEX] =
@@ -156,7 +192,7 @@ void pt_emb_expire_compact(expire *x, rocks *r)
 static void *expire_main(void *arg)
 {
     expire *x = arg;
-    int64_t every = x->keep_ms / 4 > 1000 ? x->keep_ms / 4 : 1000;
+    int64_t every = x->every_ms;
     pthread_mutex_lock(&x->mu);
     while (!atomic_load(&x->stop)) {
         int64_t next = (pt_wall_ms() / every + 1) * every;
@@ -176,7 +212,7 @@ static void *expire_main(void *arg)
 
 int pt_emb_expire_start(expire *x, rocks *r)
 {
-    if (x->keep_ms <= 0)
+    if (x->every_ms <= 0)
         return 0;
     x->r = r;
     if (pthread_mutex_init(&x->mu, NULL) != 0)

@@ -3,7 +3,8 @@
  * rewrites rows of single cells and small chunks into fewer cells and every scan reads
  * the same; a second pass does nothing; exemplar and recent rows are left alone; two
  * backends compacting at once do each row once; a pass that stops halfway leaves every
- * row old or compacted, and the lease keeps another holder out until it lapses.
+ * row old or compacted, and the lease keeps another holder out until it lapses; with
+ * storage.retention_rules a pass deletes the cells past a row's rule.
  * PT_COMPACT_BENCH=1 also measures 1000 series x 240 samples written one request per
  * sample (docs/benchmarks.md). Without the emulator binary the test is skipped.
  */
@@ -332,6 +333,68 @@ static void bench(const char *endpoint)
     pt_backend_close(&b);
 }
 
+/* storage.retention_rules (backend.h keep_row_ms): rows of "dbg" keep a day. */
+static int64_t keep_dbg(void *ud, pt_slice row)
+{
+    (void)ud;
+    return row.n > 3 && memcmp(row.p, "dbg", 3) == 0 ? 86400000 : 0;
+}
+
+/* A pass deletes what is past a row's rule: single cells and chunks whose newest sample
+ * is older than its cutoff; a chunk across it stays (reads clip it); rows of no rule and
+ * recent cells are left alone. */
+static void test_rules(const char *endpoint)
+{
+    pt_backend b;
+    if (!ok(open_init(&b, endpoint, "ret_") == 0, "tables for the retention rules"))
+        return;
+    pt_backend_close(&b);
+    _Atomic uint64_t dropped = 0;
+    char err[256] = "";
+    pt_bigtable_conf bc = {.project = "proj", .instance = "inst", .endpoint = (char *)endpoint,
+                           .table_prefix = "ret_"};
+    pt_backend_config cfg = {.own = &bc, .keep_row_ms = keep_dbg, .shortest_keep_ms = 86400000,
+                             .retention_dropped = &dropped};
+    if (!ok(pt_backend_open(&b, &pt_backend_bigtable, &cfg, err, sizeof(err)) == 0,
+            "opened with a rule (%s)", err))
+        return;
+    static const char *const rk[] = {"dbg,job=a,@0000000000000", "cpu,job=k,@0000000000000"};
+    int rv = 0;
+    for (int i = 0; i < 2 && rv == 0; i++) {
+        rv = write_single(&b, rk[i], 1, "s1");
+        if (rv == 0)
+            rv = write_single(&b, rk[i], 2, "s2");
+        ct_batch old = {0}, across = {0}, recent = {0};
+        ct_add(&old, PT_TABLE_POINTS, rk[i], 1000, "o1");
+        ct_add(&old, PT_TABLE_POINTS, rk[i], 2000, "o2");
+        ct_add(&across, PT_TABLE_POINTS, rk[i], (uint32_t)(NOW - 86400000) - 1000, "a1");
+        ct_add(&across, PT_TABLE_POINTS, rk[i], (uint32_t)(NOW - 86400000) + 1000, "a2");
+        ct_add(&recent, PT_TABLE_POINTS, rk[i], (uint32_t)NOW - 1000, "r1");
+        if (rv == 0)
+            rv = ct_write(&b, &old);
+        if (rv == 0)
+            rv = ct_write(&b, &across);
+        if (rv == 0)
+            rv = ct_write(&b, &recent);
+    }
+    is(rv, 0, "two rows: old single cells, an old chunk, one across the cutoff, a recent one");
+    is(pt_bt_compact_pass(b.state, NOW), 0, "one pass");
+    char *after = dump(&b);
+    char across[64];
+    snprintf(across, sizeof(across), "dbg,job\\x3da,@0000000000000:%08x=a1;",
+             (unsigned)(NOW - 86400000) - 1000);
+    ok(strstr(after, across) &&
+           !strstr(after, "dbg,job\\x3da,@0000000000000:00000001=") &&
+           !strstr(after, "dbg,job\\x3da,@0000000000000:000003e8="),
+       "the ruled row: old cells and the old chunk gone, the chunk across kept: %s", strstr(after, "dbg"));
+    ok(strstr(after, "cpu,job\\x3dk,@0000000000000:00000001=s1;") &&
+           strstr(after, "cpu,job\\x3dk,@0000000000000:000003e8=o1;"),
+       "a row without a rule: everything kept");
+    is((long)atomic_load(&dropped), 3, "3 cells counted dropped (2 single cells, 1 chunk)");
+    free(after);
+    pt_backend_close(&b);
+}
+
 int main(void)
 {
     char endpoint[64];
@@ -344,6 +407,7 @@ int main(void)
     test_two_at_once(endpoint);
     test_stopped(endpoint);
     test_thread(endpoint);
+    test_rules(endpoint);
     if (getenv("PT_COMPACT_BENCH"))
         bench(endpoint);
     return done_testing();

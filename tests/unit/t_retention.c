@@ -1,11 +1,17 @@
 /* storage.retention on the embedded store: compactions drop the expired points chunks and
- * index cells and keep everything else; reads start at now - retention. The clock is
- * injected (pt_embedded_compact's now, pt_store.now_ms), so nothing here depends on time. */
+ * index cells and keep everything else; reads start at now - retention. Then
+ * storage.retention_rules: the rules' text and YAML form, the first matching rule
+ * deciding, per row key as the compaction filter asks, and per series in reads (samples
+ * and streamed chunks). The clock is injected (pt_embedded_compact's now,
+ * pt_store.now_ms), so nothing here depends on time. */
 #include <inttypes.h>
 
 #include "bytes.h"
+#include "config.h"
 #include "faulty.h"
+#include "matcher.h"
 #include "metrics.h"
+#include "retention.h"
 #include "embedded.h"
 #include "store_helpers.h"
 #include "tap.h"
@@ -372,10 +378,255 @@ static void test_reads(void)
     tstore_close(&s);
 }
 
+/* ---- storage.retention_rules ---- */
+
+static pt_retention_rules *rules_of(const char *text, int64_t global_ms, char *err, size_t n)
+{
+    pt_retention_rules *r = NULL;
+    err[0] = '\0';
+    if (pt_retention_rules_parse(text, global_ms, 0, 0, &r, err, n) != 0)
+        return NULL;
+    return r;
+}
+
+static int64_t keep_of(pt_retention_rules *r, const char *row)
+{
+    return pt_retention_keep_row(r, sl(row));
+}
+
+static void test_rules_parse(void)
+{
+    char err[512];
+    pt_retention_rules *r =
+        rules_of("7d {__name__=~\"debug_.*\"}\n\n  2d debug_x \n30d {job=\"batch\"}\n", 0, err,
+                 sizeof(err));
+    if (!ok(r != NULL, "three rules parse (%s)", err))
+        return;
+    is(pt_retention_rules_shortest(r), 2 * DAY, "the shortest is 2d");
+    is(keep_of(r, "debug_x,job=a,@0000000000000"), 7 * DAY,
+       "the first matching rule decides (7d, not the later 2d)");
+    is(keep_of(r, "up,job=batch,@0000000000000"), 30 * DAY, "a later rule matches");
+    is(keep_of(r, "up,job=web,@0000000000000"), 0, "no rule: storage.retention (forever)");
+    is(keep_of(r, "debug_x,job=a,#4294967296000"), 7 * DAY, "an exemplar row as its series");
+    is(keep_of(r, "\001t1\001debug_y,@0000000000000"), 7 * DAY,
+       "a tenant's row: the prefix is not part of the series");
+    is(keep_of(r, "debug_z,\\#0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef,"
+                  "@0000000000000"),
+       0, "a hashed long series: storage.retention");
+    is(keep_of(r, "debug_x,job=a"), 0, "not a data row: storage.retention");
+    is(keep_of(r, "debug\\,x,@0000000000000"), 0, "an escaped name is read unescaped");
+    pt_label ls[] = {{sl("__name__"), sl("up")}, {sl("job"), sl("batch")}};
+    is(pt_retention_keep(r, ls, 2), 30 * DAY, "by labels as the read path asks");
+    pt_retention_rules_free(r);
+
+    r = rules_of("7d {job=\"a\"}", 30 * DAY, err, sizeof(err));
+    ok(r != NULL, "a rule shorter than storage.retention");
+    is(keep_of(r, "m,job=b,@0000000000000"), 30 * DAY, "no rule: storage.retention");
+    pt_retention_rules_free(r);
+    ok(rules_of("", 0, err, sizeof(err)) == NULL && !err[0], "no text: no rules, no error");
+
+    static const struct {
+        const char *text, *want;
+    } bad[] = {
+        {"40d {job=\"a\"}", "rule 1: retention 40d is longer than storage.retention"},
+        {"1d up\n0s {job=\"a\"}", "rule 2: retention \"0s\" is not a duration above 0"},
+        {"1d {job=~\"(\"}", "rule 1: selector {job=~\"(\"}:"},
+        {"1d", "rule 1: \"<retention> <selector>\" expected"},
+        {"soon up", "rule 1: retention \"soon\" is not a duration"},
+        {"1d {job=\"\"}", "rule 1: selector"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        r = rules_of(bad[i].text, 30 * DAY, err, sizeof(err));
+        ok(r == NULL && strstr(err, bad[i].want), "bad rules %zu refused (%s)", i + 1, err);
+        pt_retention_rules_free(r);
+    }
+}
+
+static int load_config(const char *yaml, pt_config *c, char *err, size_t n)
+{
+    if (pt_config_defaults(c) != 0)
+        return -1;
+    int rv = pt_config_load_yaml(c, yaml, strlen(yaml), err, n);
+    if (rv == 0)
+        rv = pt_config_check(c, err, n);
+    return rv;
+}
+
+static void test_rules_config(void)
+{
+    char err[512] = "";
+    pt_config c;
+    int rv = load_config("storage:\n  retention: 30d\n  retention_rules:\n"
+                         "    - match: '{__name__=~\"debug_.*\"}'\n      retention: 7d\n"
+                         "    - {retention: 1d, match: 'tmp_x'}\n",
+                         &c, err, sizeof(err));
+    ok(rv == 0, "a YAML list of rules loads (%s)", err);
+    is_str(rv == 0 ? c.retention_rules : "", "7d {__name__=~\"debug_.*\"}\n1d tmp_x\n",
+           "...into one line a rule");
+    pt_config_free(&c);
+    rv = load_config("storage:\n  retention: 3d\n  retention_rules:\n"
+                     "    - match: up\n      retention: 7d\n", &c, err, sizeof(err));
+    ok(rv != 0 && strstr(err, "longer than storage.retention"),
+       "a rule longer than storage.retention: refused (%s)", err);
+    pt_config_free(&c);
+    rv = load_config("storage:\n  retention_rules:\n    - match: up\n", &c, err, sizeof(err));
+    ok(rv != 0 && strstr(err, "both match and retention are needed"),
+       "a rule without retention: refused (%s)", err);
+    pt_config_free(&c);
+    rv = load_config("storage:\n  retention_rules:\n    - up\n", &c, err, sizeof(err));
+    ok(rv != 0 && strstr(err, "is a list of {match"), "a rule that is no mapping: refused (%s)",
+       err);
+    pt_config_free(&c);
+    rv = load_config("storage:\n  retention_rules:\n    - {match: up, retention: 1d, x: 1}\n",
+                     &c, err, sizeof(err));
+    ok(rv != 0 && strstr(err, "unknown key \"x\""), "an unknown key in a rule: refused (%s)",
+       err);
+    pt_config_free(&c);
+    rv = load_config("web:\n  x:\n    - 1\n", &c, err, sizeof(err));
+    ok(rv != 0 && strstr(err, "lists are not used"), "any other list: refused (%s)", err);
+    pt_config_free(&c);
+}
+
+/* The compaction filter with a rule: "debug" series keep 2 days, the others storage.retention
+ * (10 days), or forever without one. */
+static void test_rules_filter(void)
+{
+    char err[512];
+    for (int forever = 0; forever < 2; forever++) {
+        const char *how = forever ? "storage.retention forever" : "storage.retention 10d";
+        pt_retention_rules *r =
+            rules_of("2d {__name__=~\"debug.*\"}", forever ? 0 : KEEP, err, sizeof(err));
+        char dir[64];
+        strcpy(dir, "/tmp/pt-test-XXXXXX");
+        pt_embedded_conf ec = {.path = mkdtemp(dir)};
+        pt_backend_config c = {.own = &ec, .retention_seconds = forever ? 0 : (long)(KEEP / 1000),
+                               .index_span_ms = DAY, .keep_row_ms = pt_retention_keep_row,
+                               .keep_ud = r, .shortest_keep_ms = 2 * DAY};
+        pt_backend b;
+        if (!ok(r && pt_backend_open(&b, pt_backend_find("embedded"), &c, err, sizeof(err)) == 0,
+                "%s: open with a rule", how)) {
+            pt_retention_rules_free(r);
+            return;
+        }
+        int64_t t3 = NOW - 3 * DAY, t1 = NOW - DAY, t20 = NOW - 20 * DAY;
+        ok(put_points(&b, "debug_a", t3, 1000, 5) == 0 && put_points(&b, "debug_b", t1, 1000, 5) == 0 &&
+               put_points(&b, "up", t3, 1000, 5) == 0 && put_points(&b, "up_old", t20, 1000, 5) == 0 &&
+               put_exemplar(&b, "debug_a", t3) == 0,
+           "%s: samples 3 and 1 days old of debug series, 3 and 20 of others", how);
+        ok(pt_embedded_flush(&b) == 0, "flushed");
+        pt_embedded_compact(&b, NOW);
+        is(points_in(&b, "debug_a", t3), 0, "%s: debug, 3 days old: gone (2d rule)", how);
+        is(exemplars_in(&b, "debug_a", t3), 0, "%s: its exemplar row too", how);
+        is(points_in(&b, "debug_b", t1), 5, "%s: debug, 1 day old: kept", how);
+        is(points_in(&b, "up", t3), 5, "%s: no rule, 3 days old: kept", how);
+        is(points_in(&b, "up_old", t20), forever ? 5 : 0, "%s: no rule, 20 days old: %s", how,
+           forever ? "kept" : "gone");
+        pt_backend_close(&b);
+        rm_dir(dir);
+        pt_retention_rules_free(r);
+    }
+}
+
+/* A read's samples of metric, through the streamed path (chunks passed on) or not:
+ * samples plus chunk samples, the first time. */
+static long read_any(tstore *s, int chunks, int64_t start, const char *metric, int64_t *first,
+                     size_t *nchunks)
+{
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    pt_query_matcher m = {PT_MATCH_EQ, sl("__name__"), sl(metric)};
+    pt_query q = {start, NOW, &m, 1};
+    pt_read *r;
+    pt_read_batch out;
+    char msg[256];
+    long n = -1;
+    *nchunks = 0;
+    if (pt_read_start(&s->st, &q, 1, &a, NULL, &r) == 0) {
+        pt_read_chunks(r, chunks);
+        int rv = pt_read_next(r, &a, 0, &out, msg, sizeof(msg));
+        if (rv == 1) {
+            n = 0;
+            for (size_t i = 0; i < out.n; i++) {
+                n += (long)out.s[i].nsamples;
+                if (out.s[i].nsamples)
+                    *first = out.s[i].samples[0].t;
+                *nchunks += out.s[i].nchunks;
+                for (size_t k = 0; k < out.s[i].nchunks; k++) {
+                    n += out.s[i].chunks[k].data.p[0] << 8 | out.s[i].chunks[k].data.p[1];
+                    if (!out.s[i].nsamples)
+                        *first = out.s[i].chunks[0].tmin;
+                }
+            }
+        }
+        pt_read_free(r);
+    }
+    pt_arena_free(&a);
+    return n;
+}
+
+static void test_rules_reads(void)
+{
+    char err[512];
+    pt_retention_rules *r = rules_of("2d {__name__=~\"debug.*\"}", 0, err, sizeof(err));
+    tstore s;
+    pt_backend_config c = {.index_span_ms = DAY};
+    if (!ok(r && tstore_open_with(&s, c) == 0, "store opened")) {
+        pt_retention_rules_free(r);
+        return;
+    }
+    s.st.now_ms = NOW;
+    s.st.keep_ms = pt_retention_keep;
+    s.st.keep_ud = r;
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    int64_t cut = NOW - 2 * DAY;
+    tseries v[] = {
+        {{"__name__", "debug_x", "job", "a", NULL},
+         {cut - 3 * 3600000, cut - 1, cut, cut + 1000, NOW - 1000},
+         {1, 2, 3, 4, 5},
+         5},
+        {{"__name__", "up", "job", "a", NULL}, {cut - 3 * 3600000, cut - 1, cut}, {1, 2, 3}, 3},
+    };
+    pt_write_result res;
+    ok(pt_store_write(&s.st, mk_write(&a, v, 2), &a, &res) == 0 && res.samples_written == 8,
+       "samples either side of the rule's cutoff written");
+    for (int pass = 0; pass < 2; pass++) {
+        const char *when = pass ? "flushed" : "in the head";
+        for (int chunks = 0; chunks < 2; chunks++) {
+            const char *way = chunks ? "streamed" : "samples";
+            int64_t first = 0;
+            size_t nch;
+            long n = read_any(&s, chunks, 0, "debug_x", &first, &nch);
+            ok(n == 3 && first == cut, "%s, %s: the ruled series from its cutoff on (%ld, first "
+               "%lld)", when, way, n, (long long)(first - cut));
+            if (pass && chunks)
+                is(nch, 0, "%s, %s: its chunk across the cutoff comes as samples", when, way);
+            n = read_any(&s, chunks, 0, "up", &first, &nch);
+            ok(n == 3 && first == cut - 3 * 3600000, "%s, %s: another series: all (%ld)", when,
+               way, n);
+            if (pass && chunks)
+                is(nch, 1, "%s, %s: ...as its stored chunk", when, way);
+        }
+        if (pass == 0)
+            ok(pt_embedded_flush(&s.emb) == 0, "flushed");
+    }
+    s.st.now_ms = NOW + DAY;
+    int64_t first = 0;
+    size_t nch;
+    is(read_any(&s, 0, 0, "debug_x", &first, &nch), 1, "a day later: one sample left");
+    pt_arena_free(&a);
+    tstore_close(&s);
+    pt_retention_rules_free(r);
+}
+
 int main(void)
 {
     test_filter();
     test_forever();
     test_reads();
+    test_rules_parse();
+    test_rules_config();
+    test_rules_filter();
+    test_rules_reads();
     return done_testing();
 }
