@@ -64,6 +64,16 @@ typedef struct pt_scan {
     int *cold;
 } pt_scan;
 
+/* One erase (pt_backend_ops.erase): the cells of row in table whose qualifiers are in
+ * [qual_start, qual_end) (n == 0: unbounded). In the points table the bounds are 4-byte
+ * offsets or empty. */
+typedef struct pt_erase {
+    uint8_t table; /* pt_table */
+    pt_slice row;
+    pt_slice qual_start;
+    pt_slice qual_end;
+} pt_erase;
+
 /* Called for each cell in (row, qualifier) order. The slices are valid only during the
  * call. Return 0 to go on, 1 to stop the scan early (scan returns 0), or a negative pt
  * error code to abort (scan returns it). */
@@ -189,6 +199,13 @@ typedef struct pt_backend_ops {
      * the store had already moved out of its memory. 0, or an error with err saying why.
      * NULL: the backend has none. */
     int (*snapshot)(void *state, const char *name, int with_head, char *err, size_t errlen);
+    /* Optional: removes for good the cells the n erases name (sorted by table, then row):
+     * every cell acknowledged before the call that an erase covers is gone from every
+     * later scan, also after a restart, a flush or a compaction; a cell written after
+     * the call stays. A backend that packs a row's samples into chunks rewrites the
+     * chunks an erase cuts through. Not atomic across rows: after a failure the caller
+     * erases again (erasing is idempotent). NULL: the backend cannot erase. */
+    int (*erase)(void *state, const pt_erase *x, size_t n);
 } pt_backend_ops;
 
 /* An open backend: the ops table and its state. */
@@ -221,6 +238,12 @@ static inline int pt_backend_position(pt_backend *b, pt_table t, pt_slice key, u
                                       uint64_t *total)
 {
     return b->ops->position ? b->ops->position(b->state, t, key, before, total) : PT_EINTERNAL;
+}
+
+/* pt_backend_ops.erase, or PT_EBADREQ for a backend without it. */
+static inline int pt_backend_erase(pt_backend *b, const pt_erase *x, size_t n)
+{
+    return b->ops->erase ? b->ops->erase(b->state, x, n) : PT_EBADREQ;
 }
 
 static inline int pt_backend_scan(pt_backend *b, const pt_scan *s, pt_cell_fn fn, void *ud)

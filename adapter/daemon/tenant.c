@@ -173,6 +173,25 @@ static int view_scan(void *state, const pt_scan *sc, pt_cell_fn fn, void *ud)
     return rv;
 }
 
+static int view_erase(void *state, const pt_erase *x, size_t n)
+{
+    pt_tenant_view *v = state;
+    size_t keys = 0;
+    for (size_t i = 0; i < n; i++)
+        keys += v->plen + x[i].row.n;
+    pt_erase *c = malloc(n * sizeof(*c) + keys + 1);
+    if (!c)
+        return PT_ENOMEM;
+    uint8_t *mem = (uint8_t *)(c + n);
+    for (size_t i = 0; i < n; i++) {
+        c[i] = x[i];
+        c[i].row = prefixed(&mem, v, x[i].row);
+    }
+    int rv = pt_backend_erase(v->inner, c, n);
+    free(c);
+    return rv;
+}
+
 static const pt_backend_ops view_ops = {
     .name = "tenant",
     .caps = PT_BACKEND_CAP_TEST,
@@ -181,6 +200,7 @@ static const pt_backend_ops view_ops = {
     .close = view_close,
     .write = view_write,
     .scan = view_scan,
+    .erase = view_erase,
 };
 
 void pt_tenant_view_init(pt_tenant_view *v, pt_backend *inner, const char *id, size_t n)

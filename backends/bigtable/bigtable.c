@@ -133,6 +133,13 @@ static int bt_scan(void *state, const pt_scan *s, pt_cell_fn fn, void *ud)
     return bt->wb.ops ? pt_backend_scan(&bt->wb, s, fn, ud) : pt_bt_data_scan(bt, s, fn, ud);
 }
 
+/* Through the write-back buffer, which flushes its head into Bigtable first. */
+static int bt_erase(void *state, const pt_erase *x, size_t n)
+{
+    pt_bt *bt = state;
+    return bt->wb.ops ? pt_backend_erase(&bt->wb, x, n) : pt_bt_erase(bt, x, n);
+}
+
 /* pt_backend_ops.health: the write-back buffer's disk. */
 static int bt_health(void *state, char *msg, size_t msglen)
 {
@@ -463,6 +470,7 @@ const pt_backend_ops pt_backend_bigtable = {
     .stats = bt_stats,
     .health = bt_health,
     .position = bt_position,
+    .erase = bt_erase,
 };
 
 /* What the write-back store writes into and reads from: Bigtable itself. */
@@ -471,4 +479,5 @@ static const pt_backend_ops pt_bt_direct_ops = {
     .write = pt_bt_data_write,
     .scan = pt_bt_data_scan,
     .position = bt_position,
+    .erase = pt_bt_erase,
 };

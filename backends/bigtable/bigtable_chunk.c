@@ -482,11 +482,14 @@ static int gather(void *ud, pt_slice qual, pt_slice value)
     size_t src = cp->rm.src;
     if (qual.n != PT_QUAL_LEN || !cp->fold[src])
         return 0;
+    uint32_t q = pt_get_be32(qual.p);
+    if (q >= cp->drop_lo && q < cp->drop_hi)
+        return 0; /* erased */
     int rv = reserve_cells(&cp->ck, cp->nkeep + 1);
     if (rv != 0)
         return rv;
     pt_vcell *c = &cp->ck.cells[cp->nkeep];
-    c->q = pt_get_be32(qual.p);
+    c->q = q;
     c->vlen = (uint32_t)value.n;
     if (c->vlen <= 8) {
         if (c->vlen)
@@ -532,7 +535,7 @@ long pt_bt_compact_row(pt_bt_compactor *cp, pt_slice key, const pt_bt_cell *cell
     long made = cut(&cp->ck, &row, cp->ck.cells, cp->ck.ver, cp->nkeep, writer, cp->out + k);
     if (made < 0)
         return made;
-    if ((size_t)made >= k)
+    if ((size_t)made >= k && cp->drop_hi <= cp->drop_lo)
         return 0; /* the row would hold as many cells as before */
     *nchunks = (size_t)made;
     *out = cp->out;

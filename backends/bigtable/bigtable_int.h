@@ -616,6 +616,9 @@ typedef struct pt_bt_compactor {
     pt_bt_chunker ck; /* the new chunks' values and qualifiers */
     pt_bt_rowmerge rm;
     const uint8_t *fold; /* during a build */
+    /* An erase's rewrite (bigtable_erase.c): offsets in [drop_lo, drop_hi) are left out,
+     * and the rewrite is made even when it does not cut the row's cells. Zero: none. */
+    uint64_t drop_lo, drop_hi;
     size_t nkeep;        /* cells gathered in ck.cells / ck.ver */
     int failed;          /* ENOMEM while gathering */
     pt_mutation *out;    /* the row's mutations */
@@ -654,6 +657,12 @@ int pt_bt_data_read_raw(pt_bt *bt, const pt_scan *s, int strip, pt_bt_row_fn fn,
  * MutateRows entry up to 100,000 of them), deletes (pt_bt_is_delete) included, retried
  * as write is. */
 int pt_bt_data_mutate(pt_bt *bt, int t, const pt_mutation *const *v, size_t n);
+
+/* ============================================================================
+ * bigtable_erase.c: pt_backend_ops.erase without the write-back buffer
+ * ========================================================================== */
+
+int pt_bt_erase(void *state, const pt_erase *x, size_t n);
 
 /* ============================================================================
  * bigtable_compact.c: compaction passes and their thread (docs/bigtable.md,

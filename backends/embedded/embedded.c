@@ -140,8 +140,10 @@ static void embedded_close(void *state)
     if (e->mu_init)
         pthread_mutex_destroy(&e->mu);
     e->mu_init = 0;
-    if (e->drop_mu_init)
+    if (e->drop_mu_init) {
         pthread_mutex_destroy(&e->drop_mu);
+        pthread_mutex_destroy(&e->rewrite_mu);
+    }
     e->drop_mu_init = 0;
     pt_emb_readahead_stop(&e->ra);
     pt_emb_rocks_close(&e->r);
@@ -179,6 +181,10 @@ static int init_sync(embedded *e)
     e->mu_init = 1;
     if (pthread_mutex_init(&e->drop_mu, NULL) != 0)
         return PT_ENOMEM;
+    if (pthread_mutex_init(&e->rewrite_mu, NULL) != 0) {
+        pthread_mutex_destroy(&e->drop_mu);
+        return PT_ENOMEM;
+    }
     e->drop_mu_init = 1;
     pthread_condattr_t ca;
     if (pthread_condattr_init(&ca) != 0)
@@ -716,4 +722,5 @@ const pt_backend_ops pt_backend_embedded = {
     .health = embedded_health,
     .position = embedded_position,
     .snapshot = pt_emb_snapshot,
+    .erase = pt_emb_erase,
 };

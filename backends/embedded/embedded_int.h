@@ -14,6 +14,8 @@
  *     scan.c      points scans merging the head and the chunks                 rocks head
  *     flusher.c   the flush thread: freezes, sweeps, flushes, a full disk      rocks head ihead
  *                                                                              wal flush
+ *     snapshot.c  checkpoints of the store                                     flusher ihead
+ *     erase.c     erases: the head flushed, chunks rewritten                   flusher ihead
  *     embedded.c  the ops table: open/close, write, scan, statistics           all
  *
  * Ownership: an embedded holds one rocks, expire, head and wal, each made and released
@@ -649,6 +651,12 @@ void pt_emb_readahead_at(ra_job *j, size_t done);
 void pt_emb_readahead_end(ra_job *j);
 void pt_emb_readahead_stats(ra_pool *ra, uint64_t *scans, uint64_t *rows);
 
+/* ---- erase.c ---- */
+
+/* pt_backend_ops.erase: the head flushed, then the erased cells deleted from RocksDB (the
+ * chunks an erase cuts through rewritten), or, write-back, from the sink. */
+int pt_emb_erase(void *state, const pt_erase *x, size_t n);
+
 /* ---- snapshot.c ---- */
 
 /* pt_backend_ops.snapshot: <path>/snapshots/<name>. */
@@ -704,6 +712,9 @@ typedef struct embedded {
     uint64_t done[HEAD_SHARDS];
     uint64_t logs_done;      /* the least of done: logs up to it may be deleted */
     pthread_mutex_t drop_mu; /* serializes deleting logs (pt_emb_wal_drop), without mu */
+    /* Held by the flush thread through a flush (which reads stored chunks and writes them
+     * back merged) and by an erase (which rewrites them), never with mu held first. */
+    pthread_mutex_t rewrite_mu;
     int stop;       /* the flush thread is to exit */
     int retry_now;  /* a synchronous flush waits: skip the backoff */
     int flush_err;  /* the last flush attempt's result */

@@ -311,6 +311,7 @@ void *pt_emb_flusher_main(void *arg)
         uint64_t t0 = pt_now_ns();
         /* Not into a RocksDB that refused a write (or is not open after a failed
          * reopen): the disk check reopens it first. */
+        pthread_mutex_lock(&e->rewrite_mu);
         int rv = e->sink ? pt_emb_flush_flushing(e, hook, ud)
                  : !e->r.db ? PT_EUNAVAIL
                  : atomic_load(&e->r.broken)
@@ -319,6 +320,7 @@ void *pt_emb_flusher_main(void *arg)
         /* The logs' index cells too, before any log is deleted. */
         if (rv == 0)
             rv = pt_emb_ihead_drain(&e->ix);
+        pthread_mutex_unlock(&e->rewrite_mu);
         if (rv == PT_ENOSPACE) /* the table files of the flush, before RocksDB saw them */
             atomic_store(&e->r.full, 1);
         uint64_t took = pt_now_ns() - t0;

@@ -5,7 +5,8 @@
  *     pt_conformance_run(b, "embedded");
  *
  * b must be open on EMPTY tables (the unbounded-range cases check exact results). The
- * suite writes only rows under "a/", "c01/".."c15/" and "z/" and never deletes them.
+ * suite writes only rows under "a/", "c01/".."c24/" and "z/", and erases (a backend with
+ * pt_backend_ops.erase) only under "c22/".."c24/".
  * Include this header from one test file, after tap.h's users are set up; the including
  * file prints the plan with done_testing().
  */
@@ -778,6 +779,103 @@ static void ct_runs(pt_backend *b, const char *L)
     is_str(ct_window(b, "c21/", "c21/\xff", 9, 12), want, "%s: ...and through a window", L);
 }
 
+/* pt_erase of the points rows' offsets [qs, qe) (UINT32_MAX: unbounded end) or, for the
+ * index, of qualifiers [qs, qe) as strings ("" unbounded); bounds held in buf. */
+static pt_erase ct_erase_points(const char *row, uint32_t qs, uint32_t qe, uint8_t buf[8])
+{
+    pt_put_be32(buf, qs);
+    pt_put_be32(buf + 4, qe);
+    return (pt_erase){PT_TABLE_POINTS, pt_slice_str(row), qs ? (pt_slice){buf, 4} : CT_NONE,
+                      qe == UINT32_MAX ? CT_NONE : (pt_slice){buf + 4, 4}};
+}
+
+/* Erases: a run of one write cut through (a backend's chunks rewritten), cells written one
+ * by one, a whole row, an index row's cells by qualifier, two erases of one row in one
+ * call; a later write into an erased range stays; erasing again changes nothing. */
+static void ct_erase(pt_backend *b, const char *L)
+{
+    enum { N = 300, STEP = 60000 };
+    if (!b->ops->erase) {
+        (void)L;
+        skip(1, "this backend has no erase");
+        return;
+    }
+    static char vals[N][9];
+    static ct_batch run, one;
+    run.n = 0;
+    for (uint32_t i = 0; i < N; i++) {
+        snprintf(vals[i], sizeof(vals[i]), "e%07u", (unsigned)i);
+        ct_add(&run, PT_TABLE_POINTS, "c22/r", i * STEP, vals[i]);
+        if (i < 20)
+            ct_add(&run, PT_TABLE_POINTS, "c22/t", i, vals[i]);
+    }
+    int rv = ct_write(b, &run);
+    for (uint32_t i = 0; i < 10 && rv == 0; i++) {
+        one.n = 0;
+        ct_add(&one, PT_TABLE_POINTS, "c22/s", i, vals[i]);
+        rv = ct_write(b, &one);
+    }
+    one.n = 0;
+    ct_add(&one, PT_TABLE_INDEX, "c22/i", 0, "x");
+    ct_add(&one, PT_TABLE_INDEX, "c22/i", 1, "y");
+    ct_add(&one, PT_TABLE_INDEX, "c22/i", 2, "z");
+    ct_add(&one, PT_TABLE_INDEX, "c22/j", 0, "x");
+    if (rv == 0)
+        rv = ct_write(b, &one);
+    is(rv, 0, "%s: rows to erase written", L);
+    uint8_t bufs[5][8], q1[4], q2[4];
+    pt_put_be32(q1, 1);
+    pt_put_be32(q2, 2);
+    pt_erase x[] = {
+        ct_erase_points("c22/r", 100 * STEP, 200 * STEP, bufs[0]),
+        ct_erase_points("c22/s", 3, 6, bufs[1]),
+        ct_erase_points("c22/t", 0, UINT32_MAX, bufs[2]),
+        {PT_TABLE_INDEX, pt_slice_str("c22/i"), {q1, 4}, {q2, 4}},
+        {PT_TABLE_INDEX, pt_slice_str("c22/j"), CT_NONE, CT_NONE},
+    };
+    is(pt_backend_erase(b, x, CT_N(x)), 0, "%s: five erases", L);
+    uint32_t q[N];
+    size_t k = 0;
+    for (uint32_t i = 0; i < N; i++)
+        if (i < 100 || i >= 200)
+            q[k++] = i * STEP;
+    char want[8192];
+    snprintf(want, sizeof(want), "%s", ct_expect_cells("c22/r", q, k, vals, STEP));
+    is_str(CT_POINTS(b, "c22/r", "c22/r\xff"), want,
+           "%s: a run cut through: the cells either side kept, with their values", L);
+    snprintf(want, sizeof(want), "%s", ct_expect_cells("c22/r", q + 99, 2, vals, STEP));
+    is_str(ct_window(b, "c22/r", "c22/r\xff", 99 * STEP, 201 * STEP), want,
+           "%s: ...and through a window across the erased range", L);
+    static const uint32_t s_left[] = {0, 1, 2, 6, 7, 8, 9};
+    is_str(CT_POINTS(b, "c22/s", "c22/s\xff"), ct_expect_cells("c22/s", s_left, 7, vals, 1),
+           "%s: cells written one by one: 3 to 5 gone", L);
+    is_str(CT_POINTS(b, "c22/t", "c22/t\xff"), "", "%s: a row erased whole", L);
+    pt_row_range ir = CT_RANGE("c22/", "c22/\xff");
+    is_str(ct_show(b, PT_TABLE_INDEX, &ir, 1), "c22/i:00000000=x;c22/i:00000002=z;",
+           "%s: index cells by qualifier; an index row whole", L);
+
+    one.n = 0;
+    ct_add(&one, PT_TABLE_POINTS, "c22/r", 150 * STEP, "later");
+    is(ct_write(b, &one), 0, "%s: a write into the erased range", L);
+    pt_erase twice[] = {ct_erase_points("c22/r", 0, 10 * STEP, bufs[3]),
+                        ct_erase_points("c22/r", 290 * STEP, UINT32_MAX, bufs[4])};
+    is(pt_backend_erase(b, twice, 2), 0, "%s: two erases of one row in one call", L);
+    is(pt_backend_erase(b, twice, 2), 0, "%s: ...again", L);
+    k = 0;
+    for (uint32_t i = 10; i < 290; i++)
+        if (i < 100 || i >= 200)
+            q[k++] = i * STEP;
+    snprintf(want, sizeof(want), "%s", ct_expect_cells("c22/r", q, 90, vals, STEP));
+    snprintf(want + strlen(want), sizeof(want) - strlen(want), "c22/r:%08x=later;", 150 * STEP);
+    snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s",
+             ct_expect_cells("c22/r", q + 90, k - 90, vals, STEP));
+    is_str(CT_POINTS(b, "c22/r", "c22/r\xff"), want,
+           "%s: both ends gone, the later write kept", L);
+    uint8_t bad[3] = {1, 2, 3};
+    pt_erase odd = {PT_TABLE_POINTS, pt_slice_str("c22/r"), {bad, 3}, CT_NONE};
+    is(pt_backend_erase(b, &odd, 1), PT_EBADREQ, "%s: points bounds of 3 bytes: refused", L);
+}
+
 /* Runs every case against b; TAP lines are prefixed with label. A program may take only
  * the builders above without it. */
 __attribute__((unused)) static void pt_conformance_run(pt_backend *b, const char *label)
@@ -798,6 +896,7 @@ __attribute__((unused)) static void pt_conformance_run(pt_backend *b, const char
     ct_bad_rows(b, label);
     ct_concurrent(b, label);
     ct_runs(b, label);
+    ct_erase(b, label);
 }
 
 #endif

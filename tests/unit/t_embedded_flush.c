@@ -661,10 +661,114 @@ static void test_flush_failure(const char *tmp)
     pt_backend_close(&b);
 }
 
+/* The erase child: 100 cells of row e/r written (still in the head and its log, or with a
+ * budget partly flushed), offsets [20, 80) erased, then offset 50 and 200..209 written:
+ * "E" after each step, and it waits to be killed. */
+static int erase_child(const char *path, size_t budget)
+{
+    pt_backend b;
+    char err[256];
+    pt_embedded_conf ec = {.path = (char *)path};
+    pt_backend_config cfg = {.own = &ec};
+    if (pt_backend_open(&b, &pt_backend_embedded, &cfg, err, sizeof(err)) != 0) {
+        fprintf(stderr, "erase child: %s\n", err);
+        return 1;
+    }
+    if (budget)
+        pt_embedded_set_budget(&b, budget);
+    static char vals[210][8];
+    int rv = 0;
+    for (uint32_t i = 0; i < 100 && rv == 0; i += 10) {
+        ct_batch bt = {0};
+        for (uint32_t j = i; j < i + 10; j++) {
+            snprintf(vals[j], sizeof(vals[j]), "v%u", j);
+            ct_add(&bt, PT_TABLE_POINTS, "e/r", j, vals[j]);
+        }
+        rv = ct_write(&b, &bt);
+    }
+    uint8_t lo[4], hi[4];
+    pt_put_be32(lo, 20);
+    pt_put_be32(hi, 80);
+    pt_erase x = {PT_TABLE_POINTS, pt_slice_str("e/r"), {lo, 4}, {hi, 4}};
+    if (rv == 0 && (rv = pt_backend_erase(&b, &x, 1)) == 0) {
+        printf("E\n");
+        fflush(stdout);
+    }
+    ct_batch later = {0};
+    ct_add(&later, PT_TABLE_POINTS, "e/r", 50, "later");
+    for (uint32_t j = 200; j < 210; j++) {
+        snprintf(vals[j], sizeof(vals[j]), "v%u", j);
+        ct_add(&later, PT_TABLE_POINTS, "e/r", j, vals[j]);
+    }
+    if (rv == 0 && ct_write(&b, &later) == 0) {
+        printf("E\n");
+        fflush(stdout);
+    }
+    for (;;)
+        pause();
+}
+
+/* kill -9 after an erase: the erased cells do not come back from the replayed log, the
+ * cells written after it do. */
+static void test_erase_crash(const char *self, const char *tmp, size_t budget, const char *label)
+{
+    char path[512], err[256] = "";
+    snprintf(path, sizeof(path), "%s/%s", tmp, label);
+    int fds[2];
+    if (pipe(fds) != 0) {
+        ok(0, "%s: pipe", label);
+        return;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        close(fds[0]);
+        close(fds[1]);
+        char bud[32];
+        snprintf(bud, sizeof(bud), "%zu", budget);
+        execl(self, self, "--erase-child", path, bud, (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    char buf[8];
+    int steps = 0;
+    ssize_t got;
+    while (steps < 2 && (got = read(fds[0], buf, sizeof(buf))) > 0)
+        for (ssize_t i = 0; i < got; i++)
+            steps += buf[i] == '\n';
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    close(fds[0]);
+    ok(steps == 2 && WIFSIGNALED(status), "%s: erased, written again, killed", label);
+    pt_backend b;
+    is(open_embedded(&b, path, err, sizeof(err)), 0, "%s: reopen after the crash", label);
+    if (!b.state) {
+        diag("%s", err);
+        return;
+    }
+    char want[4096] = "";
+    size_t o = 0;
+    for (uint32_t j = 0; j < 210; j++) {
+        if ((j >= 20 && j < 80 && j != 50) || (j >= 100 && j < 200))
+            continue;
+        if (j == 50)
+            o += (size_t)snprintf(want + o, sizeof(want) - o, "e/r:%08x=later;", (unsigned)j);
+        else
+            o += (size_t)snprintf(want + o, sizeof(want) - o, "e/r:%08x=v%u;", (unsigned)j, j);
+    }
+    pt_row_range r[] = {CT_RANGE("e/r", "e/r\0")};
+    is_str(ct_show(&b, PT_TABLE_POINTS, r, 1), want,
+           "%s: the erased cells stay erased, the later writes are there", label);
+    pt_backend_close(&b);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 5 && strcmp(argv[1], "--crash-child") == 0)
         return crash_child(argv[2], (size_t)strtoull(argv[3], NULL, 10), atoi(argv[4]));
+    if (argc == 4 && strcmp(argv[1], "--erase-child") == 0)
+        return erase_child(argv[2], (size_t)strtoull(argv[3], NULL, 10));
     char t[] = "/tmp/pt-emb-flush-XXXXXX";
     if (emb_tmpdir(t) != 0)
         return done_testing();
@@ -674,6 +778,8 @@ int main(int argc, char **argv)
     test_crash(argv[0], t, 16 << 10, "crash(flushing)", 0, -1);
     test_crash(argv[0], t, 16 << 10, "crash(mid-flush, chunks written)", 0, EMB_HOOK_WRITTEN);
     test_crash(argv[0], t, 16 << 10, "crash(mid-flush, chunks durable)", 0, EMB_HOOK_DURABLE);
+    test_erase_crash(argv[0], t, 0, "erase, then kill -9");
+    test_erase_crash(argv[0], t, 512, "erase under flushes, then kill -9");
     test_embedded_model(t);
     test_decimal_streams(t);
     test_flush_failure(t);
