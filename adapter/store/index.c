@@ -181,6 +181,40 @@ void pt_index_cache_add(pt_index_cache *c, const pt_index_key *keys, size_t n)
     pthread_mutex_unlock(&c->lock);
 }
 
+/* Takes k out of g, moving back the keys after it that their probe would no longer reach
+ * (linear probing's deletion: no tombstones). */
+static void gen_remove(gen *g, pt_index_key k)
+{
+    pt_index_key *s = probe(g->slots, g->mask, k);
+    if (key_empty(*s))
+        return;
+    size_t i = (size_t)(s - g->slots), j = i;
+    for (;;) {
+        j = (j + 1) & g->mask;
+        if (key_empty(g->slots[j]))
+            break;
+        size_t home = (size_t)g->slots[j].lo & g->mask;
+        /* The key at j stays unless its home is cyclically outside (i, j]. */
+        int reachable = i < j ? (home > i && home <= j) : (home > i || home <= j);
+        if (!reachable) {
+            g->slots[i] = g->slots[j];
+            i = j;
+        }
+    }
+    g->slots[i] = (pt_index_key){0, 0};
+    g->n--;
+}
+
+void pt_index_cache_remove(pt_index_cache *c, const pt_index_key *keys, size_t n)
+{
+    pthread_mutex_lock(&c->lock);
+    for (size_t j = 0; j < n; j++) {
+        gen_remove(&c->g[0], keys[j]);
+        gen_remove(&c->g[1], keys[j]);
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
 size_t pt_index_cache_size(pt_index_cache *c)
 {
     pthread_mutex_lock(&c->lock);

@@ -33,6 +33,9 @@ void pt_index_cache_lookup(pt_index_cache *c, const pt_index_key *keys, size_t n
                            uint8_t *found);
 /* Adds keys after the backend acknowledged their index rows. */
 void pt_index_cache_add(pt_index_cache *c, const pt_index_key *keys, size_t n);
+/* Forgets keys (their index rows were erased): the next write of such a pair indexes it
+ * again. */
+void pt_index_cache_remove(pt_index_cache *c, const pt_index_key *keys, size_t n);
 size_t pt_index_cache_size(pt_index_cache *c);
 size_t pt_index_cache_capacity(pt_index_cache *c);
 /* Memory of the hash tables (they grow with the entries, up to the capacity's size). */

@@ -132,6 +132,19 @@ int pt_select(qctx *q);
  * set), PT_ETIMEOUT, PT_ECANCELLED. */
 int pt_select_filter(qctx *q);
 
+/* What pt_store_delete did: series with index rows in the window, their (series, index
+ * bucket) pairs, and the pairs left without samples whose index rows it erased. */
+typedef struct pt_delete_result {
+    size_t series, series_days, index_days_erased;
+} pt_delete_result;
+
+/* Deletes the samples and exemplars of the series v[0, n) in [start, end] (delete.c), for
+ * good, and the index rows of every (series, index bucket) left without samples. 0, or
+ * PT_ECANCELLED, PT_ENOMEM, PT_EBADREQ (a backend that cannot erase), a storage error:
+ * then part may be done, and deleting again finishes it. */
+int pt_store_delete(pt_store *st, const series *v, size_t n, int64_t start, int64_t end,
+                    pt_arena *a, const atomic_int *cancel, pt_delete_result *res);
+
 /* The first millisecond a read may return (storage.retention; read.c). */
 int64_t pt_oldest_kept(const pt_store *st);
 

@@ -281,9 +281,7 @@ static int gate_series(wctx *w)
 
 /* ---- commit ---- */
 
-/* Drops the cache entries of the (key, bucket) pairs in rows, after their rows were
- * written (also after a failed write: some of the rows may be stored). */
-static void invalidate(pt_ref_cache *c, const pt_buf *rows)
+void pt_write_invalidate(pt_ref_cache *c, const pt_buf *rows)
 {
     for (size_t i = 0; i + 16 <= rows->len; i += 16) {
         uint64_t pair[2];
@@ -308,8 +306,9 @@ static int commit(wctx *w)
         uint64_t t0 = pt_now_ns();
         rv = pt_backend_write(st->be, (const pt_mutation *)(const void *)w->b.buf.p, w->b.n);
         pt_lathist_observe(&st->stats->backend_write_duration, pt_now_ns() - t0);
-        invalidate(st->refs, &w->b.srows);
-        invalidate(st->lists, &w->b.lrows);
+        /* also after a failed write: some of the rows may be stored */
+        pt_write_invalidate(st->refs, &w->b.srows);
+        pt_write_invalidate(st->lists, &w->b.lrows);
         if (rv != 0) {
             st->stats->backend_write_errors++;
             res->samples_written = res->histograms_written = res->exemplars_written = 0;

@@ -35,8 +35,8 @@ static int64_t index_version(const pt_store *st, int64_t day)
 /* The rows of one series in one index bucket (docs/storage-format.md, "Index rows"): its
  * list entries under its metric and each of its other labels, and its series row. Values
  * rows apart. */
-static int add_series_rows(batch *b, pt_arena *a, const pt_store *st, const pt_label *ls,
-                           size_t n, pt_slice sid, int64_t day, size_t *rows)
+int pt_index_series_rows(batch *b, pt_arena *a, const pt_store *st, const pt_label *ls,
+                         size_t n, pt_slice sid, int64_t day, size_t *rows)
 {
     int64_t ver = index_version(st, day);
     pt_slice qual = {index_qual, sizeof(index_qual)};
@@ -103,15 +103,8 @@ static int add_series_rows(batch *b, pt_arena *a, const pt_store *st, const pt_l
     return 0;
 }
 
-/* A values row ("=name,@day,value") that a series of this request needs; written unless
- * the cache knows it (many series share a value). */
-typedef struct valrow {
-    pt_slice key, cell;
-    int64_t ver;
-} valrow;
-
-static int values_row(pt_arena *a, const pt_store *st, const pt_label *l, int64_t day,
-                      valrow *out, pt_index_key *key)
+int pt_index_values_row(pt_arena *a, const pt_store *st, const pt_label *l, int64_t day,
+                        valrow *out, pt_index_key *key)
 {
     uint8_t *k = pt_arena_alloc(a, PT_INDEX_PREFIX_MAX(l->name.n, l->value.n));
     if (!k)
@@ -161,10 +154,10 @@ static int index_pending(batch *b, pt_arena *a, pt_store *st, const pendings *pd
         if (found[i] || !pt_keyset_add(seen, pd->keys[i]))
             continue;
         const pending *p = &pd->p[i];
-        if ((rv = add_series_rows(b, a, st, p->ls, p->nl, p->sid, p->day, &res->index_rows)))
+        if ((rv = pt_index_series_rows(b, a, st, p->ls, p->nl, p->sid, p->day, &res->index_rows)))
             return rv;
         for (size_t j = 0; j < p->nl; j++, nv++)
-            if ((rv = values_row(a, st, &p->ls[j], p->day, &vr[nv], &vk[nv])) != 0)
+            if ((rv = pt_index_values_row(a, st, &p->ls[j], p->day, &vr[nv], &vk[nv])) != 0)
                 return rv;
     }
     pt_index_cache_lookup(st->cache, vk, nv, vfound);
@@ -189,11 +182,11 @@ int pt_store_index_series(pt_store *st, pt_arena *a, const pt_label *ls, size_t 
     size_t rows = 0;
     int rv = pt_series_id(a, ls, n, b.key_limit, &sid);
     if (rv == 0)
-        rv = add_series_rows(&b, a, st, ls, n, sid, day, &rows);
+        rv = pt_index_series_rows(&b, a, st, ls, n, sid, day, &rows);
     for (size_t i = 0; i < n && rv == 0; i++) {
         valrow vr;
         pt_index_key k;
-        if ((rv = values_row(a, st, &ls[i], day, &vr, &k)) == 0)
+        if ((rv = pt_index_values_row(a, st, &ls[i], day, &vr, &k)) == 0)
             rv = push(&b, PT_TABLE_INDEX, vr.key, qual, vr.cell, vr.ver);
     }
     if (rv == 0)

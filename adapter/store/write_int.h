@@ -137,4 +137,25 @@ int pt_write_encode(wctx *w, size_t i, const pt_label *ls, size_t nl, int plain)
 /* The index stage (write_index.c). */
 int pt_write_index(wctx *w);
 
+/* The rows of one series in one index bucket (docs/storage-format.md, "Index rows"): its
+ * list entries under its metric and each of its other labels, and its series row, added
+ * to b (with their cache pairs in b->srows and b->lrows); *rows counts them. Values rows
+ * apart. 0 or PT_ENOMEM (PT_EINTERNAL: a key past the limit, which the encodings rule
+ * out). */
+int pt_index_series_rows(batch *b, pt_arena *a, const pt_store *st, const pt_label *ls,
+                         size_t n, pt_slice sid, int64_t day, size_t *rows);
+
+/* A values row ("=name,@day,value") that a series needs; written unless the index cache
+ * knows key (many series share a value). */
+typedef struct valrow {
+    pt_slice key, cell;
+    int64_t ver;
+} valrow;
+int pt_index_values_row(pt_arena *a, const pt_store *st, const pt_label *l, int64_t day,
+                        valrow *out, pt_index_key *key);
+
+/* Drops the cache entries of the (key, bucket) pairs in rows (a batch's srows or lrows),
+ * after their rows were written or erased. */
+void pt_write_invalidate(pt_ref_cache *c, const pt_buf *rows);
+
 #endif

@@ -133,6 +133,18 @@ static int faulty_write(void *state, const pt_mutation *m, size_t n)
     return code;
 }
 
+/* Erases fail as writes do (the write plan), without a partial form. */
+static int faulty_erase(void *state, const pt_erase *x, size_t n)
+{
+    faulty *f = state;
+    pthread_mutex_lock(&f->mu);
+    int fail = fires(f, &f->plan.write.fail_next, f->plan.write.fail_prob);
+    int code = or_default(f->plan.write.code);
+    f->stats.write_faults += (uint64_t)fail;
+    pthread_mutex_unlock(&f->mu);
+    return fail ? code : pt_backend_erase(f->inner, x, n);
+}
+
 /* Passes cells through until the budget runs out, then cuts the stream with the code. */
 typedef struct cut {
     pt_cell_fn fn;
@@ -204,6 +216,7 @@ const pt_backend_ops pt_backend_faulty = {
     .close = faulty_close,
     .write = faulty_write,
     .scan = faulty_scan,
+    .erase = faulty_erase,
     .init = faulty_init,
     .stats = faulty_stats,
     .health = faulty_health,

@@ -15,6 +15,7 @@
 #include "api_conformance.h"
 #include "exemplar_conformance.h"
 #include "hist_conformance.h"
+#include "delete_conformance.h"
 
 static const char *describe(pt_backend *b, int table)
 {
@@ -526,6 +527,33 @@ static void exemplar_suite(pt_backend *b)
     pt_exemplar_conformance(b, NULL, NULL, "bigtable(emulator)");
 }
 
+static void delete_suite(pt_backend *b)
+{
+    pt_delete_conformance(b, "bigtable(emulator)");
+}
+
+/* Deletes through the write-back buffer, on tables of their own. */
+static void test_buffered_delete(const char *endpoint)
+{
+    char dir[] = "/tmp/pt-btdel-XXXXXX", err[256] = "";
+    if (!ok(mkdtemp(dir) != NULL, "a directory for the buffer of the deletes"))
+        return;
+    pt_bigtable_conf bc = {.project = "proj", .instance = "inst",
+                           .endpoint = (char *)endpoint, .table_prefix = "delb_",
+                           .buffer_path = dir};
+    pt_backend_config cfg = {.own = &bc};
+    pt_backend b;
+    if (ok(pt_backend_open(&b, &pt_backend_bigtable, &cfg, err, sizeof(err)) == 0 &&
+               init_bt(&b, err, sizeof(err)) == 0,
+           "buffered deletes: open and tables %s", err)) {
+        pt_delete_conformance(&b, "bigtable(emulator, write-back)");
+        pt_backend_close(&b);
+    }
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    ok(system(cmd) == 0, "buffered deletes: buffer directory removed");
+}
+
 /* Runs suite on a store of its own tables (named with prefix) on the emulator, made first:
  * the test "tables for <what>". */
 static void on_own_tables(const char *endpoint, const char *prefix, const char *what,
@@ -618,6 +646,8 @@ int main(void)
     on_own_tables(endpoint, "api_", "the API", api_suite);
     on_own_tables(endpoint, "hist_", "histograms", hist_suite);
     on_own_tables(endpoint, "ex_", "exemplars", exemplar_suite);
+    on_own_tables(endpoint, "del_", "deletes", delete_suite);
+    test_buffered_delete(endpoint);
     test_env_endpoint(endpoint);
     test_buffered(endpoint);
     pt_backend_close(&b);

@@ -117,9 +117,39 @@ static void keyset_grows(void)
        "freed: empty again");
 }
 
+/* Removal from the open-addressed tables: the removed keys are gone, every other key
+ * (some of them probed past the removed ones) is still found, in both generations. */
+static void removal(void)
+{
+    pt_index_cache *c = pt_index_cache_new(3000); /* 1500 a generation, tables 3/4 full */
+    add(c, 0, 1500);
+    add(c, 1500, 2500); /* rolls over: 0..1499 in the old generation */
+    int gone = 0, kept = 0;
+    for (int i = 0; i < 2500; i += 3) {
+        pt_index_key k = key(i);
+        pt_index_cache_remove(c, &k, 1);
+    }
+    for (int i = 0; i < 2500; i++) {
+        pt_index_key k = key(i);
+        uint8_t f = 0;
+        pt_index_cache_lookup(c, &k, 1, &f);
+        if (i % 3 == 0)
+            gone += !f;
+        else
+            kept += f;
+    }
+    is(gone, 834, "every removed key is forgotten");
+    is(kept, 2500 - 834, "every other key is still found");
+    pt_index_key k = key(5000);
+    pt_index_cache_remove(c, &k, 1);
+    is(found(c, 1, 3), 2, "removing an unknown key changes nothing");
+    pt_index_cache_free(c);
+}
+
 int main(void)
 {
     basics();
+    removal();
     rollover();
     bounded();
     keyset_grows();

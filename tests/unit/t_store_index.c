@@ -1,10 +1,11 @@
 /* The store's index over the embedded store (through the faulty wrapper): the format
- * marker, a list hint gone stale, and the index conformance suite. */
+ * marker, a list hint gone stale, the index conformance suite and deleting series. */
 #include "cardinality.h"
 #include "embedded.h"
 #include "faulty.h"
 #include "store_helpers.h"
 #include "index_conformance.h"
+#include "delete_conformance.h"
 #include "tap.h"
 
 static const int64_t T0 = 1700000000000; /* 2023-11-14 */
@@ -103,6 +104,15 @@ static void stale_hint_limit(void)
     tstore_close(&s);
 }
 
+static void delete_on_embedded(void)
+{
+    tstore s;
+    if (tstore_open(&s) == 0) {
+        pt_delete_conformance(&s.faulty, "embedded");
+        tstore_close(&s);
+    }
+}
+
 static void index_on_embedded(void)
 {
     tstore full, tiny;
@@ -173,5 +183,6 @@ int main(void)
     stale_hint_limit();
     cardinality_batches();
     index_on_embedded();
+    delete_on_embedded();
     return done_testing();
 }
