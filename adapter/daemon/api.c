@@ -13,6 +13,7 @@
 
 #include "cardinality.h"
 #include "error.h"
+#include "log.h"
 #include "meta.h"
 #include "read_int.h"
 
@@ -222,7 +223,7 @@ static int api_begin(apictx *c, pt_ctx *x, pt_req *req, pt_resp *resp, int own_l
     pt_buf_init_arena(&c->out, req->arena, 0);
     c->max = app->cfg ? (size_t)app->cfg->api_max_results : 10000;
     int rv = form_parse(c, req->query, strlen(req->query));
-    if (rv == 0 && req->method == PT_M_POST &&
+    if (rv == 0 && (req->method == PT_M_POST || req->method == PT_M_PUT) &&
         strncasecmp(req->content_type, "application/x-www-form-urlencoded", 33) == 0)
         rv = form_parse(c, (const char *)req->body, req->body_len);
     if (rv) {
@@ -660,21 +661,72 @@ void pt_api_tsdb_status(pt_ctx *ctx, pt_req *req, pt_resp *resp)
     finish(&c, rv, NULL);
 }
 
+/* ---- the admin API (web.enable_admin_api) ---- */
+
+/* 0 when the admin API is on; else answers 403. */
+static int admin_enabled(apictx *c)
+{
+    if (c->app->cfg && c->app->cfg->enable_admin_api)
+        return 0;
+    json_error(c, PT_EUNSUPPORTED,
+               "admin APIs disabled: start promtable with web.enable_admin_api "
+               "(--web.enable-admin-api)");
+    c->resp->status = 403;
+    return PT_EUNSUPPORTED;
+}
+
+/* POST or PUT /api/v1/admin/tsdb/delete_series: match[] (one at least), start, end
+ * (default: all time). 204 once every matching series' samples in the window are gone. */
+void pt_api_delete_series(pt_ctx *ctx, pt_req *req, pt_resp *resp)
+{
+    apictx c;
+    if (api_begin(&c, ctx, req, resp, 1) != 0 || admin_enabled(&c) != 0)
+        return;
+    if (param_count(&c, "match[]") == 0) {
+        json_error(&c, PT_EBADREQ, "no match[] parameter provided");
+        return;
+    }
+    /* The window as asked, not cut at storage.retention (api_begin's reads are). */
+    const char *v = param_get(&c, "start");
+    int64_t start = -PT_API_TIME_LIMIT_MS;
+    if (v && *v)
+        pt_api_time(v, &start);
+    c.start = start;
+    if (c.end < c.start) {
+        json_error(&c, PT_EBADREQ, "end timestamp must not be before start time");
+        return;
+    }
+    series *all;
+    size_t n;
+    if (select_union(&c, &all, &n) != 0)
+        return;
+    pt_delete_result dr;
+    int rv = pt_store_delete(c.st, all, n, c.start, c.end, req->arena, req->cancelled, &dr);
+    if (rv != 0) {
+        if (rv == PT_EBADREQ)
+            snprintf(c.msg, sizeof(c.msg), "the %s backend cannot delete",
+                     c.st->be->ops->name);
+        else
+            snprintf(c.msg, sizeof(c.msg), "deleting failed part way (%s); send the request "
+                     "again to finish", pt_strerror(rv));
+        json_error(&c, rv, c.msg);
+        return;
+    }
+    pt_log(PT_LOG_INFO, "series deleted", "series=%zu series_days=%zu index_days=%zu "
+           "start=%lld end=%lld", dr.series, dr.series_days, dr.index_days_erased,
+           (long long)c.start, (long long)c.end);
+    resp->status = 204;
+    resp->body_len = 0;
+}
+
 /* ---- POST /api/v1/admin/tsdb/snapshot (web.enable_admin_api) ---- */
 
 void pt_api_snapshot(pt_ctx *ctx, pt_req *req, pt_resp *resp)
 {
     apictx c;
-    if (api_begin(&c, ctx, req, resp, 1) != 0)
+    if (api_begin(&c, ctx, req, resp, 1) != 0 || admin_enabled(&c) != 0)
         return;
     pt_app *app = ctx->app;
-    if (!app->cfg || !app->cfg->enable_admin_api) {
-        json_error(&c, PT_EUNSUPPORTED,
-                   "admin APIs disabled: start promtable with web.enable_admin_api "
-                   "(--web.enable-admin-api)");
-        resp->status = 403;
-        return;
-    }
     const char *skip = param_get(&c, "skip_head");
     int with_head = !(skip && (strcmp(skip, "true") == 0 || strcmp(skip, "1") == 0));
     pt_backend *be = app->store.be; /* the whole store, whichever tenant asks */

@@ -20,5 +20,6 @@ void pt_api_series(pt_ctx *c, pt_req *req, pt_resp *resp);
 void pt_api_metadata(pt_ctx *c, pt_req *req, pt_resp *resp);
 void pt_api_tsdb_status(pt_ctx *c, pt_req *req, pt_resp *resp);
 void pt_api_snapshot(pt_ctx *c, pt_req *req, pt_resp *resp); /* web.enable_admin_api */
+void pt_api_delete_series(pt_ctx *c, pt_req *req, pt_resp *resp); /* the same */
 
 #endif

@@ -21,7 +21,7 @@
 
 /* NEEDS_AUTH: a store route (write, read, browsing API): credentials and, with tenancy
  * on, a tenant. */
-enum { ALLOW_GET = 1, ALLOW_POST = 2, NEEDS_AUTH = 4 };
+enum { ALLOW_GET = 1, ALLOW_POST = 2, NEEDS_AUTH = 4, ALLOW_PUT = 8 };
 
 typedef void (*handler_fn)(pt_ctx *c, pt_req *req, pt_resp *resp);
 
@@ -644,7 +644,8 @@ static struct pt_app_creds route_creds(const pt_app *app, int id)
     int reads = id == PT_ROUTE_READ || id == PT_ROUTE_LABELS || id == PT_ROUTE_LABEL_VALUES ||
                 id == PT_ROUTE_SERIES || id == PT_ROUTE_METADATA || id == PT_ROUTE_TSDB_STATUS ||
                 id == PT_ROUTE_METRICS;
-    int i = id == PT_ROUTE_WRITE || id == PT_ROUTE_SNAPSHOT ? 0 : reads ? 1 : -1;
+    int admin = id == PT_ROUTE_SNAPSHOT || id == PT_ROUTE_DELETE_SERIES;
+    int i = id == PT_ROUTE_WRITE || admin ? 0 : reads ? 1 : -1;
     if (i >= 0 && (app->route_creds[i].bearer_token || app->route_creds[i].basic_credentials))
         return app->route_creds[i];
     return (struct pt_app_creds){app->bearer_token, app->basic_credentials};
@@ -694,6 +695,8 @@ static const struct route {
     {"/api/v1/metadata", PT_ROUTE_METADATA, ALLOW_GET | NEEDS_AUTH, pt_api_metadata},
     {"/api/v1/status/tsdb", PT_ROUTE_TSDB_STATUS, ALLOW_GET | NEEDS_AUTH, pt_api_tsdb_status},
     {"/api/v1/admin/tsdb/snapshot", PT_ROUTE_SNAPSHOT, ALLOW_POST | NEEDS_AUTH, pt_api_snapshot},
+    {"/api/v1/admin/tsdb/delete_series", PT_ROUTE_DELETE_SERIES,
+     ALLOW_POST | ALLOW_PUT | NEEDS_AUTH, pt_api_delete_series},
 };
 
 /* Whether a request for path goes to route r. */
@@ -798,15 +801,18 @@ static int admit(pt_app *app, pt_req *req, pt_resp *resp, const struct route **o
     }
     int m = req->method == PT_M_GET || req->method == PT_M_HEAD ? ALLOW_GET
             : req->method == PT_M_POST                           ? ALLOW_POST
+            : req->method == PT_M_PUT                            ? ALLOW_PUT
                                                                  : 0;
     int post = (r->allow & ALLOW_POST) != 0;
     int auth = (r->allow & NEEDS_AUTH) ||
                (r->id == PT_ROUTE_METRICS && app->cfg && app->cfg->metrics_auth);
     if (!(m & r->allow)) {
         reply_fail(req, resp, PT_EMETHOD, "method %s not allowed on %s; use %s", req->method_name,
-                   r->path, !post ? "GET" : r->allow & ALLOW_GET ? "GET or POST" : "POST");
+                   r->path, !post ? "GET" : r->allow & ALLOW_GET ? "GET or POST"
+                                : r->allow & ALLOW_PUT ? "POST or PUT" : "POST");
         resp->headers[resp->nheaders++] = (pt_resp_header){
-            "Allow", !post ? "GET, HEAD" : r->allow & ALLOW_GET ? "GET, HEAD, POST" : "POST"};
+            "Allow", !post ? "GET, HEAD" : r->allow & ALLOW_GET ? "GET, HEAD, POST"
+                     : r->allow & ALLOW_PUT ? "POST, PUT" : "POST"};
         return -1;
     }
     if (auth && (cr = route_creds(app, r->id), cr.bearer_token || cr.basic_credentials) &&

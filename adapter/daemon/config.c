@@ -806,6 +806,8 @@ void pt_config_usage(FILE *f, const char *argv0)
             "       %s check [flags]  (verify a store no server has open; exit 1 on damage)\n"
             "       %s snapshot DIR [flags]  (a copy of an embedded store no server has open,\n"
             "                         made in the new directory DIR; docs/operations.md)\n"
+            "       %s delete SELECTOR... [--start=TIME] [--end=TIME] [--tenant=ID] [flags]\n"
+            "                         (delete series from a store no server has open)\n"
             "       %s copy --from=CONFIG --to=CONFIG [--match=SELECTOR]... [--start=TIME]\n"
             "                         [--end=TIME] [--checkpoint=FILE] [--verify|--verify-only]\n"
             "                         (copy one store into another; docs/operations.md)\n\n"
@@ -814,7 +816,7 @@ void pt_config_usage(FILE *f, const char *argv0)
             "  --help=markdown        Show the keys below as a Markdown table.\n"
             "  --version              Show the version.\n"
             "  --config.file=FILE     YAML configuration file (keys below, dotted = nested).\n",
-            argv0, argv0, argv0, argv0, argv0);
+            argv0, argv0, argv0, argv0, argv0, argv0);
     each_key(NULL, print_usage, f);
 }
 

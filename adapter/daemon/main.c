@@ -11,15 +11,17 @@
 #include "check.h"
 #include "config.h"
 #include "copy.h"
+#include "delete.h"
 #include "error.h"
 #include "ha.h"
 #include "log.h"
 #include "metrics.h"
+#include "promql.h"
 #include "retention.h"
 
 /* Applies --config.file first, then every other flag over it. */
 /* Subcommands: none runs the server. */
-enum { CMD_SERVE, CMD_INIT, CMD_CHECK, CMD_SNAPSHOT };
+enum { CMD_SERVE, CMD_INIT, CMD_CHECK, CMD_SNAPSHOT, CMD_DELETE };
 
 static int is_bool_word(const char *s)
 {
@@ -30,8 +32,42 @@ static int is_bool_word(const char *s)
     return 0;
 }
 
-/* dir: `promtable snapshot DIR`'s directory. */
-static int parse_args(int argc, char **argv, pt_config *cfg, int *cmd, const char **dir)
+/* `promtable delete`'s own arguments (in parse_args' first pass): its selectors, --start,
+ * --end, --tenant. 1 when argv[*i] was one (*i moved past a flag's value), 0 when not, -1
+ * on an error. */
+static int delete_arg(int argc, char **argv, int *i, pt_delete_args *d, const char **sel)
+{
+    const char *a = argv[*i];
+    if (strncmp(a, "--", 2) != 0) {
+        sel[d->nselectors++] = a;
+        return 1;
+    }
+    static const char *const own[] = {"--start", "--end", "--tenant"};
+    for (int k = 0; k < 3; k++) {
+        size_t n = strlen(own[k]);
+        if (strncmp(a, own[k], n) != 0 || (a[n] != '=' && a[n] != '\0'))
+            continue;
+        const char *v = a[n] == '=' ? a + n + 1 : *i + 1 < argc ? argv[++*i] : NULL;
+        if (!v) {
+            fprintf(stderr, "promtable: %s needs a value\n", own[k]);
+            return -1;
+        }
+        if (k == 2) {
+            d->tenant = v;
+        } else if (pt_api_time(v, k ? &d->end : &d->start) != 0) {
+            fprintf(stderr, "promtable: %s: cannot parse \"%s\" (Unix seconds or RFC 3339)\n",
+                    own[k], v);
+            return -1;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+/* dir: `promtable snapshot DIR`'s directory; d: `promtable delete`'s arguments, sel room
+ * for argc selectors. */
+static int parse_args(int argc, char **argv, pt_config *cfg, int *cmd, const char **dir,
+                      pt_delete_args *d, const char **sel)
 {
     char err[512];
     for (int pass = 0; pass < 2; pass++) {
@@ -40,6 +76,19 @@ static int parse_args(int argc, char **argv, pt_config *cfg, int *cmd, const cha
             if (strcmp(a, "init") == 0 || strcmp(a, "check") == 0) {
                 *cmd = a[0] == 'i' ? CMD_INIT : CMD_CHECK;
                 continue;
+            }
+            if (strcmp(a, "delete") == 0 && *cmd == CMD_SERVE) {
+                *cmd = CMD_DELETE;
+                continue;
+            }
+            if (*cmd == CMD_DELETE) {
+                /* The second pass only steps over them, into a scratch copy. */
+                pt_delete_args scratch = *d;
+                int r = delete_arg(argc, argv, &i, pass ? &scratch : d, sel + (pass ? argc : 0));
+                if (r < 0)
+                    return -1;
+                if (r > 0)
+                    continue;
             }
             if (strcmp(a, "snapshot") == 0 && (*cmd == CMD_SERVE || *cmd == CMD_SNAPSHOT) &&
                 (!*dir || *dir != a)) {
@@ -158,6 +207,8 @@ int main(int argc, char **argv)
     char err[512] = "";
     pt_backend be = {0};
     pt_retention_rules *rules = NULL;
+    const char **sel = NULL; /* promtable delete's selectors */
+    pt_delete_args del = {.start = -PT_API_TIME_LIMIT_MS, .end = PT_API_TIME_LIMIT_MS};
     pt_server *srv = NULL;
 
     large_blocks_mapped();
@@ -169,8 +220,15 @@ int main(int argc, char **argv)
         goto fail_config;
     }
     const char *snap_dir = NULL;
-    if (parse_args(argc, argv, &cfg, &cmd, &snap_dir) != 0)
+    sel = calloc(2 * (size_t)argc + 1, sizeof(*sel));
+    del.selectors = sel;
+    if (!sel || parse_args(argc, argv, &cfg, &cmd, &snap_dir, &del, sel) != 0)
         goto fail_config;
+    if (cmd == CMD_DELETE && del.nselectors == 0) {
+        fprintf(stderr, "promtable: delete needs a series selector (promtable delete "
+                        "'{job=\"x\"}' [--start T] [--end T] [--tenant ID] [flags])\n");
+        goto fail_config;
+    }
     if (cmd == CMD_SNAPSHOT && !snap_dir) {
         fprintf(stderr, "promtable: snapshot needs the directory to make (promtable snapshot "
                         "DIR [flags])\n");
@@ -200,7 +258,7 @@ int main(int argc, char **argv)
         .index_span_ms = cfg.index_bucket_ms,
         .retention_dropped = &pt_m.retention_dropped,
         .direct = cmd == CMD_INIT,
-        .no_background = cmd == CMD_CHECK,
+        .no_background = cmd == CMD_CHECK || cmd == CMD_DELETE,
     };
     if (pt_retention_rules_parse(cfg.retention_rules, cfg.retention_ms,
                                  (uint32_t)cfg.read_regex_match_limit, cfg.read_regex_heap_limit,
@@ -223,10 +281,17 @@ int main(int argc, char **argv)
         if (cmd == CMD_SNAPSHOT)
             fprintf(stderr, "promtable: a store a running promtable holds is snapshotted by "
                             "that promtable: POST /api/v1/admin/tsdb/snapshot\n");
+        if (cmd == CMD_DELETE)
+            fprintf(stderr, "promtable: in a store a running promtable holds, that promtable "
+                            "deletes: POST /api/v1/admin/tsdb/delete_series\n");
         goto fail_config;
     }
     if (cmd == CMD_SNAPSHOT) {
         status = snapshot_main(&be, snap_dir, stdout);
+        goto fail_backend;
+    }
+    if (cmd == CMD_DELETE) {
+        status = pt_delete_main(&cfg, &be, &del, stdout);
         goto fail_backend;
     }
     if (cmd == CMD_INIT) {
@@ -379,6 +444,7 @@ fail_cache:
 fail_backend:
     pt_backend_close(&be);
 fail_config:
+    free(sel);
     pt_retention_rules_free(rules);
     pt_config_free(&cfg);
     return status;

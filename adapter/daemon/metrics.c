@@ -14,7 +14,7 @@ pt_metrics pt_m;
 static const char *const route_names[PT_ROUTE_COUNT] = {
     "/api/v1/write", "/api/v1/read", "/metrics", "/-/healthy", "/-/ready",
     "/api/v1/labels", "/api/v1/label/:name/values", "/api/v1/series", "/api/v1/metadata",
-    "/api/v1/status/tsdb", "/api/v1/admin/tsdb/snapshot", "other"};
+    "/api/v1/status/tsdb", "/api/v1/admin/tsdb/snapshot", "/api/v1/admin/tsdb/delete_series", "other"};
 
 static const char *const reject_names[PT_REJECT_COUNT] = {"labels", "timestamp", "histogram",
                                                          "exemplar", "tenant_limit"};
