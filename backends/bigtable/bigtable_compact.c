@@ -185,8 +185,6 @@ static int reserve_fold(pass *p, size_t n)
     return n <= p->fcap ? 0 : pt_array_reserve(&p->fold, &p->fcap, n, 1, 0);
 }
 
-static int keep(pass *p, pt_slice *s);
-
 /* Into the batch: a delete of the cells of data row key that are past its keep. */
 static int expire_row(pass *p, pt_slice key, const pt_bt_cell *cells, size_t n)
 {
@@ -202,13 +200,13 @@ static int expire_row(pass *p, pt_slice key, const pt_bt_cell *cells, size_t n)
     for (size_t i = 0; i < n && rv == 0; i++) {
         if (cells[i].ts >= cut_us || (i && pt_slice_eq(cells[i].qualifier, cells[i - 1].qualifier)))
             continue;
-        if (!copied++ && (rv = keep(p, &row)) != 0)
+        if (!copied++ && (rv = pt_bt_copy_in(&p->mem, &row)) != 0)
             break;
         if (p->nm == p->mcap)
             rv = pt_array_reserve(&p->muts, &p->mcap, p->nm + 1, sizeof(*p->muts), 0);
         pt_mutation m = {.table = PT_TABLE_POINTS, .row = row, .qual = cells[i].qualifier,
                          .version_us = -cut_us};
-        if (rv == 0 && (rv = keep(p, &m.qual)) == 0) {
+        if (rv == 0 && (rv = pt_bt_copy_in(&p->mem, &m.qual)) == 0) {
             p->muts[p->nm++] = m;
             p->batch_expired++;
             p->batch_bytes += m.qual.n;
@@ -242,19 +240,6 @@ static int plan_row(void *ud, pt_slice key, const pt_bt_cell *cells, size_t n)
     if (rv != 0)
         return p->rv = rv;
     return stopping(p);
-}
-
-/* A copy of s in the batch's memory; 0 or PT_ENOMEM. */
-static int keep(pass *p, pt_slice *s)
-{
-    if (s->n == 0)
-        return 0;
-    uint8_t *c = pt_arena_alloc(&p->mem, s->n);
-    if (!c)
-        return PT_ENOMEM;
-    memcpy(c, s->p, s->n);
-    s->p = c;
-    return 0;
 }
 
 /* Step 2's row callback: the row's rewrite, if it is still worth one, into the batch. */
@@ -291,12 +276,12 @@ static int build_row(void *ud, pt_slice key, const pt_bt_cell *cells, size_t n)
         (rv = pt_array_reserve(&p->muts, &p->mcap, p->nm + (size_t)nm, sizeof(*p->muts), 0)))
         return p->rv = rv;
     pt_slice row = key;
-    if ((rv = keep(p, &row)) != 0)
+    if ((rv = pt_bt_copy_in(&p->mem, &row)) != 0)
         return p->rv = rv;
     for (long i = 0; i < nm; i++) {
         pt_mutation c = m[i];
         c.row = row;
-        if ((rv = keep(p, &c.qual)) != 0 || (rv = keep(p, &c.value)) != 0)
+        if ((rv = pt_bt_copy_in(&p->mem, &c.qual)) != 0 || (rv = pt_bt_copy_in(&p->mem, &c.value)) != 0)
             return p->rv = rv;
         p->muts[p->nm++] = c;
         p->batch_bytes += c.qual.n + c.value.n;

@@ -41,25 +41,13 @@ typedef struct eraser {
     int rv;
 } eraser;
 
-static int copy_in(eraser *z, pt_slice *s)
-{
-    if (s->n == 0)
-        return 0;
-    uint8_t *c = pt_arena_alloc(&z->mem, s->n);
-    if (!c)
-        return PT_ENOMEM;
-    memcpy(c, s->p, s->n);
-    s->p = c;
-    return 0;
-}
-
 static int add(eraser *z, pt_mutation m)
 {
     int rv = 0;
     if (z->nm == z->mcap)
         rv = pt_array_reserve(&z->m, &z->mcap, z->nm + 1, sizeof(*z->m), 0);
-    if (rv == 0 && (rv = copy_in(z, &m.row)) == 0 && (rv = copy_in(z, &m.qual)) == 0 &&
-        (rv = copy_in(z, &m.value)) == 0)
+    if (rv == 0 && (rv = pt_bt_copy_in(&z->mem, &m.row)) == 0 && (rv = pt_bt_copy_in(&z->mem, &m.qual)) == 0 &&
+        (rv = pt_bt_copy_in(&z->mem, &m.value)) == 0)
         z->m[z->nm++] = m;
     return rv;
 }

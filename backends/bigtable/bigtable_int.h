@@ -40,6 +40,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <grpc/grpc.h>
 
@@ -603,6 +604,20 @@ enum {
  * only, so it works on a scan with stripped values. */
 size_t pt_bt_compact_select(pt_slice key, const pt_bt_cell *cells, size_t n, int64_t guard_ms,
                             uint8_t *fold);
+
+/* Points s at a copy of its bytes in a (a batch's memory, for slices that die with the
+ * row read); 0 or PT_ENOMEM. */
+static inline int pt_bt_copy_in(pt_arena *a, pt_slice *s)
+{
+    if (s->n == 0)
+        return 0;
+    uint8_t *c = pt_arena_alloc(a, s->n);
+    if (!c)
+        return PT_ENOMEM;
+    memcpy(c, s->p, s->n);
+    s->p = c;
+    return 0;
+}
 
 /* A delete in a points mutation list for MutateRows (bigtable_data.c): version_us
  * negative: DeleteFromColumn of m.qual's versions below -version_us µs. */

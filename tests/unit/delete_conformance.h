@@ -18,18 +18,24 @@
 #define DL_D0 (INT64_C(1700000000000) / DL_DAY * DL_DAY)
 #define DL_H INT64_C(3600000)
 
+/* A query context over the days [d0, d1] in a. */
+static void dl_qctx(qctx *q, pt_store *st, pt_arena *a, int64_t d0, int64_t d1)
+{
+    pt_arena_init(a, 0, 0);
+    qctx_start(q, st, a, NULL);
+    q->day_first = d0;
+    q->day_last = d1;
+    q->c.limit = 1000;
+}
+
 /* The series every matcher accepts over the days [d0, d1], through the index (with the
  * labels of the first in first, when there is one); -1 on error. */
 static long dl_select(pt_store *st, const tmatch *tm, size_t n, int64_t d0, int64_t d1,
                       series *first)
 {
     pt_arena a;
-    pt_arena_init(&a, 0, 0);
     qctx q;
-    qctx_start(&q, st, &a, NULL);
-    q.day_first = d0;
-    q.day_last = d1;
-    q.c.limit = 1000;
+    dl_qctx(&q, st, &a, d0, d1);
     q.nms = n;
     q.ms = pt_arena_calloc(&a, n * sizeof(*q.ms));
     char msg[256];
@@ -80,11 +86,8 @@ static const char *dl_values(pt_store *st, const char *name, int64_t d0, int64_t
 {
     static char out[256];
     pt_arena a;
-    pt_arena_init(&a, 0, 0);
     qctx q;
-    qctx_start(&q, st, &a, NULL);
-    q.day_first = d0;
-    q.day_last = d1;
+    dl_qctx(&q, st, &a, d0, d1);
     pt_slice *v;
     size_t n = 0;
     out[0] = '\0';

@@ -482,16 +482,14 @@ static int flush_files(const char *dir)
     return n;
 }
 
-static void test_crash(const char *self, const char *tmp, size_t budget, const char *label,
-                       int garbage, int stage)
+/* Runs this program again as a child (self, mode, path, budget, stage), its standard
+ * output into *out; its pid, or -1. */
+static pid_t spawn_child(const char *self, const char *mode, const char *path, size_t budget,
+                         int stage, int *out)
 {
-    char path[512], err[256] = "";
-    snprintf(path, sizeof(path), "%s/%s", tmp, label);
     int fds[2];
-    if (pipe(fds) != 0) {
-        ok(0, "%s: pipe", label);
-        return;
-    }
+    if (pipe(fds) != 0)
+        return -1;
     pid_t pid = fork();
     if (pid == 0) {
         dup2(fds[1], 1);
@@ -500,10 +498,25 @@ static void test_crash(const char *self, const char *tmp, size_t budget, const c
         char bud[32], stg[16];
         snprintf(bud, sizeof(bud), "%zu", budget);
         snprintf(stg, sizeof(stg), "%d", stage);
-        execl(self, self, "--crash-child", path, bud, stg, (char *)NULL);
+        execl(self, self, mode, path, bud, stg, (char *)NULL);
         _exit(127);
     }
     close(fds[1]);
+    *out = fds[0];
+    return pid;
+}
+
+static void test_crash(const char *self, const char *tmp, size_t budget, const char *label,
+                       int garbage, int stage)
+{
+    char path[512], err[256] = "";
+    snprintf(path, sizeof(path), "%s/%s", tmp, label);
+    int fds[1];
+    pid_t pid = spawn_child(self, "--crash-child", path, budget, stage, &fds[0]);
+    if (pid < 0) {
+        ok(0, "%s: pipe", label);
+        return;
+    }
     /* Read acknowledgements until enough came (or the flush stalled), then kill without
      * warning. */
     uint32_t acked = 0;
@@ -714,22 +727,12 @@ static void test_erase_crash(const char *self, const char *tmp, size_t budget, c
 {
     char path[512], err[256] = "";
     snprintf(path, sizeof(path), "%s/%s", tmp, label);
-    int fds[2];
-    if (pipe(fds) != 0) {
+    int fds[1];
+    pid_t pid = spawn_child(self, "--erase-child", path, budget, -1, &fds[0]);
+    if (pid < 0) {
         ok(0, "%s: pipe", label);
         return;
     }
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 1);
-        close(fds[0]);
-        close(fds[1]);
-        char bud[32];
-        snprintf(bud, sizeof(bud), "%zu", budget);
-        execl(self, self, "--erase-child", path, bud, (char *)NULL);
-        _exit(127);
-    }
-    close(fds[1]);
     char buf[8];
     int steps = 0;
     ssize_t got;
@@ -767,7 +770,7 @@ int main(int argc, char **argv)
 {
     if (argc == 5 && strcmp(argv[1], "--crash-child") == 0)
         return crash_child(argv[2], (size_t)strtoull(argv[3], NULL, 10), atoi(argv[4]));
-    if (argc == 4 && strcmp(argv[1], "--erase-child") == 0)
+    if (argc == 5 && strcmp(argv[1], "--erase-child") == 0)
         return erase_child(argv[2], (size_t)strtoull(argv[3], NULL, 10));
     char t[] = "/tmp/pt-emb-flush-XXXXXX";
     if (emb_tmpdir(t) != 0)
