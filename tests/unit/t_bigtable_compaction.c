@@ -395,6 +395,36 @@ static void test_rules(const char *endpoint)
     pt_backend_close(&b);
 }
 
+/* An erase, then a pass: the pass folds what the erase left and brings nothing back. */
+static void test_erase_then_pass(const char *endpoint)
+{
+    enum { R = 4 };
+    pt_backend b;
+    if (!ok(open_init(&b, endpoint, "ecp_") == 0, "tables for an erase before a pass"))
+        return;
+    is(fill(&b, R), 0, "%d rows of single cells and small chunks", R);
+    uint8_t lo[4], hi[4];
+    pt_put_be32(lo, 2);
+    pt_put_be32(hi, 6);
+    pt_erase x[R];
+    for (int i = 0; i < R; i++)
+        x[i] = (pt_erase){PT_TABLE_POINTS, pt_slice_str(row_key(i)), {lo, 4}, {hi, 4}};
+    is(pt_backend_erase(&b, x, R), 0, "offsets 2 to 5 erased in every row");
+    char *erased = dump(&b);
+    ok(!strstr(erased, "a00,@0000000000000:00000002=") &&
+           !strstr(erased, "a03,@0000000000000:00000005=") &&
+           strstr(erased, "a00,@0000000000000:00000001=s1;") &&
+           strstr(erased, "a00,@0000000000000:00000006=c6;"),
+       "single cells and chunks in the range gone, the ones around kept: %.160s", erased);
+    is(pt_bt_compact_pass(b.state, NOW), 0, "a pass");
+    char *after = dump(&b);
+    is_str(after, erased, "the pass reads as the erase left it");
+    ok(stats(&b).compacted_rows == R, "and compacted the %d rows", R);
+    free(erased);
+    free(after);
+    pt_backend_close(&b);
+}
+
 int main(void)
 {
     char endpoint[64];
@@ -408,6 +438,7 @@ int main(void)
     test_stopped(endpoint);
     test_thread(endpoint);
     test_rules(endpoint);
+    test_erase_then_pass(endpoint);
     if (getenv("PT_COMPACT_BENCH"))
         bench(endpoint);
     return done_testing();
