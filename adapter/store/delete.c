@@ -357,9 +357,11 @@ static int erase_index(deleter *z)
         }
     if (rv != 0)
         return rv;
-    /* The values rows no series of the day lists any more. */
+    /* The values rows no series of the day lists any more: each (label, day) looked at
+     * once (the group's series share most of their values). */
     batch vb = {.key_limit = b.key_limit};
     pt_buf_init_arena(&vb.buf, z->a, 0);
+    pt_keyset seen = {0};
     for (size_t k = 0; k < z->nd && rv == 0; k++) {
         const sday *d = &z->d[k];
         const series *s = &z->v[d->i];
@@ -367,16 +369,19 @@ static int erase_index(deleter *z)
             int left = 0;
             valrow vr;
             pt_index_key key;
-            if ((rv = list_left(z, &s->labels[j], d->day, &left)) != 0 || left)
-                continue;
             if ((rv = pt_index_values_row(z->a, st, &s->labels[j], d->day, &vr, &key)) != 0)
                 break;
+            if ((rv = pt_keyset_put(&seen, key)) <= 0) /* 0: looked at already */
+                continue;
+            if ((rv = list_left(z, &s->labels[j], d->day, &left)) != 0 || left)
+                continue;
             if (st->cache)
                 pt_index_cache_remove(st->cache, &key, 1);
             rv = push(&vb, PT_TABLE_INDEX, vr.key, (pt_slice){(const uint8_t *)"l", 1}, vr.cell,
                       vr.ver);
         }
     }
+    pt_keyset_free(&seen);
     if (rv == 0)
         rv = erase_cells(z, &vb);
     return rv == 0 ? erase_all(z) : rv;

@@ -11,7 +11,8 @@
  * - points: a chunk wholly inside the erased offsets is deleted, one that the erase cuts
  *   through is rewritten with the cells outside it (a chunk holds one row's cells in
  *   order and chunks of a row never overlap, so what is left of one is a chunk again);
- * - index: the entries (one a cell) in the qualifier range, as one range deletion.
+ * - index: the entries (one a cell) in the qualifier range: one point delete for one
+ *   cell, else one range deletion.
  *
  * The head's notes on the row's last chunk are dropped (the next flush reads them again).
  * Cells written after the sync, erased range or not, are later writes and stay.
@@ -113,6 +114,15 @@ static int erase_one(eraser *z, const pt_erase *x)
         rv = pt_emb_rocks_key(&z->key, x->row.p, x->row.n, 0, x->qual_start.p, x->qual_start.n);
     else
         rv = bound(&z->key, x->row, -1);
+    /* One cell ([q, q || 0x00)): a point delete; a range deletion would stay in the way of
+     * every later read of the table until compactions drop it. */
+    if (rv == 0 && x->qual_start.n && x->qual_end.n == x->qual_start.n + 1 &&
+        x->qual_end.p[x->qual_start.n] == 0 &&
+        memcmp(x->qual_end.p, x->qual_start.p, x->qual_start.n) == 0) {
+        rocksdb_writebatch_delete_cf(z->wb, z->e->r.cf[CF_INDEX], (const char *)z->key.p,
+                                     z->key.len);
+        return 0;
+    }
     if (rv == 0 && x->qual_end.n)
         rv = pt_emb_rocks_key(&z->end, x->row.p, x->row.n, 0, x->qual_end.p, x->qual_end.n);
     else if (rv == 0)
