@@ -820,10 +820,12 @@ static void ct_erase(pt_backend *b, const char *L)
     ct_add(&one, PT_TABLE_INDEX, "c22/i", 1, "y");
     ct_add(&one, PT_TABLE_INDEX, "c22/i", 2, "z");
     ct_add(&one, PT_TABLE_INDEX, "c22/j", 0, "x");
+    ct_add(&one, PT_TABLE_INDEX, "c22/k", 0, "x");
+    ct_add(&one, PT_TABLE_INDEX, "c22/k", 1, "y");
     if (rv == 0)
         rv = ct_write(b, &one);
     is(rv, 0, "%s: rows to erase written", L);
-    uint8_t bufs[5][8], q1[4], q2[4];
+    uint8_t bufs[5][8], q1[4], q2[4], q0[5] = {0};
     pt_put_be32(q1, 1);
     pt_put_be32(q2, 2);
     pt_erase x[] = {
@@ -832,8 +834,9 @@ static void ct_erase(pt_backend *b, const char *L)
         ct_erase_points("c22/t", 0, UINT32_MAX, bufs[2]),
         {PT_TABLE_INDEX, pt_slice_str("c22/i"), {q1, 4}, {q2, 4}},
         {PT_TABLE_INDEX, pt_slice_str("c22/j"), CT_NONE, CT_NONE},
+        {PT_TABLE_INDEX, pt_slice_str("c22/k"), {q0, 4}, {q0, 5}}, /* exactly one cell */
     };
-    is(pt_backend_erase(b, x, CT_N(x)), 0, "%s: five erases", L);
+    is(pt_backend_erase(b, x, CT_N(x)), 0, "%s: six erases", L);
     uint32_t q[N];
     size_t k = 0;
     for (uint32_t i = 0; i < N; i++)
@@ -851,8 +854,9 @@ static void ct_erase(pt_backend *b, const char *L)
            "%s: cells written one by one: 3 to 5 gone", L);
     is_str(CT_POINTS(b, "c22/t", "c22/t\xff"), "", "%s: a row erased whole", L);
     pt_row_range ir = CT_RANGE("c22/", "c22/\xff");
-    is_str(ct_show(b, PT_TABLE_INDEX, &ir, 1), "c22/i:00000000=x;c22/i:00000002=z;",
-           "%s: index cells by qualifier; an index row whole", L);
+    is_str(ct_show(b, PT_TABLE_INDEX, &ir, 1),
+           "c22/i:00000000=x;c22/i:00000002=z;c22/k:00000001=y;",
+           "%s: index cells by qualifier, one cell exactly; an index row whole", L);
 
     one.n = 0;
     ct_add(&one, PT_TABLE_POINTS, "c22/r", 150 * STEP, "later");
