@@ -686,12 +686,13 @@ void pt_api_delete_series(pt_ctx *ctx, pt_req *req, pt_resp *resp)
         json_error(&c, PT_EBADREQ, "no match[] parameter provided");
         return;
     }
-    /* The window as asked, not cut at storage.retention (api_begin's reads are). */
+    /* The window as asked, not cut at storage.retention (api_begin's reads are): what is
+     * older is still stored until compactions drop it. No sample is before 0. */
     const char *v = param_get(&c, "start");
-    int64_t start = -PT_API_TIME_LIMIT_MS;
+    int64_t start = 0;
     if (v && *v)
         pt_api_time(v, &start);
-    c.start = start;
+    c.start = start < 0 ? 0 : start;
     if (c.end < c.start) {
         json_error(&c, PT_EBADREQ, "end timestamp must not be before start time");
         return;
