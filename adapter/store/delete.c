@@ -28,7 +28,9 @@
 #include "read_int.h"
 #include "write_int.h"
 
-enum { GROUP = 256 };
+/* Series a group: each group's erases are three erase calls, each of which flushes the
+ * embedded store's head first. */
+enum { GROUP = 4096 };
 
 typedef struct sday {
     size_t i;    /* the series, into the group */
@@ -114,9 +116,17 @@ static int on_series_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
         return 0;
     int64_t day = pt_key_digits(row.p + 2 + PT_REF_HEX + 2);
     pt_slice tail = {row.p + PT_INDEX_SERIES_PREFIX_LEN, row.n - PT_INDEX_SERIES_PREFIX_LEN};
-    for (size_t k = 0; k < z->n; k++) { /* a group's few series of one reference */
+    size_t lo = 0, hi = z->n; /* the first series of the reference, by_ref being sorted */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (z->ref[z->by_ref[mid]] < ref)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (size_t k = lo; k < z->n && z->ref[z->by_ref[k]] == ref; k++) {
         size_t i = z->by_ref[k];
-        if (z->ref[i] != ref || !pt_slice_eq(z->tail[i], tail))
+        if (!pt_slice_eq(z->tail[i], tail))
             continue;
         if (z->nd && z->d[z->nd - 1].i == i && z->d[z->nd - 1].day == day)
             return 0; /* another cell of the row */

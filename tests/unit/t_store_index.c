@@ -122,6 +122,61 @@ static void delete_on_embedded(void)
     }
 }
 
+/* A delete of more series than one group, all sharing four references (2-bit references):
+ * every selected series goes, every other stays. */
+static void delete_many(void)
+{
+    tstore s;
+    if (tstore_open(&s) != 0) {
+        ok(0, "delete many: open");
+        return;
+    }
+    s.st.ref_bits = 2;
+    s.st.index_bucket_ms = DL_DAY;
+    s.st.max_series = 20000;
+    s.st.now_ms = DL_D0 + 2 * DL_DAY;
+    enum { N = 10000 };
+    static char ids[N][8];
+    tseries *ts = calloc(N, sizeof(*ts));
+    if (!ts)
+        BAIL_OUT("out of memory");
+    for (int i = 0; i < N; i++) {
+        snprintf(ids[i], sizeof(ids[i]), "%d", i);
+        ts[i] = (tseries){{"__name__", "c", "del", i % 2 ? "y" : "n", "i", ids[i], NULL},
+                          {DL_D0 + DL_H}, {i}, 1};
+    }
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    pt_write_result res;
+    ok(pt_store_write(&s.st, mk_write(&a, ts, N), &a, &res) == 0 && res.samples_written == N,
+       "delete many: %d series over 4 references written", N);
+    static const tmatch ydel[] = {{0, "del", "y"}}, all[] = {{0, "__name__", "c"}};
+    pt_arena qa;
+    qctx q;
+    dl_qctx(&q, &s.st, &qa, DL_D0, DL_D0);
+    q.c.limit = 20000;
+    q.nms = 1;
+    q.ms = pt_arena_calloc(&qa, sizeof(*q.ms));
+    char msg[128];
+    int rv = pt_matcher_init(&q.ms[0], 0, pt_slice_str("del"), pt_slice_str("y"), NULL, msg,
+                             sizeof(msg));
+    if (rv == 0)
+        rv = pt_select(&q);
+    pt_delete_result dr = {0};
+    if (rv == 0)
+        rv = pt_store_delete(&s.st, q.c.v, q.c.n, 0, PT_MAX_TIME_MS, &a, NULL, &dr);
+    ok(rv == 0 && dr.series == N / 2 && dr.index_days_erased == N / 2,
+       "delete many: %zu series in two groups deleted (%d)", dr.series, rv);
+    pt_matcher_free(&q.ms[0]);
+    pt_arena_free(&qa);
+    ok(dl_select(&s.st, ydel, 1, DL_D0, DL_D0, NULL) == 0 &&
+           dl_select(&s.st, all, 1, DL_D0, DL_D0, NULL) == N / 2,
+       "delete many: none of them listed, the %d others are", N / 2);
+    free(ts);
+    pt_arena_free(&a);
+    tstore_close(&s);
+}
+
 static void index_on_embedded(void)
 {
     tstore full, tiny;
@@ -193,5 +248,6 @@ int main(void)
     cardinality_batches();
     index_on_embedded();
     delete_on_embedded();
+    delete_many();
     return done_testing();
 }
