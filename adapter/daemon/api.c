@@ -38,6 +38,7 @@ typedef struct apictx {
     param *p;
     size_t np;
     int64_t start, end; /* clamped to what the store can hold; end < start: nothing */
+    int64_t asked_start; /* start as the client gave it (default: the far past) */
     size_t limit;       /* the client's limit; 0 = none */
     size_t max;         /* api.max_results */
     pt_buf out;
@@ -243,6 +244,7 @@ static int api_begin(apictx *c, pt_ctx *x, pt_req *req, pt_resp *resp, int own_l
         }
     }
     int64_t oldest = pt_oldest_kept(c->st);
+    c->asked_start = t[0];
     c->start = t[0] < oldest ? oldest : t[0];
     c->end = t[1] > PT_MAX_TIME_MS ? PT_MAX_TIME_MS : t[1];
     const char *l = own_limit ? NULL : param_get(c, "limit");
@@ -686,13 +688,9 @@ void pt_api_delete_series(pt_ctx *ctx, pt_req *req, pt_resp *resp)
         json_error(&c, PT_EBADREQ, "no match[] parameter provided");
         return;
     }
-    /* The window as asked, not cut at storage.retention (api_begin's reads are): what is
-     * older is still stored until compactions drop it. No sample is before 0. */
-    const char *v = param_get(&c, "start");
-    int64_t start = 0;
-    if (v && *v)
-        pt_api_time(v, &start);
-    c.start = start < 0 ? 0 : start;
+    /* The window as asked, not cut at storage.retention as reads are: what is older is
+     * still stored until compactions drop it. No sample is before 0. */
+    c.start = c.asked_start < 0 ? 0 : c.asked_start;
     if (c.end < c.start) {
         json_error(&c, PT_EBADREQ, "end timestamp must not be before start time");
         return;

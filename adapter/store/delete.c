@@ -410,7 +410,7 @@ int pt_store_delete(pt_store *st, const series *v, size_t n, int64_t start, int6
     qctx q;
     qctx_start(&q, st, a, cancel);
     q.deadline_ns = 0; /* an admin's delete runs to its end */
-    int64_t now = st->now_ms ? st->now_ms : pt_wall_ms();
+    int64_t now = pt_store_now(st);
     int rv = 0;
     for (size_t g = 0; g < n && rv == 0; g += GROUP) {
         pt_arena ga;

@@ -328,6 +328,7 @@ struct pt_read {
     qctx q;
     size_t k, next; /* matching series of query qi; the next to read */
     int64_t start, end;
+    int64_t now;  /* the store's clock when query qi began (retention rules' cutoffs) */
     size_t total; /* samples read so far, against max_samples */
     uint64_t t0;
     uint64_t deadline_ns; /* read.timeout after the start; 0 = none */
@@ -373,7 +374,7 @@ int64_t pt_oldest_kept(const pt_store *st)
 {
     if (st->retention_ms <= 0)
         return 0;
-    int64_t now = st->now_ms ? st->now_ms : pt_wall_ms();
+    int64_t now = pt_store_now(st);
     return now - st->retention_ms > 0 ? now - st->retention_ms : 0;
 }
 
@@ -386,7 +387,7 @@ static int64_t series_start(const pt_read *r, const series *v)
     int64_t keep = st->keep_ms(st->keep_ud, v->labels, v->nlabels);
     if (keep <= 0)
         return r->start;
-    int64_t cut = (st->now_ms ? st->now_ms : pt_wall_ms()) - keep;
+    int64_t cut = r->now - keep;
     return cut > r->start ? cut : r->start;
 }
 
@@ -434,6 +435,7 @@ static int query_begin(pt_read *r, char *msg, size_t msglen)
             return rv;
     }
     int64_t oldest = pt_oldest_kept(st);
+    r->now = pt_store_now(st);
     r->start = pq->start_ms < oldest ? oldest : pq->start_ms;
     r->end = pq->end_ms;
     if (r->end > PT_MAX_TIME_MS)

@@ -13,6 +13,7 @@
 #include "arena.h"
 #include "backend.h"
 #include "buf.h"
+#include "clock.h"
 #include "exemplar.h"
 #include "index.h"
 #include "model.h"
@@ -116,6 +117,12 @@ typedef struct pt_store_caches {
  * zero). */
 int pt_store_open(pt_store *st, pt_backend *be, const pt_store_caches *c);
 void pt_store_close(pt_store *st);
+
+/* The store's clock: now_ms when a test set it, else the wall clock. */
+static inline int64_t pt_store_now(const pt_store *st)
+{
+    return st->now_ms ? st->now_ms : pt_wall_ms();
+}
 
 static inline size_t pt_store_key_limit(const pt_store *st)
 {
