@@ -20,6 +20,7 @@ typedef struct pt_embedded_conf {
     size_t block_cache;  /* RocksDB block cache for both tables; 0 = the default */
     long head_max_age_ms; /* longest a sample stays only in the head and the logs; 0 = none */
     long read_threads;    /* read-ahead threads (readahead.c); 0 = none */
+    size_t table_index_memory; /* most bytes of pinned table index blocks; 0 = none */
 } pt_embedded_conf;
 
 typedef struct pt_embedded_stats {
@@ -45,6 +46,8 @@ typedef struct pt_embedded_stats {
     uint64_t memtable_bytes;   /* RocksDB memtables, both tables */
     uint64_t table_reader_bytes; /* RocksDB index and filter blocks outside the cache */
     uint64_t block_cache_bytes;  /* what the block cache holds */
+    uint64_t block_cache_pinned_bytes; /* of it, pinned (index blocks, blocks in use) */
+    int table_index_pinned;      /* the table files' index blocks are kept loaded (rocks.c) */
     uint64_t readahead_scans;    /* scans of many rows that waited for the disk */
     uint64_t readahead_rows;     /* rows read ahead of them */
     size_t index_pending_bytes;  /* index cells acknowledged, not yet in RocksDB */

@@ -111,7 +111,9 @@ typedef struct rocks {
      * only one that reopens, uses them without it. */
     pthread_rwlock_t lock;
     int lock_init;
-    atomic_int reopening; /* a reopen waits for the lock: new users get PT_EUNAVAIL */
+    /* A reopen waits for the lock: new users get PT_EUNAVAIL after a disk error, and wait
+     * for a planned one (rocks.c). */
+    atomic_int reopening;
     /* A write RocksDB refused for a disk error (no space, I/O error). RocksDB's own
      * resume is off (it raced the flush thread's ingests and aborted): the flush thread
      * reopens the store once there is space again. */
@@ -122,6 +124,8 @@ typedef struct rocks {
     char *path; /* for a reopen */
     int sync;
     size_t block_cache;
+    size_t pin_max; /* storage.embedded.table_index_memory */
+    atomic_int pinned; /* the table files' index and filter blocks stay loaded (rocks.c) */
     rocksdb_t *db;
     rocksdb_column_family_handle_t *cf[NCF];
     rocksdb_writeoptions_t *wopts;       /* index writes: RocksDB's WAL, synced if asked */
@@ -136,17 +140,23 @@ typedef struct rocks {
 /* Opens (creating) the store in the existing directory path; refuses the one-entry-per-cell
  * layout (rocks.c old_layout). On failure err says why and close() releases what was made
  * (but not the filters). */
-int pt_emb_rocks_open(rocks *r, const char *path, int sync, size_t block_cache, char *err,
-                      size_t errlen);
+int pt_emb_rocks_open(rocks *r, const char *path, int sync, size_t block_cache, size_t pin_max,
+                      char *err, size_t errlen);
+/* 1 when the pinned index and filter blocks have outgrown pin_max (the flush thread then
+ * reopens the store with them loaded on demand); else the block cache's capacity is
+ * set to its own budget plus what is pinned. */
+int pt_emb_rocks_pin_check(rocks *r);
 /* Releases everything; a zeroed or half-opened rocks is fine. */
 void pt_emb_rocks_close(rocks *r);
 /* Closes and opens the store again, waiting for the users of the lock to leave (new ones
- * get PT_EUNAVAIL meanwhile): clears RocksDB's background error, which refuses every
- * write after a failed one. Only the flush thread calls it. On failure db is NULL
- * (enter then answers PT_EUNAVAIL) and broken stays set, for the next attempt. */
-int pt_emb_rocks_reopen(rocks *r, char *err, size_t errlen);
+ * get PT_EUNAVAIL meanwhile, or wait when planned): clears RocksDB's background error,
+ * which refuses every write after a failed one, or drops the pinning (planned). Only the
+ * flush thread calls it. On failure db is NULL (enter then answers PT_EUNAVAIL) and
+ * broken stays set, for the next attempt. */
+int pt_emb_rocks_reopen(rocks *r, int planned, char *err, size_t errlen);
 /* Takes the lock for reading around a use of db from any thread but the flush thread: 0,
- * or PT_EUNAVAIL (nothing held) while a reopen waits or after one failed. */
+ * or PT_EUNAVAIL (nothing held) while a reopen after a disk error waits or after one
+ * failed; a planned reopen is waited for. */
 int pt_emb_rocks_enter(rocks *r);
 void pt_emb_rocks_leave(rocks *r);
 /* The same before a write into RocksDB, which also refuses while the store is broken
@@ -163,7 +173,9 @@ int pt_emb_rocks_note(rocks *r, int rv);
 int pt_emb_rocks_flush_index(rocks *r);
 /* Memory RocksDB holds: memtables of every family, table readers (index and filter
  * blocks outside the cache), the block cache's usage. */
-void pt_emb_rocks_memory(rocks *r, uint64_t *memtables, uint64_t *readers, uint64_t *cache);
+/* RocksDB's memory: memtables, table readers, the block cache and what of it is pinned. */
+void pt_emb_rocks_memory(rocks *r, uint64_t *memtables, uint64_t *readers, uint64_t *cache,
+                         uint64_t *pinned);
 
 /* Maps a RocksDB error string to a pt code (timeouts, busy states and a full disk
  * retryable) and frees it. */
@@ -724,6 +736,7 @@ typedef struct embedded {
     uint64_t full_events;  /* times the disk filled up */
     uint64_t reopens;      /* RocksDB reopened after a disk error */
     uint64_t recover_at;   /* no reopen before this (CLOCK_MONOTONIC ns) */
+    uint64_t pin_check_at; /* the next look at the pinned index blocks (ns) */
     uint64_t recover_ms;   /* the backoff after a failed reopen */
     uint64_t flush_ns, last_flush_ns; /* time spent in flushes, in total and the last one */
     emb_hook hook;  /* tests only */

@@ -228,7 +228,7 @@ static void disk_check_locked(embedded *e)
     if (broken) {
         char err[512] = "";
         pthread_mutex_unlock(&e->mu);
-        int rv = pt_emb_rocks_reopen(&e->r, err, sizeof(err));
+        int rv = pt_emb_rocks_reopen(&e->r, 0, err, sizeof(err));
         pthread_mutex_lock(&e->mu);
         if (rv != 0) {
             e->recover_ms = pt_emb_backoff_next(e->recover_ms);
@@ -254,6 +254,34 @@ static void disk_check_locked(embedded *e)
     pthread_cond_signal(&e->work);
 }
 
+/* Once a second, from the flush thread, mu held on entry and return: when the table
+ * files' pinned index and filter blocks have outgrown storage.embedded.table_index_memory
+ * (the store grew since the start), RocksDB is reopened with them loaded on demand, as
+ * after a disk error; a failed reopen is retried by disk_check_locked. */
+static void pin_check_locked(embedded *e)
+{
+    uint64_t now = pt_now_ns();
+    if (now < e->pin_check_at)
+        return;
+    e->pin_check_at = now + 1000000000u;
+    if (!pt_emb_rocks_pin_check(&e->r))
+        return;
+    atomic_store(&e->r.pinned, 0);
+    char err[512] = "";
+    pthread_mutex_unlock(&e->mu);
+    int rv = pt_emb_rocks_reopen(&e->r, 1, err, sizeof(err));
+    pthread_mutex_lock(&e->mu);
+    if (rv != 0) {
+        atomic_store(&e->r.broken, 1);
+        pt_log(PT_LOG_ERROR, "embedded: reopening RocksDB failed, retrying", "error=\"%s\"",
+               err);
+        return;
+    }
+    pt_log(PT_LOG_WARN, "embedded: the table files' index blocks outgrew "
+           "storage.embedded.table_index_memory; RocksDB reopened, they are now read when "
+           "needed", "limit_bytes=%zu", e->r.pin_max);
+}
+
 /* Waits for a frozen shard or the stop. Past head_max_age / HEAD_SHARDS without a freeze
  * (a head that fills slowly), the next shard with cells (or rows) is frozen here, so that
  * a round of the shards takes head_max_age at most: the logs replayed at a start, and the
@@ -263,6 +291,7 @@ static void wait_work_locked(embedded *e)
 {
     while (!e->stop && !e->frozen) {
         disk_check_locked(e);
+        pin_check_locked(e);
         if (sweep_alone_locked(e))
             break;
         if (e->age_step_ns == 0) {
@@ -299,6 +328,7 @@ void *pt_emb_flusher_main(void *arg)
         if (!e->frozen)
             break;
         disk_check_locked(e);
+        pin_check_locked(e);
         /* The log the next freeze moves to, while nothing waits for it. */
         prepare_log_locked(e);
         unsigned k = e->frozen_shard;
