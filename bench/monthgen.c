@@ -14,6 +14,7 @@
  *   --connections C   write: connections, each sending its share of the series (default 2)
  *   --window W        write: samples of a series per request entry (default 240)
  *   --batch B         write: series per request (default 50)
+ *   --gauge-decimals D  gauges rounded to D decimals (default: every mantissa bit)
  *
  * Series i has labels {__name__, env="prod", instance="host-<i mod per-metric>:9100",
  * job="job-<i / 200>", region}: a metric's series are one instance each, a job holds 200
@@ -40,6 +41,7 @@ typedef struct gen {
     uint64_t series, metrics, days, step_ms, window, batch, connections;
     int64_t end_ms, first_ms;
     uint64_t samples; /* per series */
+    int decimals;     /* gauges rounded to this many decimals; -1: not rounded */
 } gen;
 
 static uint64_t per_metric(const gen *g)
@@ -73,7 +75,7 @@ static const char *const label_names[NLABELS] = {"__name__", "env", "instance", 
 typedef struct walk {
     uint64_t seed;
     int counter;
-    double v;
+    double v, scale; /* scale: 10^decimals, 0 when not rounded */
 } walk;
 
 static void walk_init(walk *w, const gen *g, uint64_t i)
@@ -81,6 +83,7 @@ static void walk_init(walk *w, const gen *g, uint64_t i)
     w->seed = lg_mix(i * 0x9e3779b97f4a7c15ull + 12345);
     w->counter = is_counter(g, i);
     w->v = (double)(w->seed % 1000000) / 7.0; /* 1/7: a fraction with every mantissa bit */
+    w->scale = g->decimals < 0 ? 0 : pow(10, g->decimals);
 }
 
 /* The value of sample k (k counts up from 0, each k once, in order). */
@@ -91,7 +94,7 @@ static double walk_value(walk *w, uint64_t k)
         return (double)((w->seed % 1000000) + 7 * k + r % 7);
     if (k > 0)
         w->v += ((double)(r >> 11) * 0x1p-53 - 0.5) * 3.0;
-    return w->v;
+    return w->scale ? round(w->v * w->scale) / w->scale : w->v;
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -283,7 +286,8 @@ static int write_remote(const gen *g, const char *url)
 static void usage(FILE *f)
 {
     fputs("usage: monthgen [--series N] [--metrics M] [--days D] [--step-ms S] [--end-ms T]\n"
-          "                [--connections C] [--window W] [--batch B] openmetrics | write URL\n",
+          "                [--connections C] [--window W] [--batch B] [--gauge-decimals D]\n"
+          "                openmetrics | write URL\n",
           f);
 }
 
@@ -300,15 +304,16 @@ static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
 int main(int argc, char **argv)
 {
     gen g = {.series = 2000, .metrics = 20, .days = 60, .step_ms = 60000, .window = 240,
-             .batch = 50, .connections = 2, .end_ms = -1};
+             .batch = 50, .connections = 2, .end_ms = -1, .decimals = -1};
     static const struct option lo[] = {
         {"series", required_argument, 0, 's'},   {"metrics", required_argument, 0, 'm'},
         {"days", required_argument, 0, 'd'},     {"step-ms", required_argument, 0, 't'},
         {"end-ms", required_argument, 0, 'e'},   {"connections", required_argument, 0, 'c'},
         {"window", required_argument, 0, 'w'},   {"batch", required_argument, 0, 'b'},
+        {"gauge-decimals", required_argument, 0, 'g'},
         {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
     int c, bad = 0;
-    uint64_t end = 0;
+    uint64_t end = 0, dec = 0;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
         case 's': bad |= parse_u64(optarg, 1, 100000000, &g.series); break;
@@ -319,6 +324,7 @@ int main(int argc, char **argv)
         case 'c': bad |= parse_u64(optarg, 1, 64, &g.connections); break;
         case 'w': bad |= parse_u64(optarg, 1, 100000, &g.window); break;
         case 'b': bad |= parse_u64(optarg, 1, 100000, &g.batch); break;
+        case 'g': bad |= parse_u64(optarg, 0, 15, &dec), g.decimals = (int)dec; break;
         case 'h': usage(stdout); return 0;
         default: bad = 1;
         }

@@ -21,8 +21,13 @@
 # samples, and a digest of every label, timestamp and value bit); a difference fails the
 # run.
 #
+# GAUGE_DECIMALS=D rounds the gauges to D decimals (both VictoriaMetrics, which keeps about
+# 13 significant digits, and promtable then store the data exactly); READS=0 stops after
+# the bytes on disk of promtable and VictoriaMetrics (no Prometheus blocks, no reads).
+#
 # Usage: bench/months.sh                     (about 25 minutes on 2 cores at the defaults)
 #        SERIES=200 DAYS=7 ROUNDS=1 bench/months.sh      (a quick look)
+#        READS=0 GAUGE_DECIMALS=2 bench/months.sh       (disk only, exact on both)
 #        REUSE=/tmp/months-bench.XXXX bench/months.sh    (the reads again, on the data a run
 #                                 with KEEP=1 left there, with the same settings)
 set -u
@@ -38,6 +43,8 @@ STEP_MS=${STEP_MS:-60000}
 CONNECTIONS=${CONNECTIONS:-2}
 ROUNDS=${ROUNDS:-3}
 COLD=${COLD:-1}                 # 0: no cold reads
+READS=${READS:-1}               # 0: bytes on disk only
+GAUGE_DECIMALS=${GAUGE_DECIMALS:-}
 CLIENT_CPU=${CLIENT_CPU:-1}
 PROMTABLE_ARGS=${PROMTABLE_ARGS:-}
 PROMETHEUS=${PROMETHEUS:-prometheus}
@@ -69,6 +76,7 @@ PER_SERIES=$((DAYS * 86400000 / STEP_MS))
 FIRST_MS=$((END_MS - (PER_SERIES - 1) * STEP_MS))
 TOTAL=$((SERIES * PER_SERIES))
 GEN=(--series "$SERIES" --metrics "$METRICS" --days "$DAYS" --step-ms "$STEP_MS" --end-ms "$END_MS")
+[[ -n $GAUGE_DECIMALS ]] && GEN+=(--gauge-decimals "$GAUGE_DECIMALS")
 DAY=86400000 HOUR=3600000
 G0=$((METRICS / 2)) # the first gauge metric
 # The newest boundary of the row keys' base timestamps (multiples of 2^32 ms) inside the data.
@@ -114,7 +122,7 @@ backfill() {
     log "$1: $TOTAL samples at ${RATE[$1]}/s"
 }
 
-bytes_per_sample() { awk -v b="$(du -sb "$1" | cut -f1)" -v n="$TOTAL" 'BEGIN { printf "%.2f", b / n }'; }
+bytes_per_sample() { awk -v b="$(du -sb "$1" | cut -f1)" -v n="$TOTAL" 'BEGIN { printf "%.3f", b / n }'; }
 
 # --- data -------------------------------------------------------------------------------
 load_data() {
@@ -137,6 +145,7 @@ load_data() {
     [[ $VM_COUNT == "$TOTAL" ]] || log "VictoriaMetrics answers $VM_COUNT samples, not $TOTAL"
     pt_stop "$VM_SRV" 600
     DISK[victoriametrics]=$(bytes_per_sample "$WORK/vm.data")
+    ((READS)) || return 0
 
     log "+ monthgen ${GEN[*]} openmetrics > data.om; promtool tsdb create-blocks-from --max-block-duration=$PROM_BLOCK openmetrics"
     taskset -c "$CLIENT_CPU" "$MONTHGEN" "${GEN[@]}" openmetrics >"$WORK/data.om" || exit 1
@@ -155,6 +164,12 @@ else
     load_data
     declare -p DISK RATE | sed 's/^declare -A/declare -gA/' >"$WORK/figures"
     echo "END_MS=$END_MS" >>"$WORK/figures"
+fi
+if ((!READS)); then
+    printf 'bytes on disk per sample: promtable %s, VictoriaMetrics %s\n' "${DISK[promtable]}" \
+        "${DISK[victoriametrics]}"
+    printf 'result: disk=%s/%s\n' "${DISK[promtable]}" "${DISK[victoriametrics]}"
+    exit 0
 fi
 
 start_promtable

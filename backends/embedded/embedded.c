@@ -708,8 +708,8 @@ static const pt_conf_key conf_keys[] = {
     {"block_cache", NULL, PT_CONF_BYTES, "64MiB", 8LL << 20, 1LL << 40, C(block_cache),
      "RocksDB block cache (uncompressed table blocks of the index and the points)."},
     {"table_index_memory", NULL, PT_CONF_BYTES, "128MiB", 0, 1LL << 40, C(table_index_memory),
-     "Memory for the RocksDB table files' own index and filter blocks (about 1.4 % of "
-     "the store's bytes), loaded when a file is opened and kept, on top of block_cache, "
+     "Memory for the RocksDB table files' own index and filter blocks (0.2 % of a "
+     "store of months, about 1 % of a small one), loaded when a file is opened and kept, on top of block_cache, "
      "so that a seek reads only its data block, also on a cold start; a store whose "
      "blocks need more reads them when needed instead. 0: always read when needed."},
     {"read_threads", NULL, PT_CONF_LONG, "8", 0, 64, C(read_threads),

@@ -18,9 +18,12 @@
 
 static const char *const cf_names[NCF] = {"default", "points.v2", "index"};
 
-/* The table files' bytes over their index and filter blocks', on the generous side (the
- * months benchmark's store: 71). */
-enum { PIN_SHARE = 32 };
+/* The table files' bytes over their index and filter blocks' (and dictionaries'), as an
+ * estimate: 474 on the months benchmark's store (64 MiB files), 84 on
+ * bench/disk.sh's two hours (a few small files). RocksDB reads the tail of each file,
+ * where they are, when it opens the file anyway: an estimate short of them costs an open
+ * twice (pt_emb_rocks_open), not a read of the store. */
+enum { PIN_SHARE = 128 };
 
 enum { REOPEN_ERROR = 1, REOPEN_PLANNED = 2, REOPEN_WAIT_MS = 30000 };
 
@@ -180,8 +183,10 @@ static rocksdb_options_t *make_options(rocksdb_cache_t *cache, int index,
     rocksdb_options_set_bottommost_compression(o, rocksdb_zstd_compression);
     zstd_dict(o, index ? IX_LEVEL_L0 : LEVEL_DEFAULT, 0);
     if (index) {
-        /* A read resolves each series it returns through a random lookup in the index,
-         * hence small blocks; the series-row cache spares most of those lookups. */
+        /* 8 KiB blocks, as the points': a read resolves each series it returns through a
+         * lookup in the index, which the series-row cache spares mostly, and the lookups
+         * of one read are of neighbouring rows; 4 KiB blocks took 1.2 % more of the
+         * store's bytes on bench/disk.sh's load. */
         zstd_dict(o, IX_LEVEL, 1);
         rocksdb_options_set_level0_file_num_compaction_trigger(o, 16);
         rocksdb_options_set_level0_slowdown_writes_trigger(o, 32);
@@ -197,7 +202,7 @@ static rocksdb_options_t *make_options(rocksdb_cache_t *cache, int index,
     /* No memtable prefix bloom: it costs a hash on every insert and only saves reads. */
 
     rocksdb_block_based_table_options_t *t = rocksdb_block_based_options_create();
-    rocksdb_block_based_options_set_block_size(t, index ? 4 << 10 : 8 << 10);
+    rocksdb_block_based_options_set_block_size(t, 8 << 10);
     rocksdb_block_based_options_set_block_cache(t, cache);
     /* Partitioned index and filters: a seek reads one small index partition instead of
      * the whole index block of a 64 MiB table (megabytes to decompress for a small read
@@ -215,9 +220,20 @@ static rocksdb_options_t *make_options(rocksdb_cache_t *cache, int index,
     rocksdb_block_based_options_set_pin_top_level_index_and_filter(t, 1);
     rocksdb_block_based_options_set_pin_l0_filter_and_index_blocks_in_cache(t, 1);
     rocksdb_block_based_options_set_format_version(t, 5);
-    /* Only scans read this store, never point lookups, so whole-key filters are waste. */
+    /* Only scans read this store, never point lookups, so whole-key filters are waste.
+     * The points' one-row scans (a series' row) skip the table files without the row by
+     * its prefix in a Ribbon filter, which takes about 30 % less space than a Bloom filter
+     * of the same false-positive rate. The index is read by ranges of rows (a list over
+     * days, a series' rows over days), which RocksDB seeks in total order, past any
+     * prefix filter: it has none (a Bloom filter there takes 3.4 % of its bytes). */
     rocksdb_block_based_options_set_whole_key_filtering(t, 0);
-    rocksdb_block_based_options_set_filter_policy(t, rocksdb_filterpolicy_create_bloom_full(10));
+    if (!index)
+        rocksdb_block_based_options_set_filter_policy(t, rocksdb_filterpolicy_create_ribbon(10));
+    /* Index entries delta-encoded in runs of 16 rather than each whole: neighbouring
+     * blocks' separators share most of a long row key, so the index blocks take a
+     * quarter of the bytes (kept loaded, above), for a short linear step after the
+     * binary search. */
+    rocksdb_block_based_options_set_index_block_restart_interval(t, 16);
     rocksdb_options_set_block_based_table_factory(o, t);
     rocksdb_block_based_options_destroy(t);
     return o;
@@ -378,9 +394,9 @@ int pt_emb_rocks_open(rocks *r, const char *path, int sync, size_t block_cache, 
     r->sync = sync;
     r->block_cache = block_cache;
     r->pin_max = pin_max;
-    /* Pinned while the index and filter blocks (about 1.4 % of the table files' bytes on
-     * the months benchmark's store; estimated here at 1/PIN_SHARE) fit the budget; a store
-     * that grows past it later is reopened without (pt_emb_rocks_pin_check). */
+    /* Pinned while the index and filter blocks (estimated at 1/PIN_SHARE of the table
+     * files' bytes) fit the budget; a store that grows past it later is reopened without
+     * (pt_emb_rocks_pin_check). */
     r->pinned = pin_max > 0 && table_bytes(path) / PIN_SHARE <= pin_max;
     if (!(r->path = strdup(path)))
         return PT_ENOMEM;
