@@ -17,6 +17,15 @@ static int open_pinned(pt_backend *b, const char *path, size_t budget)
     return rv;
 }
 
+/* open_pinned for a test step: a failure is a failed test (and ends the program's tests). */
+static int reopen(pt_backend *b, const char *path, size_t budget)
+{
+    if (open_pinned(b, path, budget) == 0)
+        return 0;
+    ok(0, "pin: open with a budget of %zu bytes", budget);
+    return -1;
+}
+
 static void value_of(char out[9], int r, int c)
 {
     snprintf(out, 9, "%04u%04u", (unsigned)r % 10000, (unsigned)c % 10000);
@@ -107,18 +116,14 @@ int main(void)
     pt_backend b;
 
     /* A new store fits any budget; written and closed, its cells are in table files. */
-    if (open_pinned(&b, path, 64u << 20) != 0) {
-        ok(0, "pin: open");
+    if (reopen(&b, path, 64u << 20) != 0)
         return done_testing();
-    }
     is(stats(&b).table_index_pinned, 1, "pin: an empty store keeps its index blocks loaded");
     is(fill(&b, 0, CELLS / 2), 0, "pin: %d rows written", ROWS);
     pt_backend_close(&b);
 
-    if (open_pinned(&b, path, 64u << 20) != 0) {
-        ok(0, "pin: reopen");
+    if (reopen(&b, path, 64u << 20) != 0)
         return done_testing();
-    }
     pt_embedded_stats st = stats(&b);
     is(st.table_index_pinned, 1, "pin: a store within the budget keeps them loaded");
     ok(st.block_cache_pinned_bytes > 0, "pin: ... %llu bytes pinned at the open",
@@ -129,10 +134,8 @@ int main(void)
     pt_backend_close(&b);
 
     /* A budget the table files' estimate exceeds: read when needed, same answers. */
-    if (open_pinned(&b, path, 1) != 0) {
-        ok(0, "pin: reopen");
+    if (reopen(&b, path, 1) != 0)
         return done_testing();
-    }
     is(stats(&b).table_index_pinned, 0, "pin: a store past the budget reads them when needed");
     y = scan_window(&b, 5, 15);
     ok(y.cells == (size_t)ROWS * 10 && y.bad == 0, "pin: ... and answers the same (%zu)",
@@ -140,26 +143,20 @@ int main(void)
     pt_backend_close(&b);
 
     /* 0: never. */
-    if (open_pinned(&b, path, 0) != 0) {
-        ok(0, "pin: reopen");
+    if (reopen(&b, path, 0) != 0)
         return done_testing();
-    }
     is(stats(&b).table_index_pinned, 0, "pin: a budget of 0 pins nothing");
     pt_backend_close(&b);
 
     /* A store that outgrows its budget while open: the flush thread reopens RocksDB with
      * the blocks read when needed; nothing written is lost, and writes go on. The
      * budget: what this store pins now plus a little, so that the next flush passes it. */
-    if (open_pinned(&b, path, 64u << 20) != 0) {
-        ok(0, "pin: reopen");
+    if (reopen(&b, path, 64u << 20) != 0)
         return done_testing();
-    }
     size_t now = stats(&b).block_cache_pinned_bytes;
     pt_backend_close(&b);
-    if (open_pinned(&b, path, now + 1024) != 0) {
-        ok(0, "pin: reopen");
+    if (reopen(&b, path, now + 1024) != 0)
         return done_testing();
-    }
     is(stats(&b).table_index_pinned, 1, "pin: within a budget of %zu bytes", now + 1024);
     int fails = fill(&b, CELLS / 2, CELLS / 2);
     is(fails, 0, "pin: more cells written");
