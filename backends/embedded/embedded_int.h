@@ -172,8 +172,7 @@ int pt_emb_rocks_note(rocks *r, int rv);
  * replay). */
 int pt_emb_rocks_flush_index(rocks *r);
 /* Memory RocksDB holds: memtables of every family, table readers (index and filter
- * blocks outside the cache), the block cache's usage. */
-/* RocksDB's memory: memtables, table readers, the block cache and what of it is pinned. */
+ * blocks outside the cache), the block cache's usage and what of it is pinned. */
 void pt_emb_rocks_memory(rocks *r, uint64_t *memtables, uint64_t *readers, uint64_t *cache,
                          uint64_t *pinned);
 

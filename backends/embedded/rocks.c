@@ -352,14 +352,11 @@ static uint64_t table_bytes(const char *path)
     if (!d)
         return 0;
     uint64_t sum = 0;
-    char name[4096];
     struct stat st;
     for (struct dirent *de; (de = readdir(d));) {
         size_t n = strlen(de->d_name);
-        if (n < 4 || strcmp(de->d_name + n - 4, ".sst") != 0)
-            continue;
-        snprintf(name, sizeof(name), "%s/%s", path, de->d_name);
-        if (stat(name, &st) == 0)
+        if (n >= 4 && strcmp(de->d_name + n - 4, ".sst") == 0 &&
+            fstatat(dirfd(d), de->d_name, &st, 0) == 0)
             sum += (uint64_t)st.st_size;
     }
     closedir(d);
