@@ -24,10 +24,35 @@ static size_t cands_max(const qctx *q)
     return q->c.limit ? q->c.limit * 4 + 1024 : 0;
 }
 
-/* Adds the series named by an index row (sid after the prefix, labels in value or sid). */
-static int cands_add(qctx *q, pt_slice sid, pt_slice value)
+void pt_series_widen(series *s, int64_t lo, int64_t hi, int64_t bucket_ms)
+{
+    const uint64_t all = ~(uint64_t)0, last = (uint64_t)1 << 63;
+    int64_t was = pt_bucket_base(s->day_lo), now = pt_bucket_base(lo);
+    if (now < was) {
+        /* Bit 0 moves to an earlier bucket: the bits move up, the ones past 63 into 63. */
+        int64_t by = (was - now) / PT_BUCKET_MS;
+        uint64_t past = by >= 63 ? s->bases : s->bases >> (63 - by);
+        s->bases = (by >= 63 ? 0 : s->bases << by) | (past ? last : 0);
+        s->day_lo = lo;
+    }
+    if (hi > s->day_hi)
+        s->day_hi = hi;
+    int64_t j0 = (now - pt_bucket_base(s->day_lo)) / PT_BUCKET_MS;
+    int64_t j1 = (pt_bucket_base(hi + bucket_ms - 1) - pt_bucket_base(s->day_lo)) / PT_BUCKET_MS;
+    j0 = j0 < 63 ? j0 : 63;
+    j1 = j1 < 63 ? j1 : 63;
+    s->bases |= (all >> (63 - j1)) & (all << j0);
+}
+
+/* Adds the series named by an index row of bucket day (sid after the prefix, labels in
+ * value or sid), or widens the days of the one already there. A day outside the query's
+ * (not parsed, or a cache entry's rows of several days) stands for all of them. */
+static int cands_add(qctx *q, pt_slice sid, pt_slice value, int64_t day)
 {
     cands *c = &q->c;
+    int64_t lo = day, hi = day;
+    if (day < q->day_first || day > q->day_last)
+        lo = q->day_first, hi = q->day_last;
     pt_label *cell_labels = NULL;
     long cell_n = 0;
     if (value.n) {
@@ -45,6 +70,11 @@ static int cands_add(qctx *q, pt_slice sid, pt_slice value)
             return rv;
     }
     uint64_t h = XXH3_64bits(sid.p, sid.n);
+    long at = pt_hindex_find(&c->x, h, sid_eq, c->v, &sid);
+    if (at >= 0) {
+        pt_series_widen(&c->v[at], lo, hi, q->st->index_bucket_ms);
+        return 0;
+    }
     void *items = c->v;
     int rv = pt_hindex_claim(&c->x, c->a, &items, sizeof(*c->v), h, sid_eq, &sid, cands_max(q));
     c->v = items;
@@ -55,6 +85,8 @@ static int cands_add(qctx *q, pt_slice sid, pt_slice value)
     if (!copy)
         return PT_ENOMEM;
     memcpy(copy, sid.p, sid.n);
+    *s = (series){.day_lo = lo, .day_hi = lo};
+    pt_series_widen(s, lo, hi, q->st->index_bucket_ms);
     s->sid = (pt_slice){copy, sid.n};
     long nl;
     if (value.n) {
@@ -80,9 +112,9 @@ static int cands_add(qctx *q, pt_slice sid, pt_slice value)
     return 0;
 }
 
-int pt_cands_add_sid(qctx *q, pt_slice sid)
+int pt_cands_add_sid(qctx *q, pt_slice sid, int64_t day)
 {
-    return cands_add(q, sid, (pt_slice){sid.p, 0});
+    return cands_add(q, sid, (pt_slice){sid.p, 0}, day);
 }
 
 int pt_cands_add_ref(qctx *q, uint64_t ref)
@@ -99,6 +131,12 @@ int pt_cands_add_ref(qctx *q, uint64_t ref)
     return 0;
 }
 
+/* The bucket of a series row ("==" ref ",@" day ","), -1 when not digits. */
+static int64_t row_day(pt_slice row)
+{
+    return pt_key_digits(row.p + 2 + PT_REF_HEX + 2);
+}
+
 /* A series row: the sid after its prefix, the label set in the cell when needed. */
 static int on_series_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 {
@@ -110,7 +148,7 @@ static int on_series_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     if (rv)
         return rv;
     pt_slice sid = {row.p + PT_INDEX_SERIES_PREFIX_LEN, row.n - PT_INDEX_SERIES_PREFIX_LEN};
-    return cands_add(q, sid, value);
+    return cands_add(q, sid, value, row_day(row));
 }
 
 static int u64_cmp(const void *x, const void *y)
@@ -169,19 +207,6 @@ static void fill_flush(filler *f, uint64_t upto, int last)
     }
 }
 
-/* Parses the 13-digit bucket of a series row. */
-static int64_t row_day(pt_slice row)
-{
-    int64_t v = 0;
-    for (size_t i = 0; i < PT_BASE_DIGITS; i++) {
-        uint8_t ch = row.p[2 + PT_REF_HEX + 2 + i];
-        if (ch < '0' || ch > '9')
-            return -1;
-        v = v * 10 + (ch - '0');
-    }
-    return v;
-}
-
 static int on_series_row_fill(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 {
     filler *f = ud;
@@ -220,7 +245,7 @@ static int cands_from_cache(qctx *q, const pt_buf *b)
         pt_slice sid = {b->p + i + 4, kn};
         uint32_t vn = pt_get_be32(b->p + i + 4 + kn);
         pt_slice value = {b->p + i + 8 + kn, vn};
-        int rv = cands_add(q, sid, value);
+        int rv = cands_add(q, sid, value, -1);
         if (rv)
             return rv;
         i += 8 + (size_t)kn + vn;

@@ -37,9 +37,8 @@ static int reserve(hindex *x, pt_arena *a, void **items, size_t isz)
     return 0;
 }
 
-/* The item with hash h for which eq(items, i, key) holds, or -1. */
-static long find(const hindex *x, uint64_t h, int (*eq)(const void *, size_t, const void *),
-                 const void *items, const void *key)
+long pt_hindex_find(const hindex *x, uint64_t h, int (*eq)(const void *, size_t, const void *),
+                    const void *items, const void *key)
 {
     if (!x->cap)
         return -1;
@@ -55,7 +54,7 @@ static long find(const hindex *x, uint64_t h, int (*eq)(const void *, size_t, co
 int pt_hindex_claim(hindex *x, pt_arena *a, void **items, size_t isz, uint64_t h,
                     int (*eq)(const void *, size_t, const void *), const void *key, size_t max)
 {
-    if (find(x, h, eq, *items, key) >= 0)
+    if (pt_hindex_find(x, h, eq, *items, key) >= 0)
         return 0;
     if (max && x->n >= max)
         return PT_ELIMIT;

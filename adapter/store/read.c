@@ -239,30 +239,46 @@ static int exemplars_marked(qctx *q, int64_t base, int *marked)
 
 /* Reads the cells of the k series in [start, end] into ss[0..k): bucket by bucket (so
  * each series' samples come in time order), every bucket's rows in groups of READ_GROUP
- * series per scan. */
+ * series per scan. A series is read only in the buckets its index days reach: an
+ * "all time" window costs the buckets the data spans, not the ones the window does. */
 static int read_all(qctx *q, const series *v, size_t k, int64_t start, int64_t end, samples *ss,
                     int exemplars)
 {
     rowref *refs = pt_arena_alloc(q->a, (k ? k : 1) * sizeof(*refs));
+    uint8_t **keys = pt_arena_alloc(q->a, (k ? k : 1) * sizeof(*keys));
     pt_row_range *ranges = pt_arena_alloc(q->a, READ_GROUP * sizeof(*ranges));
     uint8_t *qb = pt_arena_alloc(q->a, 8);
-    if (!refs || !ranges || !qb)
+    if (!refs || !keys || !ranges || !qb)
         return PT_ENOMEM;
-    for (int64_t pass = 0, base = pt_bucket_base(start); base <= end;) {
+    const int64_t span = q->st->index_bucket_ms - 1; /* an index bucket's last ms */
+    int64_t first = INT64_MAX, last = INT64_MIN;
+    for (size_t i = 0; i < k; i++) {
+        /* A series' one key, rewritten for each bucket and row kind (+1: the range end). */
+        if (!(keys[i] = pt_arena_alloc(q->a, PT_ROW_KEY_LEN(v[i].sid.n) + 1)))
+            return PT_ENOMEM;
+        first = v[i].day_lo < first ? v[i].day_lo : first;
+        last = v[i].day_hi + span > last ? v[i].day_hi + span : last;
+    }
+    if (first < start)
+        first = start;
+    if (last > end)
+        last = end;
+    for (int64_t pass = 0, base = pt_bucket_base(first); base <= last;) {
+        size_t m = 0; /* the series with index days in this bucket */
         for (size_t i = 0; i < k; i++) {
+            if (!pt_series_in(&v[i], base, q->st->index_bucket_ms))
+                continue;
             size_t keylen = PT_ROW_KEY_LEN(v[i].sid.n);
-            uint8_t *key = pt_arena_alloc(q->a, keylen + 1);
-            if (!key)
-                return PT_ENOMEM;
+            uint8_t *key = keys[i];
             if (pass)
                 pt_exemplar_row_key(key, v[i].sid, base);
             else
                 pt_row_key(key, v[i].sid, base);
             key[keylen] = 0; /* the end of the single-row range */
-            refs[i] = (rowref){{key, keylen}, i};
+            refs[m++] = (rowref){{key, keylen}, i};
             ss[i].base = base;
         }
-        qsort(refs, k, sizeof(*refs), rowref_cmp);
+        qsort(refs, m, sizeof(*refs), rowref_cmp);
         size_t visited = 0;
         pt_stream_to to = {on_routed_stream, NULL};
         pt_scan sc = {.table = PT_TABLE_POINTS,
@@ -282,8 +298,8 @@ static int read_all(qctx *q, const series *v, size_t k, int64_t start, int64_t e
             pt_put_be32(qb + 4, (uint32_t)(end - base + 1));
             sc.qual_end = (pt_slice){qb + 4, 4};
         }
-        for (size_t g = 0; g < k; g += READ_GROUP) {
-            size_t n = k - g < READ_GROUP ? k - g : READ_GROUP;
+        for (size_t g = 0; g < m; g += READ_GROUP) {
+            size_t n = m - g < READ_GROUP ? m - g : READ_GROUP;
             for (size_t i = 0; i < n; i++)
                 ranges[i] =
                     (pt_row_range){refs[g + i].row, {refs[g + i].row.p, refs[g + i].row.n + 1}};
@@ -300,7 +316,7 @@ static int read_all(qctx *q, const series *v, size_t k, int64_t start, int64_t e
         }
         /* Each bucket's data rows, then (SAMPLES answers) its exemplar rows if it has any. */
         int marked = 0;
-        if (exemplars && !pass) {
+        if (exemplars && !pass && m) {
             int rv = exemplars_marked(q, base, &marked);
             if (rv)
                 return rv;

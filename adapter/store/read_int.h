@@ -21,7 +21,33 @@ typedef struct series {
     pt_slice sid;
     pt_label *labels;
     size_t nlabels;
+    /* The first and last of the query's index buckets the index lists it in, and the
+     * data buckets those index buckets reach (bit j: the j-th after day_lo's; bit 63 that
+     * one and every later one): every sample has its series' index rows in its index
+     * bucket, so a read scans only those data rows. */
+    int64_t day_lo, day_hi;
+    uint64_t bases;
 } series;
+
+/* The bit of data bucket base in a series' bases, whose bit 0 is bucket base0. */
+static inline uint64_t pt_series_base_bit(int64_t base0, int64_t base)
+{
+    int64_t j = (base - base0) / PT_BUCKET_MS;
+    return (uint64_t)1 << (j < 63 ? j : 63);
+}
+
+/* Widens s's days to the index buckets lo..hi (of bucket_ms each) and its bases to the
+ * data buckets they reach (one index bucket may straddle two). A new series starts as
+ * (series){.day_lo = lo, .day_hi = lo}. */
+void pt_series_widen(series *s, int64_t lo, int64_t hi, int64_t bucket_ms);
+
+/* Whether series s may have data rows in data bucket base: its days and bases say so. */
+static inline int pt_series_in(const series *s, int64_t base, int64_t bucket_ms)
+{
+    int64_t lo = pt_bucket_base(s->day_lo);
+    return base >= lo && base <= s->day_hi + bucket_ms - 1 &&
+           (s->bases & pt_series_base_bit(lo, base));
+}
 
 /* A hash index over an array its owner keeps, in insertion order (hindex.c): item i has
  * hash h[i]; slots hold i + 1 (0 = empty), 2 × cap of them; arena memory. A zeroed one
@@ -39,6 +65,9 @@ typedef struct hindex {
  * in a (the old one is left as it was): PT_ENOMEM when a has no room. */
 int pt_hindex_claim(hindex *x, pt_arena *a, void **items, size_t isz, uint64_t h,
                     int (*eq)(const void *, size_t, const void *), const void *key, size_t max);
+/* The item with hash h for which eq(items, i, key) holds, or -1. */
+long pt_hindex_find(const hindex *x, uint64_t h, int (*eq)(const void *, size_t, const void *),
+                    const void *items, const void *key);
 /* Indexes item x->n, which the caller has stored after pt_hindex_claim, under hash h. */
 void pt_hindex_add(hindex *x, uint64_t h);
 
@@ -81,9 +110,9 @@ typedef struct qctx {
 /* Adds ref to q->refs unless present (cands.c): 0, or PT_ELIMIT (far past the series
  * limit) / PT_ENOMEM. */
 int pt_cands_add_ref(qctx *q, uint64_t ref);
-/* Adds the series sid (a metric's list cell names it) to the candidates unless present:
- * 0, or PT_ELIMIT / PT_ENOMEM. */
-int pt_cands_add_sid(qctx *q, pt_slice sid);
+/* Adds the series sid (a metric's list cell in the index bucket day names it) to the
+ * candidates unless present (then widens its days to day): 0, or PT_ELIMIT / PT_ENOMEM. */
+int pt_cands_add_sid(qctx *q, pt_slice sid, int64_t day);
 /* Adds the series behind q->refs to the candidates q->c.v[0, q->c.x.n), deduplicated by
  * sid, their labels in q->a; sorts q->refs->v, whose index then goes stale. 0, or
  * PT_ELIMIT (far past the series limit), PT_ETIMEOUT, PT_ECANCELLED, PT_ENOMEM, a

@@ -62,12 +62,23 @@ typedef struct rowcb {
 } rowcb;
 
 /* Keeps a list cell's series unless its label mask proves the series lacks one of the
- * query's name=value pairs: by its sid when the cell holds it, else by its reference. */
-static int take_cell(qctx *q, uint64_t ref, uint64_t mask, pt_slice sid)
+ * query's name=value pairs: by its sid when the cell holds it (the list's bucket is day),
+ * else by its reference (its series rows tell its days). */
+static int take_cell(qctx *q, uint64_t ref, uint64_t mask, pt_slice sid, int64_t day)
 {
     if ((q->qmask & ~mask) != 0)
         return 0;
-    return sid.n ? pt_cands_add_sid(q, sid) : pt_cands_add_ref(q, ref);
+    return sid.n ? pt_cands_add_sid(q, sid, day) : pt_cands_add_ref(q, ref);
+}
+
+/* The bucket of a list row (its prefix ends ",@" day ",", the reference follows), -1 when
+ * it has none there. */
+static int64_t list_row_day(pt_slice row)
+{
+    size_t tail = PT_REF_HEX + 1 + PT_BASE_DIGITS + 2;
+    if (row.n < tail || row.p[row.n - tail] != ',' || row.p[row.n - tail + 1] != '@')
+        return -1;
+    return pt_key_digits(row.p + row.n - tail + 2);
 }
 
 /* A list cell's reference, mask (all ones when the cell has none) and the sid that
@@ -93,7 +104,7 @@ static int on_list_row(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     int rv = list_cell(r, row, qual, &ref, &mask, &sid);
     if (rv == 0)
         rv = past_deadline(r->q);
-    return rv ? rv : take_cell(r->q, ref, mask, sid);
+    return rv ? rv : take_cell(r->q, ref, mask, sid, list_row_day(row));
 }
 
 /* Whether matcher m accepts v: 1 or 0, or an error: m's limits (q->costly = m), the
@@ -388,7 +399,7 @@ static int list_from_cache(qctx *q, pt_buf *entry, pt_slice prefix)
         uint64_t rec[2];
         memcpy(rec, p, sizeof(rec));
         if ((rv = past_deadline(q)) == 0)
-            rv = take_cell(q, rec[0], rec[1], (pt_slice){p, 0});
+            rv = take_cell(q, rec[0], rec[1], (pt_slice){p, 0}, -1);
     }
     q->rows_cached += n;
     return rv ? rv : 1;

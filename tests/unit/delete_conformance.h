@@ -60,7 +60,7 @@ static long dl_select(pt_store *st, const tmatch *tm, size_t n, int64_t d0, int6
                 memcpy(v, s.labels[i].value.p, s.labels[i].value.n);
                 ls[i] = (pt_label){{nm, s.labels[i].name.n}, {v, s.labels[i].value.n}};
             }
-            *first = (series){{sid, s.sid.n}, ls, s.nlabels};
+            *first = (series){{sid, s.sid.n}, ls, s.nlabels, s.day_lo, s.day_hi, s.bases};
         }
     } else {
         diag("select: %ld", rv);

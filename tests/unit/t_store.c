@@ -689,6 +689,77 @@ static void backfill(void)
     tstore_close(&s);
 }
 
+/* Scans one read of ms over [start, end] made, and the series and samples it returned. */
+static uint64_t scans_of(tstore *s, int64_t start, int64_t end, const tmatch *ms, size_t n,
+                         size_t *series, size_t *samples)
+{
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    pt_faulty_stats before, after;
+    pt_faulty_get_stats(&s->faulty, &before);
+    int rv;
+    char msg[512];
+    Prometheus__ReadResponse *r = query(s, &a, start, end, ms, n, &rv, msg);
+    pt_faulty_get_stats(&s->faulty, &after);
+    *series = *samples = 0;
+    if (rv)
+        diag("read failed: %s", msg);
+    for (size_t i = 0; rv == 0 && i < r->results[0]->n_timeseries; i++) {
+        const Prometheus__TimeSeries *ts = r->results[0]->timeseries[i];
+        for (size_t j = 1; j < ts->n_samples; j++)
+            if (ts->samples[j]->timestamp <= ts->samples[j - 1]->timestamp)
+                rv = -1;
+        (*series)++;
+        *samples += ts->n_samples;
+    }
+    pt_arena_free(&a);
+    return rv ? UINT64_MAX : after.scans - before.scans;
+}
+
+/* A window of all time (Grafana's "all", a client's end of year 2286) costs the buckets
+ * the selected series have data in, not the 2,300 the window spans: by the metric's list
+ * (its cells name the series) and by a label's list (through the series rows), in the head
+ * and flushed. */
+static void all_time(void)
+{
+    tstore s;
+    open_store(&s);
+    pt_arena a;
+    pt_arena_init(&a, 0, 0);
+    const int64_t day = 86400000, old = T0 - 400 * day;
+    tseries v[] = {
+        {{"__name__", "era", "instance", "a", "job", "era-job", NULL}, {old, old + 15000, T0}, {1, 2, 3}, 3},
+        {{"__name__", "era", "instance", "b", "job", "era-job", NULL}, {T0 - 60000, T0}, {4, 5}, 2},
+    };
+    pt_write_result res;
+    ok(pt_store_write(&s.st, mk_write(&a, v, 2), &a, &res) == 0 && res.samples_written == 5,
+       "two series written, one with samples 400 days apart");
+    const tmatch by_name[] = {{0, "__name__", "era"}};
+    const tmatch by_job[] = {{0, "job", "era-job"}};
+    for (int flushed = 0; flushed < 2; flushed++) {
+        size_t ns, nsm;
+        uint64_t c = scans_of(&s, 0, PT_MAX_TIME_MS, by_name, 1, &ns, &nsm);
+        ok(ns == 2 && nsm == 5 && c <= 8,
+           "%s: all time by name: 2 series, 5 samples in order, %llu scans",
+           flushed ? "flushed" : "head", (unsigned long long)c);
+        c = scans_of(&s, 0, PT_MAX_TIME_MS, by_job, 1, &ns, &nsm);
+        ok(ns == 2 && nsm == 5 && c <= 10,
+           "%s: all time by a label: 2 series, 5 samples in order, %llu scans",
+           flushed ? "flushed" : "head", (unsigned long long)c);
+        c = scans_of(&s, old - day, T0 + day, by_job, 1, &ns, &nsm);
+        ok(ns == 2 && nsm == 5 && c <= 10,
+           "%s: the 402 days around them: every sample, %llu scans",
+           flushed ? "flushed" : "head", (unsigned long long)c);
+        c = scans_of(&s, T0 - 7 * day, T0 + day, by_job, 1, &ns, &nsm);
+        ok(ns == 2 && nsm == 3, "%s: the last week (cached lists): its 3 samples",
+           flushed ? "flushed" : "head");
+        if (!flushed)
+            ok(pt_embedded_flush(&s.emb) == 0, "flushed");
+    }
+    pt_arena_free(&a);
+    tstore_close(&s);
+}
+
 /* Near the end of an index bucket the next one is indexed ahead, so the first scrape
  * of a new day writes no index rows. */
 static void index_ahead(void)
@@ -820,6 +891,7 @@ int main(void)
     contents();
     long_names();
     backfill();
+    all_time();
     index_ahead();
     validation();
     outages();
