@@ -29,3 +29,10 @@ int64_t pt_key_time(const uint8_t *key, size_t n, const char *markers, size_t *e
     }
     return -1;
 }
+
+int64_t pt_points_row_base(const uint8_t *key, size_t n)
+{
+    size_t end;
+    int64_t v = pt_key_time(key, n, "@#%", &end);
+    return v >= 0 && end == n ? pt_bucket_base(v) : -1;
+}

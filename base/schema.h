@@ -28,6 +28,10 @@ static inline int64_t pt_bucket_base(int64_t t)
     return t & ~(PT_BUCKET_MS - 1);
 }
 
+/* The base of a points row key: a data row's (sid ",@" base), an exemplar row's (",#") or
+ * a roll-up row's (",%" base + code, the code below PT_BUCKET_MS); -1 for another key. */
+int64_t pt_points_row_base(const uint8_t *key, size_t n);
+
 /* The PT_BASE_DIGITS decimal digits at p as a number; -1 when one is not a digit. */
 int64_t pt_key_digits(const uint8_t *p);
 

@@ -271,7 +271,10 @@ static int grouped_start(pt_store *st, pt_req *req, const pt_read_request *rr, g
     g->r = NULL;
     g->size = GROUP_FIRST;
     pt_arena_init(&g->arena, 64 << 10, req->arena->max);
-    return pt_read_start(st, rr->queries, rr->nqueries, req->arena, req->cancelled, &g->r);
+    int rv = pt_read_start(st, rr->queries, rr->nqueries, req->arena, req->cancelled, &g->r);
+    if (rv == 0)
+        pt_read_rollups(g->r, rr->rollups);
+    return rv;
 }
 
 /* The next group into g->arena, where it stays until the next call: 1 with *bt set, 0 when
@@ -457,11 +460,39 @@ out:
     grouped_free(&g);
 }
 
+/* The read URL's ?resolution=: 1 for "auto" (roll-ups where the hints allow, when
+ * read.rollups is on), 0 for "raw" or none, -1 for anything else. */
+static int read_resolution(const char *query)
+{
+    int auto_ = 0;
+    for (const char *p = query; *p;) {
+        size_t n = strcspn(p, "&");
+        if (n > 11 && strncmp(p, "resolution=", 11) == 0) {
+            if (n == 15 && strncmp(p + 11, "auto", 4) == 0)
+                auto_ = 1;
+            else if (n == 14 && strncmp(p + 11, "raw", 3) == 0)
+                auto_ = 0;
+            else
+                return -1;
+        } else if (n >= 10 && strncmp(p, "resolution", 10) == 0 && (n == 10 || p[10] == '=')) {
+            return -1;
+        }
+        p += n + (p[n] == '&');
+    }
+    return auto_;
+}
+
 static void handle_read(pt_ctx *c, pt_req *req, pt_resp *resp)
 {
     pt_app *app = c->app;
     char msg[PT_MSG_MAX];
     msg[0] = '\0';
+    int resolution = read_resolution(req->query);
+    if (resolution < 0) {
+        reply_fail(req, resp, PT_EBADREQ, "resolution must be auto (roll-ups where the "
+                   "query allows, with read.rollups on) or raw");
+        return;
+    }
     pt_read_request rr;
     int rv = pt_decode_read(req->body, req->body_len, &app->lim, req->arena, &rr, msg,
                             sizeof(msg));
@@ -469,6 +500,7 @@ static void handle_read(pt_ctx *c, pt_req *req, pt_resp *resp)
         reply_error(req, resp, rv, msg);
         return;
     }
+    rr.rollups = resolution == 1 && app->cfg && app->cfg->read_rollups;
     if (rr.response < 0) {
         reply_fail(req, resp, PT_EUNSUPPORTED, "none of the requested response types is supported "
                                    "(promtable answers SAMPLES and STREAMED_XOR_CHUNKS)");

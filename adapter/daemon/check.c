@@ -30,6 +30,7 @@
 #include "ha.h"
 #include "log.h"
 #include "meta.h"
+#include "rollup.h"
 #include "rowkey.h"
 #include "tenant.h"
 
@@ -96,18 +97,20 @@ typedef struct srow {
 } srow;
 
 /* 1 with *sr filled for a series row, 0 for another row (the format marker, metadata
- * rows, HA lease rows, the exemplar marks, the compaction lease), or < 0 when it does not parse (reported). Allocates
+ * rows, HA lease rows, the exemplar marks, the compaction lease, the roll-ups' watermarks),
+ * or < 0 when it does not parse (reported). Allocates
  * from ck->a. */
 static int parse_series_row(checker *ck, pt_slice row, pt_slice value, srow *sr)
 {
     static const char format_row[] = "==format", meta[] = PT_META_ROW_PREFIX,
                       lease[] = PT_HA_LEASE_PREFIX, marks[] = PT_EXEMPLAR_MARK_ROW,
-                      compact[] = PT_COMPACT_LEASE_ROW;
+                      compact[] = PT_COMPACT_LEASE_ROW, rollup[] = PT_ROLLUP_ROW;
     char q[320];
     if (row.n < 2 || memcmp(row.p, "==", 2) != 0 ||
         (row.n == sizeof(format_row) - 1 && memcmp(row.p, format_row, row.n) == 0) ||
         (row.n == sizeof(marks) - 1 && memcmp(row.p, marks, row.n) == 0) ||
         (row.n == sizeof(compact) - 1 && memcmp(row.p, compact, row.n) == 0) ||
+        (row.n == sizeof(rollup) - 1 && memcmp(row.p, rollup, row.n) == 0) ||
         (row.n >= sizeof(meta) - 1 && memcmp(row.p, meta, sizeof(meta) - 1) == 0) ||
         (row.n >= sizeof(lease) - 1 && memcmp(row.p, lease, sizeof(lease) - 1) == 0))
         return 0;
@@ -178,7 +181,7 @@ static int on_points_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     /* An exemplar row (<sid>,#<base>): its cells' times are in their values, and the
      * write path indexes the series for them as for samples. */
     int64_t xbase = pt_row_key_base_marked(row, '#');
-    int64_t base = xbase >= 0 ? xbase : pt_row_key_base(row);
+    int64_t base = xbase >= 0 ? xbase : pt_points_row_base(row.p, row.n);
     if (base < 0 || qual.n != PT_QUAL_LEN || (xbase >= 0 && value.n < 12)) {
         if (new_row || base >= 0)
             problem(ck, "points row %s: not a data row (<sid>,@<base>, 4-byte qualifiers) "

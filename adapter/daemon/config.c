@@ -334,9 +334,15 @@ static int set_value(const conf_ref *r, const char *v, char *err, size_t errlen)
             /* The rules' form here; their length against storage.retention, which may come
              * later, in pt_config_check. */
             pt_retention_rules *rules;
-            if (pt_retention_rules_parse(v, 0, 0, 0, &rules, err, errlen) != 0)
+            if (pt_retention_rules_parse(v, 0, NULL, 0, 0, 0, &rules, err, errlen) != 0)
                 return -1;
             pt_retention_rules_free(rules);
+        }
+        if (strcmp(r->key, "storage.rollups") == 0) {
+            pt_rollup_stage st[PT_ROLLUP_MAX_STAGES];
+            size_t nst;
+            if (pt_rollups_parse(v, st, &nst, err, errlen) != 0)
+                return -1;
         }
         return set_string(r, v);
     case PT_CONF_FILE:
@@ -510,10 +516,21 @@ static int set_key(pt_config *c, const char *key, const char *value, char *err, 
 #define MAX_DEPTH 8
 #define MAX_KEY 256
 
-/* The one list of the configuration, storage.retention_rules: a sequence of mappings
- * {match: SELECTOR, retention: DURATION}, read from the parser (after its sequence start)
- * into the key's text form, one "DURATION SELECTOR" line a rule. 0 or -1 with err set. */
-static int load_rules_list(yaml_parser_t *p, pt_buf *out, char *err, size_t errlen)
+/* A list of the configuration (storage.retention_rules, storage.rollups): a sequence of
+ * mappings of two keys, read from the parser (after its sequence start) into the key's text
+ * form, one "<lead's value> <rest's value>" line an item. 0 or -1 with err set. */
+typedef struct yaml_list {
+    const char *key, *item; /* the list's key and what an item is called */
+    const char *lead, *rest; /* the items' keys, in the order of a line */
+} yaml_list;
+
+static const yaml_list yaml_lists[] = {
+    {"retention_rules", "rule", "retention", "match"},
+    {"rollups", "stage", "resolution", "retention"},
+};
+
+static int load_list(yaml_parser_t *p, const yaml_list *l, pt_buf *out, char *err,
+                     size_t errlen)
 {
     yaml_event_t ev;
     char match[4096], keep[64], key[16];
@@ -536,8 +553,8 @@ static int load_rules_list(yaml_parser_t *p, pt_buf *out, char *err, size_t errl
         } else if (ev.type == YAML_MAPPING_END_EVENT && in_item) {
             in_item = 0;
             if (!match[0] || !keep[0]) {
-                snprintf(err, errlen, "line %zu: storage.retention_rules, rule %d: both match "
-                         "and retention are needed", line, nrule);
+                snprintf(err, errlen, "line %zu: storage.%s, %s %d: both %s and %s are needed",
+                         line, l->key, l->item, nrule, l->rest, l->lead);
                 rv = -1;
             } else if (pt_buf_append(out, keep, strlen(keep)) != 0 ||
                        pt_buf_append(out, " ", 1) != 0 ||
@@ -550,19 +567,19 @@ static int load_rules_list(yaml_parser_t *p, pt_buf *out, char *err, size_t errl
             const char *v = (const char *)ev.data.scalar.value;
             size_t n = ev.data.scalar.length;
             if (!key[0]) {
-                if (strcmp(v, "match") != 0 && strcmp(v, "retention") != 0) {
-                    snprintf(err, errlen, "line %zu: storage.retention_rules, rule %d: unknown "
-                             "key \"%.20s\" (match, retention)", line, nrule, v);
+                if (strcmp(v, l->rest) != 0 && strcmp(v, l->lead) != 0) {
+                    snprintf(err, errlen, "line %zu: storage.%s, %s %d: unknown key \"%.20s\" "
+                             "(%s, %s)", line, l->key, l->item, nrule, v, l->rest, l->lead);
                     rv = -1;
                 } else {
                     snprintf(key, sizeof(key), "%s", v);
                 }
             } else {
-                int is_match = strcmp(key, "match") == 0;
+                int is_match = strcmp(key, l->rest) == 0;
                 size_t cap = is_match ? sizeof(match) : sizeof(keep);
                 if (n >= cap || memchr(v, '\n', n)) {
-                    snprintf(err, errlen, "line %zu: storage.retention_rules, rule %d: %s is "
-                             "too long or holds a line break", line, nrule, key);
+                    snprintf(err, errlen, "line %zu: storage.%s, %s %d: %s is too long or "
+                             "holds a line break", line, l->key, l->item, nrule, key);
                     rv = -1;
                 } else {
                     memcpy(is_match ? match : keep, v, n + 1);
@@ -570,8 +587,8 @@ static int load_rules_list(yaml_parser_t *p, pt_buf *out, char *err, size_t errl
                 key[0] = '\0';
             }
         } else {
-            snprintf(err, errlen, "line %zu: storage.retention_rules is a list of "
-                     "{match: SELECTOR, retention: DURATION}", line);
+            snprintf(err, errlen, "line %zu: storage.%s is a list of {%s: ..., %s: ...}", line,
+                     l->key, l->rest, l->lead);
             rv = -1;
         }
         yaml_event_delete(&ev);
@@ -625,22 +642,29 @@ int pt_config_load_yaml(pt_config *c, const char *buf, size_t len, char *err, si
             if (depth > 0)
                 expect_key[depth] = 1;
             break;
-        case YAML_SEQUENCE_START_EVENT:
-            if (depth == 2 && !expect_key[depth] && strcmp(path[0], "storage") == 0 &&
-                strcmp(path[1], "retention_rules") == 0) {
-                pt_buf text = PT_BUF_INIT(1u << 20);
-                rv = load_rules_list(&p, &text, err, errlen);
-                if (rv == 0 && set_key(c, "storage.retention_rules", (const char *)text.p, err,
-                                       errlen) != 0)
-                    rv = -1;
-                pt_buf_free(&text);
-                expect_key[depth] = 1;
+        case YAML_SEQUENCE_START_EVENT: {
+            const yaml_list *l = NULL;
+            for (size_t i = 0; i < sizeof(yaml_lists) / sizeof(yaml_lists[0]); i++)
+                if (depth == 2 && !expect_key[depth] && strcmp(path[0], "storage") == 0 &&
+                    strcmp(path[1], yaml_lists[i].key) == 0)
+                    l = &yaml_lists[i];
+            if (!l) {
+                snprintf(err, errlen, "line %zu: lists are not used in this configuration "
+                         "(but for storage.retention_rules and storage.rollups)",
+                         ev.start_mark.line + 1);
+                rv = -1;
                 break;
             }
-            snprintf(err, errlen, "line %zu: lists are not used in this configuration "
-                     "(but for storage.retention_rules)", ev.start_mark.line + 1);
-            rv = -1;
+            pt_buf text = PT_BUF_INIT(1u << 20);
+            char full[64];
+            snprintf(full, sizeof(full), "storage.%s", l->key);
+            rv = load_list(&p, l, &text, err, errlen);
+            if (rv == 0 && set_key(c, full, (const char *)text.p, err, errlen) != 0)
+                rv = -1;
+            pt_buf_free(&text);
+            expect_key[depth] = 1;
             break;
+        }
         case YAML_ALIAS_EVENT:
             snprintf(err, errlen, "line %zu: aliases are not supported", ev.start_mark.line + 1);
             rv = -1;
@@ -899,10 +923,20 @@ int pt_config_check(pt_config *c, char *err, size_t errlen)
         return -1;
     }
     pt_retention_rules *rules;
-    if (pt_retention_rules_parse(c->retention_rules, c->retention_ms, 0, 0, &rules, err,
-                                 errlen) != 0)
+    if (pt_retention_rules_parse(c->retention_rules, c->retention_ms, NULL, 0, 0, 0, &rules,
+                                 err, errlen) != 0)
         return -1;
     pt_retention_rules_free(rules);
+    pt_rollup_stage stages[PT_ROLLUP_MAX_STAGES];
+    size_t nstages;
+    if (pt_rollups_parse(c->rollups, stages, &nstages, err, errlen) != 0)
+        return -1;
+    if (nstages && c->index_bucket_ms % PT_ROLLUP_DAY_MS != 0 &&
+        PT_ROLLUP_DAY_MS % c->index_bucket_ms != 0) {
+        snprintf(err, errlen, "storage.rollups needs an index.bucket that divides a day or is "
+                 "whole days (it is %ld ms)", c->index_bucket_ms);
+        return -1;
+    }
     if (c->tls_client_ca_file[0] && !c->tls_cert_file[0]) {
         snprintf(err, errlen, "web.tls_client_ca_file is set without web.tls_cert_file: "
                               "client certificates need TLS");

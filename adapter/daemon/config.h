@@ -53,6 +53,9 @@ typedef struct pt_config {
     char *backend;
     long retention_ms;
     char *retention_rules; /* storage.retention_rules' text (retention.h); "" = none */
+    char *rollups;         /* storage.rollups' text (retention.h, pt_rollups_parse); "" = none */
+    long rollups_delay_ms;
+    int read_rollups;
     /* Each registered backend's own settings (its ops->conf keys), by registry order. */
     void *backend_conf[PT_MAX_BACKENDS];
 

@@ -123,6 +123,17 @@ const pt_conf_key pt_config_keys[] = {
      "storage.retention: in YAML a list of {match: SELECTOR, retention: DURATION}; as a "
      "flag one rule a line, \"DURATION SELECTOR\". No rule may be longer than "
      "storage.retention."},
+    {"storage.rollups", NULL, PT_CONF_STR, "", 0, 0, F(rollups),
+     "Roll-up stages, downsampled copies of the data for long-range reads: in YAML a list "
+     "of {resolution: DURATION, retention: DURATION}; as a flag one stage a line, "
+     "\"RESOLUTION RETENTION\". A resolution is whole seconds, at least 1m, and divides a "
+     "day; a retention of 0 keeps the stage forever, and may be longer than "
+     "storage.retention. Served to remote reads that ask (?resolution=auto) when "
+     "read.rollups is on."},
+    {"storage.rollups_delay", NULL, PT_CONF_DURATION, "10m", 0, 86400000LL,
+     F(rollups_delay_ms),
+     "A roll-up window is built once it ended this long ago; samples that arrive later for "
+     "it have it built again."},
     {"index.bucket", NULL, PT_CONF_DURATION, "1d", 3600000LL, 49LL * 86400000LL,
      F(index_bucket_ms), "Index bucket length: series are listed per bucket."},
     {"index.cache_entries", NULL, PT_CONF_LONG, "4000000", 1024, 1000000000LL,
@@ -131,6 +142,9 @@ const pt_conf_key pt_config_keys[] = {
      "bytes each)."},
     {"read.max_series", NULL, PT_CONF_LONG, "500000", 0, LONG_MAX, F(read_max_series),
      "Series one remote read query may return (0 = no limit)."},
+    {"read.rollups", NULL, PT_CONF_BOOL, "false", 0, 0, F(read_rollups),
+     "Answer remote reads that ask for it (the read URL's ?resolution=auto) from a "
+     "storage.rollups stage wherever a query's hints allow (docs/http-api.md)."},
     {"read.max_samples", NULL, PT_CONF_LONG, "50000000", 0, LONG_MAX, F(read_max_samples),
      "Samples one remote read query may return (0 = no limit)."},
     {"read.timeout", NULL, PT_CONF_DURATION, "2m", 0, 86400000LL, F(read_timeout_ms),

@@ -287,7 +287,7 @@ static int64_t points_time(pt_slice row, pt_slice qual, pt_slice value)
     int64_t base = pt_row_key_base_marked(row, '#');
     if (base >= 0)
         return value.n >= 4 ? base + pt_get_be32(value.p) : -1;
-    base = pt_row_key_base(row);
+    base = pt_points_row_base(row.p, row.n); /* data and roll-up rows */
     return base >= 0 && qual.n == PT_QUAL_LEN ? base + pt_get_be32(qual.p) : -1;
 }
 
@@ -404,7 +404,7 @@ void pt_copy_progress_part(progress *p, pt_table t)
 void pt_copy_progress_row(progress *p, pt_slice row)
 {
     size_t end;
-    if (pt_key_time(row.p, row.n, "@#", &end) < 0 || end < PT_BASE_DIGITS + 2)
+    if (pt_key_time(row.p, row.n, "@#%", &end) < 0 || end < PT_BASE_DIGITS + 2)
         return;
     uint64_t h = XXH3_64bits(row.p, end - PT_BASE_DIGITS - 2);
     if (p->series == 0 || h != p->sid)

@@ -7,6 +7,7 @@
 #include "error.h"
 #include "promql.h"
 #include "read_int.h"
+#include "retention.h"
 #include "tenant.h"
 
 int pt_delete_main(const pt_config *cfg, pt_backend *be, const pt_delete_args *d, FILE *out)
@@ -29,6 +30,11 @@ int pt_delete_main(const pt_config *cfg, pt_backend *be, const pt_delete_args *d
     }
     st.index_bucket_ms = cfg->index_bucket_ms;
     st.key_limit = cfg->tenancy_enabled ? PT_TENANT_KEY_LIMIT : PT_MAX_ROW_KEY;
+    /* The roll-ups' cells go with the samples (the configuration was checked). */
+    pt_rollup_stage stages[PT_ROLLUP_MAX_STAGES];
+    char err[256];
+    if (pt_rollups_parse(cfg->rollups, stages, &st.nrollups, err, sizeof(err)) == 0)
+        st.rollups = stages;
     int status = 0;
     pt_delete_result total = {0};
     for (size_t i = 0; i < d->nselectors && status == 0; i++) {

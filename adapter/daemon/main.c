@@ -18,6 +18,7 @@
 #include "metrics.h"
 #include "promql.h"
 #include "retention.h"
+#include "rollups.h"
 
 /* Applies --config.file first, then every other flag over it. */
 /* Subcommands: none runs the server. */
@@ -252,15 +253,24 @@ int main(int argc, char **argv)
         fprintf(stderr, "promtable: storage.backend \"%s\" is for tests only\n", cfg.backend);
         goto fail_config;
     }
+    pt_rollup_stage stages[PT_ROLLUP_MAX_STAGES];
+    size_t nstages = 0;
+    if (pt_rollups_parse(cfg.rollups, stages, &nstages, err, sizeof(err)) != 0) {
+        fprintf(stderr, "promtable: %s\n", err);
+        goto fail_config;
+    }
+    /* The backend keeps what the longest stage needs (its rows and the index that finds
+     * them); the raw rows go at storage.retention through keep_row_ms. */
+    int64_t longest = pt_retention_longest(cfg.retention_ms, stages, nstages);
     pt_backend_config bc = {
         .own = pt_config_backend(&cfg, ops),
-        .retention_seconds = (cfg.retention_ms + 999) / 1000,
+        .retention_seconds = (longest + 999) / 1000,
         .index_span_ms = cfg.index_bucket_ms,
         .retention_dropped = &pt_m.retention_dropped,
         .direct = cmd == CMD_INIT,
         .no_background = cmd == CMD_CHECK || cmd == CMD_DELETE,
     };
-    if (pt_retention_rules_parse(cfg.retention_rules, cfg.retention_ms,
+    if (pt_retention_rules_parse(cfg.retention_rules, cfg.retention_ms, stages, nstages,
                                  (uint32_t)cfg.read_regex_match_limit, cfg.read_regex_heap_limit,
                                  &rules, err, sizeof(err)) != 0) {
         fprintf(stderr, "promtable: %s\n", err);
@@ -347,6 +357,12 @@ int main(int argc, char **argv)
         st->keep_ms = pt_retention_keep;
         st->keep_ud = rules;
     }
+    static pt_rollup_late late = {.floor = 0, .late = INT64_MAX};
+    if (nstages) {
+        st->rollups = stages;
+        st->nrollups = nstages;
+        st->late = &late;
+    }
     /* Room for a tenant's prefix in every key (tenant.h). */
     st->key_limit = cfg.tenancy_enabled ? PT_TENANT_KEY_LIMIT : PT_MAX_ROW_KEY;
     st->label_limits = (pt_label_limits){.name_len = cfg.write_max_label_name_length,
@@ -425,6 +441,19 @@ int main(int argc, char **argv)
     app.srv = srv;
     pt_server_signals(srv);
 
+    pt_rollup_job *job = NULL;
+    if (nstages) {
+        pt_rollup_job_opts jo = {.store = st,
+                                 .tenants = app.tenants,
+                                 .stages = stages,
+                                 .nstages = nstages,
+                                 .delay_ms = cfg.rollups_delay_ms};
+        if (!(job = pt_rollup_job_new(&jo)) || pt_rollup_job_run(job) != 0) {
+            pt_log_msg(PT_LOG_ERROR, "cannot start the roll-up builder");
+            pt_rollup_job_free(job);
+            goto fail_server;
+        }
+    }
     atomic_store(&app.ready, 1);
     pt_log(PT_LOG_INFO, "promtable started", "version=%s address=%s port=%d backend=%s tls=%s",
            PT_VERSION, cfg.listen_address, pt_server_port(srv), cfg.backend,
@@ -432,7 +461,8 @@ int main(int argc, char **argv)
     status = pt_server_run(srv) == 0 ? 0 : 1;
     atomic_store(&app.ready, 0);
     pt_log_msg(PT_LOG_INFO, "promtable stopping: requests finished, closing storage");
-
+    pt_rollup_job_free(job);
+fail_server:
     pt_server_signals(NULL);
     pt_server_free(srv);
 fail_cache:

@@ -271,6 +271,14 @@ long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
         {"promtable_read_chunks_passed_total",
          "Stored XOR chunks streamed reads sent as they were, without decoding them.",
          &pt_m.store.read_chunks_passed},
+        {"promtable_read_rollup_queries_total",
+         "Remote read queries answered from a roll-up stage (?resolution=auto).",
+         &pt_m.store.read_rollup_queries},
+        {"promtable_rollup_cells_written_total", "Roll-up cells the builder wrote.",
+         &pt_m.rollup_cells},
+        {"promtable_rollup_errors_total",
+         "Roll-up build passes that failed (an outage; the next pass builds again).",
+         &pt_m.rollup_errors},
     };
     counters(&o, writes, sizeof(writes) / sizeof(writes[0]));
     labelled(&o, "promtable_samples_rejected_total",
@@ -282,6 +290,10 @@ long pt_metrics_render(pt_arena *a, const pt_metrics_gauges *g, char **res)
             "promtable_backend_errors_total{op=\"write\"} %llu\n"
             "promtable_backend_errors_total{op=\"read\"} %llu\n",
         LOAD(pt_m.store.backend_write_errors), LOAD(pt_m.store.backend_read_errors));
+    put(&o, "# HELP promtable_rollup_lag_seconds How far behind the wall clock the least "
+            "built roll-up stage is (0 without stages).\n"
+            "# TYPE promtable_rollup_lag_seconds gauge\npromtable_rollup_lag_seconds %.3f\n",
+        (double)atomic_load(&pt_m.rollup_lag_ms) / 1000.0);
     histogram(&o, "promtable_backend_write_duration_seconds",
               "Duration of backend batch writes.", &pt_m.store.backend_write_duration);
     histogram(&o, "promtable_backend_read_duration_seconds",

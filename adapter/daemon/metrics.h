@@ -34,6 +34,11 @@ typedef struct pt_metrics {
     _Atomic uint64_t ha_lease_reads;
     _Atomic uint64_t ha_lease_writes;
     _Atomic uint64_t ha_lease_errors;
+    /* Roll-ups (rollups.c): cells written, passes that failed, and how far the least-built
+     * stage is behind the wall clock (ms, set by the builder). */
+    _Atomic uint64_t rollup_cells;
+    _Atomic uint64_t rollup_errors;
+    _Atomic int64_t rollup_lag_ms;
     pt_lathist request_duration[PT_ROUTE_COUNT];
 } pt_metrics;
 

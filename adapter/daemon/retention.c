@@ -12,6 +12,7 @@
 #include "matcher.h"
 #include "promql.h"
 #include "rowkey.h"
+#include "schema.h"
 #include "tenant.h"
 
 typedef struct rule {
@@ -26,6 +27,8 @@ struct pt_retention_rules {
     size_t n;
     int64_t global_ms;
     int64_t shortest_ms;
+    pt_rollup_stage stages[PT_ROLLUP_MAX_STAGES];
+    size_t nstages;
     pt_arena a; /* the matchers; their regexes and match memory are malloc'd (env), as a
                    daemon's lifetime of matches would grow an arena without end */
     pt_matcher_env env;
@@ -46,6 +49,13 @@ void pt_retention_rules_free(pt_retention_rules *r)
     free(r->r);
     free(r->text);
     free(r);
+}
+
+/* Keeps ms as the shortest when it is (0 = forever: never). */
+static void note_shortest(pt_retention_rules *r, int64_t ms)
+{
+    if (ms > 0 && (!r->shortest_ms || ms < r->shortest_ms))
+        r->shortest_ms = ms;
 }
 
 /* One line, "<retention> <selector>", into rule i. */
@@ -84,14 +94,13 @@ static int parse_rule(pt_retention_rules *r, char *line, size_t i, char *err, si
         return -1;
     }
     ru->keep_ms = ms;
-    if (!r->shortest_ms || ms < r->shortest_ms)
-        r->shortest_ms = ms;
+    note_shortest(r, ms);
     return 0;
 }
 
-int pt_retention_rules_parse(const char *text, int64_t global_ms, uint32_t match_limit,
-                             size_t heap_limit, pt_retention_rules **out, char *err,
-                             size_t errlen)
+int pt_retention_rules_parse(const char *text, int64_t global_ms, const pt_rollup_stage *stages,
+                             size_t nstages, uint32_t match_limit, size_t heap_limit,
+                             pt_retention_rules **out, char *err, size_t errlen)
 {
     *out = NULL;
     size_t lines = 1;
@@ -126,11 +135,85 @@ int pt_retention_rules_parse(const char *text, int64_t global_ms, uint32_t match
         }
         line = nl ? nl + 1 : NULL;
     }
-    if (r->n == 0) {
+    if (r->n == 0 && nstages == 0) {
         pt_retention_rules_free(r);
         return 0;
     }
+    r->nstages = nstages < PT_ROLLUP_MAX_STAGES ? nstages : PT_ROLLUP_MAX_STAGES;
+    if (r->nstages)
+        memcpy(r->stages, stages, r->nstages * sizeof(*stages));
+    for (size_t i = 0; i < r->nstages; i++)
+        note_shortest(r, stages[i].keep_ms);
+    note_shortest(r, global_ms);
     *out = r;
+    return 0;
+}
+
+int64_t pt_retention_longest(int64_t global_ms, const pt_rollup_stage *stages, size_t n)
+{
+    int64_t longest = global_ms;
+    for (size_t i = 0; i < n && longest > 0; i++)
+        if (stages[i].keep_ms <= 0 || stages[i].keep_ms > longest)
+            longest = stages[i].keep_ms;
+    return longest;
+}
+
+static int stage_cmp(const void *x, const void *y)
+{
+    int64_t a = ((const pt_rollup_stage *)x)->res_ms, b = ((const pt_rollup_stage *)y)->res_ms;
+    return a < b ? -1 : a > b;
+}
+
+int pt_rollups_parse(const char *text, pt_rollup_stage *out, size_t *n, char *err,
+                     size_t errlen)
+{
+    *n = 0;
+    for (const char *line = text; *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        char buf[160], res[64], keep[64], extra[2];
+        int k = 0;
+        if (len >= sizeof(buf)) {
+            snprintf(err, errlen, "storage.rollups, stage %zu: too long", *n + 1);
+            return -1;
+        }
+        memcpy(buf, line, len);
+        buf[len] = '\0';
+        line = nl ? nl + 1 : line + len;
+        k = sscanf(buf, "%63s %63s %1s", res, keep, extra);
+        if (k <= 0)
+            continue; /* a blank line */
+        long r, kms;
+        if (k != 2) {
+            snprintf(err, errlen, "storage.rollups, stage %zu: \"<resolution> <retention>\" "
+                     "expected, found \"%.40s\"", *n + 1, buf);
+            return -1;
+        }
+        if (pt_parse_duration_ms(res, &r) != 0 || r < PT_ROLLUP_MIN_RES_MS || r % 1000 != 0 ||
+            PT_ROLLUP_DAY_MS % r != 0) {
+            snprintf(err, errlen, "storage.rollups, stage %zu: resolution \"%s\" is not a "
+                     "duration of whole seconds, at least 1m, that divides a day (\"5m\", "
+                     "\"1h\")", *n + 1, res);
+            return -1;
+        }
+        if (pt_parse_duration_ms(keep, &kms) != 0 || kms < 0) {
+            snprintf(err, errlen, "storage.rollups, stage %zu: retention \"%s\" is not a "
+                     "duration (\"1y\"; 0 = forever)", *n + 1, keep);
+            return -1;
+        }
+        for (size_t i = 0; i < *n; i++)
+            if (out[i].res_ms == r) {
+                snprintf(err, errlen, "storage.rollups: two stages of resolution %s", res);
+                return -1;
+            }
+        if (*n == PT_ROLLUP_MAX_STAGES) {
+            snprintf(err, errlen, "storage.rollups: more than %d stages",
+                     PT_ROLLUP_MAX_STAGES);
+            return -1;
+        }
+        out[(*n)++] = (pt_rollup_stage){.res_ms = r, .keep_ms = kms};
+    }
+    qsort(out, *n, sizeof(*out), stage_cmp);
     return 0;
 }
 
@@ -180,16 +263,30 @@ int64_t pt_retention_keep_row(void *ud, pt_slice row)
         row.n -= (size_t)(m + 1 - row.p);
         row.p = m + 1;
     }
-    /* sid ",@" base or sid ",#" base */
+    /* sid ",@" base, sid ",#" base or sid ",%" base + code */
     size_t tail = 2 + PT_BASE_DIGITS;
-    if (row.n <= tail || row.p[row.n - tail] != ',' ||
-        (row.p[row.n - tail + 1] != '@' && row.p[row.n - tail + 1] != '#'))
+    if (row.n <= tail || row.p[row.n - tail] != ',')
         return r->global_ms;
+    uint8_t mark = row.p[row.n - tail + 1];
+    int64_t stage_keep = 0;
+    if (mark == PT_ROLLUP_MARK) {
+        int64_t v = pt_key_digits(row.p + row.n - PT_BASE_DIGITS);
+        if (v < 0 || !pt_rollup_code_keep(r->stages, r->nstages, v % PT_BUCKET_MS, &stage_keep))
+            return r->global_ms;
+        if (!r->n)
+            return stage_keep;
+    } else if (mark != '@' && mark != '#') {
+        return r->global_ms;
+    }
     pt_arena a;
     pt_arena_init(&a, 1024, 0);
     pt_label *ls;
     long n = pt_series_id_parse(&a, (pt_slice){row.p, row.n - tail}, &ls);
     int64_t keep = n > 0 ? pt_retention_keep(r, ls, (size_t)n) : r->global_ms;
     pt_arena_free(&a);
-    return keep;
+    if (mark != PT_ROLLUP_MARK)
+        return keep;
+    /* A rule shorter than storage.retention holds the roll-ups of its series too. */
+    int ruled = keep > 0 && (r->global_ms <= 0 || keep < r->global_ms);
+    return ruled && (stage_keep <= 0 || keep < stage_keep) ? keep : stage_keep;
 }

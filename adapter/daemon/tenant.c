@@ -504,6 +504,17 @@ static int family_lines(pt_buf *b, const char *name, size_t f, const char *tenan
 }
 
 /* Label values are tenant ids (no '"' or '\\') or "~other", which no id can be. */
+size_t pt_tenants_ids(pt_tenants *ts, char (*ids)[PT_TENANT_MAX + 1], size_t max)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&ts->mu);
+    for (size_t i = 0; i <= ts->mask; i++)
+        for (pt_tenant *t = ts->chains[i]; t && n < max; t = t->next)
+            memcpy(ids[n++], t->id, sizeof(t->id));
+    pthread_mutex_unlock(&ts->mu);
+    return n;
+}
+
 long pt_tenants_render(pt_tenants *ts, pt_arena *a, const char **out)
 {
     static const struct {

@@ -75,6 +75,8 @@ typedef struct pt_tenant_limits {
 
 pt_tenants *pt_tenants_new(const pt_tenant_limits *lim);
 void pt_tenants_free(pt_tenants *ts);
+/* Copies the ids of up to max of the tenants kept now into ids; returns how many. */
+size_t pt_tenants_ids(pt_tenants *ts, char (*ids)[PT_TENANT_MAX + 1], size_t max);
 
 /* The tenant of a write (only writes make tenants: a read of an id never written reads
  * its empty row space without one), with a reference the caller drops with

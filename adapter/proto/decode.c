@@ -113,6 +113,13 @@ int pt_read_request_from_pb(const Prometheus__ReadRequest *rr, pt_arena *a,
         }
         qs[i] = (pt_query){.start_ms = q->start_timestamp_ms, .end_ms = q->end_timestamp_ms,
                            .ms = ms, .nms = q->n_matchers};
+        if (q->hints) {
+            const Prometheus__ReadHints *h = q->hints;
+            qs[i].step_ms = h->step_ms;
+            qs[i].range_ms = h->range_ms;
+            qs[i].hints_start_ms = h->start_ms;
+            qs[i].func = (pt_slice){(const uint8_t *)h->func, h->func ? strlen(h->func) : 0};
+        }
     }
     /* The first type in the client's list that promtable answers; none listed = SAMPLES. */
     int type = rr->n_accepted_response_types ? -1 : PT_READ_SAMPLES;

@@ -39,6 +39,7 @@ enum { PT_READ_SAMPLES = 0, PT_READ_STREAMED_XOR_CHUNKS = 1 };
 /* A remote read request: its queries, and how to answer them. */
 typedef struct pt_read_request {
     pt_query *queries;
+    int rollups; /* answer from roll-ups where the hints allow (the caller's to set) */
     size_t nqueries;
     int response; /* the first type in the client's list that promtable answers (PT_READ_*;
                      SAMPLES when the list is empty), or -1 when it answers none of them */

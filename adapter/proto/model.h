@@ -65,11 +65,14 @@ typedef struct pt_query_matcher {
     pt_slice name, value;
 } pt_query_matcher;
 
-/* One query of a remote read: the series every matcher accepts, in [start_ms, end_ms]. */
+/* One query of a remote read: the series every matcher accepts, in [start_ms, end_ms];
+ * its hints (ReadHints: zero when the client sent none) choose a roll-up. */
 typedef struct pt_query {
     int64_t start_ms, end_ms;
     const pt_query_matcher *ms;
     size_t nms;
+    int64_t step_ms, range_ms, hints_start_ms;
+    pt_slice func;
 } pt_query;
 
 #endif

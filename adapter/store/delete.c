@@ -26,6 +26,7 @@
 #include "clock.h"
 #include "exemplar.h"
 #include "read_int.h"
+#include "rollup.h"
 #include "write_int.h"
 
 /* Series a group: each group's erases are three erase calls, each of which flushes the
@@ -217,6 +218,15 @@ static int erase_bucket(deleter *z, const series *s, int64_t base)
         rv = add_erase(z, PT_TABLE_POINTS, (pt_slice){ex, kn},
                        xlo ? be32(z, (uint32_t)xlo) : (pt_slice){0},
                        xhi < PT_BUCKET_MS ? be32(z, (uint32_t)xhi) : (pt_slice){0});
+    /* The roll-ups' cells of the window's times. */
+    for (size_t i = 0; i < z->st->nrollups && rv == 0; i++)
+        for (int agg = PT_AGG_COUNT; agg < PT_AGG_END && rv == 0; agg++) {
+            uint8_t *r = pt_arena_alloc(z->a, kn);
+            if (!r)
+                return PT_ENOMEM;
+            pt_rollup_row_key(r, s->sid, base, PT_ROLLUP_CODE(z->st->rollups[i].res_ms, agg));
+            rv = add_erase(z, PT_TABLE_POINTS, (pt_slice){r, kn}, qs, qe);
+        }
     return rv;
 }
 
@@ -251,18 +261,21 @@ static int stop_at_first(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     return 1;
 }
 
-/* Whether series s has a sample in [day, day + span). */
-static int has_samples(deleter *z, const series *s, int64_t day, int *found)
+/* Whether series s has a cell in [day, day + span) in its rows of code (0: its data rows,
+ * else roll-up rows). */
+static int has_cells(deleter *z, const series *s, int64_t day, int64_t code, int *found)
 {
     int64_t span = z->st->index_bucket_ms;
-    *found = 0;
     for (int64_t base = pt_bucket_base(day); base < day + span && !*found;
          base += PT_BUCKET_MS) {
         size_t kn = PT_ROW_KEY_LEN(s->sid.n);
         uint8_t *key = pt_arena_alloc(z->a, kn + 1);
         if (!key)
             return PT_ENOMEM;
-        pt_row_key(key, s->sid, base);
+        if (code)
+            pt_rollup_row_key(key, s->sid, base, code);
+        else
+            pt_row_key(key, s->sid, base);
         key[kn] = 0;
         pt_row_range r = {{key, kn}, {key, kn + 1}};
         int64_t lo = day > base ? day - base : 0, hi = day + span - base;
@@ -276,6 +289,17 @@ static int has_samples(deleter *z, const series *s, int64_t day, int *found)
             return rv;
     }
     return 0;
+}
+
+/* Whether series s has a sample in [day, day + span): in its data rows, or in a roll-up
+ * stage's (whose "last" row has a cell for every window with samples). */
+static int has_samples(deleter *z, const series *s, int64_t day, int *found)
+{
+    *found = 0;
+    int rv = has_cells(z, s, day, 0, found);
+    for (size_t i = 0; i < z->st->nrollups && rv == 0 && !*found; i++)
+        rv = has_cells(z, s, day, PT_ROLLUP_CODE(z->st->rollups[i].res_ms, PT_AGG_LAST), found);
+    return rv;
 }
 
 static int find_empty(deleter *z, size_t *empty)

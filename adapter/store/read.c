@@ -10,6 +10,7 @@
 #include "exemplar.h"
 #include "gorilla.h"
 #include "read_int.h"
+#include "rollup.h"
 
 typedef struct samples {
     qctx *q;
@@ -240,9 +241,11 @@ static int exemplars_marked(qctx *q, int64_t base, int *marked)
 /* Reads the cells of the k series in [start, end] into ss[0..k): bucket by bucket (so
  * each series' samples come in time order), every bucket's rows in groups of READ_GROUP
  * series per scan. A series is read only in the buckets its index days reach: an
- * "all time" window costs the buckets the data spans, not the ones the window does. */
+ * "all time" window costs the buckets the data spans, not the ones the window does. code:
+ * 0 for the data rows (and with exemplars their exemplar rows), else the roll-up rows of
+ * that code (rollup.h). */
 static int read_all(qctx *q, const series *v, size_t k, int64_t start, int64_t end, samples *ss,
-                    int exemplars)
+                    int exemplars, int64_t code)
 {
     rowref *refs = pt_arena_alloc(q->a, (k ? k : 1) * sizeof(*refs));
     uint8_t **keys = pt_arena_alloc(q->a, (k ? k : 1) * sizeof(*keys));
@@ -272,6 +275,8 @@ static int read_all(qctx *q, const series *v, size_t k, int64_t start, int64_t e
             uint8_t *key = keys[i];
             if (pass)
                 pt_exemplar_row_key(key, v[i].sid, base);
+            else if (code)
+                pt_rollup_row_key(key, v[i].sid, base, code);
             else
                 pt_row_key(key, v[i].sid, base);
             key[keylen] = 0; /* the end of the single-row range */
@@ -316,7 +321,7 @@ static int read_all(qctx *q, const series *v, size_t k, int64_t start, int64_t e
         }
         /* Each bucket's data rows, then (SAMPLES answers) its exemplar rows if it has any. */
         int marked = 0;
-        if (exemplars && !pass && m) {
+        if (exemplars && !code && !pass && m) {
             int rv = exemplars_marked(q, base, &marked);
             if (rv)
                 return rv;
@@ -353,7 +358,16 @@ struct pt_read {
     pt_histogram scratch; /* each histogram cell is decoded here first */
     int exemplars;        /* read exemplar rows too (SAMPLES answers) */
     int chunks;           /* pass stored chunks on (streamed answers) */
+    int rollups;          /* the client takes roll-ups where the hints allow */
+    /* Query qi from a roll-up: the code of its rows (0: raw data only), the first
+     * millisecond they answer for and the first the raw data answers for. */
+    int64_t code, rstart, split;
 };
+
+void pt_read_rollups(pt_read *r, int on)
+{
+    r->rollups = on;
+}
 
 void pt_read_exemplars(pt_read *r, int on)
 {
@@ -407,12 +421,58 @@ static int64_t series_start(const pt_read *r, const series *v)
     return cut > r->start ? cut : r->start;
 }
 
+/* Where series v's roll-up samples start: the roll-up's start, or the cutoff of a retention
+ * rule of the series that is shorter than storage.retention (a stage outlives the raw data,
+ * not a rule). */
+static int64_t rollup_series_start(const pt_read *r, const series *v)
+{
+    const pt_store *st = r->st;
+    if (!st->keep_ms)
+        return r->rstart;
+    int64_t keep = st->keep_ms(st->keep_ud, v->labels, v->nlabels);
+    if (keep <= 0 || (st->retention_ms > 0 && keep >= st->retention_ms))
+        return r->rstart;
+    int64_t cut = r->now - keep;
+    return cut > r->rstart ? cut : r->rstart;
+}
+
 static void query_end(pt_read *r)
 {
     for (size_t i = 0; i < r->inited; i++)
         pt_matcher_free(&r->q.ms[i]);
     r->inited = 0;
     r->started = 0;
+}
+
+/* Whether query pq reads a roll-up: its stage's rows answer for [rstart, split), the raw
+ * data from split on (where the stage is not built yet); the stage keeps its own
+ * retention. 0 (r->code set or left 0), or a storage error. */
+static int rollup_begin(pt_read *r, const pt_query *pq)
+{
+    pt_store *st = r->st;
+    size_t i;
+    int agg;
+    pt_read_hints h = {.step_ms = pq->step_ms,
+                       .range_ms = pq->range_ms,
+                       .start_ms = pq->hints_start_ms,
+                       .func = pq->func};
+    if (!st->nrollups || !pt_rollup_choose(st->rollups, st->nrollups, &h, &i, &agg))
+        return 0;
+    const pt_rollup_stage *s = &st->rollups[i];
+    int64_t wm;
+    int rv = pt_rollup_watermark(st, s, &wm);
+    if (rv)
+        return rv;
+    int64_t oldest = s->keep_ms > 0 && r->now > s->keep_ms ? r->now - s->keep_ms : 0;
+    r->rstart = pq->start_ms < oldest ? oldest : pq->start_ms;
+    if (wm <= r->rstart)
+        return 0; /* nothing of the window built */
+    r->code = PT_ROLLUP_CODE(s->res_ms, agg);
+    r->split = wm < r->end + 1 ? wm : r->end + 1;
+    if (r->start < r->split)
+        r->start = r->split;
+    st->stats->read_rollup_queries++;
+    return 0;
 }
 
 /* Compiles the matchers of query qi, resolves them to the sorted list of matching series. */
@@ -456,9 +516,16 @@ static int query_begin(pt_read *r, char *msg, size_t msglen)
     r->end = pq->end_ms;
     if (r->end > PT_MAX_TIME_MS)
         r->end = PT_MAX_TIME_MS; /* 13 decimal digits of base; keeps the bucket loop finite */
-    if (r->end < r->start)
+    r->code = 0;
+    r->split = r->start;
+    if (r->rollups && (rv = rollup_begin(r, pq)) != 0) {
+        read_failed(r, rv, msg, msglen);
+        return rv;
+    }
+    int64_t first = r->code && r->rstart < r->start ? r->rstart : r->start;
+    if (r->end < first)
         return 0;
-    r->q.day_first = r->start - r->start % st->index_bucket_ms;
+    r->q.day_first = first - first % st->index_bucket_ms;
     r->q.day_last = r->end - r->end % st->index_bucket_ms;
 
     rv = pt_select(&r->q);
@@ -554,7 +621,18 @@ int pt_read_next(pt_read *r, pt_arena *b, size_t max_series, pt_read_batch *out,
                           .chunks = r->chunks, .start = series_start(r, &v[i]), .end = r->end};
     qctx q = r->q;
     q.a = b; /* keys of this group only */
-    rv = read_all(&q, v, n, r->start, r->end, ss, r->exemplars);
+    rv = 0;
+    if (r->code) {
+        /* The roll-up's part first (it ends where the raw part starts), its series' own
+         * retention rules cutting it like the raw data. */
+        for (size_t i = 0; i < n; i++)
+            ss[i].start = rollup_series_start(r, &v[i]);
+        rv = read_all(&q, v, n, r->rstart, r->split - 1, ss, 0, r->code);
+        for (size_t i = 0; i < n; i++)
+            ss[i].start = series_start(r, &v[i]);
+    }
+    if (rv == 0 && r->start <= r->end)
+        rv = read_all(&q, v, n, r->start, r->end, ss, r->exemplars, 0);
     r->q.cold = q.cold; /* the next group's scans read ahead at once */
     if (rv == PT_ELIMIT) {
         snprintf(msg, msglen,

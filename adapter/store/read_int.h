@@ -174,8 +174,6 @@ typedef struct pt_delete_result {
 int pt_store_delete(pt_store *st, const series *v, size_t n, int64_t start, int64_t end,
                     pt_arena *a, const atomic_int *cancel, pt_delete_result *res);
 
-/* The first millisecond a read may return (storage.retention; read.c). */
-int64_t pt_oldest_kept(const pt_store *st);
 
 /* The distinct values of label name over q's days (its values rows), unescaped, in no
  * particular order, into *out (arena q->a). At most max of them (0 = no limit): past it

@@ -97,6 +97,12 @@ typedef struct pt_store {
     pt_store_ha ha; /* HA pair deduplication; ha.decide NULL = off */
     pt_label_limits label_limits; /* series past them are refused (400); zero = none */
     size_t key_limit; /* the longest row key built (rowkey.h); 0 = PT_MAX_ROW_KEY */
+    /* storage.rollups (rollup.h): the stages, read when a read asks (pt_read_rollups) */
+    const struct pt_rollup_stage *rollups;
+    size_t nrollups;
+    /* Where writes note samples older than what the stages have built, so that the
+     * builder builds their windows again (NULL: not noted). Shared by tenants' copies. */
+    struct pt_rollup_late *late;
 } pt_store;
 
 /* The caches a store keeps in memory (index.h, exemplar.h). */
@@ -222,6 +228,12 @@ void pt_read_exemplars(pt_read *r, int on);
 /* Whether stored XOR chunks inside the window come as they are (pt_series.chunks) instead
  * of as samples; off by default. For streamed reads, which send XOR chunks anyway. */
 void pt_read_chunks(pt_read *r, int on);
+/* The first millisecond a read may return (storage.retention). */
+int64_t pt_oldest_kept(const pt_store *st);
+
+/* Whether the read answers from a roll-up where a query's hints allow it (rollup.h,
+ * pt_rollup_choose); off by default: a client asks (remote read's ?resolution=auto). */
+void pt_read_rollups(pt_read *r, int on);
 /* Releases the matchers; safe at any point, also after an error. */
 void pt_read_free(pt_read *r);
 

@@ -34,6 +34,7 @@ typedef struct pt_store_stats {
     _Atomic uint64_t read_timeouts;      /* reads ended by read.timeout */
     _Atomic uint64_t read_rows_scanned;  /* rows the backends visited for reads */
     _Atomic uint64_t read_chunks_passed; /* stored chunks a streamed read sent as they were */
+    _Atomic uint64_t read_rollup_queries; /* queries answered from a roll-up */
     _Atomic uint64_t backend_write_errors;
     _Atomic uint64_t backend_read_errors;
     pt_lathist backend_write_duration;

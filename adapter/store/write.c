@@ -21,6 +21,7 @@
 
 #include "clock.h"
 #include "exemplar.h"
+#include "rollup.h"
 #include "write_int.h"
 
 void pt_write_note(pt_write_result *res, const char *fmt, ...)
@@ -314,6 +315,14 @@ static int commit(wctx *w)
             res->samples_written = res->histograms_written = res->exemplars_written = 0;
             return rv;
         }
+    }
+    /* Samples older than what the roll-ups have built: their windows are built again. */
+    if (st->late) {
+        int64_t first = INT64_MAX;
+        for (size_t i = 0; i < w->pd.n; i++)
+            first = w->pd.p[i].day < first ? w->pd.p[i].day : first;
+        if (first != INT64_MAX)
+            pt_rollup_late_note(st->late, first);
     }
     /* Only now are the index rows durable: remember them. */
     const pt_keyset *seen = &w->seen;

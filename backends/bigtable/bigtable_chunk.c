@@ -418,7 +418,7 @@ size_t pt_bt_compact_select(pt_slice key, const pt_bt_cell *cells, size_t n, int
                             uint8_t *fold)
 {
     size_t end;
-    int64_t base = pt_key_time(key.p, key.n, "@", &end);
+    int64_t base = pt_points_row_base(key.p, key.n); /* data and roll-up rows */
     memset(fold, 0, n);
     if (base < 0 || pt_key_time(key.p, key.n, "#", &end) >= 0)
         return 0;

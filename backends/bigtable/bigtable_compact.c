@@ -188,8 +188,7 @@ static int reserve_fold(pass *p, size_t n)
 /* Into the batch: a delete of the cells of data row key that are past its keep. */
 static int expire_row(pass *p, pt_slice key, const pt_bt_cell *cells, size_t n)
 {
-    size_t end;
-    if (!p->bt->keep_row || pt_key_time(key.p, key.n, "@#", &end) < 0 || end != key.n)
+    if (!p->bt->keep_row || pt_points_row_base(key.p, key.n) < 0)
         return 0;
     int64_t keep_ms = p->bt->keep_row(p->bt->keep_ud, key);
     if (keep_ms <= 0)

@@ -5,7 +5,9 @@
  * compacts (an idle store, or table files that leveled compaction leaves alone).
  *
  * What is expired is read off the keys (base/schema.h, docs/storage-format.md): every data
- * and index row holds its time after its first unescaped ",@" (",#" for exemplar rows).
+ * and index row holds its time after its first unescaped ",@" (",#" for exemplar rows,
+ * ",%" and the base plus a code for roll-up rows, which keep their stage's retention
+ * through keep_row).
  *
  * - points ("row || 0x00 || first qualifier", row = sid ",@" base): a chunk goes when its
  *   last sample, base + its last qualifier, is before the cutoff. The key gives only the
@@ -68,11 +70,11 @@ static int64_t row_keep(const expire *x, const uint8_t *k, size_t rn)
 static int points_expired(const expire *x, const uint8_t *k, size_t kn, const uint8_t *v, size_t vn)
 {
     const uint8_t *z = memchr(k, 0, kn);
-    size_t rn = z ? (size_t)(z - k) : 0, end;
+    size_t rn = z ? (size_t)(z - k) : 0;
     if (!z || kn != rn + 5)
         return 0;
-    int64_t base = pt_key_time(k, rn, "@#", &end); /* data, exemplars */
-    if (base < 0 || end != rn || base % PT_BUCKET_MS != 0)
+    int64_t base = pt_points_row_base(k, rn); /* data, exemplars, roll-ups */
+    if (base < 0)
         return 0;
     int64_t keep = row_keep(x, k, rn);
     if (keep <= 0)

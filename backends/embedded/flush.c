@@ -461,8 +461,7 @@ typedef struct sinkfl {
  * direct write would give it; fallback_us for a row whose key holds no base. */
 static int sink_row(sinkfl *b, const hrow *r, unsigned gen, int64_t fallback_us)
 {
-    size_t end;
-    int64_t base = pt_key_time(r->key, r->keylen, "@#", &end);
+    int64_t base = pt_points_row_base(r->key, r->keylen);
     const cell *c;
     uint32_t cn;
     int rv = pt_emb_hcells_get(&r->s[gen], &b->dec, &b->dec_cap, &c, &cn);

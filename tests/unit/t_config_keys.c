@@ -62,6 +62,11 @@ static int bad_values(const pt_conf_key *e, values *vs)
             add(vs, 0, "%s", "7d {");
             add(vs, 0, "%s", "0s up");
         }
+        if (strcmp(e->key, "storage.rollups") == 0) { /* and this one stages */
+            add(vs, 0, "%s", "x");
+            add(vs, 0, "%s", "7m 1y");
+            add(vs, 0, "%s", "5m");
+        }
         return 1;
     case PT_CONF_LONG:
         if (e->min > LLONG_MIN)
@@ -132,12 +137,14 @@ static void good_values(const pt_conf_key *e, values *vs)
     vs->n = 0;
     switch (e->type) {
     case PT_CONF_STR:
-        if (strcmp(e->key, "storage.retention_rules") != 0)
+        if (strcmp(e->key, "storage.retention_rules") != 0 && strcmp(e->key, "storage.rollups") != 0)
             add(vs, 0, "x");
         if (strcmp(e->key, "tenancy.header") == 0)
             add(vs, 0, "X-Tenant_1.b");
         else if (strcmp(e->key, "storage.retention_rules") == 0)
             add(vs, 0, "7d {__name__=~\"debug_.*\", job='a b'}");
+        else if (strcmp(e->key, "storage.rollups") == 0)
+            add(vs, 0, "5m 1y");
         else
             add(vs, 0, "a value with spaces, 'quotes' and \"more\"");
         if (!e->def[0])

@@ -384,7 +384,7 @@ static pt_retention_rules *rules_of(const char *text, int64_t global_ms, char *e
 {
     pt_retention_rules *r = NULL;
     err[0] = '\0';
-    if (pt_retention_rules_parse(text, global_ms, 0, 0, &r, err, n) != 0)
+    if (pt_retention_rules_parse(text, global_ms, NULL, 0, 0, 0, &r, err, n) != 0)
         return NULL;
     return r;
 }
@@ -535,7 +535,7 @@ static long read_any(tstore *s, int chunks, int64_t start, const char *metric, i
     pt_arena a;
     pt_arena_init(&a, 0, 0);
     pt_query_matcher m = {PT_MATCH_EQ, sl("__name__"), sl(metric)};
-    pt_query q = {start, NOW, &m, 1};
+    pt_query q = {.start_ms = start, .end_ms = NOW, .ms = &m, .nms = 1};
     pt_read *r;
     pt_read_batch out;
     char msg[256];
