@@ -11,6 +11,7 @@
  *   --days D          days of samples (default 60)
  *   --step-ms S       ms between samples (default 60000)
  *   --end-ms T        the last sample's time (default: now, rounded down to the step)
+ *   --offset-ms O     every time O ms later (samples off the step's multiples, as scrapes)
  *   --connections C   write: connections, each sending its share of the series (default 2)
  *   --window W        write: samples of a series per request entry (default 240)
  *   --batch B         write: series per request (default 50)
@@ -39,7 +40,7 @@ enum { JOB_SIZE = 200, NLABELS = 5 };
 
 typedef struct gen {
     uint64_t series, metrics, days, step_ms, window, batch, connections;
-    int64_t end_ms, first_ms;
+    int64_t end_ms, first_ms, offset_ms;
     uint64_t samples; /* per series */
     int decimals;     /* gauges rounded to this many decimals; -1: not rounded */
 } gen;
@@ -287,7 +288,7 @@ static void usage(FILE *f)
 {
     fputs("usage: monthgen [--series N] [--metrics M] [--days D] [--step-ms S] [--end-ms T]\n"
           "                [--connections C] [--window W] [--batch B] [--gauge-decimals D]\n"
-          "                openmetrics | write URL\n",
+          "                [--offset-ms O] openmetrics | write URL\n",
           f);
 }
 
@@ -310,10 +311,10 @@ int main(int argc, char **argv)
         {"days", required_argument, 0, 'd'},     {"step-ms", required_argument, 0, 't'},
         {"end-ms", required_argument, 0, 'e'},   {"connections", required_argument, 0, 'c'},
         {"window", required_argument, 0, 'w'},   {"batch", required_argument, 0, 'b'},
-        {"gauge-decimals", required_argument, 0, 'g'},
+        {"gauge-decimals", required_argument, 0, 'g'}, {"offset-ms", required_argument, 0, 'o'},
         {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
     int c, bad = 0;
-    uint64_t end = 0, dec = 0;
+    uint64_t end = 0, dec = 0, off = 0;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
         case 's': bad |= parse_u64(optarg, 1, 100000000, &g.series); break;
@@ -325,6 +326,7 @@ int main(int argc, char **argv)
         case 'w': bad |= parse_u64(optarg, 1, 100000, &g.window); break;
         case 'b': bad |= parse_u64(optarg, 1, 100000, &g.batch); break;
         case 'g': bad |= parse_u64(optarg, 0, 15, &dec), g.decimals = (int)dec; break;
+        case 'o': bad |= parse_u64(optarg, 0, 86400000, &off), g.offset_ms = (int64_t)off; break;
         case 'h': usage(stdout); return 0;
         default: bad = 1;
         }
@@ -340,7 +342,7 @@ int main(int argc, char **argv)
     }
     g.end_ms -= g.end_ms % (int64_t)g.step_ms;
     g.samples = g.days * 86400000 / g.step_ms;
-    g.first_ms = g.end_ms - (int64_t)((g.samples - 1) * g.step_ms);
+    g.first_ms = g.end_ms - (int64_t)((g.samples - 1) * g.step_ms) + g.offset_ms;
     if (g.first_ms < 0) {
         fprintf(stderr, "monthgen: the first sample would be before 1970\n");
         return 2;

@@ -55,7 +55,10 @@ static int first_window(pt_store *st, const pt_rollup_stage *s, int64_t now, int
     int64_t kept = pt_oldest_kept(st);
     if (s->keep_ms > 0 && now - s->keep_ms > kept)
         kept = now - s->keep_ms;
-    *from = day > kept ? day : kept;
+    /* The window that ends at the day's first millisecond holds a sample there. */
+    *from = (day > kept ? day : kept) - s->res_ms;
+    if (*from < 0)
+        *from = 0;
     return 0;
 }
 

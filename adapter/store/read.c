@@ -445,7 +445,7 @@ static void query_end(pt_read *r)
 }
 
 /* Whether query pq reads a roll-up: its stage's rows answer for [rstart, split), the raw
- * data from split on (where the stage is not built yet); the stage keeps its own
+ * data from split on (after what the stage has built); the stage keeps its own
  * retention. 0 (r->code set or left 0), or a storage error. */
 static int rollup_begin(pt_read *r, const pt_query *pq)
 {
@@ -465,10 +465,10 @@ static int rollup_begin(pt_read *r, const pt_query *pq)
         return rv;
     int64_t oldest = s->keep_ms > 0 && r->now > s->keep_ms ? r->now - s->keep_ms : 0;
     r->rstart = pq->start_ms < oldest ? oldest : pq->start_ms;
-    if (wm <= r->rstart)
+    if (wm < r->rstart)
         return 0; /* nothing of the window built */
     r->code = PT_ROLLUP_CODE(s->res_ms, agg);
-    r->split = wm < r->end + 1 ? wm : r->end + 1;
+    r->split = wm < r->end ? wm + 1 : r->end + 1;
     if (r->start < r->split)
         r->start = r->split;
     st->stats->read_rollup_queries++;

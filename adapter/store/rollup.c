@@ -27,8 +27,8 @@ static int stale(double v)
 
 /* ------------------------------------------------------------------ one series */
 
-/* The window [w, w + res) of samples t[i, j): its aggregates, each in time order. */
-static int window(const int64_t *t, const double *v, size_t i, size_t j, int64_t w, int64_t res,
+/* The window (e - res, e] of samples t[i, j): its aggregates, each in time order. */
+static int window(const int64_t *t, const double *v, size_t i, size_t j, int64_t e,
                   pt_rollup_emit emit, void *ud)
 {
     size_t count = 0, mn = j, mx = j, first = j, last = j;
@@ -48,7 +48,9 @@ static int window(const int64_t *t, const double *v, size_t i, size_t j, int64_t
         if (mx == j || v[k] > v[mx] || isnan(v[mx]))
             mx = k;
     }
-    int64_t stamp = w + res - 1;
+    /* A millisecond before the end: a range that ends at e takes the cell, one that
+     * starts there (Prometheus 2's ranges are closed) does not. */
+    int64_t stamp = e > 0 ? e - 1 : 0;
     if (count) {
         if ((rv = emit(ud, PT_AGG_COUNT, stamp, (double)count)) != 0 ||
             (rv = emit(ud, PT_AGG_SUM, stamp, sum)) != 0 ||
@@ -80,11 +82,11 @@ int pt_rollup_series(const int64_t *t, const double *v, size_t n, int64_t res_ms
                      pt_rollup_emit emit, void *ud)
 {
     for (size_t i = 0; i < n;) {
-        int64_t w = t[i] - t[i] % res_ms;
+        int64_t e = (t[i] + res_ms - 1) / res_ms * res_ms; /* t >= 0 */
         size_t j = i + 1;
-        while (j < n && t[j] < w + res_ms)
+        while (j < n && t[j] <= e)
             j++;
-        int rv = window(t, v, i, j, w, res_ms, emit, ud);
+        int rv = window(t, v, i, j, e, emit, ud);
         if (rv)
             return rv;
         i = j;
@@ -102,13 +104,13 @@ typedef struct cells {
     pt_slice sid;
     pt_mutation *m;
     size_t n, cap;
-    int64_t from, to; /* cells outside (a window's sum stamped past the span) are kept out */
+    int64_t from, to; /* the span (from, to]: cells outside it are kept out */
 } cells;
 
 static int add_cell(void *ud, int agg, int64_t t, double v)
 {
     cells *c = ud;
-    if (t < c->from || t >= c->to)
+    if (t <= c->from || t > c->to)
         return 0;
     if (c->n == c->cap) {
         size_t nc = c->cap ? 2 * c->cap : 4096;
@@ -159,7 +161,7 @@ static int batch_cells(cells *c, const pt_read_batch *bt, pt_arena *a, pt_rollup
     return 0;
 }
 
-/* The series of one metric in [from, to): read a group at a time, their cells written. */
+/* The series of one metric in (from, to]: read a group at a time, their cells written. */
 static int build_metric(pt_store *st, const pt_rollup_stage *s, pt_slice name, int64_t from,
                         int64_t to, const atomic_int *cancel, pt_rollup_built *res)
 {
@@ -168,7 +170,7 @@ static int build_metric(pt_store *st, const pt_rollup_stage *s, pt_slice name, i
     pt_arena_init(&ra, 4096, 0);
     pt_arena_init(&ba, 64 << 10, 0);
     pt_query_matcher m = {.type = PT_MATCH_EQ, .name = PT_SLICE_LIT("__name__"), .value = name};
-    pt_query q = {.start_ms = from, .end_ms = to - 1, .ms = &m, .nms = 1};
+    pt_query q = {.start_ms = from + 1, .end_ms = to, .ms = &m, .nms = 1};
     pt_read *r = NULL;
     char msg[256];
     int rv = pt_read_start(st, &q, 1, &ra, cancel, &r);
@@ -204,8 +206,8 @@ int pt_rollup_build(pt_store *st, const pt_rollup_stage *s, int64_t from, int64_
     pt_arena_init(&a, 4096, 0);
     qctx q;
     qctx_start(&q, &b, &a, cancel);
-    q.day_first = from - from % b.index_bucket_ms;
-    q.day_last = (to - 1) - (to - 1) % b.index_bucket_ms;
+    q.day_first = (from + 1) - (from + 1) % b.index_bucket_ms;
+    q.day_last = to - to % b.index_bucket_ms;
     pt_slice *names = NULL;
     size_t n = 0;
     int rv = pt_select_values(&q, PT_SLICE_LIT("__name__"), 0, &names, &n);
@@ -315,8 +317,7 @@ int pt_rollup_choose(const pt_rollup_stage *stages, size_t n, const pt_read_hint
     } range_funcs[] = {
         {"rate", PT_AGG_COUNTER},        {"increase", PT_AGG_COUNTER},
         {"max_over_time", PT_AGG_MAX},   {"min_over_time", PT_AGG_MIN},
-        {"sum_over_time", PT_AGG_SUM},   {"count_over_time", PT_AGG_COUNT},
-        {"last_over_time", PT_AGG_LAST},
+        {"sum_over_time", PT_AGG_SUM},   {"last_over_time", PT_AGG_LAST},
     };
     if (h->step_ms <= 0)
         return 0;

@@ -4,6 +4,11 @@
  * dashboards ask for, in rows of their own beside the data rows, so that a month of a
  * series reads a few thousand cells instead of a few hundred thousand.
  *
+ * A window of resolution res ends at a multiple of it and holds the samples after its
+ * start up to and including its end, (e - res, e], as a PromQL range (T - range, T] of
+ * Prometheus 3 does; Prometheus 2's ranges [T - range, T] also take a sample exactly at
+ * their start, which here is its window's end in the window before.
+ *
  * A stage keeps six rows per series and data bucket, one per aggregate: row key = the
  * series id, ",%", then 13 digits of the data bucket's base plus the row's code
  * (PT_ROLLUP_CODE: the resolution in seconds and the aggregate), so the rows of a series
@@ -11,7 +16,9 @@
  * samples like a data row's (4-byte offset from the base, 8-byte float), so every reader
  * of data rows reads them:
  *
- *   count, sum  one cell a window, at the window's last millisecond;
+ *   count, sum  one cell a window, a millisecond before its end (so that a range ending
+ *               at the end takes it and one starting there does not, in either
+ *               Prometheus' ranges); count is kept for averages, not served yet;
  *   min, max    the window's sample with the least / greatest value (Prometheus'
  *               min_over_time / max_over_time rule: a NaN gives way to any number);
  *   last        the window's last sample, a staleness marker too;
@@ -74,8 +81,9 @@ uint8_t *pt_rollup_row_key(uint8_t *dst, pt_slice sid, int64_t base, int64_t cod
 /* One aggregate's sample of a window (emitted in time order per aggregate). */
 typedef int (*pt_rollup_emit)(void *ud, int agg, int64_t t, double v);
 
-/* The aggregates of the windows of res_ms that the n samples (t ascending) of one series
- * fall in, each window complete in t[0, n). Returns 0 or the first error emit returned. */
+/* The aggregates of the windows of res_ms that the n samples (t >= 0, ascending) of one
+ * series fall in, each window complete in t[0, n). Returns 0 or the first error emit
+ * returned. */
 int pt_rollup_series(const int64_t *t, const double *v, size_t n, int64_t res_ms,
                      pt_rollup_emit emit, void *ud);
 
@@ -84,8 +92,8 @@ typedef struct pt_rollup_built {
     size_t series, samples, cells;
 } pt_rollup_built;
 
-/* Builds stage s's windows in [from, to) (multiples of its resolution) from the raw data of
- * every series of st, metric by metric, and writes their cells. Idempotent. 0, or
+/* Builds stage s's windows ending in (from, to] (multiples of its resolution) from the raw
+ * data of every series of st, metric by metric, and writes their cells. Idempotent. 0, or
  * PT_ECANCELLED (*cancel set), PT_ENOMEM, a storage error: then part may be written, and
  * building again finishes it. */
 int pt_rollup_build(pt_store *st, const pt_rollup_stage *s, int64_t from, int64_t to,
@@ -95,7 +103,8 @@ int pt_rollup_build(pt_store *st, const pt_rollup_stage *s, int64_t from, int64_
  * building starts. 0 or a storage error. */
 int pt_rollup_first_day(pt_store *st, int64_t *day);
 
-/* The end of what stage s has built in st (0: nothing yet): *wm. 0 or a storage error. */
+/* The end of what stage s has built in st, every sample up to it (0: nothing yet): *wm.
+ * 0 or a storage error. */
 int pt_rollup_watermark(pt_store *st, const pt_rollup_stage *s, int64_t *wm);
 /* Records it. 0 or a storage error. */
 int pt_rollup_set_watermark(pt_store *st, const pt_rollup_stage *s, int64_t wm);

@@ -70,22 +70,24 @@ static const char *show(const got *g, int agg)
 
 static void windows(void)
 {
-    /* One 60 s window: 10, 12, 3 (a reset), NaN, stale, 5; then 7 alone in the next. */
-    int64_t t[] = {0, 10000, 20000, 30000, 40000, 50000, 60000};
-    double v[] = {10, 12, 3, NAN, stale_nan(), 5, 7};
+    /* The window (0, 60 s]: 10, 12, 3 (a reset), NaN, stale, 5; then 7 alone in the
+     * next; a sample at 0 alone in the window that ends there. */
+    int64_t t[] = {0, 10000, 20000, 30000, 40000, 50000, 60000, 70000};
+    double v[] = {4, 10, 12, 3, NAN, stale_nan(), 5, 7};
     got g = {0};
-    ok(pt_rollup_series(t, v, 7, MIN, collect, &g) == 0, "two windows");
-    is_str(show(&g, PT_AGG_COUNT), "59:5 119:1", "count: the samples but the staleness marker, "
-           "stamped at each window's last millisecond");
-    ok(g.agg[1] == PT_AGG_SUM && isnan(g.v[1]), "sum with a NaN in it is NaN, as sum_over_time");
-    is_str(show(&g, PT_AGG_MIN), "20:3 60:7", "min: the least sample, at its own time");
-    is_str(show(&g, PT_AGG_MAX), "10:12 60:7", "max: the greatest (a NaN gives way)");
-    is_str(show(&g, PT_AGG_LAST), "50:5 60:7", "last: the window's last sample");
-    is_str(show(&g, PT_AGG_COUNTER), "0:10 10:12 20:3 50:5 60:7",
+    ok(pt_rollup_series(t, v, 8, MIN, collect, &g) == 0, "three windows");
+    is_str(show(&g, PT_AGG_COUNT), "0:1 59:5 119:1",
+           "count: the samples but the staleness marker, stamped a millisecond before each "
+           "window's end, a sample on an edge in the window it ends");
+    ok(g.agg[7] == PT_AGG_SUM && isnan(g.v[7]), "sum with a NaN in it is NaN, as sum_over_time");
+    is_str(show(&g, PT_AGG_MIN), "0:4 30:3 70:7", "min: the least sample, at its own time");
+    is_str(show(&g, PT_AGG_MAX), "0:4 20:12 70:7", "max: the greatest (a NaN gives way)");
+    is_str(show(&g, PT_AGG_LAST), "0:4 60:5 70:7", "last: the window's last sample");
+    is_str(show(&g, PT_AGG_COUNTER), "0:4 10:10 20:12 30:3 60:5 70:7",
            "counter: first, both sides of the drop, last (a NaN is no drop, as in PromQL)");
 
     got s = {0};
-    int64_t t2[] = {0};
+    int64_t t2[] = {1};
     double v2[] = {stale_nan()};
     pt_rollup_series(t2, v2, 1, MIN, collect, &s);
     ok(s.n == 1 && s.agg[0] == PT_AGG_LAST && bits_of(s.v[0]) == 0x7ff0000000000002ULL,
@@ -120,9 +122,11 @@ static void choose(void)
            !pt_rollup_choose(st, 2, HINTS(HOUR, HOUR, D, "quantile_over_time"), &i, &agg),
        "irate, avg_over_time, quantile_over_time: raw");
     ok(!pt_rollup_choose(st, 2, HINTS(0, HOUR, D, "rate"), &i, &agg), "no hints: raw");
-    ok(pt_rollup_choose(st, 2, HINTS(DAY, DAY, D, "count_over_time"), &i, &agg) && i == 1 &&
-           agg == PT_AGG_COUNT,
-       "count_over_time[1d]: the coarsest stage, count");
+    ok(pt_rollup_choose(st, 2, HINTS(DAY, DAY, D, "sum_over_time"), &i, &agg) && i == 1 &&
+           agg == PT_AGG_SUM,
+       "sum_over_time[1d]: the coarsest stage, sum");
+    ok(!pt_rollup_choose(st, 2, HINTS(DAY, DAY, D, "count_over_time"), &i, &agg),
+       "count_over_time: raw (PromQL counts cells)");
 }
 
 /* ---- building and reading ---- */
@@ -212,22 +216,24 @@ static void query(tstore *s, const char *metric, int64_t start, int64_t end, int
     pt_arena_free(&a);
 }
 
-/* The gauge's max per window of res in [from, to), at its sample's time, from the raw
- * values: what the stage must hold. */
+/* The gauge's max per window (e - res, e] of its samples in [from, to), at the sample's
+ * time, from the raw values: what the stage must answer. */
 static int max_matches(const answer *a, int64_t from, int64_t to, int64_t res)
 {
     size_t i = 0;
-    for (int64_t w = from; w < to; w += res) {
-        size_t best = SIZE_MAX;
-        for (size_t k = (size_t)((w - D) / STEP); k < (size_t)((w + res - D) / STEP) && k < N; k++)
-            if (best == SIZE_MAX || gauge_at(k) > gauge_at(best))
-                best = k;
-        if (best == SIZE_MAX)
+    for (size_t k = 0; k < N;) {
+        int64_t tk = D + (int64_t)k * STEP, e = (tk + res - 1) / res * res;
+        size_t best = k, m = k;
+        for (; m < N && D + (int64_t)m * STEP <= e; m++)
+            if (gauge_at(m) > gauge_at(best))
+                best = m;
+        k = m;
+        int64_t tb = D + (int64_t)best * STEP;
+        if (tb < from || tb >= to)
             continue;
-        if (i >= a->n || a->t[i] != D + (int64_t)best * STEP || a->v[i] != gauge_at(best)) {
-            diag("window %lld: want %lld:%g, got %lld:%g", (long long)((w - D) / res),
-                 (long long)(D + (int64_t)best * STEP), gauge_at(best),
-                 i < a->n ? (long long)a->t[i] : -1LL, i < a->n ? a->v[i] : 0.0);
+        if (i >= a->n || a->t[i] != tb || a->v[i] != gauge_at(best)) {
+            diag("window ending %lld: want %lld:%g, got %lld:%g", (long long)e, (long long)tb,
+                 gauge_at(best), i < a->n ? (long long)a->t[i] : -1LL, i < a->n ? a->v[i] : 0.0);
             return 0;
         }
         i++;
@@ -235,7 +241,7 @@ static int max_matches(const answer *a, int64_t from, int64_t to, int64_t res)
     return i == a->n;
 }
 
-/* PromQL's increase over the counter samples of [a, b] without extrapolation: the sum
+/* PromQL's increase over the counter samples of (a, b] without extrapolation: the sum
  * of rises, a drop counting its new value. */
 static double rises(const answer *x, int64_t a, int64_t b)
 {
@@ -243,7 +249,7 @@ static double rises(const answer *x, int64_t a, int64_t b)
     int have = 0;
     double prev = 0;
     for (size_t i = 0; i < x->n; i++) {
-        if (x->t[i] < a || x->t[i] > b)
+        if (x->t[i] <= a || x->t[i] > b)
             continue;
         if (have)
             sum += x->v[i] >= prev ? x->v[i] - prev : x->v[i];
@@ -286,13 +292,14 @@ static void build_and_read(void)
         const char *when = flushed ? "flushed" : "in the head";
         static answer x;
         query(&s, "ru_gauge", D, D + 2 * DAY - 1, HOUR, HOUR, "max_over_time", 1, &x);
-        ok(!x.failed && x.n == 48 && max_matches(&x, D, D + 2 * DAY, HOUR),
-           "%s: max_over_time[1h] hourly reads the 1h stage's 48 maxima, each the raw "
-           "window's greatest sample at its time (%zu)", when, x.n);
+        ok(!x.failed && x.n == 49 && max_matches(&x, D, D + 2 * DAY, HOUR),
+           "%s: max_over_time[1h] hourly reads the 1h stage's 49 maxima (the first sample "
+           "ends a window), each the raw window's greatest sample at its time (%zu)", when,
+           x.n);
         query(&s, "ru_gauge", D, D + 2 * DAY - 1, HOUR, HOUR, "max_over_time", 0, &x);
         ok(!x.failed && x.n == N, "%s: without ?resolution=auto: the %zu raw samples", when, x.n);
         query(&s, "ru_gauge", D, D + 2 * DAY - 1, HOUR, 20 * MIN, "max_over_time", 1, &x);
-        ok(!x.failed && x.n == 576 && max_matches(&x, D, D + 2 * DAY, 5 * MIN),
+        ok(!x.failed && x.n == 577 && max_matches(&x, D, D + 2 * DAY, 5 * MIN),
            "%s: max_over_time[20m] hourly: the 5m stage (%zu)", when, x.n);
 
         static answer raw, ru;
@@ -300,29 +307,30 @@ static void build_and_read(void)
         query(&s, "ru_counter", D, D + 2 * DAY - 1, HOUR, 2 * HOUR, "increase", 1, &ru);
         int same = !raw.failed && !ru.failed;
         for (int64_t e = D + 2 * HOUR; same && e < D + 2 * DAY; e += HOUR)
-            same = rises(&raw, e - 2 * HOUR, e - 1) == rises(&ru, e - 2 * HOUR, e - 1);
+            same = rises(&raw, e - 2 * HOUR, e) == rises(&ru, e - 2 * HOUR, e);
         ok(same && ru.n < raw.n / 50,
            "%s: increase[2h] hourly from the 1h stage's counter samples (%zu of %zu) rises "
            "exactly as the raw data in every aligned range, the reset included", when, ru.n,
            raw.n);
         query(&s, "ru_counter", D, D + 2 * DAY + 59 * MIN, 5 * MIN, 0, "", 1, &x);
-        ok(!x.failed && x.n == 576 && x.t[575] == D + 2 * DAY - STEP &&
-               x.v[0] == counter_at(19) && x.t[0] == D + 19 * STEP,
-           "%s: a plain selector every 5m: each window's last sample (%zu)", when, x.n);
+        ok(!x.failed && x.n == 577 && x.t[576] == D + 2 * DAY - STEP && x.t[0] == D &&
+               x.v[1] == counter_at(20) && x.t[1] == D + 5 * MIN,
+           "%s: a plain selector every 5m: each window's last sample, the one on its end "
+           "(%zu)", when, x.n);
         if (!flushed)
             ok(pt_embedded_flush(&s.emb) == 0, "flushed");
     }
 
     /* Past the watermark the raw data answers: 20 minutes after it, not built yet. */
-    int64_t after = (int64_t)((wm5 - D) / STEP);
+    int64_t after = (int64_t)((wm5 - D) / STEP) + 1;
     write_data(&s, after, after + 80);
     static answer x;
-    query(&s, "ru_gauge", D + 2 * DAY - HOUR, wm5 + 20 * MIN - 1, 5 * MIN, 20 * MIN,
+    query(&s, "ru_gauge", D + 2 * DAY - HOUR + 1, wm5 + 20 * MIN, 5 * MIN, 20 * MIN,
           "max_over_time", 1, &x);
     int ordered = 1;
     for (size_t i = 1; i < x.n; i++)
         ordered &= x.t[i] > x.t[i - 1];
-    ok(!x.failed && ordered && x.n == 12 + 80 && x.t[12] == wm5,
+    ok(!x.failed && ordered && x.n == 12 + 80 && x.t[12] == wm5 + STEP,
        "a window past the watermark: the stage's 12 maxima before it, then the 80 raw "
        "samples from it on, in time order (%zu)", x.n);
 
@@ -333,13 +341,12 @@ static void build_and_read(void)
     pt_write_result res;
     ok(pt_store_write(&s.st, mk_write(&a, late, 1), &a, &res) == 0, "a late sample written");
     ok(pt_rollup_job_pass(j, now, 0) == 0, "the next pass");
-    query(&s, "ru_gauge", D + 3 * HOUR, D + 4 * HOUR - 1, HOUR, HOUR, "max_over_time", 1, &x);
+    query(&s, "ru_gauge", D + 3 * HOUR + 1, D + 4 * HOUR, HOUR, HOUR, "max_over_time", 1, &x);
     int seen = 0;
     for (size_t i = 0; i < x.n; i++)
         seen |= x.v[i] == 1000 && x.t[i] == D + 3 * HOUR + 7;
-    ok(!x.failed && seen && x.n == 2,
-       "its window's max is the late sample now, beside the one chosen before, a real "
-       "sample too (%zu cells)", x.n);
+    ok(!x.failed && seen, "its window's max is the late sample now (%zu cells: the 5m "
+       "stage's, as the range starts off an edge)", x.n);
     pt_arena_free(&a);
 
     /* Delete: the series' roll-ups go with its samples. */
@@ -360,8 +367,8 @@ static void build_and_read(void)
        "the gauge's first day deleted");
     pt_matcher_free(&mm);
     query(&s, "ru_gauge", D, D + 2 * DAY - 1, HOUR, HOUR, "max_over_time", 1, &x);
-    ok(!x.failed && x.n == 24 && x.t[0] >= D + DAY, "its roll-ups of that day are gone too (%zu)",
-       x.n);
+    ok(!x.failed && x.n >= 24 && x.n <= 25 && x.t[0] >= D + DAY,
+       "its roll-ups of that day are gone too (%zu left)", x.n);
     pt_arena_free(&a);
     pt_rollup_job_free(j);
     tstore_close(&s);
@@ -384,14 +391,15 @@ static void retention(void)
     s.st.now_ms = D + 4 * DAY + 12 * HOUR; /* the raw data's first day and a half are gone */
     static answer x;
     query(&s, "ru_gauge", D, D + 2 * DAY - 1, HOUR, HOUR, "max_over_time", 1, &x);
-    ok(!x.failed && x.n == 48 && max_matches(&x, D, D + 2 * DAY, HOUR),
+    ok(!x.failed && x.n == 49 && max_matches(&x, D, D + 2 * DAY, HOUR),
        "the raw data's first 36 h past storage.retention: the stage answers all 48 h (%zu)",
        x.n);
     query(&s, "ru_gauge", D, D + 2 * DAY - 1, HOUR, HOUR, "max_over_time", 0, &x);
     ok(!x.failed && x.n == (size_t)(12 * HOUR / STEP), "raw: only its last 12 h (%zu)", x.n);
     s.st.now_ms = D + 21 * DAY + 12 * HOUR;
     query(&s, "ru_gauge", D, D + 2 * DAY - 1, HOUR, HOUR, "max_over_time", 1, &x);
-    ok(!x.failed && x.n == 12, "past the stage's 20 days, neither (%zu)", x.n);
+    ok(!x.failed && (x.n == 12 || x.n == 13) && x.t[0] >= D + DAY + 12 * HOUR,
+       "past the stage's 20 days, neither (%zu left)", x.n);
     pt_rollup_job_free(j);
     tstore_close(&s);
 
