@@ -17,6 +17,8 @@
  *   --streamed         ask for STREAMED_XOR_CHUNKS instead of SAMPLES
  *   --server-pid PID   also report that process's CPU time per request
  *   --request-out F    write the request body (snappy protobuf) to F and exit
+ *   --hints S,R,F      send ReadHints as Prometheus does for a range query of step S ms
+ *                      over FUNC(x[R ms]) (R 0: a plain selector), from --start-ms + R on
  *
  * Output: progress and errors on stderr; one "result:" line of key=value pairs on stdout,
  * among them `digest`: a hash of every label, timestamp and value bit of the answer in
@@ -104,9 +106,9 @@ static int parse_matcher(char *s, Prometheus__LabelMatcher *m)
     return 0;
 }
 
-/* snappy(protobuf(ReadRequest)) into arena memory. */
+/* snappy(protobuf(ReadRequest)) into arena memory; hints NULL: none. */
 static int build_body(Prometheus__LabelMatcher **ms, size_t nm, int64_t start, int64_t end,
-                      int streamed, pt_arena *a, pt_slice *out)
+                      int streamed, Prometheus__ReadHints *hints, pt_arena *a, pt_slice *out)
 {
     Prometheus__Query q;
     prometheus__query__init(&q);
@@ -114,6 +116,7 @@ static int build_body(Prometheus__LabelMatcher **ms, size_t nm, int64_t start, i
     q.end_timestamp_ms = end;
     q.n_matchers = nm;
     q.matchers = ms;
+    q.hints = hints;
     Prometheus__Query *qs[1] = {&q};
     Prometheus__ReadRequest rr;
     prometheus__read_request__init(&rr);
@@ -422,7 +425,7 @@ static void usage(FILE *f)
 {
     fputs("usage: readbench [--url URL] [--start-ms T] [--end-ms T] [--requests N]\n"
           "                 [--warmup N] [--streamed] [--server-pid PID] [--request-out F]\n"
-          "                 MATCHER...\n"
+          "                 [--hints STEP_MS,RANGE_MS,FUNC] MATCHER...\n"
           "  MATCHER: name=value | name!=value | name=~regex | name!~regex\n",
           f);
 }
@@ -433,7 +436,7 @@ int main(int argc, char **argv)
     int64_t start = -1, end = -1;
     long requests = 20, warmup = 2, server_pid = 0;
     int streamed = 0;
-    const char *request_out = NULL;
+    const char *request_out = NULL, *hints_arg = NULL;
     static const struct option lo[] = {{"request-out", required_argument, 0, 'o'},{"url", required_argument, 0, 'u'},
                                        {"start-ms", required_argument, 0, 's'},
                                        {"end-ms", required_argument, 0, 'e'},
@@ -441,6 +444,7 @@ int main(int argc, char **argv)
                                        {"warmup", required_argument, 0, 'w'},
                                        {"streamed", no_argument, 0, 'x'},
                                        {"server-pid", required_argument, 0, 'p'},
+                                       {"hints", required_argument, 0, 'H'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
     int o;
@@ -454,6 +458,7 @@ int main(int argc, char **argv)
         case 'x': streamed = 1; break;
         case 'p': server_pid = strtol(optarg, NULL, 10); break;
         case 'o': request_out = optarg; break;
+        case 'H': hints_arg = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -478,6 +483,25 @@ int main(int argc, char **argv)
     }
     if (start < 0)
         start = end - 3600 * 1000;
+    Prometheus__ReadHints hints, *hp = NULL;
+    char func[64] = "";
+    if (hints_arg) {
+        long long step, range;
+        prometheus__read_hints__init(&hints);
+        if (sscanf(hints_arg, "%lld,%lld,%63s", &step, &range, func) < 2 || step <= 0 ||
+            range < 0) {
+            fprintf(stderr, "readbench: --hints STEP_MS,RANGE_MS,FUNC\n");
+            return 2;
+        }
+        /* As Prometheus' engine: the selector's data starts at the first evaluation
+         * minus the range (the lookback for a plain selector): the query's start. */
+        hints.step_ms = step;
+        hints.range_ms = range;
+        hints.func = func;
+        hints.start_ms = start;
+        hints.end_ms = end;
+        hp = &hints;
+    }
 
     /* http://host:port/path */
     char host[256], port[16] = "80";
@@ -517,7 +541,7 @@ int main(int argc, char **argv)
     char head[1024];
     if (!lat)
         goto out;
-    if (build_body(ms, nm, start, end, streamed, &a, &body) != 0) {
+    if (build_body(ms, nm, start, end, streamed, hp, &a, &body) != 0) {
         fprintf(stderr, "readbench: could not build the request\n");
         goto out;
     }
@@ -569,7 +593,7 @@ int main(int argc, char **argv)
         if ((streamed ? count_streamed(c.body, c.body_len, &t)
                       : count_samples(c.body, c.body_len, &a, &t)) != 0)
             goto out;
-        if (build_body(ms, nm, start, end, streamed, &a, &body) != 0)
+        if (build_body(ms, nm, start, end, streamed, hp, &a, &body) != 0)
             goto out;
         if (i == -warmup) {
             first = t;

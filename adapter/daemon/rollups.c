@@ -22,7 +22,7 @@ struct pt_rollup_job {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     char (*ids)[PT_TENANT_MAX + 1]; /* the tenants of a pass */
-    size_t ids_cap;
+    pt_store_stats stats; /* the builder's reads and writes: not the clients' figures */
 };
 
 pt_rollup_job *pt_rollup_job_new(const pt_rollup_job_opts *o)
@@ -119,7 +119,8 @@ static int build_store(pt_rollup_job *j, pt_store *st, int64_t now, int64_t late
 
 int pt_rollup_job_pass(pt_rollup_job *j, int64_t now_ms, size_t max_days)
 {
-    pt_store *st = j->o.store;
+    pt_store own = *j->o.store, *st = &own;
+    own.stats = &j->stats;
     int64_t late = st->late ? pt_rollup_late_take(st->late) : INT64_MAX;
     /* Writes below what every store's every stage has built are late (pt_rollup_late). */
     int64_t floor = INT64_MAX, most = INT64_MIN;

@@ -10,6 +10,8 @@
 #include "schema.h"
 
 #define STALE_BITS 0x7ff0000000000002ULL
+/* Drops a counter's window may hold (resets); past them the window is a gauge's. */
+#define MAX_DROPS 2
 
 uint8_t *pt_rollup_row_key(uint8_t *dst, pt_slice sid, int64_t base, int64_t code)
 {
@@ -60,12 +62,19 @@ static int window(const int64_t *t, const double *v, size_t i, size_t j, int64_t
     }
     if ((rv = emit(ud, PT_AGG_LAST, t[j - 1], v[j - 1])) != 0 || !count)
         return rv;
-    /* The counter's samples: the first, both sides of every drop, the last. */
+    /* The counter's samples: the first, both sides of every drop, the last. A window of
+     * more drops than a counter resets in one is a gauge's: its first and last only. */
+    size_t drops = 0;
+    for (size_t k = first + 1, before = first; k <= last && drops <= MAX_DROPS; k++)
+        if (!stale(v[k])) {
+            drops += v[k] < v[before];
+            before = k;
+        }
     size_t prev = j; /* the last one emitted */
     for (size_t k = first, before = j; k <= last; k++) {
         if (stale(v[k]))
             continue;
-        int drop = before != j && v[k] < v[before];
+        int drop = drops <= MAX_DROPS && before != j && v[k] < v[before];
         if (k == first || drop || k == last) {
             if (drop && before != prev && (rv = emit(ud, PT_AGG_COUNTER, t[before], v[before])))
                 return rv;
@@ -96,25 +105,46 @@ int pt_rollup_series(const int64_t *t, const double *v, size_t n, int64_t res_ms
 
 /* ------------------------------------------------------------------ building */
 
-/* The cells of one stage being made for a batch of series: mutations in a's memory. */
+/* Cells written at once: a batch's cells go in writes of this many, so the builder's
+ * memory is one group's samples and this many cells. */
+enum { CELLS_MAX = 32768 };
+
+/* The cells of one stage being made for a batch of series: mutations in a's memory,
+ * written and dropped every CELLS_MAX. */
 typedef struct cells {
     pt_store *st;
-    pt_arena *a;
+    pt_arena a;
     const pt_rollup_stage *s;
     pt_slice sid;
     pt_mutation *m;
     size_t n, cap;
     int64_t from, to; /* the span (from, to]: cells outside it are kept out */
+    size_t written;
 } cells;
+
+static int write_cells(cells *c)
+{
+    int rv = c->n ? pt_backend_write(c->st->be, c->m, c->n) : 0;
+    c->written += rv == 0 ? c->n : 0;
+    c->n = c->cap = 0;
+    c->m = NULL;
+    pt_arena_reset(&c->a);
+    return rv;
+}
 
 static int add_cell(void *ud, int agg, int64_t t, double v)
 {
     cells *c = ud;
     if (t <= c->from || t > c->to)
         return 0;
+    if (c->n == CELLS_MAX) {
+        int rv = write_cells(c);
+        if (rv)
+            return rv;
+    }
     if (c->n == c->cap) {
         size_t nc = c->cap ? 2 * c->cap : 4096;
-        pt_mutation *m = pt_arena_alloc(c->a, nc * sizeof(*m));
+        pt_mutation *m = pt_arena_alloc(&c->a, nc * sizeof(*m));
         if (!m)
             return PT_ENOMEM;
         if (c->n)
@@ -123,7 +153,7 @@ static int add_cell(void *ud, int agg, int64_t t, double v)
         c->cap = nc;
     }
     size_t kn = PT_ROW_KEY_LEN(c->sid.n);
-    uint8_t *k = pt_arena_alloc(c->a, kn + PT_QUAL_LEN + PT_VALUE_LEN);
+    uint8_t *k = pt_arena_alloc(&c->a, kn + PT_QUAL_LEN + PT_VALUE_LEN);
     if (!k)
         return PT_ENOMEM;
     int64_t base = pt_bucket_base(t);
@@ -165,7 +195,7 @@ static int batch_cells(cells *c, const pt_read_batch *bt, pt_arena *a, pt_rollup
 static int build_metric(pt_store *st, const pt_rollup_stage *s, pt_slice name, int64_t from,
                         int64_t to, const atomic_int *cancel, pt_rollup_built *res)
 {
-    enum { GROUP = 500 };
+    enum { GROUP = 100 };
     pt_arena ra, ba;
     pt_arena_init(&ra, 4096, 0);
     pt_arena_init(&ba, 64 << 10, 0);
@@ -177,14 +207,16 @@ static int build_metric(pt_store *st, const pt_rollup_stage *s, pt_slice name, i
     if (rv == 0)
         pt_read_exemplars(r, 0);
     pt_read_batch bt;
+    cells c = {.st = st, .s = s, .from = from, .to = to};
+    pt_arena_init(&c.a, 64 << 10, 0);
     while (rv == 0 && (rv = pt_read_next(r, &ba, GROUP, &bt, msg, sizeof(msg))) == 1) {
-        cells c = {.st = st, .a = &ba, .s = s, .from = from, .to = to};
         rv = batch_cells(&c, &bt, &ba, res);
-        if (rv == 0 && c.n)
-            rv = pt_backend_write(st->be, c.m, c.n);
-        res->cells += rv == 0 ? c.n : 0;
+        if (rv == 0)
+            rv = write_cells(&c);
         pt_arena_reset(&ba);
     }
+    res->cells += c.written;
+    pt_arena_free(&c.a);
     pt_read_free(r);
     pt_arena_free(&ba);
     pt_arena_free(&ra);
@@ -196,7 +228,8 @@ int pt_rollup_build(pt_store *st, const pt_rollup_stage *s, int64_t from, int64_
 {
     if (to <= from)
         return 0;
-    /* The builder's own read limits: every series and sample of the span. */
+    /* The builder's own read limits: every series and sample of the span; its reads are
+     * not the clients' (the caller's stats, when it gives a store of its own). */
     pt_store b = *st;
     b.max_series = 0;
     b.max_samples = 0;

@@ -24,7 +24,8 @@
  *   last        the window's last sample, a staleness marker too;
  *   counter     the window's first and last samples and both samples of every drop
  *               (a counter reset), so increase() and rate() over whole windows see
- *               exactly what they would see in the raw data.
+ *               exactly what they would see in the raw data; a window of more than two
+ *               drops is no counter's (a gauge's), and keeps its first and last only.
  *
  * min, max, last and counter are samples of the series itself, at their own times: a
  * rebuilt window (late samples) that chooses another sample leaves the one chosen before,

@@ -86,6 +86,13 @@ static void windows(void)
     is_str(show(&g, PT_AGG_COUNTER), "0:4 10:10 20:12 30:3 60:5 70:7",
            "counter: first, both sides of the drop, last (a NaN is no drop, as in PromQL)");
 
+    got z = {0};
+    int64_t tz[] = {1000, 2000, 3000, 4000, 5000};
+    double vz[] = {5, 4, 6, 3, 2};
+    pt_rollup_series(tz, vz, 5, MIN, collect, &z);
+    is_str(show(&z, PT_AGG_COUNTER), "1:5 5:2",
+           "a window of three drops is a gauge's: its counter row keeps first and last");
+
     got s = {0};
     int64_t t2[] = {1};
     double v2[] = {stale_nan()};
