@@ -4,9 +4,11 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "error.h"
@@ -23,7 +25,76 @@ struct pt_rollup_job {
     pthread_cond_t cv;
     char (*ids)[PT_TENANT_MAX + 1]; /* the tenants of a pass */
     pt_store_stats stats; /* the builder's reads and writes: not the clients' figures */
+    uint64_t holder;      /* this builder's name in the lease cell */
 };
+
+/* On a store several promtables share (a backend with check_and_set: Bigtable), one of
+ * them builds: the one holding the lease cell "l" of the index row PT_ROLLUP_ROW (outside
+ * every tenant's keys), "<until ms> <holder, 16 hex digits>", taken when absent or lapsed,
+ * renewed by its holder at every pass. */
+enum { LEASE_MS = 600000 };
+static const uint8_t lease_qual[] = {'l'};
+
+typedef struct lease_cell {
+    uint8_t v[64];
+    size_t n;
+    int found;
+} lease_cell;
+
+static int on_lease(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    (void)row;
+    lease_cell *c = ud;
+    if (qual.n == 1 && qual.p[0] == 'l' && value.n < sizeof(c->v)) {
+        memcpy(c->v, value.p, value.n);
+        c->n = value.n;
+        c->found = 1;
+    }
+    return 0;
+}
+
+/* 1 when this builder holds the lease at now (taking or renewing it), 0 when another
+ * does, or a storage error. A store one process owns needs none: 1. */
+static int lease_held(pt_rollup_job *j, int64_t now)
+{
+    pt_backend *be = j->o.store->be;
+    if (!be->ops->check_and_set)
+        return 1;
+    uint8_t row[sizeof(PT_ROLLUP_ROW)];
+    memcpy(row, PT_ROLLUP_ROW, sizeof(row));
+    pt_row_range r = {{row, sizeof(row) - 1}, {row, sizeof(row)}};
+    uint8_t qend[] = {'l', 0};
+    pt_scan sc = {.table = PT_TABLE_INDEX,
+                  .ranges = &r,
+                  .nranges = 1,
+                  .qual_start = {lease_qual, 1},
+                  .qual_end = {qend, 2}};
+    lease_cell cur = {0};
+    int rv = pt_backend_scan(be, &sc, on_lease, &cur);
+    if (rv)
+        return rv;
+    long long until = 0;
+    unsigned long long who = 0;
+    char text[65];
+    memcpy(text, cur.v, cur.n);
+    text[cur.n] = '\0';
+    if (cur.found && sscanf(text, "%lld %llx", &until, &who) == 2 && until >= now &&
+        who != j->holder)
+        return 0;
+    char v[64];
+    int vn = snprintf(v, sizeof(v), "%lld %016llx", (long long)(now + LEASE_MS),
+                      (unsigned long long)j->holder);
+    pt_mutation m = {.table = PT_TABLE_INDEX,
+                     .row = PT_SLICE_LIT(PT_ROLLUP_ROW),
+                     .qual = {lease_qual, 1},
+                     .value = {(const uint8_t *)v, (size_t)vn},
+                     .version_us = now * 1000};
+    int applied = 0;
+    rv = be->ops->check_and_set(be->state, &m,
+                                cur.found ? (pt_slice){cur.v, cur.n} : (pt_slice){NULL, 0},
+                                &applied);
+    return rv ? rv : applied;
+}
 
 pt_rollup_job *pt_rollup_job_new(const pt_rollup_job_opts *o)
 {
@@ -34,6 +105,10 @@ pt_rollup_job *pt_rollup_job_new(const pt_rollup_job_opts *o)
     j->o.nstages = o->nstages < PT_ROLLUP_MAX_STAGES ? o->nstages : PT_ROLLUP_MAX_STAGES;
     memcpy(j->stages, o->stages, j->o.nstages * sizeof(*j->stages));
     j->o.stages = j->stages;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    j->holder = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ULL ^ (uint64_t)ts.tv_sec << 20 ^
+                (uint64_t)getpid();
     if (j->o.interval_ms <= 0)
         j->o.interval_ms = 10000;
     pthread_mutex_init(&j->mu, NULL);
@@ -121,6 +196,14 @@ int pt_rollup_job_pass(pt_rollup_job *j, int64_t now_ms, size_t max_days)
 {
     pt_store own = *j->o.store, *st = &own;
     own.stats = &j->stats;
+    int held = lease_held(j, now_ms);
+    if (held <= 0) {
+        if (held < 0) {
+            pt_m.rollup_errors++;
+            pt_log(PT_LOG_WARN, "roll-up lease not read", "err=\"%s\"", pt_strerror(held));
+        }
+        return held < 0 ? held : 0;
+    }
     int64_t late = st->late ? pt_rollup_late_take(st->late) : INT64_MAX;
     /* Writes below what every store's every stage has built are late (pt_rollup_late). */
     int64_t floor = INT64_MAX, most = INT64_MIN;
