@@ -408,17 +408,23 @@ int64_t pt_oldest_kept(const pt_store *st)
     return now - st->retention_ms > 0 ? now - st->retention_ms : 0;
 }
 
-/* Where series v's samples start in this read: its retention rule's cutoff, if later. */
-static int64_t series_start(const pt_read *r, const series *v)
+/* Where series v's samples start from `from` on: its retention rule's cutoff, if later. */
+static int64_t rule_start(const pt_read *r, const series *v, int64_t from)
 {
     const pt_store *st = r->st;
     if (!st->keep_ms)
-        return r->start;
+        return from;
     int64_t keep = st->keep_ms(st->keep_ud, v->labels, v->nlabels);
     if (keep <= 0)
-        return r->start;
+        return from;
     int64_t cut = r->now - keep;
-    return cut > r->start ? cut : r->start;
+    return cut > from ? cut : from;
+}
+
+/* Where series v's samples start in this read. */
+static int64_t series_start(const pt_read *r, const series *v)
+{
+    return rule_start(r, v, r->start);
 }
 
 /* Where series v's roll-up samples start: the roll-up's start, or the cutoff of a retention
@@ -434,6 +440,43 @@ static int64_t rollup_series_start(const pt_read *r, const series *v)
         return r->rstart;
     int64_t cut = r->now - keep;
     return cut > r->rstart ? cut : r->rstart;
+}
+
+/* The roll-up's part of the series v[0, n) into ss (it ends where the raw part starts),
+ * their retention rules cutting it like the raw data. A series the stage holds nothing of
+ * there (a native histogram's, which no stage rolls up) reads its raw data in its place,
+ * as far as that is kept. */
+static int read_rollup(pt_read *r, qctx *q, const series *v, size_t n, samples *ss, pt_arena *b)
+{
+    for (size_t i = 0; i < n; i++)
+        ss[i].start = rollup_series_start(r, &v[i]);
+    int rv = read_all(q, v, n, r->rstart, r->split - 1, ss, 0, r->code);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        m += ss[i].se->nsamples == 0 && ss[i].se->nchunks == 0;
+    if (rv == 0 && m) {
+        series *mv = pt_arena_alloc(b, m * sizeof(*mv));
+        samples *ms = pt_arena_alloc(b, m * sizeof(*ms));
+        size_t *at = pt_arena_alloc(b, m * sizeof(*at));
+        if (!mv || !ms || !at)
+            return PT_ENOMEM;
+        int64_t oldest = pt_oldest_kept(r->st), from = r->rstart > oldest ? r->rstart : oldest;
+        m = 0;
+        for (size_t i = 0; i < n; i++)
+            if (ss[i].se->nsamples == 0 && ss[i].se->nchunks == 0) {
+                mv[m] = v[i];
+                ms[m] = ss[i];
+                ms[m].start = rule_start(r, &v[i], from);
+                at[m++] = i;
+            }
+        if (from < r->split)
+            rv = read_all(q, mv, m, from, r->split - 1, ms, 0, 0);
+        for (size_t k = 0; k < m; k++)
+            ss[at[k]] = ms[k];
+    }
+    for (size_t i = 0; i < n; i++)
+        ss[i].start = series_start(r, &v[i]);
+    return rv;
 }
 
 static void query_end(pt_read *r)
@@ -622,15 +665,8 @@ int pt_read_next(pt_read *r, pt_arena *b, size_t max_series, pt_read_batch *out,
     qctx q = r->q;
     q.a = b; /* keys of this group only */
     rv = 0;
-    if (r->code) {
-        /* The roll-up's part first (it ends where the raw part starts), its series' own
-         * retention rules cutting it like the raw data. */
-        for (size_t i = 0; i < n; i++)
-            ss[i].start = rollup_series_start(r, &v[i]);
-        rv = read_all(&q, v, n, r->rstart, r->split - 1, ss, 0, r->code);
-        for (size_t i = 0; i < n; i++)
-            ss[i].start = series_start(r, &v[i]);
-    }
+    if (r->code)
+        rv = read_rollup(r, &q, v, n, ss, b);
     if (rv == 0 && r->start <= r->end)
         rv = read_all(&q, v, n, r->start, r->end, ss, r->exemplars, 0);
     r->q.cold = q.cold; /* the next group's scans read ahead at once */

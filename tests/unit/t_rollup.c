@@ -356,6 +356,22 @@ static void build_and_read(void)
        "stage's, as the range starts off an edge)", x.n);
     pt_arena_free(&a);
 
+    /* A series the stage holds nothing of (written behind the watermark, not built yet;
+     * or a native histogram's) reads its raw data in the stage's part. */
+    pt_arena_init(&a, 0, 0);
+    tseries fresh[] = {{{"__name__", "ru_new", "job", "ru", NULL},
+                        {D + HOUR + 1000, D + HOUR + 16000, D + HOUR + 31000},
+                        {1, 5, 2},
+                        3}};
+    ok(pt_store_write(&s.st, mk_write(&a, fresh, 1), &a, &res) == 0, "a new series' samples "
+       "behind the watermark");
+    query(&s, "ru_new", D, D + 2 * DAY - 1, HOUR, HOUR, "max_over_time", 1, &x);
+    ok(!x.failed && x.n == 3, "before the next pass: its 3 raw samples (%zu)", x.n);
+    ok(pt_rollup_job_pass(j, now, 0) == 0, "a pass");
+    query(&s, "ru_new", D, D + 2 * DAY - 1, HOUR, HOUR, "max_over_time", 1, &x);
+    ok(!x.failed && x.n == 1 && x.v[0] == 5, "after it: the window's max (%zu)", x.n);
+    pt_arena_free(&a);
+
     /* Delete: the series' roll-ups go with its samples. */
     pt_arena_init(&a, 0, 0);
     qctx q;
