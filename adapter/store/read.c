@@ -247,6 +247,8 @@ static int exemplars_marked(qctx *q, int64_t base, int *marked)
 static int read_all(qctx *q, const series *v, size_t k, int64_t start, int64_t end, samples *ss,
                     int exemplars, int64_t code)
 {
+    if (start > end)
+        return 0;
     rowref *refs = pt_arena_alloc(q->a, (k ? k : 1) * sizeof(*refs));
     uint8_t **keys = pt_arena_alloc(q->a, (k ? k : 1) * sizeof(*keys));
     pt_row_range *ranges = pt_arena_alloc(q->a, READ_GROUP * sizeof(*ranges));
@@ -442,6 +444,11 @@ static int64_t rollup_series_start(const pt_read *r, const series *v)
     return cut > r->rstart ? cut : r->rstart;
 }
 
+static int empty(const pt_series *se)
+{
+    return se->nsamples == 0 && se->nhists == 0 && se->nchunks == 0;
+}
+
 /* The roll-up's part of the series v[0, n) into ss (it ends where the raw part starts),
  * their retention rules cutting it like the raw data. A series the stage holds nothing of
  * there (a native histogram's, which no stage rolls up) reads its raw data in its place,
@@ -453,7 +460,7 @@ static int read_rollup(pt_read *r, qctx *q, const series *v, size_t n, samples *
     int rv = read_all(q, v, n, r->rstart, r->split - 1, ss, 0, r->code);
     size_t m = 0;
     for (size_t i = 0; i < n; i++)
-        m += ss[i].se->nsamples == 0 && ss[i].se->nchunks == 0;
+        m += empty(ss[i].se);
     if (rv == 0 && m) {
         series *mv = pt_arena_alloc(b, m * sizeof(*mv));
         samples *ms = pt_arena_alloc(b, m * sizeof(*ms));
@@ -463,7 +470,7 @@ static int read_rollup(pt_read *r, qctx *q, const series *v, size_t n, samples *
         int64_t oldest = pt_oldest_kept(r->st), from = r->rstart > oldest ? r->rstart : oldest;
         m = 0;
         for (size_t i = 0; i < n; i++)
-            if (ss[i].se->nsamples == 0 && ss[i].se->nchunks == 0) {
+            if (empty(ss[i].se)) {
                 mv[m] = v[i];
                 ms[m] = ss[i];
                 ms[m].start = rule_start(r, &v[i], from);
@@ -508,8 +515,8 @@ static int rollup_begin(pt_read *r, const pt_query *pq)
         return rv;
     int64_t oldest = s->keep_ms > 0 && r->now > s->keep_ms ? r->now - s->keep_ms : 0;
     r->rstart = pq->start_ms < oldest ? oldest : pq->start_ms;
-    if (wm < r->rstart)
-        return 0; /* nothing of the window built */
+    if (wm < r->rstart || r->rstart > r->end)
+        return 0; /* nothing of the window built, or kept */
     r->code = PT_ROLLUP_CODE(s->res_ms, agg);
     r->split = wm < r->end ? wm + 1 : r->end + 1;
     if (r->start < r->split)
