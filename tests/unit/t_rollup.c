@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "bytes.h"
+#include "clock.h"
 #include "embedded.h"
 #include "read_int.h"
 #include "retention.h"
@@ -17,7 +18,7 @@
 #define MIN 60000LL
 #define HOUR 3600000LL
 #define DAY 86400000LL
-static const int64_t D = 19675 * DAY; /* a day's start, 2023-11-14 */
+static int64_t D = 19675 * DAY; /* a day's start, 2023-11-14 (compaction(): two days ago) */
 #define STEP 15000LL
 #define N ((size_t)(2 * DAY / STEP)) /* two days of samples */
 
@@ -451,6 +452,50 @@ static void retention(void)
     is(pt_retention_longest(7 * DAY, st, 1), 20 * DAY, "the backend keeps the longest");
 }
 
+/* The embedded store's compaction filter: with a stage of 20 days over 3 days of raw
+ * retention, the raw rows go at 3 days, the stage's rows at 20. */
+static void compaction(void)
+{
+    pt_rollup_stage st[] = {{HOUR, 20 * DAY}};
+    pt_retention_rules *r = NULL;
+    char err[256];
+    ok(pt_retention_rules_parse("", 3 * DAY, st, 1, 0, 0, &r, err, sizeof(err)) == 0 && r,
+       "no rule, a stage: the rows' keeps");
+    pt_backend_config c = {.retention_seconds = pt_retention_longest(3 * DAY, st, 1) / 1000,
+                           .keep_row_ms = pt_retention_keep_row,
+                           .keep_ud = r,
+                           .shortest_keep_ms = pt_retention_rules_shortest(r)};
+    /* The store's retention thread compacts by the wall clock: data of the last two days,
+     * which it keeps; the test's compactions then look from later. */
+    D = pt_wall_ms() / DAY * DAY - 2 * DAY;
+    tstore s;
+    if (!ok(tstore_open_with(&s, c) == 0, "store opened with them")) {
+        pt_retention_rules_free(r);
+        return;
+    }
+    s.st.max_samples = 0;
+    pt_rollup_job *j = job_of(&s, st, 1);
+    write_data(&s, 0, (int64_t)N);
+    s.st.now_ms = D + 2 * DAY + HOUR;
+    pt_rollup_job_pass(j, s.st.now_ms, 0);
+    ok(pt_embedded_flush(&s.emb) == 0, "flushed");
+    static answer x;
+    pt_embedded_compact(&s.emb, D + 4 * DAY + 12 * HOUR);
+    query(&s, "ru_gauge", D, D + 2 * DAY - 1, HOUR, HOUR, "max_over_time", 0, &x);
+    ok(!x.failed && x.n >= 12 * HOUR / STEP && x.n < N,
+       "compacted 4.5 days on: the raw rows' first 36 h gone (reads not clipped: %zu left)",
+       x.n);
+    query(&s, "ru_gauge", D, D + 2 * DAY - 1, HOUR, HOUR, "max_over_time", 1, &x);
+    ok(!x.failed && x.n == 49, "the stage's rows all there (%zu)", x.n);
+    pt_embedded_compact(&s.emb, D + 22 * DAY + 12 * HOUR);
+    query(&s, "ru_gauge", D, D + 2 * DAY - 1, HOUR, HOUR, "max_over_time", 1, &x);
+    ok(!x.failed && x.n == 0, "compacted 22.5 days on, past the stage's 20: its rows gone "
+       "too (reads not clipped: %zu left)", x.n);
+    pt_rollup_job_free(j);
+    tstore_close(&s);
+    pt_retention_rules_free(r);
+}
+
 static void config(void)
 {
     pt_rollup_stage st[PT_ROLLUP_MAX_STAGES];
@@ -475,6 +520,7 @@ int main(void)
     choose();
     build_and_read();
     retention();
+    compaction();
     config();
     return done_testing();
 }
