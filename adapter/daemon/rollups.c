@@ -60,17 +60,10 @@ static int lease_held(pt_rollup_job *j, int64_t now)
     pt_backend *be = j->o.store->be;
     if (!be->ops->check_and_set)
         return 1;
-    uint8_t row[sizeof(PT_ROLLUP_ROW)];
-    memcpy(row, PT_ROLLUP_ROW, sizeof(row));
-    pt_row_range r = {{row, sizeof(row) - 1}, {row, sizeof(row)}};
-    uint8_t qend[] = {'l', 0};
-    pt_scan sc = {.table = PT_TABLE_INDEX,
-                  .ranges = &r,
-                  .nranges = 1,
-                  .qual_start = {lease_qual, 1},
-                  .qual_end = {qend, 2}};
+    static const uint8_t qend[] = {'l', 0};
     lease_cell cur = {0};
-    int rv = pt_backend_scan(be, &sc, on_lease, &cur);
+    int rv = pt_rollup_row_scan(be, (pt_slice){lease_qual, 1}, (pt_slice){qend, 2}, on_lease,
+                                &cur);
     if (rv)
         return rv;
     long long until = 0;
@@ -127,9 +120,8 @@ static int first_window(pt_store *st, const pt_rollup_stage *s, int64_t now, int
         *from = INT64_MAX;
         return rv;
     }
-    int64_t kept = pt_oldest_kept(st);
-    if (s->keep_ms > 0 && now - s->keep_ms > kept)
-        kept = now - s->keep_ms;
+    int64_t kept = pt_oldest_kept(st), stage = pt_kept_since(now, s->keep_ms);
+    kept = stage > kept ? stage : kept;
     /* The window that ends at the day's first millisecond holds a sample there. */
     *from = (day > kept ? day : kept) - s->res_ms;
     if (*from < 0)

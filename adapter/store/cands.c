@@ -70,14 +70,13 @@ static int cands_add(qctx *q, pt_slice sid, pt_slice value, int64_t day)
             return rv;
     }
     uint64_t h = XXH3_64bits(sid.p, sid.n);
-    long at = pt_hindex_find(&c->x, h, sid_eq, c->v, &sid);
-    if (at >= 0) {
-        pt_series_widen(&c->v[at], lo, hi, q->st->index_bucket_ms);
-        return 0;
-    }
     void *items = c->v;
-    int rv = pt_hindex_claim(&c->x, c->a, &items, sizeof(*c->v), h, sid_eq, &sid, cands_max(q));
+    size_t at;
+    int rv = pt_hindex_claim(&c->x, c->a, &items, sizeof(*c->v), h, sid_eq, &sid, cands_max(q),
+                             &at);
     c->v = items;
+    if (rv == 0)
+        pt_series_widen(&c->v[at], lo, hi, q->st->index_bucket_ms);
     if (rv <= 0)
         return rv;
     series *s = &c->v[c->x.n];
@@ -122,7 +121,8 @@ int pt_cands_add_ref(qctx *q, uint64_t ref)
     refset *s = &q->refs;
     uint64_t h = XXH3_64bits(&ref, sizeof(ref)); /* a test's short refs share low bits */
     void *items = s->v;
-    int rv = pt_hindex_claim(&s->x, q->a, &items, sizeof(*s->v), h, u64_eq, &ref, cands_max(q));
+    int rv = pt_hindex_claim(&s->x, q->a, &items, sizeof(*s->v), h, u64_eq, &ref, cands_max(q),
+                             NULL);
     s->v = items;
     if (rv <= 0)
         return rv;

@@ -37,8 +37,9 @@ static int reserve(hindex *x, pt_arena *a, void **items, size_t isz)
     return 0;
 }
 
-long pt_hindex_find(const hindex *x, uint64_t h, int (*eq)(const void *, size_t, const void *),
-                    const void *items, const void *key)
+/* The item with hash h for which eq(items, i, key) holds, or -1. */
+static long find(const hindex *x, uint64_t h, int (*eq)(const void *, size_t, const void *),
+                 const void *items, const void *key)
 {
     if (!x->cap)
         return -1;
@@ -52,10 +53,15 @@ long pt_hindex_find(const hindex *x, uint64_t h, int (*eq)(const void *, size_t,
 }
 
 int pt_hindex_claim(hindex *x, pt_arena *a, void **items, size_t isz, uint64_t h,
-                    int (*eq)(const void *, size_t, const void *), const void *key, size_t max)
+                    int (*eq)(const void *, size_t, const void *), const void *key, size_t max,
+                    size_t *found)
 {
-    if (pt_hindex_find(x, h, eq, *items, key) >= 0)
+    long at = find(x, h, eq, *items, key);
+    if (at >= 0) {
+        if (found)
+            *found = (size_t)at;
         return 0;
+    }
     if (max && x->n >= max)
         return PT_ELIMIT;
     int rv = reserve(x, a, items, isz);

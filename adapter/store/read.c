@@ -404,29 +404,27 @@ static void read_failed(const pt_read *r, int rv, char *msg, size_t msglen)
  * (Bigtable's garbage collection of old cells runs lazily, up to days late). */
 int64_t pt_oldest_kept(const pt_store *st)
 {
-    if (st->retention_ms <= 0)
-        return 0;
-    int64_t now = pt_store_now(st);
-    return now - st->retention_ms > 0 ? now - st->retention_ms : 0;
+    return st->retention_ms > 0 ? pt_kept_since(pt_store_now(st), st->retention_ms) : 0;
 }
 
-/* Where series v's samples start from `from` on: its retention rule's cutoff, if later. */
-static int64_t rule_start(const pt_read *r, const series *v, int64_t from)
+/* How long series v keeps its samples: its retention rule's or storage.retention, in ms
+ * (0 = forever). */
+static int64_t series_keep(const pt_read *r, const series *v)
 {
     const pt_store *st = r->st;
-    if (!st->keep_ms)
-        return from;
-    int64_t keep = st->keep_ms(st->keep_ud, v->labels, v->nlabels);
-    if (keep <= 0)
-        return from;
-    int64_t cut = r->now - keep;
-    return cut > from ? cut : from;
+    return st->keep_ms ? st->keep_ms(st->keep_ud, v->labels, v->nlabels) : 0;
+}
+
+/* Where series v's samples start from `from` on: its retention's cutoff, if later. */
+static int64_t cut_at(const pt_read *r, int64_t keep, int64_t from)
+{
+    return keep > 0 && r->now - keep > from ? r->now - keep : from;
 }
 
 /* Where series v's samples start in this read. */
 static int64_t series_start(const pt_read *r, const series *v)
 {
-    return rule_start(r, v, r->start);
+    return cut_at(r, series_keep(r, v), r->start);
 }
 
 /* Where series v's roll-up samples start: the roll-up's start, or the cutoff of a retention
@@ -434,14 +432,8 @@ static int64_t series_start(const pt_read *r, const series *v)
  * not a rule). */
 static int64_t rollup_series_start(const pt_read *r, const series *v)
 {
-    const pt_store *st = r->st;
-    if (!st->keep_ms)
-        return r->rstart;
-    int64_t keep = st->keep_ms(st->keep_ud, v->labels, v->nlabels);
-    if (keep <= 0 || (st->retention_ms > 0 && keep >= st->retention_ms))
-        return r->rstart;
-    int64_t cut = r->now - keep;
-    return cut > r->rstart ? cut : r->rstart;
+    int64_t keep = series_keep(r, v), global = r->st->retention_ms;
+    return global > 0 && keep >= global ? r->rstart : cut_at(r, keep, r->rstart);
 }
 
 static int empty(const pt_series *se)
@@ -473,7 +465,7 @@ static int read_rollup(pt_read *r, qctx *q, const series *v, size_t n, samples *
             if (empty(ss[i].se)) {
                 mv[m] = v[i];
                 ms[m] = ss[i];
-                ms[m].start = rule_start(r, &v[i], from);
+                ms[m].start = cut_at(r, series_keep(r, &v[i]), from);
                 at[m++] = i;
             }
         if (from < r->split)
@@ -513,7 +505,7 @@ static int rollup_begin(pt_read *r, const pt_query *pq)
     int rv = pt_rollup_watermark(st, s, &wm);
     if (rv)
         return rv;
-    int64_t oldest = s->keep_ms > 0 && r->now > s->keep_ms ? r->now - s->keep_ms : 0;
+    int64_t oldest = pt_kept_since(r->now, s->keep_ms);
     r->rstart = pq->start_ms < oldest ? oldest : pq->start_ms;
     if (wm < r->rstart || r->rstart > r->end)
         return 0; /* nothing of the window built, or kept */

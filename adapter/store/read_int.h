@@ -59,15 +59,14 @@ typedef struct hindex {
 } hindex;
 
 /* The first half of adding key, whose hash is h, to the array *items (isz bytes an item)
- * that x indexes: 0 when an item i with eq(*items, i, key) is there already; PT_ELIMIT when
- * x holds max items (0: no limit); else 1 with room made for item x->n, which the caller
- * then stores and indexes with pt_hindex_add. Making room may move *items to a new array
- * in a (the old one is left as it was): PT_ENOMEM when a has no room. */
+ * that x indexes: 0 when an item i with eq(*items, i, key) is there already (*found = i
+ * when found is not NULL); PT_ELIMIT when x holds max items (0: no limit); else 1 with
+ * room made for item x->n, which the caller then stores and indexes with pt_hindex_add.
+ * Making room may move *items to a new array in a (the old one is left as it was):
+ * PT_ENOMEM when a has no room. */
 int pt_hindex_claim(hindex *x, pt_arena *a, void **items, size_t isz, uint64_t h,
-                    int (*eq)(const void *, size_t, const void *), const void *key, size_t max);
-/* The item with hash h for which eq(items, i, key) holds, or -1. */
-long pt_hindex_find(const hindex *x, uint64_t h, int (*eq)(const void *, size_t, const void *),
-                    const void *items, const void *key);
+                    int (*eq)(const void *, size_t, const void *), const void *key, size_t max,
+                    size_t *found);
 /* Indexes item x->n, which the caller has stored after pt_hindex_claim, under hash h. */
 void pt_hindex_add(hindex *x, uint64_t h);
 

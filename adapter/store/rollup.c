@@ -288,21 +288,27 @@ static int on_wm(void *ud, pt_slice row, pt_slice qual, pt_slice value)
     return 0;
 }
 
-int pt_rollup_watermark(pt_store *st, const pt_rollup_stage *s, int64_t *wm)
+int pt_rollup_row_scan(pt_backend *be, pt_slice qual_start, pt_slice qual_end, pt_cell_fn fn,
+                       void *ud)
 {
-    uint8_t row[sizeof(PT_ROLLUP_ROW)], qual[8];
+    uint8_t row[sizeof(PT_ROLLUP_ROW)];
     memcpy(row, PT_ROLLUP_ROW, sizeof(row)); /* the NUL ends the one-row range */
-    pt_put_be64(qual, (uint64_t)s->res_ms);
-    uint8_t qend[8];
-    pt_put_be64(qend, (uint64_t)s->res_ms + 1);
     pt_row_range r = {{row, sizeof(row) - 1}, {row, sizeof(row)}};
-    wmread w = {0};
     pt_scan sc = {.table = PT_TABLE_INDEX,
                   .ranges = &r,
                   .nranges = 1,
-                  .qual_start = {qual, 8},
-                  .qual_end = {qend, 8}};
-    int rv = pt_backend_scan(st->be, &sc, on_wm, &w);
+                  .qual_start = qual_start,
+                  .qual_end = qual_end};
+    return pt_backend_scan(be, &sc, fn, ud);
+}
+
+int pt_rollup_watermark(pt_store *st, const pt_rollup_stage *s, int64_t *wm)
+{
+    uint8_t qual[8], qend[8];
+    pt_put_be64(qual, (uint64_t)s->res_ms);
+    pt_put_be64(qend, (uint64_t)s->res_ms + 1);
+    wmread w = {0};
+    int rv = pt_rollup_row_scan(st->be, (pt_slice){qual, 8}, (pt_slice){qend, 8}, on_wm, &w);
     *wm = w.wm;
     return rv;
 }

@@ -44,6 +44,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "slice.h"
 
 typedef struct pt_store pt_store;
@@ -103,6 +104,11 @@ int pt_rollup_build(pt_store *st, const pt_rollup_stage *s, int64_t from, int64_
 /* The first index bucket of st that lists a series (INT64_MAX: none): where a new stage's
  * building starts. 0 or a storage error. */
 int pt_rollup_first_day(pt_store *st, int64_t *day);
+
+/* Scans the cells of the index row PT_ROLLUP_ROW whose qualifiers are in [qual_start,
+ * qual_end) (the watermarks, the builders' lease) of backend be. */
+int pt_rollup_row_scan(pt_backend *be, pt_slice qual_start, pt_slice qual_end, pt_cell_fn fn,
+                       void *ud);
 
 /* The end of what stage s has built in st, every sample up to it (0: nothing yet): *wm.
  * 0 or a storage error. */

@@ -45,7 +45,7 @@ static int valset_add(valset *s, pt_slice val)
 {
     uint64_t h = XXH3_64bits(val.p, val.n);
     void *items = s->v;
-    int rv = pt_hindex_claim(&s->x, s->a, &items, sizeof(*s->v), h, slice_eq, &val, s->max);
+    int rv = pt_hindex_claim(&s->x, s->a, &items, sizeof(*s->v), h, slice_eq, &val, s->max, NULL);
     s->v = items;
     if (rv <= 0)
         return rv;

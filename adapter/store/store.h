@@ -228,6 +228,12 @@ void pt_read_exemplars(pt_read *r, int on);
 /* Whether stored XOR chunks inside the window come as they are (pt_series.chunks) instead
  * of as samples; off by default. For streamed reads, which send XOR chunks anyway. */
 void pt_read_chunks(pt_read *r, int on);
+/* The first millisecond a retention of keep_ms (0 = forever) keeps at now. */
+static inline int64_t pt_kept_since(int64_t now, int64_t keep_ms)
+{
+    return keep_ms > 0 && now > keep_ms ? now - keep_ms : 0;
+}
+
 /* The first millisecond a read may return (storage.retention). */
 int64_t pt_oldest_kept(const pt_store *st);
 
