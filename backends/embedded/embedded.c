@@ -252,6 +252,8 @@ static int embedded_open(void *state, const pt_backend_config *cfg, char *err, s
                                         ec->table_index_memory, err, errlen)) != 0) {
         goto fail;
     }
+    if (!e->sink && ec->index_preload > 0)
+        e->index_preloaded = pt_emb_rocks_preload_index(&e->r, ec->index_preload);
     if (!e->sink && (rv = pt_emb_readahead_start(&e->ra, &e->r, (unsigned)ec->read_threads)) != 0) {
         snprintf(err, errlen, "embedded: cannot start the read-ahead threads");
         goto fail;
@@ -540,6 +542,7 @@ void pt_embedded_get_stats(pt_backend *b, pt_embedded_stats *out)
                                .disk_full_events = e->full_events,
                                .reopens = e->reopens,
                                .table_index_pinned = atomic_load(&e->r.pinned),
+                               .index_preloaded = e->index_preloaded,
                                .wal_damaged_bytes = e->w.damaged_bytes,
                                .expired_chunks = atomic_load(&e->x.dropped[0]),
                                .expired_index = atomic_load(&e->x.dropped[1]),
@@ -617,6 +620,9 @@ static size_t embedded_stats(void *state, pt_backend_stat *out, size_t max)
         {"promtable_embedded_table_index_pinned",
          "1 while the table files' index and filter blocks are kept loaded "
          "(storage.embedded.table_index_memory).", 0, (double)st.table_index_pinned},
+        {"promtable_embedded_index_preloaded_bytes",
+         "Bytes of the index's table files read into the page cache when the store opened "
+         "(storage.embedded.index_preload).", 0, (double)st.index_preloaded},
         {"promtable_embedded_readahead_scans_total",
          "Reads of many rows that waited for the disk and were read ahead of.", 1,
          (double)st.readahead_scans},
@@ -712,6 +718,11 @@ static const pt_conf_key conf_keys[] = {
      "store of months, about 1 % of a small one), loaded when a file is opened and kept, on top of block_cache, "
      "so that a seek reads only its data block, also on a cold start; a store whose "
      "blocks need more reads them when needed instead. 0: always read when needed."},
+    {"index_preload", NULL, PT_CONF_BYTES, "256MiB", 0, 1LL << 40, C(index_preload),
+     "The index's table files (50 to 270 bytes a series and day, by its labels) are read "
+     "into the page cache when the store opens if they total at most this, so that the "
+     "first reads after a start resolve their selectors without waiting for the disk; 0: "
+     "never."},
     {"read_threads", NULL, PT_CONF_LONG, "8", 0, 64, C(read_threads),
      "Threads that read ahead of a read of many series once it has had to wait for the "
      "disk, so that its disk reads overlap (a cold store); 0: every read reads alone."},

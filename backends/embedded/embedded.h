@@ -21,6 +21,7 @@ typedef struct pt_embedded_conf {
     long head_max_age_ms; /* longest a sample stays only in the head and the logs; 0 = none */
     long read_threads;    /* read-ahead threads (readahead.c); 0 = none */
     size_t table_index_memory; /* most bytes of pinned table index blocks; 0 = none */
+    size_t index_preload;      /* read the index's files at open up to this; 0 = never */
 } pt_embedded_conf;
 
 typedef struct pt_embedded_stats {
@@ -48,6 +49,7 @@ typedef struct pt_embedded_stats {
     uint64_t block_cache_bytes;  /* what the block cache holds */
     uint64_t block_cache_pinned_bytes; /* of it, pinned (index blocks, blocks in use) */
     int table_index_pinned;      /* the table files' index blocks are kept loaded (rocks.c) */
+    uint64_t index_preloaded;    /* bytes of the index's files read at the open */
     uint64_t readahead_scans;    /* scans of many rows that waited for the disk */
     uint64_t readahead_rows;     /* rows read ahead of them */
     size_t index_pending_bytes;  /* index cells acknowledged, not yet in RocksDB */

@@ -146,6 +146,11 @@ int pt_emb_rocks_open(rocks *r, const char *path, int sync, size_t block_cache, 
  * reopens the store with them loaded on demand); else the block cache's capacity is
  * set to its own budget plus what is pinned. */
 int pt_emb_rocks_pin_check(rocks *r);
+/* Reads the index family's table files through the page cache when they total at most
+ * budget bytes, so that the first reads after an open find the index's blocks there
+ * rather than wait for the disk one dependent read after the other; returns the bytes
+ * read (0: none, or over budget). */
+uint64_t pt_emb_rocks_preload_index(rocks *r, uint64_t budget);
 /* Releases everything; a zeroed or half-opened rocks is fine. */
 void pt_emb_rocks_close(rocks *r);
 /* Closes and opens the store again, waiting for the users of the lock to leave (new ones
@@ -695,6 +700,7 @@ typedef struct embedded {
     pt_backend *sink;
     int lock_fd; /* a write-back store's lock on its directory (RocksDB's own otherwise) */
     rocks r;
+    uint64_t index_preloaded; /* bytes of the index's files read at the open */
     expire x;
     pthread_mutex_t mu;
     pthread_cond_t work;    /* to the flush thread: a frozen generation, a retry, or stop */

@@ -6,12 +6,14 @@
  * bytewise order is Bigtable's (row, qualifier) order.
  */
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "embedded_int.h"
 #include "error.h"
@@ -99,7 +101,7 @@ static void row_prefix_destroy(void *st)
  * Compression: ZSTD with a 16 KiB dictionary per table file for both families, because
  * their blocks are too small for ZSTD alone to learn the text they repeat: the points' row
  * keys (and fmt 4's varints) in 8 KiB blocks, the index's label text, hash references and
- * masks in 4 KiB blocks, at level 6. The dictionary is made from at most the first
+ * masks in IX_BLOCK blocks, at level 6. The dictionary is made from at most the first
  * DICT_BUFFER bytes of a file's blocks (unbounded, RocksDB buffers a whole memtable flush
  * in memory), and those blocks are finalized into one (ZSTD's finalize) rather than
  * trained: training costs every flush and compaction output a few hundred ms of the core
@@ -109,7 +111,11 @@ static void row_prefix_destroy(void *st)
  * its row, so the block is what a read of many series decodes and keeps in the cache per
  * series: the points' 8 KiB blocks let 2,000 series' blocks in two levels fit the 64 MiB
  * block cache (16 KiB blocks did not, and every warm read decompressed them all again);
- * the dictionary keeps the smaller blocks' disk at the 16 KiB blocks' (within 1 %).
+ * the dictionary keeps the smaller blocks' disk at the 16 KiB blocks' (within 1 %). The
+ * index's blocks are 32 KiB: its keys repeat label text and day stamps row after row, so
+ * larger blocks compress far better (a fifth off the index against 8 KiB), and its reads
+ * are ranges of neighbouring rows (a list over days) or lookups the series-row cache
+ * mostly spares.
  *
  * Index cells are hashed over every key, so every level-0 file spans the whole index and
  * each level-0 compaction rewrites the whole level below. Hence the index memtable is
@@ -121,7 +127,10 @@ static void row_prefix_destroy(void *st)
  * ~2.5 GB, stays at level 6. Under series churn level-0 files live for seconds before
  * sixteen of them are compacted into the bottom level, so compressing them harder only
  * costs CPU. The memtable a graceful stop flushes may stay in level 0 for days in a store
- * without churn, so pt_emb_rocks_flush_index writes it at level 6.
+ * without churn, so pt_emb_rocks_flush_index writes it at level 6, and when the whole
+ * index is small (IX_STOP_COMPACT) compacts level 0 into the bottom level: a store
+ * without churn otherwise keeps its level-1 files, and every read of the index seeks
+ * each of them, for weeks.
  *
  * The figures behind each setting, and the commands that reproduce them, are in
  * docs/benchmarks.md, "Why the embedded store's settings". */
@@ -129,6 +138,8 @@ static void row_prefix_destroy(void *st)
  * default, RocksDB's kDefaultCompressionLevel) and a dictionary of DICT bytes per table
  * file, made from at most DICT_BUFFER bytes of its first blocks. */
 enum {
+    IX_BLOCK = 32 << 10,
+    IX_STOP_COMPACT = 64 << 20,
     IX_LEVEL = 6,
     IX_LEVEL_L0 = 1,
     LEVEL_DEFAULT = 32767,
@@ -183,10 +194,6 @@ static rocksdb_options_t *make_options(rocksdb_cache_t *cache, int index,
     rocksdb_options_set_bottommost_compression(o, rocksdb_zstd_compression);
     zstd_dict(o, index ? IX_LEVEL_L0 : LEVEL_DEFAULT, 0);
     if (index) {
-        /* 8 KiB blocks, as the points': a read resolves each series it returns through a
-         * lookup in the index, which the series-row cache spares mostly, and the lookups
-         * of one read are of neighbouring rows; 4 KiB blocks took 1.2 % more of the
-         * store's bytes on bench/disk.sh's load. */
         zstd_dict(o, IX_LEVEL, 1);
         rocksdb_options_set_level0_file_num_compaction_trigger(o, 16);
         rocksdb_options_set_level0_slowdown_writes_trigger(o, 32);
@@ -202,7 +209,7 @@ static rocksdb_options_t *make_options(rocksdb_cache_t *cache, int index,
     /* No memtable prefix bloom: it costs a hash on every insert and only saves reads. */
 
     rocksdb_block_based_table_options_t *t = rocksdb_block_based_options_create();
-    rocksdb_block_based_options_set_block_size(t, 8 << 10);
+    rocksdb_block_based_options_set_block_size(t, index ? IX_BLOCK : 8 << 10);
     rocksdb_block_based_options_set_block_cache(t, cache);
     /* Partitioned index and filters: a seek reads one small index partition instead of
      * the whole index block of a 64 MiB table (megabytes to decompress for a small read
@@ -508,7 +515,61 @@ int pt_emb_rocks_flush_index(rocks *r)
     char *msg = NULL;
     rocksdb_flush_cf(r->db, fo, r->cf[CF_INDEX], &msg);
     rocksdb_flushoptions_destroy(fo);
-    return msg ? pt_emb_rocks_error(msg) : 0;
+    if (msg)
+        return pt_emb_rocks_error(msg);
+    /* num-files-at-level<N> is a string property, not an integer one. */
+    char *l0 = rocksdb_property_value_cf(r->db, r->cf[CF_INDEX], "rocksdb.num-files-at-level0");
+    int files = l0 ? atoi(l0) : 0;
+    rocksdb_free(l0);
+    uint64_t bytes = 0;
+    if (files < 1 ||
+        rocksdb_property_int_cf(r->db, r->cf[CF_INDEX], "rocksdb.live-sst-files-size", &bytes) !=
+            0 ||
+        bytes > IX_STOP_COMPACT)
+        return 0;
+    /* A failure leaves the files as they were: larger, no less correct. */
+    rocksdb_compactoptions_t *co = rocksdb_compactoptions_create();
+    if (!co)
+        return 0;
+    /* kForceOptimized: level 0 into the bottom level, then the bottom level's other files
+     * rewritten too (one a trivial move took down keeps its level-1 compression
+     * otherwise), but not the files this compaction just wrote. */
+    rocksdb_compactoptions_set_bottommost_level_compaction(co, 3);
+    rocksdb_compact_range_cf_opt(r->db, r->cf[CF_INDEX], co, NULL, 0, NULL, 0);
+    rocksdb_compactoptions_destroy(co);
+    return 0;
+}
+
+uint64_t pt_emb_rocks_preload_index(rocks *r, uint64_t budget)
+{
+    enum { CHUNK = 1 << 20 };
+    const rocksdb_livefiles_t *lf = rocksdb_livefiles(r->db);
+    if (!lf)
+        return 0;
+    int n = rocksdb_livefiles_count(lf);
+    uint64_t total = 0, done = 0;
+    for (int i = 0; i < n; i++)
+        if (strcmp(rocksdb_livefiles_column_family_name(lf, i), cf_names[CF_INDEX]) == 0)
+            total += rocksdb_livefiles_size(lf, i);
+    char *buf = total > 0 && total <= budget ? malloc(CHUNK) : NULL;
+    for (int i = 0; buf && i < n; i++) {
+        if (strcmp(rocksdb_livefiles_column_family_name(lf, i), cf_names[CF_INDEX]) != 0)
+            continue;
+        char file[4096];
+        if (snprintf(file, sizeof file, "%s/%s", r->path, rocksdb_livefiles_name(lf, i)) >=
+            (int)sizeof file)
+            continue;
+        int fd = open(file, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue; /* compacted away meanwhile */
+        posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+        for (ssize_t k; (k = read(fd, buf, CHUNK)) > 0;)
+            done += (uint64_t)k;
+        close(fd);
+    }
+    free(buf);
+    rocksdb_livefiles_destroy(lf);
+    return done;
 }
 
 void pt_emb_rocks_memory(rocks *r, uint64_t *memtables, uint64_t *readers, uint64_t *cache,

@@ -1,7 +1,9 @@
 /* The embedded store's read-ahead (readahead.c): a scan of many rows on a cold store is
  * read ahead of once its thread waited for the disk, a warm one never, and either way
- * every answer is the same. "Cold" is made by dropping the table files from the page
+ * every answer is the same; the index read into the page cache at the open
+ * (storage.embedded.index_preload) leaves a cold start's index scans nothing to wait for. "Cold" is made by dropping the table files from the page
  * cache (posix_fadvise) after the store opened with an empty block cache. */
+#include <sys/mman.h>
 #include <sys/resource.h>
 
 #include "embedded_helpers.h"
@@ -49,15 +51,21 @@ static int evict(const char *dir, int probe)
     return cold;
 }
 
-static int open_with(pt_backend *b, const char *path, long threads)
+static int open_preload(pt_backend *b, const char *path, long threads, size_t preload)
 {
     char err[256] = "";
-    pt_embedded_conf ec = {.path = (char *)path, .read_threads = threads};
+    pt_embedded_conf ec = {.path = (char *)path, .read_threads = threads,
+                           .index_preload = preload};
     pt_backend_config cfg = {.own = &ec};
     int rv = pt_backend_open(b, &pt_backend_embedded, &cfg, err, sizeof(err));
     if (rv != 0)
         diag("open %s: %s", path, err);
     return rv;
+}
+
+static int open_with(pt_backend *b, const char *path, long threads)
+{
+    return open_preload(b, path, threads, 0);
 }
 
 static void fill(pt_backend *b)
@@ -185,6 +193,114 @@ static void *reader_main(void *arg)
     return NULL;
 }
 
+/* Bytes of the index family's table files. */
+static uint64_t index_file_bytes(pt_backend *b)
+{
+    embedded *e = b->state;
+    const rocksdb_livefiles_t *lf = rocksdb_livefiles(e->r.db);
+    uint64_t n = 0;
+    for (int i = 0; lf && i < rocksdb_livefiles_count(lf); i++)
+        if (strcmp(rocksdb_livefiles_column_family_name(lf, i), "index") == 0)
+            n += rocksdb_livefiles_size(lf, i);
+    if (lf)
+        rocksdb_livefiles_destroy(lf);
+    return n;
+}
+
+/* Index files' pages in the page cache, and their total (mincore). */
+static void index_resident(pt_backend *b, const char *dir, size_t *in, size_t *all)
+{
+    embedded *e = b->state;
+    const rocksdb_livefiles_t *lf = rocksdb_livefiles(e->r.db);
+    long page = sysconf(_SC_PAGESIZE);
+    *in = *all = 0;
+    for (int i = 0; lf && i < rocksdb_livefiles_count(lf); i++) {
+        if (strcmp(rocksdb_livefiles_column_family_name(lf, i), "index") != 0)
+            continue;
+        char file[600];
+        snprintf(file, sizeof(file), "%s/%s", dir, rocksdb_livefiles_name(lf, i));
+        int fd = open(file, O_RDONLY | O_CLOEXEC);
+        size_t len = rocksdb_livefiles_size(lf, i), pages = (len + (size_t)page - 1) / (size_t)page;
+        void *m = fd >= 0 && len ? mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+        unsigned char *vec = m != MAP_FAILED ? calloc(pages, 1) : NULL;
+        if (vec && mincore(m, len, vec) == 0)
+            for (size_t p = 0; p < pages; p++)
+                *in += vec[p] & 1;
+        *all += pages;
+        free(vec);
+        if (m != MAP_FAILED)
+            munmap(m, len);
+        if (fd >= 0)
+            close(fd);
+    }
+    if (lf)
+        rocksdb_livefiles_destroy(lf);
+}
+
+/* storage.embedded.index_preload: an open within the budget reads the index's table
+ * files into the page cache (RocksDB itself reads only each file's tail at the open), so
+ * a cold start's first reads of the index wait for no disk; over the budget nothing is
+ * read. An index of 4 MiB of incompressible cells, far past the tails. */
+static void test_preload(const char *tmp, int cold)
+{
+    enum { CELLS_IX = 16384, LEN = 256 };
+    char path[512];
+    snprintf(path, sizeof(path), "%s/preload", tmp);
+    pt_backend b;
+    if (open_with(&b, path, 0) != 0) {
+        ok(0, "preload: open");
+        return;
+    }
+    static char keys[CELLS_IX][16], pvals[CELLS_IX][LEN + 1];
+    uint64_t x = 88172645463325252u;
+    int fails = 0;
+    ct_batch bt = {0};
+    for (int i = 0; i < CELLS_IX; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "pl/%06d", i);
+        for (int k = 0; k < LEN; k++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            pvals[i][k] = (char)('!' + x % 90);
+        }
+        if (bt.n == CT_BATCH_MAX) {
+            fails += ct_write(&b, &bt) != 0;
+            bt.n = 0;
+        }
+        ct_add(&bt, PT_TABLE_INDEX, keys[i], 1, pvals[i]);
+    }
+    fails += ct_write(&b, &bt) != 0;
+    is(fails, 0, "preload: %d index cells written", CELLS_IX);
+    pt_backend_close(&b);
+
+    size_t in, all;
+    for (int round = 0; round < 2; round++) {
+        evict(path, 0);
+        size_t budget = round == 0 ? 64u << 20 : 1u << 20;
+        if (open_preload(&b, path, 4, budget) != 0) {
+            ok(0, "preload: open");
+            return;
+        }
+        pt_embedded_stats st;
+        pt_embedded_get_stats(&b, &st);
+        uint64_t files = index_file_bytes(&b);
+        index_resident(&b, path, &in, &all);
+        if (round == 0) {
+            ok(files > (2u << 20) && st.index_preloaded == files,
+               "preload: the open read the index's table files (%llu of %llu bytes)",
+               (unsigned long long)st.index_preloaded, (unsigned long long)files);
+            ok(all > 0 && in == all, "preload: ... all %zu of their pages are in the page cache",
+               all);
+        } else {
+            is(st.index_preloaded, (uint64_t)0, "preload: over the budget nothing is read");
+            if (!cold)
+                skip(1, "the file system here reads the table files without the disk");
+            else
+                ok(in < all / 2, "preload: ... and the files stay out of the page cache "
+                                 "(%zu of %zu pages in)", in, all);
+        }
+        pt_backend_close(&b);
+    }
+}
+
 int main(void)
 {
     char t[] = "/tmp/pt-emb-ra-XXXXXX";
@@ -300,6 +416,7 @@ int main(void)
     stats(&b, &scans, &nrows);
     is(scans, (uint64_t)0, "readahead: ... and nothing is read ahead");
     pt_backend_close(&b);
+    test_preload(t, cold);
     rm_rf(t);
     return done_testing();
 }
