@@ -113,7 +113,7 @@ static void row_prefix_destroy(void *st)
  * block cache (16 KiB blocks did not, and every warm read decompressed them all again);
  * the dictionary keeps the smaller blocks' disk at the 16 KiB blocks' (within 1 %). The
  * index's blocks are 32 KiB: its keys repeat label text and day stamps row after row, so
- * larger blocks compress far better (a fifth off the index against 8 KiB), and its reads
+ * larger blocks compress far better (a third off the index against 8 KiB), and its reads
  * are ranges of neighbouring rows (a list over days) or lookups the series-row cache
  * mostly spares.
  *
@@ -535,6 +535,8 @@ int pt_emb_rocks_flush_index(rocks *r)
      * rewritten too (one a trivial move took down keeps its level-1 compression
      * otherwise), but not the files this compaction just wrote. */
     rocksdb_compactoptions_set_bottommost_level_compaction(co, 3);
+    /* Not behind a compaction of the points running meanwhile (they share no files). */
+    rocksdb_compactoptions_set_exclusive_manual_compaction(co, 0);
     rocksdb_compact_range_cf_opt(r->db, r->cf[CF_INDEX], co, NULL, 0, NULL, 0);
     rocksdb_compactoptions_destroy(co);
     return 0;
