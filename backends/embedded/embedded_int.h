@@ -146,6 +146,10 @@ int pt_emb_rocks_open(rocks *r, const char *path, int sync, size_t block_cache, 
  * reopens the store with them loaded on demand); else the block cache's capacity is
  * set to its own budget plus what is pinned. */
 int pt_emb_rocks_pin_check(rocks *r);
+/* Calls fn (when not NULL) with the path and size of each of the index family's live
+ * table files; returns their total size. */
+typedef void pt_emb_file_fn(const char *path, uint64_t size, void *ud);
+uint64_t pt_emb_rocks_index_files(rocks *r, pt_emb_file_fn *fn, void *ud);
 /* Reads the index family's table files through the page cache when they total at most
  * budget bytes, so that the first reads after an open find the index's blocks there
  * rather than wait for the disk one dependent read after the other; returns the bytes

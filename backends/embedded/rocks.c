@@ -542,35 +542,47 @@ int pt_emb_rocks_flush_index(rocks *r)
     return 0;
 }
 
-uint64_t pt_emb_rocks_preload_index(rocks *r, uint64_t budget)
+uint64_t pt_emb_rocks_index_files(rocks *r, pt_emb_file_fn *fn, void *ud)
 {
-    enum { CHUNK = 1 << 20 };
     const rocksdb_livefiles_t *lf = rocksdb_livefiles(r->db);
     if (!lf)
         return 0;
-    int n = rocksdb_livefiles_count(lf);
-    uint64_t total = 0, done = 0;
-    for (int i = 0; i < n; i++)
-        if (strcmp(rocksdb_livefiles_column_family_name(lf, i), cf_names[CF_INDEX]) == 0)
-            total += rocksdb_livefiles_size(lf, i);
-    char *buf = total > 0 && total <= budget ? malloc(CHUNK) : NULL;
-    for (int i = 0; buf && i < n; i++) {
+    uint64_t total = 0;
+    for (int i = 0; i < rocksdb_livefiles_count(lf); i++) {
         if (strcmp(rocksdb_livefiles_column_family_name(lf, i), cf_names[CF_INDEX]) != 0)
             continue;
+        uint64_t size = rocksdb_livefiles_size(lf, i);
+        total += size;
         char file[4096];
-        if (snprintf(file, sizeof file, "%s/%s", r->path, rocksdb_livefiles_name(lf, i)) >=
-            (int)sizeof file)
-            continue;
-        int fd = open(file, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            continue; /* compacted away meanwhile */
-        posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-        for (ssize_t k; (k = read(fd, buf, CHUNK)) > 0;)
-            done += (uint64_t)k;
-        close(fd);
+        if (fn && snprintf(file, sizeof file, "%s/%s", r->path, rocksdb_livefiles_name(lf, i)) <
+                      (int)sizeof file)
+            fn(file, size, ud);
     }
-    free(buf);
     rocksdb_livefiles_destroy(lf);
+    return total;
+}
+
+/* Reads one file through the page cache; *(uint64_t *)ud += its bytes. */
+static void preload_file(const char *path, uint64_t size, void *ud)
+{
+    enum { CHUNK = 1 << 20 };
+    (void)size;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return; /* compacted away meanwhile */
+    char *buf = malloc(CHUNK);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    for (ssize_t k; buf && (k = read(fd, buf, CHUNK)) > 0;)
+        *(uint64_t *)ud += (uint64_t)k;
+    free(buf);
+    close(fd);
+}
+
+uint64_t pt_emb_rocks_preload_index(rocks *r, uint64_t budget)
+{
+    uint64_t total = pt_emb_rocks_index_files(r, NULL, NULL), done = 0;
+    if (total > 0 && total <= budget)
+        pt_emb_rocks_index_files(r, preload_file, &done);
     return done;
 }
 

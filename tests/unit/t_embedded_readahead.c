@@ -193,38 +193,28 @@ static void *reader_main(void *arg)
     return NULL;
 }
 
-/* The index family's table files: their bytes, their pages in the page cache (mincore)
- * and their pages in all. */
-static uint64_t index_files(pt_backend *b, const char *dir, size_t *in, size_t *all)
+typedef struct resident {
+    size_t in, all; /* pages in the page cache, pages in all */
+} resident;
+
+/* Counts one file's pages in the page cache (mincore) into *(resident *)ud. */
+static void count_resident(const char *path, uint64_t size, void *ud)
 {
-    uint64_t bytes = 0;
-    embedded *e = b->state;
-    const rocksdb_livefiles_t *lf = rocksdb_livefiles(e->r.db);
-    long page = sysconf(_SC_PAGESIZE);
-    *in = *all = 0;
-    for (int i = 0; lf && i < rocksdb_livefiles_count(lf); i++) {
-        if (strcmp(rocksdb_livefiles_column_family_name(lf, i), "index") != 0)
-            continue;
-        char file[600];
-        snprintf(file, sizeof(file), "%s/%s", dir, rocksdb_livefiles_name(lf, i));
-        int fd = open(file, O_RDONLY | O_CLOEXEC);
-        size_t len = rocksdb_livefiles_size(lf, i), pages = (len + (size_t)page - 1) / (size_t)page;
-        bytes += len;
-        void *m = fd >= 0 && len ? mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
-        unsigned char *vec = m != MAP_FAILED ? calloc(pages, 1) : NULL;
-        if (vec && mincore(m, len, vec) == 0)
-            for (size_t p = 0; p < pages; p++)
-                *in += vec[p] & 1;
-        *all += pages;
-        free(vec);
-        if (m != MAP_FAILED)
-            munmap(m, len);
-        if (fd >= 0)
-            close(fd);
-    }
-    if (lf)
-        rocksdb_livefiles_destroy(lf);
-    return bytes;
+    resident *r = ud;
+    size_t len = (size_t)size, page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t pages = (len + page - 1) / page;
+    r->all += pages;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    void *m = fd >= 0 && len ? mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+    unsigned char *vec = m != MAP_FAILED ? calloc(pages, 1) : NULL;
+    if (vec && mincore(m, len, vec) == 0)
+        for (size_t p = 0; p < pages; p++)
+            r->in += vec[p] & 1;
+    free(vec);
+    if (m != MAP_FAILED)
+        munmap(m, len);
+    if (fd >= 0)
+        close(fd);
 }
 
 /* storage.embedded.index_preload: an open within the budget reads the index's table
@@ -261,7 +251,6 @@ static void test_preload(const char *tmp, int cold)
     is(fails, 0, "preload: %d index cells written", CELLS_IX);
     pt_backend_close(&b);
 
-    size_t in, all;
     for (int round = 0; round < 2; round++) {
         evict(path, 0);
         size_t budget = round == 0 ? 64u << 20 : 1u << 20;
@@ -271,7 +260,9 @@ static void test_preload(const char *tmp, int cold)
         }
         pt_embedded_stats st;
         pt_embedded_get_stats(&b, &st);
-        uint64_t files = index_files(&b, path, &in, &all);
+        resident rs = {0};
+        uint64_t files = pt_emb_rocks_index_files(&((embedded *)b.state)->r, count_resident, &rs);
+        size_t in = rs.in, all = rs.all;
         if (round == 0) {
             ok(files > (2u << 20) && st.index_preloaded == files,
                "preload: the open read the index's table files (%llu of %llu bytes)",
