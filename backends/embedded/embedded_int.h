@@ -196,6 +196,7 @@ int pt_emb_rocks_iter_error(rocksdb_iterator_t *it);
 typedef struct rocks_iters {
     rocksdb_readoptions_t *ro[2];
     rocksdb_iterator_t *it[2];
+    pt_buf bound; /* it[1]'s upper bound, when set: the end of the row it reads */
 } rocks_iters;
 
 /* Replaces it[one_row] by a new iterator over family cf, seeing the store as it is now
@@ -203,6 +204,11 @@ typedef struct rocks_iters {
 int pt_emb_rocks_iter(rocks *r, rocks_iters *its, int cf, int one_row,
                       const rocksdb_snapshot_t *snap);
 void pt_emb_rocks_iters_free(rocks_iters *its);
+/* Bounds it[1] to row's keys from its next seek on: RocksDB then knows where the row ends
+ * without reading the block after it. For iterators seeing no snapshot; an it[1] made
+ * before the first call stays unbounded (RocksDB copies the options when it makes an
+ * iterator). 0 or PT_ENOMEM. */
+int pt_emb_rocks_iters_row(rocks_iters *its, pt_slice row);
 
 /* Keys are row || 0x00 || qualifier; row keys hold no 0x00 (backend.h). */
 

@@ -604,29 +604,49 @@ void pt_emb_rocks_memory(rocks *r, uint64_t *memtables, uint64_t *readers, uint6
     pt_emb_rocks_leave(r);
 }
 
+/* The read options of it[one_row], made the first time (seeing snap, if given). */
+static rocksdb_readoptions_t *iter_options(rocks_iters *its, int one_row,
+                                           const rocksdb_snapshot_t *snap)
+{
+    if (its->ro[one_row])
+        return its->ro[one_row];
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    if (!ro)
+        return NULL;
+    if (snap)
+        rocksdb_readoptions_set_snapshot(ro, snap);
+    /* With a prefix extractor, RocksDB's default seek may skip keys of other prefixes;
+     * range scans must ask for total order, one-row scans may stop at the prefix end. */
+    if (one_row)
+        rocksdb_readoptions_set_prefix_same_as_start(ro, 1);
+    else
+        rocksdb_readoptions_set_total_order_seek(ro, 1);
+    return its->ro[one_row] = ro;
+}
+
 int pt_emb_rocks_iter(rocks *r, rocks_iters *its, int cf, int one_row,
                       const rocksdb_snapshot_t *snap)
 {
     if (its->it[one_row])
         rocksdb_iter_destroy(its->it[one_row]);
     its->it[one_row] = NULL;
-    if (!its->ro[one_row]) {
-        rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
-        if (!ro)
-            return PT_ENOMEM;
-        if (snap)
-            rocksdb_readoptions_set_snapshot(ro, snap);
-        /* With a prefix extractor, RocksDB's default seek may skip keys of other
-         * prefixes; range scans must ask for total order, one-row scans may stop at the
-         * prefix end. */
-        if (one_row)
-            rocksdb_readoptions_set_prefix_same_as_start(ro, 1);
-        else
-            rocksdb_readoptions_set_total_order_seek(ro, 1);
-        its->ro[one_row] = ro;
-    }
-    its->it[one_row] = rocksdb_create_iterator_cf(r->db, its->ro[one_row], r->cf[cf]);
+    rocksdb_readoptions_t *ro = iter_options(its, one_row, snap);
+    if (!ro)
+        return PT_ENOMEM;
+    its->it[one_row] = rocksdb_create_iterator_cf(r->db, ro, r->cf[cf]);
     return its->it[one_row] ? 0 : PT_ENOMEM;
+}
+
+/* RocksDB's iterators keep a pointer to the options' bound (a slice inside the C API's
+ * options), which the setter rewrites in place, and check it again on every seek
+ * (BlockBasedTableIterator re-checks a data block's bound when a seek stays in it). */
+int pt_emb_rocks_iters_row(rocks_iters *its, pt_slice row)
+{
+    rocksdb_readoptions_t *ro = iter_options(its, 1, NULL);
+    if (!ro || pt_emb_rocks_key(&its->bound, row.p, row.n, 1, NULL, 0) != 0)
+        return PT_ENOMEM;
+    rocksdb_readoptions_set_iterate_upper_bound(ro, (const char *)its->bound.p, its->bound.len);
+    return 0;
 }
 
 void pt_emb_rocks_iters_free(rocks_iters *its)
@@ -637,6 +657,7 @@ void pt_emb_rocks_iters_free(rocks_iters *its)
         if (its->ro[i])
             rocksdb_readoptions_destroy(its->ro[i]);
     }
+    pt_buf_free(&its->bound);
     memset(its, 0, sizeof(*its));
 }
 

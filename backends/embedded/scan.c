@@ -271,6 +271,10 @@ static int scan_row(pscan *sc, pt_slice row_in, int one_row)
     /* The cells are handed out with the caller's own bytes when the range is this one row:
      * a reader can tell its rows apart by address (read.c). */
     pt_slice out = one_row ? row_in : row;
+    /* The one-row iterator stops at the row's end by itself: when the window reaches past
+     * the row's last chunk, RocksDB does not read the block after it to find that out. */
+    if (one_row && (rv = pt_emb_rocks_iters_row(&sc->its, row)) != 0)
+        return rv;
 
     pthread_mutex_lock(&sc->e->mu);
     rv = copy_head_locked(sc, row);

@@ -1,0 +1,190 @@
+/* The end of a row on the embedded store's one-row scans (scan.c, rocks.c): the scan's
+ * iterator is bounded by the row it reads, the bound moving from row to row. Every row of
+ * a scan of many one-row ranges reads back whole whichever window it asks for and however
+ * its chunks share data blocks with its neighbours; and a window reaching past the row's
+ * last chunk reads no data block after it (RocksDB's block-read count, cache emptied by a
+ * reopen). */
+#include "embedded_helpers.h"
+
+enum {
+    ROWS = 120,        /* rows sharing data blocks: a few chunks each */
+    CELLS = 3000,      /* three chunks a row, 1,024 samples at most */
+    WIDE = 48,         /* rows whose one chunk fills a data block of its own */
+    WIDE_CELLS = 1024, /* one chunk of random values: over the 8 KiB block */
+    STEP = 15000,
+};
+
+static uint8_t vals[ROWS][CELLS][8];
+static uint8_t wide[WIDE][WIDE_CELLS][8];
+static char keys[ROWS + WIDE][16];
+
+/* Values a gauge would take: a few distinct ones, so that a chunk compresses to about a
+ * kilobyte and a data block holds the ends of neighbouring rows. */
+static void gauge_value(uint8_t out[8])
+{
+    double d = (double)rnd(4) * 0.5;
+    uint64_t bits;
+    memcpy(&bits, &d, 8);
+    pt_put_be64(out, bits);
+}
+
+static int write_rows(pt_backend *b)
+{
+    int fails = 0;
+    ct_batch bt = {0};
+    for (int r = 0; r < ROWS + WIDE; r++) {
+        int shared = r < ROWS;
+        snprintf(keys[r], sizeof(keys[r]), shared ? "rb/%04d" : "rw/%04d", r);
+        for (int c = 0; c < (shared ? CELLS : WIDE_CELLS); c++) {
+            uint8_t *v = shared ? vals[r][c] : wide[r - ROWS][c];
+            if (shared) {
+                gauge_value(v);
+            } else {
+                for (int i = 0; i < 8; i++)
+                    v[i] = (uint8_t)rnd(256);
+            }
+            if (bt.n == CT_BATCH_MAX) {
+                fails += ct_write(b, &bt) != 0;
+                bt.n = 0;
+            }
+            ct_add_raw(&bt, PT_TABLE_POINTS, pt_slice_str(keys[r]), (uint32_t)c * STEP,
+                       (pt_slice){v, 8});
+        }
+    }
+    if (bt.n)
+        fails += ct_write(b, &bt) != 0;
+    return fails;
+}
+
+typedef struct tally {
+    size_t cells, bad;
+    int lo, hi; /* the window, in cells: [lo, hi) */
+} tally;
+
+static int check_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    tally *t = ud;
+    char rs[16];
+    int r;
+    snprintf(rs, sizeof(rs), "%.*s", (int)(row.n < 15 ? row.n : 15), (const char *)row.p);
+    uint32_t q = qual.n == 4 ? pt_get_be32(qual.p) : 1;
+    int c = (int)(q / STEP), shared = rs[1] == 'b';
+    if (sscanf(rs + 3, "%d", &r) != 1 || r < 0 || r >= ROWS + WIDE || shared != (r < ROWS) ||
+        q % STEP != 0 || c < t->lo || c >= t->hi || c >= (shared ? CELLS : WIDE_CELLS) ||
+        value.n != 8) {
+        t->bad++;
+        return 0;
+    }
+    t->bad += memcmp(value.p, shared ? vals[r][c] : wide[r - ROWS][c], 8) != 0;
+    t->cells++;
+    return 0;
+}
+
+/* Rows from, from + every, ... below to, one scan of one-row ranges; the window [lo, hi)
+ * in cells, hi < 0 meaning no end (past every row's last cell). */
+static tally scan_rows(pt_backend *b, int from, int to, int every, int lo, int hi)
+{
+    static pt_row_range ranges[ROWS + WIDE];
+    static char ends[ROWS + WIDE][17];
+    size_t n = 0;
+    for (int r = from; r < to; r += every) {
+        size_t len = strlen(keys[r]);
+        memcpy(ends[r], keys[r], len + 1); /* the range's end: the row and a 0x00 */
+        ranges[n++] = (pt_row_range){{(const uint8_t *)keys[r], len},
+                                     {(const uint8_t *)ends[r], len + 1}};
+    }
+    uint8_t qlo[4], qhi[4];
+    pt_put_be32(qlo, (uint32_t)lo * STEP);
+    pt_put_be32(qhi, (uint32_t)(hi < 0 ? 0 : hi) * STEP);
+    pt_scan s = {.table = PT_TABLE_POINTS, .ranges = ranges, .nranges = n,
+                 .qual_start = {qlo, lo ? 4 : 0}, .qual_end = {qhi, hi < 0 ? 0 : 4}};
+    tally t = {.lo = lo, .hi = hi < 0 ? INT32_MAX : hi};
+    int rv = pt_backend_scan(b, &s, check_cell, &t);
+    if (rv != 0) {
+        diag("scan: %s", pt_strerror(rv));
+        t.bad++;
+    }
+    return t;
+}
+
+static int open_cold(pt_backend *b, const char *path)
+{
+    char err[256] = "";
+    pt_embedded_conf ec = {.path = (char *)path, .read_threads = 0, .table_index_memory = 64 << 20};
+    pt_backend_config cfg = {.own = &ec};
+    int rv = pt_backend_open(b, &pt_backend_embedded, &cfg, err, sizeof(err));
+    if (rv != 0)
+        ok(0, "rowend: open %s: %s", path, err);
+    return rv;
+}
+
+static size_t cells_in(int lo, int hi, int cells)
+{
+    if (hi < 0 || hi > cells)
+        hi = cells;
+    return hi > lo ? (size_t)(hi - lo) : 0;
+}
+
+static void test_rows_whole(const char *dir)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/rowend", dir);
+    pt_backend b;
+    if (open_cold(&b, path) != 0)
+        return;
+    is(write_rows(&b), 0, "rowend: %d rows written", ROWS + WIDE);
+    pt_backend_close(&b); /* the head becomes chunks */
+    if (open_cold(&b, path) != 0)
+        return;
+
+    /* Windows inside the rows, to their ends and past them, every row and every third. */
+    static const int win[][2] = {{0, -1}, {1000, -1}, {2999, -1}, {0, 1500}, {1023, 2049},
+                                 {2500, 5000}};
+    for (size_t w = 0; w < sizeof(win) / sizeof(win[0]); w++) {
+        int lo = win[w][0], hi = win[w][1];
+        for (int every = 1; every <= 3; every += 2) {
+            size_t rows = (size_t)((ROWS + every - 1) / every);
+            tally t = scan_rows(&b, 0, ROWS, every, lo, hi);
+            ok(t.bad == 0 && t.cells == rows * cells_in(lo, hi, CELLS),
+               "rowend: every %d%s row, cells [%d, %d): %zu cells (want %zu), %zu wrong",
+               every, every == 1 ? "" : "rd", lo, hi, t.cells, rows * cells_in(lo, hi, CELLS),
+               t.bad);
+        }
+    }
+    /* Rows of both kinds in one scan: the bound moves from a row that shares its blocks to
+     * rows that fill blocks of their own. */
+    tally t = scan_rows(&b, 0, ROWS + WIDE, 1, 500, -1);
+    size_t want = ROWS * cells_in(500, -1, CELLS) + WIDE * cells_in(500, -1, WIDE_CELLS);
+    ok(t.bad == 0 && t.cells == want, "rowend: both kinds of rows: %zu cells (want %zu)",
+       t.cells, want);
+    /* The flushes left each row's chunks in a few files; one sorted run below, so that a
+     * row of those filling a block each is one data block. */
+    embedded *e = b.state;
+    rocksdb_compact_range_cf(e->r.db, e->r.cf[CF_POINTS], NULL, 0, NULL, 0);
+    pt_backend_close(&b);
+
+    /* Every fourth of those rows, read from near its end with no end to the window, the
+     * block cache empty: two data blocks a row, its own and the one before it (SeekForPrev
+     * looks at the key before the one it lands on). Without the bound finding the row's
+     * end reads the block after it too: three. */
+    if (open_cold(&b, path) != 0)
+        return;
+    rocksdb_perfcontext_t *pc = rocksdb_perfcontext_create();
+    rocksdb_set_perf_level(rocksdb_enable_count);
+    rocksdb_perfcontext_reset(pc);
+    t = scan_rows(&b, ROWS, ROWS + WIDE, 4, 1000, -1);
+    uint64_t blocks = rocksdb_perfcontext_metric(pc, rocksdb_block_read_count);
+    rocksdb_set_perf_level(rocksdb_disable);
+    rocksdb_perfcontext_destroy(pc);
+    ok(t.bad == 0 && t.cells == (WIDE / 4) * cells_in(1000, -1, WIDE_CELLS) &&
+           blocks <= 2 * (WIDE / 4),
+       "rowend: %d rows read at their end, %zu cells: %llu data blocks read (at most %d)",
+       WIDE / 4, t.cells, (unsigned long long)blocks, 2 * (WIDE / 4));
+    pt_backend_close(&b);
+}
+
+int main(void)
+{
+    static emb_test_fn *const tests[] = {test_rows_whole};
+    return emb_main("rowend", tests, sizeof(tests) / sizeof(tests[0]));
+}
