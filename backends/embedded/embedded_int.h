@@ -664,6 +664,7 @@ struct ra_job {
     size_t next, limit;
     unsigned workers; /* threads reading one of its rows */
     ra_job *next_job;
+    atomic_uint span; /* the scan's pt_emb_seek_chunks span, for the threads to seek alike */
 };
 
 /* threads 0: none (every scan reads alone). 0 or PT_ENOMEM; pt_emb_readahead_stop undoes
@@ -672,8 +673,9 @@ int pt_emb_readahead_start(ra_pool *ra, rocks *r, unsigned threads);
 void pt_emb_readahead_stop(ra_pool *ra);
 /* Around a scan of family cf over s's ranges (rows or ranges of rows, each range's
  * first key read ahead): begin, then at after every range (done = ranges finished), then
- * end. The caller holds the store open (rocks' lock) from begin to end. */
-void pt_emb_readahead_begin(ra_pool *ra, ra_job *j, int cf, const pt_scan *s);
+ * end. The caller holds the store open (rocks' lock) from begin to end. span: as the
+ * scan seeks its rows' chunks (pt_emb_seek_chunks; j->span as it learns). */
+void pt_emb_readahead_begin(ra_pool *ra, ra_job *j, int cf, const pt_scan *s, uint32_t span);
 void pt_emb_readahead_at(ra_job *j, size_t done);
 void pt_emb_readahead_end(ra_job *j);
 void pt_emb_readahead_stats(ra_pool *ra, uint64_t *scans, uint64_t *rows);
@@ -728,6 +730,7 @@ typedef struct embedded {
     uint64_t last_freeze_ns; /* when a shard was last frozen (or the store opened) */
     uint64_t epoch; /* flushes completed; scans refresh their iterators when it moves */
     atomic_int young_rows; /* the last scan's rows began inside its window (a hint) */
+    atomic_uint chunk_span; /* the last scan's pt_emb_seek_chunks span (a hint) */
     int frozen;     /* a head shard has a frozen generation (waiting for or in its flush) */
     unsigned frozen_shard; /* that shard, when frozen; HEAD_SHARDS: a sweep alone */
     unsigned next_shard;   /* the shard the next freeze looks at first */
@@ -819,6 +822,15 @@ void pt_emb_flush_clean(const char *dir);
 
 /* The points table's part of the ops table's scan; takes mu only briefly per row. */
 int pt_emb_scan_points(embedded *e, const pt_scan *s, pt_cell_fn fn, void *ud);
+/* The smallest 4-byte qualifier at or after the byte string b, as a number (2^32: none). */
+uint64_t pt_emb_qual_bound(pt_slice b);
+/* Puts it on the first chunk of row that may hold cells at or after qual_start (none: the
+ * row's first chunk), or past the row: seeking forward from span before the window's
+ * start when span is nonzero, else (or when that finds nothing there) the last chunk
+ * beginning at or before it; *young (in and out) says the row's chunks likely all begin
+ * inside the window. key: room for the keys sought. 0 or PT_ENOMEM. */
+int pt_emb_seek_chunks(rocksdb_iterator_t *it, pt_buf *key, pt_slice row, pt_slice qual_start,
+                       uint32_t span, int *young);
 
 /* ---- tests ---- */
 

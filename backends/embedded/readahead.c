@@ -39,33 +39,26 @@ static long blocks_read(void)
 }
 
 /* Reads what the scan's seek onto range i will need: for one row, the block of the chunk
- * holding the window's start (points) or of the row's first cell in the window (index);
- * for a range of rows, the block of its first key. ro[1]: one-row options, ro[0]: total
- * order, as the scan's iterators. */
-static void read_row(rocks *r, rocksdb_readoptions_t *const ro[2], const ra_job *j, size_t i,
+ * holding the window's start, sought as the scan seeks it (points), or of the row's first
+ * cell in the window (index); for a range of rows, the block of its first key. ro[1]:
+ * one-row options, ro[0]: total order, as the scan's iterators. */
+static void read_row(rocks *r, rocksdb_readoptions_t *const ro[2], ra_job *j, size_t i,
                      pt_buf *key)
 {
     const pt_scan *s = j->s;
     const pt_row_range *range = &s->ranges[i];
     int one_row = pt_emb_rocks_one_row(range);
     pt_slice row = range->start;
-    int rv = one_row ? pt_emb_rocks_key(key, row.p, row.n, 0, s->qual_start.p, s->qual_start.n)
-                     : pt_emb_rocks_row_bound(key, row);
-    if (rv != 0)
-        return;
     rocksdb_iterator_t *it = rocksdb_create_iterator_cf(r->db, ro[one_row], r->cf[j->cf]);
     if (!it)
         return;
-    if (one_row && j->cf == CF_POINTS && s->qual_start.n) {
-        rocksdb_iter_seek_for_prev(it, (const char *)key->p, key->len);
-        size_t kn = 0;
-        pt_slice kr;
-        uint32_t first;
-        const char *k = rocksdb_iter_valid(it) ? rocksdb_iter_key(it, &kn) : NULL;
-        /* Not on the row: it begins inside the window, and the scan seeks its start. */
-        if (!k || pt_emb_chunk_key_split(k, kn, &kr, &first) != 0 || !pt_slice_eq(kr, row))
-            rocksdb_iter_seek(it, (const char *)key->p, row.n + 1);
-    } else {
+    if (one_row && j->cf == CF_POINTS) {
+        int young = 0;
+        pt_emb_seek_chunks(it, key, row, s->qual_start,
+                           atomic_load_explicit(&j->span, memory_order_relaxed), &young);
+    } else if ((one_row ? pt_emb_rocks_key(key, row.p, row.n, 0, s->qual_start.p,
+                                           s->qual_start.n)
+                        : pt_emb_rocks_row_bound(key, row)) == 0) {
         rocksdb_iter_seek(it, (const char *)key->p, key->len);
     }
     rocksdb_iter_destroy(it);
@@ -185,9 +178,10 @@ static void window_locked(ra_pool *ra, ra_job *j, size_t done)
     }
 }
 
-void pt_emb_readahead_begin(ra_pool *ra, ra_job *j, int cf, const pt_scan *s)
+void pt_emb_readahead_begin(ra_pool *ra, ra_job *j, int cf, const pt_scan *s, uint32_t span)
 {
     memset(j, 0, sizeof(*j));
+    atomic_init(&j->span, span);
     if (!ra || !ra->nthreads || s->nranges < RA_MIN_ROWS)
         return;
     j->ra = ra;

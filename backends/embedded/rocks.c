@@ -850,7 +850,7 @@ int pt_emb_rocks_scan_index(rocks *r, ra_pool *ra, const pt_scan *s, pt_cell_fn 
         sc.snap = rocksdb_create_snapshot(r->db);
 
     ra_job j;
-    pt_emb_readahead_begin(ra, &j, CF_INDEX, s);
+    pt_emb_readahead_begin(ra, &j, CF_INDEX, s, 0);
     int rv = 0;
     for (size_t i = 0; i < s->nranges && !sc.done && rv == 0; i++) {
         rv = scan_range(&sc, &s->ranges[i]);

@@ -32,6 +32,8 @@ typedef struct pscan {
     pt_buf xs;    /* the current chunk as a stream, when stored otherwise */
     int no_chunks; /* the head knows the current row has no chunk in the window */
     int young;     /* the last row read began inside the window: seek its start first */
+    uint32_t span; /* seek a row's chunks from this far before the window (pt_emb_seek_chunks) */
+    int spans_seen; /* span is this scan's own: the chunks it found holding the start */
     uint64_t qlo, qhi; /* the scan's qualifier range as numbers: [qlo, qhi) */
     pt_buf hbytes;
     cell *fsort; /* a sorted copy of a row's frozen cells, and room to sort it */
@@ -61,11 +63,11 @@ static int iter_locked(pscan *sc, int one_row)
     return pt_emb_rocks_iter(&sc->e->r, &sc->its, CF_POINTS, one_row, NULL);
 }
 
-/* The smallest 4-byte qualifier at or after the byte string b, as a number (2^32: none). */
-static uint64_t qual_bound(pt_slice b)
+uint64_t pt_emb_qual_bound(pt_slice b)
 {
     uint8_t q[4] = {0};
-    memcpy(q, b.p, b.n < 4 ? b.n : 4);
+    if (b.n)
+        memcpy(q, b.p, b.n < 4 ? b.n : 4);
     return (uint64_t)pt_get_be32(q) + (b.n > 4); /* a longer b is past its first four bytes */
 }
 
@@ -220,44 +222,63 @@ static int on_row(rocksdb_iterator_t *it, pt_slice row, uint32_t *first)
     return pt_emb_chunk_key_split(k, kn, &kr, first) == 0 && pt_slice_eq(kr, row);
 }
 
-/* Puts the iterator on the row's first chunk (or past the row when it has none). */
-static int seek_row_start(pscan *sc, rocksdb_iterator_t *it, pt_slice row)
+/* Puts it on key = row || 0x00 || q (q: 4 bytes, or none for the row's start). */
+static int seek_key(rocksdb_iterator_t *it, pt_buf *key, pt_slice row, const uint8_t *q,
+                    size_t qn, int for_prev)
 {
-    int rv = pt_emb_rocks_key(&sc->seek, row.p, row.n, 0, NULL, 0);
-    if (rv == 0)
-        rocksdb_iter_seek(it, (const char *)sc->seek.p, sc->seek.len);
-    return rv;
+    int rv = pt_emb_rocks_key(key, row.p, row.n, 0, q, qn);
+    if (rv != 0)
+        return rv;
+    if (for_prev)
+        rocksdb_iter_seek_for_prev(it, (const char *)key->p, key->len);
+    else
+        rocksdb_iter_seek(it, (const char *)key->p, key->len);
+    return 0;
 }
 
-/* Puts the iterator on the first chunk of row that may hold cells at or after the window's
- * start: the last chunk beginning at or before it (SeekForPrev) when the row has history,
- * else the row's first chunk (Seek). A row that begins inside the window needs both seeks
- * if SeekForPrev comes first, a row with history both if Seek comes first; the rows of
- * one read are alike in age, so the order the previous row needed is tried first. */
-static int first_chunk(pscan *sc, rocksdb_iterator_t *it, pt_slice row)
+/*
+ * The chunk holding the window's start is the row's last one beginning at or before it.
+ * SeekForPrev finds it, but RocksDB then steps to the key before to make sure it has the
+ * newest version of the one it landed on: when that chunk begins its data block (every
+ * time, where a chunk fills a block), the block before is read too, and a walk onward
+ * turns the iterator around (another seek of every level). Chunks of a row do not
+ * overlap, so when a chunk began at most span before the window, a forward seek from
+ * there lands on it, or on one wholly before the window that the walk steps over. When
+ * nothing of the row begins between there and the window's start, an older chunk may
+ * still hold it (one longer than span): then SeekForPrev. A row that begins inside the
+ * window needs its start sought; one read's rows are alike, so the scan remembers
+ * (*young) which way its last row went and tries that first.
+ */
+int pt_emb_seek_chunks(rocksdb_iterator_t *it, pt_buf *key, pt_slice row, pt_slice qual_start,
+                       uint32_t span, int *young)
 {
-    const pt_scan *s = sc->s;
+    uint64_t qlo = pt_emb_qual_bound(qual_start);
     uint32_t first;
     int rv;
-    if (s->qual_start.n && sc->young) {
-        if ((rv = seek_row_start(sc, it, row)) != 0)
+    if (!qual_start.n)
+        return seek_key(it, key, row, NULL, 0, 0);
+    if (*young) {
+        if ((rv = seek_key(it, key, row, NULL, 0, 0)) != 0)
             return rv;
-        if (!on_row(it, row, &first))
-            return 0; /* no chunk at all */
-        if (first >= sc->qlo)
-            return 0; /* nothing before the window */
-        sc->young = 0;
+        if (!on_row(it, row, &first) || first >= qlo)
+            return 0; /* no chunk at all, or nothing before the window */
+        *young = 0;
     }
-    if (s->qual_start.n) {
-        if ((rv = pt_emb_rocks_key(&sc->seek, row.p, row.n, 0, s->qual_start.p,
-                                   s->qual_start.n)) != 0)
+    if (span && qlo <= UINT32_MAX) {
+        uint8_t q[4];
+        pt_put_be32(q, qlo > span ? (uint32_t)(qlo - span) : 0);
+        if ((rv = seek_key(it, key, row, q, 4, 0)) != 0)
             return rv;
-        rocksdb_iter_seek_for_prev(it, (const char *)sc->seek.p, sc->seek.len);
-        if (on_row(it, row, &first))
+        /* From the row's first chunk (the seek began at 0) or one at or before the start. */
+        if (qlo <= span || (on_row(it, row, &first) && first <= qlo))
             return 0;
-        sc->young = 1;
     }
-    return seek_row_start(sc, it, row);
+    if ((rv = seek_key(it, key, row, qual_start.p, qual_start.n, 1)) != 0)
+        return rv;
+    if (on_row(it, row, &first))
+        return 0;
+    *young = 1;
+    return seek_key(it, key, row, NULL, 0, 0);
 }
 
 /* Emits one row: its head cells merged with its chunks. */
@@ -291,7 +312,8 @@ static int scan_row(pscan *sc, pt_slice row_in, int one_row)
 
     pt_slice kr = {0};
     uint32_t first = 0;
-    if ((rv = first_chunk(sc, it, row)) != 0)
+    if ((rv = pt_emb_seek_chunks(it, &sc->seek, row, sc->s->qual_start, sc->span,
+                                 &sc->young)) != 0)
         return rv;
     while (!sc->done && rocksdb_iter_valid(it)) {
         size_t kn, vn;
@@ -332,6 +354,12 @@ static int scan_row(pscan *sc, pt_slice row_in, int one_row)
                 if ((rv = emit(sc, out, &started, q, len, pt_vcell_val(&sc->cc.c[i]))) != 0)
                     return rv;
             }
+        }
+        if (first <= sc->qlo && last >= sc->qlo && sc->s->qual_start.n) {
+            /* It holds the window's start: the next rows are sought from this far back. */
+            if (!sc->spans_seen || last - first > sc->span)
+                sc->span = last - first;
+            sc->spans_seen = 1;
         }
         /* A row's chunks do not overlap (flush.c): when this one reaches the window's end,
          * the next starts after it. Not stepping there also spares the iterator turning
@@ -638,21 +666,25 @@ static int scan_sink(pscan *sc)
 int pt_emb_scan_points(embedded *e, const pt_scan *s, pt_cell_fn fn, void *ud)
 {
     pscan sc = {.e = e, .s = s, .fn = fn, .ud = ud};
-    sc.qlo = s->qual_start.n ? qual_bound(s->qual_start) : 0;
-    sc.qhi = s->qual_end.n ? qual_bound(s->qual_end) : (uint64_t)1 << 32;
+    sc.qlo = s->qual_start.n ? pt_emb_qual_bound(s->qual_start) : 0;
+    sc.qhi = s->qual_end.n ? pt_emb_qual_bound(s->qual_end) : (uint64_t)1 << 32;
     int rv = 0;
     /* Reads of one dashboard are alike too: a one-row read starts with the last guess. */
     sc.young = atomic_load_explicit(&e->young_rows, memory_order_relaxed);
+    sc.span = atomic_load_explicit(&e->chunk_span, memory_order_relaxed);
     if (e->sink)
         rv = scan_sink(&sc);
     ra_job j;
-    pt_emb_readahead_begin(&e->ra, &j, CF_POINTS, s); /* none for a write-back store */
+    pt_emb_readahead_begin(&e->ra, &j, CF_POINTS, s, sc.span); /* none for a write-back store */
     for (size_t i = 0; i < s->nranges && !sc.done && rv == 0 && !e->sink; i++) {
         rv = scan_range(&sc, &s->ranges[i]);
+        atomic_store_explicit(&j.span, sc.span, memory_order_relaxed);
         pt_emb_readahead_at(&j, i + 1);
     }
     pt_emb_readahead_end(&j);
     atomic_store_explicit(&e->young_rows, sc.young, memory_order_relaxed);
+    if (sc.spans_seen)
+        atomic_store_explicit(&e->chunk_span, sc.span, memory_order_relaxed);
     pt_emb_rocks_iters_free(&sc.its);
     pt_buf_free(&sc.seek);
     pt_buf_free(&sc.row);
