@@ -63,17 +63,26 @@ typedef struct tally {
     int lo, hi; /* the window, in cells: [lo, hi) */
 } tally;
 
-static int check_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+/* A cell of a row "xx/NNNN": the row's number (-1: not such a row, or a qualifier that is
+ * not 4 bytes) and its qualifier. */
+static int cell_of(pt_slice row, pt_slice qual, uint32_t *q)
 {
-    tally *t = ud;
     char rs[16];
     int r;
     snprintf(rs, sizeof(rs), "%.*s", (int)(row.n < 15 ? row.n : 15), (const char *)row.p);
-    uint32_t q = qual.n == 4 ? pt_get_be32(qual.p) : 1;
-    int c = (int)(q / STEP), shared = rs[1] == 'b';
-    if (sscanf(rs + 3, "%d", &r) != 1 || r < 0 || r >= ROWS + WIDE || shared != (r < ROWS) ||
-        q % STEP != 0 || c < t->lo || c >= t->hi || c >= (shared ? CELLS : WIDE_CELLS) ||
-        value.n != 8) {
+    *q = qual.n == 4 ? pt_get_be32(qual.p) : 0;
+    return qual.n == 4 && rs[0] && rs[1] && rs[2] == '/' && sscanf(rs + 3, "%d", &r) == 1 ? r
+                                                                                           : -1;
+}
+
+static int check_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
+{
+    tally *t = ud;
+    uint32_t q;
+    int r = cell_of(row, qual, &q);
+    int c = (int)(q / STEP), shared = r >= 0 && row.p[1] == 'b';
+    if (r < 0 || r >= ROWS + WIDE || shared != (r < ROWS) || q % STEP != 0 || c < t->lo ||
+        c >= t->hi || c >= (shared ? CELLS : WIDE_CELLS) || value.n != 8) {
         t->bad++;
         return 0;
     }
@@ -127,16 +136,24 @@ static size_t cells_in(int lo, int hi, int cells)
     return hi > lo ? (size_t)(hi - lo) : 0;
 }
 
+/* Makes the store dir/name (path: its path) with write's rows, and opens it again: the
+ * head becomes chunks. 0, or -1 after a failed test. */
+static int written_store(pt_backend *b, const char *dir, const char *name,
+                         int (*write)(pt_backend *), int rows, char *path, size_t pathlen)
+{
+    snprintf(path, pathlen, "%s/%s", dir, name);
+    if (open_cold(b, path) != 0)
+        return -1;
+    is(write(b), 0, "%s: %d rows written", name, rows);
+    pt_backend_close(b);
+    return open_cold(b, path);
+}
+
 static void test_rows_whole(const char *dir)
 {
     char path[512];
-    snprintf(path, sizeof(path), "%s/rowend", dir);
     pt_backend b;
-    if (open_cold(&b, path) != 0)
-        return;
-    is(write_rows(&b), 0, "rowend: %d rows written", ROWS + WIDE);
-    pt_backend_close(&b); /* the head becomes chunks */
-    if (open_cold(&b, path) != 0)
+    if (written_store(&b, dir, "rowend", write_rows, ROWS + WIDE, path, sizeof(path)) != 0)
         return;
 
     /* Windows inside the rows, to their ends and past them, every row and every third. */
@@ -247,12 +264,10 @@ typedef struct span_tally {
 static int span_cell(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 {
     span_tally *t = ud;
-    char rs[16];
-    int r;
-    snprintf(rs, sizeof(rs), "%.*s", (int)(row.n < 15 ? row.n : 15), (const char *)row.p);
-    uint32_t q = qual.n == 4 ? pt_get_be32(qual.p) : 1;
+    uint32_t q;
+    int r = cell_of(row, qual, &q);
     uint8_t want[8];
-    if (sscanf(rs, "sp/%d", &r) != 1 || r < 0 || r >= SPAN_ROWS || q % span_step(r) != 0 ||
+    if (r < 0 || r >= SPAN_ROWS || row.p[0] != 's' || q % span_step(r) != 0 ||
         q < t->lo || q >= t->hi || q / span_step(r) >= SPAN_CELLS ||
         !span_has(r, (int)(q / span_step(r))) || value.n != 8) {
         t->bad++;
@@ -279,13 +294,8 @@ static size_t span_want(int r, uint64_t lo, uint64_t hi)
 static void test_spans(const char *dir)
 {
     char path[512];
-    snprintf(path, sizeof(path), "%s/spans", dir);
     pt_backend b;
-    if (open_cold(&b, path) != 0)
-        return;
-    is(span_write(&b), 0, "spans: %d rows written", SPAN_ROWS);
-    pt_backend_close(&b);
-    if (open_cold(&b, path) != 0)
+    if (written_store(&b, dir, "spans", span_write, SPAN_ROWS, path, sizeof(path)) != 0)
         return;
     static pt_row_range ranges[SPAN_ROWS];
     static char ends[SPAN_ROWS][17];
