@@ -252,11 +252,11 @@ static int seek_key(rocksdb_iterator_t *it, pt_buf *key, pt_slice row, const uin
 int pt_emb_seek_chunks(rocksdb_iterator_t *it, pt_buf *key, pt_slice row, pt_slice qual_start,
                        uint32_t span, int *young)
 {
+    if (!qual_start.n)
+        return seek_key(it, key, row, NULL, 0, 0);
     uint64_t qlo = pt_emb_qual_bound(qual_start);
     uint32_t first;
     int rv;
-    if (!qual_start.n)
-        return seek_key(it, key, row, NULL, 0, 0);
     if (*young) {
         if ((rv = seek_key(it, key, row, NULL, 0, 0)) != 0)
             return rv;

@@ -47,6 +47,17 @@ static inline int open_embedded(pt_backend *b, const char *path, char *err, size
     return pt_backend_open(b, &pt_backend_embedded, &cfg, err, errlen);
 }
 
+/* Opens an embedded store with settings ec; says why in a diagnostic when it fails. */
+static inline int open_conf(pt_backend *b, pt_embedded_conf ec)
+{
+    char err[256] = "";
+    pt_backend_config cfg = {.own = &ec};
+    int rv = pt_backend_open(b, &pt_backend_embedded, &cfg, err, sizeof(err));
+    if (rv != 0)
+        diag("open %s: %s", ec.path, err);
+    return rv;
+}
+
 /* Opens an embedded store in tmp/name for a test of its own; a failure is a failed test. */
 static inline int open_named(pt_backend *b, const char *tmp, const char *name, const char *label)
 {

@@ -8,13 +8,7 @@ enum { ROWS = 300, CELLS = 40, STEP = 15000 };
 
 static int open_pinned(pt_backend *b, const char *path, size_t budget)
 {
-    char err[256] = "";
-    pt_embedded_conf ec = {.path = (char *)path, .table_index_memory = budget};
-    pt_backend_config cfg = {.own = &ec};
-    int rv = pt_backend_open(b, &pt_backend_embedded, &cfg, err, sizeof(err));
-    if (rv != 0)
-        diag("open %s: %s", path, err);
-    return rv;
+    return open_conf(b, (pt_embedded_conf){.path = (char *)path, .table_index_memory = budget});
 }
 
 /* open_pinned for a test step: a failure is a failed test (and ends the program's tests). */

@@ -53,14 +53,8 @@ static int evict(const char *dir, int probe)
 
 static int open_preload(pt_backend *b, const char *path, long threads, size_t preload)
 {
-    char err[256] = "";
-    pt_embedded_conf ec = {.path = (char *)path, .read_threads = threads,
-                           .index_preload = preload};
-    pt_backend_config cfg = {.own = &ec};
-    int rv = pt_backend_open(b, &pt_backend_embedded, &cfg, err, sizeof(err));
-    if (rv != 0)
-        diag("open %s: %s", path, err);
-    return rv;
+    return open_conf(b, (pt_embedded_conf){.path = (char *)path, .read_threads = threads,
+                                           .index_preload = preload});
 }
 
 static int open_with(pt_backend *b, const char *path, long threads)
