@@ -55,6 +55,22 @@ bench_cleanup() {
 # count).
 median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
 
+# wait_idle PID [SECONDS]: until the process has used under 5 % of a core for three seconds
+# in a row (a store's background compactions done), at most SECONDS (default 600). A
+# server stopped meanwhile drops the compaction it runs, and the next start begins it
+# again: benchmarks that restart servers let them settle first, as one left running would.
+wait_idle() {
+    local pid=$1 secs=${2:-600} hz quiet=0 t=0 a b
+    hz=$(getconf CLK_TCK)
+    while ((quiet < 3 && t < secs)); do
+        a=$(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null) || return 0
+        sleep 1
+        b=$(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null) || return 0
+        if (((b - a) * 20 < hz)); then quiet=$((quiet + 1)); else quiet=0; fi
+        t=$((t + 1))
+    done
+}
+
 # The running server's peak resident memory (VmHWM), MiB; SERVER_PID is the caller's.
 peak_rss_mib() { awk '/^VmHWM:/ {printf "%d", $2 / 1024}' "/proc/$SERVER_PID/status" 2>/dev/null || echo -; }
 

@@ -129,6 +129,11 @@ load_data() {
     log "$SERIES series x $PER_SERIES samples ($TOTAL), $FIRST_MS..$END_MS"
     start_promtable
     backfill promtable "http://127.0.0.1:$PT_PORT/api/v1/write"
+    # Its compactions done, then those of what the stop flushes: the reads restart it often.
+    wait_idle "$PT_SRV"
+    pt_stop "$PT_SRV" 600
+    start_promtable
+    wait_idle "$PT_SRV"
     pt_stop "$PT_SRV" 600
     DISK[promtable]=$(bytes_per_sample "$WORK/promtable.data")
 
@@ -173,6 +178,7 @@ if ((!READS)); then
 fi
 
 start_promtable
+wait_idle "$PT_SRV" # data of a run before settling was left (REUSE)
 start_prometheus
 # shellcheck disable=SC2016  # expanded at exit: the servers then running
 pt_on_exit 'kill -CONT "$PT_SRV" "$PROM_SRV" 2>/dev/null'

@@ -414,6 +414,39 @@ static int files_at(const char *dir, int level)
     return n;
 }
 
+/* What the newest OPTIONS file in dir says of max_bytes_for_level_base for the column
+ * family cf: the setting RocksDB applied. -1 if it says nothing. */
+static long long level_base(const char *dir, const char *cf)
+{
+    char name[300] = "", path[600], line[512], section[128];
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL)
+        if (strncmp(de->d_name, "OPTIONS-", 8) == 0 &&
+            (strlen(de->d_name) > strlen(name) ||
+             (strlen(de->d_name) == strlen(name) && strcmp(de->d_name, name) > 0)))
+            snprintf(name, sizeof(name), "%s", de->d_name);
+    closedir(d);
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    snprintf(section, sizeof(section), "[CFOptions \"%s\"]", cf);
+    FILE *f = name[0] ? fopen(path, "r") : NULL;
+    if (!f)
+        return -1;
+    long long v = -1;
+    int in = 0;
+    while (v < 0 && fgets(line, sizeof(line), f)) {
+        const char *l = line + strspn(line, " ");
+        if (l[0] == '[')
+            in = strncmp(l, section, strlen(section)) == 0;
+        else if (in && strncmp(l, "max_bytes_for_level_base=", 25) == 0)
+            v = strtoll(l + 25, NULL, 10);
+    }
+    fclose(f);
+    return v;
+}
+
 /* The index's level-0 files are ZSTD level 1 while the store runs (compactions soon
  * rewrite them at level 6); a graceful stop writes its flush at level 6 and compacts a
  * small index's level 0 into the bottom level, so the store keeps one level-6 index file
@@ -469,6 +502,10 @@ static void test_embedded_index_levels(const char *tmp)
         is(files_at(path, 32767), round + 1,
            "embedded(index levels) %d: the points' table file has its dictionary", round);
     }
+    /* The points' level above the last holds 64 MiB before it pushes chunks down
+     * (rocks.c), the index's RocksDB's 256 MiB. */
+    is(level_base(path, "points.v2"), 64LL << 20, "embedded: the points' level base is 64 MiB");
+    is(level_base(path, "index"), 256LL << 20, "embedded: the index's level base is 256 MiB");
 }
 
 /* Table files of a flush not ingested (flush.N.sst) in dir. */
