@@ -178,7 +178,7 @@ if ((!READS)); then
 fi
 
 start_promtable
-wait_idle "$PT_SRV" # data of a run before settling was left (REUSE)
+wait_idle "$PT_SRV" # REUSE of data that a run did not let settle
 start_prometheus
 # shellcheck disable=SC2016  # expanded at exit: the servers then running
 pt_on_exit 'kill -CONT "$PT_SRV" "$PROM_SRV" 2>/dev/null'
