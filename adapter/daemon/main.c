@@ -305,7 +305,12 @@ int main(int argc, char **argv)
         goto fail_backend;
     }
     if (cmd == CMD_INIT) {
-        if (ops->init && ops->init(be.state, err, sizeof(err)) != 0) {
+        /* The tables, then the index format row of a new store: a promtable still running
+         * against tables made again (a Bigtable instance wiped) writes index rows into
+         * them, and without the row the next start would take them for format 1. */
+        pt_store fresh = {.be = &be};
+        if ((ops->init && ops->init(be.state, err, sizeof(err)) != 0) ||
+            pt_store_check_index(&fresh, err, sizeof(err)) != 0) {
             pt_log(PT_LOG_ERROR, "init failed", "backend=%s err=\"%s\"", cfg.backend, err);
             goto fail_backend;
         }
