@@ -80,12 +80,6 @@ stop_all() {
     EMU_PID=''
 }
 
-# cpu_s PID: utime + stime in seconds (fields after the last ')' of /proc/PID/stat).
-cpu_s() {
-    awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); printf "%.2f", ($12 + $13) / hz }' \
-        "/proc/$1/stat"
-}
-
 # field NAME LINE: the value of NAME=... in a result line.
 # start NAME BACKEND: starts promtable (and for bigtable a fresh emulator + init) on a new
 # store; sets SRV_PID, EMU_PID, URL.

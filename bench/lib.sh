@@ -55,18 +55,27 @@ bench_cleanup() {
 # count).
 median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
 
+# cpu_s PID: utime + stime in seconds (fields after the last ')' of /proc/PID/stat).
+cpu_s() {
+    awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); printf "%.2f", ($12 + $13) / hz }' \
+        "/proc/$1/stat"
+}
+
 # wait_idle PID [SECONDS]: until the process has used under 5 % of a core for three seconds
 # in a row (a store's background compactions done), at most SECONDS (default 600). A
 # server stopped meanwhile drops the compaction it runs, and the next start begins it
 # again: benchmarks that restart servers let them settle first, as one left running would.
 wait_idle() {
-    local pid=$1 secs=${2:-600} hz quiet=0 t=0 a b
-    hz=$(getconf CLK_TCK)
+    local pid=$1 secs=${2:-600} quiet=0 t=0 a b
     while ((quiet < 3 && t < secs)); do
-        a=$(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null) || return 0
+        a=$(cpu_s "$pid" 2>/dev/null) || return 0
         sleep 1
-        b=$(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null) || return 0
-        if (((b - a) * 20 < hz)); then quiet=$((quiet + 1)); else quiet=0; fi
+        b=$(cpu_s "$pid" 2>/dev/null) || return 0
+        if awk -v a="$a" -v b="$b" 'BEGIN { exit !(b - a < 0.05) }'; then
+            quiet=$((quiet + 1))
+        else
+            quiet=0
+        fi
         t=$((t + 1))
     done
 }

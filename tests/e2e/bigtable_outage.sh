@@ -82,12 +82,7 @@ fatal() {
 }
 
 # post_write OUTFILE : POSTs the captured Prometheus request; prints the status code.
-post_write() {
-    curl -sS --max-time 30 -o "$1" -w '%{http_code}' \
-        -H 'Content-Encoding: snappy' -H 'Content-Type: application/x-protobuf' \
-        -H 'X-Prometheus-Remote-Write-Version: 0.1.0' \
-        --data-binary "@$WRITE_BODY" "$BASE/api/v1/write" 2>/dev/null
-}
+post_write() { pt_post_write "$BASE" "$WRITE_BODY" "$1"; }
 
 store_metrics() {
     curl -sS --max-time 5 -o "$DIR/store.metrics" "$BASE/metrics"

@@ -557,6 +557,15 @@ pt_writer_samples() {
         "$out.json" | pt_samples_normalize "$((t0 * 1000))" "$((t * 1000))" >"$out"
 }
 
+# pt_post_write URL BODY [OUT] : POSTs BODY (a snappy remote-write 1.0 request) to
+# URL/api/v1/write, the answer into OUT (default: discarded); prints the status code.
+pt_post_write() {
+    curl -sS --max-time 30 -o "${3:-/dev/null}" -w '%{http_code}' \
+        -H 'Content-Encoding: snappy' -H 'Content-Type: application/x-protobuf' \
+        -H 'X-Prometheus-Remote-Write-Version: 0.1.0' \
+        --data-binary "@$2" "$1/api/v1/write" 2>/dev/null
+}
+
 # pt_compare_read WHO URL T0 T WANT DIR : one remote read of every series in (T0, T] from
 # the promtable at URL (decoded by $PTDUMP; files in DIR), compared with the normalized
 # samples in WANT: three TAP lines (the answer is 200, no sample doubled, all identical).
