@@ -364,12 +364,17 @@ static int index_range(qctx *q, const pt_slice *name, pt_slice value, irange *r)
 }
 
 /* A list of one bucket read into a list-cache entry (index.h): u32 BE prefix length, the
- * prefix, then a (ref, mask) record per cell, 16 bytes, host order. */
+ * prefix, then per cell its reference and mask (16 bytes, host order), the length of its
+ * sid (u32 BE) and the sid. A metric's list keeps the sids its cells name, so a hit
+ * resolves its series as the scan does, without a series row each; a posting list's
+ * cells have none and resolve through the series rows (and their cache). */
 typedef struct lfill {
     rowcb r;
     pt_buf entry;
     size_t max; /* past this many bytes the list is not kept (0: out of memory, not kept) */
 } lfill;
+
+enum { LREC_FIXED = 16 + 4 };
 
 static int on_list_row_fill(void *ud, pt_slice row, pt_slice qual, pt_slice value)
 {
@@ -377,29 +382,40 @@ static int on_list_row_fill(void *ud, pt_slice row, pt_slice qual, pt_slice valu
     int rv = on_list_row(&f->r, row, qual, value);
     if (rv || f->entry.len > f->max)
         return rv;
-    uint64_t rec[2];
-    pt_slice sid; /* not kept: the cache's entries resolve references */
-    if ((rv = list_cell(&f->r, row, qual, &rec[0], &rec[1], &sid)) != 0)
+    uint8_t rec[LREC_FIXED];
+    uint64_t ref, mask;
+    pt_slice sid;
+    if ((rv = list_cell(&f->r, row, qual, &ref, &mask, &sid)) != 0)
         return rv;
-    if (pt_buf_append(&f->entry, rec, sizeof(rec)) != 0)
+    memcpy(rec, &ref, 8);
+    memcpy(rec + 8, &mask, 8);
+    pt_put_be32(rec + 16, (uint32_t)sid.n);
+    if (pt_buf_append(&f->entry, rec, sizeof(rec)) != 0 ||
+        pt_buf_append(&f->entry, sid.p, sid.n) != 0)
         f->max = 0; /* a cache: the read goes on without keeping the list */
     return 0;
 }
 
 /* The list's cells of bucket day from the cache: 1 when it held them, 0 when not. */
-static int list_from_cache(qctx *q, pt_buf *entry, pt_slice prefix)
+static int list_from_cache(qctx *q, pt_buf *entry, pt_slice prefix, int64_t day)
 {
     if (entry->len < 4 || pt_get_be32(entry->p) != prefix.n || entry->len < 4 + prefix.n ||
-        memcmp(entry->p + 4, prefix.p, prefix.n) != 0 || (entry->len - 4 - prefix.n) % 16)
+        memcmp(entry->p + 4, prefix.p, prefix.n) != 0)
         return 0; /* another list's entry under the same key */
-    size_t n = (entry->len - 4 - prefix.n) / 16;
-    const uint8_t *p = entry->p + 4 + prefix.n;
+    const uint8_t *p = entry->p + 4 + prefix.n, *end = entry->p + entry->len;
+    size_t n = 0;
     int rv = 0;
-    for (size_t i = 0; i < n && rv == 0; i++, p += 16) {
-        uint64_t rec[2];
-        memcpy(rec, p, sizeof(rec));
+    while (p < end && rv == 0) {
+        uint64_t ref, mask;
+        if ((size_t)(end - p) < LREC_FIXED || pt_get_be32(p + 16) > (size_t)(end - p) - LREC_FIXED)
+            return PT_EINTERNAL; /* the cache wrote every entry itself */
+        memcpy(&ref, p, 8);
+        memcpy(&mask, p + 8, 8);
+        pt_slice sid = {p + LREC_FIXED, pt_get_be32(p + 16)};
+        p += LREC_FIXED + sid.n;
+        n++;
         if ((rv = past_deadline(q)) == 0)
-            rv = take_cell(q, rec[0], rec[1], (pt_slice){p, 0}, -1);
+            rv = take_cell(q, ref, mask, sid, day);
     }
     q->rows_cached += n;
     return rv ? rv : 1;
@@ -441,7 +457,7 @@ static int scan_list(qctx *q, const irange *ir)
         pt_buf_reset(&f.entry);
         if ((rv = pt_ref_cache_get(c, key, d, &f.entry)) < 0)
             break;
-        if (rv == 1 && (rv = list_from_cache(q, &f.entry, prefix)) != 0) {
+        if (rv == 1 && (rv = list_from_cache(q, &f.entry, prefix, d)) != 0) {
             rv = rv < 0 ? rv : 0;
             continue;
         }

@@ -265,6 +265,24 @@ static void pt_index_conformance(pt_backend *full_be, pt_backend *tiny_be, const
        label, lc.rows, lc.with_sid, bn, brows);
     pt_store_close(&bare);
 
+    /* A metric's list served from the list cache names its series as the scan does: the
+     * second read scans its data rows alone, with no series-row cache to resolve
+     * references through (otherwise it would read a series row per series). */
+    pt_store lonly = {.index_bucket_ms = 86400000, .max_series = 1000, .max_samples = 100000};
+    const pt_store_caches lists_only = {.list_bytes = 1 << 20};
+    if (pt_store_open(&lonly, full_be, &lists_only) != 0)
+        BAIL_OUT("out of memory for a store");
+    size_t l0 = lonly.stats->read_rows_scanned;
+    long ln1 = ix_count_once(&lonly, cpu, 1);
+    size_t l1 = lonly.stats->read_rows_scanned;
+    long ln2 = ix_count_once(&lonly, cpu, 1);
+    size_t l2 = lonly.stats->read_rows_scanned;
+    ok(ln1 == 33 && ln2 == 33 && l2 - l1 >= 33 && l2 - l1 <= 34 && l2 - l1 < l1 - l0,
+       "%s: a metric's cached list names its series (%ld series from %zu rows, then %ld from "
+       "%zu)",
+       label, ln1, l1 - l0, ln2, l2 - l1);
+    pt_store_close(&lonly);
+
     /* Equality and inequality selectors, with expectations computed here. */
     static const tmatch eqs[][2] = {
         {{0, "__name__", "cpu"}},
