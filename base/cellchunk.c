@@ -387,28 +387,65 @@ static int dec_k(const pt_vcell *c, size_t n)
     return (int)k;
 }
 
-/* Appends fmt 4 to out (after what it holds) when the values allow it. 0 with *made set. */
+/* The smallest k, from k up, at which every value is a decimal with no correction, or -1.
+ * A value exact at k is exact at every larger k its m fits in (m / 10^k is the same real
+ * number as 10m / 10^(k+1), and the division rounds it correctly). */
+static int dec_k_exact(const pt_vcell *c, size_t n, unsigned k)
+{
+    int64_t m, fix;
+    if (k > DEC_K_MAX)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t bits = pt_get_be64(c[i].v.in);
+        while (!dec_of(bits, k, &m, &fix) || fix != 0)
+            if (++k > DEC_K_MAX)
+                return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!dec_of(pt_get_be64(c[i].v.in), k, &m, &fix) || fix != 0)
+            return -1;
+    return (int)k;
+}
+
+/* The bytes of fmt 4's values at k (every value near a decimal there: dec_k) and the mode
+ * that gives them: corrections only when needed; differences or their differences,
+ * whichever take fewer bytes. */
+static size_t dec_cost(const pt_vcell *c, size_t n, unsigned k, uint8_t *mode)
+{
+    size_t dbytes = 0, ddbytes = 0, fbytes = 0;
+    int fixes = 0;
+    int64_t m = 0, fix = 0, prev = 0, prevd = 0;
+    for (size_t i = 0; i < n; i++) {
+        dec_of(pt_get_be64(c[i].v.in), k, &m, &fix);
+        uint64_t d = (uint64_t)m - (uint64_t)prev;
+        dbytes += pt_uvarint_size(zigzag(d));
+        ddbytes += pt_uvarint_size(zigzag(i < 2 ? d : d - (uint64_t)prevd));
+        fbytes += pt_uvarint_size(zigzag((uint64_t)fix));
+        fixes |= fix != 0;
+        prev = m;
+        prevd = (int64_t)d;
+    }
+    *mode = (uint8_t)k | (ddbytes < dbytes ? DEC_DOD : 0) | (fixes ? DEC_FIX : 0);
+    return (ddbytes < dbytes ? ddbytes : dbytes) + (fixes ? fbytes : 0);
+}
+
+/* Appends fmt 4 to out (after what it holds) when the values allow it. 0 with *made set.
+ * k is the fewest digits after the point at which every value is near a decimal, or, when
+ * that needs corrections, the fewest at which every value is exact if those come out
+ * shorter: values of 8 decimals around 10^5 are within 2^20 units in the last place of a
+ * 5-decimal, and the corrections would cost more than the 3 digits they save. */
 static int encode_dec(pt_buf *out, const pt_vcell *c, size_t n, int *made)
 {
     *made = 0;
     int k = dec_k(c, n);
     if (k < 0)
         return 0;
-    /* The mode: corrections only when needed; differences or their differences, whichever
-     * take fewer bytes. */
-    size_t dbytes = 0, ddbytes = 0;
-    int fixes = 0;
+    uint8_t mode, xmode;
+    size_t cost = dec_cost(c, n, (unsigned)k, &mode);
+    int x = mode & DEC_FIX ? dec_k_exact(c, n, (unsigned)k + 1) : -1;
+    if (x > 0 && dec_cost(c, n, (unsigned)x, &xmode) < cost)
+        k = x, mode = xmode;
     int64_t m = 0, fix = 0, prev = 0, prevd = 0;
-    for (size_t i = 0; i < n; i++) {
-        dec_of(pt_get_be64(c[i].v.in), (unsigned)k, &m, &fix);
-        uint64_t d = (uint64_t)m - (uint64_t)prev;
-        dbytes += pt_uvarint_size(zigzag(d));
-        ddbytes += pt_uvarint_size(zigzag(i < 2 ? d : d - (uint64_t)prevd));
-        fixes |= fix != 0;
-        prev = m;
-        prevd = (int64_t)d;
-    }
-    uint8_t mode = (uint8_t)k | (ddbytes < dbytes ? DEC_DOD : 0) | (fixes ? DEC_FIX : 0);
     size_t at = out->len, tcap = pt_gorilla_max_bytes(n);
     if (pt_buf_reserve(out, HDR + 5 + tcap + 20 * n) != 0)
         return PT_ENOMEM;

@@ -539,6 +539,18 @@ static void test_decimal(void)
     set_cell(0, qs[0], pt_f64_bits(0.1 + 0.2));
     ok(round_trip(1, SAMPLE_FMT, "0.1 + 0.2"), "0.1 + 0.2 round-trips");
 
+    /* A gauge of 8 decimals around 10^5 (13 significant digits) is within reach of a
+     * 5-decimal with corrections; at 8 digits it needs none and takes fewer bytes. */
+    double w = 77324.571428571435;
+    for (size_t i = 0; i < N; i++) {
+        w += ((double)rnd(1u << 30) / (1u << 30) - 0.5) * 3.0;
+        set_cell(i, qs[i], pt_f64_bits(round(w * 1e8) / 1e8));
+    }
+    int eight_ok = round_trip(N, 4, "8 decimals");
+    ok(eight_ok && enc.p[5] == 8 && enc.len < 5 * N,
+       "a gauge of 8 decimals: fmt 4 at k 8, no corrections (mode %#x), %.2f bytes a cell",
+       eight_ok ? enc.p[5] : 0, (double)enc.len / N);
+
     /* Random decimals of every precision fmt 4 has, and random integers up to 2^53. */
     all = 1;
     for (int iter = 0; iter < 500; iter++) {
