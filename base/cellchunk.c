@@ -369,40 +369,23 @@ static int dec_of(uint64_t bits, unsigned k, int64_t *m, int64_t *fix)
     return *fix >= -DEC_FIX_MAX && *fix <= DEC_FIX_MAX;
 }
 
-/* The smallest k at which every value is near a decimal, or -1. */
-static int dec_k(const pt_vcell *c, size_t n)
-{
-    unsigned k = 0;
-    int64_t m, fix;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t bits = pt_get_be64(c[i].v.in);
-        while (!dec_of(bits, k, &m, &fix))
-            if (++k > DEC_K_MAX)
-                return -1;
-    }
-    /* A value that was near a decimal at a smaller k need not be at the final one. */
-    for (size_t i = 0; i < n; i++)
-        if (!dec_of(pt_get_be64(c[i].v.in), k, &m, &fix))
-            return -1;
-    return (int)k;
-}
-
-/* The smallest k, from k up, at which every value is a decimal with no correction, or -1.
- * A value exact at k is exact at every larger k its m fits in (m / 10^k is the same real
- * number as 10m / 10^(k+1), and the division rounds it correctly). */
-static int dec_k_exact(const pt_vcell *c, size_t n, unsigned k)
+/* The smallest k, from k up, at which every value is near a decimal (exact: with no
+ * correction), or -1. A value exact at k is exact at every larger k its m fits in (m / 10^k
+ * is the same real number as 10m / 10^(k+1), and the division rounds it correctly). */
+static int dec_k(const pt_vcell *c, size_t n, unsigned k, int exact)
 {
     int64_t m, fix;
     if (k > DEC_K_MAX)
         return -1;
     for (size_t i = 0; i < n; i++) {
         uint64_t bits = pt_get_be64(c[i].v.in);
-        while (!dec_of(bits, k, &m, &fix) || fix != 0)
+        while (!dec_of(bits, k, &m, &fix) || (exact && fix != 0))
             if (++k > DEC_K_MAX)
                 return -1;
     }
+    /* A value that was near a decimal at a smaller k need not be at the final one. */
     for (size_t i = 0; i < n; i++)
-        if (!dec_of(pt_get_be64(c[i].v.in), k, &m, &fix) || fix != 0)
+        if (!dec_of(pt_get_be64(c[i].v.in), k, &m, &fix) || (exact && fix != 0))
             return -1;
     return (int)k;
 }
@@ -437,12 +420,12 @@ static size_t dec_cost(const pt_vcell *c, size_t n, unsigned k, uint8_t *mode)
 static int encode_dec(pt_buf *out, const pt_vcell *c, size_t n, int *made)
 {
     *made = 0;
-    int k = dec_k(c, n);
+    int k = dec_k(c, n, 0, 0);
     if (k < 0)
         return 0;
     uint8_t mode, xmode;
     size_t cost = dec_cost(c, n, (unsigned)k, &mode);
-    int x = mode & DEC_FIX ? dec_k_exact(c, n, (unsigned)k + 1) : -1;
+    int x = mode & DEC_FIX ? dec_k(c, n, (unsigned)k + 1, 1) : -1;
     if (x > 0 && dec_cost(c, n, (unsigned)x, &xmode) < cost)
         k = x, mode = xmode;
     int64_t m = 0, fix = 0, prev = 0, prevd = 0;
