@@ -402,24 +402,20 @@ static int list_from_cache(qctx *q, pt_buf *entry, pt_slice prefix, int64_t day)
     if (entry->len < 4 || pt_get_be32(entry->p) != prefix.n || entry->len < 4 + prefix.n ||
         memcmp(entry->p + 4, prefix.p, prefix.n) != 0)
         return 0; /* another list's entry under the same key */
-    const uint8_t *cells = entry->p + 4 + prefix.n, *end = entry->p + entry->len, *p = cells;
+    const uint8_t *p = entry->p + 4 + prefix.n, *end = entry->p + entry->len;
     size_t n = 0;
-    while ((size_t)(end - p) >= LREC_FIXED) {
-        size_t rec = LREC_FIXED + (size_t)pt_get_be32(p + 16);
-        if (rec > (size_t)(end - p))
-            break;
-        p += rec;
-        n++;
-    }
-    if (p != end)
-        return 0; /* not an entry on_list_row_fill wrote: read the list */
     int rv = 0;
-    for (p = cells; p < end && rv == 0;) {
+    while (p < end && rv == 0) {
         uint64_t ref, mask;
+        if ((size_t)(end - p) < LREC_FIXED ||
+            pt_get_be32(p + 16) > (size_t)(end - p) - LREC_FIXED)
+            return 0; /* not an entry on_list_row_fill wrote: the scan that follows takes
+                         the whole list (candidates are kept once) */
         memcpy(&ref, p, 8);
         memcpy(&mask, p + 8, 8);
         pt_slice sid = {p + LREC_FIXED, pt_get_be32(p + 16)};
         p += LREC_FIXED + sid.n;
+        n++;
         if ((rv = past_deadline(q)) == 0)
             rv = take_cell(q, ref, mask, sid, day);
     }
